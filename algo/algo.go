@@ -1,0 +1,89 @@
+// Package algo holds the rate-limiting algorithms as pure functions of
+// (stored state, now, parameters). Nothing here does I/O or reads a clock:
+// a store loads a key's State, calls Limit.Decide with the time of the
+// decision, and saves the State back.
+//
+// All times inside the package are integer microseconds since the Unix
+// epoch, and all durations are integer microseconds. Integers stay below
+// 2^53 so that the Redis store's Lua scripts, whose numbers are doubles,
+// compute exactly the same values.
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Never is the RetryAfter of a decision whose cost can never be admitted
+// because it exceeds the limit.
+const Never time.Duration = -1
+
+// MaxHorizon bounds every period, window and interval (and so every state's
+// lifetime): 100 years. It keeps now + horizon well below 2^53 µs.
+const MaxHorizon = 100 * 365 * 24 * time.Hour
+
+// MaxTime is the latest decision time a store accepts, in µs since the
+// Unix epoch (about the year 2255). Together with MaxHorizon it keeps every
+// value a script computes below 2^53.
+const MaxTime int64 = 1 << 53 / 2
+
+// ErrInvalid is wrapped by every error about a limit's parameters.
+var ErrInvalid = errors.New("invalid limit")
+
+// Result is the outcome of one decision.
+type Result struct {
+	// Allowed reports whether the cost was admitted.
+	Allowed bool
+	// Limit is the most the limiter admits at once (its burst).
+	Limit int64
+	// Remaining is how much more could be admitted right after this decision.
+	Remaining int64
+	// RetryAfter is 0 when Allowed; otherwise how long until the same cost
+	// would be admitted, or Never when the cost exceeds Limit.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limiter is back to its full state.
+	ResetAfter time.Duration
+}
+
+// State is what a store keeps for one key between decisions. Each algorithm
+// gives A and B its own meaning; stores treat them as opaque. The zero State
+// is a key that has never been seen.
+type State struct {
+	// Expire is the time (µs since the epoch) from which the state no longer
+	// matters: at or after it a store may forget the key, and a forgotten key
+	// reads as the zero State.
+	Expire int64
+	A, B   int64
+}
+
+// A Limit is one limiter definition, such as GCRA or FixedWindow.
+type Limit interface {
+	// Validate reports whether the parameters are usable. The error wraps
+	// ErrInvalid.
+	Validate() error
+	// Decide applies a decision of the given cost at time now (µs since the
+	// epoch) to the state s, which the caller has reset to the zero State if
+	// it had expired. When commit is false, or the decision does not admit
+	// anything, s is left as it was. The parameters must be valid.
+	Decide(s *State, now, cost int64, commit bool) Result
+}
+
+// Micros converts d to whole microseconds, truncating toward zero.
+func Micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+func dur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// positiveSpan checks a period, window or interval.
+func positiveSpan(field string, d time.Duration) error {
+	switch {
+	case d <= 0:
+		return fmt.Errorf("%w: %s must be positive, got %v", ErrInvalid, field, d)
+	case d < time.Microsecond:
+		return fmt.Errorf("%w: %s %v is below the 1µs resolution", ErrInvalid, field, d)
+	case d > MaxHorizon:
+		return fmt.Errorf("%w: %s %v exceeds the 100-year horizon", ErrInvalid, field, d)
+	}
+	return nil
+}
+

@@ -1,0 +1,64 @@
+package algo
+
+import (
+	"fmt"
+	"time"
+)
+
+// FixedWindow admits at most Limit per Window, counting in windows aligned
+// to the Unix epoch: the window holding now ends at end = now - now%W + W.
+// The state is the window's end (State.A) and its count (State.B); it
+// expires at end. A decision of cost n is allowed when count+n <= Limit.
+// RetryAfter is end - now (Never when n > Limit); ResetAfter is end - now
+// while the window has a count, else 0.
+type FixedWindow struct {
+	Limit  int64
+	Window time.Duration
+}
+
+// Validate implements Limit.
+func (f FixedWindow) Validate() error {
+	if f.Limit <= 0 {
+		return fmt.Errorf("%w: fixed_window limit must be positive, got %d", ErrInvalid, f.Limit)
+	}
+	return positiveSpan("fixed_window window", f.Window)
+}
+
+// WindowEnd returns the end of the window that holds now.
+func (f FixedWindow) WindowEnd(now int64) int64 {
+	w := Micros(f.Window)
+	return now - now%w + w
+}
+
+// Decide implements Limit.
+func (f FixedWindow) Decide(s *State, now, cost int64, commit bool) Result {
+	end := f.WindowEnd(now)
+	var count int64
+	if s.A == end {
+		count = s.B
+	}
+	if cost > f.Limit-count {
+		return f.Result(false, now, count, cost)
+	}
+	if commit && cost > 0 {
+		s.A, s.B, s.Expire = end, count+cost, end
+	}
+	return f.Result(true, now, count+cost, cost)
+}
+
+// Result derives a decision's Result from its outcome: count is the
+// window's count after the decision.
+func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
+	r := Result{Allowed: allowed, Limit: f.Limit, Remaining: max(f.Limit-count, 0)}
+	left := dur(f.WindowEnd(now) - now)
+	if count > 0 {
+		r.ResetAfter = left
+	}
+	if !allowed {
+		r.RetryAfter = left
+		if cost > f.Limit {
+			r.RetryAfter = Never
+		}
+	}
+	return r
+}

@@ -1,0 +1,44 @@
+package algo
+
+import "time"
+
+// Gate admits at most one action per Interval per key: an admitted action
+// closes the gate until now + Interval (State.A, which is also the expiry).
+// Limit is 1; a cost above 1 is Never admitted; a cost of 0 peeks.
+type Gate struct {
+	Interval time.Duration
+}
+
+// Validate implements Limit.
+func (g Gate) Validate() error { return positiveSpan("gate interval", g.Interval) }
+
+// Decide implements Limit.
+func (g Gate) Decide(s *State, now, cost int64, commit bool) Result {
+	open := s.A <= now
+	if cost == 0 || cost > 1 || !open {
+		return g.Result(cost == 0, now, s.A, cost)
+	}
+	openAt := now + Micros(g.Interval)
+	if commit {
+		s.A, s.Expire = openAt, openAt
+	}
+	return g.Result(true, now, openAt, cost)
+}
+
+// Result derives a decision's Result from its outcome: openAt is when the
+// gate opens (again) after the decision.
+func (g Gate) Result(allowed bool, now, openAt, cost int64) Result {
+	r := Result{Allowed: allowed, Limit: 1}
+	if wait := openAt - now; wait > 0 {
+		r.ResetAfter = dur(wait)
+	} else {
+		r.Remaining = 1
+	}
+	if !allowed {
+		r.RetryAfter = r.ResetAfter
+		if cost > 1 {
+			r.RetryAfter = Never
+		}
+	}
+	return r
+}

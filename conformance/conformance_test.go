@@ -1,0 +1,89 @@
+package conformance_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+func stores(t *testing.T) map[string]sluice.Store {
+	srv := redistest.Start(t)
+	rs, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := memory.New()
+	t.Cleanup(func() { rs.Close(); ms.Close() })
+	return map[string]sluice.Store{"memory": ms, "redis": rs}
+}
+
+func TestTraces(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) { conformance.Run(t, st, "traces") })
+	}
+}
+
+// randomLimit returns a limit of each algorithm in turn with random,
+// small parameters so that traces cross their boundaries often.
+func randomLimit(r *rand.Rand, i int) algo.Limit {
+	d := func(max int) time.Duration { return time.Duration(1+r.IntN(max)) * 100 * time.Millisecond }
+	switch i % 4 {
+	case 0:
+		return algo.GCRA{Burst: r.Int64N(5), Count: 1 + r.Int64N(10), Period: d(30)}
+	case 1:
+		return algo.TokenBucket{Burst: 1 + r.Int64N(8), Rate: 1 + r.Int64N(10), Per: d(30)}
+	case 2:
+		return algo.FixedWindow{Limit: 1 + r.Int64N(8), Window: d(30)}
+	default:
+		return algo.Gate{Interval: d(20)}
+	}
+}
+
+// TestStoresAgree plays random traces on both stores and requires every
+// result to be identical.
+func TestStoresAgree(t *testing.T) {
+	st := stores(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 7))
+	ctx := context.Background()
+	for trace := 0; trace < 40; trace++ {
+		lim := randomLimit(r, trace)
+		at := conformance.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+		for step := 0; step < 60; step++ {
+			at = at.Add(time.Duration(r.Int64N(int64(700 * time.Millisecond))))
+			req := sluice.Request{Key: "agree:" + string(rune('a'+trace%26)) + string(rune('0'+trace/26)), Limit: lim, Cost: r.Int64N(4), Time: at}
+			m, err := st["memory"].Decide(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, err := st["redis"].Decide(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m != x {
+				t.Fatalf("trace %d step %d %#v cost %d:\nmemory %s\n redis %s", trace, step, lim, req.Cost, conformance.Format(m), conformance.Format(x))
+			}
+		}
+	}
+}
+
+func TestCell(t *testing.T) {
+	ms := memory.New()
+	defer ms.Close()
+	r, err := ms.Decide(context.Background(), sluice.Request{Key: "user123", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}, Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sluice.Cell(r), [5]int64{0, 16, 15, -1, 2}; got != want {
+		t.Fatalf("CL.THROTTLE user123 15 30 60 = %v, want %v", got, want)
+	}
+}

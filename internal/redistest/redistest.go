@@ -1,0 +1,171 @@
+// Package redistest starts real redis-server processes for tests: on
+// 127.0.0.1, on a free port, without persistence, stopped by PID when the
+// test ends.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is one running redis-server.
+type Server struct {
+	Addr string // host:port
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+
+// Start starts a redis-server for the test and stops it when the test ends.
+// Extra arguments are appended to the command line (e.g. "--maxmemory",
+// "10mb"). The test fails if redis-server is not installed.
+func Start(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redistest: redis-server is not installed (apt-get install -y redis-server): %v", err)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		s, err := start(bin, tb.TempDir(), args)
+		if err == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+		lastErr = err
+	}
+	tb.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+func start(bin, dir string, args []string) (*Server, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	argv := append([]string{
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no", "--dir", dir,
+		"--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning",
+	}, args...)
+	cmd := exec.Command(bin, argv...)
+	cmd.Dir = dir
+	log, err := os.Create(dir + "/redis.log")
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s := &Server{Addr: addr, cmd: cmd, exited: exited}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			out, _ := os.ReadFile(dir + "/redis.log")
+			return nil, fmt.Errorf("redis-server on %s exited: %s", addr, strings.TrimSpace(string(out)))
+		default:
+		}
+		if err := ping(addr); err == nil {
+			return s, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Stop()
+	return nil, fmt.Errorf("redis-server on %s did not answer PING within 10s", addr)
+}
+
+// Stop kills the server by its PID and waits for it to exit. It is safe to
+// call more than once.
+func (s *Server) Stop() {
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Do sends one command over a fresh connection and returns the raw RESP
+// reply's first line plus any bulk payload, for test set-up and inspection
+// without a client library.
+func (s *Server) Do(args ...string) (string, error) { return do(s.Addr, args...) }
+
+func ping(addr string) error {
+	r, err := do(addr, "PING")
+	if err != nil {
+		return err
+	}
+	if r != "PONG" {
+		return fmt.Errorf("PING answered %q", r)
+	}
+	return nil
+}
+
+func do(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	rd := bufio.NewReader(c)
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case line == "":
+		return "", fmt.Errorf("empty reply")
+	case line[0] == '-':
+		return "", fmt.Errorf("redis: %s", line[1:])
+	case line[0] == '$':
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return line[1:], nil
+}
+
+// FreePort asks the kernel for a free TCP port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,138 @@
+// Package sluice is a rate limiter with one decision API over several
+// algorithms (package algo) and several stores: an embedded in-memory store
+// (package store/memory) and Redis (package store/redis), which give the
+// same answers for the same traces.
+//
+// A decision names a key, a limit and a cost:
+//
+//	st := memory.New()
+//	res, err := st.Decide(ctx, sluice.Request{
+//		Key:   "user:alex",
+//		Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
+//		Cost:  1,
+//	})
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+)
+
+// MaxKeyLen is the longest key a store accepts, in bytes.
+const MaxKeyLen = 512
+
+// ErrBadRequest is wrapped by every error about a request's key, cost or
+// time (limit errors wrap algo.ErrInvalid).
+var ErrBadRequest = errors.New("bad request")
+
+// A Store applies decisions atomically: concurrent decisions on one key
+// behave as if they ran one after another.
+type Store interface {
+	// Decide applies one decision. An invalid request returns an error
+	// wrapping ErrBadRequest or algo.ErrInvalid; a store failure returns an
+	// error within the context's deadline.
+	Decide(ctx context.Context, req Request) (algo.Result, error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Request is one decision.
+type Request struct {
+	// Key names the state the decision reads and writes. Stores use it
+	// verbatim (the Redis store escapes it under its prefix), so any string
+	// names exactly one state; use Key to build keys from several parts.
+	Key string
+	// Limit is the limiter definition.
+	Limit algo.Limit
+	// Cost is how much the decision consumes; 0 peeks and admits nothing.
+	Cost int64
+	// Time is the time of the decision; the zero Time means the store's
+	// clock (Redis TIME for the Redis store), like the t of
+	// golang.org/x/time/rate's AllowN(t, n) when set.
+	Time time.Time
+}
+
+// Validate checks the request's key, cost, time and limit.
+func (r Request) Validate() error {
+	switch {
+	case r.Key == "":
+		return fmt.Errorf("%w: empty key", ErrBadRequest)
+	case len(r.Key) > MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrBadRequest, len(r.Key), MaxKeyLen)
+	case r.Cost < 0:
+		return fmt.Errorf("%w: negative cost %d", ErrBadRequest, r.Cost)
+	case r.Limit == nil:
+		return fmt.Errorf("%w: no limit", ErrBadRequest)
+	}
+	if !r.Time.IsZero() {
+		if us := r.Time.UnixMicro(); us < 0 || us > algo.MaxTime {
+			return fmt.Errorf("%w: time %v is outside 1970..2255", ErrBadRequest, r.Time)
+		}
+	}
+	return r.Limit.Validate()
+}
+
+// Key joins parts with ':' after escaping each part, so that distinct part
+// lists always give distinct keys: '%', ':', '{' and '}' in a part are
+// percent-encoded. A caller id such as "alex:trade" or "{alex}" can
+// therefore never produce another caller's key or choose a Redis Cluster
+// hash tag.
+func Key(parts ...string) string {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		b.WriteString(Escape(p))
+	}
+	return b.String()
+}
+
+// Escape percent-encodes '%', ':', '{' and '}' in s. It returns s itself
+// when there is nothing to escape.
+func Escape(s string) string {
+	if !strings.ContainsAny(s, "%:{}") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%', ':', '{', '}':
+			const hex = "0123456789ABCDEF"
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// Cell renders r as the reply of redis-cell's CL.THROTTLE: limited (0 or 1),
+// limit, remaining, retry-after and reset-after in whole seconds. Retry-after
+// is -1 when allowed or never; times round up to the next second only when
+// the fraction is at least 1ms, as redis-cell does.
+func Cell(r algo.Result) [5]int64 {
+	limited, retry := int64(1), int64(-1)
+	if r.Allowed {
+		limited = 0
+	} else if r.RetryAfter != algo.Never {
+		retry = cellSeconds(r.RetryAfter)
+	}
+	return [5]int64{limited, r.Limit, r.Remaining, retry, cellSeconds(r.ResetAfter)}
+}
+
+func cellSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second >= time.Millisecond {
+		s++
+	}
+	return s
+}

@@ -1,0 +1,158 @@
+// Package memory is Sluice's embedded store: state lives in this process, in
+// a sharded map whose shards each have their own lock, so decisions on
+// different keys rarely contend. A decision on an existing key allocates
+// nothing. Expired state is swept in the background, so memory stays bounded
+// by the keys that are live.
+package memory
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+const shardCount = 64 // a power of two
+
+// Store is the in-memory store. Its zero value is not usable; call New.
+type Store struct {
+	seed       maphash.Seed
+	shards     [shardCount]shard
+	clock      func() time.Time
+	stop       chan struct{}
+	done       chan struct{}
+	once       sync.Once
+	sweepEvery time.Duration
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]*algo.State
+	// latest is the latest decision time (µs) the shard has seen, and
+	// latestWall the wall clock when it saw it. The sweeper judges expiry
+	// against latest plus the wall time elapsed since, so that callers that
+	// pass their own (possibly virtual) times keep their state.
+	latest, latestWall int64
+	_                  [40]byte // keep shards on separate cache lines
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithSweepEvery sets how often expired state is swept (default 10s). A
+// zero or negative interval disables the background sweeper.
+func WithSweepEvery(d time.Duration) Option {
+	return func(s *Store) { s.sweepEvery = d }
+}
+
+// New returns an empty store. Close stops its sweeper.
+func New(opts ...Option) *Store {
+	s := &Store{seed: maphash.MakeSeed(), clock: time.Now, stop: make(chan struct{}), done: make(chan struct{})}
+	s.sweepEvery = 10 * time.Second
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*algo.State)
+	}
+	if s.sweepEvery > 0 {
+		go s.sweeper(s.sweepEvery)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// Decide implements sluice.Store.
+func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, error) {
+	if err := req.Validate(); err != nil {
+		return algo.Result{}, err
+	}
+	var t, wall int64
+	if req.Time.IsZero() {
+		t = s.clock().UnixMicro()
+		wall = t
+	} else {
+		t = req.Time.UnixMicro()
+	}
+	sh := &s.shards[maphash.String(s.seed, req.Key)&(shardCount-1)]
+	sh.mu.Lock()
+	if t > sh.latest {
+		if wall == 0 {
+			wall = s.clock().UnixMicro()
+		}
+		sh.latest, sh.latestWall = t, wall
+	}
+	st := sh.m[req.Key]
+	var r algo.Result
+	if st == nil {
+		var fresh algo.State
+		r = req.Limit.Decide(&fresh, t, req.Cost, true)
+		if fresh.Expire > t {
+			sh.m[req.Key] = &fresh
+		}
+	} else {
+		if st.Expire <= t {
+			*st = algo.State{}
+		}
+		r = req.Limit.Decide(st, t, req.Cost, true)
+	}
+	sh.mu.Unlock()
+	return r, nil
+}
+
+// Len returns the number of keys the store holds, expired or not.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep forgets every key whose state has expired, judged in each shard
+// against the latest decision time it has seen plus the wall time elapsed
+// since. The background sweeper calls it; tests may too.
+func (s *Store) Sweep() {
+	wall := s.clock().UnixMicro()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		now := sh.latest + max(wall-sh.latestWall, 0)
+		for k, st := range sh.m {
+			if st.Expire <= now {
+				delete(sh.m, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func (s *Store) sweeper(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Close stops the sweeper. The store must not be used afterwards.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
