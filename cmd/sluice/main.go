@@ -1,0 +1,67 @@
+// Command sluice is Sluice's one binary. Every subcommand that touches a
+// store takes --store URL ("memory", the default, or redis://...).
+//
+//	sluice replay [--store URL] < events.jsonl
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// env is what a subcommand gets from the process.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, e env, args []string) int
+}
+
+// commands maps each subcommand to its implementation, one file each.
+var commands = map[string]command{
+	"replay": {"apply JSON-lines decision events to a store, print one result line each", runReplay},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, env{os.Stdin, os.Stdout, os.Stderr}, os.Args[1:]))
+}
+
+func run(ctx context.Context, e env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(e.stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "sluice: unknown command %q\n\n", args[0])
+		usage(e.stderr)
+		return 2
+	}
+	return c.run(ctx, e, args[1:])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sluice <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'sluice <command> -h' for a command's flags.")
+}
