@@ -1,6 +1,6 @@
 module github.com/sluicehq/sluice
 
-go 1.26.8
+go 1.25.0
 
 require github.com/redis/rueidis v1.0.79
 

@@ -55,6 +55,14 @@ type Request struct {
 	// clock (Redis TIME for the Redis store), like the t of
 	// golang.org/x/time/rate's AllowN(t, n) when set.
 	Time time.Time
+	// Tag, when set, places the key for Redis Cluster: keys with the same
+	// Tag share one hash slot, so one script can read and write them all.
+	// Tag must be a prefix of Key, and a Key must always come with the same
+	// Tag. Stores that have no slots ignore it.
+	Tag string
+	// Shadow marks a request of a DecideAll whose denial is reported but
+	// does not block the others: a shadow limit being rolled out.
+	Shadow bool
 }
 
 // Validate checks the request's key, cost, time and limit.
@@ -68,6 +76,8 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: negative cost %d", ErrBadRequest, r.Cost)
 	case r.Limit == nil:
 		return fmt.Errorf("%w: no limit", ErrBadRequest)
+	case !strings.HasPrefix(r.Key, r.Tag):
+		return fmt.Errorf("%w: tag %q is not a prefix of key %q", ErrBadRequest, r.Tag, r.Key)
 	}
 	if !r.Time.IsZero() {
 		if us := r.Time.UnixMicro(); us < 0 || us > algo.MaxTime {
@@ -78,8 +88,8 @@ func (r Request) Validate() error {
 }
 
 // Key joins parts with ':' after escaping each part, so that distinct part
-// lists always give distinct keys: '%', ':', '{' and '}' in a part are
-// percent-encoded. A caller id such as "alex:trade" or "{alex}" can
+// lists always give distinct keys: '%', ':', '#', '{' and '}' in a part are
+// percent-encoded ('#' is left free to separate a key from a limit index). A caller id such as "alex:trade" or "{alex}" can
 // therefore never produce another caller's key or choose a Redis Cluster
 // hash tag.
 func Key(parts ...string) string {
@@ -93,17 +103,17 @@ func Key(parts ...string) string {
 	return b.String()
 }
 
-// Escape percent-encodes '%', ':', '{' and '}' in s. It returns s itself
+// Escape percent-encodes '%', ':', '#', '{' and '}' in s. It returns s itself
 // when there is nothing to escape.
 func Escape(s string) string {
-	if !strings.ContainsAny(s, "%:{}") {
+	if !strings.ContainsAny(s, "%:#{}") {
 		return s
 	}
 	var b strings.Builder
 	b.Grow(len(s) + 8)
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
-		case '%', ':', '{', '}':
+		case '%', ':', '#', '{', '}':
 			const hex = "0123456789ABCDEF"
 			b.WriteByte('%')
 			b.WriteByte(hex[c>>4])

@@ -119,14 +119,18 @@ func New(c rueidis.Client, opts Options) (*Store, error) {
 // Client returns the store's Redis client.
 func (s *Store) Client() rueidis.Client { return s.client }
 
-// RedisKey returns the Redis key that holds a request key's state: the
-// prefix followed by the key with '%', '{' and '}' percent-encoded, so
-// that every request key has its own Redis key and none picks a hash tag.
-func (s *Store) RedisKey(key string) string {
+// KeyName returns the Redis key that holds the state of a request's key
+// and tag: prefix + key without a tag, prefix + "{" + tag + "}" + the rest
+// of key with one. '%', '{' and '}' in key are percent-encoded first, so
+// every (key, tag) has its own Redis key and only the tag picks a slot.
+func KeyName(prefix, key, tag string) string {
 	if strings.ContainsAny(key, "%{}") {
-		key = braceEscaper.Replace(key)
+		key, tag = braceEscaper.Replace(key), braceEscaper.Replace(tag)
 	}
-	return s.prefix + key
+	if tag == "" {
+		return prefix + key
+	}
+	return prefix + "{" + tag + "}" + key[len(tag):]
 }
 
 var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
@@ -145,7 +149,7 @@ func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, er
 	if !req.Time.IsZero() {
 		now = strconv.FormatInt(req.Time.UnixMicro(), 10)
 	}
-	keys := []string{s.RedisKey(req.Key)}
+	keys := []string{KeyName(s.prefix, req.Key, req.Tag)}
 	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
 
 	switch l := req.Limit.(type) {
