@@ -37,6 +37,13 @@ type Store interface {
 	// wrapping ErrBadRequest or algo.ErrInvalid; a store failure returns an
 	// error within the context's deadline.
 	Decide(ctx context.Context, req Request) (algo.Result, error)
+	// DecideAll applies the requests as one all-or-nothing decision at one
+	// time (the first request's Time): every request is checked, and the
+	// costs are recorded only if every request that is not Shadow is
+	// allowed; it reports whether they were. results[i] is request i's
+	// result; a request that was allowed but not recorded (another one
+	// denied) reports its state without the cost, as a peek would.
+	DecideAll(ctx context.Context, reqs []Request, results []algo.Result) (bool, error)
 	// Close releases the store's resources.
 	Close() error
 }
@@ -85,6 +92,26 @@ func (r Request) Validate() error {
 		}
 	}
 	return r.Limit.Validate()
+}
+
+// ValidateAll checks the requests of a DecideAll: each is valid, all share
+// the first one's Time, and there is one result per request.
+func ValidateAll(reqs []Request, results []algo.Result) error {
+	if len(reqs) == 0 {
+		return fmt.Errorf("%w: no requests", ErrBadRequest)
+	}
+	if len(results) != len(reqs) {
+		return fmt.Errorf("%w: %d results for %d requests", ErrBadRequest, len(results), len(reqs))
+	}
+	for i, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if !r.Time.Equal(reqs[0].Time) {
+			return fmt.Errorf("%w: request %d has another time than request 0", ErrBadRequest, i)
+		}
+	}
+	return nil
 }
 
 // Key joins parts with ':' after escaping each part, so that distinct part

@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -85,5 +86,88 @@ func TestCell(t *testing.T) {
 	}
 	if got, want := sluice.Cell(r), [5]int64{0, 16, 15, -1, 2}; got != want {
 		t.Fatalf("CL.THROTTLE user123 15 30 60 = %v, want %v", got, want)
+	}
+}
+
+// TestStoresAgreeOnBatches plays random all-or-nothing batches of one to
+// four levels, some of them shadow, on both stores and requires identical
+// results and outcomes.
+func TestStoresAgreeOnBatches(t *testing.T) {
+	st := stores(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 11))
+	ctx := context.Background()
+	for trace := 0; trace < 30; trace++ {
+		n := 1 + r.IntN(4)
+		reqs := make([]sluice.Request, n)
+		for i := range reqs {
+			reqs[i] = sluice.Request{
+				Key:    "batch:" + strconv.Itoa(trace) + ":" + strconv.Itoa(i),
+				Limit:  randomLimit(r, r.IntN(4)),
+				Shadow: r.IntN(5) == 0,
+			}
+		}
+		at := conformance.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+		for step := 0; step < 50; step++ {
+			at = at.Add(time.Duration(r.Int64N(int64(500 * time.Millisecond))))
+			cost := r.Int64N(3)
+			for i := range reqs {
+				reqs[i].Cost, reqs[i].Time = cost, at
+			}
+			mr, xr := make([]algo.Result, n), make([]algo.Result, n)
+			mp, err := st["memory"].DecideAll(ctx, reqs, mr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			xp, err := st["redis"].DecideAll(ctx, reqs, xr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mp != xp {
+				t.Fatalf("trace %d step %d: memory pass %v, redis pass %v", trace, step, mp, xp)
+			}
+			for i := range reqs {
+				if mr[i] != xr[i] {
+					t.Fatalf("trace %d step %d level %d %#v cost %d:\nmemory %s\n redis %s", trace, step, i, reqs[i].Limit, cost, conformance.Format(mr[i]), conformance.Format(xr[i]))
+				}
+			}
+		}
+	}
+}
+
+// TestAllOrNothing: a denied level records nothing at any level, so a
+// denied trade does not eat the user's quota.
+func TestAllOrNothing(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			user := sluice.Request{Key: "aon:user:alex", Tag: "aon:user:alex", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}, Cost: 1, Time: conformance.T0}
+			trade := sluice.Request{Key: "aon:user:alex:trade", Tag: "aon:user:alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Minute}, Cost: 1, Time: conformance.T0}
+			res := make([]algo.Result, 2)
+			for i, wantPass := range []bool{true, false, false} {
+				pass, err := st.DecideAll(ctx, []sluice.Request{user, trade}, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pass != wantPass {
+					t.Fatalf("call %d: pass %v, want %v", i, pass, wantPass)
+				}
+			}
+			// The user level was charged once (by the first call) only.
+			want := algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * time.Second}
+			if res[0] != want {
+				t.Fatalf("user level after denied trades: %s, want %s", conformance.Format(res[0]), conformance.Format(want))
+			}
+			if res[1].Allowed || res[1].RetryAfter != time.Minute {
+				t.Fatalf("trade level: %s, want denied with retry 1m", conformance.Format(res[1]))
+			}
+			// A shadow level's denial does not block.
+			trade.Shadow = true
+			pass, err := st.DecideAll(ctx, []sluice.Request{user, trade}, res)
+			if err != nil || !pass || res[1].Allowed || res[0].Remaining != 14 {
+				t.Fatalf("with shadow trade: pass %v err %v user %s trade %s", pass, err, conformance.Format(res[0]), conformance.Format(res[1]))
+			}
+		})
 	}
 }

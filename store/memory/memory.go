@@ -156,3 +156,72 @@ func (s *Store) Close() error {
 	<-s.done
 	return nil
 }
+
+// DecideAll implements sluice.Store. It locks every shard the requests
+// touch (in shard order, so concurrent batches cannot deadlock), checks
+// every request, and records the costs only if every request that is not
+// Shadow passes.
+func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+	if err := sluice.ValidateAll(reqs, results); err != nil {
+		return false, err
+	}
+	var t, wall int64
+	if reqs[0].Time.IsZero() {
+		t = s.clock().UnixMicro()
+		wall = t
+	} else {
+		t = reqs[0].Time.UnixMicro()
+		wall = s.clock().UnixMicro()
+	}
+	var locked uint64 // bit i: shard i
+	idx := make([]int, len(reqs))
+	for i, r := range reqs {
+		idx[i] = int(maphash.String(s.seed, r.Key) & (shardCount - 1))
+		locked |= 1 << idx[i]
+	}
+	for i := range s.shards {
+		if locked&(1<<i) != 0 {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			if t > sh.latest {
+				sh.latest, sh.latestWall = t, wall
+			}
+		}
+	}
+	defer func() {
+		for i := range s.shards {
+			if locked&(1<<i) != 0 {
+				s.shards[i].mu.Unlock()
+			}
+		}
+	}()
+
+	states := make([]*algo.State, len(reqs))
+	pass := true
+	for i, r := range reqs {
+		st := s.shards[idx[i]].m[r.Key]
+		if st == nil {
+			st = new(algo.State)
+		} else if st.Expire <= t {
+			*st = algo.State{}
+		}
+		states[i] = st
+		results[i] = r.Limit.Decide(st, t, r.Cost, false)
+		if !results[i].Allowed && !r.Shadow {
+			pass = false
+		}
+	}
+	for i, r := range reqs {
+		switch {
+		case pass || !results[i].Allowed:
+			// Record the cost, or let the algorithm record a denied attempt.
+			results[i] = r.Limit.Decide(states[i], t, r.Cost, true)
+		default:
+			results[i] = r.Limit.Decide(states[i], t, 0, false)
+		}
+		if sh := &s.shards[idx[i]]; states[i].Expire > t && sh.m[r.Key] == nil {
+			sh.m[r.Key] = states[i]
+		}
+	}
+	return pass, nil
+}

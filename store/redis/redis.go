@@ -11,7 +11,7 @@ package redis
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -24,20 +24,29 @@ import (
 	"github.com/sluicehq/sluice/algo"
 )
 
-var (
-	//go:embed scripts/tat.lua
-	tatLua string
-	//go:embed scripts/fixed_window.lua
-	fixedWindowLua string
-	//go:embed scripts/gate.lua
-	gateLua string
-)
+// decideScript is decide.lua preceded by every algorithm's file: one
+// script for every decision, single or multi-level.
+var decideScript = rueidis.NewLuaScript(composeScript())
 
-var (
-	tatScript         = rueidis.NewLuaScript(tatLua)
-	fixedWindowScript = rueidis.NewLuaScript(fixedWindowLua)
-	gateScript        = rueidis.NewLuaScript(gateLua)
-)
+//go:embed scripts/*.lua
+var scripts embed.FS
+
+// algorithmScripts are the files that define <kind>_check and
+// <kind>_commit for decide.lua.
+var algorithmScripts = []string{"tat.lua", "fixed_window.lua", "gate.lua"}
+
+func composeScript() string {
+	var b strings.Builder
+	for _, name := range append(algorithmScripts, "decide.lua") {
+		src, err := scripts.ReadFile("scripts/" + name)
+		if err != nil {
+			panic(err) // embedded at build time
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
 
 // DefaultPrefix is the prefix of every key the store writes, unless
 // Options.Prefix says otherwise.
@@ -137,59 +146,100 @@ var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // Decide implements sluice.Store.
 func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, error) {
-	if err := req.Validate(); err != nil {
-		return algo.Result{}, err
+	var res [1]algo.Result
+	_, err := s.DecideAll(ctx, []sluice.Request{req}, res[:])
+	return res[0], err
+}
+
+// DecideAll implements sluice.Store: one script call checks every request
+// and records the costs only if every request that is not Shadow passes.
+func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+	if err := sluice.ValidateAll(reqs, results); err != nil {
+		return false, err
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	now := ""
-	if !req.Time.IsZero() {
-		now = strconv.FormatInt(req.Time.UnixMicro(), 10)
+	keys := make([]string, len(reqs))
+	args := make([]string, 1, 1+6*len(reqs))
+	if t := reqs[0].Time; !t.IsZero() {
+		args[0] = strconv.FormatInt(t.UnixMicro(), 10)
 	}
-	keys := []string{KeyName(s.prefix, req.Key, req.Tag)}
-	itoa := func(v int64) string { return strconv.FormatInt(v, 10) }
-
-	switch l := req.Limit.(type) {
-	case algo.GCRA, algo.TokenBucket:
-		p, _ := l.(interface{ TAT() (algo.TAT, error) }).TAT()
-		n := min(req.Cost, p.Limit+1) // beyond Limit+1 the answer is the same, and n·T cannot overflow
-		v, err := s.run(ctx, tatScript, keys, now, itoa(n*p.Interval), itoa(p.Tolerance))
-		if err != nil {
-			return algo.Result{}, err
+	for i, r := range reqs {
+		keys[i] = KeyName(s.prefix, r.Key, r.Tag)
+		var err error
+		if args, err = appendLevel(args, r); err != nil {
+			return false, err
 		}
-		return p.Result(v[0] == 1, v[1], v[2], req.Cost), nil
-	case algo.FixedWindow:
-		v, err := s.run(ctx, fixedWindowScript, keys, now, itoa(algo.Micros(l.Window)), itoa(l.Limit), itoa(req.Cost))
-		if err != nil {
-			return algo.Result{}, err
-		}
-		return l.Result(v[0] == 1, v[1], v[2], req.Cost), nil
-	case algo.Gate:
-		v, err := s.run(ctx, gateScript, keys, now, itoa(algo.Micros(l.Interval)), itoa(req.Cost))
-		if err != nil {
-			return algo.Result{}, err
-		}
-		return l.Result(v[0] == 1, v[1], v[2], req.Cost), nil
 	}
-	return algo.Result{}, fmt.Errorf("%w: %T", ErrUnsupported, req.Limit)
-}
-
-// run executes a script and reads its reply of three integers.
-func (s *Store) run(ctx context.Context, script *rueidis.Lua, keys []string, args ...string) ([3]int64, error) {
-	var out [3]int64
-	v, err := script.Exec(ctx, s.client, keys, args).AsIntSlice()
+	v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
-		return out, fmt.Errorf("redis store: %w", err)
+		return false, fmt.Errorf("redis store: %w", err)
 	}
-	if len(v) != 3 {
-		return out, fmt.Errorf("redis store: script replied %d values, want 3", len(v))
+	if len(v) != 2+2*len(reqs) {
+		return false, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
 	}
-	copy(out[:], v)
-	return out, nil
+	now, pass := v[0], v[1] == 1
+	for i, r := range reqs {
+		ok, val := v[2+2*i] == 1, v[3+2*i]
+		results[i] = levelResult(r, now, ok, val, !ok || pass)
+	}
+	return pass, nil
 }
+
+// appendLevel appends a level's arguments for decide.lua: kind, flag,
+// argument count, arguments.
+func appendLevel(args []string, r sluice.Request) ([]string, error) {
+	flag := "-"
+	if r.Shadow {
+		flag = "s"
+	}
+	switch l := r.Limit.(type) {
+	case algo.GCRA, algo.TokenBucket:
+		p := tatOf(l)
+		n := min(r.Cost, p.Limit+1) // beyond Limit+1 the answer is the same, and n·T cannot overflow
+		return append(args, "t", flag, "2", itoa(n*p.Interval), itoa(p.Tolerance)), nil
+	case algo.FixedWindow:
+		return append(args, "f", flag, "3", itoa(algo.Micros(l.Window)), itoa(l.Limit), itoa(r.Cost)), nil
+	case algo.Gate:
+		return append(args, "g", flag, "2", itoa(algo.Micros(l.Interval)), itoa(r.Cost)), nil
+	}
+	return nil, fmt.Errorf("%w: %T", ErrUnsupported, r.Limit)
+}
+
+// levelResult derives a level's Result from the script's check value. A
+// level that was ok but not committed (another level denied) reports what
+// a peek would: its state without this cost.
+func levelResult(r sluice.Request, now int64, ok bool, val int64, committed bool) algo.Result {
+	switch l := r.Limit.(type) {
+	case algo.GCRA, algo.TokenBucket:
+		p := tatOf(l)
+		if !committed {
+			return p.Result(true, now, val-r.Cost*p.Interval, 0)
+		}
+		return p.Result(ok, now, val, r.Cost)
+	case algo.FixedWindow:
+		if !committed {
+			return l.Result(true, now, val-r.Cost, 0)
+		}
+		return l.Result(ok, now, val, r.Cost)
+	case algo.Gate:
+		if !committed && r.Cost == 1 {
+			val = 0 // the gate was open
+		}
+		return l.Result(ok, now, val, r.Cost)
+	}
+	panic("unreachable: appendLevel accepted the limit")
+}
+
+func tatOf(l algo.Limit) algo.TAT {
+	p, _ := l.(interface{ TAT() (algo.TAT, error) }).TAT()
+	return p
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 // Close closes the connection if the store opened it.
 func (s *Store) Close() error {

@@ -1,21 +1,20 @@
 -- gate.lua: at most one action per interval.
 --
--- KEYS[1]  the key; its value is when the gate opens again (µs since the
---          epoch), expiring then
--- ARGV[1]  now in µs since the epoch, or "" to use Redis TIME
--- ARGV[2]  interval in µs
--- ARGV[3]  cost; "0" peeks, "1" passes an open gate, more never passes
--- Reply    {allowed (1 or 0), now, when the gate opens after the decision}
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
+-- Key    its value is when the gate opens again (µs since the epoch),
+--        expiring then
+-- Args   a+0: interval in µs
+--        a+1: cost: "0" peeks, "1" passes an open gate, more never passes
+-- Check  ok, value: when the gate opens after the decision
+local function g_check(key, now, a)
+  local at = tonumber(redis.call('GET', key)) or 0
+  local cost = ARGV[a + 1]
+  if cost == '0' then return true, at end
+  if cost ~= '1' or at > now then return false, at end
+  return true, now + ARGV[a]
 end
-local at = tonumber(redis.call('GET', KEYS[1])) or 0
-if ARGV[3] ~= '1' or at > now then
-  if ARGV[3] == '0' then return {1, now, at} end
-  return {0, now, at}
+
+local function g_commit(key, now, a, go, at)
+  if go and ARGV[a + 1] == '1' then
+    redis.call('SET', key, at, 'PX', math.ceil(ARGV[a] / 1000))
+  end
 end
-at = now + ARGV[2]
-redis.call('SET', KEYS[1], string.format('%d', at), 'PX', math.ceil(ARGV[2] / 1000))
-return {1, now, at}

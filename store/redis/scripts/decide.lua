@@ -1,0 +1,44 @@
+-- decide.lua: one atomic decision over one or more keys (the levels of a
+-- hierarchical limit), all or nothing. The store puts every algorithm's
+-- file (tat.lua, fixed_window.lua, gate.lua, ...) before this one; each
+-- defines <kind>_check(key, now, a) -> ok, value and
+-- <kind>_commit(key, now, a, go, value), where a is the index in ARGV of
+-- the level's first argument. The functions are plain locals, not tables
+-- of closures: every table a script builds is garbage Redis must collect,
+-- and the decision path stays as lean as a single-purpose script.
+--
+-- KEYS     one key per level
+-- ARGV[1]  now in µs since the epoch, or "" to use Redis TIME
+-- ARGV[2..] per level, in KEYS order: kind, flag ("s" for shadow, else "-"),
+--          the number of the level's own arguments, then those arguments
+-- Reply    {now, pass (1 or 0), then per level: ok (1 or 0), value}
+--
+-- Every level is checked first. pass is 1 when every level that is not
+-- shadow is ok; then each level is committed, with go = ok, so ok levels
+-- record their cost. When pass is 0, only the levels whose own check failed
+-- are committed (with go = false), so that an algorithm may record a denied
+-- attempt (a uniform sliding log); the others write nothing.
+local check = {t = t_check, f = f_check, g = g_check}
+local commit = {t = t_commit, f = f_commit, g = g_commit}
+
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local reply = {now, 1}
+local i = 2
+for j = 1, #KEYS do
+  local ok, val = check[ARGV[i]](KEYS[j], now, i + 3)
+  if not ok and ARGV[i + 1] ~= 's' then reply[2] = 0 end
+  reply[2 * j + 1] = ok and 1 or 0
+  reply[2 * j + 2] = val
+  i = i + 3 + ARGV[i + 2]
+end
+i = 2
+for j = 1, #KEYS do
+  local ok = reply[2 * j + 1] == 1
+  if reply[2] == 1 or not ok then commit[ARGV[i]](KEYS[j], now, i + 3, ok, reply[2 * j + 2]) end
+  i = i + 3 + ARGV[i + 2]
+end
+return reply
