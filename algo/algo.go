@@ -86,4 +86,3 @@ func positiveSpan(field string, d time.Duration) error {
 	}
 	return nil
 }
-

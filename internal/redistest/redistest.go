@@ -19,7 +19,7 @@ import (
 
 // Server is one running redis-server.
 type Server struct {
-	Addr string // host:port
+	Addr   string // host:port
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
