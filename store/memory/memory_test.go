@@ -1,0 +1,179 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// limitsOf returns, per algorithm, a limit that admits exactly n (n <= 1
+// for the gate) and does not refill within a test.
+func limitsOf(n int64) map[string]algo.Limit {
+	return map[string]algo.Limit{
+		"gcra":         algo.GCRA{Burst: n - 1, Count: 1, Period: time.Hour},
+		"token_bucket": algo.TokenBucket{Burst: n, Rate: 1, Per: time.Hour},
+		"fixed_window": algo.FixedWindow{Limit: n, Window: 1000 * time.Hour},
+	}
+}
+
+// TestConcurrentExactlyLimit: 100 goroutines race for one key; exactly the
+// limit is admitted.
+func TestConcurrentExactlyLimit(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	lims := limitsOf(37)
+	lims["gate"] = algo.Gate{Interval: time.Hour}
+	for name, lim := range lims {
+		t.Run(name, func(t *testing.T) {
+			want := int64(37)
+			if name == "gate" {
+				want = 1
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := 0; g < 100; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					r, err := st.Decide(context.Background(), sluice.Request{Key: "race:" + name, Limit: lim, Cost: 1})
+					if err != nil {
+						t.Error(err)
+					}
+					if r.Allowed {
+						admitted.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if got := admitted.Load(); got != want {
+				t.Fatalf("admitted %d, want exactly %d", got, want)
+			}
+		})
+	}
+}
+
+// TestConcurrentBatches: 100 goroutines race with two-level batches that
+// share a parent key; no level admits more than its limit.
+func TestConcurrentBatches(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	parent := sluice.Request{Key: "p", Limit: algo.GCRA{Burst: 29, Count: 1, Period: time.Hour}, Cost: 1}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 100; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			child := sluice.Request{Key: "p:" + strconv.Itoa(g%4), Limit: algo.FixedWindow{Limit: 10, Window: 1000 * time.Hour}, Cost: 1}
+			res := make([]algo.Result, 2)
+			ok, err := st.DecideAll(context.Background(), []sluice.Request{parent, child}, res)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	// Four children of 10 would admit 40; the parent caps them at 30.
+	if got := admitted.Load(); got != 30 {
+		t.Fatalf("admitted %d, want 30", got)
+	}
+}
+
+func TestSweepBoundsMemory(t *testing.T) {
+	st := memory.New(memory.WithSweepEvery(0))
+	defer st.Close()
+	t0 := time.UnixMicro(1_800_000_000_000_000)
+	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
+	for i := 0; i < 10000; i++ {
+		if _, err := st.Decide(context.Background(), sluice.Request{Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := st.Len(); n != 10000 {
+		t.Fatalf("Len = %d before expiry, want 10000", n)
+	}
+	st.Sweep() // nothing has expired yet
+	if n := st.Len(); n != 10000 {
+		t.Fatalf("Len = %d after an early sweep, want 10000", n)
+	}
+	// One decision far later in every shard moves the shards' clocks on.
+	for i := 0; i < 2000; i++ {
+		st.Decide(context.Background(), sluice.Request{Key: "late" + strconv.Itoa(i), Limit: lim, Cost: 0, Time: t0.Add(time.Hour)})
+	}
+	st.Sweep()
+	if n := st.Len(); n != 0 {
+		t.Fatalf("Len = %d after expiry and sweep, want 0 (peeks store nothing)", n)
+	}
+}
+
+func TestPeekStoresNothing(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	r, err := st.Decide(context.Background(), sluice.Request{Key: "peek", Limit: algo.Gate{Interval: time.Second}, Cost: 0})
+	if err != nil || !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("peek: %+v %v", r, err)
+	}
+	if st.Len() != 0 {
+		t.Fatalf("a peek stored state")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ok := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
+	for name, req := range map[string]sluice.Request{
+		"empty key":      {Key: "", Limit: ok, Cost: 1},
+		"long key":       {Key: string(make([]byte, sluice.MaxKeyLen+1)), Limit: ok, Cost: 1},
+		"negative cost":  {Key: "k", Limit: ok, Cost: -1},
+		"no limit":       {Key: "k", Cost: 1},
+		"before 1970":    {Key: "k", Limit: ok, Cost: 1, Time: time.Unix(-1, 0)},
+		"tag not prefix": {Key: "k", Tag: "x", Limit: ok, Cost: 1},
+	} {
+		if _, err := st.Decide(context.Background(), req); !errors.Is(err, sluice.ErrBadRequest) {
+			t.Errorf("%s: err = %v, want ErrBadRequest", name, err)
+		}
+	}
+	for name, lim := range map[string]algo.Limit{
+		"zero count":         algo.GCRA{Burst: 1, Count: 0, Period: time.Second},
+		"negative burst":     algo.GCRA{Burst: -1, Count: 1, Period: time.Second},
+		"zero period":        algo.GCRA{Burst: 1, Count: 1},
+		"sub-µs interval":    algo.GCRA{Burst: 1, Count: 2000, Period: time.Millisecond},
+		"huge burst":         algo.GCRA{Burst: 1 << 62, Count: 1, Period: time.Second},
+		"negative rate":      algo.TokenBucket{Burst: 1, Rate: -1, Per: time.Second},
+		"zero burst bucket":  algo.TokenBucket{Burst: 0, Rate: 1, Per: time.Second},
+		"zero window":        algo.FixedWindow{Limit: 1},
+		"negative limit":     algo.FixedWindow{Limit: -1, Window: time.Second},
+		"overflowing window": algo.FixedWindow{Limit: 1, Window: 1 << 62},
+		"negative interval":  algo.Gate{Interval: -time.Second},
+	} {
+		if _, err := st.Decide(context.Background(), sluice.Request{Key: "k", Limit: lim, Cost: 1}); !errors.Is(err, algo.ErrInvalid) {
+			t.Errorf("%s: err = %v, want algo.ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestZeroAllocsOnExistingKey(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	req := sluice.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Millisecond * 1000}, Cost: 1}
+	ctx := context.Background()
+	st.Decide(ctx, req)
+	if n := testing.AllocsPerRun(1000, func() { st.Decide(ctx, req) }); n != 0 {
+		t.Fatalf("%v allocations per decision on an existing key, want 0", n)
+	}
+}

@@ -1,0 +1,196 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+func open(t *testing.T, srv *redistest.Server, opts redis.Options) *redis.Store {
+	t.Helper()
+	st, err := redis.Open(context.Background(), srv.URL(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// TestConcurrentExactlyLimit: 100 goroutines race for one key; exactly the
+// limit is admitted.
+func TestConcurrentExactlyLimit(t *testing.T) {
+	st := open(t, redistest.Start(t), redis.Options{})
+	for name, lim := range map[string]algo.Limit{
+		"gcra":         algo.GCRA{Burst: 36, Count: 1, Period: time.Hour},
+		"token_bucket": algo.TokenBucket{Burst: 37, Rate: 1, Per: time.Hour},
+		"fixed_window": algo.FixedWindow{Limit: 37, Window: 1000 * time.Hour},
+		"gate":         algo.Gate{Interval: time.Hour},
+	} {
+		t.Run(name, func(t *testing.T) {
+			want := int64(37)
+			if name == "gate" {
+				want = 1
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := 0; g < 100; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					r, err := st.Decide(context.Background(), sluice.Request{Key: "race:" + name, Limit: lim, Cost: 1})
+					if err != nil {
+						t.Error(err)
+					}
+					if r.Allowed {
+						admitted.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if got := admitted.Load(); got != want {
+				t.Fatalf("admitted %d, want exactly %d", got, want)
+			}
+		})
+	}
+}
+
+// TestKeysAreEscaped: a caller key cannot pick a hash tag or produce
+// another key, and every key carries the prefix and an expiry.
+func TestKeysAreEscaped(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{Prefix: "app:"})
+	lim := algo.GCRA{Burst: 5, Count: 1, Period: time.Minute}
+	for _, key := range []string{"a{b}", "a%7Bb%7D", "plain"} {
+		if _, err := st.Decide(context.Background(), sluice.Request{Key: key, Limit: lim, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"app:a%7Bb%7D", "app:a%257Bb%257D", "app:plain"} {
+		if n, err := srv.Do("EXISTS", want); err != nil || n != "1" {
+			t.Errorf("EXISTS %s = %q, %v; want 1", want, n, err)
+		}
+		if ttl, err := srv.Do("PTTL", want); err != nil || strings.HasPrefix(ttl, "-") {
+			t.Errorf("PTTL %s = %q, %v; want an expiry", want, ttl, err)
+		}
+	}
+	if n, _ := srv.Do("DBSIZE"); n != "3" {
+		t.Errorf("DBSIZE = %s, want 3", n)
+	}
+	if got := redis.KeyName("p:", "user:alex:trade", "user:alex"); got != "p:{user:alex}:trade" {
+		t.Errorf("KeyName with tag = %q", got)
+	}
+	if got := redis.KeyName("p:", "u:{x}:t", "u:{x}"); got != "p:{u:%7Bx%7D}:t" {
+		t.Errorf("KeyName with braces = %q", got)
+	}
+	if _, err := redis.New(st.Client(), redis.Options{Prefix: "{bad}"}); err == nil {
+		t.Error("a prefix with braces was accepted")
+	}
+}
+
+func TestSlot(t *testing.T) {
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	for key, want := range map[string]int{"foo": 12182, "{user1000}.following": 3443, "{user1000}.followers": 3443, "foo{}{bar}": 8363, "123456789": 12739} {
+		if got := redis.Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// TestScriptReloadedAfterFlush: EVALSHA falls back to loading the script
+// when the server has forgotten it (NOSCRIPT).
+func TestScriptReloadedAfterFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{})
+	lim := algo.FixedWindow{Limit: 2, Window: time.Hour}
+	ctx := context.Background()
+	if _, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 1})
+	if err != nil || !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v", r, err)
+	}
+}
+
+// TestDownOrSlowRedis: a decision returns an error within its context
+// deadline when Redis is stopped or stalls; nothing hangs.
+func TestDownOrSlowRedis(t *testing.T) {
+	lim := algo.GCRA{Burst: 5, Count: 1, Period: time.Minute}
+	check := func(t *testing.T, st *redis.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 1})
+		if err == nil {
+			t.Fatal("decision succeeded against an unavailable Redis")
+		}
+		// Not a performance assertion: a generous bound that only a hang breaks.
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("decision took %v with a 200ms deadline", d)
+		}
+	}
+	t.Run("stopped", func(t *testing.T) {
+		srv := redistest.Start(t)
+		st := open(t, srv, redis.Options{})
+		srv.Stop()
+		check(t, st)
+	})
+	t.Run("stalled", func(t *testing.T) {
+		srv := redistest.Start(t, "--enable-debug-command", "yes")
+		st := open(t, srv, redis.Options{})
+		go srv.Do("DEBUG", "SLEEP", "2")
+		time.Sleep(100 * time.Millisecond)
+		check(t, st)
+	})
+	t.Run("no deadline uses the store timeout", func(t *testing.T) {
+		srv := redistest.Start(t)
+		st := open(t, srv, redis.Options{Timeout: 150 * time.Millisecond})
+		srv.Stop()
+		start := time.Now()
+		if _, err := st.Decide(context.Background(), sluice.Request{Key: "k", Limit: lim, Cost: 1}); err == nil {
+			t.Fatal("decision succeeded against a stopped Redis")
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("decision took %v with a 150ms store timeout", d)
+		}
+	})
+	t.Run("open fails fast", func(t *testing.T) {
+		port, _ := redistest.FreePort()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := redis.Open(ctx, "redis://127.0.0.1:"+strconv.Itoa(port)+"/0", redis.Options{})
+		if err == nil {
+			t.Fatal("Open succeeded with no server")
+		}
+	})
+}
+
+func TestBadInputIsAnErrorValue(t *testing.T) {
+	st := open(t, redistest.Start(t), redis.Options{})
+	if _, err := st.Decide(context.Background(), sluice.Request{Key: "", Limit: algo.Gate{Interval: time.Second}, Cost: 1}); !errors.Is(err, sluice.ErrBadRequest) {
+		t.Errorf("empty key: %v", err)
+	}
+	if _, err := st.Decide(context.Background(), sluice.Request{Key: "k", Limit: algo.Gate{}, Cost: 1}); !errors.Is(err, algo.ErrInvalid) {
+		t.Errorf("zero interval: %v", err)
+	}
+	type custom struct{ algo.Gate }
+	if _, err := st.Decide(context.Background(), sluice.Request{Key: "k", Limit: custom{algo.Gate{Interval: time.Second}}, Cost: 1}); !errors.Is(err, redis.ErrUnsupported) {
+		t.Errorf("custom limit: %v", err)
+	}
+}
