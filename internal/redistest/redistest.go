@@ -38,7 +38,11 @@ func Start(tb testing.TB, args ...string) *Server {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		s, err := start(bin, tb.TempDir(), args)
+		port, err := FreePort()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s, err := start(bin, tb.TempDir(), port, args)
 		if err == nil {
 			tb.Cleanup(s.Stop)
 			return s
@@ -49,11 +53,22 @@ func Start(tb testing.TB, args ...string) *Server {
 	return nil
 }
 
-func start(bin, dir string, args []string) (*Server, error) {
-	port, err := FreePort()
+// startOn starts a redis-server on the given port for the test.
+func startOn(tb testing.TB, port int, args ...string) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, err
+		tb.Fatalf("redistest: redis-server is not installed (apt-get install -y redis-server): %v", err)
 	}
+	s, err := start(bin, tb.TempDir(), port, args)
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func start(bin, dir string, port int, args []string) (*Server, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	argv := append([]string{
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
