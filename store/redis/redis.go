@@ -25,19 +25,23 @@ import (
 )
 
 // decideScript is decide.lua preceded by every algorithm's file: one
-// script for every decision, single or multi-level.
-var decideScript = rueidis.NewLuaScript(composeScript())
+// script for every decision, single or multi-level. refundScript gives back
+// what decideScript committed in one Cluster slot when another slot denied.
+var (
+	decideScript = rueidis.NewLuaScript(composeScript("decide.lua"))
+	refundScript = rueidis.NewLuaScript(composeScript("refund.lua"))
+)
 
 //go:embed scripts/*.lua
 var scripts embed.FS
 
-// algorithmScripts are the files that define <kind>_check and
-// <kind>_commit for decide.lua.
+// algorithmScripts are the files that define <kind>_check, <kind>_commit
+// and <kind>_undo for decide.lua and refund.lua.
 var algorithmScripts = []string{"tat.lua", "fixed_window.lua", "gate.lua"}
 
-func composeScript() string {
+func composeScript(driver string) string {
 	var b strings.Builder
-	for _, name := range append(algorithmScripts, "decide.lua") {
+	for _, name := range append(algorithmScripts, driver) {
 		src, err := scripts.ReadFile("scripts/" + name)
 		if err != nil {
 			panic(err) // embedded at build time
@@ -153,6 +157,8 @@ func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, er
 
 // DecideAll implements sluice.Store: one script call checks every request
 // and records the costs only if every request that is not Shadow passes.
+// On Redis Cluster, requests whose keys lie in several slots take one
+// script call per slot; see decideAcrossSlots.
 func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
 	if err := sluice.ValidateAll(reqs, results); err != nil {
 		return false, err
@@ -163,30 +169,58 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		defer cancel()
 	}
 	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = KeyName(s.prefix, r.Key, r.Tag)
+	}
+	if s.client.Mode() == rueidis.ClientModeCluster {
+		if groups := slotGroups(keys); len(groups) > 1 {
+			return s.decideAcrossSlots(ctx, reqs, keys, groups, results)
+		}
+	}
+	c, err := s.check(ctx, reqs, keys)
+	if err != nil {
+		return false, err
+	}
+	for i, r := range reqs {
+		results[i] = levelResult(r, c.now, c.ok[i], c.val[i], !c.ok[i] || c.pass)
+	}
+	return c.pass, nil
+}
+
+// checked is decide.lua's reply for a group of requests.
+type checked struct {
+	now  int64
+	pass bool
+	ok   []bool
+	val  []int64
+	args []string // the script's ARGV, kept for a refund
+}
+
+// check runs decide.lua on requests whose keys share one slot (or on any
+// keys of a single server).
+func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string) (checked, error) {
 	args := make([]string, 1, 1+6*len(reqs))
 	if t := reqs[0].Time; !t.IsZero() {
 		args[0] = strconv.FormatInt(t.UnixMicro(), 10)
 	}
-	for i, r := range reqs {
-		keys[i] = KeyName(s.prefix, r.Key, r.Tag)
+	for _, r := range reqs {
 		var err error
 		if args, err = appendLevel(args, r); err != nil {
-			return false, err
+			return checked{}, err
 		}
 	}
 	v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
-		return false, fmt.Errorf("redis store: %w", err)
+		return checked{}, fmt.Errorf("redis store: %w", err)
 	}
 	if len(v) != 2+2*len(reqs) {
-		return false, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
+		return checked{}, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
 	}
-	now, pass := v[0], v[1] == 1
-	for i, r := range reqs {
-		ok, val := v[2+2*i] == 1, v[3+2*i]
-		results[i] = levelResult(r, now, ok, val, !ok || pass)
+	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args}
+	for i := range reqs {
+		c.ok[i], c.val[i] = v[2+2*i] == 1, v[3+2*i]
 	}
-	return pass, nil
+	return c, nil
 }
 
 // appendLevel appends a level's arguments for decide.lua: kind, flag,

@@ -27,3 +27,12 @@ local function f_commit(key, now, a, go, after)
     redis.call('HINCRBY', key, 'n', ARGV[a + 2])
   end
 end
+
+-- Undo gives back a committed cost (a refund across Cluster slots) while
+-- its window is still the counted one.
+local function f_undo(key, now, a, after)
+  local e = now - now % ARGV[a] + ARGV[a]
+  if tonumber(redis.call('HGET', key, 'e')) == e then
+    redis.call('HINCRBY', key, 'n', -ARGV[a + 2])
+  end
+end

@@ -18,3 +18,9 @@ local function g_commit(key, now, a, go, at)
     redis.call('SET', key, at, 'PX', math.ceil(ARGV[a] / 1000))
   end
 end
+
+-- Undo reopens the gate (a refund across Cluster slots) if it is still
+-- closed by the committed action.
+local function g_undo(key, now, a, at)
+  if tonumber(redis.call('GET', key)) == at then redis.call('DEL', key) end
+end

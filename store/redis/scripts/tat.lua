@@ -18,3 +18,16 @@ local function t_commit(key, now, a, go, new)
     redis.call('SET', key, new, 'PX', math.ceil((new - now) / 1000))
   end
 end
+
+-- Undo gives back a committed increment (a refund across Cluster slots):
+-- the TAT moves back by n*T, and a TAT no later than now is no state.
+local function t_undo(key, now, a, new)
+  local cur = tonumber(redis.call('GET', key))
+  if not cur then return end
+  local back = cur - ARGV[a]
+  if back <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, back, 'PX', math.ceil((back - now) / 1000))
+  end
+end

@@ -1,0 +1,155 @@
+package redis_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+var callsRe = regexp.MustCompile(`cmdstat_(evalsha|eval):calls=(\d+)`)
+
+// scriptCalls sums EVAL and EVALSHA calls over the cluster's nodes.
+func scriptCalls(t *testing.T, c *redistest.Cluster) int {
+	t.Helper()
+	n := 0
+	for _, node := range c.Nodes {
+		info, err := node.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range callsRe.FindAllStringSubmatch(info, -1) {
+			v, _ := strconv.Atoi(m[2])
+			n += v
+		}
+	}
+	return n
+}
+
+func resetStats(t *testing.T, c *redistest.Cluster) {
+	for _, node := range c.Nodes {
+		if _, err := node.Do("CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	st, err := redis.Open(context.Background(), c.URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	gcra := algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}
+
+	t.Run("one slot is one script call", func(t *testing.T) {
+		tag := sluice.Key("user", "alex")
+		reqs := []sluice.Request{
+			{Key: tag, Tag: tag, Limit: gcra, Cost: 1},
+			{Key: tag + ":trade", Tag: tag, Limit: algo.GCRA{Burst: 5, Count: 10, Period: 15 * time.Second}, Cost: 1},
+			{Key: tag + ":trade:eu", Tag: tag, Limit: algo.FixedWindow{Limit: 100, Window: time.Minute}, Cost: 1},
+		}
+		st.DecideAll(ctx, reqs, make([]algo.Result, 3)) // loads the script on its node
+		resetStats(t, c)
+		for i := 0; i < 5; i++ {
+			if ok, err := st.DecideAll(ctx, reqs, make([]algo.Result, 3)); err != nil || !ok {
+				t.Fatalf("decision %d: %v %v", i, ok, err)
+			}
+		}
+		if n := scriptCalls(t, c); n != 5 {
+			t.Fatalf("5 three-level decisions made %d script calls, want 5", n)
+		}
+	})
+
+	t.Run("spanning slots refunds on denial", func(t *testing.T) {
+		shared := sluice.Request{Key: "tigerfeeding", Tag: "tigerfeeding", Limit: algo.FixedWindow{Limit: 100, Window: time.Hour}, Cost: 1}
+		caller := sluice.Key("tigerfeeding", "alex")
+		mine := sluice.Request{Key: caller, Tag: caller, Limit: algo.Gate{Interval: time.Hour}, Cost: 1}
+		if redis.Slot(redis.KeyName(redis.DefaultPrefix, shared.Key, shared.Tag)) == redis.Slot(redis.KeyName(redis.DefaultPrefix, mine.Key, mine.Tag)) {
+			t.Fatal("test keys share a slot")
+		}
+		res := make([]algo.Result, 2)
+		for i, want := range []bool{true, false, false, false} {
+			ok, err := st.DecideAll(ctx, []sluice.Request{shared, mine}, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != want {
+				t.Fatalf("call %d: pass %v, want %v", i, ok, want)
+			}
+		}
+		// Only the first call's cost stays at the shared level.
+		if res[0].Remaining != 99 || !res[0].Allowed {
+			t.Fatalf("shared level after three denied calls: %+v, want 99 remaining", res[0])
+		}
+		peek := shared
+		peek.Cost = 0
+		r, err := st.Decide(ctx, peek)
+		if err != nil || r.Remaining != 99 {
+			t.Fatalf("shared level state: %+v %v, want 99 remaining", r, err)
+		}
+	})
+
+	t.Run("agrees with memory across slots", func(t *testing.T) {
+		ms := memory.New()
+		defer ms.Close()
+		seed := uint64(time.Now().UnixNano())
+		t.Logf("seed %d", seed)
+		r := rand.New(rand.NewPCG(seed, 3))
+		for trace := 0; trace < 20; trace++ {
+			n := 2 + r.IntN(3)
+			reqs := make([]sluice.Request, n)
+			for i := range reqs {
+				key := "x" + strconv.Itoa(trace) + ":" + strconv.Itoa(i) // a slot each, most likely
+				if i > 0 && r.IntN(2) == 0 {
+					key = reqs[i-1].Tag + ":" + strconv.Itoa(i) // or its parent's slot
+				}
+				tag := key
+				if i > 0 && len(key) > len(reqs[i-1].Tag) && key[:len(reqs[i-1].Tag)] == reqs[i-1].Tag && key != reqs[i-1].Tag {
+					tag = reqs[i-1].Tag
+				}
+				lims := []algo.Limit{
+					algo.GCRA{Burst: r.Int64N(4), Count: 1 + r.Int64N(5), Period: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
+					algo.FixedWindow{Limit: 1 + r.Int64N(5), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
+					algo.Gate{Interval: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond},
+				}
+				reqs[i] = sluice.Request{Key: key, Tag: tag, Limit: lims[r.IntN(3)], Shadow: r.IntN(6) == 0}
+			}
+			at := time.UnixMicro(1800003000334587).Add(time.Duration(r.Int64N(int64(time.Hour))))
+			for step := 0; step < 40; step++ {
+				at = at.Add(time.Duration(r.Int64N(int64(400 * time.Millisecond))))
+				cost := r.Int64N(3)
+				for i := range reqs {
+					reqs[i].Cost, reqs[i].Time = cost, at
+				}
+				mr, xr := make([]algo.Result, n), make([]algo.Result, n)
+				mp, err := ms.DecideAll(ctx, reqs, mr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				xp, err := st.DecideAll(ctx, reqs, xr)
+				if err != nil {
+					t.Fatalf("trace %d step %d: %v", trace, step, err)
+				}
+				if mp != xp {
+					t.Fatalf("trace %d step %d: memory pass %v, cluster pass %v", trace, step, mp, xp)
+				}
+				for i := range reqs {
+					if mr[i] != xr[i] {
+						t.Fatalf("trace %d step %d level %d (%s) %#v:\nmemory  %+v\ncluster %+v", trace, step, i, reqs[i].Key, reqs[i].Limit, mr[i], xr[i])
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,136 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// slotGroups splits key indices by Redis Cluster hash slot, in slot order.
+func slotGroups(keys []string) [][]int {
+	bySlot := map[int][]int{}
+	for i, k := range keys {
+		slot := Slot(k)
+		bySlot[slot] = append(bySlot[slot], i)
+	}
+	slots := make([]int, 0, len(bySlot))
+	for slot := range bySlot {
+		slots = append(slots, slot)
+	}
+	sort.Ints(slots)
+	groups := make([][]int, len(slots))
+	for i, slot := range slots {
+		groups[i] = bySlot[slot]
+	}
+	return groups
+}
+
+// decideAcrossSlots decides requests whose keys lie in several Cluster
+// slots, where no one script may touch them all. Each slot's group runs
+// decide.lua at once, in parallel, and so reserves its cost if its own
+// levels pass. If every group passes, the request passes. If any group
+// denies, each group that reserved is refunded with refund.lua.
+//
+// Between a reservation and its refund, the reserved cost is counted in its
+// slot: a concurrent request there may be denied for capacity that is about
+// to come back. The window is conservative — it can deny more than strictly
+// necessary, never admit more than a limit — and lasts one round trip. If
+// a refund itself fails (Redis unreachable), the reservation stays until
+// the state expires, which again errs on the side of denying.
+//
+// All groups decide at one time: without an explicit time, one node's
+// Redis TIME, read first, is used for every group.
+func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, keys []string, groups [][]int, results []algo.Result) (bool, error) {
+	if reqs[0].Time.IsZero() {
+		now, err := s.client.Do(ctx, s.client.B().Time().Build()).AsStrSlice()
+		if err != nil || len(now) != 2 {
+			return false, fmt.Errorf("redis store: TIME: %v", err)
+		}
+		sec, err1 := strconv.ParseInt(now[0], 10, 64)
+		usec, err2 := strconv.ParseInt(now[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return false, fmt.Errorf("redis store: TIME replied %q", now)
+		}
+		t := time.UnixMicro(sec*1_000_000 + usec)
+		pinned := make([]sluice.Request, len(reqs))
+		for i, r := range reqs {
+			r.Time = t
+			pinned[i] = r
+		}
+		reqs = pinned
+	}
+	sub := make([][]sluice.Request, len(groups))
+	subKeys := make([][]string, len(groups))
+	for g, idx := range groups {
+		for _, i := range idx {
+			sub[g] = append(sub[g], reqs[i])
+			subKeys[g] = append(subKeys[g], keys[i])
+		}
+	}
+	checks := make([]checked, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			checks[g], errs[g] = s.check(ctx, sub[g], subKeys[g])
+		}()
+	}
+	wg.Wait()
+	pass, failed := true, false
+	for g := range groups {
+		if errs[g] != nil {
+			failed = true
+		} else if !checks[g].pass {
+			pass = false
+		}
+	}
+	if failed || !pass {
+		// Refund every group that reserved, then report.
+		var refundErr error
+		for g := range groups {
+			if errs[g] == nil && checks[g].pass {
+				if err := s.refund(ctx, subKeys[g], checks[g]); err != nil && refundErr == nil {
+					refundErr = err
+				}
+			}
+		}
+		for _, err := range errs {
+			if err != nil {
+				return false, err
+			}
+		}
+		if refundErr != nil {
+			return false, refundErr
+		}
+	}
+	for g, idx := range groups {
+		c := checks[g]
+		for j, i := range idx {
+			results[i] = levelResult(reqs[i], c.now, c.ok[j], c.val[j], !c.ok[j] || pass)
+		}
+	}
+	return pass, nil
+}
+
+// refund gives back what a group committed.
+func (s *Store) refund(ctx context.Context, keys []string, c checked) error {
+	args := append(append([]string(nil), c.args...), make([]string, len(keys))...)
+	args[0] = strconv.FormatInt(c.now, 10)
+	for j := range keys {
+		if c.ok[j] {
+			args[len(c.args)+j] = strconv.FormatInt(c.val[j], 10)
+		}
+	}
+	if err := refundScript.Exec(ctx, s.client, keys, args).Error(); err != nil {
+		return fmt.Errorf("redis store: refund: %w", err)
+	}
+	return nil
+}
