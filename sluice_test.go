@@ -70,3 +70,24 @@ func TestValidateAll(t *testing.T) {
 		t.Error("an empty batch was accepted")
 	}
 }
+
+func TestSummarize(t *testing.T) {
+	s := time.Second
+	levels := []sluice.Level{
+		{Key: "user:alex", Result: algo.Result{Allowed: true, Limit: 16, Remaining: 9, ResetAfter: 14 * s}},
+		{Key: "user:alex:trade", Result: algo.Result{Allowed: false, Limit: 6, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 15 * s}},
+		{Key: "user:alex:eu", Result: algo.Result{Allowed: false, Limit: 3, Remaining: 1, RetryAfter: 7 * s, ResetAfter: 8 * s}},
+		{Key: "shadow", Shadow: true, Result: algo.Result{Allowed: false, Limit: 1, Remaining: 0, RetryAfter: algo.Never, ResetAfter: time.Hour}},
+	}
+	want := algo.Result{Allowed: false, Limit: 6, Remaining: 0, RetryAfter: 7 * s, ResetAfter: 15 * s}
+	if got := sluice.Summarize(levels); got != want {
+		t.Fatalf("Summarize = %+v, want %+v", got, want)
+	}
+	levels[2].Result.RetryAfter = algo.Never
+	if got := sluice.Summarize(levels); got.RetryAfter != algo.Never {
+		t.Fatalf("Never did not win: %+v", got)
+	}
+	if got := sluice.Summarize(levels[3:]); got != (algo.Result{Allowed: true}) {
+		t.Fatalf("shadow-only summary = %+v, want allowed and empty", got)
+	}
+}
