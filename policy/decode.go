@@ -1,0 +1,263 @@
+package policy
+
+import (
+	"encoding"
+	"math"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/token"
+
+	"github.com/sluicehq/sluice/algo"
+)
+
+// The loader decodes limit mappings into algo.Spec by reflection, matching
+// keys to the fields' yaml (else json) tag names, so that fields and
+// algorithms added to algo.Spec load without changes here. Every problem is
+// reported with its position, and decoding goes on to find the others.
+
+var (
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	durationType        = reflect.TypeFor[algo.Duration]()
+	number              = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
+)
+
+// decode sets v from the node n, reporting problems under path. It returns
+// false if there were any.
+func (l *loader) decode(n ast.Node, v reflect.Value, path string) bool {
+	if l.over(n) {
+		return false
+	}
+	n, ok := l.deref(n, path)
+	if !ok {
+		return false
+	}
+	if v.CanAddr() && v.Addr().Type().Implements(textUnmarshalerType) {
+		s, ok := stringValue(n)
+		if !ok {
+			if v.Type() == durationType {
+				l.errorf(n, path, "want a duration such as \"60s\", got %s", describe(n))
+			} else {
+				l.errorf(n, path, "want a string, got %s", describe(n))
+			}
+			return false
+		}
+		if err := v.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+			l.add(l.pos(n), nil, path, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "), err)
+			return false
+		}
+		return true
+	}
+	switch v.Kind() {
+	case reflect.String:
+		if s, ok := stringValue(n); ok {
+			v.SetString(s)
+			return true
+		}
+		l.errorf(n, path, "want a string, got %s", describe(n))
+	case reflect.Bool:
+		if b, ok := n.(*ast.BoolNode); ok && b != nil {
+			v.SetBool(b.Value)
+			return true
+		}
+		l.errorf(n, path, "want true or false, got %s", describe(n))
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if i, ok := n.(*ast.IntegerNode); ok && i != nil {
+			if x, ok := intValue(i); ok && !v.OverflowInt(x) {
+				v.SetInt(x)
+				return true
+			}
+			l.errorf(n, path, "integer %s is out of range", nodeText(n))
+			return false
+		}
+		l.notInteger(n, path)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		if i, ok := n.(*ast.IntegerNode); ok && i != nil {
+			var x uint64
+			switch y := i.Value.(type) {
+			case uint64:
+				x = y
+			case int64:
+				if y < 0 {
+					l.errorf(n, path, "must not be negative, got %s", nodeText(n))
+					return false
+				}
+				x = uint64(y)
+			}
+			if !v.OverflowUint(x) {
+				v.SetUint(x)
+				return true
+			}
+			l.errorf(n, path, "integer %s is out of range", nodeText(n))
+			return false
+		}
+		l.notInteger(n, path)
+	case reflect.Float32, reflect.Float64:
+		switch x := n.(type) {
+		case *ast.IntegerNode:
+			if i, ok := intValue(x); ok {
+				v.SetFloat(float64(i))
+				return true
+			}
+		case *ast.FloatNode:
+			if !v.OverflowFloat(x.Value) && !math.IsNaN(x.Value) {
+				v.SetFloat(x.Value)
+				return true
+			}
+		}
+		l.errorf(n, path, "want a number, got %s", describe(n))
+	case reflect.Pointer:
+		e := reflect.New(v.Type().Elem())
+		if l.decode(n, e.Elem(), path) {
+			v.Set(e)
+			return true
+		}
+	case reflect.Slice:
+		s, ok := n.(*ast.SequenceNode)
+		if !ok || s == nil {
+			l.errorf(n, path, "want a list, got %s", describe(n))
+			return false
+		}
+		out := reflect.MakeSlice(v.Type(), len(s.Values), len(s.Values))
+		ok = true
+		for i, e := range s.Values {
+			ok = l.decode(e, out.Index(i), path+"["+strconv.Itoa(i)+"]") && ok
+		}
+		if ok {
+			v.Set(out)
+		}
+		return ok
+	case reflect.Struct:
+		m, ok := n.(*ast.MappingNode)
+		if !ok || m == nil {
+			l.errorf(n, path, "want a mapping, got %s", describe(n))
+			return false
+		}
+		_, ok = l.decodeStruct(m, v, path)
+		return ok
+	case reflect.Map:
+		m, ok := n.(*ast.MappingNode)
+		if !ok || m == nil || v.Type().Key().Kind() != reflect.String {
+			l.errorf(n, path, "want a mapping, got %s", describe(n))
+			return false
+		}
+		out := reflect.MakeMap(v.Type())
+		ok = true
+		for _, e := range l.mapping(m, path, "field") {
+			val := reflect.New(v.Type().Elem()).Elem()
+			if l.decode(e.value, val, sub(path, e.name)) {
+				out.SetMapIndex(reflect.ValueOf(e.name).Convert(v.Type().Key()), val)
+			} else {
+				ok = false
+			}
+		}
+		if ok {
+			v.Set(out)
+		}
+		return ok
+	default:
+		l.errorf(n, path, "cannot load a field of type %s", v.Type())
+	}
+	return false
+}
+
+// notInteger reports a node that is not an integer.
+func (l *loader) notInteger(n ast.Node, path string) {
+	if s, ok := n.(*ast.StringNode); ok && number.MatchString(s.Value) && s.Token != nil && s.Token.Type == token.StringType {
+		l.errorf(n, path, "integer %s is out of range", s.Value)
+		return
+	}
+	l.errorf(n, path, "want an integer, got %s", describe(n))
+}
+
+// decodeStruct sets the fields of the struct v from the mapping m. It
+// returns the value node of each key, by field name.
+func (l *loader) decodeStruct(m *ast.MappingNode, v reflect.Value, path string) (map[string]ast.Node, bool) {
+	fields := fieldsOf(v.Type())
+	set := map[string]ast.Node{}
+	ok := true
+	for _, e := range l.mapping(m, path, "field") {
+		i, known := fields.index[e.name]
+		if !known {
+			l.errorf(e.key, sub(path, e.name), "unknown field %q (want %s)", e.name, fields.want)
+			ok = false
+			continue
+		}
+		if !l.decode(e.value, v.Field(i), sub(path, e.name)) {
+			ok = false
+		}
+		set[e.name] = l.peek(e.value)
+	}
+	return set, ok
+}
+
+// structFields are a struct type's fields by YAML name.
+type structFields struct {
+	index map[string]int
+	want  string // the names, for messages
+}
+
+var fieldCache sync.Map // reflect.Type → *structFields
+
+// fieldsOf returns the fields of a struct type by their yaml tag name, else
+// their json tag name, else their lowercased Go name.
+func fieldsOf(t reflect.Type) *structFields {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(*structFields)
+	}
+	f := &structFields{index: map[string]int{}}
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		if !sf.IsExported() {
+			continue
+		}
+		name := tagName(sf.Tag.Get("yaml"))
+		if name == "" {
+			name = tagName(sf.Tag.Get("json"))
+		}
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(sf.Name)
+		}
+		if _, dup := f.index[name]; !dup {
+			f.index[name] = i
+			names = append(names, name)
+		}
+	}
+	switch len(names) {
+	case 0:
+		f.want = "no fields"
+	case 1:
+		f.want = names[0]
+	default:
+		f.want = strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	}
+	fieldCache.Store(t, f)
+	return f
+}
+
+func tagName(tag string) string {
+	name, _, _ := strings.Cut(tag, ",")
+	return name
+}
+
+// boolean reads a true or false value.
+func (l *loader) boolean(n ast.Node, path string) (bool, bool) {
+	var b bool
+	ok := l.decode(n, reflect.ValueOf(&b).Elem(), path)
+	return b, ok
+}
+
+// str reads a string value.
+func (l *loader) str(n ast.Node, path string) (string, bool) {
+	var s string
+	ok := l.decode(n, reflect.ValueOf(&s).Elem(), path)
+	return s, ok
+}

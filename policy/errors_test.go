@@ -1,0 +1,256 @@
+package policy_test
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
+)
+
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		want []string // file:line:col: field: message
+	}{
+		{"empty file", "", []string{
+			"f.yaml:1:1: schema: empty tree: the file has no schema",
+		}},
+		{"comment only", "# nothing\n", []string{
+			"f.yaml:1:1: schema: empty tree: the file has no schema",
+		}},
+		{"no schema", "unmatched: deny\n", []string{
+			"f.yaml:1:1: schema: empty tree: the file has no schema",
+		}},
+		{"null schema", "unmatched: deny\nschema:\n", []string{
+			"f.yaml:2:1: schema: empty tree: schema has no nodes",
+		}},
+		{"empty schema", "schema: {}\n", []string{
+			"f.yaml:1:9: schema: empty tree: schema has no nodes",
+		}},
+		{"top level not a mapping", "- schema\n", []string{
+			"f.yaml:1:1: want a mapping with schema (and unmatched), got a list",
+		}},
+		{"syntax", "schema:\n  a: [1, 2\n", []string{
+			"f.yaml:2:6: YAML syntax: sequence end token ']' not found",
+		}},
+		{"tab", "schema:\n\ta: {}\n", []string{
+			"f.yaml:2:1: YAML syntax: found character '\t' that cannot start any token",
+		}},
+		{"two documents", "schema:\n  a: {unlimited: true}\n---\nschema: {}\n", []string{
+			"f.yaml:4:1: more than one YAML document (only one is allowed)",
+		}},
+		{"unknown fields", `
+unmatched: maybe
+extra: 1
+schema:
+  user:
+    limit: [1, 2, 3]
+    children:
+      "*":
+        limits: {algorithm: gcra, brust: 5, count: 10, period: 1s}
+`, []string{
+			`f.yaml:2:12: unmatched: want allow or deny, got "maybe"`,
+			`f.yaml:3:1: extra: unknown field "extra" (want schema, unmatched or definitions)`,
+			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited or shadow)`,
+			`f.yaml:9:35: schema.user.children.*.limits.brust: unknown field "brust" (want algorithm, burst, count, period, rate, per, limit, window or interval)`,
+		}},
+		{"wrong types", `
+schema:
+  a: 5
+  b:
+    limits: {algorithm: fixed_window, limit: "10", window: 10}
+    shadow: yes
+  c:
+    limits: [1, 2, 3]
+    children: [x]
+  d:
+    limits: [[1, 2, 3], 7]
+  e:
+    limits: "15 30 60"
+  f:
+    limits: [1, x, 3]
+  g:
+    limits: [1, 2, {}]
+`, []string{
+			`f.yaml:3:6: schema.a: want a mapping of limits, children, unlimited and shadow, got integer 5`,
+			`f.yaml:5:46: schema.b.limits.limit: want an integer, got "10"`,
+			`f.yaml:5:60: schema.b.limits.window: want a duration such as "60s", got integer 10`,
+			`f.yaml:6:13: schema.b.shadow: want true or false, got "yes"`,
+			`f.yaml:9:15: schema.c.children: want a mapping of child names to nodes, got a list`,
+			`f.yaml:11:25: schema.d.limits[1]: want a limit mapping or a [burst, count, period] list, got integer 7`,
+			`f.yaml:13:13: schema.e.limits: want a list of limits, a limit mapping or [burst, count, period], got "15 30 60"`,
+			`f.yaml:15:17: schema.f.limits.count: want an integer, got "x"`,
+			`f.yaml:17:14: schema.g.limits[0]: want a limit mapping or a [burst, count, period] list, got integer 1`,
+			`f.yaml:17:17: schema.g.limits[1]: want a limit mapping or a [burst, count, period] list, got integer 2`,
+			`f.yaml:17:20: schema.g.limits[2]: no algorithm (want gcra, token_bucket, fixed_window or gate)`,
+		}},
+		{"negative and zero rates", `
+schema:
+  user:
+    children:
+      "*":
+        limits: [-1, 30, 60]
+        children:
+          trade:
+            limits:
+              - {algorithm: gcra, burst: 5, count: 10, period: 1s}
+              - {algorithm: gcra, burst: -5, count: 10, period: 1s}
+              - {algorithm: token_bucket, burst: 5, rate: 0, per: 1s}
+              - {algorithm: fixed_window, limit: 10, window: -1s}
+              - {algorithm: gate}
+              - [1, 0, 1]
+              - [1, 1, 0]
+              - [1, 1, 99999999999]
+`, []string{
+			`f.yaml:6:18: schema.user.children.*.limits.burst: gcra burst must be zero or more, got -1`,
+			`f.yaml:11:42: schema.user.children.*.children.trade.limits[1].burst: gcra burst must be zero or more, got -5`,
+			`f.yaml:12:59: schema.user.children.*.children.trade.limits[2].rate: token_bucket rate must be positive, got 0`,
+			`f.yaml:13:62: schema.user.children.*.children.trade.limits[3].window: fixed_window window must be positive, got -1s`,
+			`f.yaml:14:17: schema.user.children.*.children.trade.limits[4]: gate interval must be positive, got 0s`,
+			`f.yaml:15:21: schema.user.children.*.children.trade.limits[5].count: gcra count must be positive, got 0`,
+			`f.yaml:16:24: schema.user.children.*.children.trade.limits[6].period: gcra period must be positive, got 0s`,
+			`f.yaml:17:24: schema.user.children.*.children.trade.limits[7].period: 99999999999 seconds is out of range`,
+		}},
+		{"algorithm", `
+schema:
+  a: {limits: {algorithm: sliding, limit: 5}}
+  b: {limits: {algorithm: gate, interval: 1s, limit: 4}}
+  c: {limits: {algorithm: gcra, burst: 1, count: 1, period: 1 hour}}
+  d: {limits: {algorithm: gcra, burst: 99999999999999999999, count: 1, period: 1s}}
+`, []string{
+			`f.yaml:3:27: schema.a.limits.algorithm: unknown algorithm "sliding" (want gcra, token_bucket, fixed_window or gate)`,
+			`f.yaml:4:54: schema.b.limits.limit: gate does not take "limit"`,
+			`f.yaml:5:61: schema.c.limits.period: time: unknown unit " hour" in duration "1 hour"`,
+			`f.yaml:6:40: schema.d.limits.burst: integer 99999999999999999999 is out of range`,
+		}},
+		{"shorthand length", `
+schema:
+  a: {limits: [15, 30]}
+  b: {limits: [[1, 2, 3, 4]]}
+  c: {limits: []}
+  d: {limits: }
+`, []string{
+			`f.yaml:3:15: schema.a.limits: a [burst, count, period] shorthand has 3 values, got 2`,
+			`f.yaml:4:16: schema.b.limits[0]: a [burst, count, period] shorthand has 3 values, got 4`,
+			`f.yaml:5:15: schema.c.limits: limits is empty`,
+			`f.yaml:6:7: schema.d.limits: limits is empty`,
+		}},
+		{"duplicates", `
+schema:
+  user:
+    children:
+      "*":
+        limits: [1, 2, 3]
+        limits: [4, 5, 6]
+      "*": {unlimited: true}
+      bob: {limits: {algorithm: gate, interval: 1s, interval: 2s}}
+  user: {unlimited: true}
+`, []string{
+			`f.yaml:7:9: schema.user.children.*.limits: duplicate field "limits" (first at line 6)`,
+			`f.yaml:8:7: schema.user.children.*: duplicate child "*" (first at line 5)`,
+			`f.yaml:9:53: schema.user.children.bob.limits.interval: duplicate field "interval" (first at line 9)`,
+			`f.yaml:10:3: schema.user: duplicate child "user" (first at line 3)`,
+		}},
+		{"node shapes", `
+schema:
+  a:
+  b: {}
+  c: {unlimited: true, limits: [1, 2, 3]}
+  d: {unlimited: true, children: {x: {unlimited: true}}}
+  e: {unlimited: true, shadow: true}
+  f: {limits: [1, 2, 3], children: {}}
+  g: {unlimited: false}
+  h: {unlimited: 1}
+`, []string{
+			`f.yaml:3:3: schema.a: empty node: give it limits, children or unlimited: true`,
+			`f.yaml:4:3: schema.b: empty node: give it limits, children or unlimited: true`,
+			`f.yaml:5:7: schema.c.unlimited: an unlimited node cannot have limits`,
+			`f.yaml:6:7: schema.d.unlimited: an unlimited node cannot have children (nothing below it is limited)`,
+			`f.yaml:7:24: schema.e.shadow: an unlimited node cannot be shadow`,
+			`f.yaml:8:36: schema.f.children: children is empty`,
+			`f.yaml:9:3: schema.g: empty node: give it limits, children or unlimited: true`,
+			`f.yaml:10:18: schema.h.unlimited: want true or false, got integer 1`,
+		}},
+		{"yaml features", `
+schema:
+  a: {limits: *nope}
+  b: !!map {unlimited: true}
+  ~: {unlimited: true}
+  c: {<<: 5, unlimited: true}
+  "a.b": {limit: 1}
+`, []string{
+			`f.yaml:3:15: schema.a.limits: unknown alias *nope`,
+			`f.yaml:4:6: schema.b: YAML tags (!!map) are not supported`,
+			`f.yaml:5:3: schema: want a name as key, got null`,
+			`f.yaml:6:11: schema.c: a merge key (<<) takes a mapping or a list of mappings, got integer 5`,
+			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited or shadow)`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := policy.Parse("f.yaml", []byte(tc.src))
+			if err == nil {
+				t.Fatalf("Parse = %v, nil", p)
+			}
+			var list policy.ErrorList
+			if !errors.As(err, &list) {
+				t.Fatalf("error %T is not an ErrorList: %v", err, err)
+			}
+			var got []string
+			for _, e := range list {
+				got = append(got, e.Error())
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("errors:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(tc.want, "\n     "))
+			}
+			if err.Error() != strings.Join(got, "\n") {
+				t.Errorf("Error() = %q", err.Error())
+			}
+		})
+	}
+}
+
+func TestErrorDetails(t *testing.T) {
+	_, err := policy.Parse("f.yaml", []byte("schema:\n  a: {limits: [1, 0, 1]}\n  b: {limit: 1}\n"))
+	if !errors.Is(err, algo.ErrInvalid) {
+		t.Errorf("errors.Is(%v, algo.ErrInvalid) = false", err)
+	}
+	var e *policy.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("errors.As(*Error) failed: %v", err)
+	}
+	want := policy.Error{
+		Pos:   policy.Position{Filename: "f.yaml", Line: 2, Column: 19},
+		Field: "schema.a.limits.count",
+		Msg:   "gcra count must be positive, got 0",
+	}
+	if e.Pos != want.Pos || e.Field != want.Field || e.Msg != want.Msg || e.Err == nil {
+		t.Errorf("first error = %+v, want %+v", *e, want)
+	}
+}
+
+// TestAliasBombs checks that a small file whose aliases or merge keys
+// expand without end is refused quickly, not compiled.
+func TestAliasBombs(t *testing.T) {
+	for _, form := range []string{"{children: {x: *a%d, y: *a%d}}", "{<<: [*a%d, *a%d]}"} {
+		var b strings.Builder
+		b.WriteString("definitions:\n  a0: &a0 {limits: [1, 2, 3]}\n")
+		for i := 1; i < 40; i++ {
+			fmt.Fprintf(&b, "  a%d: &a%d "+form+"\n", i, i, i-1, i-1)
+		}
+		b.WriteString("schema:\n  top: *a39\n")
+		start := time.Now()
+		_, err := policy.Parse("bomb.yaml", []byte(b.String()))
+		if err == nil || !strings.Contains(err.Error(), "policy too large") {
+			t.Errorf("%s: err = %v", form, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: took %v", form, d)
+		}
+	}
+}

@@ -1,0 +1,277 @@
+// Package policy loads limits.yaml, a tree of rate limits over request
+// paths, and matches paths against it.
+//
+// A policy file looks like this:
+//
+//	unmatched: allow            # or deny; allow when left out
+//	schema:
+//	  user:
+//	    children:
+//	      "*":                  # any user id not matched by name
+//	        limits: [15, 30, 60]    # GCRA: burst 15, 30 per 60 s
+//	        children:
+//	          trade:
+//	            limits:
+//	              - {algorithm: fixed_window, limit: 1000, window: 1h}
+//	              - {algorithm: gcra, burst: 5, count: 10, period: 1s}
+//	      admin:
+//	        unlimited: true
+//	  tigerfeeding:
+//	    limits: [{algorithm: fixed_window, limit: 100, window: 10s}]
+//	    children:
+//	      "*":
+//	        shadow: true
+//	        limits: {algorithm: gate, interval: 10s}
+//
+// Each node of the tree may have these fields:
+//
+//   - limits: a list of limits, each either a mapping of algo.Spec fields
+//     ({algorithm: gcra, burst: 5, count: 10, period: 1s}) or the shorthand
+//     [burst, count, period] of a GCRA limit, whose period is in seconds or
+//     a duration string. A list of three numbers is one shorthand limit, and
+//     a single mapping is one limit.
+//   - children: the nodes below, by path segment; "*" matches any segment
+//     that no named child matches.
+//   - unlimited: true: a request whose walk reaches the node is not limited
+//     by it or by anything below it (it may have neither limits nor
+//     children); the levels above it still apply.
+//   - shadow: true: the limits of the node and of every node below it are
+//     checked and reported but not enforced, for rolling out new limits.
+//
+// Policy.Match walks a request path from the root, one segment per level,
+// taking the named child if there is one and else "*", and stops at the
+// first segment that has no matching child: deeper segments are ignored.
+// Every node on the walk that has limits is a Level that the request is
+// checked against.
+//
+// Keys are built with sluice.Key, so a segment such as "alex:trade" or
+// "{alex}" can never produce another path's key. The caller-specific part
+// of a path shares one Redis Cluster hash tag: from the first segment
+// matched where a "*" child exists (matched by "*" or by a named child that
+// overrides it), every level's Tag is the key of that segment, such as
+// "user:alex" for "user:alex" and "user:alex:trade". Levels above it, shared
+// by all callers, are their own tags.
+//
+// A compiled Policy is immutable and safe for concurrent use; a Holder swaps
+// one for another atomically on reload.
+package policy
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// Wildcard is the child name that matches any path segment that no named
+// child matches.
+const Wildcard = "*"
+
+// Policy is a compiled, immutable limits tree.
+type Policy struct {
+	name          string
+	root          *node
+	denyUnmatched bool
+	nodes         []Node
+}
+
+// node is one compiled node of the tree.
+type node struct {
+	pattern   string
+	limits    []compiled
+	shadow    bool // the node or an ancestor is shadow
+	unlimited bool
+	children  map[string]*node // named children
+	star      *node            // the "*" child
+}
+
+// compiled is one limit of a node.
+type compiled struct {
+	spec  algo.Spec
+	limit algo.Limit
+}
+
+// Node describes one node of a policy, as listed by Policy.Nodes.
+type Node struct {
+	// Pattern is the node's path of child names from the root, joined by
+	// '/', such as "user/*/trade".
+	Pattern string
+	// Specs are the node's limits.
+	Specs []algo.Spec
+	// Shadow reports whether the node's limits are not enforced (it or an
+	// ancestor is shadow).
+	Shadow bool
+	// Unlimited reports whether the node is unlimited.
+	Unlimited bool
+}
+
+// Match is what a request path hits in a policy.
+type Match struct {
+	// Levels are the nodes with limits on the walk, from the root down.
+	Levels []Level
+	// Pattern is the pattern of the deepest node the walk reached, "" when
+	// the first segment matched nothing. It has few distinct values, which
+	// suits it to metrics labels.
+	Pattern string
+	// Depth is how many leading segments of the path the walk matched;
+	// the segments after them were ignored.
+	Depth int
+	// Unlimited reports whether the walk reached an unlimited node, which
+	// ended it.
+	Unlimited bool
+	// Unmatched reports whether the path matched no policy: no level on
+	// the walk is enforced (there are none, or they are all shadow) and
+	// the walk reached no unlimited node. An unmatched request is allowed
+	// unless Policy.DenyUnmatched; its shadow levels, if any, are still
+	// reported.
+	Unmatched bool
+}
+
+// Level is one node with limits that a request hits.
+type Level struct {
+	// Pattern is the node's pattern, such as "user/*/trade".
+	Pattern string
+	// Key is the request's key at this level: sluice.Key of the path's
+	// segments down to the level, such as "user:alex:trade".
+	Key string
+	// Tag is the Redis Cluster hash tag of the level's keys, a prefix of
+	// Key (see the package documentation).
+	Tag string
+	// Shadow reports whether the level's denials are reported but not
+	// enforced.
+	Shadow bool
+	// Limits are the node's limits, in the order of the file.
+	Limits []Limit
+}
+
+// Limit is one limit of a level.
+type Limit struct {
+	// Key names the state of this limit: the level's Key when the node has
+	// one limit, else the level's Key + "#" + the limit's index from 0
+	// (sluice.Key escapes '#' in segments, so this cannot collide).
+	Key string
+	// Spec is the limit as written in the file. Treat it as read-only.
+	Spec algo.Spec
+	// Limit is the built limit.
+	Limit algo.Limit
+}
+
+// Load reads and compiles the policy file at path. An invalid file returns
+// an ErrorList.
+func Load(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse compiles a policy from the YAML text data; name is the file name
+// that error positions carry. An invalid policy returns an ErrorList of
+// every problem found.
+func Parse(name string, data []byte) (*Policy, error) {
+	p, errs := parse(name, data)
+	if len(errs) > 0 {
+		errs.sort()
+		return nil, errs
+	}
+	return p, nil
+}
+
+// DenyUnmatched reports whether the policy denies unmatched requests
+// (unmatched: deny) rather than allowing them.
+func (p *Policy) DenyUnmatched() bool { return p != nil && p.denyUnmatched }
+
+// Name returns the file name the policy was parsed with.
+func (p *Policy) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
+
+// Nodes lists every node of the policy, parents before their children and
+// children in the order of the file.
+func (p *Policy) Nodes() []Node {
+	if p == nil {
+		return nil
+	}
+	return append([]Node(nil), p.nodes...)
+}
+
+// Match walks path from the root and returns the levels it hits. A nil
+// Policy matches nothing.
+func (p *Policy) Match(path []string) Match {
+	var m Match
+	if p == nil {
+		m.Unmatched = true
+		return m
+	}
+	n := p.root
+	key, tag := "", ""
+	tagged, enforced := false, false
+	for i, seg := range path {
+		c := n.children[seg]
+		if c == nil {
+			c = n.star
+		}
+		if c == nil {
+			break
+		}
+		if i == 0 {
+			key = sluice.Escape(seg)
+		} else {
+			key += ":" + sluice.Escape(seg)
+		}
+		if !tagged && n.star != nil {
+			tag, tagged = key, true
+		}
+		n = c
+		m.Pattern, m.Depth = c.pattern, i+1
+		if c.unlimited {
+			m.Unlimited = true
+			break
+		}
+		if len(c.limits) == 0 {
+			continue
+		}
+		lv := Level{Pattern: c.pattern, Key: key, Tag: tag, Shadow: c.shadow, Limits: make([]Limit, len(c.limits))}
+		if !tagged {
+			lv.Tag = key
+		}
+		for j, l := range c.limits {
+			lv.Limits[j] = Limit{Key: key, Spec: l.spec, Limit: l.limit}
+			if len(c.limits) > 1 {
+				lv.Limits[j].Key = key + "#" + strconv.Itoa(j)
+			}
+		}
+		m.Levels = append(m.Levels, lv)
+		enforced = enforced || !c.shadow
+	}
+	m.Unmatched = !enforced && !m.Unlimited
+	return m
+}
+
+// Requests returns one request per limit of the match's levels, from the
+// root down, each with its limit's Key, its level's Tag and Shadow, and the
+// given cost and time (the zero Time for the store's clock): the input of
+// a store's DecideAll.
+func (m Match) Requests(cost int64, t time.Time) []sluice.Request {
+	n := 0
+	for _, lv := range m.Levels {
+		n += len(lv.Limits)
+	}
+	reqs := make([]sluice.Request, 0, n)
+	for _, lv := range m.Levels {
+		for _, l := range lv.Limits {
+			reqs = append(reqs, sluice.Request{
+				Key: l.Key, Tag: lv.Tag, Limit: l.Limit,
+				Cost: cost, Time: t, Shadow: lv.Shadow,
+			})
+		}
+	}
+	return reqs
+}
