@@ -28,6 +28,9 @@ type command struct {
 // commands maps each subcommand to its implementation, one file each.
 var commands = map[string]command{
 	"replay": {"apply JSON-lines decision events to a store, print one result line each", runReplay},
+
+	"validate": {"check limits.yaml files, print every error with its position", runValidate},
+	"explain":  {"show the keys, hash slots and limits a request path hits in limits.yaml", runExplain},
 }
 
 func main() {

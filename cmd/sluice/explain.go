@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+func runExplain(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	prefix := fs.String("prefix", redis.DefaultPrefix, "the Redis store's key prefix")
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, `usage: sluice explain [--prefix P] FILE SEGMENT...
+
+Shows what a request for the path SEGMENT... hits in the limits.yaml FILE:
+for each level, from the root down, the node's pattern, the state key of
+each limit, its Redis key and Redis Cluster hash slot, whether the level is
+shadow, and the limit. It says when the path is unmatched or reaches an
+unlimited node, and which trailing segments the walk ignored. With no
+segments it lists the policy's nodes.
+
+  sluice explain limits.yaml user alex trade
+
+flags:`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	if strings.ContainsAny(*prefix, "{}") {
+		fmt.Fprintf(e.stderr, "explain: prefix %q may not contain '{' or '}'\n", *prefix)
+		return 2
+	}
+	file, path := fs.Arg(0), fs.Args()[1:]
+	p, err := policy.Load(file)
+	if err != nil {
+		var list policy.ErrorList
+		if errors.As(err, &list) {
+			for _, pe := range list {
+				fmt.Fprintln(e.stderr, pe)
+			}
+		} else {
+			fmt.Fprintf(e.stderr, "explain: %v\n", err)
+		}
+		return 1
+	}
+	if len(path) == 0 {
+		listNodes(e.stdout, p)
+		return 0
+	}
+	explain(e.stdout, p, path, *prefix)
+	return 0
+}
+
+// explain prints the levels a path hits.
+func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
+	m := p.Match(path)
+	fmt.Fprintf(w, "path: %s\n", showPath(path))
+	if len(m.Levels) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "LEVEL\tPATTERN\tKEY\tREDIS KEY\tSLOT\tSHADOW\tLIMIT")
+		for i, lv := range m.Levels {
+			for j, l := range lv.Limits {
+				level, pattern, shadow := strconv.Itoa(i+1), lv.Pattern, "no"
+				if lv.Shadow {
+					shadow = "yes"
+				}
+				if j > 0 {
+					level, pattern, shadow = "", "", ""
+				}
+				name := redis.KeyName(prefix, l.Key, lv.Tag)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", level, pattern, quoteIfUnclear(l.Key), quoteIfUnclear(name), redis.Slot(name), shadow, specJSON(l.Spec))
+			}
+		}
+		tw.Flush()
+	}
+	switch {
+	case m.Unlimited:
+		fmt.Fprintf(w, "unlimited at %s: nothing from there down limits the request\n", m.Pattern)
+	case m.Unmatched:
+		how := "allows it (unmatched: allow)"
+		if p.DenyUnmatched() {
+			how = "denies it (unmatched: deny)"
+		}
+		why := "no level with limits on the path"
+		if len(m.Levels) > 0 {
+			why = "every level on the path is shadow"
+		}
+		fmt.Fprintf(w, "unmatched: %s; the policy %s\n", why, how)
+	}
+	if m.Depth < len(path) {
+		where := "at the root"
+		if m.Pattern != "" {
+			where = "below " + m.Pattern
+		}
+		if !m.Unlimited {
+			fmt.Fprintf(w, "ignored: %s (no child matches %s)\n", showPath(path[m.Depth:]), where)
+		}
+	}
+}
+
+// listNodes prints every node of the policy.
+func listNodes(w io.Writer, p *policy.Policy) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATTERN\tSHADOW\tLIMIT")
+	for _, n := range p.Nodes() {
+		shadow := "no"
+		if n.Shadow {
+			shadow = "yes"
+		}
+		switch {
+		case n.Unlimited:
+			fmt.Fprintf(tw, "%s\t%s\tunlimited\n", n.Pattern, shadow)
+		case len(n.Specs) == 0:
+			fmt.Fprintf(tw, "%s\t%s\t-\n", n.Pattern, shadow)
+		}
+		for i, s := range n.Specs {
+			pattern := n.Pattern
+			if i > 0 {
+				pattern, shadow = "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", pattern, shadow, specJSON(s))
+		}
+	}
+	tw.Flush()
+}
+
+// showPath joins segments with " / ", quoting those that would be unclear.
+func showPath(path []string) string {
+	parts := make([]string, len(path))
+	for i, s := range path {
+		parts[i] = quoteIfUnclear(s)
+		if strings.Contains(s, "/") && parts[i] == s {
+			parts[i] = strconv.Quote(s)
+		}
+	}
+	return strings.Join(parts, " / ")
+}
+
+// quoteIfUnclear quotes s if it is empty or holds spaces, quotes or
+// characters that do not print.
+func quoteIfUnclear(s string) string {
+	if q := strconv.Quote(s); s == "" || strings.ContainsAny(s, " \"") || q != `"`+s+`"` {
+		return q
+	}
+	return s
+}
+
+// specJSON renders a limit as in replay events.
+func specJSON(s any) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Sprint(s)
+	}
+	return string(b)
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+const explainLimits = `unmatched: deny
+schema:
+  user:
+    children:
+      "*":
+        limits: [15, 30, 60]
+        children:
+          trade:
+            limits:
+              - {algorithm: fixed_window, limit: 1000, window: 1h}
+              - {algorithm: gcra, burst: 5, count: 10, period: 1s}
+          report:
+            shadow: true
+            limits: [1, 1, 10m]
+      admin:
+        unlimited: true
+  tigerfeeding:
+    limits: {algorithm: fixed_window, limit: 100, window: 10s}
+    children:
+      "*":
+        limits: {algorithm: gate, interval: 10s}
+`
+
+func TestExplain(t *testing.T) {
+	file := writeFile(t, "limits.yaml", explainLimits)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"user", "alex", "trade"}, `
+path: user / alex / trade
+LEVEL  PATTERN       KEY                REDIS KEY                   SLOT  SHADOW  LIMIT
+1      user/*        user:alex          sluice:{user:alex}          8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
+2      user/*/trade  user:alex:trade#0  sluice:{user:alex}:trade#0  8291  no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
+                     user:alex:trade#1  sluice:{user:alex}:trade#1  8291          {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
+`},
+		{[]string{"user", "alex", "withdrawal", "x"}, `
+path: user / alex / withdrawal / x
+LEVEL  PATTERN  KEY        REDIS KEY           SLOT  SHADOW  LIMIT
+1      user/*   user:alex  sluice:{user:alex}  8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
+ignored: withdrawal / x (no child matches below user/*)
+`},
+		{[]string{"user", "admin", "trade"}, `
+path: user / admin / trade
+unlimited at user/admin: nothing from there down limits the request
+`},
+		{[]string{"order", "1"}, `
+path: order / 1
+unmatched: no level with limits on the path; the policy denies it (unmatched: deny)
+ignored: order / 1 (no child matches at the root)
+`},
+		{[]string{"--prefix=app:", "tigerfeeding", "{bob} x"}, `
+path: tigerfeeding / "{bob} x"
+LEVEL  PATTERN         KEY                         REDIS KEY                             SLOT   SHADOW  LIMIT
+1      tigerfeeding    tigerfeeding                app:{tigerfeeding}                    11442  no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
+2      tigerfeeding/*  "tigerfeeding:%7Bbob%7D x"  "app:{tigerfeeding:%257Bbob%257D x}"  165    no      {"algorithm":"gate","interval":"10s"}
+`},
+		{nil, `
+PATTERN         SHADOW  LIMIT
+user            no      -
+user/*          no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
+user/*/trade    no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
+                        {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
+user/*/report   yes     {"algorithm":"gcra","burst":1,"count":1,"period":"10m0s"}
+user/admin      no      unlimited
+tigerfeeding    no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
+tigerfeeding/*  no      {"algorithm":"gate","interval":"10s"}
+`},
+	} {
+		args := []string{"explain"}
+		path := tc.args
+		if len(path) > 0 && strings.HasPrefix(path[0], "--") {
+			args, path = append(args, path[0]), path[1:]
+		}
+		args = append(append(args, file), path...)
+		status, out, errOut := runSluice(t, args...)
+		if want := strings.TrimPrefix(tc.want, "\n"); status != 0 || out != want || errOut != "" {
+			t.Errorf("%q: status %d stderr %q\n got:\n%s\nwant:\n%s", tc.args, status, errOut, out, want)
+		}
+	}
+}
+
+// TestSlots checks what explain shows: one caller's levels share one Redis
+// Cluster slot, and a shared level above the wildcard has a slot of its own.
+func TestSlots(t *testing.T) {
+	p, err := policy.Parse("limits.yaml", []byte(explainLimits))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := func(path ...string) []int {
+		var out []int
+		for _, r := range p.Match(path).Requests(1, time.Time{}) {
+			out = append(out, redis.Slot(redis.KeyName(redis.DefaultPrefix, r.Key, r.Tag)))
+		}
+		return out
+	}
+	if s := slots("user", "alex", "trade"); len(s) != 3 || s[0] != s[1] || s[1] != s[2] {
+		t.Errorf("user/alex/trade slots = %v, want one slot", s)
+	}
+	if s := slots("tigerfeeding", "alex"); len(s) != 2 || s[0] == s[1] {
+		t.Errorf("tigerfeeding/alex slots = %v, want two", s)
+	}
+}
+
+func TestExplainErrors(t *testing.T) {
+	file := writeFile(t, "limits.yaml", explainLimits)
+	bad := writeFile(t, "bad.yaml", "schema:\n  a: {limits: [1, 2]}\n")
+	for _, tc := range []struct {
+		args   []string
+		status int
+		stderr string
+	}{
+		{[]string{"explain"}, 2, "usage: sluice explain"},
+		{[]string{"explain", "--prefix", "a{b}:", file, "user"}, 2, `explain: prefix "a{b}:" may not contain '{' or '}'`},
+		{[]string{"explain", bad, "a"}, 1, bad + ":2:15: schema.a.limits: a [burst, count, period] shorthand has 3 values, got 2\n"},
+		{[]string{"explain", file + ".missing", "a"}, 1, "explain: policy: open "},
+	} {
+		status, out, errOut := runSluice(t, tc.args...)
+		if status != tc.status || out != "" || !strings.Contains(errOut, tc.stderr) {
+			t.Errorf("%q: status %d stdout %q stderr %q, want %d and %q", tc.args, status, out, errOut, tc.status, tc.stderr)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sluice runs the command in-process and returns its exit status and output.
+func runSluice(t *testing.T, args ...string) (status int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	status = run(context.Background(), env{strings.NewReader(""), &out, &errOut}, args)
+	return status, out.String(), errOut.String()
+}
+
+// writeFile writes a file in a temporary directory and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const seedLimits = `schema:
+  user:
+    children:
+      "*":                 # any user id not matched by name
+        limits: [15, 30, 60]   # GCRA: max_burst 15, 30 per 60 s (the CL.THROTTLE arguments)
+        children:
+          trade:
+            limits: [5, 10, 15]
+`
+
+func TestValidate(t *testing.T) {
+	good := writeFile(t, "good.yaml", seedLimits)
+	status, out, errOut := runSluice(t, "validate", good)
+	if want := good + ": ok: 3 nodes, 2 with limits (2 limits, 0 shadow), 0 unlimited; unmatched requests are allowed\n"; status != 0 || out != want || errOut != "" {
+		t.Errorf("good: status %d\nstdout %q\nwant   %q\nstderr %q", status, out, want, errOut)
+	}
+
+	bad := writeFile(t, "bad.yaml", `unmatched: never
+schema:
+  user:
+    children:
+      "*":
+        limits: [15, 30]
+        children:
+          trade:
+            limits: [{algorithm: gcra, burst: 5, count: -10, period: 1s}]
+            colour: red
+          trade: {unlimited: true}
+`)
+	status, out, errOut = runSluice(t, "validate", bad, good)
+	want := strings.Join([]string{
+		bad + `:1:12: unmatched: want allow or deny, got "never"`,
+		bad + `:6:17: schema.user.children.*.limits: a [burst, count, period] shorthand has 3 values, got 2`,
+		bad + `:9:57: schema.user.children.*.children.trade.limits[0].count: gcra count must be positive, got -10`,
+		bad + `:10:13: schema.user.children.*.children.trade.colour: unknown field "colour" (want limits, children, unlimited or shadow)`,
+		bad + `:11:11: schema.user.children.*.children.trade: duplicate child "trade" (first at line 8)`,
+		bad + `: 5 errors`,
+	}, "\n") + "\n"
+	if status != 1 || errOut != want || !strings.HasPrefix(out, good+": ok:") {
+		t.Errorf("bad: status %d\nstderr %s\nwant   %s\nstdout %q", status, errOut, want, out)
+	}
+
+	status, _, errOut = runSluice(t, "validate", filepath.Join(t.TempDir(), "missing.yaml"))
+	if status != 1 || !strings.HasPrefix(errOut, "validate: policy: open ") {
+		t.Errorf("missing: status %d stderr %q", status, errOut)
+	}
+	if status, _, errOut = runSluice(t, "validate"); status != 2 || !strings.Contains(errOut, "usage: sluice validate") {
+		t.Errorf("no file: status %d stderr %q", status, errOut)
+	}
+	if status, _, _ = runSluice(t, "validate", "-x", good); status != 2 {
+		t.Errorf("bad flag: status %d", status)
+	}
+}
