@@ -2,6 +2,8 @@ package policy
 
 import (
 	"encoding"
+	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"regexp"
@@ -20,7 +22,14 @@ import (
 // algorithms added to algo.Spec load without changes here. Every problem is
 // reported with its position, and decoding goes on to find the others.
 
+// yamlUnmarshaler is the custom unmarshaler of yaml.v2 and goccy/go-yaml,
+// which a type can have without importing a YAML package.
+type yamlUnmarshaler interface {
+	UnmarshalYAML(unmarshal func(any) error) error
+}
+
 var (
+	yamlUnmarshalerType = reflect.TypeFor[yamlUnmarshaler]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 	durationType        = reflect.TypeFor[algo.Duration]()
 	number              = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
@@ -35,6 +44,9 @@ func (l *loader) decode(n ast.Node, v reflect.Value, path string) bool {
 	n, ok := l.deref(n, path)
 	if !ok {
 		return false
+	}
+	if v.CanAddr() && v.Addr().Type().Implements(yamlUnmarshalerType) {
+		return l.unmarshalYAML(n, v.Addr().Interface().(yamlUnmarshaler), path)
 	}
 	if v.CanAddr() && v.Addr().Type().Implements(textUnmarshalerType) {
 		s, ok := stringValue(n)
@@ -163,6 +175,64 @@ func (l *loader) decode(n ast.Node, v reflect.Value, path string) bool {
 		l.errorf(n, path, "cannot load a field of type %s", v.Type())
 	}
 	return false
+}
+
+// unmarshalYAML decodes n with a type's own UnmarshalYAML, whose unmarshal
+// function decodes n as this loader does. A type may try several forms,
+// such as a mapping and then a list, so the problems of each try are kept
+// aside: on failure the loader reports those of the first try whose form
+// fits the node (a mapping for a mapping, a list for a list), with their
+// positions, or else the type's error at the node.
+func (l *loader) unmarshalYAML(n ast.Node, u yamlUnmarshaler, path string) bool {
+	var fit ErrorList
+	err := u.UnmarshalYAML(func(target any) error {
+		rv := reflect.ValueOf(target)
+		if rv.Kind() != reflect.Pointer || rv.IsNil() {
+			return fmt.Errorf("unmarshal wants a non-nil pointer, got %T", target)
+		}
+		try := &loader{name: l.name, seen: map[errKey]bool{}, aliases: l.aliases, work: l.work, tooBig: l.tooBig}
+		ok := try.decode(n, rv.Elem(), path)
+		l.work = try.work
+		if try.tooBig && !l.tooBig {
+			l.tooBig = true
+			l.errorf(n, path, "policy too large: more than %d nodes and values, counting each use of an alias", maxWork)
+		}
+		if ok || len(try.errs) == 0 {
+			return nil
+		}
+		if fit == nil && fits(n, rv.Type().Elem()) {
+			fit = try.errs
+		}
+		return errors.New(try.errs[0].Msg)
+	})
+	if err == nil {
+		return true
+	}
+	if len(fit) == 0 {
+		l.add(l.pos(n), nil, path, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "), err)
+	}
+	for _, e := range fit {
+		l.add(e.Pos, nil, e.Field, e.Msg, e.Err)
+	}
+	return false
+}
+
+// fits reports whether a node has the form a type decodes from.
+func fits(n ast.Node, t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch n.(type) {
+	case *ast.MappingNode:
+		return t.Kind() == reflect.Map || t.Kind() == reflect.Struct
+	case *ast.SequenceNode:
+		return t.Kind() == reflect.Slice || t.Kind() == reflect.Array
+	}
+	switch t.Kind() {
+	case reflect.Map, reflect.Struct, reflect.Slice, reflect.Array:
+		return false
+	}
+	return true
 }
 
 // notInteger reports a node that is not an integer.

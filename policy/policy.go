@@ -38,6 +38,18 @@
 //   - shadow: true: the limits of the node and of every node below it are
 //     checked and reported but not enforced, for rolling out new limits.
 //
+// At the top level, schema holds the tree; unmatched: deny denies the
+// requests that no policy matches (see Match.Unmatched); definitions is
+// ignored, a place for YAML anchors. Anchors, aliases and merge keys (<<)
+// work; YAML tags and more than one document are errors.
+//
+// Parse and Load report every problem in a file, not just the first, each
+// with its file:line:col and field path (an ErrorList): unknown fields,
+// wrong types, invalid limits (as algo.Spec.Build judges them: a negative
+// burst, a zero count or period, a field the algorithm does not take),
+// duplicate children and fields, an empty tree or node, a shorthand of the
+// wrong length, an unlimited node with limits or children.
+//
 // Policy.Match walks a request path from the root, one segment per level,
 // taking the named child if there is one and else "*", and stops at the
 // first segment that has no matching child: deeper segments are ignored.

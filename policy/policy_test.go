@@ -76,7 +76,7 @@ func TestSeedScenario(t *testing.T) {
 		t.Errorf("match = %+v", m)
 	}
 	want := algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: algo.Duration(time.Minute)}
-	if got := m.Levels[0].Limits[0].Spec; got != want {
+	if got := m.Levels[0].Limits[0].Spec; !reflect.DeepEqual(got, want) {
 		t.Errorf("spec = %+v, want %+v", got, want)
 	}
 
