@@ -18,6 +18,7 @@ func FuzzParse(f *testing.F) {
 		"schema:\n  a: &a {limits: [[1, 2, 3], {algorithm: gate, interval: 1s}]}\n  b: *a\n  c: {<<: *a}\n",
 		"unmatched: deny\nschema:\n  \"*\": {shadow: true, limits: {algorithm: token_bucket, burst: 1, rate: 1, per: 1s}}\n",
 		"schema:\n  a: !!map {x: *y}\n  ~: [\n",
+		"schema:\n  a: {limits: {algorithm: sliding_log, limits: {h: {limit: 1, window: 1h}}, buckets: 6}}\n",
 	} {
 		f.Add([]byte(s))
 	}
