@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -32,23 +33,31 @@ func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost 
 		return fmt.Errorf("policy: %w: negative cost %d", sluice.ErrBadRequest, cost)
 	}
 	p := c.Policy.Load()
-	m := p.Match(path)
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	sc.reqs, sc.levels = sc.reqs[:0], sc.levels[:0]
+	var m Match
+	p.walk(path, &m, func(n *node, key, tag string) {
+		for j, l := range n.limits {
+			sc.reqs = append(sc.reqs, sluice.Request{Key: limitKey(key, j, len(n.limits)), Tag: tag, Limit: l.limit, Cost: cost, Time: t, Shadow: n.shadow})
+			sc.levels = append(sc.levels, sluice.Level{Pattern: n.pattern, Spec: l.spec, Shadow: n.shadow})
+		}
+	})
 	d.Matched = !m.Unmatched
 	d.Levels = d.Levels[:0]
 	pass := true
-	if reqs := m.Requests(cost, t); len(reqs) > 0 {
-		results := make([]algo.Result, len(reqs))
+	if len(sc.reqs) > 0 {
+		sc.results = append(sc.results[:0], make([]algo.Result, len(sc.reqs))...)
 		var err error
-		if pass, err = c.Store.DecideAll(ctx, reqs, results); err != nil {
+		if pass, err = c.Store.DecideAll(ctx, sc.reqs, sc.results); err != nil {
+			clear(sc.reqs) // drop references to keys and limits
 			return err
 		}
-		i := 0
-		for _, lv := range m.Levels {
-			for _, l := range lv.Limits {
-				d.Levels = append(d.Levels, sluice.Level{Pattern: lv.Pattern, Key: l.Key, Spec: l.Spec, Shadow: lv.Shadow, Result: results[i]})
-				i++
-			}
+		for i, lv := range sc.levels {
+			lv.Key, lv.Result = sc.reqs[i].Key, sc.results[i]
+			d.Levels = append(d.Levels, lv)
 		}
+		clear(sc.reqs)
 	}
 	d.Summary = sluice.Summarize(d.Levels)
 	d.Allowed = pass
@@ -58,3 +67,12 @@ func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost 
 	}
 	return nil
 }
+
+// scratch holds a check's buffers between checks.
+type scratch struct {
+	reqs    []sluice.Request
+	results []algo.Result
+	levels  []sluice.Level
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

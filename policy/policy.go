@@ -72,6 +72,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -218,12 +219,30 @@ func (p *Policy) Nodes() []Node {
 // Policy matches nothing.
 func (p *Policy) Match(path []string) Match {
 	var m Match
+	p.walk(path, &m, func(n *node, key, tag string) {
+		lv := Level{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Limits: make([]Limit, len(n.limits))}
+		for j, l := range n.limits {
+			lv.Limits[j] = Limit{Key: limitKey(key, j, len(n.limits)), Spec: l.spec, Limit: l.limit}
+		}
+		m.Levels = append(m.Levels, lv)
+	})
+	return m
+}
+
+// walk walks path from the root, calls visit for every node with limits
+// on the way with the level's key and tag, and fills m's Pattern, Depth,
+// Unlimited and Unmatched (not its Levels). The keys are prefixes of one
+// string holding the whole escaped path, so a walk allocates at most that
+// string.
+func (p *Policy) walk(path []string, m *Match, visit func(n *node, key, tag string)) {
 	if p == nil {
 		m.Unmatched = true
-		return m
+		return
 	}
+	var endsBuf [16]int
+	full, ends := joinEscaped(path, endsBuf[:0])
 	n := p.root
-	key, tag := "", ""
+	tag := ""
 	tagged, enforced := false, false
 	for i, seg := range path {
 		c := n.children[seg]
@@ -233,11 +252,7 @@ func (p *Policy) Match(path []string) Match {
 		if c == nil {
 			break
 		}
-		if i == 0 {
-			key = sluice.Escape(seg)
-		} else {
-			key += ":" + sluice.Escape(seg)
-		}
+		key := full[:ends[i]]
 		if !tagged && n.star != nil {
 			tag, tagged = key, true
 		}
@@ -250,21 +265,45 @@ func (p *Policy) Match(path []string) Match {
 		if len(c.limits) == 0 {
 			continue
 		}
-		lv := Level{Pattern: c.pattern, Key: key, Tag: tag, Shadow: c.shadow, Limits: make([]Limit, len(c.limits))}
-		if !tagged {
-			lv.Tag = key
+		if tagged {
+			visit(c, key, tag)
+		} else {
+			visit(c, key, key)
 		}
-		for j, l := range c.limits {
-			lv.Limits[j] = Limit{Key: key, Spec: l.spec, Limit: l.limit}
-			if len(c.limits) > 1 {
-				lv.Limits[j].Key = key + "#" + strconv.Itoa(j)
-			}
-		}
-		m.Levels = append(m.Levels, lv)
 		enforced = enforced || !c.shadow
 	}
 	m.Unmatched = !enforced && !m.Unlimited
-	return m
+}
+
+// joinEscaped returns sluice.Key(path...) and the end offset of each
+// segment's key in it.
+func joinEscaped(path []string, ends []int) (string, []int) {
+	if len(path) == 1 {
+		e := sluice.Escape(path[0])
+		return e, append(ends, len(e))
+	}
+	size := 0
+	for _, seg := range path {
+		size += len(seg) + 1
+	}
+	var b strings.Builder // String() does not copy
+	b.Grow(size + 8)
+	for i, seg := range path {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		b.WriteString(sluice.Escape(seg))
+		ends = append(ends, b.Len())
+	}
+	return b.String(), ends
+}
+
+// limitKey is the state key of limit j of a node with n limits.
+func limitKey(key string, j, n int) string {
+	if n == 1 {
+		return key
+	}
+	return key + "#" + strconv.Itoa(j)
 }
 
 // Requests returns one request per limit of the match's levels, from the
