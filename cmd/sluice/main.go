@@ -29,6 +29,9 @@ type command struct {
 var commands = map[string]command{
 	"replay": {"apply JSON-lines decision events to a store, print one result line each", runReplay},
 
+	"serve":        {"serve decisions over HTTP/JSON and Envoy's gRPC rate limit service", runServe},
+	"import-envoy": {"convert envoyproxy/ratelimit configuration files to limits.yaml", runImportEnvoy},
+
 	"validate": {"check limits.yaml files, print every error with its position", runValidate},
 	"explain":  {"show the keys, hash slots and limits a request path hits in limits.yaml", runExplain},
 }

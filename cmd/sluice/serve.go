@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server"
+)
+
+// examplePolicy is the policy `sluice serve` uses without --policy.
+//
+//go:embed limits.example.yaml
+var examplePolicy []byte
+
+func runServe(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	configFile := fs.String("config", "", "read settings from this sluice.yaml (env and flags override it)")
+	fields := map[string]string{} // flag name -> config field
+	str := func(name, field, usage string) {
+		fs.String(name, "", usage)
+		fields[name] = field
+	}
+	str("http", "http", "HTTP listen address (default "+server.DefaultHTTP+"; off disables)")
+	str("grpc", "grpc", "gRPC listen address (default "+server.DefaultGRPC+"; off disables)")
+	str("store", "store", "store: memory (default), redis://[user:pass@]host:port/db, rediss://..., a Cluster seed list redis://h1:p1?addr=h2:p2, or Sentinel redis://h:26379?master_set=name")
+	str("policy", "policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)")
+	str("timeout", "timeout", "decision timeout, store round trip included (default 50ms)")
+	str("on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)")
+	str("admin-token", "admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)")
+	str("admin-token-file", "admin_token_file", "file holding the admin token")
+	str("redis-prefix", "redis.prefix", "prefix of Redis keys (default sluice:)")
+	str("redis-tls-ca", "redis.tls.ca_file", "CA file that verifies Redis's TLS certificate (turns TLS on)")
+	str("redis-tls-cert", "redis.tls.cert_file", "client certificate for Redis TLS")
+	str("redis-tls-key", "redis.tls.key_file", "client key for Redis TLS")
+	str("watch-interval", "watch_interval", "how often to poll the policy file for changes (default 1s; -1s disables)")
+	str("log-level", "log_level", "debug, info (default), warn or error")
+	str("log-format", "log_format", "text (default) or json")
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, `usage: sluice serve [flags]
+
+Serves rate-limit decisions over HTTP/JSON (POST /v1/check) and as Envoy's
+rate limit service over gRPC, with Prometheus metrics (/metrics), health
+(/healthz, /readyz) and, given an admin token, admin endpoints (/admin/v1/).
+With no flags: the memory store and the bundled example policy, on
+127.0.0.1 only.
+
+Settings come from --config sluice.yaml, then SLUICE_* environment
+variables, then flags, each overriding the one before:`)
+		for _, v := range server.EnvVars {
+			fmt.Fprintf(e.stderr, "  %-38s %s\n", v.Name, v.Field)
+		}
+		fmt.Fprintln(e.stderr, "\nSIGHUP reloads the policy; SIGTERM or SIGINT drains in-flight requests and exits 0.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+
+	var cfg server.Config
+	if *configFile != "" {
+		if err := server.LoadConfigFile(*configFile, &cfg); err != nil {
+			fmt.Fprintf(e.stderr, "serve: %v\n", err)
+			return 2
+		}
+	}
+	if err := server.ApplyEnv(&cfg, os.Getenv); err != nil {
+		fmt.Fprintf(e.stderr, "serve: %v\n", err)
+		return 2
+	}
+	var flagErr error
+	fs.Visit(func(f *flag.Flag) {
+		field, ok := fields[f.Name]
+		if !ok {
+			return
+		}
+		if err := cfg.Set(field, f.Value.String()); err != nil && flagErr == nil {
+			flagErr = fmt.Errorf("--%s: %w", f.Name, err)
+		}
+	})
+	if flagErr != nil {
+		fmt.Fprintf(e.stderr, "serve: %v\n", flagErr)
+		return 2
+	}
+	cfg.PolicyData, cfg.PolicyName = examplePolicy, "limits.example.yaml (bundled)"
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(e.stderr, "serve: %v\n", err)
+		return 2
+	}
+	logFile, _ := e.stderr.(*os.File)
+	if logFile == nil {
+		logFile = os.Stderr
+	}
+	log, err := server.NewLogger(cfg, logFile)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "serve: %v\n", err)
+		return 2
+	}
+
+	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	srv, err := server.New(openCtx, cfg, log)
+	cancel()
+	if err != nil {
+		var list policy.ErrorList
+		if errors.As(err, &list) {
+			fmt.Fprintf(e.stderr, "serve: the policy has %d error(s):\n%v\n", len(list), list)
+		} else {
+			fmt.Fprintf(e.stderr, "serve: %v\n", err)
+		}
+		return 1
+	}
+	if err := srv.Listen(); err != nil {
+		srv.Close()
+		fmt.Fprintf(e.stderr, "serve: %v\n", err)
+		return 1
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}()
+
+	banner(e, cfg, srv)
+	log.Info("listening", "http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "store", srv.StoreKind(),
+		"policy", srv.Policy().Name(), "timeout", time.Duration(cfg.Timeout), "on_store_error", cfg.OnStoreError)
+	if err := srv.Serve(ctx, reload); err != nil {
+		fmt.Fprintf(e.stderr, "serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// banner tells the user where the service listens and how to try it.
+func banner(e env, cfg server.Config, srv *server.Server) {
+	var b strings.Builder
+	b.WriteString("Sluice is serving.\n")
+	if a := srv.HTTPAddr(); a != "" {
+		fmt.Fprintf(&b, "  HTTP/JSON  http://%s   POST /v1/check, GET /metrics /healthz /readyz\n", a)
+	}
+	if a := srv.GRPCAddr(); a != "" {
+		fmt.Fprintf(&b, "  gRPC       %s   envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1.Health\n", a)
+	}
+	fmt.Fprintf(&b, "  store      %s\n", redacted(cfg.Store))
+	if cfg.Policy == "" {
+		b.WriteString("  policy     the bundled example (--policy limits.yaml for yours)\n")
+	} else {
+		fmt.Fprintf(&b, "  policy     %s (reloads on SIGHUP and on change)\n", cfg.Policy)
+	}
+	if a := srv.HTTPAddr(); a != "" {
+		b.WriteString("Try it (the 4th check within 10s is denied with 429):\n")
+		fmt.Fprintf(&b, "  for i in 1 2 3 4; do curl -s -w ' %%{http_code}\\n' http://%s/v1/check -d '{\"path\": [\"user\", \"alex\", \"trade\"]}'; done\n", a)
+	}
+	fmt.Fprint(e.stdout, b.String())
+}
+
+func redacted(u string) string {
+	at := strings.LastIndex(u, "@")
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return u
+	}
+	return u[:scheme+3] + "…" + u[at:]
+}

@@ -1,0 +1,296 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// Config configures a Server. The zero value of a field means its default
+// (see Defaults). `sluice serve` builds it from, in increasing priority, the
+// --config file (sluice.yaml, whose fields are the yaml names below), the
+// SLUICE_* environment variables (see ApplyEnv) and the command-line flags.
+type Config struct {
+	// HTTP is the listen address of the HTTP/JSON API, metrics, health and
+	// admin endpoints ("off" disables it). Default 127.0.0.1:8080.
+	HTTP string `yaml:"http"`
+	// GRPC is the listen address of the Envoy rate limit service and the
+	// gRPC health service ("off" disables it). Default 127.0.0.1:8081.
+	GRPC string `yaml:"grpc"`
+	// Store is "memory" or a redis:// or rediss:// URL: one server, a
+	// Cluster seed list (?addr=host:port&addr=...) or Sentinel
+	// (?master_set=name). Default memory.
+	Store string `yaml:"store"`
+	// Policy is the limits.yaml file; empty means the bundled example
+	// (PolicyData).
+	Policy string `yaml:"policy"`
+	// PolicyData is the policy used when Policy is empty, and PolicyName
+	// the name its errors carry.
+	PolicyData []byte `yaml:"-"`
+	PolicyName string `yaml:"-"`
+	// Timeout bounds each decision, store round trip included. Default
+	// 50ms.
+	Timeout Duration `yaml:"timeout"`
+	// OnStoreError is what a check answers when the store fails or times
+	// out: "allow" (fail open, the default) or "deny" (fail closed).
+	OnStoreError string `yaml:"on_store_error"`
+	// AdminToken is the bearer token of the /admin/ endpoints. Empty
+	// disables them: they answer 404. AdminTokenFile, if set, is read for it
+	// (trailing white space trimmed).
+	AdminToken     string `yaml:"admin_token"`
+	AdminTokenFile string `yaml:"admin_token_file"`
+	// Redis configures the connection when Store is a Redis URL.
+	Redis RedisConfig `yaml:"redis"`
+	// Consumers configures the per-key lists of recent consumers' meta.
+	Consumers ConsumersConfig `yaml:"consumers"`
+	// WatchInterval is how often the policy file's modification time and
+	// size are polled for a reload; negative disables polling (SIGHUP
+	// still reloads). Default 1s.
+	WatchInterval Duration `yaml:"watch_interval"`
+	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
+	// Default 10s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// LogLevel is debug, info (default), warn or error; LogFormat is text
+	// (default) or json.
+	LogLevel  string `yaml:"log_level"`
+	LogFormat string `yaml:"log_format"`
+}
+
+// RedisConfig is how to reach Redis beyond what the URL says.
+type RedisConfig struct {
+	// Prefix of every key (default "sluice:").
+	Prefix string `yaml:"prefix"`
+	// Username and Password override the URL's.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// TLS: CAFile verifies the server (system roots when empty); CertFile
+	// and KeyFile are a client certificate; ServerName overrides the name
+	// checked; InsecureSkipVerify disables verification (tests only).
+	// Setting any of them turns TLS on, as does a rediss:// URL.
+	TLS TLSConfig `yaml:"tls"`
+}
+
+// TLSConfig is a TLS client configuration.
+type TLSConfig struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	ServerName         string `yaml:"server_name"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+func (t TLSConfig) enabled() bool {
+	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify
+}
+
+// ConsumersConfig sizes the consumers lists.
+type ConsumersConfig struct {
+	// Max is how many entries a key's list keeps (default 20; negative
+	// disables recording).
+	Max int `yaml:"max"`
+	// TTL is how long a list lives after its last entry (default 1h).
+	TTL Duration `yaml:"ttl"`
+}
+
+// Duration is a time.Duration written as "50ms" in sluice.yaml.
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// Defaults of Config.
+const (
+	DefaultHTTP            = "127.0.0.1:8080"
+	DefaultGRPC            = "127.0.0.1:8081"
+	DefaultTimeout         = 50 * time.Millisecond
+	DefaultWatchInterval   = time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultConsumersMax    = 20
+	DefaultConsumersTTL    = time.Hour
+)
+
+// Defaults returns c with every unset field at its default.
+func (c Config) Defaults() Config {
+	if c.HTTP == "" {
+		c.HTTP = DefaultHTTP
+	}
+	if c.GRPC == "" {
+		c.GRPC = DefaultGRPC
+	}
+	if c.Store == "" {
+		c.Store = "memory"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = Duration(DefaultTimeout)
+	}
+	if c.OnStoreError == "" {
+		c.OnStoreError = "allow"
+	}
+	if c.WatchInterval == 0 {
+		c.WatchInterval = Duration(DefaultWatchInterval)
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = Duration(DefaultShutdownTimeout)
+	}
+	if c.Consumers.Max == 0 {
+		c.Consumers.Max = DefaultConsumersMax
+	}
+	if c.Consumers.TTL == 0 {
+		c.Consumers.TTL = Duration(DefaultConsumersTTL)
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	return c
+}
+
+// Validate reports the first problem with a defaulted config.
+func (c Config) Validate() error {
+	switch {
+	case c.HTTP == "off" && c.GRPC == "off":
+		return errors.New("config: http and grpc are both off: nothing to serve")
+	case c.Timeout <= 0:
+		return fmt.Errorf("config: timeout must be positive, got %v", time.Duration(c.Timeout))
+	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
+		return fmt.Errorf("config: on_store_error must be allow or deny, got %q", c.OnStoreError)
+	case c.Consumers.TTL <= 0:
+		return fmt.Errorf("config: consumers.ttl must be positive, got %v", time.Duration(c.Consumers.TTL))
+	case c.Consumers.Max > 1000:
+		return fmt.Errorf("config: consumers.max is at most 1000, got %d", c.Consumers.Max)
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("config: log_format must be text or json, got %q", c.LogFormat)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}
+
+// LoadConfigFile reads a sluice.yaml into c; unknown fields are errors.
+func LoadConfigFile(path string, c *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := yaml.UnmarshalWithOptions(data, c, yaml.Strict()); err != nil {
+		return fmt.Errorf("config %s: %s", path, yaml.FormatError(err, false, true))
+	}
+	return nil
+}
+
+// EnvVars lists the environment variables ApplyEnv reads, each with the
+// Config field it sets.
+var EnvVars = []struct{ Name, Field string }{
+	{"SLUICE_HTTP", "http"},
+	{"SLUICE_GRPC", "grpc"},
+	{"SLUICE_STORE", "store"},
+	{"SLUICE_POLICY", "policy"},
+	{"SLUICE_TIMEOUT", "timeout"},
+	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
+	{"SLUICE_ADMIN_TOKEN", "admin_token"},
+	{"SLUICE_ADMIN_TOKEN_FILE", "admin_token_file"},
+	{"SLUICE_REDIS_PREFIX", "redis.prefix"},
+	{"SLUICE_REDIS_USERNAME", "redis.username"},
+	{"SLUICE_REDIS_PASSWORD", "redis.password"},
+	{"SLUICE_REDIS_TLS_CA_FILE", "redis.tls.ca_file"},
+	{"SLUICE_REDIS_TLS_CERT_FILE", "redis.tls.cert_file"},
+	{"SLUICE_REDIS_TLS_KEY_FILE", "redis.tls.key_file"},
+	{"SLUICE_REDIS_TLS_SERVER_NAME", "redis.tls.server_name"},
+	{"SLUICE_REDIS_TLS_INSECURE_SKIP_VERIFY", "redis.tls.insecure_skip_verify"},
+	{"SLUICE_CONSUMERS_MAX", "consumers.max"},
+	{"SLUICE_CONSUMERS_TTL", "consumers.ttl"},
+	{"SLUICE_WATCH_INTERVAL", "watch_interval"},
+	{"SLUICE_SHUTDOWN_TIMEOUT", "shutdown_timeout"},
+	{"SLUICE_LOG_LEVEL", "log_level"},
+	{"SLUICE_LOG_FORMAT", "log_format"},
+}
+
+// ApplyEnv sets the fields of c named by the SLUICE_* variables that
+// getenv returns non-empty (see EnvVars).
+func ApplyEnv(c *Config, getenv func(string) string) error {
+	for _, v := range EnvVars {
+		s := getenv(v.Name)
+		if s == "" {
+			continue
+		}
+		if err := c.Set(v.Field, s); err != nil {
+			return fmt.Errorf("%s: %w", v.Name, err)
+		}
+	}
+	return nil
+}
+
+// Set sets the field of c with the given yaml name (dotted for nested
+// fields, as in EnvVars) from its text form.
+func (c *Config) Set(field, s string) error {
+	str := map[string]*string{
+		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy,
+		"on_store_error": &c.OnStoreError, "admin_token": &c.AdminToken, "admin_token_file": &c.AdminTokenFile,
+		"redis.prefix": &c.Redis.Prefix, "redis.username": &c.Redis.Username, "redis.password": &c.Redis.Password,
+		"redis.tls.ca_file": &c.Redis.TLS.CAFile, "redis.tls.cert_file": &c.Redis.TLS.CertFile,
+		"redis.tls.key_file": &c.Redis.TLS.KeyFile, "redis.tls.server_name": &c.Redis.TLS.ServerName,
+		"log_level": &c.LogLevel, "log_format": &c.LogFormat,
+	}
+	if p, ok := str[field]; ok {
+		*p = s
+		return nil
+	}
+	durs := map[string]*Duration{
+		"timeout": &c.Timeout, "consumers.ttl": &c.Consumers.TTL,
+		"watch_interval": &c.WatchInterval, "shutdown_timeout": &c.ShutdownTimeout,
+	}
+	if p, ok := durs[field]; ok {
+		return p.UnmarshalText([]byte(s))
+	}
+	switch field {
+	case "consumers.max":
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", s)
+		}
+		c.Consumers.Max = n
+		return nil
+	case "redis.tls.insecure_skip_verify":
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", s)
+		}
+		c.Redis.TLS.InsecureSkipVerify = b
+		return nil
+	}
+	return fmt.Errorf("unknown config field %q", field)
+}
+
+// adminToken returns the admin token, reading AdminTokenFile if set.
+func (c Config) adminToken() (string, error) {
+	if c.AdminTokenFile == "" {
+		return c.AdminToken, nil
+	}
+	b, err := os.ReadFile(c.AdminTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("config: admin_token_file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("config: admin_token_file %s is empty", c.AdminTokenFile)
+	}
+	return t, nil
+}

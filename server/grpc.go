@@ -1,0 +1,362 @@
+package server
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// The Envoy rate limit service (envoy.service.ratelimit.v3.RateLimitService,
+// ShouldRateLimit), so that Envoy, Istio or any proxy that speaks it can
+// use Sluice:
+//
+// Mapping. A descriptor of domain D with entries (k1, v1) … (kn, vn) is
+// the policy path [D, k1, v1, …, kn, vn] (see DescriptorPath): domain,
+// then each entry's key and value as two segments. An entry with an empty
+// value still contributes an empty value segment, which only a "*" child
+// matches, as Envoy's service falls back to the key-only descriptor.
+//
+// Matching is Envoy's: a descriptor is limited by the limits of the one
+// node its whole path reaches, and only those. Nodes above it on the walk
+// do not apply (send them as descriptors of their own, as with Envoy), and
+// a descriptor whose path stops early (an entry that matches no child) is
+// not limited. A named child wins over "*", as key_value wins over a
+// key-only descriptor in Envoy's configuration; `sluice import-envoy`
+// writes exactly such a tree. A descriptor that reaches an unlimited node
+// is OK with limit_remaining 2^32-1, as in Envoy's service. Under
+// unmatched: deny, a descriptor that reaches no node with limits is
+// OVER_LIMIT.
+//
+// Counting. hits_addend is the cost: the request's (0, which proto3 cannot
+// tell from unset, means 1, as in Envoy's service) unless a descriptor sets
+// its own hits_addend, where 0 checks without consuming. is_negative_hits
+// is refused (InvalidArgument). Every limit of every descriptor is decided
+// in one all-or-nothing DecideAll: a request that is over limit on one
+// descriptor consumes nothing on the others (Envoy's service counts each
+// descriptor on its own), and overall_code is OVER_LIMIT when any enforced
+// descriptor is. Descriptors naming the same key add their costs.
+// Descriptor limit overrides (RateLimitDescriptor.limit) are ignored: the
+// policy decides.
+//
+// Answers. Each DescriptorStatus has its code, current_limit (the steady
+// rate of its most restrictive limit as requests per unit, named by the
+// node's pattern; exact for fixed_window limits of a whole unit, which is
+// what import-envoy writes), limit_remaining and duration_until_reset (the
+// time until the limit is back to full). response_headers_to_add carries
+// the RateLimit-Policy and RateLimit fields for every enforced level, and
+// Retry-After when over limit. A shadow level (Envoy's shadow_mode) is
+// reported in its status's numbers but its code stays OK.
+//
+// When the store fails or times out, the answer follows on_store_error:
+// OK everywhere (fail open) or OVER_LIMIT everywhere (fail closed), within
+// the decision timeout; it is not a gRPC error, so Envoy's own
+// failure_mode_deny does not come into play.
+type rateLimitService struct {
+	rlv3.UnimplementedRateLimitServiceServer
+	s *Server
+}
+
+// DescriptorPath returns the policy path of an Envoy descriptor:
+// [domain, key1, value1, …, keyN, valueN].
+func DescriptorPath(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) []string {
+	path := make([]string, 1, 1+2*len(entries))
+	path[0] = domain
+	for _, e := range entries {
+		path = append(path, e.GetKey(), e.GetValue())
+	}
+	return path
+}
+
+// descriptorMatch is what one descriptor hit.
+type descriptorMatch struct {
+	level     *policy.Level // nil when no node with limits was reached
+	unlimited bool
+	cost      int64
+	first     int // index of its first request in the batch
+}
+
+func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest) (*rlv3.RateLimitResponse, error) {
+	s := g.s
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	if req.GetDomain() == "" {
+		s.m.badRequests.WithLabelValues("grpc").Inc()
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		s.m.badRequests.WithLabelValues("grpc").Inc()
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	reqCost := int64(max(req.GetHitsAddend(), 1))
+	p := s.holder.Load()
+	ds := make([]descriptorMatch, len(req.Descriptors))
+	b := batchPool.Get().(*batch)
+	defer batchPool.Put(b)
+	b.reqs = b.reqs[:0]
+	byKey := map[string]int(nil) // limit key -> request index, for duplicates
+	for i, d := range req.Descriptors {
+		if d.GetIsNegativeHits() {
+			s.m.badRequests.WithLabelValues("grpc").Inc()
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported", i)
+		}
+		cost := reqCost
+		if h := d.GetHitsAddend(); h != nil {
+			if h.GetValue() > math.MaxInt32 {
+				s.m.badRequests.WithLabelValues("grpc").Inc()
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
+			}
+			cost = int64(h.GetValue())
+		}
+		ds[i].cost = cost
+		ds[i].first = len(b.reqs)
+		if len(d.GetEntries()) == 0 {
+			continue // Envoy's service limits nothing for an empty descriptor
+		}
+		path := DescriptorPath(req.Domain, d.Entries)
+		m := p.Match(path)
+		if m.Depth != len(path) {
+			continue
+		}
+		if m.Unlimited {
+			ds[i].unlimited = true
+			continue
+		}
+		full := sluice.Key(path...)
+		for j := range m.Levels {
+			if m.Levels[j].Key != full {
+				continue
+			}
+			lv := m.Levels[j]
+			ds[i].level = &lv
+			for _, l := range lv.Limits {
+				if k, dup := byKey[l.Key]; dup {
+					b.reqs[k].Cost += cost
+					continue
+				}
+				if len(req.Descriptors) > 1 {
+					if byKey == nil {
+						byKey = map[string]int{}
+					}
+					byKey[l.Key] = len(b.reqs)
+				}
+				b.reqs = append(b.reqs, sluice.Request{Key: l.Key, Tag: lv.Tag, Limit: l.Limit, Cost: cost, Shadow: lv.Shadow})
+			}
+		}
+	}
+
+	start := time.Now()
+	pass, err := true, error(nil)
+	if n := len(b.reqs); n > 0 {
+		b.results = grow(b.results, n)
+		sctx, cancel := s.storeCtx(ctx)
+		pass, err = s.be.store.DecideAll(sctx, b.reqs, b.results)
+		cancel()
+	}
+	s.m.grpcDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		if isBadRequest(err) {
+			s.m.badRequests.WithLabelValues("grpc").Inc()
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		s.storeFailed("grpc", err)
+		return g.storeErrorResponse(len(req.Descriptors)), nil
+	}
+
+	resp := &rlv3.RateLimitResponse{Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	overall := rlv3.RateLimitResponse_OK
+	if !pass {
+		overall = rlv3.RateLimitResponse_OVER_LIMIT
+	}
+	levels := b.d.Levels[:0]
+	var denied retryAfter // over the enforced descriptors that denied, for Retry-After
+	for i := range ds {
+		dm := &ds[i]
+		switch {
+		case dm.unlimited:
+			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		case dm.level == nil:
+			st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
+			if p.DenyUnmatched() {
+				st.Code = rlv3.RateLimitResponse_OVER_LIMIT
+				overall = rlv3.RateLimitResponse_OVER_LIMIT
+				denied.add(algo.Never)
+			}
+			resp.Statuses[i] = st
+			continue
+		}
+		lv := dm.level
+		own := len(levels)
+		for _, l := range lv.Limits {
+			k := dm.first
+			if idx, ok := byKey[l.Key]; ok {
+				k = idx
+			} else {
+				dm.first++
+			}
+			levels = append(levels, sluice.Level{Pattern: lv.Pattern, Key: l.Key, Spec: l.Spec, Shadow: lv.Shadow, Result: b.results[k]})
+		}
+		mine := levels[own:]
+		sum := sluice.Summarize(mine)
+		st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
+		if !sum.Allowed {
+			st.Code = rlv3.RateLimitResponse_OVER_LIMIT
+			denied.add(sum.RetryAfter)
+		}
+		// The most restrictive limit: enforced ones first; with only
+		// shadow ones, the shadow one with the least remaining.
+		best := -1
+		for j := range mine {
+			if best < 0 || mine[best].Shadow && !mine[j].Shadow ||
+				mine[best].Shadow == mine[j].Shadow && mine[j].Result.Remaining < mine[best].Result.Remaining {
+				best = j
+			}
+		}
+		r := mine[best].Result
+		if !lv.Shadow {
+			r.Remaining, r.ResetAfter = sum.Remaining, sum.ResetAfter
+		}
+		st.CurrentLimit = EnvoyLimit(mine[best].Spec, lv.Pattern)
+		st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(r.ResetAfter)
+		resp.Statuses[i] = st
+	}
+	resp.OverallCode = overall
+	b.d.Levels = levels
+	s.countLevels(levels)
+	if overall == rlv3.RateLimitResponse_OK {
+		s.m.grpcChecks.allowed.Inc()
+	} else {
+		s.m.grpcChecks.limited.Inc()
+	}
+	pol, rl := appendRateLimitFields(b.buf[:0], nil, levels)
+	if len(pol) > 0 {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: headerPolicy, Value: string(pol)},
+			&corev3.HeaderValue{Key: headerRateLimit, Value: string(rl)})
+	}
+	if overall == rlv3.RateLimitResponse_OVER_LIMIT {
+		if secs, ok := retryAfterSeconds(algo.Result{RetryAfter: denied.d}); ok && denied.any {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
+		}
+	}
+	return resp, nil
+}
+
+// retryAfter folds the RetryAfter of denials: the largest, Never winning.
+type retryAfter struct {
+	d   time.Duration
+	any bool
+}
+
+func (r *retryAfter) add(d time.Duration) {
+	switch {
+	case !r.any:
+		r.d = d
+	case r.d == algo.Never || d == algo.Never:
+		r.d = algo.Never
+	default:
+		r.d = max(r.d, d)
+	}
+	r.any = true
+}
+
+// storeErrorResponse is the answer when the store failed: every
+// descriptor OK (fail open) or OVER_LIMIT (fail closed).
+func (g *rateLimitService) storeErrorResponse(n int) *rlv3.RateLimitResponse {
+	code := rlv3.RateLimitResponse_OK
+	if g.s.failOpen {
+		g.s.m.grpcChecks.errAllowed.Inc()
+	} else {
+		code = rlv3.RateLimitResponse_OVER_LIMIT
+		g.s.m.grpcChecks.errDenied.Inc()
+	}
+	resp := &rlv3.RateLimitResponse{OverallCode: code, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, n)}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: code}
+	}
+	return resp
+}
+
+// envoyUnits are Envoy's units with their lengths, as Envoy's rate limit
+// service counts them (a month is 30 days, a year 365).
+var envoyUnits = []struct {
+	unit rlv3.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	{rlv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	{rlv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{rlv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{rlv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{rlv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	{rlv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+	{rlv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+}
+
+// EnvoyUnit returns the length of an Envoy rate limit unit, 0 for UNKNOWN.
+func EnvoyUnit(u rlv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	for _, e := range envoyUnits {
+		if e.unit == u {
+			return e.d
+		}
+	}
+	return 0
+}
+
+// EnvoyLimit expresses a limit's steady rate as Envoy's requests per unit:
+// n per period (fixed_window limit per window, gcra count per period,
+// token_bucket rate per per, gate 1 per interval). A period of exactly
+// one unit gives n per that unit; otherwise the smallest unit in which the
+// rate is a whole number of at least 1, or else the largest unit, rounded
+// down.
+func EnvoyLimit(s algo.Spec, name string) *rlv3.RateLimitResponse_RateLimit {
+	var n int64
+	var period time.Duration
+	switch s.Algorithm {
+	case algo.NameFixedWindow:
+		n, period = s.Limit, time.Duration(s.Window)
+	case algo.NameGCRA:
+		n, period = s.Count, time.Duration(s.Period)
+	case algo.NameTokenBucket:
+		n, period = s.Rate, time.Duration(s.Per)
+	case algo.NameGate:
+		n, period = 1, time.Duration(s.Interval)
+	}
+	out := &rlv3.RateLimitResponse_RateLimit{Name: name}
+	if n <= 0 || period <= 0 {
+		return out
+	}
+	for _, e := range envoyUnits {
+		if period == e.d {
+			out.RequestsPerUnit, out.Unit = uint32(min(n, math.MaxUint32)), e.unit
+			return out
+		}
+	}
+	for _, e := range envoyUnits {
+		num := float64(n) * float64(e.d) / float64(period)
+		if num >= 1 && num == math.Trunc(num) {
+			out.RequestsPerUnit, out.Unit = uint32(min(num, math.MaxUint32)), e.unit
+			return out
+		}
+	}
+	last := envoyUnits[len(envoyUnits)-1]
+	num := float64(n) * float64(last.d) / float64(period)
+	out.RequestsPerUnit, out.Unit = uint32(min(num, math.MaxUint32)), last.unit
+	return out
+}

@@ -1,0 +1,344 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Handler returns the HTTP API:
+//
+//	POST   /v1/check                  decide a path (CheckRequest → DecisionJSON)
+//	GET    /healthz                   200 while the process is up
+//	GET    /readyz                    200 when the policy is loaded and the store answers
+//	GET    /metrics                   Prometheus metrics
+//	GET    /admin/v1/state?path=a&path=b      peek every level of a path
+//	DELETE /admin/v1/state?path=a&path=b      reset every level of a path
+//	GET    /admin/v1/consumers?path=a&path=b  recent consumers of every level of a path
+//
+// The admin endpoints need "Authorization: Bearer <admin token>" (401
+// without it or with a wrong one); with no admin token configured they do
+// not exist (404).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	mux.HandleFunc("/v1/check", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "POST")
+		writeProblem(w, http.StatusMethodNotAllowed, "use POST with a JSON body such as {\"path\": [\"user\", \"alex\"]}")
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /admin/v1/state", s.admin(s.handleState))
+	mux.HandleFunc("DELETE /admin/v1/state", s.admin(s.handleReset))
+	mux.HandleFunc("GET /admin/v1/consumers", s.admin(s.handleConsumers))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, "no such endpoint: try POST /v1/check")
+	})
+	return mux
+}
+
+// handleCheck serves POST /v1/check: 200 with the decision when allowed,
+// 429 when limited, with the RateLimit fields (and Retry-After when
+// denied, unless the cost can never be admitted); 400 with a problem+json
+// body for a malformed request. When the store fails, the answer is the
+// on_store_error policy's, with store_error set in the body and no
+// RateLimit fields.
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	b := batchPool.Get().(*batch)
+	defer batchPool.Put(b)
+
+	body, err := readBody(r, b.body[:0])
+	b.body = body[:0]
+	if err != nil {
+		s.m.badRequests.WithLabelValues("http").Inc()
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	req, err := ParseCheckRequest(body)
+	if err != nil {
+		s.m.badRequests.WithLabelValues("http").Inc()
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	start := time.Now()
+	m, err := s.decidePath(r.Context(), s.holder.Load(), req.Path, cost, b)
+	s.m.httpDuration.Observe(time.Since(start).Seconds())
+	storeErr := ""
+	if err != nil {
+		if isBadRequest(err) {
+			s.m.badRequests.WithLabelValues("http").Inc()
+			writeProblem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if r.Context().Err() != nil {
+			return // the client has gone
+		}
+		s.storeFailed("http", err)
+		storeErr = "store unavailable: " + err.Error()
+		b.d = sluice.Decision{Levels: b.d.Levels[:0], Matched: !m.Unmatched, Allowed: s.failOpen}
+		b.d.Summary.Allowed = s.failOpen
+		if s.failOpen {
+			s.m.httpChecks.errAllowed.Inc()
+		} else {
+			b.d.Summary.RetryAfter = time.Second
+			s.m.httpChecks.errDenied.Inc()
+		}
+	} else {
+		s.countLevels(b.d.Levels)
+		if b.d.Allowed {
+			s.m.httpChecks.allowed.Inc()
+		} else {
+			s.m.httpChecks.limited.Inc()
+		}
+		if len(req.Meta) > 0 && b.d.Allowed && cost > 0 {
+			s.consumers.record(m.Levels, cost, req.Meta)
+		}
+	}
+
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	if storeErr == "" {
+		pol, rl := appendRateLimitFields(b.buf[:0], nil, b.d.Levels)
+		if len(pol) > 0 {
+			h[headerPolicy] = []string{string(pol)}
+			h[headerRateLimit] = []string{string(rl)}
+		}
+	}
+	status := http.StatusOK
+	if !b.d.Allowed {
+		status = http.StatusTooManyRequests
+		if secs, ok := retryAfterSeconds(b.d.Summary); ok {
+			h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
+		}
+	}
+	out := AppendDecisionJSON(b.buf[:0], &b.d, storeErr)
+	out = append(out, '\n')
+	b.buf = out[:0]
+	h["Content-Length"] = []string{strconv.Itoa(len(out))}
+	w.WriteHeader(status)
+	w.Write(out)
+}
+
+// readBody reads at most MaxBodyBytes of the body into buf.
+func readBody(r *http.Request, buf []byte) ([]byte, error) {
+	if r.ContentLength > MaxBodyBytes {
+		return buf, bodyErrorf("body of %d bytes exceeds the limit of %d", r.ContentLength, MaxBodyBytes)
+	}
+	lr := io.LimitReader(r.Body, MaxBodyBytes+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return buf, bodyErrorf("reading the body: %v", err)
+		}
+	}
+	if len(buf) > MaxBodyBytes {
+		return buf, bodyErrorf("body exceeds the limit of %d bytes", MaxBodyBytes)
+	}
+	return buf, nil
+}
+
+// problem is an RFC 9457 problem details body.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// handleReady serves GET /readyz: 200 when a policy is loaded, the store
+// answers a ping within the decision timeout (at least 1s) and the server
+// is not shutting down; 503 with the reason otherwise.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !s.ready.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "shutting down\n")
+		return
+	}
+	if s.holder.Load() == nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "no policy loaded\n")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
+	defer cancel()
+	if err := s.be.ping(ctx); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "store unreachable: "+err.Error()+"\n")
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// --- admin ---
+
+// admin wraps an admin handler: 404 when no token is configured, 401
+// unless the request carries "Authorization: Bearer <token>" (compared in
+// constant time, over SHA-256 digests so that the length does not leak
+// either).
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	want := sha256.Sum256([]byte(s.adminToken))
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.adminToken == "" {
+			writeProblem(w, http.StatusNotFound, "the admin API is disabled: configure admin_token (SLUICE_ADMIN_TOKEN) to enable it")
+			return
+		}
+		auth := r.Header.Get("Authorization")
+		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		got := sha256.Sum256([]byte(tok))
+		if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
+			writeProblem(w, http.StatusUnauthorized, "the admin API needs Authorization: Bearer <admin token>")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// adminPath reads the path named by the repeated path query parameter.
+func adminPath(w http.ResponseWriter, r *http.Request) ([]string, bool) {
+	path := r.URL.Query()["path"]
+	if len(path) == 0 {
+		writeProblem(w, http.StatusBadRequest, "name a key by its path: ?path=user&path=alex&path=trade")
+		return nil, false
+	}
+	if len(path) > MaxPathSegments {
+		writeProblem(w, http.StatusBadRequest, "path has too many segments")
+		return nil, false
+	}
+	return path, true
+}
+
+// handleState serves GET /admin/v1/state: a peek (cost 0, nothing
+// consumed) of every level of the path, as a DecisionJSON.
+func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
+	path, ok := adminPath(w, r)
+	if !ok {
+		return
+	}
+	b := new(batch)
+	if _, err := s.decidePath(r.Context(), s.holder.Load(), path, 0, b); err != nil {
+		s.adminStoreError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewDecisionJSON(&b.d))
+}
+
+// handleReset serves DELETE /admin/v1/state: every limit of every level
+// of the path forgets its state; the answer lists the keys reset.
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	path, ok := adminPath(w, r)
+	if !ok {
+		return
+	}
+	rs, ok := s.be.store.(Resetter)
+	if !ok {
+		writeProblem(w, http.StatusNotImplemented, "the store cannot reset keys")
+		return
+	}
+	m := s.holder.Load().Match(path)
+	reqs := m.Requests(0, time.Time{})
+	keys := make([]string, len(reqs))
+	for i, q := range reqs {
+		keys[i] = q.Key
+	}
+	if len(reqs) > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
+		defer cancel()
+		if err := rs.Reset(ctx, reqs); err != nil {
+			s.adminStoreError(w, err)
+			return
+		}
+	}
+	s.log.Info("admin reset", "path", path, "keys", keys)
+	writeJSON(w, http.StatusOK, map[string]any{"reset": keys})
+}
+
+// ConsumersJSON is the answer of GET /admin/v1/consumers: for each level
+// of the path, its recent consumers, newest first.
+type ConsumersJSON struct {
+	Levels []LevelConsumersJSON `json:"levels"`
+}
+
+// LevelConsumersJSON is one level's consumers list.
+type LevelConsumersJSON struct {
+	Pattern   string     `json:"pattern"`
+	Key       string     `json:"key"`
+	Consumers []Consumer `json:"consumers"`
+}
+
+// handleConsumers serves GET /admin/v1/consumers.
+func (s *Server) handleConsumers(w http.ResponseWriter, r *http.Request) {
+	path, ok := adminPath(w, r)
+	if !ok {
+		return
+	}
+	m := s.holder.Load().Match(path)
+	out := ConsumersJSON{Levels: []LevelConsumersJSON{}}
+	ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
+	defer cancel()
+	for _, lv := range m.Levels {
+		cs, err := s.consumers.recent(ctx, lv.Key, lv.Tag)
+		if err != nil {
+			s.adminStoreError(w, err)
+			return
+		}
+		out.Levels = append(out.Levels, LevelConsumersJSON{Pattern: lv.Pattern, Key: lv.Key, Consumers: cs})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) adminStoreError(w http.ResponseWriter, err error) {
+	if isBadRequest(err) {
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.m.storeErrors.Inc()
+	writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+}

@@ -1,0 +1,346 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// DecisionJSON is a hierarchical decision as JSON: the body of POST
+// /v1/check (and of the admin state endpoint), and one output line of
+// `sluice replay --policy`. It is the summary of sluice.Summarize in the
+// shape of CL.THROTTLE's reply, plus every level the request hit:
+//
+//	{"allowed": false, "limit": 16, "remaining": 0, "retry_after_ns": 1999000000,
+//	 "reset_after_ns": 31999000000, "matched": true, "levels": [
+//	   {"pattern": "user/*", "key": "user:alex", "spec": {"algorithm": "gcra", "burst": 15, "count": 30, "period": "1m0s"},
+//	    "shadow": false, "allowed": false, "limit": 16, "remaining": 0,
+//	    "retry_after_ns": 1999000000, "reset_after_ns": 31999000000}]}
+//
+// Durations are integer nanoseconds; retry_after_ns is 0 when allowed and -1
+// when the cost can never be admitted (it exceeds a limit, or the request
+// matched nothing under unmatched: deny). Levels is [] (never null) when the
+// request hit no level. A level's configured limit is under "spec" (the
+// algo.Spec JSON of replay events and limits.yaml), since "limit" is the
+// result's limit as in the summary.
+type DecisionJSON struct {
+	Allowed      bool        `json:"allowed"`
+	Limit        int64       `json:"limit"`
+	Remaining    int64       `json:"remaining"`
+	RetryAfterNs int64       `json:"retry_after_ns"`
+	ResetAfterNs int64       `json:"reset_after_ns"`
+	Matched      bool        `json:"matched"`
+	Levels       []LevelJSON `json:"levels"`
+	// StoreError is set, and the decision is the configured store-error
+	// policy's (allow or deny), when the store failed or timed out.
+	StoreError string `json:"store_error,omitempty"`
+}
+
+// LevelJSON is one level of a DecisionJSON: one limit of one policy node on
+// the request's path, and its result.
+type LevelJSON struct {
+	Pattern      string    `json:"pattern"`
+	Key          string    `json:"key"`
+	Spec         algo.Spec `json:"spec"`
+	Shadow       bool      `json:"shadow"`
+	Allowed      bool      `json:"allowed"`
+	Limit        int64     `json:"limit"`
+	Remaining    int64     `json:"remaining"`
+	RetryAfterNs int64     `json:"retry_after_ns"`
+	ResetAfterNs int64     `json:"reset_after_ns"`
+}
+
+// NewDecisionJSON converts a decision to its JSON form.
+func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
+	out := DecisionJSON{
+		Allowed:      d.Allowed,
+		Limit:        d.Summary.Limit,
+		Remaining:    d.Summary.Remaining,
+		RetryAfterNs: int64(d.Summary.RetryAfter),
+		ResetAfterNs: int64(d.Summary.ResetAfter),
+		Matched:      d.Matched,
+		Levels:       make([]LevelJSON, len(d.Levels)),
+	}
+	for i, l := range d.Levels {
+		out.Levels[i] = LevelJSON{
+			Pattern: l.Pattern, Key: l.Key, Spec: l.Spec, Shadow: l.Shadow,
+			Allowed: l.Result.Allowed, Limit: l.Result.Limit, Remaining: l.Result.Remaining,
+			RetryAfterNs: int64(l.Result.RetryAfter), ResetAfterNs: int64(l.Result.ResetAfter),
+		}
+	}
+	return out
+}
+
+// AppendDecisionJSON appends the JSON of NewDecisionJSON(d) (with
+// storeError as store_error) to b, byte for byte what encoding/json
+// writes for it, without its allocations.
+func AppendDecisionJSON(b []byte, d *sluice.Decision, storeError string) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = appendResult(b, d.Summary)
+	b = append(b, `,"matched":`...)
+	b = strconv.AppendBool(b, d.Matched)
+	b = append(b, `,"levels":[`...)
+	for i := range d.Levels {
+		l := &d.Levels[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"pattern":`...)
+		b = appendString(b, l.Pattern)
+		b = append(b, `,"key":`...)
+		b = appendString(b, l.Key)
+		b = append(b, `,"spec":`...)
+		b = appendSpec(b, &l.Spec)
+		b = append(b, `,"shadow":`...)
+		b = strconv.AppendBool(b, l.Shadow)
+		b = append(b, `,"allowed":`...)
+		b = strconv.AppendBool(b, l.Result.Allowed)
+		b = appendResult(b, l.Result)
+		b = append(b, '}')
+	}
+	b = append(b, ']')
+	if storeError != "" {
+		b = append(b, `,"store_error":`...)
+		b = appendString(b, storeError)
+	}
+	return append(b, '}')
+}
+
+func appendResult(b []byte, r algo.Result) []byte {
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, r.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, r.Remaining, 10)
+	b = append(b, `,"retry_after_ns":`...)
+	b = strconv.AppendInt(b, int64(r.RetryAfter), 10)
+	b = append(b, `,"reset_after_ns":`...)
+	return strconv.AppendInt(b, int64(r.ResetAfter), 10)
+}
+
+// appendSpec writes s as encoding/json does (omitempty fields, durations
+// as Go duration strings): by hand for the algorithms whose fields it
+// knows, with encoding/json for any other.
+func appendSpec(b []byte, s *algo.Spec) []byte {
+	switch s.Algorithm {
+	case algo.NameGCRA, algo.NameTokenBucket, algo.NameFixedWindow, algo.NameGate:
+	default:
+		j, err := json.Marshal(s)
+		if err != nil {
+			return append(b, "null"...)
+		}
+		return append(b, j...)
+	}
+	b = append(b, `{"algorithm":`...)
+	b = appendString(b, s.Algorithm)
+	num := func(b []byte, name string, v int64) []byte {
+		if v == 0 {
+			return b
+		}
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":`...)
+		return strconv.AppendInt(b, v, 10)
+	}
+	dur := func(b []byte, name string, v algo.Duration) []byte {
+		if v == 0 {
+			return b
+		}
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":"`...)
+		b = append(b, time.Duration(v).String()...)
+		return append(b, '"')
+	}
+	b = num(b, "burst", s.Burst)
+	b = num(b, "count", s.Count)
+	b = dur(b, "period", s.Period)
+	b = num(b, "rate", s.Rate)
+	b = dur(b, "per", s.Per)
+	b = num(b, "limit", s.Limit)
+	b = dur(b, "window", s.Window)
+	b = dur(b, "interval", s.Interval)
+	return append(b, '}')
+}
+
+// appendString writes s as a JSON string the way encoding/json does
+// (HTML-escaping <, > and &, and replacing invalid UTF-8 with U+FFFD).
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// CheckRequest is the body of POST /v1/check:
+//
+//	{"path": ["user", "alex", "trade"], "cost": 1, "meta": {"user_id": "u-17"}}
+//
+// Path is required and not empty; Cost defaults to 1 when left out (0
+// peeks: nothing is consumed); Meta, optional, is any JSON object of at
+// most MaxMetaBytes, recorded in the consumers list of every level the
+// request consumed from (see the package documentation). Unknown fields
+// are an error.
+type CheckRequest struct {
+	Path []string        `json:"path"`
+	Cost *int64          `json:"cost,omitempty"`
+	Meta json.RawMessage `json:"meta,omitempty"`
+}
+
+// Limits on a check request.
+const (
+	// MaxBodyBytes bounds the body of POST /v1/check.
+	MaxBodyBytes = 64 << 10
+	// MaxPathSegments bounds the segments of a path.
+	MaxPathSegments = 64
+	// MaxMetaBytes bounds a check's meta object.
+	MaxMetaBytes = 1024
+)
+
+// errBody is a problem with a request body; its message is the detail of
+// the 400 answer.
+type errBody struct{ msg string }
+
+func (e *errBody) Error() string { return e.msg }
+
+func bodyErrorf(format string, args ...any) error {
+	return &errBody{fmt.Sprintf(format, args...)}
+}
+
+// ParseCheckRequest decodes and validates a check request body: one JSON
+// object with no unknown fields, a non-empty path of at most
+// MaxPathSegments segments, a cost that is not negative, and a meta that is
+// an object of at most MaxMetaBytes. The error says what is wrong.
+func ParseCheckRequest(body []byte) (CheckRequest, error) {
+	var req CheckRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, describeJSONError(body, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return req, bodyErrorf("malformed JSON: more than one value in the body")
+	}
+	switch {
+	case len(req.Path) == 0:
+		return req, bodyErrorf(`"path" is missing or empty: give the request's path segments, e.g. ["user","alex","trade"]`)
+	case len(req.Path) > MaxPathSegments:
+		return req, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), MaxPathSegments)
+	case req.Cost != nil && *req.Cost < 0:
+		return req, bodyErrorf(`"cost" must not be negative, got %d`, *req.Cost)
+	}
+	if len(req.Meta) > 0 {
+		m := bytes.TrimSpace(req.Meta)
+		if bytes.Equal(m, []byte("null")) {
+			req.Meta = nil
+		} else if len(m) == 0 || m[0] != '{' {
+			return req, bodyErrorf(`"meta" must be a JSON object, got %s`, firstBytes(m, 40))
+		} else {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, m); err != nil {
+				return req, bodyErrorf(`"meta": %v`, err)
+			}
+			if buf.Len() > MaxMetaBytes {
+				return req, bodyErrorf(`"meta" is %d bytes, more than %d`, buf.Len(), MaxMetaBytes)
+			}
+			req.Meta = buf.Bytes()
+		}
+	}
+	return req, nil
+}
+
+func firstBytes(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// describeJSONError turns a decoding error into a message for the client.
+func describeJSONError(body []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return bodyErrorf("empty body: want a JSON object such as {\"path\": [\"user\", \"alex\"]}")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return bodyErrorf("malformed JSON: the body ends in the middle of a value")
+	case errors.As(err, &syn):
+		return bodyErrorf("malformed JSON at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ):
+		if typ.Field != "" {
+			return bodyErrorf("%q must be %s, got a JSON %s", typ.Field, wantType(typ.Field), typ.Value)
+		}
+		return bodyErrorf("the body must be a JSON object, got a JSON %s", typ.Value)
+	}
+	// json: unknown field "x"
+	return bodyErrorf("%s", stripJSONPrefix(err.Error()))
+}
+
+func wantType(field string) string {
+	switch field {
+	case "path", "path[]":
+		return "an array of strings"
+	case "cost":
+		return "an integer"
+	}
+	return "another type"
+}
+
+func stripJSONPrefix(s string) string {
+	const p = "json: "
+	if len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}

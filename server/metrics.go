@@ -1,0 +1,113 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus metrics, all prefixed sluice_:
+//
+//	sluice_checks_total{api,outcome}          checks by API (http, grpc) and outcome:
+//	                                          allowed, limited, store_error_allowed,
+//	                                          store_error_denied
+//	sluice_decisions_total{node,outcome}      level decisions by policy node (its pattern)
+//	                                          and outcome: allowed, limited, shadow_limited
+//	sluice_check_duration_seconds{api}        decision latency, from the parsed request
+//	                                          to the decision (store round trip included)
+//	sluice_store_errors_total                 decisions the store failed or timed out
+//	sluice_bad_requests_total{api}            requests refused as malformed
+//	sluice_policy_reloads_total{result}       policy reloads: success, failure
+//	sluice_policy_loaded_timestamp_seconds    when the current policy was loaded
+//	sluice_consumers_dropped_total            consumer entries dropped (queue full or store error)
+//
+// plus the Go runtime and process collectors.
+type metrics struct {
+	reg         *prometheus.Registry
+	checks      *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	storeErrors prometheus.Counter
+	badRequests *prometheus.CounterVec
+	reloads     *prometheus.CounterVec
+	loadedAt    prometheus.Gauge
+	dropped     prometheus.Counter
+
+	// per-API children, looked up once
+	httpChecks, grpcChecks     outcomeCounters
+	httpDuration, grpcDuration prometheus.Observer
+	nodes                      sync.Map // pattern -> *nodeCounters
+}
+
+type outcomeCounters struct {
+	allowed, limited, errAllowed, errDenied prometheus.Counter
+}
+
+type nodeCounters struct {
+	allowed, limited, shadowLimited prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.checks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_checks_total", Help: "Checks by API and outcome.",
+	}, []string{"api", "outcome"})
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_decisions_total", Help: "Level decisions by policy node and outcome.",
+	}, []string{"node", "outcome"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_check_duration_seconds",
+		Help:    "Decision latency, store round trip included.",
+		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"api"})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_store_errors_total", Help: "Decisions the store failed or timed out.",
+	})
+	m.badRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_bad_requests_total", Help: "Requests refused as malformed.",
+	}, []string{"api"})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_policy_reloads_total", Help: "Policy reloads by result.",
+	}, []string{"result"})
+	m.loadedAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_policy_loaded_timestamp_seconds", Help: "When the current policy was loaded.",
+	})
+	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_consumers_dropped_total", Help: "Consumer entries dropped (queue full or store error).",
+	})
+	m.reg.MustRegister(m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	m.badRequests.WithLabelValues("http")
+	m.badRequests.WithLabelValues("grpc")
+	m.httpChecks = m.outcomes("http")
+	m.grpcChecks = m.outcomes("grpc")
+	m.httpDuration = m.duration.WithLabelValues("http")
+	m.grpcDuration = m.duration.WithLabelValues("grpc")
+	return m
+}
+
+func (m *metrics) outcomes(api string) outcomeCounters {
+	return outcomeCounters{
+		allowed:    m.checks.WithLabelValues(api, "allowed"),
+		limited:    m.checks.WithLabelValues(api, "limited"),
+		errAllowed: m.checks.WithLabelValues(api, "store_error_allowed"),
+		errDenied:  m.checks.WithLabelValues(api, "store_error_denied"),
+	}
+}
+
+// node returns the counters of a policy node.
+func (m *metrics) node(pattern string) *nodeCounters {
+	if c, ok := m.nodes.Load(pattern); ok {
+		return c.(*nodeCounters)
+	}
+	c := &nodeCounters{
+		allowed:       m.decisions.WithLabelValues(pattern, "allowed"),
+		limited:       m.decisions.WithLabelValues(pattern, "limited"),
+		shadowLimited: m.decisions.WithLabelValues(pattern, "shadow_limited"),
+	}
+	actual, _ := m.nodes.LoadOrStore(pattern, c)
+	return actual.(*nodeCounters)
+}

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// fileStamp is what the watcher compares to notice a changed file.
+type fileStamp struct {
+	modTime time.Time
+	size    int64
+	ok      bool
+}
+
+func statFile(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{modTime: fi.ModTime(), size: fi.Size(), ok: true}
+}
+
+// watch reloads the policy on every value from reload (SIGHUP) and, for a
+// policy file, whenever its modification time or size changes (polled
+// every WatchInterval; a negative interval disables polling).
+func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
+	var tick <-chan time.Time
+	if s.cfg.Policy != "" && s.cfg.WatchInterval > 0 {
+		t := time.NewTicker(time.Duration(s.cfg.WatchInterval))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-reload:
+			if !ok {
+				reload = nil
+				continue
+			}
+			s.Reload("signal")
+		case <-tick:
+			s.reloadIfChanged()
+		}
+	}
+}
+
+func (s *Server) reloadIfChanged() {
+	st := statFile(s.cfg.Policy)
+	s.reloadMu.Lock()
+	changed := st.ok && (st.modTime != s.fileState.modTime || st.size != s.fileState.size)
+	s.reloadMu.Unlock()
+	if changed {
+		s.Reload("file changed")
+	}
+}
+
+// Reload reads the policy again and swaps it in. A file that cannot be
+// read or is invalid is logged, each error with its position, counted as a
+// failed reload, and the policy in force stays. It reports whether the
+// new policy is in force.
+func (s *Server) Reload(reason string) bool {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	p, stamp, err := s.loadPolicy()
+	// Remember the file as seen even when it is bad, so that a bad file is
+	// reported once, not at every poll.
+	s.fileState = stamp
+	if err != nil {
+		s.m.reloads.WithLabelValues("failure").Inc()
+		var list policy.ErrorList
+		if errors.As(err, &list) {
+			s.log.Error("policy reload failed; the previous policy stays", "reason", reason,
+				"file", s.cfg.Policy, "errors", len(list))
+			for _, e := range list {
+				s.log.Error("policy error", "pos", e.Pos.String(), "field", e.Field, "msg", e.Msg)
+			}
+		} else {
+			s.log.Error("policy reload failed; the previous policy stays", "reason", reason,
+				"file", s.cfg.Policy, "err", err)
+		}
+		return false
+	}
+	s.holder.Store(p)
+	s.m.reloads.WithLabelValues("success").Inc()
+	s.m.loadedAt.SetToCurrentTime()
+	s.log.Info("policy reloaded", "reason", reason, "file", p.Name(), "nodes", len(p.Nodes()))
+	return true
+}

@@ -1,0 +1,414 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Server is the Sluice service: the HTTP/JSON API, the Envoy rate limit
+// service over gRPC, metrics, health and admin endpoints, over one store and
+// one policy that reloads.
+type Server struct {
+	cfg        Config
+	log        *slog.Logger
+	holder     *policy.Holder
+	be         *backend
+	m          *metrics
+	consumers  *consumerRecorder
+	adminToken string
+	failOpen   bool
+	timeout    time.Duration
+
+	reloadMu  sync.Mutex
+	fileState fileStamp // of the policy file when last read
+
+	ready    atomic.Bool
+	errLog   rateLimitedLog
+	httpLn   net.Listener
+	grpcLn   net.Listener
+	httpSrv  *http.Server
+	grpcSrv  *grpc.Server
+	health   *health.Server
+	inflight sync.WaitGroup
+}
+
+// New loads the policy and opens the store the config names. An invalid
+// policy file returns its policy.ErrorList (every error, positioned).
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	token, err := cfg.adminToken()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, log: log, m: newMetrics(), adminToken: token,
+		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
+		holder: new(policy.Holder),
+	}
+	s.errLog.every = time.Second
+	p, stamp, err := s.loadPolicy()
+	if err != nil {
+		return nil, err
+	}
+	s.holder.Store(p)
+	s.fileState = stamp
+	s.m.loadedAt.SetToCurrentTime()
+	if s.be, err = openStore(ctx, cfg); err != nil {
+		return nil, err
+	}
+	s.consumers = newConsumerRecorder(s.be, cfg.Consumers, s.m.dropped, log)
+	return s, nil
+}
+
+// loadPolicy reads the policy file, or parses the bundled policy.
+func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
+	if s.cfg.Policy == "" {
+		name := s.cfg.PolicyName
+		if name == "" {
+			name = "limits.yaml"
+		}
+		p, err := policy.Parse(name, s.cfg.PolicyData)
+		return p, fileStamp{}, err
+	}
+	stamp := statFile(s.cfg.Policy)
+	p, err := policy.Load(s.cfg.Policy)
+	return p, stamp, err
+}
+
+// Policy returns the policy in force.
+func (s *Server) Policy() *policy.Policy { return s.holder.Load() }
+
+// Listen binds the configured addresses ("off" skips one). Port 0 picks a
+// free port; HTTPAddr and GRPCAddr tell which.
+func (s *Server) Listen() error {
+	var err error
+	if s.cfg.HTTP != "off" {
+		if s.httpLn, err = net.Listen("tcp", s.cfg.HTTP); err != nil {
+			return fmt.Errorf("listen http: %w", err)
+		}
+	}
+	if s.cfg.GRPC != "off" {
+		if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPC); err != nil {
+			if s.httpLn != nil {
+				s.httpLn.Close()
+			}
+			return fmt.Errorf("listen grpc: %w", err)
+		}
+	}
+	return nil
+}
+
+// HTTPAddr is the HTTP listener's address, "" when off or not listening.
+func (s *Server) HTTPAddr() string { return addrOf(s.httpLn) }
+
+// GRPCAddr is the gRPC listener's address, "" when off or not listening.
+func (s *Server) GRPCAddr() string { return addrOf(s.grpcLn) }
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// Serve serves on the listeners of Listen until ctx is done, then shuts
+// down gracefully: it stops being ready, stops accepting, lets in-flight
+// requests finish (within ShutdownTimeout), flushes the consumers lists and
+// closes the store. reload receives a value for each reload asked for
+// (SIGHUP); the policy file is also polled every WatchInterval.
+func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
+	if s.httpLn == nil && s.grpcLn == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, 2)
+	if s.httpLn != nil {
+		s.httpSrv = &http.Server{
+			Handler:           s.Handler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		}
+		go func() {
+			if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("http: %w", err)
+			}
+		}()
+	}
+	if s.grpcLn != nil {
+		s.grpcSrv = grpc.NewServer()
+		rlv3.RegisterRateLimitServiceServer(s.grpcSrv, &rateLimitService{s: s})
+		s.health = health.NewServer()
+		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
+		s.setHealth(healthpb.HealthCheckResponse_SERVING)
+		go func() {
+			if err := s.grpcSrv.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("grpc: %w", err)
+			}
+		}()
+	}
+	s.ready.Store(true)
+
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		s.watch(watchCtx, reload)
+	}()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down: draining in-flight requests", "timeout", time.Duration(s.cfg.ShutdownTimeout))
+	case serveErr = <-errc:
+		s.log.Error("serve failed, shutting down", "err", serveErr)
+	}
+	stopWatch()
+	<-watchDone
+	s.shutdown()
+	return serveErr
+}
+
+// shutdown stops the listeners, waits for in-flight requests and releases
+// everything.
+func (s *Server) shutdown() {
+	s.ready.Store(false)
+	s.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	timeout := time.Duration(s.cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	if s.httpSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.httpSrv.Shutdown(ctx); err != nil {
+				s.log.Warn("http shutdown: in-flight requests cut short", "err", err)
+				s.httpSrv.Close()
+			}
+		}()
+	}
+	if s.grpcSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() { s.grpcSrv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.log.Warn("grpc shutdown: in-flight calls cut short")
+				s.grpcSrv.Stop()
+			}
+		}()
+	}
+	wg.Wait()
+	s.inflight.Wait()
+	s.consumers.close()
+	s.be.close()
+	s.log.Info("stopped")
+}
+
+// Close releases the store of a server that was never served.
+func (s *Server) Close() {
+	if s.httpLn != nil {
+		s.httpLn.Close()
+	}
+	if s.grpcLn != nil {
+		s.grpcLn.Close()
+	}
+	s.consumers.close()
+	s.be.close()
+}
+
+func (s *Server) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
+	if s.health == nil {
+		return
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(rlv3.RateLimitService_ServiceDesc.ServiceName, st)
+}
+
+// StoreKind is "memory" or "redis".
+func (s *Server) StoreKind() string { return s.be.kind }
+
+// --- deciding ---
+
+// storeCtx bounds ctx by the decision timeout when it has no earlier
+// deadline. A context without a deadline is left alone: the stores apply
+// the same timeout themselves (the Redis store is opened with it, and the
+// memory store does no I/O), which saves a timer per decision.
+func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > s.timeout {
+		return context.WithTimeout(ctx, s.timeout)
+	}
+	return ctx, func() {}
+}
+
+// isBadRequest reports whether a store error is the request's fault.
+func isBadRequest(err error) bool {
+	return errors.Is(err, sluice.ErrBadRequest) || errors.Is(err, algo.ErrInvalid)
+}
+
+// batch is the reusable scratch space of one check.
+type batch struct {
+	reqs    []sluice.Request
+	results []algo.Result
+	d       sluice.Decision
+	buf     []byte
+	body    []byte
+}
+
+var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1024), body: make([]byte, 0, 512)} }}
+
+// decidePath decides a path with every level on its walk (the HTTP
+// semantics): one all-or-nothing DecideAll over every limit of every level.
+// It fills b.d and returns the match. A store failure is returned as is;
+// the caller applies the store-error policy.
+func (s *Server) decidePath(ctx context.Context, p *policy.Policy, path []string, cost int64, b *batch) (policy.Match, error) {
+	m := p.Match(path)
+	d := &b.d
+	d.Matched = !m.Unmatched
+	d.Levels = d.Levels[:0]
+	pass := true
+	b.reqs = b.reqs[:0]
+	for _, lv := range m.Levels {
+		for _, l := range lv.Limits {
+			b.reqs = append(b.reqs, sluice.Request{Key: l.Key, Tag: lv.Tag, Limit: l.Limit, Cost: cost, Shadow: lv.Shadow})
+		}
+	}
+	if n := len(b.reqs); n > 0 {
+		b.results = grow(b.results, n)
+		sctx, cancel := s.storeCtx(ctx)
+		var err error
+		pass, err = s.be.store.DecideAll(sctx, b.reqs, b.results)
+		cancel()
+		if err != nil {
+			return m, err
+		}
+		i := 0
+		for _, lv := range m.Levels {
+			for _, l := range lv.Limits {
+				d.Levels = append(d.Levels, sluice.Level{Pattern: lv.Pattern, Key: l.Key, Spec: l.Spec, Shadow: lv.Shadow, Result: b.results[i]})
+				i++
+			}
+		}
+	}
+	d.Summary = sluice.Summarize(d.Levels)
+	d.Allowed = pass
+	if m.Unmatched && p.DenyUnmatched() {
+		d.Allowed = false
+		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
+	}
+	return m, nil
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// countLevels counts level outcomes in the metrics.
+func (s *Server) countLevels(levels []sluice.Level) {
+	for i := range levels {
+		l := &levels[i]
+		c := s.m.node(l.Pattern)
+		switch {
+		case l.Result.Allowed:
+			c.allowed.Inc()
+		case l.Shadow:
+			c.shadowLimited.Inc()
+		default:
+			c.limited.Inc()
+		}
+	}
+}
+
+// storeFailed logs (at most once a second) and counts a store failure.
+func (s *Server) storeFailed(api string, err error) {
+	s.m.storeErrors.Inc()
+	if n, ok := s.errLog.allow(); ok {
+		s.log.Error("store failed; answering with on_store_error", "api", api, "err", err,
+			"on_store_error", s.cfg.OnStoreError, "suppressed", n)
+	}
+}
+
+// rateLimitedLog lets one line through per interval and counts the rest.
+type rateLimitedLog struct {
+	every      time.Duration
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (r *rateLimitedLog) allow() (int, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if now.Sub(r.last) < r.every {
+		r.suppressed++
+		return 0, false
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	return n, true
+}
+
+// --- logging ---
+
+// NewLogger returns the slog logger the config asks for, writing to w.
+func NewLogger(c Config, w *os.File) (*slog.Logger, error) {
+	c = c.Defaults()
+	lvl, err := parseLevel(c.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("config: log_level must be debug, info, warn or error, got %q", s)
+}

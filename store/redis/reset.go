@@ -1,0 +1,36 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Reset forgets the state of each request's Key, placed by its Tag as a
+// decision would place it (KeyName), as if the key had never been seen;
+// the other fields are ignored. Unknown keys are no error. Each key is
+// deleted on its own (in one pipelined round trip), so keys of several
+// Cluster slots may be reset together.
+func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	cmds := make(rueidis.Commands, len(reqs))
+	for i, r := range reqs {
+		cmds[i] = s.client.B().Del().Key(KeyName(s.prefix, r.Key, r.Tag)).Build()
+	}
+	for _, res := range s.client.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			return fmt.Errorf("redis store: reset: %w", err)
+		}
+	}
+	return nil
+}
