@@ -1,0 +1,378 @@
+// Package envoyimport converts envoyproxy/ratelimit configuration files
+// into a Sluice limits.yaml whose tree the service's gRPC ShouldRateLimit
+// (package server) matches exactly as envoyproxy/ratelimit matches the
+// original configuration: `sluice import-envoy`.
+//
+// Each configuration file holds one domain and its nested descriptors:
+//
+//	domain: mongo_cps
+//	descriptors:
+//	  - key: database
+//	    value: users
+//	    rate_limit: {unit: second, requests_per_unit: 500}
+//	  - key: database             # any other database
+//	    rate_limit: {unit: second, requests_per_unit: 50}
+//
+// The service maps a descriptor of domain D with entries (k1, v1) … (kn,
+// vn) to the path D/k1/v1/…/kn/vn and applies only the limits of the node
+// the whole path reaches (see server.DescriptorPath). So the conversion is:
+//
+//   - a domain is a top-level node;
+//   - a descriptor {key: K, value: V} is the child V of the child K of its
+//     parent; a descriptor with no value is the child "*" of K, which any
+//     value matches, with one counter per value (as Envoy keys its
+//     counters by the request's values); a named value wins over "*", as
+//     key_value wins over key in Envoy; value "*" (Envoy's wildcard) is
+//     "*" too;
+//   - rate_limit {requests_per_unit: N, unit: U} is a fixed_window limit of
+//     N per U, windows aligned to the epoch as Envoy's are (second 1s,
+//     minute 1m, hour 1h, day 24h, week 168h, month 720h, year 8760h, as
+//     Envoy's service counts them);
+//   - unlimited: true is unlimited: true, and a descriptor without
+//     rate_limit and without nested descriptors becomes unlimited: true
+//     too (Sluice has no empty nodes; both are never limited);
+//   - shadow_mode: true is shadow: true.
+//
+// Not convertible, and refused with an error that names the file, line
+// and field: prefix wildcards ("foo*"), requests_per_unit 0, a shadow_mode
+// descriptor with nested descriptors that are enforced (Sluice's shadow
+// covers a whole subtree; Envoy's one descriptor), duplicate descriptors
+// and domains. Ignored with a warning: replaces (both limits then apply)
+// and share_threshold; ignored silently: name (kept as a comment),
+// detailed_metric and value_to_metric, which only shape Envoy's metrics.
+// An unlimited descriptor with nested descriptors loses its own "unlimited"
+// status (its answer has no limit instead of limit_remaining 2^32-1; both
+// are OK).
+package envoyimport
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// File is one envoyproxy/ratelimit configuration file.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Units maps Envoy's rate limit units (lower case) to their lengths as
+// envoyproxy/ratelimit counts them.
+var Units = map[string]time.Duration{
+	"second": time.Second,
+	"minute": time.Minute,
+	"hour":   time.Hour,
+	"day":    24 * time.Hour,
+	"week":   7 * 24 * time.Hour,
+	"month":  30 * 24 * time.Hour,
+	"year":   365 * 24 * time.Hour,
+}
+
+type root struct {
+	Domain      string       `yaml:"domain"`
+	Descriptors []descriptor `yaml:"descriptors"`
+}
+
+type descriptor struct {
+	Key            string       `yaml:"key"`
+	Value          string       `yaml:"value"`
+	RateLimit      *rateLimit   `yaml:"rate_limit"`
+	Descriptors    []descriptor `yaml:"descriptors"`
+	ShadowMode     bool         `yaml:"shadow_mode"`
+	DetailedMetric bool         `yaml:"detailed_metric"`
+	ValueToMetric  bool         `yaml:"value_to_metric"`
+	ShareThreshold bool         `yaml:"share_threshold"`
+}
+
+type rateLimit struct {
+	RequestsPerUnit *uint32 `yaml:"requests_per_unit"`
+	Unit            string  `yaml:"unit"`
+	Unlimited       bool    `yaml:"unlimited"`
+	Name            string  `yaml:"name"`
+	Replaces        []struct {
+		Name string `yaml:"name"`
+	} `yaml:"replaces"`
+}
+
+// node is one node of the tree being built.
+type node struct {
+	names    []string // children in order of appearance
+	children map[string]*node
+	limit    string // the fixed_window limit as YAML flow mapping, or ""
+	shadow   bool
+	unlim    bool
+	comments []string
+	enforced bool // the node has a limit that is not shadow
+}
+
+func (n *node) child(name string) (*node, bool) {
+	if n.children == nil {
+		n.children = map[string]*node{}
+	}
+	c, ok := n.children[name]
+	if !ok {
+		c = &node{}
+		n.children[name] = c
+		n.names = append(n.names, name)
+	}
+	return c, ok
+}
+
+// converter collects errors and warnings.
+type converter struct {
+	errs     []string
+	warnings []string
+	file     File
+	ast      *ast.File
+}
+
+// Convert converts the files (one domain each) into one limits.yaml. It
+// returns the text, warnings about what was ignored, and an error listing
+// every problem when something cannot be converted. The text is checked
+// with policy.Parse before it is returned.
+func Convert(files []File) ([]byte, []string, error) {
+	c := &converter{}
+	top := &node{}
+	for _, f := range files {
+		c.file = f
+		c.ast, _ = parser.ParseBytes(f.Data, 0)
+		var r root
+		if err := yaml.UnmarshalWithOptions(f.Data, &r, yaml.Strict()); err != nil {
+			c.errs = append(c.errs, fmt.Sprintf("%s: %s", f.Name, yaml.FormatError(err, false, true)))
+			continue
+		}
+		if r.Domain == "" {
+			c.errorf("$", "config file has no domain")
+			continue
+		}
+		d, dup := top.child(r.Domain)
+		if dup {
+			c.errorf("$.domain", "domain %q is already defined by another file", r.Domain)
+			continue
+		}
+		d.comments = append(d.comments, "domain "+r.Domain+" ("+f.Name+")")
+		c.descriptors(d, r.Descriptors, "$.descriptors")
+	}
+	if len(c.errs) > 0 {
+		return nil, c.warnings, errors.New(strings.Join(c.errs, "\n"))
+	}
+	var b bytes.Buffer
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.Name
+	}
+	fmt.Fprintf(&b, "# Converted by sluice import-envoy from %s.\n", strings.Join(names, ", "))
+	b.WriteString(`# sluice serve's gRPC ShouldRateLimit maps domain D and descriptor entries
+# (k1, v1) ... (kn, vn) to the path D/k1/v1/.../kn/vn and applies the limits of
+# the node that whole path reaches, as envoyproxy/ratelimit does: a key
+# without a value is "*" (one counter per value), requests_per_unit per unit
+# is a fixed window aligned to the epoch.
+unmatched: allow
+schema:
+`)
+	write(&b, top, 1)
+	out := b.Bytes()
+	if _, err := policy.Parse("import-envoy output", out); err != nil {
+		return nil, c.warnings, fmt.Errorf("import-envoy produced an invalid policy (a bug): %w", err)
+	}
+	return out, c.warnings, nil
+}
+
+// descriptors converts a list of descriptors under the node of their
+// parent (a domain or a value node).
+func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
+	for i, d := range ds {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if d.Key == "" {
+			c.errorf(p, "descriptor has no key")
+			continue
+		}
+		value := d.Value
+		switch {
+		case value == "*":
+		case strings.HasSuffix(value, "*"):
+			c.errorf(p+".value", "prefix wildcard value %q is not supported: Sluice matches a value exactly or with \"*\"", value)
+			continue
+		case value == "":
+			value = "*"
+		}
+		k, _ := parent.child(d.Key)
+		v, dup := k.child(value)
+		if dup {
+			if d.Value == "" || d.Value == "*" {
+				c.errorf(p, "descriptor %s has both a key-only form and the wildcard value \"*\" (or is repeated): they are one node in Sluice", d.Key)
+			} else {
+				c.errorf(p, "duplicate descriptor %s_%s", d.Key, d.Value)
+			}
+			continue
+		}
+		if d.ShareThreshold {
+			c.warnf(p+".share_threshold", "share_threshold is not supported: each value gets its own counter")
+		}
+		if rl := d.RateLimit; rl != nil {
+			if rl.Name != "" {
+				v.comments = append(v.comments, "name: "+rl.Name)
+			}
+			if len(rl.Replaces) > 0 {
+				c.warnf(p+".rate_limit.replaces", "replaces is not supported: the replaced limits apply too")
+			}
+			if rl.Unlimited {
+				if rl.Unit != "" {
+					c.errorf(p+".rate_limit.unit", "should not specify rate limit unit when unlimited")
+					continue
+				}
+				v.unlim = true
+			} else {
+				unit, ok := Units[strings.ToLower(rl.Unit)]
+				switch {
+				case !ok:
+					c.errorf(p+".rate_limit.unit", "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", rl.Unit)
+					continue
+				case rl.RequestsPerUnit == nil:
+					c.errorf(p+".rate_limit", "requests_per_unit is missing")
+					continue
+				case *rl.RequestsPerUnit == 0:
+					c.errorf(p+".rate_limit.requests_per_unit", "requests_per_unit 0 (deny everything) cannot be expressed as a Sluice limit")
+					continue
+				}
+				v.limit = fmt.Sprintf("{algorithm: fixed_window, limit: %d, window: %s}", *rl.RequestsPerUnit, durationText(unit))
+				v.shadow = d.ShadowMode
+				v.enforced = !d.ShadowMode
+			}
+		}
+		if len(d.Descriptors) > 0 {
+			c.descriptors(v, d.Descriptors, p+".descriptors")
+			if v.unlim {
+				v.unlim = false
+				v.comments = append(v.comments, "unlimited in Envoy; its nested descriptors are limited")
+			}
+		}
+		if v.shadow {
+			if q := enforcedBelow(v); q != "" {
+				c.errorf(p+".shadow_mode", "shadow_mode on %s would also shadow the enforced nested descriptor %s: Sluice's shadow covers a whole subtree", d.Key, q)
+				continue
+			}
+		}
+		if v.limit == "" && !v.unlim && len(v.names) == 0 {
+			v.unlim = true
+			v.comments = append(v.comments, "no rate_limit in the Envoy config: never limited")
+		}
+	}
+}
+
+// enforcedBelow names a descendant of n with an enforced limit, or "".
+func enforcedBelow(n *node) string {
+	for _, k := range n.names {
+		kn := n.children[k]
+		for _, v := range kn.names {
+			vn := kn.children[v]
+			if vn.enforced {
+				return k + "_" + v
+			}
+			if q := enforcedBelow(vn); q != "" {
+				return q
+			}
+		}
+	}
+	return ""
+}
+
+// write writes the children of n at the given depth of "children:" maps.
+func write(b *bytes.Buffer, n *node, depth int) {
+	ind := strings.Repeat("  ", 2*depth-1)
+	names := append([]string(nil), n.names...)
+	// "*" last, for the reader: the named children are tried first anyway.
+	sort.SliceStable(names, func(i, j int) bool { return names[i] != "*" && names[j] == "*" })
+	for _, name := range names {
+		c := n.children[name]
+		fmt.Fprintf(b, "%s%s:", ind, strconv.Quote(name))
+		if len(c.comments) > 0 {
+			fmt.Fprintf(b, " # %s", strings.Join(c.comments, "; "))
+		}
+		b.WriteByte('\n')
+		in := ind + "  "
+		if c.unlim {
+			fmt.Fprintf(b, "%sunlimited: true\n", in)
+		}
+		if c.shadow {
+			fmt.Fprintf(b, "%sshadow: true\n", in)
+		}
+		if c.limit != "" {
+			fmt.Fprintf(b, "%slimits: %s\n", in, c.limit)
+		}
+		if len(c.names) > 0 {
+			fmt.Fprintf(b, "%schildren:\n", in)
+			write(b, c, depth+1)
+		}
+	}
+}
+
+func durationText(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+}
+
+func (c *converter) errorf(path, format string, args ...any) {
+	c.errs = append(c.errs, c.pos(path)+": "+fmt.Sprintf(format, args...))
+}
+
+func (c *converter) warnf(path, format string, args ...any) {
+	c.warnings = append(c.warnings, c.pos(path)+": "+fmt.Sprintf(format, args...))
+}
+
+// pos renders "file:line:col: field" for a YAML path such as
+// $.descriptors[0].rate_limit.unit.
+func (c *converter) pos(path string) string {
+	field := strings.TrimPrefix(strings.TrimPrefix(path, "$"), ".")
+	if c.ast != nil && path != "$" {
+		for p := path; p != ""; p = parentPath(p) {
+			yp, err := yaml.PathString(p)
+			if err != nil {
+				break
+			}
+			if n, err := yp.FilterFile(c.ast); err == nil && n != nil {
+				if t := n.GetToken(); t != nil {
+					if field == "" {
+						return fmt.Sprintf("%s:%d:%d", c.file.Name, t.Position.Line, t.Position.Column)
+					}
+					return fmt.Sprintf("%s:%d:%d: %s", c.file.Name, t.Position.Line, t.Position.Column, field)
+				}
+			}
+			if p == "$" {
+				break
+			}
+		}
+	}
+	if field == "" {
+		return c.file.Name
+	}
+	return c.file.Name + ": " + field
+}
+
+// parentPath drops the last element of a YAML path ("$" has none).
+func parentPath(p string) string {
+	if p == "$" {
+		return ""
+	}
+	i := strings.LastIndexAny(p, ".[")
+	if i <= 0 {
+		return "$"
+	}
+	return p[:i]
+}

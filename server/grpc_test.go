@@ -1,0 +1,384 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/goccy/go-yaml"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/server/envoyimport"
+)
+
+// fixedTime decides every request at one time, so that fixed windows do
+// not roll over during a test.
+type fixedTime struct {
+	sluice.Store
+	t time.Time
+}
+
+func (f fixedTime) DecideAll(ctx context.Context, reqs []sluice.Request, res []algo.Result) (bool, error) {
+	for i := range reqs {
+		reqs[i].Time = f.t
+	}
+	return f.Store.DecideAll(ctx, reqs, res)
+}
+
+// newTestServer serves policy on the memory store at a fixed time.
+func newTestServer(t *testing.T, policyYAML string) *Server {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte(policyYAML), PolicyName: "test.yaml"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	s.be.store = fixedTime{s.be.store, time.Unix(1_800_003_000, 0)}
+	return s
+}
+
+func desc(kv ...string) *rlcommon.RateLimitDescriptor {
+	d := &rlcommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// --- a reference of envoyproxy/ratelimit's lookup, written from its
+// documented behaviour, to check that import-envoy + ShouldRateLimit
+// match a descriptor as it does ---
+
+type refLimit struct {
+	rpu       uint32
+	unit      string
+	unlimited bool
+	shadow    bool
+}
+
+type refNode struct {
+	children map[string]*refNode
+	wildcard []string
+	limit    *refLimit
+}
+
+func refLoad(t *testing.T, data []byte) (string, *refNode) {
+	var raw struct {
+		Domain      string `yaml:"domain"`
+		Descriptors []any  `yaml:"descriptors"`
+	}
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		t.Fatal(err)
+	}
+	var load func(list []any) *refNode
+	load = func(list []any) *refNode {
+		n := &refNode{children: map[string]*refNode{}}
+		for _, item := range list {
+			m := item.(map[string]any)
+			key := m["key"].(string)
+			if v, ok := m["value"]; ok {
+				key += "_" + toString(v)
+			}
+			c := &refNode{children: map[string]*refNode{}}
+			if sub, ok := m["descriptors"].([]any); ok {
+				c = load(sub)
+			}
+			if rl, ok := m["rate_limit"].(map[string]any); ok {
+				l := &refLimit{}
+				if u, ok := rl["unlimited"].(bool); ok {
+					l.unlimited = u
+				}
+				if u, ok := rl["unit"].(string); ok {
+					l.unit = strings.ToUpper(u)
+				}
+				if r, ok := rl["requests_per_unit"].(uint64); ok {
+					l.rpu = uint32(r)
+				}
+				if s, ok := m["shadow_mode"].(bool); ok {
+					l.shadow = s
+				}
+				c.limit = l
+			}
+			n.children[key] = c
+			if strings.HasSuffix(key, "*") {
+				n.wildcard = append(n.wildcard, key)
+			}
+		}
+		return n
+	}
+	return raw.Domain, load(raw.Descriptors)
+}
+
+func toString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case bool:
+		if v {
+			return "true"
+		}
+		return "false"
+	}
+	b, _ := yaml.Marshal(v)
+	return strings.TrimSpace(string(b))
+}
+
+// refGetLimit is envoyproxy/ratelimit's GetLimit: key_value, then a
+// wildcard prefix, then key; only the node the last entry reaches counts.
+func refGetLimit(domains map[string]*refNode, domain string, d *rlcommon.RateLimitDescriptor) *refLimit {
+	n := domains[domain]
+	if n == nil {
+		return nil
+	}
+	var found *refLimit
+	for i, e := range d.Entries {
+		next := n.children[e.Key+"_"+e.Value]
+		if next == nil {
+			for _, w := range n.wildcard {
+				if strings.HasPrefix(e.Key+"_"+e.Value, strings.TrimSuffix(w, "*")) {
+					next = n.children[w]
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.children[e.Key]
+		}
+		if next != nil && next.limit != nil && i == len(d.Entries)-1 {
+			found = next.limit
+		}
+		if next == nil || len(next.children) == 0 {
+			break
+		}
+		n = next
+	}
+	return found
+}
+
+func TestImportEnvoyRoundTrip(t *testing.T) {
+	data, err := os.ReadFile("envoyimport/testdata/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, warnings, err := envoyimport.Convert([]envoyimport.File{{Name: "envoy.yaml", Data: data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) > 0 {
+		t.Errorf("warnings: %q", warnings)
+	}
+	domain, root := refLoad(t, data)
+	domains := map[string]*refNode{domain: root}
+	s := newTestServer(t, string(out))
+	svc := &rateLimitService{s: s}
+
+	cases := [][]string{
+		{"remote_address", "1.2.3.4"},
+		{"remote_address", "10.0.0.1"},
+		{"remote_address", "10.0.0.2"},
+		{"remote_address", ""},
+		{"message_type", "marketing"},
+		{"message_type", "other"},
+		{"authenticated", "true"},
+		{"authenticated", "true", "client_id", "c1"},
+		{"authenticated", "true", "client_id", "c1", "path", "/api/orders"},
+		{"authenticated", "true", "client_id", "c1", "path", "/other"},
+		{"authenticated", "true", "client_id", "c1", "path", "/api/orders", "extra", "x"},
+		{"authenticated", "false"},
+		{"authenticated", "false", "path", "/x"},
+		{"authenticated", "false", "nope", "x"},
+		{"authenticated", "maybe", "path", "/x"},
+		{"source_cluster", "proxy"},
+		{"bay", "7"},
+		{"bay", "8"},
+		{"unknown", "x"},
+		{"path", "/x"},
+	}
+	for _, kv := range cases {
+		d := desc(kv...)
+		ref := refGetLimit(domains, domain, d)
+		// Hit it until past its limit (a few times when unlimited).
+		n := 3
+		if ref != nil && !ref.unlimited && ref.rpu <= 30 {
+			n = int(ref.rpu) + 2
+		}
+		for i := 0; i < n; i++ {
+			resp, err := svc.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{d}})
+			if err != nil {
+				t.Fatalf("%v: %v", kv, err)
+			}
+			st := resp.Statuses[0]
+			switch {
+			case ref == nil:
+				if st.Code != rlv3.RateLimitResponse_OK || st.CurrentLimit != nil {
+					t.Errorf("%v: Envoy applies no limit; got %v", kv, st)
+				}
+			case ref.unlimited:
+				if st.Code != rlv3.RateLimitResponse_OK || st.CurrentLimit != nil || st.LimitRemaining != math.MaxUint32 {
+					t.Errorf("%v: Envoy says unlimited; got %v", kv, st)
+				}
+			default:
+				cl := st.GetCurrentLimit()
+				if cl.GetRequestsPerUnit() != ref.rpu || cl.GetUnit().String() != ref.unit {
+					t.Errorf("%v: current limit %d/%v, Envoy's is %d/%s", kv, cl.GetRequestsPerUnit(), cl.GetUnit(), ref.rpu, ref.unit)
+				}
+				over := uint32(i+1) > ref.rpu
+				wantCode := rlv3.RateLimitResponse_OK
+				if over && !ref.shadow {
+					wantCode = rlv3.RateLimitResponse_OVER_LIMIT
+				}
+				wantRemaining := uint32(0)
+				if !over {
+					wantRemaining = ref.rpu - uint32(i+1)
+				}
+				if st.Code != wantCode || resp.OverallCode != wantCode || st.LimitRemaining != wantRemaining {
+					t.Errorf("%v hit %d: code %v (overall %v) remaining %d, want %v remaining %d",
+						kv, i+1, st.Code, resp.OverallCode, st.LimitRemaining, wantCode, wantRemaining)
+				}
+				if st.DurationUntilReset == nil || st.DurationUntilReset.AsDuration() <= 0 {
+					t.Errorf("%v: duration_until_reset %v", kv, st.DurationUntilReset)
+				}
+			}
+		}
+	}
+}
+
+const grpcPolicy = `
+schema:
+  edge:
+    children:
+      remote_address:
+        children:
+          "*":
+            limits: {algorithm: fixed_window, limit: 5, window: 1m}
+      path:
+        children:
+          /a:
+            limits: {algorithm: fixed_window, limit: 2, window: 1h}
+          /multi:
+            limits:
+              - {algorithm: fixed_window, limit: 10, window: 1s}
+              - {algorithm: gcra, burst: 3, count: 60, period: 1m}
+          /shadow:
+            shadow: true
+            limits: {algorithm: fixed_window, limit: 1, window: 1s}
+`
+
+func TestShouldRateLimitSemantics(t *testing.T) {
+	s := newTestServer(t, grpcPolicy)
+	svc := &rateLimitService{s: s}
+	ctx := context.Background()
+	call := func(hits uint32, ds ...*rlcommon.RateLimitDescriptor) *rlv3.RateLimitResponse {
+		t.Helper()
+		resp, err := svc.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "edge", Descriptors: ds, HitsAddend: hits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Statuses) != len(ds) {
+			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(ds))
+		}
+		return resp
+	}
+	ip := desc("remote_address", "1.2.3.4")
+	pathA := desc("path", "/a")
+
+	// hits_addend 0 at the request level means 1.
+	r := call(0, ip, pathA)
+	if r.OverallCode != rlv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 4 || r.Statuses[1].LimitRemaining != 1 {
+		t.Fatalf("first call: %v", r)
+	}
+	// A descriptor's own hits_addend 0 peeks.
+	peek := desc("path", "/a")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	r = call(1, ip, peek)
+	if r.Statuses[0].LimitRemaining != 3 || r.Statuses[1].LimitRemaining != 1 {
+		t.Fatalf("peek: %v", r)
+	}
+	// Over the limit on /a with hits 2: all or nothing, so the address
+	// descriptor consumes nothing either.
+	r = call(2, ip, pathA)
+	if r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != rlv3.RateLimitResponse_OK ||
+		r.Statuses[1].Code != rlv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].LimitRemaining != 3 {
+		t.Fatalf("over limit: %v", r)
+	}
+	if !hasHeader(r, "Retry-After") || !hasHeader(r, "RateLimit") || !hasHeader(r, "RateLimit-Policy") {
+		t.Errorf("headers: %v", r.ResponseHeadersToAdd)
+	}
+	// The same key twice adds the costs: 1 + 1 > 1 remaining on /a.
+	r = call(1, pathA, desc("path", "/a"))
+	if r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("duplicate descriptors: %v", r)
+	}
+	r = call(1, pathA)
+	if r.OverallCode != rlv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("last one on /a: %v", r)
+	}
+	// Partial paths and unknown descriptors are not limited; a node with
+	// two limits reports the more restrictive one.
+	r = call(1, desc("path", "/a", "extra", "x"), desc("nope", "x"), desc(), desc("path", "/multi"))
+	if r.OverallCode != rlv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit != nil || r.Statuses[1].CurrentLimit != nil {
+		t.Fatalf("unmatched: %v", r)
+	}
+	if cl := r.Statuses[3].CurrentLimit; cl.GetRequestsPerUnit() != 60 || cl.GetUnit() != rlv3.RateLimitResponse_RateLimit_MINUTE || r.Statuses[3].LimitRemaining != 3 {
+		t.Errorf("multi: %v", r.Statuses[3])
+	}
+	// Shadow: OK however far over.
+	for i := 0; i < 3; i++ {
+		r = call(1, desc("path", "/shadow"))
+		if r.OverallCode != rlv3.RateLimitResponse_OK || r.Statuses[0].Code != rlv3.RateLimitResponse_OK {
+			t.Fatalf("shadow %d: %v", i, r)
+		}
+	}
+	// Bad requests.
+	bad := []*rlv3.RateLimitRequest{
+		{Domain: "", Descriptors: []*rlcommon.RateLimitDescriptor{ip}},
+		{Domain: "edge"},
+		{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: ip.Entries, IsNegativeHits: true}}},
+	}
+	for _, b := range bad {
+		if _, err := svc.ShouldRateLimit(ctx, b); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
+			t.Errorf("%v: error %v, want InvalidArgument", b, err)
+		}
+	}
+}
+
+func hasHeader(r *rlv3.RateLimitResponse, name string) bool {
+	for _, h := range r.ResponseHeadersToAdd {
+		if h.Key == name && h.Value != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func TestEnvoyLimit(t *testing.T) {
+	cases := []struct {
+		spec algo.Spec
+		rpu  uint32
+		unit rlv3.RateLimitResponse_RateLimit_Unit
+	}{
+		{algo.Spec{Algorithm: "fixed_window", Limit: 500, Window: algo.Duration(time.Second)}, 500, rlv3.RateLimitResponse_RateLimit_SECOND},
+		{algo.Spec{Algorithm: "fixed_window", Limit: 2, Window: algo.Duration(168 * time.Hour)}, 2, rlv3.RateLimitResponse_RateLimit_WEEK},
+		{algo.Spec{Algorithm: "fixed_window", Limit: 5, Window: algo.Duration(10 * time.Second)}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
+		{algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: algo.Duration(time.Minute)}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
+		{algo.Spec{Algorithm: "token_bucket", Burst: 5, Rate: 1, Per: algo.Duration(2 * time.Second)}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
+		{algo.Spec{Algorithm: "gate", Interval: algo.Duration(10 * time.Second)}, 6, rlv3.RateLimitResponse_RateLimit_MINUTE},
+		{algo.Spec{Algorithm: "gate", Interval: algo.Duration(7 * time.Second)}, 86400, rlv3.RateLimitResponse_RateLimit_WEEK},
+		{algo.Spec{Algorithm: "gate", Interval: algo.Duration(13 * time.Second)}, 2425846, rlv3.RateLimitResponse_RateLimit_YEAR},
+	}
+	for _, c := range cases {
+		got := EnvoyLimit(c.spec, "n")
+		if got.RequestsPerUnit != c.rpu || got.Unit != c.unit || got.Name != "n" {
+			t.Errorf("%+v: %d/%v, want %d/%v", c.spec, got.RequestsPerUnit, got.Unit, c.rpu, c.unit)
+		}
+	}
+}
