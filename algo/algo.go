@@ -44,17 +44,35 @@ type Result struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until the limiter is back to its full state.
 	ResetAfter time.Duration
+	// Admitted is how much of the cost was admitted: the cost when Allowed
+	// (0 for a peek), 0 when not, except that a nary SlidingLog may admit
+	// part of a batch (0 < Admitted < cost, Allowed false).
+	Admitted int64
+	// DeniedBy tells which limit a denied decision of an algorithm with
+	// several limits (SlidingLog, WindowCounter) waits for, the one that
+	// sets RetryAfter: i+1 for Limits[i], or DeniedByGap for a sliding
+	// log's minimum gap. It is 0 when allowed and for the other algorithms.
+	DeniedBy int
 }
 
+// DeniedByGap is the Result.DeniedBy of a sliding log decision that waits
+// for its minimum gap.
+const DeniedByGap = -1
+
 // State is what a store keeps for one key between decisions. Each algorithm
-// gives A and B its own meaning; stores treat them as opaque. The zero State
-// is a key that has never been seen.
+// gives A, B and Log its own meaning; stores treat them as opaque. The zero
+// State is a key that has never been seen; a store that resets an expired
+// state may keep Log's capacity (State{Log: s.Log[:0]}), so that a key in
+// steady use allocates nothing.
 type State struct {
 	// Expire is the time (µs since the epoch) from which the state no longer
 	// matters: at or after it a store may forget the key, and a forgotten key
 	// reads as the zero State.
 	Expire int64
 	A, B   int64
+	// Log is the variable part of the state: a sliding log's timestamps or
+	// bucket counters, a window counter's slice counters.
+	Log []int64
 }
 
 // A Limit is one limiter definition, such as GCRA or FixedWindow.
@@ -64,8 +82,10 @@ type Limit interface {
 	Validate() error
 	// Decide applies a decision of the given cost at time now (µs since the
 	// epoch) to the state s, which the caller has reset to the zero State if
-	// it had expired. When commit is false, or the decision does not admit
-	// anything, s is left as it was. The parameters must be valid.
+	// it had expired. When commit is false, s is left as it was; when the
+	// decision admits nothing, s is left as it was too, except by an
+	// algorithm that records denied attempts (a uniform SlidingLog). The
+	// parameters must be valid.
 	Decide(s *State, now, cost int64, commit bool) Result
 }
 

@@ -50,6 +50,9 @@ func (f FixedWindow) Decide(s *State, now, cost int64, commit bool) Result {
 // window's count after the decision.
 func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
 	r := Result{Allowed: allowed, Limit: f.Limit, Remaining: max(f.Limit-count, 0)}
+	if allowed {
+		r.Admitted = cost
+	}
 	left := dur(f.WindowEnd(now) - now)
 	if count > 0 {
 		r.ResetAfter = left

@@ -29,6 +29,9 @@ func (g Gate) Decide(s *State, now, cost int64, commit bool) Result {
 // gate opens (again) after the decision.
 func (g Gate) Result(allowed bool, now, openAt, cost int64) Result {
 	r := Result{Allowed: allowed, Limit: 1}
+	if allowed {
+		r.Admitted = cost
+	}
 	if wait := openAt - now; wait > 0 {
 		r.ResetAfter = dur(wait)
 	} else {

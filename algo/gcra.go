@@ -142,6 +142,9 @@ func (p TAT) Decide(s *State, now, cost int64, commit bool) Result {
 func (p TAT) Result(allowed bool, now, tat, cost int64) Result {
 	reset := tat - now
 	r := Result{Allowed: allowed, Limit: p.Limit, ResetAfter: dur(reset)}
+	if allowed {
+		r.Admitted = cost
+	}
 	if rem := (p.Tolerance - reset) / p.Interval; rem > 0 {
 		r.Remaining = rem
 	}

@@ -1,8 +1,10 @@
 package algo
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -23,15 +25,108 @@ type Spec struct {
 	Window Duration `json:"window,omitempty" yaml:"window,omitempty"`
 	// gate
 	Interval Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
+	// sliding_log and window_counter: a list of {limit, window} (each may
+	// have a name), or a mapping from names to {limit, window}, ordered by
+	// window then name.
+	Limits WindowSpecs `json:"limits,omitempty" yaml:"limits,omitempty"`
+	// sliding_log
+	MinGap  Duration `json:"min_gap,omitempty" yaml:"min_gap,omitempty"`
+	Buckets *int64   `json:"buckets,omitempty" yaml:"buckets,omitempty"` // nil: exact log
+	Mode    string   `json:"mode,omitempty" yaml:"mode,omitempty"`       // binary (default), nary or uniform
+	// window_counter
+	Slice Duration `json:"slice,omitempty" yaml:"slice,omitempty"` // 0: 1s
+}
+
+// WindowSpec is one limit of a sliding_log or window_counter spec.
+type WindowSpec struct {
+	Name   string   `json:"name,omitempty" yaml:"name,omitempty"`
+	Limit  int64    `json:"limit" yaml:"limit"`
+	Window Duration `json:"window" yaml:"window"`
+}
+
+// WindowSpecs is the limits of a sliding_log or window_counter spec. It
+// reads a list of WindowSpec, or a mapping from names to WindowSpec, which
+// it orders by window and then by name.
+type WindowSpecs []WindowSpec
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (ws *WindowSpecs) UnmarshalJSON(b []byte) error {
+	return ws.unmarshal(func(v any) error {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		return dec.Decode(v)
+	}, bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")))
+}
+
+// UnmarshalYAML implements the yaml.v2/v3 unmarshaler that needs no import
+// of a YAML package.
+func (ws *WindowSpecs) UnmarshalYAML(unmarshal func(any) error) error {
+	var m map[string]WindowSpec
+	if unmarshal(&m) == nil && m != nil {
+		return ws.fromMap(m)
+	}
+	var l []WindowSpec
+	if err := unmarshal(&l); err != nil {
+		return fmt.Errorf("%w: limits must be a list of {limit, window} or a mapping of names to them: %v", ErrInvalid, err)
+	}
+	*ws = l
+	return nil
+}
+
+func (ws *WindowSpecs) unmarshal(decode func(any) error, isMap bool) error {
+	if isMap {
+		var m map[string]WindowSpec
+		if err := decode(&m); err != nil {
+			return fmt.Errorf("%w: limits: %v", ErrInvalid, err)
+		}
+		return ws.fromMap(m)
+	}
+	var l []WindowSpec
+	if err := decode(&l); err != nil {
+		return fmt.Errorf("%w: limits must be a list of {limit, window} or an object of names to them: %v", ErrInvalid, err)
+	}
+	*ws = l
+	return nil
+}
+
+func (ws *WindowSpecs) fromMap(m map[string]WindowSpec) error {
+	l := make([]WindowSpec, 0, len(m))
+	for name, w := range m {
+		if w.Name != "" && w.Name != name {
+			return fmt.Errorf("%w: limit %q has another name %q", ErrInvalid, name, w.Name)
+		}
+		w.Name = name
+		l = append(l, w)
+	}
+	sort.Slice(l, func(i, j int) bool {
+		if l[i].Window != l[j].Window {
+			return l[i].Window < l[j].Window
+		}
+		return l[i].Name < l[j].Name
+	})
+	*ws = l
+	return nil
+}
+
+func (ws WindowSpecs) windows() []Window {
+	out := make([]Window, len(ws))
+	for i, w := range ws {
+		out[i] = Window{Name: w.Name, Limit: w.Limit, Window: time.Duration(w.Window)}
+	}
+	return out
 }
 
 // Algorithm names, as used in Spec.Algorithm.
 const (
-	NameGCRA        = "gcra"
-	NameTokenBucket = "token_bucket"
-	NameFixedWindow = "fixed_window"
-	NameGate        = "gate"
+	NameGCRA          = "gcra"
+	NameTokenBucket   = "token_bucket"
+	NameFixedWindow   = "fixed_window"
+	NameGate          = "gate"
+	NameSlidingLog    = "sliding_log"
+	NameWindowCounter = "window_counter"
 )
+
+const algorithmNames = "gcra, token_bucket, fixed_window, gate, sliding_log or window_counter"
 
 // Build builds and validates the limit the spec describes.
 func (s Spec) Build() (Limit, error) {
@@ -46,10 +141,28 @@ func (s Spec) Build() (Limit, error) {
 		l, used = FixedWindow{Limit: s.Limit, Window: time.Duration(s.Window)}, []string{"limit", "window"}
 	case NameGate:
 		l, used = Gate{Interval: time.Duration(s.Interval)}, []string{"interval"}
+	case NameSlidingLog:
+		mode, err := ParseMode(s.Mode)
+		if err != nil {
+			return nil, err
+		}
+		sl := SlidingLog{Limits: s.Limits.windows(), MinGap: time.Duration(s.MinGap), Mode: mode}
+		if s.Buckets != nil {
+			if *s.Buckets <= 0 {
+				return nil, fmt.Errorf("%w: sliding_log buckets must be positive, got %d (leave it out for an exact log)", ErrInvalid, *s.Buckets)
+			}
+			sl.Buckets = *s.Buckets
+		}
+		l, used = sl, []string{"limits", "min_gap", "buckets", "mode"}
+	case NameWindowCounter:
+		if s.Slice < 0 {
+			return nil, fmt.Errorf("%w: window_counter slice must be positive, got %v", ErrInvalid, time.Duration(s.Slice))
+		}
+		l, used = WindowCounter{Slice: time.Duration(s.Slice), Limits: s.Limits.windows()}, []string{"slice", "limits"}
 	case "":
-		return nil, fmt.Errorf("%w: no algorithm (want gcra, token_bucket, fixed_window or gate)", ErrInvalid)
+		return nil, fmt.Errorf("%w: no algorithm (want %s)", ErrInvalid, algorithmNames)
 	default:
-		return nil, fmt.Errorf("%w: unknown algorithm %q (want gcra, token_bucket, fixed_window or gate)", ErrInvalid, s.Algorithm)
+		return nil, fmt.Errorf("%w: unknown algorithm %q (want %s)", ErrInvalid, s.Algorithm, algorithmNames)
 	}
 	if f := s.extra(used); f != "" {
 		return nil, fmt.Errorf("%w: %s does not take %q", ErrInvalid, s.Algorithm, f)
@@ -69,6 +182,8 @@ func (s Spec) extra(used []string) string {
 		{"burst", s.Burst != 0}, {"count", s.Count != 0}, {"period", s.Period != 0},
 		{"rate", s.Rate != 0}, {"per", s.Per != 0},
 		{"limit", s.Limit != 0}, {"window", s.Window != 0}, {"interval", s.Interval != 0},
+		{"limits", s.Limits != nil}, {"min_gap", s.MinGap != 0}, {"buckets", s.Buckets != nil},
+		{"mode", s.Mode != ""}, {"slice", s.Slice != 0},
 	}
 next:
 	for _, f := range set {

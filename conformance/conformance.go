@@ -41,19 +41,19 @@ var Traces = []Trace{
 		Name:  "gcra/redis-cell",
 		Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
 		Steps: []Step{
-			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * s}},
-			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 14, ResetAfter: 3 * s}},
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 16, Remaining: 15, ResetAfter: 2 * s}},
+			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 16, Remaining: 14, ResetAfter: 3 * s}},
 			{At: 1 * s, Key: "peek", Cost: 0, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 16}},
 			{At: 1 * s, Key: "peek", Cost: 0, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 16}},
-			{At: 0, Key: "full", Cost: 16, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 0, ResetAfter: 32 * s}},
+			{At: 0, Key: "full", Cost: 16, Want: algo.Result{Allowed: true, Admitted: 16, Limit: 16, Remaining: 0, ResetAfter: 32 * s}},
 			{At: 0, Key: "full", Cost: 1, Want: algo.Result{Allowed: false, Limit: 16, Remaining: 0, RetryAfter: 2 * s, ResetAfter: 32 * s}},
 			{At: 0, Key: "full", Cost: 0, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 0, ResetAfter: 32 * s}},
-			{At: 3 * s, Key: "full", Cost: 1, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 0, ResetAfter: 31 * s}},
+			{At: 3 * s, Key: "full", Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 16, Remaining: 0, ResetAfter: 31 * s}},
 			{At: 3 * s, Key: "full", Cost: 2, Want: algo.Result{Allowed: false, Limit: 16, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 31 * s}},
 			{At: 0, Key: "over", Cost: 17, Want: algo.Result{Allowed: false, Limit: 16, Remaining: 16, RetryAfter: algo.Never}},
-			{At: 40 * s, Key: "full", Cost: 1, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * s}},
-			{At: 500 * time.Millisecond, Key: "half", Cost: 1, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * s}},
-			{At: 1500 * time.Millisecond, Key: "half", Cost: 1, Want: algo.Result{Allowed: true, Limit: 16, Remaining: 14, ResetAfter: 3 * s}},
+			{At: 40 * s, Key: "full", Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 16, Remaining: 15, ResetAfter: 2 * s}},
+			{At: 500 * time.Millisecond, Key: "half", Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 16, Remaining: 15, ResetAfter: 2 * s}},
+			{At: 1500 * time.Millisecond, Key: "half", Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 16, Remaining: 14, ResetAfter: 3 * s}},
 		},
 	},
 	{
@@ -61,12 +61,12 @@ var Traces = []Trace{
 		Name:  "token_bucket",
 		Limit: algo.TokenBucket{Burst: 10, Rate: 5, Per: time.Second},
 		Steps: []Step{
-			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 200 * time.Millisecond}},
-			{At: 0, Cost: 9, Want: algo.Result{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: 2 * s}},
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 10, Remaining: 9, ResetAfter: 200 * time.Millisecond}},
+			{At: 0, Cost: 9, Want: algo.Result{Allowed: true, Admitted: 9, Limit: 10, Remaining: 0, ResetAfter: 2 * s}},
 			{At: 0, Cost: 1, Want: algo.Result{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 200 * time.Millisecond, ResetAfter: 2 * s}},
-			{At: 500 * time.Millisecond, Cost: 2, Want: algo.Result{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: 1900 * time.Millisecond}},
+			{At: 500 * time.Millisecond, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 10, Remaining: 0, ResetAfter: 1900 * time.Millisecond}},
 			{At: 500 * time.Millisecond, Cost: 11, Want: algo.Result{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 1900 * time.Millisecond}},
-			{At: 500 * time.Millisecond, Key: "fresh", Cost: 10, Want: algo.Result{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: 2 * s}},
+			{At: 500 * time.Millisecond, Key: "fresh", Cost: 10, Want: algo.Result{Allowed: true, Admitted: 10, Limit: 10, Remaining: 0, ResetAfter: 2 * s}},
 			{At: 10 * s, Cost: 0, Want: algo.Result{Allowed: true, Limit: 10, Remaining: 10}},
 		},
 	},
@@ -75,15 +75,15 @@ var Traces = []Trace{
 		Name:  "fixed_window",
 		Limit: algo.FixedWindow{Limit: 3, Window: 10 * s},
 		Steps: []Step{
-			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Limit: 3, Remaining: 1, ResetAfter: 9665413 * time.Microsecond}},
+			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 3, Remaining: 1, ResetAfter: 9665413 * time.Microsecond}},
 			{At: 1 * s, Cost: 2, Want: algo.Result{Allowed: false, Limit: 3, Remaining: 1, RetryAfter: 8665413 * time.Microsecond, ResetAfter: 8665413 * time.Microsecond}},
-			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 8665413 * time.Microsecond}},
+			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 3, Remaining: 0, ResetAfter: 8665413 * time.Microsecond}},
 			{At: 1 * s, Cost: 0, Want: algo.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 8665413 * time.Microsecond}},
-			{At: 9665413 * time.Microsecond, Cost: 1, Want: algo.Result{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 10 * s}},
+			{At: 9665413 * time.Microsecond, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 3, Remaining: 2, ResetAfter: 10 * s}},
 			{At: 9665413 * time.Microsecond, Cost: 4, Want: algo.Result{Allowed: false, Limit: 3, Remaining: 2, RetryAfter: algo.Never, ResetAfter: 10 * s}},
-			{At: 9665413 * time.Microsecond, Cost: 2, Want: algo.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 9665413 * time.Microsecond, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 3, Remaining: 0, ResetAfter: 10 * s}},
 			{At: 30 * s, Cost: 0, Want: algo.Result{Allowed: true, Limit: 3, Remaining: 3}},
-			{At: 30 * s, Key: "fresh", Cost: 3, Want: algo.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 9665413 * time.Microsecond}},
+			{At: 30 * s, Key: "fresh", Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Limit: 3, Remaining: 0, ResetAfter: 9665413 * time.Microsecond}},
 		},
 	},
 	{
@@ -91,12 +91,12 @@ var Traces = []Trace{
 		Limit: algo.Gate{Interval: 5 * s},
 		Steps: []Step{
 			{At: 0, Cost: 0, Want: algo.Result{Allowed: true, Limit: 1, Remaining: 1}},
-			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 5 * s}},
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 1, Remaining: 0, ResetAfter: 5 * s}},
 			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: false, Limit: 1, Remaining: 0, RetryAfter: 4 * s, ResetAfter: 4 * s}},
 			{At: 1 * s, Cost: 0, Want: algo.Result{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 4 * s}},
-			{At: 5 * s, Cost: 1, Want: algo.Result{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 5 * s}},
+			{At: 5 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 1, Remaining: 0, ResetAfter: 5 * s}},
 			{At: 5 * s, Cost: 2, Want: algo.Result{Allowed: false, Limit: 1, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 5 * s}},
-			{At: 60 * s, Cost: 1, Want: algo.Result{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 5 * s}},
+			{At: 60 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 1, Remaining: 0, ResetAfter: 5 * s}},
 		},
 	},
 }
@@ -127,5 +127,5 @@ func Run(t *testing.T, st sluice.Store, ns string) {
 
 // Format renders a result for failure messages.
 func Format(r algo.Result) string {
-	return fmt.Sprintf("{allowed:%v limit:%d remaining:%d retry:%v reset:%v}", r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter)
+	return fmt.Sprintf("{allowed:%v admitted:%d limit:%d remaining:%d retry:%v reset:%v denied_by:%d}", r.Allowed, r.Admitted, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.DeniedBy)
 }

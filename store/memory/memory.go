@@ -98,7 +98,7 @@ func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, erro
 		}
 	} else {
 		if st.Expire <= t {
-			*st = algo.State{}
+			*st = algo.State{Log: st.Log[:0]} // keep the log's capacity
 		}
 		r = req.Limit.Decide(st, t, req.Cost, true)
 	}
@@ -160,7 +160,9 @@ func (s *Store) Close() error {
 // DecideAll implements sluice.Store. It locks every shard the requests
 // touch (in shard order, so concurrent batches cannot deadlock), checks
 // every request, and records the costs only if every request that is not
-// Shadow passes.
+// Shadow passes; a denied request may still record its attempt (a uniform
+// sliding log). In a batch of several requests a nary sliding log acts as
+// binary (algo.InBatch); a batch of one is Decide.
 func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
 	if err := sluice.ValidateAll(reqs, results); err != nil {
 		return false, err
@@ -197,16 +199,23 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 	}()
 
 	states := make([]*algo.State, len(reqs))
+	limits := make([]algo.Limit, len(reqs))
+	for i, r := range reqs {
+		limits[i] = r.Limit
+		if len(reqs) > 1 {
+			limits[i] = algo.InBatch(r.Limit) // a nary log is all or nothing here
+		}
+	}
 	pass := true
 	for i, r := range reqs {
 		st := s.shards[idx[i]].m[r.Key]
 		if st == nil {
 			st = new(algo.State)
 		} else if st.Expire <= t {
-			*st = algo.State{}
+			*st = algo.State{Log: st.Log[:0]}
 		}
 		states[i] = st
-		results[i] = r.Limit.Decide(st, t, r.Cost, false)
+		results[i] = limits[i].Decide(st, t, r.Cost, false)
 		if !results[i].Allowed && !r.Shadow {
 			pass = false
 		}
@@ -215,9 +224,9 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 		switch {
 		case pass || !results[i].Allowed:
 			// Record the cost, or let the algorithm record a denied attempt.
-			results[i] = r.Limit.Decide(states[i], t, r.Cost, true)
+			results[i] = limits[i].Decide(states[i], t, r.Cost, true)
 		default:
-			results[i] = r.Limit.Decide(states[i], t, 0, false)
+			results[i] = limits[i].Decide(states[i], t, 0, false)
 		}
 		if sh := &s.shards[idx[i]]; states[i].Expire > t && sh.m[r.Key] == nil {
 			sh.m[r.Key] = states[i]

@@ -37,7 +37,7 @@ var scripts embed.FS
 
 // algorithmScripts are the files that define <kind>_check, <kind>_commit
 // and <kind>_undo for decide.lua and refund.lua.
-var algorithmScripts = []string{"tat.lua", "fixed_window.lua", "gate.lua"}
+var algorithmScripts = []string{"tat.lua", "fixed_window.lua", "gate.lua", "sliding_log.lua", "window_counter.lua"}
 
 func composeScript(driver string) string {
 	var b strings.Builder
@@ -168,6 +168,9 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
+	if len(reqs) > 1 {
+		reqs = inBatch(reqs) // a nary log is all or nothing in a batch
+	}
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = KeyName(s.prefix, r.Key, r.Tag)
@@ -182,9 +185,27 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		return false, err
 	}
 	for i, r := range reqs {
-		results[i] = levelResult(r, c.now, c.ok[i], c.val[i], !c.ok[i] || c.pass)
+		results[i] = levelResult(r, c.now, c.ok[i], c.val[i], c.extra(i), !c.ok[i] || c.pass)
 	}
 	return c.pass, nil
+}
+
+// inBatch returns reqs with every limit as algo.InBatch gives it, copying
+// reqs only when one changes.
+func inBatch(reqs []sluice.Request) []sluice.Request {
+	var out []sluice.Request
+	for i, r := range reqs {
+		if l, ok := r.Limit.(algo.SlidingLog); ok && l.Mode == algo.Nary {
+			if out == nil {
+				out = append([]sluice.Request(nil), reqs...)
+			}
+			out[i].Limit = algo.InBatch(l)
+		}
+	}
+	if out == nil {
+		return reqs
+	}
+	return out
 }
 
 // checked is decide.lua's reply for a group of requests.
@@ -194,7 +215,13 @@ type checked struct {
 	ok   []bool
 	val  []int64
 	args []string // the script's ARGV, kept for a refund
+	v    []int64  // the reply
+	at   []int    // at[i]: index in v of level i's code; at[len] = len(v)
 }
+
+// extra returns level i's values after ok and value (sliding_log.lua and
+// window_counter.lua report more).
+func (c checked) extra(i int) []int64 { return c.v[c.at[i]+2 : c.at[i+1]] }
 
 // check runs decide.lua on requests whose keys share one slot (or on any
 // keys of a single server).
@@ -213,13 +240,24 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 	if err != nil {
 		return checked{}, fmt.Errorf("redis store: %w", err)
 	}
-	if len(v) != 2+2*len(reqs) {
+	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, v: v, at: make([]int, len(reqs)+1)}
+	p := 2
+	for i, r := range reqs {
+		if p+1 >= len(v) {
+			return checked{}, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
+		}
+		code := v[p]
+		if code < 0 || code>>1 != extraValues(r.Limit) {
+			return checked{}, fmt.Errorf("redis store: script replied code %d for key %d (%T)", code, i, r.Limit)
+		}
+		c.at[i] = p
+		c.ok[i], c.val[i] = code&1 == 1, v[p+1]
+		p += 2 + int(code>>1)
+	}
+	if p != len(v) {
 		return checked{}, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
 	}
-	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args}
-	for i := range reqs {
-		c.ok[i], c.val[i] = v[2+2*i] == 1, v[3+2*i]
-	}
+	c.at[len(reqs)] = p
 	return c, nil
 }
 
@@ -239,14 +277,78 @@ func appendLevel(args []string, r sluice.Request) ([]string, error) {
 		return append(args, "f", flag, "3", itoa(algo.Micros(l.Window)), itoa(l.Limit), itoa(r.Cost)), nil
 	case algo.Gate:
 		return append(args, "g", flag, "2", itoa(algo.Micros(l.Interval)), itoa(r.Cost)), nil
+	case algo.SlidingLog:
+		// Beyond the largest limit + 1 the answer is the same, and the
+		// cost stays exact in Lua.
+		n := min(r.Cost, l.MaxLimit()+1)
+		mode := "b"
+		switch l.Mode {
+		case algo.Nary:
+			mode = "n"
+		case algo.Uniform:
+			mode = "u"
+		}
+		args = append(args, "s", flag, itoa(int64(5+3*len(l.Limits))), itoa(n), mode,
+			itoa(algo.Micros(l.MinGap)), itoa(l.Buckets), itoa(int64(len(l.Limits))))
+		for i, w := range l.Limits {
+			var width int64
+			if l.Buckets > 0 {
+				width = l.BucketWidth(i)
+			}
+			args = append(args, itoa(w.Limit), itoa(algo.Micros(w.Window)), itoa(width))
+		}
+		return args, nil
+	case algo.WindowCounter:
+		var lmax int64
+		for _, w := range l.Limits {
+			lmax = max(lmax, w.Limit)
+		}
+		args = append(args, "w", flag, itoa(int64(3+2*len(l.Limits))), itoa(min(r.Cost, lmax+1)),
+			itoa(l.SliceMicros()), itoa(int64(len(l.Limits))))
+		for i, w := range l.Limits {
+			args = append(args, itoa(w.Limit), itoa(l.Slices(i)))
+		}
+		return args, nil
 	}
 	return nil, fmt.Errorf("%w: %T", ErrUnsupported, r.Limit)
 }
 
-// levelResult derives a level's Result from the script's check value. A
-// level that was ok but not committed (another level denied) reports what
-// a peek would: its state without this cost.
-func levelResult(r sluice.Request, now int64, ok bool, val int64, committed bool) algo.Result {
+// extraValues is how many values the script reports for a limit beyond ok
+// and value: admitted, wait, reset, denied by and one count per window for
+// the windowed algorithms.
+func extraValues(l algo.Limit) int64 {
+	switch l := l.(type) {
+	case algo.SlidingLog:
+		return int64(4 + len(l.Limits))
+	case algo.WindowCounter:
+		return int64(4 + len(l.Limits))
+	}
+	return 0
+}
+
+// windowResult derives a windowed level's Result from the script's extra
+// values: admitted, wait, reset, denied by, the counts.
+func windowResult(ws []algo.Window, now, cost int64, extra []int64, committed, floor bool) algo.Result {
+	o := algo.Outcome{Admitted: extra[0], Wait: extra[1], Reset: extra[2], DeniedBy: int(extra[3])}
+	o.Remaining = ws[0].Limit - extra[4]
+	for i, w := range ws[1:] {
+		o.Remaining = min(o.Remaining, w.Limit-extra[5+i])
+	}
+	if !committed {
+		// Checked ok, not recorded: the state without the cost.
+		o.Admitted, o.Wait, o.DeniedBy, cost = 0, 0, 0, 0
+	}
+	var limit int64 = ws[0].Limit
+	for _, w := range ws[1:] {
+		limit = min(limit, w.Limit)
+	}
+	return o.Result(now, cost, limit, floor)
+}
+
+// levelResult derives a level's Result from the script's check value (and
+// extra values). A level that was ok but not committed (another level
+// denied) reports what a peek would: its state without this cost.
+func levelResult(r sluice.Request, now int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
 	switch l := r.Limit.(type) {
 	case algo.GCRA, algo.TokenBucket:
 		p := tatOf(l)
@@ -260,10 +362,17 @@ func levelResult(r sluice.Request, now int64, ok bool, val int64, committed bool
 		}
 		return l.Result(ok, now, val, r.Cost)
 	case algo.Gate:
-		if !committed && r.Cost == 1 {
-			val = 0 // the gate was open
+		if !committed {
+			if r.Cost == 1 {
+				val = 0 // the gate was open
+			}
+			return l.Result(true, now, val, 0)
 		}
 		return l.Result(ok, now, val, r.Cost)
+	case algo.SlidingLog:
+		return windowResult(l.Limits, now, r.Cost, extra, committed, l.Mode != algo.Uniform)
+	case algo.WindowCounter:
+		return windowResult(l.Limits, now, r.Cost, extra, committed, true)
 	}
 	panic("unreachable: appendLevel accepted the limit")
 }

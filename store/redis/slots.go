@@ -114,7 +114,7 @@ func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, ke
 	for g, idx := range groups {
 		c := checks[g]
 		for j, i := range idx {
-			results[i] = levelResult(reqs[i], c.now, c.ok[j], c.val[j], !c.ok[j] || pass)
+			results[i] = levelResult(reqs[i], c.now, c.ok[j], c.val[j], c.extra(j), !c.ok[j] || pass)
 		}
 	}
 	return pass, nil

@@ -1,9 +1,12 @@
 -- decide.lua: one atomic decision over one or more keys (the levels of a
 -- hierarchical limit), all or nothing. The store puts every algorithm's
 -- file (tat.lua, fixed_window.lua, gate.lua, ...) before this one; each
--- defines <kind>_check(key, now, a) -> ok, value and
--- <kind>_commit(key, now, a, go, value), where a is the index in ARGV of
--- the level's first argument. The functions are plain locals, not tables
+-- defines <kind>_check(key, now, a, reply, p) -> ok, value[, extra] and
+-- <kind>_commit(key, now, a, go, value, reply, p), where a is the index in
+-- ARGV of the level's first argument. A kind that reports more than ok and
+-- value (sliding_log.lua, window_counter.lua) writes its extra values at
+-- reply[p+2 ...] and returns their count; the commit may rewrite them (and
+-- the value, reply[p+1]) to describe the state after it. The functions are plain locals, not tables
 -- of closures: every table a script builds is garbage Redis must collect,
 -- and the decision path stays as lean as a single-purpose script.
 --
@@ -11,15 +14,17 @@
 -- ARGV[1]  now in µs since the epoch, or "" to use Redis TIME
 -- ARGV[2..] per level, in KEYS order: kind, flag ("s" for shadow, else "-"),
 --          the number of the level's own arguments, then those arguments
--- Reply    {now, pass (1 or 0), then per level: ok (1 or 0), value}
+-- Reply    {now, pass (1 or 0), then per level: code, value, extras...}
+--          where code = ok (1 or 0) + 2 * the number of extras: for the
+--          kinds without extras it is just ok.
 --
 -- Every level is checked first. pass is 1 when every level that is not
 -- shadow is ok; then each level is committed, with go = ok, so ok levels
 -- record their cost. When pass is 0, only the levels whose own check failed
 -- are committed (with go = false), so that an algorithm may record a denied
 -- attempt (a uniform sliding log); the others write nothing.
-local check = {t = t_check, f = f_check, g = g_check}
-local commit = {t = t_commit, f = f_commit, g = g_commit}
+local check = {t = t_check, f = f_check, g = g_check, s = s_check, w = w_check}
+local commit = {t = t_commit, f = f_commit, g = g_commit, s = s_commit, w = w_commit}
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -27,18 +32,21 @@ if not now then
   now = t[1] * 1000000 + t[2]
 end
 local reply = {now, 1}
-local i = 2
+local i, p = 2, 3
 for j = 1, #KEYS do
-  local ok, val = check[ARGV[i]](KEYS[j], now, i + 3)
+  reply[p], reply[p + 1] = 0, 0
+  local ok, val, extra = check[ARGV[i]](KEYS[j], now, i + 3, reply, p)
   if not ok and ARGV[i + 1] ~= 's' then reply[2] = 0 end
-  reply[2 * j + 1] = ok and 1 or 0
-  reply[2 * j + 2] = val
-  i = i + 3 + ARGV[i + 2]
+  extra = extra or 0
+  reply[p] = (ok and 1 or 0) + 2 * extra
+  reply[p + 1] = val
+  i, p = i + 3 + ARGV[i + 2], p + 2 + extra
 end
-i = 2
+i, p = 2, 3
 for j = 1, #KEYS do
-  local ok = reply[2 * j + 1] == 1
-  if reply[2] == 1 or not ok then commit[ARGV[i]](KEYS[j], now, i + 3, ok, reply[2 * j + 2]) end
-  i = i + 3 + ARGV[i + 2]
+  local code = reply[p]
+  local ok = code % 2 == 1
+  if reply[2] == 1 or not ok then commit[ARGV[i]](KEYS[j], now, i + 3, ok, reply[p + 1], reply, p) end
+  i, p = i + 3 + ARGV[i + 2], p + 2 + (code - code % 2) / 2
 end
 return reply

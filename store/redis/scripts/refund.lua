@@ -8,7 +8,7 @@
 --          decide.lua replied for it, or "" for a level that committed
 --          nothing
 -- Reply    the number of levels refunded
-local undo = {t = t_undo, f = f_undo, g = g_undo}
+local undo = {t = t_undo, f = f_undo, g = g_undo, s = s_undo, w = w_undo}
 
 local now = tonumber(ARGV[1])
 local i, v = 2, #ARGV - #KEYS

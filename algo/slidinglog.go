@@ -1,0 +1,565 @@
+package algo
+
+import (
+	"fmt"
+	"time"
+)
+
+// Mode says what a SlidingLog does with a batch that does not fit.
+type Mode int
+
+// The modes, from the most to the least lenient towards a caller over its
+// limit. Binary is the zero Mode.
+const (
+	// Binary admits the whole batch or none of it; a rejected attempt is
+	// not recorded.
+	Binary Mode = iota
+	// Nary admits as much of the batch as fits (Result.Admitted); what does
+	// not fit is not recorded. In a DecideAll of several requests a nary
+	// log acts as Binary, since the batch is all or nothing.
+	Nary
+	// Uniform records every attempt, also a rejected one, so that a caller
+	// who keeps hammering stays locked out; the batch itself is admitted
+	// whole or not at all, as in Binary.
+	Uniform
+)
+
+// String returns the mode's name as used in Spec.Mode.
+func (m Mode) String() string {
+	switch m {
+	case Binary:
+		return "binary"
+	case Nary:
+		return "nary"
+	case Uniform:
+		return "uniform"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode returns the mode that s names; "" is Binary.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "binary":
+		return Binary, nil
+	case "nary":
+		return Nary, nil
+	case "uniform":
+		return Uniform, nil
+	}
+	return 0, fmt.Errorf("%w: unknown sliding_log mode %q (want binary, nary or uniform)", ErrInvalid, s)
+}
+
+// Window is one limit of a SlidingLog or a WindowCounter: at most Limit in
+// any Window.
+type Window struct {
+	// Name optionally names the limit in reports (sluice replay's
+	// denied_by); the algorithms ignore it.
+	Name   string
+	Limit  int64
+	Window time.Duration
+}
+
+// Bounds of the windowed algorithms, which keep them cheap per decision
+// and their counters exact in the Redis store's Lua numbers.
+const (
+	// MaxWindows is the most limits (windows) one SlidingLog or
+	// WindowCounter takes.
+	MaxWindows = 16
+	// MaxWindowLimit bounds every limit of a SlidingLog or WindowCounter.
+	MaxWindowLimit = 1_000_000_000
+	// MaxExactLimit bounds the limits of an exact SlidingLog (no
+	// Buckets), which keeps one entry per action.
+	MaxExactLimit = 1_000_000
+	// MaxBuckets bounds SlidingLog.Buckets, and MaxSlices the slices in a
+	// WindowCounter's longest window.
+	MaxBuckets = 10_000
+	MaxSlices  = 10_000
+)
+
+// SlidingLog counts every action in rolling windows and admits a batch of
+// n while, for every limit i, the actions in the last Windows[i] plus n
+// stay within Limit[i], all limits evaluated together in one atomic step.
+//
+// # Exact log
+//
+// Without Buckets, the log keeps the time t of every recorded action (a
+// batch of n records n actions). An action counts in limit i while
+// now - t < W_i, so at time now limit i counts
+//
+//	c_i = #{recorded t : t > now - W_i}
+//
+// Entries older than the longest window are dropped.
+//
+// # Sampled log (Buckets = B)
+//
+// With Buckets, limit i counts in buckets of width w_i = ⌈W_i/B⌉ µs
+// aligned to the epoch, and keeps the B+1 newest: memory per key is
+// bounded by B, not by the traffic. An action at t falls in bucket
+// k = ⌊t/w_i⌋ and counts while now < (k+B+1)·w_i, never earlier than
+// t + W_i (since B·w_i ≥ W_i) and less than 2·w_i later: the sampling
+// denies a little more than the exact log, never less.
+//
+// A log's clock does not go back: a decision whose time is earlier than
+// the newest recorded action is taken (and recorded) at that action's
+// time, so that what a later time dropped is never needed again. Durations
+// in the Result stay relative to the decision's own time.
+//
+// # Decision
+//
+// A decision of cost n at time now, with c_i the counts before it and
+// last the time of the newest recorded action:
+//
+//   - the gap is kept when there is no recorded action, n = 0, MinGap = 0
+//     or now - last ≥ MinGap (the gap is between recorded decisions: the
+//     actions of one batch share one time);
+//   - Binary and Uniform admit n when the gap is kept and c_i + n ≤ L_i
+//     for every i, else 0; Nary admits min(n, min_i(L_i - c_i)), at least
+//     0, when the gap is kept, else 0;
+//   - Binary and Nary record what they admit; Uniform records every
+//     attempt of n > 0, admitted or not (an exact log records at most
+//     max_i L_i of one attempt: more could never be admitted and would
+//     change nothing but how negative Remaining gets).
+//
+// Allowed is Admitted == n (a peek, n = 0, is allowed and records
+// nothing); Limit is min_i L_i; Remaining is min_i (L_i - c'_i) with c'_i
+// the counts after the decision, floored at 0 except in Uniform.
+//
+// RetryAfter ("wait") is 0 when allowed, Never when n > L_i for some i,
+// and else the time after which the same batch is admitted in full if
+// nothing else happens meanwhile, computed on the state after the
+// decision (so it includes a recorded uniform attempt or a nary partial
+// batch): the latest of last' + MinGap (when the gap matters) and, for
+// every limit with c'_i + n > L_i, the time its (L_i-n+1)-th newest
+// action leaves the window (exact: t + W_i; sampled: (k+B+1)·w_i of its
+// bucket). DeniedBy names the constraint with the latest of those times
+// (limits before the gap on ties). ResetAfter is how long until every
+// recorded action has left every window (0 when none is left). The state
+// expires then too.
+type SlidingLog struct {
+	// Limits are evaluated together; at least one, at most MaxWindows.
+	Limits []Window
+	// MinGap is the least time between two recorded decisions (0: none).
+	// It may not exceed the longest window.
+	MinGap time.Duration
+	// Buckets, when positive, samples each window in that many buckets
+	// (at most MaxBuckets); 0 keeps an exact log.
+	Buckets int64
+	Mode    Mode
+}
+
+// Validate implements Limit.
+func (l SlidingLog) Validate() error {
+	if err := validateWindows("sliding_log", l.Limits); err != nil {
+		return err
+	}
+	wmax := l.maxWindow()
+	switch {
+	case l.MinGap < 0:
+		return fmt.Errorf("%w: sliding_log min_gap must be zero or more, got %v", ErrInvalid, l.MinGap)
+	case l.MinGap > 0 && l.MinGap < time.Microsecond:
+		return fmt.Errorf("%w: sliding_log min_gap %v is below the 1µs resolution", ErrInvalid, l.MinGap)
+	case Micros(l.MinGap) > wmax:
+		return fmt.Errorf("%w: sliding_log min_gap %v is longer than the longest window %v", ErrInvalid, l.MinGap, dur(wmax))
+	case l.Buckets < 0:
+		return fmt.Errorf("%w: sliding_log buckets must be positive (or 0 for an exact log), got %d", ErrInvalid, l.Buckets)
+	case l.Buckets > MaxBuckets:
+		return fmt.Errorf("%w: sliding_log buckets %d exceed %d", ErrInvalid, l.Buckets, MaxBuckets)
+	case l.Mode < Binary || l.Mode > Uniform:
+		return fmt.Errorf("%w: sliding_log mode %d is not binary, nary or uniform", ErrInvalid, int(l.Mode))
+	}
+	if l.Buckets == 0 {
+		for _, w := range l.Limits {
+			if w.Limit > MaxExactLimit {
+				return fmt.Errorf("%w: sliding_log limit %d exceeds %d for an exact log, which keeps one entry per action (set buckets)", ErrInvalid, w.Limit, MaxExactLimit)
+			}
+		}
+	}
+	return nil
+}
+
+func validateWindows(name string, ws []Window) error {
+	if len(ws) == 0 {
+		return fmt.Errorf("%w: %s needs at least one limit", ErrInvalid, name)
+	}
+	if len(ws) > MaxWindows {
+		return fmt.Errorf("%w: %s has %d limits, more than %d", ErrInvalid, name, len(ws), MaxWindows)
+	}
+	for i, w := range ws {
+		if w.Limit <= 0 {
+			return fmt.Errorf("%w: %s limits[%d]: limit must be positive, got %d", ErrInvalid, name, i, w.Limit)
+		}
+		if w.Limit > MaxWindowLimit {
+			return fmt.Errorf("%w: %s limits[%d]: limit %d exceeds %d", ErrInvalid, name, i, w.Limit, MaxWindowLimit)
+		}
+		if err := positiveSpan(fmt.Sprintf("%s limits[%d] window", name, i), w.Window); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l SlidingLog) maxWindow() int64 {
+	var m int64
+	for _, w := range l.Limits {
+		m = max(m, Micros(w.Window))
+	}
+	return m
+}
+
+// MinLimit is the smallest of the limits: Result.Limit.
+func (l SlidingLog) MinLimit() int64 { return minLimit(l.Limits) }
+
+// MaxLimit is the largest of the limits, which bounds what one attempt
+// records.
+func (l SlidingLog) MaxLimit() int64 {
+	var m int64
+	for _, w := range l.Limits {
+		m = max(m, w.Limit)
+	}
+	return m
+}
+
+func minLimit(ws []Window) int64 {
+	m := ws[0].Limit
+	for _, w := range ws[1:] {
+		m = min(m, w.Limit)
+	}
+	return m
+}
+
+// BucketWidth is the width in µs of limit i's buckets: ⌈W_i/Buckets⌉.
+func (l SlidingLog) BucketWidth(i int) int64 {
+	w := Micros(l.Limits[i].Window)
+	return (w + l.Buckets - 1) / l.Buckets
+}
+
+// InBatch returns the limit to apply in a DecideAll of several requests,
+// which is all or nothing: a nary SlidingLog acts as binary there. Other
+// limits are returned as they are.
+func InBatch(l Limit) Limit {
+	switch s := l.(type) {
+	case SlidingLog:
+		if s.Mode == Nary {
+			s.Mode = Binary
+			return s
+		}
+	case *SlidingLog:
+		if s != nil && s.Mode == Nary {
+			c := *s
+			c.Mode = Binary
+			return c
+		}
+	}
+	return l
+}
+
+// Outcome is what a SlidingLog or WindowCounter decision found, in
+// absolute times; Result turns it into a Result. The Redis store's script
+// computes the same values.
+type Outcome struct {
+	Admitted int64
+	// Remaining is min_i (L_i - c'_i) over the counts after the decision.
+	Remaining int64
+	// Wait is the time (µs) from which the same cost is admitted in full:
+	// 0 when allowed, -1 when never.
+	Wait int64
+	// Reset is the time (µs) when every recorded action has left every
+	// window (0 when nothing is recorded).
+	Reset    int64
+	DeniedBy int
+}
+
+// Result derives the decision's Result. limit is Result.Limit; floor
+// floors Remaining at 0.
+func (o Outcome) Result(now, cost, limit int64, floor bool) Result {
+	r := Result{Allowed: o.Admitted == cost, Limit: limit, Remaining: o.Remaining, Admitted: o.Admitted}
+	if floor && r.Remaining < 0 {
+		r.Remaining = 0
+	}
+	if o.Reset > now {
+		r.ResetAfter = dur(o.Reset - now)
+	}
+	if !r.Allowed {
+		r.DeniedBy = o.DeniedBy
+		if o.Wait < 0 {
+			r.RetryAfter = Never
+		} else {
+			r.RetryAfter = dur(o.Wait - now)
+		}
+	}
+	return r
+}
+
+// Decide implements Limit.
+//
+// The exact log keeps State.Log[State.B:] (State.B counts dropped entries
+// not yet compacted away): the recorded times, ascending, one per action.
+// The sampled log keeps State.A, the time of the newest recorded action
+// (its clock), and in State.Log limit i's B+1 bucket counters at
+// i·(B+1) + k mod (B+1) for the buckets k in (⌊A/w_i⌋-B-1, ⌊A/w_i⌋].
+func (l SlidingLog) Decide(s *State, now, cost int64, commit bool) Result {
+	var o Outcome
+	if l.Buckets > 0 {
+		o = l.decideSampled(s, now, cost, commit)
+	} else {
+		o = l.decideExact(s, now, cost, commit)
+	}
+	return o.Result(now, cost, l.MinLimit(), l.Mode != Uniform)
+}
+
+// admit applies the decision rule to the counts c (before the decision):
+// what is admitted and what is recorded.
+func (l SlidingLog) admit(c *[MaxWindows]int64, cost int64, gapOK bool) (admitted, record int64) {
+	if cost == 0 {
+		return 0, 0
+	}
+	fits, room := true, cost
+	for i, w := range l.Limits {
+		if c[i]+cost > w.Limit {
+			fits = false
+		}
+		room = min(room, w.Limit-c[i])
+	}
+	switch l.Mode {
+	case Nary:
+		if gapOK {
+			admitted = max(room, 0)
+		}
+		return admitted, admitted
+	case Uniform:
+		if fits && gapOK {
+			admitted = cost
+		}
+		return admitted, min(cost, l.MaxLimit())
+	default:
+		if fits && gapOK {
+			admitted = cost
+		}
+		return admitted, admitted
+	}
+}
+
+// wait fills o.Wait and o.DeniedBy for a decision that was not allowed,
+// from the counts after it (c) and, for each limit that does not fit,
+// leave(i): the time its (L_i-n+1)-th newest action leaves the window.
+// gapAt is when the gap is kept again (0 when it does not matter).
+func (l SlidingLog) wait(o *Outcome, c *[MaxWindows]int64, cost, gapAt int64, leave func(i int, j int64) int64) {
+	for i, w := range l.Limits {
+		if cost > w.Limit {
+			o.Wait, o.DeniedBy = -1, i+1
+			return
+		}
+	}
+	for i, w := range l.Limits {
+		if c[i]+cost > w.Limit {
+			if t := leave(i, w.Limit-cost+1); t > o.Wait {
+				o.Wait, o.DeniedBy = t, i+1
+			}
+		}
+	}
+	if gapAt > o.Wait {
+		o.Wait, o.DeniedBy = gapAt, DeniedByGap
+	}
+}
+
+// remaining returns min_i (L_i - c_i).
+func remaining(ws []Window, c *[MaxWindows]int64) int64 {
+	r := ws[0].Limit - c[0]
+	for i, w := range ws[1:] {
+		r = min(r, w.Limit-c[i+1])
+	}
+	return r
+}
+
+func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome {
+	live := s.Log
+	if s.B >= 0 && s.B <= int64(len(live)) {
+		live = live[s.B:]
+	}
+	hasLast := len(live) > 0
+	var last int64
+	e := now // the log's clock
+	if hasLast {
+		last = live[len(live)-1]
+		e = max(now, last)
+	}
+	var c [MaxWindows]int64
+	for i, w := range l.Limits {
+		c[i] = int64(len(live) - firstAfter(live, e-Micros(w.Window)))
+	}
+	gap := Micros(l.MinGap)
+	gapOK := !hasLast || gap == 0 || e-last >= gap
+	admitted, record := l.admit(&c, cost, gapOK)
+	wmax := l.maxWindow()
+
+	o := Outcome{Admitted: admitted}
+	if record > 0 {
+		for i := range l.Limits {
+			c[i] += record
+		}
+		last, hasLast = e, true
+	}
+	o.Remaining = remaining(l.Limits, &c)
+	if hasLast {
+		o.Reset = last + wmax
+	}
+	if admitted != cost {
+		var gapAt int64
+		if gap > 0 && hasLast {
+			gapAt = last + gap
+		}
+		// The j-th newest action of the log after the decision: the log
+		// plus record actions at e, its newest.
+		l.wait(&o, &c, cost, gapAt, func(i int, j int64) int64 {
+			t := e
+			if j > record {
+				t = live[int64(len(live))-(j-record)]
+			}
+			return t + Micros(l.Limits[i].Window)
+		})
+	}
+	if commit && record > 0 {
+		l.recordExact(s, e, record, wmax)
+	}
+	return o
+}
+
+// recordExact drops the entries older than every window and appends n
+// entries at e (no earlier than the newest), reusing Log's capacity.
+func (l SlidingLog) recordExact(s *State, e, n, wmax int64) {
+	if s.B < 0 || s.B > int64(len(s.Log)) {
+		s.Log, s.B = s.Log[:0], 0
+	}
+	s.B += int64(firstAfter(s.Log[s.B:], e-wmax))
+	if s.B > 0 && (2*s.B >= int64(len(s.Log)) || int64(len(s.Log))+n > int64(cap(s.Log))) {
+		s.Log = s.Log[:copy(s.Log, s.Log[s.B:])]
+		s.B = 0
+	}
+	old := len(s.Log)
+	s.Log = grow(s.Log, int(n))
+	for j := old; j < len(s.Log); j++ {
+		s.Log[j] = e
+	}
+	s.Expire = e + wmax
+}
+
+// grow extends xs by n elements (of unspecified value), reallocating only
+// when the capacity is short.
+func grow(xs []int64, n int) []int64 {
+	if need := len(xs) + n; need > cap(xs) {
+		nx := make([]int64, len(xs), max(need, 2*cap(xs)))
+		copy(nx, xs)
+		xs = nx
+	}
+	return xs[:len(xs)+n]
+}
+
+// firstAfter returns the index of the first element of the ascending xs
+// greater than v (len(xs) when none is).
+func firstAfter(xs []int64, v int64) int {
+	lo, hi := 0, len(xs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if xs[m] > v {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
+}
+
+func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcome {
+	b := l.Buckets
+	r := b + 1
+	k := int64(len(l.Limits))
+	valid := int64(len(s.Log)) == k*r
+	e := now
+	if valid {
+		e = max(now, s.A)
+	}
+	// Counts at e: limit i's buckets in [cur_i-B, a_i] (a_i ≤ cur_i).
+	var c [MaxWindows]int64
+	if valid {
+		for i := range l.Limits {
+			w := l.BucketWidth(i)
+			cur, a := e/w, s.A/w
+			ring := s.Log[int64(i)*r : int64(i+1)*r]
+			for kb := max(cur-b, a-b); kb <= a; kb++ {
+				c[i] += ring[kb%r]
+			}
+		}
+	}
+	gap := Micros(l.MinGap)
+	gapOK := !valid || gap == 0 || e-s.A >= gap
+	admitted, record := l.admit(&c, cost, gapOK)
+
+	o := Outcome{Admitted: admitted}
+	clock, hasClock := s.A, valid
+	if record > 0 {
+		for i := range l.Limits {
+			c[i] += record
+		}
+		clock, hasClock = e, true
+	}
+	o.Remaining = remaining(l.Limits, &c)
+	if hasClock {
+		for i := range l.Limits {
+			w := l.BucketWidth(i)
+			o.Reset = max(o.Reset, (clock/w+r)*w)
+		}
+	}
+	if admitted != cost {
+		var gapAt int64
+		if gap > 0 && hasClock {
+			gapAt = clock + gap
+		}
+		// Walk limit i's buckets from the newest after the decision down
+		// to the oldest counted one, until more than L_i - n are newer.
+		l.wait(&o, &c, cost, gapAt, func(i int, j int64) int64 {
+			w := l.BucketWidth(i)
+			cur := e / w
+			top := cur
+			if record == 0 {
+				top = s.A / w
+			}
+			var acc int64
+			for kb := top; kb >= cur-b; kb-- {
+				if record > 0 && kb == cur {
+					acc += record
+				}
+				if valid && kb <= s.A/w && kb > s.A/w-r {
+					acc += s.Log[int64(i)*r+kb%r]
+				}
+				if acc >= j {
+					return (kb + r) * w
+				}
+			}
+			panic("unreachable: the counts say the bucket exists")
+		})
+	}
+	if commit && record > 0 {
+		if !valid {
+			s.Log = grow(s.Log[:0], int(k*r))
+			clear(s.Log)
+		}
+		for i := range l.Limits {
+			w := l.BucketWidth(i)
+			cur := e / w
+			ring := s.Log[int64(i)*r : int64(i+1)*r]
+			if a := s.A / w; valid && cur > a {
+				if cur-a >= r {
+					clear(ring)
+				} else {
+					for kb := a + 1; kb <= cur; kb++ {
+						ring[kb%r] = 0
+					}
+				}
+			}
+			ring[cur%r] += record
+		}
+		s.A, s.Expire = e, o.Reset
+	}
+	return o
+}

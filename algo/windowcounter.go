@@ -1,0 +1,168 @@
+package algo
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultSlice is a WindowCounter's slice when Slice is zero.
+const DefaultSlice = time.Second
+
+// WindowCounter is the per-time-slice counter pattern: one counter per
+// slice of time (Slice, default 1s, aligned to the epoch), and one
+// decision checks several windows at once, such as at most 1000 in the
+// last 1s, 5000 in the last 10s and 7000 in the last 15s.
+//
+// Each window W_i is a whole number m_i = W_i/Slice of slices. At time now,
+// in slice cur = ⌊now/Slice⌋, window i counts the m_i slices ending with
+// the current one:
+//
+//	c_i = Σ count[k] for k in (cur - m_i, cur]
+//
+// so a window is between W_i - Slice and W_i long, the approximation of
+// the pattern. A decision of cost n admits n when c_i + n ≤ L_i for every
+// i and then adds n to the current slice; otherwise it records nothing.
+// A counter's clock does not go back: a decision in a slice earlier than
+// the latest recorded one is counted in the latest.
+//
+// Allowed is Admitted == n; Limit is min_i L_i; Remaining is
+// min_i (L_i - c'_i) over the counts after the decision, floored at 0.
+// RetryAfter is Never when n > L_i for some i; else, for every window with
+// c_i + n > L_i, the time its (L_i-n+1)-th newest action leaves it —
+// slice k leaves window i at (k + m_i)·Slice — and the latest of those;
+// DeniedBy names that window (the first on ties). ResetAfter is how long
+// until the newest recorded slice has left the longest window, when the
+// state expires.
+type WindowCounter struct {
+	// Slice is the counting granularity; 0 means DefaultSlice.
+	Slice time.Duration
+	// Limits are checked together; at least one, at most MaxWindows. Each
+	// window must be a whole number of slices, at most MaxSlices.
+	Limits []Window
+}
+
+// SliceMicros is the slice in µs.
+func (wc WindowCounter) SliceMicros() int64 {
+	if wc.Slice == 0 {
+		return Micros(DefaultSlice)
+	}
+	return Micros(wc.Slice)
+}
+
+// Slices returns window i's length in slices.
+func (wc WindowCounter) Slices(i int) int64 {
+	return Micros(wc.Limits[i].Window) / wc.SliceMicros()
+}
+
+// MaxSlices returns the longest window's length in slices.
+func (wc WindowCounter) MaxSlices() int64 {
+	var m int64
+	for i := range wc.Limits {
+		m = max(m, wc.Slices(i))
+	}
+	return m
+}
+
+// MinLimit is the smallest of the limits: Result.Limit.
+func (wc WindowCounter) MinLimit() int64 { return minLimit(wc.Limits) }
+
+// Validate implements Limit.
+func (wc WindowCounter) Validate() error {
+	if wc.Slice != 0 {
+		if err := positiveSpan("window_counter slice", wc.Slice); err != nil {
+			return err
+		}
+	}
+	if err := validateWindows("window_counter", wc.Limits); err != nil {
+		return err
+	}
+	s := wc.SliceMicros()
+	for i, w := range wc.Limits {
+		if Micros(w.Window)%s != 0 || w.Window%time.Microsecond != 0 {
+			return fmt.Errorf("%w: window_counter limits[%d]: window %v is not a whole number of %v slices", ErrInvalid, i, w.Window, dur(s))
+		}
+		if m := Micros(w.Window) / s; m > MaxSlices {
+			return fmt.Errorf("%w: window_counter limits[%d]: window %v holds %d slices of %v, more than %d", ErrInvalid, i, w.Window, m, dur(s), MaxSlices)
+		}
+	}
+	return nil
+}
+
+// Decide implements Limit. State.A is the latest slice with a recorded
+// count, and State.Log the ring of the M = MaxSlices() latest slices'
+// counts: slice k at k mod M, for k in (A-M, A].
+func (wc WindowCounter) Decide(s *State, now, cost int64, commit bool) Result {
+	sl := wc.SliceMicros()
+	m := wc.MaxSlices()
+	valid := int64(len(s.Log)) == m
+	cur := now / sl
+	if valid {
+		cur = max(cur, s.A)
+	}
+	var c [MaxWindows]int64
+	if valid {
+		for i := range wc.Limits {
+			for k := max(cur-wc.Slices(i)+1, s.A-m+1); k <= s.A; k++ {
+				c[i] += s.Log[k%m]
+			}
+		}
+	}
+	fits := true
+	for i, w := range wc.Limits {
+		if cost > 0 && c[i]+cost > w.Limit {
+			fits = false
+		}
+	}
+	o := Outcome{}
+	latest, hasLatest := s.A, valid
+	if fits && cost > 0 {
+		o.Admitted = cost
+		for i := range wc.Limits {
+			c[i] += cost
+		}
+		latest, hasLatest = cur, true
+	}
+	o.Remaining = remaining(wc.Limits, &c)
+	if hasLatest {
+		o.Reset = (latest + m) * sl
+	}
+	if !fits {
+		for i, w := range wc.Limits {
+			if cost > w.Limit {
+				o.Wait, o.DeniedBy = -1, i+1
+				break
+			}
+			if c[i]+cost <= w.Limit {
+				continue
+			}
+			// Walk back from the newest slice until more than L_i - n
+			// actions are newer: that slice must leave the window.
+			mi := wc.Slices(i)
+			var acc int64
+			for k := s.A; k > cur-mi; k-- {
+				acc += s.Log[k%m]
+				if acc > w.Limit-cost {
+					if t := (k + mi) * sl; t > o.Wait {
+						o.Wait, o.DeniedBy = t, i+1
+					}
+					break
+				}
+			}
+		}
+	}
+	if commit && o.Admitted > 0 {
+		if !valid {
+			s.Log = grow(s.Log[:0], int(m))
+			clear(s.Log)
+		} else if cur-s.A >= m {
+			clear(s.Log)
+		} else {
+			for k := s.A + 1; k <= cur; k++ {
+				s.Log[k%m] = 0
+			}
+		}
+		s.Log[cur%m] += cost
+		s.A, s.Expire = cur, o.Reset
+	}
+	return o.Result(now, cost, wc.MinLimit(), true)
+}

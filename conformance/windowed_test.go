@@ -1,0 +1,212 @@
+package conformance_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// Times, windows, buckets, gaps and slices of the windowed traces lie on
+// a 100ms grid aligned to the epoch, so that every state's reset is a
+// whole number of grid steps away and its Redis TTL at least 100ms: a key
+// never expires in Redis (wall clock) while the trace (virtual time) still
+// counts it. The traces check the TTL anyway (see ttlGuard).
+const grid = 100 * time.Millisecond
+
+// randomWindowed returns a sliding log (every mode, exact or sampled, with
+// or without a gap, one to three limits) or a window counter with small
+// random parameters, so that traces cross their boundaries often.
+func randomWindowed(r *rand.Rand, i int) algo.Limit {
+	if i%2 == 0 {
+		l := algo.SlidingLog{Mode: algo.Mode(r.IntN(3))}
+		for range 1 + r.IntN(3) {
+			l.Limits = append(l.Limits, algo.Window{Limit: 1 + r.Int64N(8), Window: time.Duration(1+r.IntN(5)) * time.Second})
+		}
+		if r.IntN(2) == 0 {
+			l.Buckets = []int64{1, 2, 4, 5, 10}[r.IntN(5)] // widths on the grid
+		}
+		if r.IntN(3) == 0 {
+			l.MinGap = grid * time.Duration(r.Int64N(int64(l.Limits[0].Window/grid)))
+		}
+		return l
+	}
+	slice := []time.Duration{grid, 2 * grid, 5 * grid, 10 * grid}[r.IntN(4)]
+	l := algo.WindowCounter{Slice: slice}
+	for range 1 + r.IntN(3) {
+		l.Limits = append(l.Limits, algo.Window{Limit: 1 + r.Int64N(10), Window: slice * time.Duration(1+r.IntN(8))})
+	}
+	return l
+}
+
+// gridStart returns a random start time on the grid.
+func gridStart(r *rand.Rand) time.Time {
+	return conformance.T0.Truncate(time.Second).Add(grid * time.Duration(r.Int64N(36000)))
+}
+
+// ttlGuard tracks, for the keys of a trace, when each state expires in
+// virtual time (the time of its last decision plus ResetAfter), and tells
+// whether Redis still holds every state the trace counts on with a margin.
+// When it does not (the machine stalled for longer than a TTL), the trace
+// moves on to fresh keys instead of reporting a difference that is a
+// matter of timing.
+type ttlGuard struct {
+	rs     *redis.Store
+	expire map[string]time.Time
+}
+
+func newTTLGuard(st map[string]sluice.Store) *ttlGuard {
+	return &ttlGuard{rs: st["redis"].(*redis.Store), expire: map[string]time.Time{}}
+}
+
+// ok reports whether the states of keys that are live at at are still in
+// Redis for at least 50ms more.
+func (g *ttlGuard) ok(t *testing.T, at time.Time, keys ...string) bool {
+	for _, k := range keys {
+		if e, live := g.expire[k]; live && e.After(at) {
+			c := g.rs.Client()
+			ms, err := c.Do(context.Background(), c.B().Pttl().Key(redis.KeyName(redis.DefaultPrefix, k, "")).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms < 50 {
+				t.Logf("key %s: Redis TTL %dms while the trace still counts it; moving to fresh keys", k, ms)
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (g *ttlGuard) saw(key string, at time.Time, r algo.Result) {
+	if r.ResetAfter > 0 {
+		g.expire[key] = at.Add(r.ResetAfter)
+	}
+}
+
+// TestWindowedStoresAgree plays random traces of the windowed algorithms on
+// both stores, with times that sometimes go back, and requires identical
+// results. A time goes back no further than the expiry of a state the
+// memory store has dropped: Redis, whose keys expire by the wall clock,
+// would still have it.
+func TestWindowedStoresAgree(t *testing.T) {
+	st := stores(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 13))
+	ctx := context.Background()
+	g := newTTLGuard(st)
+	for trace := 0; trace < 80; trace++ {
+		lim := randomWindowed(r, trace)
+		at := gridStart(r)
+		gen := 0
+		key := "windowed:" + strconv.Itoa(trace)
+		var floor time.Time // a time may not go back before it
+		for step := 0; step < 80; step++ {
+			switch {
+			case r.IntN(12) == 0:
+				at = at.Add(-grid * time.Duration(r.Int64N(20)))
+				if at.Before(floor) {
+					at = floor
+				}
+			case r.IntN(25) == 0:
+				at = at.Add(grid * time.Duration(r.Int64N(100)))
+			default:
+				at = at.Add(grid * time.Duration(r.Int64N(4)))
+			}
+			if !g.ok(t, at, key) {
+				gen++
+				key = "windowed:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen)
+				floor = time.Time{}
+			}
+			if e, ok := g.expire[key]; ok && !at.Before(e) && e.After(floor) {
+				floor = e // the memory store drops the state now
+			}
+			req := sluice.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
+			if r.IntN(20) == 0 {
+				req.Cost = 5 + r.Int64N(10) // often more than a limit
+			}
+			m, err := st["memory"].Decide(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, err := st["redis"].Decide(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m != x {
+				t.Fatalf("trace %d step %d %+v cost %d at %v:\nmemory %s\n redis %s", trace, step, lim, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
+			}
+			g.saw(key, at, m)
+		}
+	}
+}
+
+// TestWindowedBatchesAgree plays random all-or-nothing batches mixing the
+// windowed algorithms with the others, some levels shadow, on both stores.
+func TestWindowedBatchesAgree(t *testing.T) {
+	st := stores(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 17))
+	ctx := context.Background()
+	g := newTTLGuard(st)
+	for trace := 0; trace < 40; trace++ {
+		n := 1 + r.IntN(4)
+		reqs := make([]sluice.Request, n)
+		keys := make([]string, n)
+		gen := 0
+		name := func() {
+			for i := range reqs {
+				keys[i] = "wbatch:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen) + ":" + strconv.Itoa(i)
+				reqs[i].Key = keys[i]
+			}
+		}
+		for i := range reqs {
+			var lim algo.Limit
+			if r.IntN(4) == 0 {
+				lim = randomLimit(r, r.IntN(4))
+			} else {
+				lim = randomWindowed(r, r.IntN(2))
+			}
+			reqs[i] = sluice.Request{Limit: lim, Shadow: r.IntN(5) == 0}
+		}
+		name()
+		at := gridStart(r)
+		for step := 0; step < 60; step++ {
+			at = at.Add(grid * time.Duration(r.Int64N(5)))
+			if !g.ok(t, at, keys...) {
+				gen++
+				name()
+			}
+			cost := r.Int64N(3)
+			for i := range reqs {
+				reqs[i].Cost, reqs[i].Time = cost, at
+			}
+			mr, xr := make([]algo.Result, n), make([]algo.Result, n)
+			mp, err := st["memory"].DecideAll(ctx, reqs, mr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			xp, err := st["redis"].DecideAll(ctx, reqs, xr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mp != xp {
+				t.Fatalf("trace %d step %d: memory pass %v, redis pass %v", trace, step, mp, xp)
+			}
+			for i := range reqs {
+				if mr[i] != xr[i] {
+					t.Fatalf("trace %d step %d level %d %+v cost %d:\nmemory %s\n redis %s", trace, step, i, reqs[i].Limit, cost, conformance.Format(mr[i]), conformance.Format(xr[i]))
+				}
+				g.saw(keys[i], at, mr[i])
+			}
+		}
+	}
+}
