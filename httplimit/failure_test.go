@@ -1,0 +1,245 @@
+package httplimit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// syncBuffer is a log sink for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// generous bounds every request of these tests: far above the 50 ms
+// timeout, far below the stall, so that no test depends on tight timing.
+const generous = 1500 * time.Millisecond
+
+// TestRedisStopped stops the real Redis mid-test: fail-open serves the
+// request without rate-limit headers, logs and counts the error;
+// fail-closed answers 503 with a problem.
+func TestRedisStopped(t *testing.T) {
+	for _, policy := range []httplimit.FailurePolicy{httplimit.FailOpen, httplimit.FailClosed} {
+		name := map[httplimit.FailurePolicy]string{httplimit.FailOpen: "open", httplimit.FailClosed: "closed"}[policy]
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := &checker{pol: mustPolicy(t, testPolicy), store: redisStore(t, srv)}
+			var logs syncBuffer
+			var callbacks atomic.Int64
+			l := httplimit.New(c, httplimit.Options{
+				Path:         apiPath,
+				Failure:      policy,
+				Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+				OnStoreError: func(r *http.Request, err error) { callbacks.Add(1) },
+			})
+			h := l.Wrap(okHandler)
+
+			w := do(h, "GET", "/trade", nil, "")
+			if w.Code != 200 || w.Header().Get("RateLimit") == "" {
+				t.Fatalf("before the stop: %d %v", w.Code, w.Header())
+			}
+			srv.Stop()
+			for i := 0; i < 3; i++ {
+				start := time.Now()
+				w = do(h, "GET", "/trade", nil, "")
+				if el := time.Since(start); el > generous {
+					t.Errorf("request %d took %v", i, el)
+				}
+				switch policy {
+				case httplimit.FailOpen:
+					if w.Code != 200 || w.Body.String() != "ok" {
+						t.Fatalf("fail-open: %d %q", w.Code, w.Body)
+					}
+					for _, k := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
+						if v := w.Header().Values(k); v != nil {
+							t.Errorf("fail-open: %s %q", k, v)
+						}
+					}
+				case httplimit.FailClosed:
+					if w.Code != 503 {
+						t.Fatalf("fail-closed: %d %q", w.Code, w.Body)
+					}
+					p := decodeProblem(t, w, w.Body.String())
+					if p.Status != 503 || p.Title != "Service Unavailable" || p.Type != "about:blank" {
+						t.Errorf("fail-closed: %+v", p)
+					}
+				}
+			}
+			if n := l.StoreErrors(); n != 3 {
+				t.Errorf("StoreErrors %d, want 3", n)
+			}
+			if n := callbacks.Load(); n != 3 {
+				t.Errorf("OnStoreError called %d times, want 3", n)
+			}
+			// One line: the others fall within the same second.
+			out := logs.String()
+			if strings.Count(out, "rate-limit check failed") != 1 || !strings.Contains(out, "policy=fail-"+name) || !strings.Contains(out, "redis store") {
+				t.Errorf("log:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestRedisStalled stalls the real Redis with DEBUG SLEEP: every request
+// is answered within the timeout (give or take), not after the stall.
+func TestRedisStalled(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	st := redisStore(t, srv)
+	c := &checker{pol: mustPolicy(t, testPolicy), store: st}
+	open := httplimit.New(c, httplimit.Options{Path: apiPath, Logger: discard})
+	closed := httplimit.New(c, httplimit.Options{Path: apiPath, Failure: httplimit.FailClosed, Logger: discard})
+	if w := do(open.Wrap(okHandler), "GET", "/trade", nil, ""); w.Code != 200 {
+		t.Fatalf("before the stall: %d", w.Code)
+	}
+
+	const stall = 3 * time.Second
+	slept := make(chan error, 1)
+	go func() {
+		_, err := srv.Do("DEBUG", "SLEEP", "3")
+		slept <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // let DEBUG SLEEP start
+	stallStart := time.Now()
+
+	for _, tc := range []struct {
+		l    *httplimit.Limiter
+		want int
+	}{{open, 200}, {closed, 503}, {open, 200}} {
+		start := time.Now()
+		w := do(tc.l.Wrap(okHandler), "GET", "/trade", nil, "")
+		el := time.Since(start)
+		if w.Code != tc.want {
+			t.Errorf("status %d, want %d", w.Code, tc.want)
+		}
+		if el > generous {
+			t.Errorf("request took %v with a %v timeout", el, httplimit.DefaultTimeout)
+		}
+		t.Logf("answered %d in %v during the stall", w.Code, el.Round(time.Millisecond))
+	}
+	if time.Since(stallStart) >= stall-200*time.Millisecond {
+		t.Fatalf("the requests outlasted the stall: the test proves nothing")
+	}
+	if n := open.StoreErrors() + closed.StoreErrors(); n != 3 {
+		t.Errorf("StoreErrors %d, want 3", n)
+	}
+	if err := <-slept; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	// Redis is back: so is rate limiting.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		w := do(open.Wrap(okHandler), "GET", "/trade", nil, "")
+		if w.Header().Get("RateLimit") != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no rate limiting after the stall: %d %v", w.Code, w.Header())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTimeoutBound: a checker that blocks until its context ends is cut
+// off at the configured timeout, and the request's own deadline wins when
+// it is earlier.
+func TestTimeoutBound(t *testing.T) {
+	var gotDeadline atomic.Int64
+	blocking := checkerFunc(func(ctx context.Context, _ []string, _ int64, _ *sluice.Decision) error {
+		d, _ := ctx.Deadline()
+		gotDeadline.Store(int64(time.Until(d)))
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	l := httplimit.New(blocking, httplimit.Options{Timeout: 30 * time.Millisecond, Failure: httplimit.FailClosed, Logger: discard})
+	start := time.Now()
+	w := do(l.Wrap(okHandler), "GET", "/", nil, "")
+	if el := time.Since(start); w.Code != 503 || el < 30*time.Millisecond || el > generous {
+		t.Errorf("status %d after %v", w.Code, el)
+	}
+	if d := time.Duration(gotDeadline.Load()); d <= 0 || d > 30*time.Millisecond {
+		t.Errorf("checker saw a deadline %v away", d)
+	}
+
+	// A request whose context ends first: the client is gone, no answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	r, _ := http.NewRequestWithContext(ctx, "GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1"
+	rec := &recorder{h: http.Header{}}
+	l.Wrap(okHandler).ServeHTTP(rec, r)
+	if rec.code != 0 || len(rec.body) != 0 {
+		t.Errorf("answered a gone client: %d %q", rec.code, rec.body)
+	}
+	if d := time.Duration(gotDeadline.Load()); d > 5*time.Millisecond {
+		t.Errorf("checker saw a deadline %v away, want the request's (5ms)", d)
+	}
+}
+
+// TestCheckerErrorIsStoreError: any error but a bad request is a store
+// failure.
+func TestCheckerErrorIsStoreError(t *testing.T) {
+	boom := errors.New("boom")
+	l := httplimit.New(stubChecker{err: boom}, httplimit.Options{Logger: discard})
+	if w := do(l.Wrap(okHandler), "GET", "/", nil, ""); w.Code != 200 || l.StoreErrors() != 1 {
+		t.Errorf("status %d, StoreErrors %d", w.Code, l.StoreErrors())
+	}
+	l = httplimit.New(stubChecker{err: sluice.ErrBadRequest}, httplimit.Options{Logger: discard})
+	if w := do(l.Wrap(okHandler), "GET", "/", nil, ""); w.Code != 400 || l.StoreErrors() != 0 {
+		t.Errorf("bad request: status %d, StoreErrors %d", w.Code, l.StoreErrors())
+	}
+}
+
+var discard = slog.New(slog.NewTextHandler(discardWriter{}, nil))
+
+type discardWriter struct{}
+
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+type checkerFunc func(ctx context.Context, path []string, cost int64, d *sluice.Decision) error
+
+func (f checkerFunc) Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
+	return f(ctx, path, cost, d)
+}
+
+// recorder is a minimal ResponseWriter.
+type recorder struct {
+	h    http.Header
+	code int
+	body []byte
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(200)
+	r.body = append(r.body, p...)
+	return len(p), nil
+}

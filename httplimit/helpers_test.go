@@ -1,0 +1,174 @@
+package httplimit_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// testPolicy is the limits.yaml of the known traces. At t0 (a multiple of
+// every window) path api/<key>/trade hits three limits:
+//
+//	api/*            gcra burst 2, 1 per 10s: q=3, w=30
+//	api/*/trade#0    fixed_window 5 per 1m:    q=5, w=60
+//	api/*/trade#1    token_bucket 4, 2 per 1s: q=4, w=2
+const testPolicy = `
+schema:
+  api:
+    children:
+      "*":
+        limits: [2, 1, 10s]
+        children:
+          trade:
+            limits:
+              - {algorithm: fixed_window, limit: 5, window: 1m}
+              - {algorithm: token_bucket, burst: 4, rate: 2, per: 1s}
+          report:
+            shadow: true
+            limits: {algorithm: gate, interval: 1h}
+          admin:
+            unlimited: true
+  once:
+    children:
+      "*":
+        limits: {algorithm: gate, interval: 1h}
+`
+
+var t0 = time.Unix(1_800_000_000, 0) // a multiple of 1 h
+
+// clock is a settable time for the checker.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// checker runs paths through a policy on a store, at the clock's time (or
+// the store's when the clock is nil). It is what policy.Checker.CheckAt
+// does.
+type checker struct {
+	pol   *policy.Policy
+	store sluice.Store
+	clock *clock
+}
+
+func (c *checker) Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
+	var t time.Time
+	if c.clock != nil {
+		t = c.clock.Now()
+	}
+	if cost < 0 {
+		return fmt.Errorf("%w: negative cost %d", sluice.ErrBadRequest, cost)
+	}
+	m := c.pol.Match(path)
+	d.Matched = !m.Unmatched
+	d.Levels = d.Levels[:0]
+	pass := true
+	if reqs := m.Requests(cost, t); len(reqs) > 0 {
+		results := make([]algo.Result, len(reqs))
+		var err error
+		if pass, err = c.store.DecideAll(ctx, reqs, results); err != nil {
+			return err
+		}
+		i := 0
+		for _, lv := range m.Levels {
+			for _, l := range lv.Limits {
+				d.Levels = append(d.Levels, sluice.Level{Pattern: lv.Pattern, Key: l.Key, Spec: l.Spec, Shadow: lv.Shadow, Result: results[i]})
+				i++
+			}
+		}
+	}
+	d.Summary = sluice.Summarize(d.Levels)
+	d.Allowed = pass
+	if m.Unmatched && c.pol.DenyUnmatched() {
+		d.Allowed = false
+		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
+	}
+	return nil
+}
+
+func mustPolicy(t testing.TB, yaml string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse("limits.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func memoryStore(t testing.TB) sluice.Store {
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func redisStore(t testing.TB, srv *redistest.Server) *redis.Store {
+	t.Helper()
+	st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// stores returns the stores every trace runs on: memory and a real Redis.
+func stores(t *testing.T) map[string]func(t *testing.T) sluice.Store {
+	return map[string]func(t *testing.T) sluice.Store{
+		"memory": func(t *testing.T) sluice.Store { return memoryStore(t) },
+		"redis":  func(t *testing.T) sluice.Store { return redisStore(t, redistest.Start(t)) },
+	}
+}
+
+// apiPath maps a request to api / <key> / <last URL path segment>.
+func apiPath(r *http.Request, key string, p []string) []string {
+	route := r.URL.Path
+	for i := len(route) - 1; i >= 0; i-- {
+		if route[i] == '/' {
+			route = route[i+1:]
+			break
+		}
+	}
+	return append(p, "api", key, route)
+}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusOK)
+	w.Write([]byte("ok"))
+})
+
+// do sends one request through h and returns the recorded response.
+func do(h http.Handler, method, target string, hdr map[string]string, remote string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
+	if remote != "" {
+		r.RemoteAddr = remote
+	}
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}

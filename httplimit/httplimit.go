@@ -1,0 +1,295 @@
+// Package httplimit is Sluice's net/http middleware: it keys each request
+// (client IP, a header such as an API key, or a function), maps it to a
+// policy path such as api / <key> / <route>, checks the path with a
+// Checker (see package policy), and either passes the request on with
+// rate-limit headers or answers 429 Too Many Requests. It works with any
+// router, since a Limiter's Wrap method is a plain
+// func(http.Handler) http.Handler.
+//
+//	l := httplimit.New(checker, httplimit.Options{
+//		Key:  httplimit.IPKey{TrustedProxies: proxies}.Key,
+//		Path: func(r *http.Request, key string, p []string) []string { return append(p, "api", key) },
+//	})
+//	http.ListenAndServe(":8080", l.Wrap(mux))
+//
+// # Responses
+//
+// An allowed request reaches the next handler with the rate-limit headers
+// already set (Options.Headers): by default the RateLimit-Policy and
+// RateLimit fields of draft-ietf-httpapi-ratelimit-headers-10 (see
+// DraftHeaders for how each level and algorithm maps to them), or the
+// legacy X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset.
+//
+// A denied request gets the same headers, Retry-After, and
+// Options.OnLimited, by default QuotaExceeded: 429 with an
+// application/problem+json body of the draft's quota-exceeded problem
+// type. Retry-After is the time until the denying levels admit the
+// request again, in whole seconds rounded up and at least 1: it is never
+// earlier than the reset (t) the RateLimit field gives for any level that
+// denied. A request whose cost exceeds a limit can never be admitted: it
+// gets no Retry-After, and a problem detail saying so.
+//
+// # Failures
+//
+// The check runs under a deadline of Options.Timeout (DefaultTimeout,
+// 50ms): a store that is down or stalled makes Check fail within it, as the
+// sluice stores do (the bound holds for a Checker that honours its
+// context). A failed check is handled by Options.Failure: FailOpen (the
+// default) serves the request without rate-limit headers, logs the error
+// with log/slog (at most one line a second, with a count of those left
+// out) and counts it (Limiter.StoreErrors, Options.OnStoreError);
+// FailClosed answers 503 with a problem+json body. Errors that are the
+// request's fault (a KeyFunc's error, or a check error wrapping
+// sluice.ErrBadRequest, such as a key too long for the store) are not
+// store failures and never fail open: they get Options.OnBadRequest, by
+// default 400. A request whose client has gone away (its context is done)
+// gets no answer at all.
+//
+// # Lua limiters
+//
+// LoadScript and NewScriptLimiter run a user-supplied Lua script in Redis
+// instead of a Checker: see Script.
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// A Checker decides a request path: it fills d (Allowed, Matched, Summary
+// and Levels, reusing the capacity of d.Levels) or returns an error. The
+// policy package's Checker is one. Check must honour ctx's deadline and
+// must not keep path or d after it returns.
+type Checker interface {
+	Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error
+}
+
+// DefaultTimeout bounds a check when Options.Timeout is zero.
+const DefaultTimeout = 50 * time.Millisecond
+
+// A PathFunc returns the policy path of a request whose key is key, by
+// appending its segments to path (which is empty, with room for 8
+// segments, so that appending usually allocates nothing). Segments are used
+// as they are: the policy's key layer escapes them.
+type PathFunc func(r *http.Request, key string, path []string) []string
+
+// FailurePolicy says what to do when a check fails.
+type FailurePolicy int
+
+const (
+	// FailOpen serves the request, without rate-limit headers, and logs and
+	// counts the error.
+	FailOpen FailurePolicy = iota
+	// FailClosed answers 503 Service Unavailable with a problem+json body,
+	// and logs and counts the error.
+	FailClosed
+)
+
+// Options configure a Limiter. The zero Options keys requests by the
+// peer's IP address, checks the path [ip] at cost 1, sends the draft's
+// RateLimit headers, and fails open after 50ms.
+type Options struct {
+	// Key names the caller. Nil means IPKey{}.Key: the peer's address,
+	// with no proxy trusted.
+	Key KeyFunc
+	// Path maps a request and its key to the policy path. Nil means the
+	// path with the key alone.
+	Path PathFunc
+	// Cost is what a request consumes. Nil means 1 for every request.
+	Cost func(r *http.Request) int64
+	// Headers selects the rate-limit headers; the zero value is
+	// DraftHeaders.
+	Headers HeaderStyle
+	// OnLimited answers a denied request, whose rate-limit headers and
+	// Retry-After are already set. Nil means QuotaExceeded. d is valid
+	// only during the call.
+	OnLimited func(w http.ResponseWriter, r *http.Request, d *sluice.Decision)
+	// OnBadRequest answers a request that cannot be checked through its
+	// own fault (see the package documentation). Nil means BadRequest.
+	OnBadRequest func(w http.ResponseWriter, r *http.Request, err error)
+	// Failure says what to do when the check fails: FailOpen (the zero
+	// value) or FailClosed.
+	Failure FailurePolicy
+	// Timeout bounds the check; zero means DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives store failures; nil means slog.Default().
+	Logger *slog.Logger
+	// OnStoreError, if set, is called with every failed check, after it is
+	// counted and before the request is answered.
+	OnStoreError func(r *http.Request, err error)
+	// OnDecision, if set, is called with every decision, allowed or not,
+	// before the request is answered: a place for metrics, and the only
+	// place where denials by shadow levels show. d is valid only during the
+	// call.
+	OnDecision func(r *http.Request, d *sluice.Decision)
+}
+
+// A Limiter is rate-limiting middleware. It is safe for concurrent use.
+type Limiter struct {
+	checker Checker
+	script  *scriptLimit
+	opts    Options
+	timeout time.Duration
+
+	storeErrors atomic.Uint64
+	lastLog     atomic.Int64 // unix ns of the last logged store error
+	unlogged    atomic.Uint64
+}
+
+// New returns a Limiter that checks requests with c. It panics if c is nil.
+func New(c Checker, opts Options) *Limiter {
+	if c == nil {
+		panic("httplimit: nil Checker")
+	}
+	l := &Limiter{checker: c}
+	l.setOptions(opts)
+	return l
+}
+
+// Middleware returns New(c, opts).Wrap.
+func Middleware(c Checker, opts Options) func(http.Handler) http.Handler {
+	return New(c, opts).Wrap
+}
+
+func (l *Limiter) setOptions(opts Options) {
+	if opts.Key == nil {
+		opts.Key = IPKey{}.Key
+	}
+	if opts.OnLimited == nil {
+		opts.OnLimited = QuotaExceeded
+	}
+	if opts.OnBadRequest == nil {
+		opts.OnBadRequest = BadRequest
+	}
+	l.timeout = opts.Timeout
+	if l.timeout <= 0 {
+		l.timeout = DefaultTimeout
+	}
+	l.opts = opts
+}
+
+// StoreErrors returns how many checks have failed since the Limiter was
+// made.
+func (l *Limiter) StoreErrors() uint64 { return l.storeErrors.Load() }
+
+// Wrap returns next behind the limiter.
+func (l *Limiter) Wrap(next http.Handler) http.Handler {
+	if l.script != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serveScript(w, r, next) })
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
+}
+
+// request is everything a request needs beyond the pooled Decision, in one
+// allocation: the checker's context, the path, and the backing array of the
+// header values (which the response's header map keeps, so it is never
+// reused).
+type request struct {
+	ctx   deadlineCtx
+	path  [8]string
+	value [4]string
+}
+
+var decisions = sync.Pool{New: func() any { return new(sluice.Decision) }}
+
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	key, err := l.opts.Key(r)
+	if err != nil {
+		l.opts.OnBadRequest(w, r, err)
+		return
+	}
+	rq := new(request)
+	path := rq.path[:0]
+	if l.opts.Path != nil {
+		path = l.opts.Path(r, key, path)
+	} else {
+		path = append(path, key)
+	}
+	cost := int64(1)
+	if l.opts.Cost != nil {
+		cost = l.opts.Cost(r)
+	}
+
+	d := decisions.Get().(*sluice.Decision)
+	clear(d.Levels)
+	*d = sluice.Decision{Levels: d.Levels[:0]}
+	rq.ctx.init(r.Context(), l.timeout)
+	err = l.checker.Check(&rq.ctx, path, cost, d)
+	rq.ctx.release()
+	if err != nil {
+		putDecision(d)
+		l.failed(w, r, next, err)
+		return
+	}
+	if l.opts.OnDecision != nil {
+		l.opts.OnDecision(r, d)
+	}
+	l.setHeaders(w.Header(), d, &rq.value)
+	if !d.Allowed {
+		l.opts.OnLimited(w, r, d)
+		putDecision(d)
+		return
+	}
+	putDecision(d)
+	next.ServeHTTP(w, r)
+}
+
+func putDecision(d *sluice.Decision) {
+	if cap(d.Levels) > 64 {
+		return // an outsized decision: let it go
+	}
+	decisions.Put(d)
+}
+
+// failed handles a failed check.
+func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	if r.Context().Err() != nil {
+		return // the client is gone: nobody to answer
+	}
+	if errors.Is(err, sluice.ErrBadRequest) {
+		l.opts.OnBadRequest(w, r, err)
+		return
+	}
+	l.storeErrors.Add(1)
+	l.logFailure(r, err)
+	if l.opts.OnStoreError != nil {
+		l.opts.OnStoreError(r, err)
+	}
+	if l.opts.Failure == FailClosed {
+		Unavailable(w, r)
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+// logFailure logs a store failure, at most once a second, reporting how
+// many were left out since the last line.
+func (l *Limiter) logFailure(r *http.Request, err error) {
+	now := time.Now().UnixNano()
+	last := l.lastLog.Load()
+	if now-last < int64(time.Second) || !l.lastLog.CompareAndSwap(last, now) {
+		l.unlogged.Add(1)
+		return
+	}
+	lg := l.opts.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	policy := "fail-open"
+	if l.opts.Failure == FailClosed {
+		policy = "fail-closed"
+	}
+	lg.LogAttrs(r.Context(), slog.LevelError, "httplimit: rate-limit check failed",
+		slog.String("policy", policy),
+		slog.String("error", err.Error()),
+		slog.Uint64("unlogged", l.unlogged.Swap(0)),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path))
+}

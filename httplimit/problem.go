@@ -1,0 +1,191 @@
+package httplimit
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// QuotaExceededType is the problem type URI of draft-ietf-httpapi-
+// ratelimit-headers-10 §5.1, "quota-exceeded".
+const QuotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// quotaExceededTitle is the title the draft gives the type (§5.1).
+const quotaExceededTitle = "Request cannot be satisfied as assigned quota has been exceeded"
+
+// QuotaExceeded is the default Options.OnLimited. It answers 429 Too Many
+// Requests with an application/problem+json body (RFC 9457) of the
+// quota-exceeded type:
+//
+//	{"type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+//	 "title": "Request cannot be satisfied as assigned quota has been exceeded",
+//	 "status": 429,
+//	 "detail": "Quota exceeded: retry in 2 seconds.",
+//	 "violated-policies": ["user/*"],
+//	 "limit": 16,
+//	 "retry_after": 2}
+//
+// violated-policies (the draft's extension member) names the enforced
+// levels that denied the request, as DraftHeaders does; limit is the quota
+// of the level that holds the request back longest, and retry_after equals
+// the Retry-After header. When the request's cost exceeds a limit it can
+// never be admitted: retry_after is left out and detail says so. It is
+// left out too when the retry time is unknown (Summary.RetryAfter is 0, as
+// from a script that sends no Retry-After).
+//
+// A request denied because it matched no policy (a policy with unmatched:
+// deny) is not over a quota: it gets 403 Forbidden, with an about:blank
+// problem.
+func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
+	if !d.Matched {
+		writeProblem(w, http.StatusForbidden, "about:blank", "Forbidden",
+			"The request matches no rate-limit policy, and requests that match none are denied.", nil)
+		return
+	}
+	var binding *sluice.Level
+	for i := range d.Levels {
+		lv := &d.Levels[i]
+		if lv.Shadow || lv.Result.Allowed {
+			continue
+		}
+		if binding == nil || longerWait(lv.Result.RetryAfter, binding.Result.RetryAfter) {
+			binding = lv
+		}
+	}
+	ext := func(b []byte) []byte {
+		b = append(b, `,"violated-policies":[`...)
+		first := true
+		for i := range d.Levels {
+			lv := &d.Levels[i]
+			if lv.Shadow || lv.Result.Allowed {
+				continue
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			var nb [128]byte
+			b = appendJSONString(b, appendRawName(nb[:0], lv))
+		}
+		b = append(b, ']')
+		if binding != nil && binding.Result.Limit > 0 {
+			b = append(b, `,"limit":`...)
+			b = strconv.AppendInt(b, binding.Result.Limit, 10)
+		}
+		if d.Summary.RetryAfter > 0 {
+			b = append(b, `,"retry_after":`...)
+			b = strconv.AppendInt(b, retrySeconds(d.Summary.RetryAfter), 10)
+		}
+		return b
+	}
+	var detail []byte
+	switch {
+	case d.Summary.RetryAfter == algo.Never:
+		detail = append(detail, "The request exceeds the limit"...)
+		if binding != nil {
+			detail = append(detail, " of "...)
+			var nb [128]byte
+			detail = append(detail, appendRawName(nb[:0], binding)...)
+		}
+		detail = append(detail, " and can never be admitted."...)
+	case d.Summary.RetryAfter == 0: // unknown (a script that sends no Retry-After)
+		detail = append(detail, "Quota exceeded."...)
+	default:
+		detail = append(detail, "Quota exceeded: retry in "...)
+		s := retrySeconds(d.Summary.RetryAfter)
+		detail = strconv.AppendInt(detail, s, 10)
+		if s == 1 {
+			detail = append(detail, " second."...)
+		} else {
+			detail = append(detail, " seconds."...)
+		}
+	}
+	writeProblem(w, http.StatusTooManyRequests, QuotaExceededType, quotaExceededTitle, string(detail), ext)
+}
+
+// longerWait reports whether a denial with retry a holds a request back
+// longer than one with retry b (Never is the longest).
+func longerWait(a, b time.Duration) bool {
+	if b == algo.Never {
+		return false
+	}
+	return a == algo.Never || a > b
+}
+
+// BadRequest is the default Options.OnBadRequest: 400 Bad Request with an
+// about:blank problem+json body. For a KeyFunc's ErrNoKey error the detail
+// is the error's text; otherwise it is generic, so that nothing about the
+// store leaks.
+func BadRequest(w http.ResponseWriter, r *http.Request, err error) {
+	detail := "The request cannot be rate limited."
+	if errors.Is(err, ErrNoKey) {
+		detail = err.Error()
+	}
+	writeProblem(w, http.StatusBadRequest, "about:blank", "Bad Request", detail, nil)
+}
+
+// Unavailable answers 503 Service Unavailable with an about:blank
+// problem+json body: what FailClosed sends when a check fails.
+func Unavailable(w http.ResponseWriter, r *http.Request) {
+	writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
+		"The rate limiter is unavailable.", nil)
+}
+
+// writeProblem writes an RFC 9457 problem+json response; ext, if set,
+// appends extension members (each starting with a comma).
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, ext func([]byte) []byte) {
+	b := make([]byte, 0, 512)
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"title":`...)
+	b = appendJSONString(b, title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"detail":`...)
+	b = appendJSONString(b, detail)
+	if ext != nil {
+		b = ext(b)
+	}
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/problem+json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
+// U+FFFD, as encoding/json does.
+func appendJSONString[S ~string | ~[]byte](b []byte, s S) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}

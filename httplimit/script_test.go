@@ -1,0 +1,374 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+var legacyNames = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+
+func rueidisClient(t *testing.T, url string) rueidis.Client {
+	t.Helper()
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func loadScript(t *testing.T, c rueidis.Client, file string) *httplimit.Script {
+	t.Helper()
+	s, err := httplimit.LoadScript(context.Background(), c, file, legacyNames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// scriptFile writes a Lua script to a temporary file.
+func scriptFile(t *testing.T, name, src string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func keyed(key string) map[string]string { return map[string]string{"X-API-Key": key} }
+
+func scriptOptions() httplimit.Options {
+	return httplimit.Options{
+		Key:    httplimit.Header("X-API-Key", nil),
+		Path:   apiKeyPath,
+		Cost:   costHeader,
+		Logger: discard,
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q is not an integer", s)
+	}
+	return n
+}
+
+// TestScriptFixedWindow runs scripts/fixed_window.lua: 3 per 60 s.
+func TestScriptFixedWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	s := loadScript(t, rueidisClient(t, srv.URL()), "scripts/fixed_window.lua")
+	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "60", httplimit.CostArg}}, scriptOptions()).Wrap(okHandler)
+
+	for i := 0; i < 3; i++ {
+		w := do(h, "GET", "/", keyed("alex"), "")
+		if w.Code != 200 || w.Body.String() != "ok" {
+			t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
+		}
+		hd := w.Header()
+		if hd.Get("X-RateLimit-Limit") != "3" || hd.Get("X-RateLimit-Remaining") != strconv.Itoa(2-i) {
+			t.Errorf("request %d: %v", i, hd)
+		}
+		if r := atoi(t, hd.Get("X-RateLimit-Reset")); r < 58 || r > 60 {
+			t.Errorf("request %d: reset %d", i, r)
+		}
+		if hd.Get("Retry-After") != "" {
+			t.Errorf("request %d: Retry-After on an allowed request", i)
+		}
+	}
+	w := do(h, "GET", "/", keyed("alex"), "")
+	if w.Code != 429 {
+		t.Fatalf("4th: %d", w.Code)
+	}
+	ra := atoi(t, w.Header().Get("Retry-After"))
+	if ra < 58 || ra > 60 || w.Header().Get("X-RateLimit-Remaining") != "0" || w.Header().Get("X-RateLimit-Reset") != strconv.Itoa(ra) {
+		t.Errorf("4th: %v", w.Header())
+	}
+	p := decodeProblem(t, w, w.Body.String())
+	if p.Type != httplimit.QuotaExceededType || p.RetryAfter == nil || *p.RetryAfter != int64(ra) ||
+		len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "fixed_window.lua" || p.Limit != nil {
+		t.Errorf("4th: problem %+v", p)
+	}
+
+	// Another key has its own window, and its key is the contract's.
+	if w := do(h, "GET", "/", keyed("b:{x}"), ""); w.Code != 200 {
+		t.Fatalf("other key: %d", w.Code)
+	}
+	for _, k := range []string{"sluice:lua:api:alex", "sluice:lua:api:b%3A%7Bx%7D"} {
+		if n, err := srv.Do("EXISTS", k); err != nil || n != "1" {
+			t.Errorf("EXISTS %s: %q %v", k, n, err)
+		}
+	}
+
+	// A cost above the limit: denied, with no Retry-After.
+	w = do(h, "GET", "/", map[string]string{"X-API-Key": "carol", "X-Cost": "4"}, "")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "" {
+		t.Fatalf("cost 4: %d %v", w.Code, w.Header())
+	}
+	if p := decodeProblem(t, w, w.Body.String()); p.Detail != "Quota exceeded." || p.RetryAfter != nil {
+		t.Errorf("cost 4: %+v", p)
+	}
+	// Cost 2 fits: remaining 1.
+	w = do(h, "GET", "/", map[string]string{"X-API-Key": "carol", "X-Cost": "2"}, "")
+	if w.Code != 200 || w.Header().Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("cost 2: %d %v", w.Code, w.Header())
+	}
+}
+
+// TestScriptTokenBucket runs scripts/token_bucket.lua: 3 tokens, 1 per 60 s.
+func TestScriptTokenBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	s := loadScript(t, rueidisClient(t, srv.URL()), "scripts/token_bucket.lua")
+	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
+	for i := 0; i < 3; i++ {
+		w := do(h, "GET", "/", keyed("alex"), "")
+		if w.Code != 200 {
+			t.Fatalf("request %d: %d", i, w.Code)
+		}
+		hd := w.Header()
+		if hd.Get("X-RateLimit-Limit") != "3" || hd.Get("X-RateLimit-Remaining") != strconv.Itoa(2-i) {
+			t.Errorf("request %d: %v", i, hd)
+		}
+		if r, want := atoi(t, hd.Get("X-RateLimit-Reset")), 60*(i+1); r < want-2 || r > want {
+			t.Errorf("request %d: reset %d, want about %d", i, r, want)
+		}
+	}
+	w := do(h, "GET", "/", keyed("alex"), "")
+	if w.Code != 429 {
+		t.Fatalf("4th: %d", w.Code)
+	}
+	if ra := atoi(t, w.Header().Get("Retry-After")); ra < 58 || ra > 60 {
+		t.Errorf("4th: Retry-After %d", ra)
+	}
+	if n, err := srv.Do("EXISTS", "tb:api:alex"); err != nil || n != "1" {
+		t.Errorf("EXISTS: %q %v", n, err)
+	}
+	withCost := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60", "$cost"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
+	w = do(withCost, "GET", "/", map[string]string{"X-API-Key": "bob", "X-Cost": "4"}, "")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "" || w.Header().Get("X-RateLimit-Remaining") != "3" {
+		t.Errorf("cost 4: %d %v", w.Code, w.Header())
+	}
+	w = do(withCost, "GET", "/", map[string]string{"X-API-Key": "carol", "X-Cost": "3"}, "")
+	if w.Code != 200 || w.Header().Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("cost 3: %d %v", w.Code, w.Header())
+	}
+	// Without "$cost" in the arguments, the cost header does not reach the
+	// script: the request costs the script's default, 1.
+	w = do(h, "GET", "/", map[string]string{"X-API-Key": "bob", "X-Cost": "2"}, "")
+	if w.Code != 200 || w.Header().Get("X-RateLimit-Remaining") != "2" {
+		t.Errorf("default cost: %d %v", w.Code, w.Header())
+	}
+}
+
+// TestScriptNoScript: after SCRIPT FLUSH (as after a Redis restart), EVALSHA
+// answers NOSCRIPT and the script is sent again.
+func TestScriptNoScript(t *testing.T) {
+	srv := redistest.Start(t)
+	c := rueidisClient(t, srv.URL())
+	s := loadScript(t, c, "scripts/fixed_window.lua")
+	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"5", "60"}}, scriptOptions()).Wrap(okHandler)
+	if w := do(h, "GET", "/", keyed("a"), ""); w.Code != 200 {
+		t.Fatal(w.Code)
+	}
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if w := do(h, "GET", "/", keyed("a"), ""); w.Code != 200 || w.Header().Get("X-RateLimit-Remaining") != "3" {
+		t.Fatalf("after SCRIPT FLUSH: %d %v", w.Code, w.Header())
+	}
+}
+
+// TestLoadScriptErrors: a script that does not load is a start-up error
+// naming the file and carrying Redis's message.
+func TestLoadScriptErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	c := rueidisClient(t, srv.URL())
+	ctx := context.Background()
+
+	bad := scriptFile(t, "broken.lua", "local x = \nreturn {")
+	_, err := httplimit.LoadScript(ctx, c, bad, legacyNames)
+	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "Error compiling script") {
+		t.Errorf("syntax error: %v", err)
+	}
+	if _, ok := rueidis.IsRedisErr(errors.Unwrap(err)); !ok {
+		t.Errorf("syntax error does not wrap Redis's error: %v", err)
+	}
+
+	missing := filepath.Join(t.TempDir(), "missing.lua")
+	if _, err := httplimit.LoadScript(ctx, c, missing, nil); err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+
+	good := scriptFile(t, "ok.lua", `return {"allow", {}}`)
+	for _, names := range [][]string{{"X-Ok", "bad name"}, {""}, {"Content-Length"}, {"X-Ok\r\n"}} {
+		if _, err := httplimit.LoadScript(ctx, c, good, names); err == nil || !strings.Contains(err.Error(), good) {
+			t.Errorf("header names %q: %v", names, err)
+		}
+	}
+	if _, err := httplimit.LoadScript(ctx, c, good, nil); err != nil {
+		t.Errorf("no header names: %v", err)
+	}
+}
+
+// TestScriptReplies checks the reply contract: each breach is a clear
+// error of its kind, handled by the failure policy; valid replies set the
+// lined-up headers and the pairs.
+func TestScriptReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	c := rueidisClient(t, srv.URL())
+	for _, tc := range []struct {
+		name, src string
+		kind      error  // nil: valid
+		where     string // in the error
+	}{
+		{"not an array", `return 1`, httplimit.ErrReplyShape, "reply"},
+		{"nil", `return nil`, httplimit.ErrReplyShape, "reply"},
+		{"one element", `return {"allow"}`, httplimit.ErrReplyShape, "reply"},
+		{"three elements", `return {"allow", {1, 2, 3}, 4}`, httplimit.ErrReplyShape, "reply"},
+		{"bad verdict", `return {"maybe", {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
+		{"verdict case", `return {"Allow", {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
+		{"integer verdict", `return {1, {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
+		{"items not an array", `return {"allow", "1,2,3"}`, httplimit.ErrReplyValues, "reply[2]"},
+		{"too few values", `return {"allow", {1, 2}}`, httplimit.ErrReplyValues, "reply[2]"},
+		{"too many values", `return {"allow", {1, 2, 3, 4}}`, httplimit.ErrReplyValues, "reply[2][4]"},
+		{"pair of one", `return {"allow", {1, 2, 3, {"X-A"}}}`, httplimit.ErrReplyHeader, "reply[2][4]"},
+		{"pair name not a token", `return {"allow", {1, 2, 3, {"X A", "v"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
+		{"pair name integer", `return {"allow", {1, 2, 3, {7, "v"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
+		{"framing header", `return {"allow", {1, 2, 3, {"content-length", "5"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
+		{"value with newline", `return {"deny", {1, 2, "3\r\nX-Evil: 1"}}`, httplimit.ErrReplyHeader, "reply[2][3]"},
+		{"pair value nested", `return {"allow", {1, 2, 3, {"X-A", {1}}}}`, httplimit.ErrReplyHeader, "reply[2][4][2]"},
+		{"value false (nil)", `return {"allow", {1, false, 3}}`, httplimit.ErrReplyHeader, "reply[2][2]"},
+		{"valid", `return {"deny", {{"X-Custom", "hi"}, 1, "", 3, {"retry-after", 7}}}`, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := loadScript(t, c, scriptFile(t, "s.lua", tc.src))
+			rep, err := s.Run(context.Background(), []string{"k"}, nil)
+			if tc.kind == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := []httplimit.HeaderField{{"X-Ratelimit-Limit", "1"}, {"X-Ratelimit-Reset", "3"}, {"X-Custom", "hi"}, {"Retry-After", "7"}}
+				if rep.Allow || len(rep.Headers) != len(want) {
+					t.Fatalf("reply %+v", rep)
+				}
+				for i := range want {
+					if rep.Headers[i] != want[i] {
+						t.Errorf("header %d: %+v, want %+v", i, rep.Headers[i], want[i])
+					}
+				}
+				return
+			}
+			var re *httplimit.ReplyError
+			if !errors.As(err, &re) || !errors.Is(err, httplimit.ErrBadReply) || !errors.Is(err, tc.kind) {
+				t.Fatalf("err = %v, want a ReplyError of kind %v", err, tc.kind)
+			}
+			if re.Where != tc.where || !strings.Contains(err.Error(), "s.lua") {
+				t.Errorf("err = %v (where %q, want %q)", err, re.Where, tc.where)
+			}
+			t.Log(err)
+		})
+	}
+
+	// Through the middleware: a breach is a store failure.
+	s := loadScript(t, c, scriptFile(t, "breach.lua", `return {"allow", {1, 2}}`))
+	for _, f := range []httplimit.FailurePolicy{httplimit.FailOpen, httplimit.FailClosed} {
+		opts := scriptOptions()
+		opts.Failure = f
+		var seen error
+		opts.OnStoreError = func(r *http.Request, err error) { seen = err }
+		l := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{}, opts)
+		w := do(l.Wrap(okHandler), "GET", "/", keyed("a"), "")
+		want := map[httplimit.FailurePolicy]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}[f]
+		if w.Code != want || l.StoreErrors() != 1 || !errors.Is(seen, httplimit.ErrReplyValues) {
+			t.Errorf("policy %d: status %d, StoreErrors %d, error %v", f, w.Code, l.StoreErrors(), seen)
+		}
+	}
+
+	// A runtime error in the script is a store failure naming the script.
+	s = loadScript(t, c, scriptFile(t, "runtime.lua", `return redis.call("NO-SUCH-COMMAND")`))
+	if _, err := s.Run(context.Background(), []string{"k"}, nil); err == nil || !strings.Contains(err.Error(), "runtime.lua") || errors.Is(err, httplimit.ErrBadReply) {
+		t.Errorf("runtime error: %v", err)
+	}
+
+	// A valid deny through the middleware: the script's headers, 429, and
+	// the problem's retry time from the script's Retry-After.
+	s = loadScript(t, c, scriptFile(t, "deny.lua", `return {"deny", {{"X-Custom", "hi"}, 1, "", 3, {"Retry-After", 7}}}`))
+	w := do(httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{}, scriptOptions()).Wrap(okHandler), "GET", "/", keyed("a"), "")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "7" || w.Header().Get("X-Custom") != "hi" ||
+		w.Header().Get("X-RateLimit-Limit") != "1" || w.Header().Values("X-RateLimit-Remaining") != nil {
+		t.Errorf("deny: %d %v", w.Code, w.Header())
+	}
+	if p := decodeProblem(t, w, w.Body.String()); p.RetryAfter == nil || *p.RetryAfter != 7 || p.Detail != "Quota exceeded: retry in 7 seconds." {
+		t.Errorf("deny: %+v", p)
+	}
+}
+
+// TestScriptArgs: ARGV are the configured options, "$cost" the request's
+// cost; KEYS[1] the prefixed key.
+func TestScriptArgs(t *testing.T) {
+	srv := redistest.Start(t)
+	c := rueidisClient(t, srv.URL())
+	s, err := httplimit.LoadScript(context.Background(), c,
+		scriptFile(t, "echo.lua", `return {"allow", {KEYS[1], table.concat(ARGV, " ")}}`), []string{"X-Key", "X-Args"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"a", httplimit.CostArg, "b c", "$cost"}}, scriptOptions()).Wrap(okHandler)
+	w := do(h, "GET", "/", map[string]string{"X-API-Key": "alex", "X-Cost": "5"}, "")
+	if w.Header().Get("X-Key") != "sluice:lua:api:alex" || w.Header().Get("X-Args") != "a 5 b c 5" {
+		t.Errorf("%v", w.Header())
+	}
+	w = do(h, "GET", "/", map[string]string{"X-API-Key": "alex", "X-Cost": "-1"}, "")
+	if w.Code != 400 {
+		t.Errorf("negative cost: %d", w.Code)
+	}
+}
+
+// TestLoadScriptCluster: on Redis Cluster the script is loaded into every
+// node, and runs wherever its key lives.
+func TestLoadScriptCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	c := rueidisClient(t, cl.URL())
+	s := loadScript(t, c, "scripts/fixed_window.lua")
+	nodes := c.Nodes()
+	if len(nodes) != len(cl.Nodes) {
+		t.Fatalf("the client knows %d nodes, want %d", len(nodes), len(cl.Nodes))
+	}
+	for addr, n := range nodes {
+		got, err := n.Do(context.Background(), n.B().ScriptExists().Sha1(s.SHA1()).Build()).AsIntSlice()
+		if err != nil || len(got) != 1 || got[0] != 1 {
+			t.Errorf("node %s: SCRIPT EXISTS: %v %v", addr, got, err)
+		}
+	}
+	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"1", "60"}}, scriptOptions()).Wrap(okHandler)
+	for i := 0; i < 20; i++ { // keys spread over the slots of every node
+		key := "user" + strconv.Itoa(i)
+		if w := do(h, "GET", "/", keyed(key), ""); w.Code != 200 {
+			t.Fatalf("%s: %d", key, w.Code)
+		}
+		if w := do(h, "GET", "/", keyed(key), ""); w.Code != 429 {
+			t.Fatalf("%s again: %d", key, w.Code)
+		}
+	}
+}
