@@ -147,7 +147,7 @@ variables, then flags, each overriding the one before:`)
 
 	banner(e, cfg, srv)
 	log.Info("listening", "http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "store", srv.StoreKind(),
-		"policy", srv.Policy().Name(), "timeout", time.Duration(cfg.Timeout), "on_store_error", cfg.OnStoreError)
+		"policy", srv.Policy().Name(), "timeout", time.Duration(cfg.Timeout).String(), "on_store_error", cfg.OnStoreError)
 	if err := srv.Serve(ctx, reload); err != nil {
 		fmt.Fprintf(e.stderr, "serve: %v\n", err)
 		return 1

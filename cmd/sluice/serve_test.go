@@ -1,0 +1,867 @@
+package main
+
+// Tests of `sluice serve` and `sluice import-envoy` as a user runs them:
+// the binary is built once (TestMain) and started as a process, against a
+// real redis-server (internal/redistest), on free ports of 127.0.0.1.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/server"
+)
+
+var sluiceBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", sluiceBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a running `sluice serve`.
+type proc struct {
+	t          *testing.T
+	cmd        *exec.Cmd
+	http, grpc string // addresses from the banner
+	stdout     *syncBuffer
+	stderr     *syncBuffer
+	exited     chan struct{}
+}
+
+var bannerHTTP = regexp.MustCompile(`HTTP/JSON\s+http://(\S+)`)
+var bannerGRPC = regexp.MustCompile(`gRPC\s+(\S+)`)
+
+// serve starts `sluice serve args...` with env added to the environment
+// and waits for its banner. It is killed when the test ends if still
+// running.
+func serve(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(sluiceBin, append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("sluice serve stderr:\n%s", p.stderr.String())
+		}
+	})
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.stdout.Write([]byte(sc.Text() + "\n"))
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		close(lines)
+		cmd.Wait()
+		close(p.exited)
+	}()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("sluice serve exited before serving: %v\nstderr:\n%s", cmd.ProcessState, p.stderr.String())
+			}
+			if m := bannerHTTP.FindStringSubmatch(l); m != nil {
+				p.http = m[1]
+			}
+			if m := bannerGRPC.FindStringSubmatch(l); m != nil {
+				p.grpc = m[1]
+			}
+			if strings.HasPrefix(l, "  policy") {
+				return p
+			}
+		case <-deadline:
+			t.Fatalf("no banner within 30s; stderr:\n%s", p.stderr.String())
+		}
+	}
+}
+
+// local are the flags that keep a test's server on free loopback ports.
+var local = []string{"--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}
+
+func (p *proc) signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		p.t.Fatalf("sluice serve did not exit within %v", timeout)
+		return -1
+	}
+}
+
+// waitLog waits until stderr contains s.
+func (p *proc) waitLog(s string, timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.stderr.String(), s) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("no %q in the log within %v:\n%s", s, timeout, p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (a answer) decision(t *testing.T) server.DecisionJSON {
+	t.Helper()
+	var d server.DecisionJSON
+	dec := json.NewDecoder(bytes.NewReader(a.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		t.Fatalf("decision body %s: %v", a.body, err)
+	}
+	return d
+}
+
+func (a answer) problem(t *testing.T) string {
+	t.Helper()
+	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type %q, want application/problem+json (%s)", ct, a.body)
+	}
+	var pr struct {
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}
+	if err := json.Unmarshal(a.body, &pr); err != nil || pr.Status != a.status || pr.Detail == "" {
+		t.Errorf("problem body %s: %v", a.body, err)
+	}
+	return pr.Detail
+}
+
+func do(t *testing.T, method, url, token string, body string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, resp.Header, b}
+}
+
+func (p *proc) check(body string) answer {
+	p.t.Helper()
+	return do(p.t, "POST", "http://"+p.http+"/v1/check", "", body)
+}
+
+func (p *proc) rls(t *testing.T) rlv3.RateLimitServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return rlv3.NewRateLimitServiceClient(cc)
+}
+
+func writeTestFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testPolicy uses limits that refill slowly, so that no window boundary
+// or refill can change an answer during a test.
+const testPolicy = `
+unmatched: allow
+schema:
+  user:
+    children:
+      "*":
+        limits: {algorithm: token_bucket, burst: 3, rate: 3, per: 24h}
+        children:
+          trade:
+            limits: {algorithm: token_bucket, burst: 2, rate: 2, per: 24h}
+  shared:
+    limits: {algorithm: token_bucket, burst: 100, rate: 100, per: 24h}
+  edge:
+    children:
+      remote_address:
+        children:
+          "*":
+            limits: {algorithm: token_bucket, burst: 5, rate: 5, per: 24h}
+      path:
+        children:
+          /a:
+            limits: {algorithm: token_bucket, burst: 2, rate: 2, per: 24h}
+`
+
+func policyFile(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	writeTestFile(t, path, text)
+	return path
+}
+
+func TestServeHTTPOnRedis(t *testing.T) {
+	rd := redistest.Start(t)
+	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
+
+	for i := 1; i <= 3; i++ {
+		a := p.check(`{"path": ["user", "alex", "trade"]}`)
+		d := a.decision(t)
+		switch i {
+		case 1, 2:
+			if a.status != 200 || !d.Allowed || d.Remaining != int64(2-i) || len(d.Levels) != 2 || !d.Matched {
+				t.Fatalf("check %d: %d %s", i, a.status, a.body)
+			}
+			if a.header.Get("Retry-After") != "" {
+				t.Errorf("check %d: Retry-After on an allowed check", i)
+			}
+		case 3:
+			if a.status != 429 || d.Allowed || d.Remaining != 0 || d.RetryAfterNs <= 0 || d.Levels[1].Allowed || !d.Levels[0].Allowed {
+				t.Fatalf("check 3: %d %s", a.status, a.body)
+			}
+			if ra := a.header.Get("Retry-After"); ra == "" || ra == "0" {
+				t.Errorf("check 3: Retry-After %q", ra)
+			}
+		}
+		l := d.Levels[1]
+		if l.Pattern != "user/*/trade" || l.Key != "user:alex:trade" || l.Spec.Algorithm != "token_bucket" || l.Spec.Burst != 2 {
+			t.Errorf("level %+v", l)
+		}
+		pol, rl := a.header.Get("RateLimit-Policy"), a.header.Get("RateLimit")
+		if pol != `"user/*";q=3;w=86400, "user/*/trade";q=2;w=86400` {
+			t.Errorf("RateLimit-Policy: %q", pol)
+		}
+		if !regexp.MustCompile(`^"user/\*";r=\d+;t=\d+, "user/\*/trade";r=\d+;t=\d+$`).MatchString(rl) {
+			t.Errorf("RateLimit: %q", rl)
+		}
+		if ct := a.header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type %q", ct)
+		}
+	}
+	// The denied check consumed nothing on the user level.
+	a := p.check(`{"path": ["user", "alex"], "cost": 0}`)
+	if d := a.decision(t); a.status != 200 || d.Remaining != 1 {
+		t.Errorf("peek: %d %s", a.status, a.body)
+	}
+	// A cost above the limit can never be admitted: -1, no Retry-After.
+	a = p.check(`{"path": ["user", "bo"], "cost": 9}`)
+	if d := a.decision(t); a.status != 429 || d.RetryAfterNs != -1 || a.header.Get("Retry-After") != "" {
+		t.Errorf("cost 9: %d %v %s", a.status, a.header, a.body)
+	}
+	// Unmatched paths are allowed, with no levels.
+	a = p.check(`{"path": ["nothing", "here"]}`)
+	if d := a.decision(t); a.status != 200 || d.Matched || len(d.Levels) != 0 || !strings.Contains(string(a.body), `"levels":[]`) {
+		t.Errorf("unmatched: %d %s", a.status, a.body)
+	}
+	// The state is in Redis, under the prefix.
+	if v, err := rd.Do("EXISTS", "sluice:{user:alex}:trade"); err != nil || v != "1" {
+		t.Errorf("EXISTS sluice:{user:alex}:trade = %q, %v", v, err)
+	}
+	// Health and metrics.
+	if a := do(t, "GET", "http://"+p.http+"/healthz", "", ""); a.status != 200 {
+		t.Errorf("healthz %d", a.status)
+	}
+	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 {
+		t.Errorf("readyz %d %s", a.status, a.body)
+	}
+	m := string(do(t, "GET", "http://"+p.http+"/metrics", "", "").body)
+	for _, want := range []string{
+		`sluice_checks_total{api="http",outcome="allowed"} 4`,
+		`sluice_checks_total{api="http",outcome="limited"} 2`,
+		`sluice_decisions_total{node="user/*/trade",outcome="limited"} 1`,
+		`sluice_decisions_total{node="user/*",outcome="allowed"}`,
+		`sluice_check_duration_seconds_count{api="http"} 6`,
+		`sluice_store_errors_total 0`,
+		`sluice_policy_reloads_total{result="success"} 0`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestServeMalformedRequests(t *testing.T) {
+	p := serve(t, nil, local...)
+	cases := []struct{ body, want string }{
+		{`{"path": ["user", "alex"`, "malformed JSON"},
+		{`{"path": ["user"], "colour": "red"}`, `unknown field "colour"`},
+		{`{"path": []}`, `"path" is missing or empty`},
+		{`{"cost": 1}`, `"path" is missing or empty`},
+		{`{"path": ["user"], "cost": -3}`, `"cost" must not be negative, got -3`},
+		{`{"path": ["user"], "cost": "1"}`, `"cost" must be an integer`},
+		{strings.Repeat(" ", server.MaxBodyBytes+1), "exceeds the limit"},
+		{`{"path": ["user", "` + strings.Repeat("x", 600) + `"]}`, "exceeds 512"},
+	}
+	for _, c := range cases {
+		a := p.check(c.body)
+		if a.status != 400 {
+			t.Errorf("%.40q: status %d %s", c.body, a.status, a.body)
+			continue
+		}
+		if d := a.problem(t); !strings.Contains(d, c.want) {
+			t.Errorf("%.40q: detail %q, want %q", c.body, d, c.want)
+		}
+	}
+	if a := do(t, "GET", "http://"+p.http+"/v1/check", "", ""); a.status != 405 {
+		t.Errorf("GET /v1/check: %d", a.status)
+	}
+	m := string(do(t, "GET", "http://"+p.http+"/metrics", "", "").body)
+	if !strings.Contains(m, fmt.Sprintf(`sluice_bad_requests_total{api="http"} %d`, len(cases))) {
+		t.Errorf("bad requests not counted:\n%s", m)
+	}
+}
+
+func TestServeGRPCOnRedis(t *testing.T) {
+	rd := redistest.Start(t)
+	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
+	c := p.rls(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d := func(kv ...string) *rlcommon.RateLimitDescriptor {
+		out := &rlcommon.RateLimitDescriptor{}
+		for i := 0; i < len(kv); i += 2 {
+			out.Entries = append(out.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	call := func(hits uint32, ds ...*rlcommon.RateLimitDescriptor) *rlv3.RateLimitResponse {
+		t.Helper()
+		r, err := c.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "edge", Descriptors: ds, HitsAddend: hits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ip, pathA, other := d("remote_address", "10.1.2.3"), d("path", "/a"), d("path", "/elsewhere")
+
+	// Three descriptors, request hits_addend 1.
+	r := call(1, ip, pathA, other)
+	if r.OverallCode != rlv3.RateLimitResponse_OK || len(r.Statuses) != 3 {
+		t.Fatalf("first: %v", r)
+	}
+	if s := r.Statuses[0]; s.LimitRemaining != 4 || s.CurrentLimit.GetRequestsPerUnit() != 5 || s.CurrentLimit.GetUnit() != rlv3.RateLimitResponse_RateLimit_DAY ||
+		s.CurrentLimit.GetName() != "edge/remote_address/*" || s.DurationUntilReset.AsDuration() <= 0 {
+		t.Errorf("ip status %v", s)
+	}
+	if s := r.Statuses[1]; s.LimitRemaining != 1 {
+		t.Errorf("/a status %v", s)
+	}
+	if s := r.Statuses[2]; s.Code != rlv3.RateLimitResponse_OK || s.CurrentLimit != nil {
+		t.Errorf("unconfigured path status %v", s)
+	}
+	var headers []string
+	for _, h := range r.ResponseHeadersToAdd {
+		headers = append(headers, h.Key+": "+h.Value)
+	}
+	if strings.Join(headers, "\n") != "RateLimit-Policy: \"edge/remote_address/*\";q=5;w=86400, \"edge/path//a\";q=2;w=86400\n"+
+		"RateLimit: \"edge/remote_address/*\";r=4;t=17280, \"edge/path//a\";r=1;t=43200" {
+		t.Errorf("headers:\n%s", strings.Join(headers, "\n"))
+	}
+	// Per-descriptor hits_addend: 0 checks only; 2 on /a is over.
+	peek := d("remote_address", "10.1.2.3")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	two := d("path", "/a")
+	two.HitsAddend = wrapperspb.UInt64(2)
+	r = call(1, peek, two)
+	if r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != rlv3.RateLimitResponse_OK ||
+		r.Statuses[1].Code != rlv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("hits_addend: %v", r)
+	}
+	// Request-level hits_addend 3 on the address: 4 - 3 = 1 left.
+	r = call(3, ip)
+	if r.OverallCode != rlv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("hits 3: %v", r)
+	}
+	r = call(2, ip)
+	if r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("hits 2 over 1 left: %v", r)
+	}
+	// gRPC health.
+	cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		h, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q: %v %v", svc, h, err)
+		}
+	}
+	// An empty domain is refused.
+	if _, err := c.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{ip}}); err == nil {
+		t.Error("empty domain accepted")
+	}
+}
+
+func TestServeAdmin(t *testing.T) {
+	rd := redistest.Start(t)
+	pol := policyFile(t, testPolicy)
+
+	// Without a token the admin API does not exist.
+	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", pol)...)
+	if a := do(t, "GET", "http://"+p.http+"/admin/v1/state?path=shared", "", ""); a.status != 404 {
+		t.Errorf("admin without a configured token: %d", a.status)
+	}
+	p.signal(syscall.SIGTERM)
+	p.wait(10 * time.Second)
+
+	const token = "t0ken-for-tests"
+	p = serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, append(local, "--store", rd.URL(), "--policy", pol)...)
+	base := "http://" + p.http + "/admin/v1/"
+	for _, tok := range []string{"", "wrong", token + "x"} {
+		a := do(t, "GET", base+"state?path=shared", tok, "")
+		if a.status != 401 || a.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("token %q: %d %s", tok, a.status, a.body)
+		}
+		a.problem(t)
+	}
+	// Three callers consume the shared key, with meta; one peeks.
+	for i, who := range []string{"ann", "bob", "cy"} {
+		a := p.check(fmt.Sprintf(`{"path": ["shared"], "cost": %d, "meta": {"user_id": %q}}`, i+1, who))
+		if a.status != 200 {
+			t.Fatalf("check: %d %s", a.status, a.body)
+		}
+	}
+	p.check(`{"path": ["shared"], "cost": 0, "meta": {"user_id": "peeker"}}`)
+
+	a := do(t, "GET", base+"state?path=shared", token, "")
+	if d := a.decision(t); a.status != 200 || len(d.Levels) != 1 || d.Levels[0].Remaining != 94 {
+		t.Fatalf("state: %d %s", a.status, a.body)
+	}
+	var cons server.ConsumersJSON
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a = do(t, "GET", base+"consumers?path=shared", token, "")
+		if err := json.Unmarshal(a.body, &cons); err != nil || a.status != 200 {
+			t.Fatalf("consumers: %d %s", a.status, a.body)
+		}
+		if len(cons.Levels) == 1 && len(cons.Levels[0].Consumers) == 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the list is written in the background
+	}
+	var who []string
+	for _, c := range cons.Levels[0].Consumers {
+		var m struct {
+			UserID string `json:"user_id"`
+		}
+		json.Unmarshal(c.Meta, &m)
+		who = append(who, fmt.Sprintf("%s:%d", m.UserID, c.Cost))
+	}
+	if strings.Join(who, " ") != "cy:3 bob:2 ann:1" {
+		t.Errorf("consumers newest first: %v (%s)", who, a.body)
+	}
+	if ttl, err := rd.Do("PTTL", "sluice:{shared}#consumers"); err != nil || ttl == "-1" || ttl == "-2" {
+		t.Errorf("consumers list PTTL %q %v", ttl, err)
+	}
+	// Reset.
+	a = do(t, "DELETE", base+"state?path=shared", token, "")
+	if a.status != 200 || !strings.Contains(string(a.body), `"shared"`) {
+		t.Fatalf("reset: %d %s", a.status, a.body)
+	}
+	a = do(t, "GET", base+"state?path=shared", token, "")
+	if d := a.decision(t); d.Levels[0].Remaining != 100 {
+		t.Errorf("after reset: %s", a.body)
+	}
+	if a := do(t, "GET", base+"state", token, ""); a.status != 400 {
+		t.Errorf("state without path: %d", a.status)
+	}
+}
+
+func TestServeReload(t *testing.T) {
+	pol := policyFile(t, testPolicy)
+	p := serve(t, nil, append(local, "--policy", pol, "--watch-interval", "50ms")...)
+	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Limit != 100 {
+		t.Fatalf("before: %+v", d)
+	}
+	// A good change is picked up by the watcher.
+	writeTestFile(t, pol, strings.Replace(testPolicy, "burst: 100, rate: 100", "burst: 7, rate: 7", 1))
+	p.waitLog("policy reloaded", 10*time.Second)
+	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Limit != 7 {
+		t.Fatalf("after a good change: %+v", d)
+	}
+	// A bad file is logged with its positions and the old policy stays.
+	writeTestFile(t, pol, "schema:\n  shared:\n    limits: {algorithm: gcra, burst: -1, count: 1, period: 1s}\n  x:\n    bogus: 1\n")
+	p.waitLog("policy reload failed", 10*time.Second)
+	p.waitLog("limits.yaml:5:5", 5*time.Second)
+	p.waitLog("limits.yaml:3:", 5*time.Second)
+	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Limit != 7 {
+		t.Fatalf("after a bad change: %+v", d)
+	}
+	// SIGHUP reloads too (here the same bad file: a second failure).
+	p.signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := string(do(t, "GET", "http://"+p.http+"/metrics", "", "").body)
+		if strings.Contains(m, `sluice_policy_reloads_total{result="failure"} 2`) {
+			if !strings.Contains(m, `sluice_policy_reloads_total{result="success"} 1`) {
+				t.Errorf("reload metrics:\n%s", m)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGHUP did not reload:\n%s", p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// And a fixed file, with SIGHUP only.
+	writeTestFile(t, pol, testPolicy)
+	p.signal(syscall.SIGHUP)
+	deadline = time.Now().Add(10 * time.Second)
+	for p.check(`{"path": ["shared"]}`).decision(t).Limit != 100 {
+		if time.Now().After(deadline) {
+			t.Fatal("the fixed file was not reloaded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestServeSIGTERMDrains(t *testing.T) {
+	rd := redistest.Start(t)
+	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy), "--timeout", "5s")...)
+	if a := p.check(`{"path": ["shared"]}`); a.status != 200 {
+		t.Fatalf("warm-up: %d", a.status)
+	}
+	// Stall Redis so that a check is in flight when SIGTERM arrives.
+	if err := syscall.Kill(rd.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			syscall.Kill(rd.Pid(), syscall.SIGCONT)
+		}
+	}()
+	done := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://"+p.http+"/v1/check", strings.NewReader(`{"path": ["shared"]}`))
+		resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+		if err != nil {
+			done <- answer{status: -1, body: []byte(err.Error())}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- answer{status: resp.StatusCode, body: b}
+	}()
+	time.Sleep(300 * time.Millisecond) // the check reaches the stalled store
+	p.signal(syscall.SIGTERM)
+	p.waitLog("shutting down", 5*time.Second)
+	// New connections are refused while the in-flight check drains.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", p.http, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the listener is still open after SIGTERM")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("the in-flight check ended before the store came back: %d %s", a.status, a.body)
+	default:
+	}
+	syscall.Kill(rd.Pid(), syscall.SIGCONT)
+	resumed = true
+	select {
+	case a := <-done:
+		if a.status != 200 || !strings.Contains(string(a.body), `"allowed":true`) || strings.Contains(string(a.body), "store_error") {
+			t.Errorf("in-flight check: %d %s", a.status, a.body)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the in-flight check did not finish")
+	}
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	p.waitLog("stopped", time.Second)
+}
+
+func TestServeStoreDown(t *testing.T) {
+	for _, mode := range []string{"allow", "deny"} {
+		t.Run(mode, func(t *testing.T) {
+			rd := redistest.Start(t)
+			p := serve(t, []string{"SLUICE_ON_STORE_ERROR=" + mode, "SLUICE_TIMEOUT=50ms"},
+				append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
+			if a := p.check(`{"path": ["shared"]}`); a.status != 200 {
+				t.Fatalf("before: %d %s", a.status, a.body)
+			}
+			c := p.rls(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			grpcReq := &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+				{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/a"}}}}}
+			wantStatus, wantAllowed, wantCode := 200, true, rlv3.RateLimitResponse_OK
+			if mode == "deny" {
+				wantStatus, wantAllowed, wantCode = 429, false, rlv3.RateLimitResponse_OVER_LIMIT
+			}
+			// Stalled (SIGSTOP), then dead (SIGKILL): both answer within
+			// the timeout, by the store-error policy. 5s is a generous
+			// bound for a 50ms timeout.
+			for _, how := range []string{"stalled", "down"} {
+				if how == "stalled" {
+					syscall.Kill(rd.Pid(), syscall.SIGSTOP)
+				} else {
+					syscall.Kill(rd.Pid(), syscall.SIGCONT)
+					rd.Stop()
+				}
+				for i := 0; i < 3; i++ {
+					start := time.Now()
+					a := p.check(`{"path": ["shared"]}`)
+					took := time.Since(start)
+					d := a.decision(t)
+					if a.status != wantStatus || d.Allowed != wantAllowed || !strings.Contains(d.StoreError, "store unavailable") {
+						t.Errorf("%s http: %d %s", how, a.status, a.body)
+					}
+					if took > 5*time.Second {
+						t.Errorf("%s http answered in %v", how, took)
+					}
+					start = time.Now()
+					r, err := c.ShouldRateLimit(ctx, grpcReq)
+					took = time.Since(start)
+					if err != nil || r.OverallCode != wantCode {
+						t.Errorf("%s grpc: %v %v", how, r, err)
+					}
+					if took > 5*time.Second {
+						t.Errorf("%s grpc answered in %v", how, took)
+					}
+				}
+			}
+			if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 503 || !strings.Contains(string(a.body), "store unreachable") {
+				t.Errorf("readyz with the store down: %d %s", a.status, a.body)
+			}
+			m := string(do(t, "GET", "http://"+p.http+"/metrics", "", "").body)
+			if !strings.Contains(m, fmt.Sprintf(`sluice_checks_total{api="http",outcome="%s"} 6`, map[string]string{"allow": "store_error_allowed", "deny": "store_error_denied"}[mode])) ||
+				!strings.Contains(m, "sluice_store_errors_total 12") {
+				t.Errorf("metrics:\n%s", grep(m, "sluice_"))
+			}
+		})
+	}
+}
+
+func grep(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestServeDefaultsAndConfig(t *testing.T) {
+	// With no flags at all: the memory store, the bundled example, on
+	// 127.0.0.1:8080 and :8081, when those ports are free here.
+	free := true
+	for _, a := range []string{server.DefaultHTTP, server.DefaultGRPC} {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			free = false
+			break
+		}
+		l.Close()
+	}
+	if free {
+		p := serve(t, nil)
+		if p.http != server.DefaultHTTP || p.grpc != server.DefaultGRPC {
+			t.Errorf("default addresses %q %q", p.http, p.grpc)
+		}
+		out := p.stdout.String()
+		if !strings.Contains(out, "store      memory") || !strings.Contains(out, "bundled example") || !strings.Contains(out, "curl") {
+			t.Errorf("banner:\n%s", out)
+		}
+		// The README's try-it: 3 allowed, the 4th denied.
+		for i := 1; i <= 4; i++ {
+			a := p.check(`{"path": ["user", "alex", "trade"]}`)
+			if want := map[bool]int{true: 429, false: 200}[i == 4]; a.status != want {
+				t.Errorf("try-it %d: %d %s", i, a.status, a.body)
+			}
+		}
+		p.signal(syscall.SIGINT)
+		if code := p.wait(10 * time.Second); code != 0 {
+			t.Errorf("exit %d after SIGINT", code)
+		}
+	} else {
+		t.Log("ports 8080/8081 are taken here: skipping the no-flags run")
+	}
+
+	// A config file, overridden by the environment, overridden by flags.
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sluice.yaml")
+	writeTestFile(t, cfg, fmt.Sprintf("http: 127.0.0.1:0\ngrpc: off\npolicy: %s\ntimeout: 20ms\nadmin_token: from-file\nlog_format: json\n", policyFile(t, testPolicy)))
+	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=from-env", "SLUICE_LOG_FORMAT=text"}, "--config", cfg, "--log-format", "json")
+	if p.grpc != "" {
+		t.Errorf("grpc: off still listens on %q", p.grpc)
+	}
+	if a := do(t, "GET", "http://"+p.http+"/admin/v1/state?path=shared", "from-env", ""); a.status != 200 {
+		t.Errorf("the env token does not override the file's: %d", a.status)
+	}
+	if a := do(t, "GET", "http://"+p.http+"/admin/v1/state?path=shared", "from-file", ""); a.status != 401 {
+		t.Errorf("the file's token still works: %d", a.status)
+	}
+	p.waitLog(`"msg":"listening"`, 5*time.Second)
+	p.waitLog(`"timeout":"20ms"`, time.Second)
+
+	// Bad settings are refused before serving.
+	for _, args := range [][]string{
+		{"--on-store-error", "maybe"},
+		{"--timeout", "soon"},
+		{"--store", "mysql://x"},
+		{"--policy", filepath.Join(dir, "missing.yaml")},
+		{"--config", filepath.Join(dir, "missing.yaml")},
+	} {
+		out, err := exec.Command(sluiceBin, append(append([]string{"serve"}, local...), args...)...).CombinedOutput()
+		if err == nil {
+			t.Errorf("%v: accepted\n%s", args, out)
+		}
+	}
+}
+
+func TestImportEnvoyCommand(t *testing.T) {
+	dir := t.TempDir()
+	envoy := filepath.Join(dir, "envoy.yaml")
+	writeTestFile(t, envoy, `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /a
+    rate_limit: {unit: hour, requests_per_unit: 1, name: a, replaces: [{name: b}]}
+`)
+	cmd := exec.Command(sluiceBin, "import-envoy", envoy)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "warning") || !strings.Contains(stderr.String(), "replaces") {
+		t.Errorf("stderr: %s", stderr.String())
+	}
+	limits := filepath.Join(dir, "limits.yaml")
+	writeTestFile(t, limits, stdout.String())
+
+	// Serve it and ask through gRPC as Envoy would.
+	p := serve(t, nil, append(local, "--policy", limits)...)
+	c := p.rls(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/a"}}}}}
+	var codes []string
+	for i := 0; i < 2; i++ {
+		r, err := c.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, r.OverallCode.String())
+		if cl := r.Statuses[0].CurrentLimit; cl.GetRequestsPerUnit() != 1 || cl.GetUnit() != rlv3.RateLimitResponse_RateLimit_HOUR {
+			t.Errorf("current limit %v", cl)
+		}
+	}
+	if strings.Join(codes, " ") != "OK OVER_LIMIT" {
+		t.Errorf("codes %v", codes)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	writeTestFile(t, bad, "domain: d\ndescriptors:\n  - key: k\n    value: pre*\n")
+	out, err := exec.Command(sluiceBin, "import-envoy", bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "bad.yaml:4:") || !strings.Contains(string(out), "prefix wildcard") {
+		t.Errorf("bad file: %v %s", err, out)
+	}
+}
