@@ -192,8 +192,8 @@ func validateWindows(name string, ws []Window) error {
 		if w.Limit > MaxWindowLimit {
 			return fmt.Errorf("%w: %s limits[%d]: limit %d exceeds %d", ErrInvalid, name, i, w.Limit, MaxWindowLimit)
 		}
-		if err := positiveSpan(fmt.Sprintf("%s limits[%d] window", name, i), w.Window); err != nil {
-			return err
+		if w.Window < time.Microsecond || w.Window > MaxHorizon {
+			return positiveSpan(fmt.Sprintf("%s limits[%d] window", name, i), w.Window)
 		}
 	}
 	return nil

@@ -32,7 +32,11 @@ type Trace struct {
 	Steps []Step
 }
 
-const s = time.Second
+const (
+	s  = time.Second
+	ms = time.Millisecond
+	us = time.Microsecond
+)
 
 // Traces are the hand-checked traces, one table per algorithm.
 var Traces = []Trace{
@@ -97,6 +101,101 @@ var Traces = []Trace{
 			{At: 5 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 1, Remaining: 0, ResetAfter: 5 * s}},
 			{At: 5 * s, Cost: 2, Want: algo.Result{Allowed: false, Limit: 1, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 5 * s}},
 			{At: 60 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 1, Remaining: 0, ResetAfter: 5 * s}},
+		},
+	},
+	{
+		// 3 per 10s and 2 per 1s, at least 100ms apart.
+		Name:  "sliding_log/binary",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: 10 * s}, {Limit: 2, Window: s}}, MinGap: 100 * ms},
+		Steps: []Step{
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 2, Remaining: 1, ResetAfter: 10 * s}},
+			// Too close: waits for the gap.
+			{At: 50 * ms, Cost: 1, Want: algo.Result{Limit: 2, Remaining: 1, RetryAfter: 50 * ms, ResetAfter: 9950 * ms, DeniedBy: algo.DeniedByGap}},
+			{At: 100 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 2, Remaining: 0, ResetAfter: 10 * s}},
+			// 2 in the last second: the action at 0 leaves it at 1s.
+			{At: 300 * ms, Cost: 1, Want: algo.Result{Limit: 2, Remaining: 0, RetryAfter: 700 * ms, ResetAfter: 9800 * ms, DeniedBy: 2}},
+			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 2, Remaining: 0, ResetAfter: 10 * s}},
+			// A batch of 2 needs the 10s limit's 2nd newest (at 100ms) gone.
+			{At: 1 * s, Cost: 2, Want: algo.Result{Limit: 2, Remaining: 0, RetryAfter: 9100 * ms, ResetAfter: 10 * s, DeniedBy: 1}},
+			{At: 1 * s, Cost: 3, Want: algo.Result{Limit: 2, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 10 * s, DeniedBy: 2}},
+			{At: 1 * s, Cost: 0, Want: algo.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 10 * s}},
+			// Retrying the batch after its wait succeeds.
+			{At: 10100 * ms, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 2, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 40 * s, Cost: 0, Want: algo.Result{Allowed: true, Limit: 2, Remaining: 2}},
+		},
+	},
+	{
+		// 5 per 1s, admitting as much of a batch as fits.
+		Name:  "sliding_log/nary",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 5, Window: s}}, Mode: algo.Nary},
+		Steps: []Step{
+			{At: 0, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Limit: 5, Remaining: 2, ResetAfter: s}},
+			{At: 200 * ms, Cost: 4, Want: algo.Result{Admitted: 2, Limit: 5, Remaining: 0, RetryAfter: s, ResetAfter: s, DeniedBy: 1}},
+			{At: 500 * ms, Cost: 1, Want: algo.Result{Limit: 5, Remaining: 0, RetryAfter: 500 * ms, ResetAfter: 700 * ms, DeniedBy: 1}},
+			{At: 1 * s, Cost: 4, Want: algo.Result{Admitted: 3, Limit: 5, Remaining: 0, RetryAfter: s, ResetAfter: s, DeniedBy: 1}},
+			{At: 1200 * ms, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 5, Remaining: 0, ResetAfter: s}},
+			{At: 1200 * ms, Cost: 6, Want: algo.Result{Limit: 5, Remaining: 0, RetryAfter: algo.Never, ResetAfter: s, DeniedBy: 1}},
+			{At: 0, Key: "big", Cost: 7, Want: algo.Result{Admitted: 5, Limit: 5, Remaining: 0, RetryAfter: algo.Never, ResetAfter: s, DeniedBy: 1}},
+		},
+	},
+	{
+		// 2 per 1s, every attempt recorded: hammering keeps the caller out.
+		Name:  "sliding_log/uniform",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 2, Window: s}}, Mode: algo.Uniform},
+		Steps: []Step{
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 2, Remaining: 1, ResetAfter: s}},
+			{At: 100 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 2, Remaining: 0, ResetAfter: s}},
+			{At: 200 * ms, Cost: 1, Want: algo.Result{Limit: 2, Remaining: -1, RetryAfter: 900 * ms, ResetAfter: s, DeniedBy: 1}},
+			{At: 1100 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 2, Remaining: 0, ResetAfter: s}},
+			{At: 1150 * ms, Cost: 1, Want: algo.Result{Limit: 2, Remaining: -1, RetryAfter: 950 * ms, ResetAfter: s, DeniedBy: 1}},
+			{At: 1500 * ms, Cost: 1, Want: algo.Result{Limit: 2, Remaining: -1, RetryAfter: 650 * ms, ResetAfter: s, DeniedBy: 1}},
+			{At: 2150 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 2, Remaining: 0, ResetAfter: s}},
+			// A batch over the limit is recorded as at most 2.
+			{At: 2150 * ms, Cost: 3, Want: algo.Result{Limit: 2, Remaining: -2, RetryAfter: algo.Never, ResetAfter: s, DeniedBy: 1}},
+		},
+	},
+	{
+		// 4 per 1s in 4 buckets of 250ms; T0 is 84.587ms into its bucket
+		// b, which counts until (b+5)·250ms = T0 + 1165.413ms.
+		Name:  "sliding_log/buckets",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 4, Window: s}}, Buckets: 4},
+		Steps: []Step{
+			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 4, Remaining: 2, ResetAfter: 1165413 * us}},
+			{At: 500 * ms, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 4, Remaining: 0, ResetAfter: 1165413 * us}},
+			// An exact log would admit at 1s; the sampled one waits for the bucket.
+			{At: 1 * s, Cost: 1, Want: algo.Result{Limit: 4, Remaining: 0, RetryAfter: 165413 * us, ResetAfter: 665413 * us, DeniedBy: 1}},
+			{At: 1165413 * us, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 4, Remaining: 1, ResetAfter: 1250 * ms}},
+		},
+	},
+	{
+		// 3 per 2s in 2 buckets of 1s, 500ms apart, every attempt recorded.
+		Name:  "sliding_log/buckets-uniform-gap",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: 2 * s}}, Buckets: 2, MinGap: 500 * ms, Mode: algo.Uniform},
+		Steps: []Step{
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 3, Remaining: 2, ResetAfter: 2665413 * us}},
+			// Too close: recorded, and the gap counts from it.
+			{At: 200 * ms, Cost: 1, Want: algo.Result{Limit: 3, Remaining: 1, RetryAfter: 500 * ms, ResetAfter: 2465413 * us, DeniedBy: algo.DeniedByGap}},
+			{At: 700 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 3, Remaining: 0, ResetAfter: 2965413 * us}},
+			{At: 1500 * ms, Cost: 1, Want: algo.Result{Limit: 3, Remaining: -1, RetryAfter: 1165413 * us, ResetAfter: 2165413 * us, DeniedBy: 1}},
+			{At: 2665413 * us, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 3, Remaining: 0, ResetAfter: 3 * s}},
+		},
+	},
+	{
+		// At most 3 in the last 1s, 4 in 3s, 5 in 5s, in 1s slices; T0 is
+		// 334.587ms into its slice c, which leaves the 1s window at
+		// T0 + 665.413ms.
+		Name: "window_counter",
+		Limit: algo.WindowCounter{Limits: []algo.Window{
+			{Limit: 3, Window: s}, {Limit: 4, Window: 3 * s}, {Limit: 5, Window: 5 * s}}},
+		Steps: []Step{
+			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 3, Remaining: 1, ResetAfter: 4665413 * us}},
+			{At: 500 * ms, Cost: 2, Want: algo.Result{Limit: 3, Remaining: 1, RetryAfter: 165413 * us, ResetAfter: 4165413 * us, DeniedBy: 1}},
+			{At: 665413 * us, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Limit: 3, Remaining: 0, ResetAfter: 5 * s}},
+			{At: 1665413 * us, Cost: 1, Want: algo.Result{Limit: 3, Remaining: 0, RetryAfter: s, ResetAfter: 4 * s, DeniedBy: 2}},
+			{At: 2665413 * us, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Limit: 3, Remaining: 0, ResetAfter: 5 * s}},
+			{At: 2665413 * us, Cost: 1, Want: algo.Result{Limit: 3, Remaining: 0, RetryAfter: 2 * s, ResetAfter: 5 * s, DeniedBy: 3}},
+			{At: 2665413 * us, Cost: 4, Want: algo.Result{Limit: 3, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 5 * s, DeniedBy: 1}},
+			{At: 30 * s, Cost: 0, Want: algo.Result{Allowed: true, Limit: 3, Remaining: 3}},
 		},
 	},
 }

@@ -1,0 +1,188 @@
+package conformance
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// Racer is a concurrency case: Goroutines each make Attempts decisions of
+// Cost at once on one key, and exactly Want must be admitted in total
+// (the sum of Result.Admitted).
+type Racer struct {
+	Name       string
+	Limit      algo.Limit
+	Cost       int64
+	Attempts   int
+	Want       int64
+	Goroutines int
+}
+
+// WindowedRacers are the concurrency cases of the windowed algorithms:
+// every sliding log mode, exact and sampled, with a gap, and a window
+// counter. Their windows are long enough that no test run crosses them,
+// also under the store's clock.
+var WindowedRacers = func() []Racer {
+	h := time.Hour
+	one := []algo.Window{{Limit: 37, Window: h}, {Limit: 50, Window: 2 * h}}
+	var rs []Racer
+	for _, b := range []int64{0, 10} {
+		kind := "exact"
+		if b > 0 {
+			kind = "sampled"
+		}
+		rs = append(rs,
+			Racer{Name: "sliding_log/binary/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b}, Cost: 1, Attempts: 1, Want: 37},
+			Racer{Name: "sliding_log/nary/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, Mode: algo.Nary}, Cost: 3, Attempts: 2, Want: 37},
+			Racer{Name: "sliding_log/uniform/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, Mode: algo.Uniform}, Cost: 1, Attempts: 2, Want: 37},
+			Racer{Name: "sliding_log/gap/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, MinGap: h}, Cost: 1, Attempts: 1, Want: 1},
+			Racer{Name: "sliding_log/uniform-gap/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, MinGap: h, Mode: algo.Uniform}, Cost: 1, Attempts: 1, Want: 1},
+		)
+	}
+	rs = append(rs, Racer{Name: "window_counter", Limit: algo.WindowCounter{Limits: []algo.Window{{Limit: 37, Window: h}, {Limit: 60, Window: 2 * h}}, Slice: time.Minute}, Cost: 1, Attempts: 1, Want: 37})
+	for i := range rs {
+		rs[i].Goroutines = 100
+	}
+	return rs
+}()
+
+// RunConcurrency races every case of racers on st, once at a fixed
+// request time and once under the store's clock, under keys that start
+// with ns.
+func RunConcurrency(t *testing.T, st sluice.Store, ns string, racers []Racer) {
+	for _, rc := range racers {
+		for _, clock := range []string{"fixed", "store"} {
+			t.Run(rc.Name+"/"+clock, func(t *testing.T) {
+				req := sluice.Request{Key: ns + ":race:" + rc.Name + ":" + clock, Limit: rc.Limit, Cost: rc.Cost}
+				if clock == "fixed" {
+					req.Time = T0
+				}
+				var admitted, calls atomic.Int64
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for range rc.Goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						for range rc.Attempts {
+							r, err := st.Decide(context.Background(), req)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							admitted.Add(r.Admitted)
+							calls.Add(1)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				if got := admitted.Load(); got != rc.Want {
+					t.Fatalf("%d decisions admitted %d, want exactly %d", calls.Load(), got, rc.Want)
+				}
+			})
+		}
+	}
+}
+
+// RunBatchConcurrency races 100 goroutines making all-or-nothing
+// decisions over a nary sliding log (binary in a batch) and a window
+// counter: exactly the smaller limit passes, and each level records just
+// that.
+func RunBatchConcurrency(t *testing.T, st sluice.Store, ns string) {
+	log := algo.SlidingLog{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}, Mode: algo.Nary}
+	wc := algo.WindowCounter{Limits: []algo.Window{{Limit: 50, Window: time.Hour}}, Slice: time.Minute}
+	reqs := []sluice.Request{
+		{Key: ns + ":race-batch:log", Limit: log, Cost: 1, Time: T0},
+		{Key: ns + ":race-batch:wc", Limit: wc, Cost: 1, Time: T0},
+	}
+	var passed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ok, err := st.DecideAll(context.Background(), reqs, make([]algo.Result, 2))
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				passed.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if got := passed.Load(); got != 37 {
+		t.Fatalf("%d batches passed, want exactly 37", got)
+	}
+	for i, want := range []int64{0, 50 - 37} {
+		peek := reqs[i]
+		peek.Cost = 0
+		r, err := st.Decide(context.Background(), peek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Remaining != want {
+			t.Fatalf("level %d after the race: remaining %d, want %d", i, r.Remaining, want)
+		}
+	}
+}
+
+// RunNaryInBatch checks that a nary sliding log admits part of a batch in
+// Decide, but acts as binary in a DecideAll of several requests: a level
+// that could take only part records nothing, and the batch is denied.
+func RunNaryInBatch(t *testing.T, st sluice.Store, ns string) {
+	ctx := context.Background()
+	nary := algo.SlidingLog{Limits: []algo.Window{{Limit: 5, Window: time.Minute}}, Mode: algo.Nary}
+	other := algo.GCRA{Burst: 100, Count: 1, Period: time.Second}
+	for i, tc := range []struct {
+		batch bool
+		want  algo.Result
+		after int64 // remaining after, by a peek
+	}{
+		{false, algo.Result{Admitted: 2, Limit: 5, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: 1}, 0},
+		{true, algo.Result{Limit: 5, Remaining: 2, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: 1}, 2},
+	} {
+		key := ns + ":nary-batch:" + strconv.Itoa(i)
+		first := sluice.Request{Key: key, Limit: nary, Cost: 3, Time: T0}
+		if r, err := st.Decide(ctx, first); err != nil || r.Admitted != 3 {
+			t.Fatalf("case %d: first batch of 3: %+v %v", i, r, err)
+		}
+		req := first
+		var got algo.Result
+		if tc.batch {
+			res := make([]algo.Result, 2)
+			ok, err := st.DecideAll(ctx, []sluice.Request{req, {Key: key + ":other", Limit: other, Cost: 3, Time: T0}}, res)
+			if err != nil || ok {
+				t.Fatalf("case %d: batch pass %v err %v, want denied", i, ok, err)
+			}
+			got = res[0]
+			if res[1].Admitted != 0 || res[1].Remaining != 101 {
+				t.Fatalf("case %d: the other level %+v recorded something", i, res[1])
+			}
+		} else {
+			var err error
+			if got, err = st.Decide(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got != tc.want {
+			t.Fatalf("case %d (batch %v): second batch of 3:\n got %s\nwant %s", i, tc.batch, Format(got), Format(tc.want))
+		}
+		peek := first
+		peek.Cost = 0
+		if r, err := st.Decide(ctx, peek); err != nil || r.Remaining != tc.after {
+			t.Fatalf("case %d: remaining after %+v %v, want %d", i, r, err, tc.after)
+		}
+	}
+}
