@@ -65,8 +65,8 @@ func apiKeyPath(r *http.Request, key string, p []string) []string { return appen
 //	bare            the handler alone
 //	stub            the middleware with a checker that does nothing
 //	                (copies a fixed one-level decision): the middleware alone
-//	memory          the middleware with the policy checker on the memory store
-//	checker         the policy checker alone, without the middleware
+//	memory          the middleware with policy.Checker on the memory store
+//	checker         policy.Checker alone, without the middleware
 //	legacy          as stub, with the legacy headers
 func BenchmarkMiddleware(b *testing.B) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
@@ -85,7 +85,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		benchServe(b, httplimit.New(stub, httplimit.Options{Path: apiKeyPath, Headers: httplimit.LegacyHeaders}).Wrap(handler))
 	})
 
-	c := &checker{pol: mustPolicy(b, benchPolicy), store: memoryStore(b)}
+	c := newChecker(mustPolicy(b, benchPolicy), memoryStore(b), nil)
 	b.Run("memory", func(b *testing.B) {
 		benchServe(b, httplimit.New(c, httplimit.Options{Path: apiKeyPath}).Wrap(handler))
 	})

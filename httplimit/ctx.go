@@ -25,7 +25,7 @@ type deadlineCtx struct {
 	timeout time.Duration
 
 	mu       sync.Mutex
-	deadline time.Time       // zero until first needed
+	deadline int64           // Unix ns; 0 until first needed
 	inner    context.Context // nil until Done is called
 	cancel   context.CancelFunc
 	done     bool // release was called: Err reports Canceled
@@ -37,13 +37,14 @@ func (c *deadlineCtx) init(parent context.Context, timeout time.Duration) {
 
 // deadlineLocked fixes the deadline on first use; c.mu is held.
 func (c *deadlineCtx) deadlineLocked() time.Time {
-	if c.deadline.IsZero() {
-		c.deadline = time.Now().Add(c.timeout)
-		if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
-			c.deadline = d
+	if c.deadline == 0 {
+		d := time.Now().Add(c.timeout)
+		if pd, ok := c.parent.Deadline(); ok && pd.Before(d) {
+			d = pd
 		}
+		c.deadline = d.UnixNano()
 	}
-	return c.deadline
+	return time.Unix(0, c.deadline)
 }
 
 // release cancels the context once the check is over.

@@ -29,7 +29,8 @@ schema:
 	}
 	st := memory.New()
 	defer st.Close()
-	limiter := httplimit.New(&checker{pol: pol, store: st}, httplimit.Options{
+	checker := &policy.Checker{Policy: policy.NewHolder(pol), Store: st}
+	limiter := httplimit.New(checker, httplimit.Options{
 		Key: httplimit.Header("X-API-Key", nil),
 		Path: func(r *http.Request, key string, path []string) []string {
 			return append(path, "api", key)

@@ -47,7 +47,7 @@ func TestRedisStopped(t *testing.T) {
 		name := map[httplimit.FailurePolicy]string{httplimit.FailOpen: "open", httplimit.FailClosed: "closed"}[policy]
 		t.Run(name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			c := &checker{pol: mustPolicy(t, testPolicy), store: redisStore(t, srv)}
+			c := newChecker(mustPolicy(t, testPolicy), redisStore(t, srv), nil)
 			var logs syncBuffer
 			var callbacks atomic.Int64
 			l := httplimit.New(c, httplimit.Options{
@@ -109,7 +109,7 @@ func TestRedisStopped(t *testing.T) {
 func TestRedisStalled(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	st := redisStore(t, srv)
-	c := &checker{pol: mustPolicy(t, testPolicy), store: st}
+	c := newChecker(mustPolicy(t, testPolicy), st, nil)
 	open := httplimit.New(c, httplimit.Options{Path: apiPath, Logger: discard})
 	closed := httplimit.New(c, httplimit.Options{Path: apiPath, Failure: httplimit.FailClosed, Logger: discard})
 	if w := do(open.Wrap(okHandler), "GET", "/trade", nil, ""); w.Code != 200 {

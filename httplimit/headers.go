@@ -32,18 +32,25 @@ const (
 	// the time, in whole seconds rounded up (at least 1), in which the
 	// algorithm grants q:
 	//
-	//	gcra            q = burst+1   w = (burst+1)·period/count
-	//	token_bucket    q = burst     w = burst·per/rate
-	//	fixed_window    q = limit     w = window
-	//	gate            q = 1         w = interval
+	//	gcra            q = burst+1        w = (burst+1)·period/count
+	//	token_bucket    q = burst          w = burst·per/rate
+	//	fixed_window    q = limit          w = window
+	//	gate            q = 1              w = interval
+	//	sliding_log,    q = the smallest   w = that limit's window
+	//	window_counter      of limits
 	//
-	// so q/w is the configured rate for gcra and token_bucket. For other
+	// so q/w is the configured rate for gcra and token_bucket. A
+	// sliding_log with only min_gap has w = min_gap. A level has one Result,
+	// so a spec with several windows is one Item, for its tightest limit
+	// (r is still the least remaining over all of its windows). For other
 	// algorithms w comes from the spec's serialized fields: window; else
 	// the window of the entry of limits whose limit is q (or the first);
 	// else interval or min_gap; else w is left out.
 	//
 	// r is the level's Remaining. t is, for a level that allowed the
-	// request, the seconds until it is back to full (its ResetAfter), and
+	// request, the seconds until it is back to full (its ResetAfter: for a
+	// level with several windows, that can be the longest window, beyond
+	// w; a conservative "additional quota by then"), and
 	// for a level that denied it, the seconds until it admits the request
 	// (its RetryAfter; its ResetAfter when the cost can never fit), rounded
 	// up, so that Retry-After is never earlier than the t of a denying
@@ -296,6 +303,16 @@ func window(s algo.Spec, limit int64) time.Duration {
 		return time.Duration(s.Window)
 	case algo.NameGate:
 		return time.Duration(s.Interval)
+	case algo.NameSlidingLog, algo.NameWindowCounter:
+		for _, l := range s.Limits {
+			if l.Limit == limit {
+				return time.Duration(l.Window)
+			}
+		}
+		if len(s.Limits) > 0 {
+			return time.Duration(s.Limits[0].Window)
+		}
+		return time.Duration(s.MinGap)
 	}
 	return genericWindow(s, limit)
 }

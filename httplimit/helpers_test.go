@@ -2,7 +2,6 @@ package httplimit_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -10,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memory"
@@ -65,48 +64,24 @@ func (c *clock) Set(t time.Time) {
 	c.mu.Unlock()
 }
 
-// checker runs paths through a policy on a store, at the clock's time (or
-// the store's when the clock is nil). It is what policy.Checker.CheckAt
-// does.
-type checker struct {
-	pol   *policy.Policy
-	store sluice.Store
-	clock *clock
+// newChecker returns the policy's Checker on a store, deciding at the
+// clock's time, or at the store's when clk is nil.
+func newChecker(pol *policy.Policy, st sluice.Store, clk *clock) httplimit.Checker {
+	c := &policy.Checker{Policy: policy.NewHolder(pol), Store: st}
+	if clk == nil {
+		return c
+	}
+	return checkAt{c, clk}
 }
 
-func (c *checker) Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
-	var t time.Time
-	if c.clock != nil {
-		t = c.clock.Now()
-	}
-	if cost < 0 {
-		return fmt.Errorf("%w: negative cost %d", sluice.ErrBadRequest, cost)
-	}
-	m := c.pol.Match(path)
-	d.Matched = !m.Unmatched
-	d.Levels = d.Levels[:0]
-	pass := true
-	if reqs := m.Requests(cost, t); len(reqs) > 0 {
-		results := make([]algo.Result, len(reqs))
-		var err error
-		if pass, err = c.store.DecideAll(ctx, reqs, results); err != nil {
-			return err
-		}
-		i := 0
-		for _, lv := range m.Levels {
-			for _, l := range lv.Limits {
-				d.Levels = append(d.Levels, sluice.Level{Pattern: lv.Pattern, Key: l.Key, Spec: l.Spec, Shadow: lv.Shadow, Result: results[i]})
-				i++
-			}
-		}
-	}
-	d.Summary = sluice.Summarize(d.Levels)
-	d.Allowed = pass
-	if m.Unmatched && c.pol.DenyUnmatched() {
-		d.Allowed = false
-		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
-	}
-	return nil
+// checkAt is a policy.Checker at a settable time.
+type checkAt struct {
+	c   *policy.Checker
+	clk *clock
+}
+
+func (a checkAt) Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
+	return a.c.CheckAt(ctx, a.clk.Now(), path, cost, d)
 }
 
 func mustPolicy(t testing.TB, yaml string) *policy.Policy {

@@ -187,17 +187,23 @@ func (l *Limiter) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
 }
 
-// request is everything a request needs beyond the pooled Decision, in one
-// allocation: the checker's context, the path, and the backing array of the
-// header values (which the response's header map keeps, so it is never
-// reused).
+// request is what a request needs that cannot be pooled, in one
+// allocation: the checker's context (which a misbehaving checker could keep)
+// and the backing array of the header values (which the response's header
+// map keeps).
 type request struct {
 	ctx   deadlineCtx
-	path  [8]string
 	value [4]string
 }
 
-var decisions = sync.Pool{New: func() any { return new(sluice.Decision) }}
+// scratch is what a request needs only during its check, pooled: the
+// Decision, whose Levels keep their capacity, and room for the path.
+type scratch struct {
+	d    sluice.Decision
+	path [8]string
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	key, err := l.opts.Key(r)
@@ -205,8 +211,8 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		l.opts.OnBadRequest(w, r, err)
 		return
 	}
-	rq := new(request)
-	path := rq.path[:0]
+	sc := scratches.Get().(*scratch)
+	path := sc.path[:0]
 	if l.opts.Path != nil {
 		path = l.opts.Path(r, key, path)
 	} else {
@@ -217,14 +223,16 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		cost = l.opts.Cost(r)
 	}
 
-	d := decisions.Get().(*sluice.Decision)
-	clear(d.Levels)
+	// The pooled Levels still refer to an earlier request's keys until the
+	// checker overwrites them: bounded, and the pool is emptied by the GC.
+	d := &sc.d
 	*d = sluice.Decision{Levels: d.Levels[:0]}
+	rq := new(request)
 	rq.ctx.init(r.Context(), l.timeout)
 	err = l.checker.Check(&rq.ctx, path, cost, d)
 	rq.ctx.release()
 	if err != nil {
-		putDecision(d)
+		putScratch(sc)
 		l.failed(w, r, next, err)
 		return
 	}
@@ -234,18 +242,19 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	l.setHeaders(w.Header(), d, &rq.value)
 	if !d.Allowed {
 		l.opts.OnLimited(w, r, d)
-		putDecision(d)
+		putScratch(sc)
 		return
 	}
-	putDecision(d)
+	putScratch(sc)
 	next.ServeHTTP(w, r)
 }
 
-func putDecision(d *sluice.Decision) {
-	if cap(d.Levels) > 64 {
+func putScratch(sc *scratch) {
+	if cap(sc.d.Levels) > 64 {
 		return // an outsized decision: let it go
 	}
-	decisions.Put(d)
+	sc.path = [8]string{}
+	scratches.Put(sc)
 }
 
 // failed handles a failed check.

@@ -109,7 +109,7 @@ func TestIPKey(t *testing.T) {
 // that varies X-Forwarded-For still hits one bucket, while clients behind
 // a trusted proxy get one bucket each.
 func TestSpoofedForwardedFor(t *testing.T) {
-	c := &checker{pol: mustPolicy(t, testPolicy), store: memoryStore(t)}
+	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), nil)
 	h := httplimit.New(c, httplimit.Options{
 		Key: httplimit.IPKey{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}.Key,
 		Path: func(r *http.Request, key string, p []string) []string {

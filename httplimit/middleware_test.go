@@ -117,7 +117,7 @@ func TestTraces(t *testing.T) {
 		for name, open := range stores(t) {
 			t.Run(style.name+"/"+name, func(t *testing.T) {
 				clk := &clock{}
-				c := &checker{pol: mustPolicy(t, testPolicy), store: open(t), clock: clk}
+				c := newChecker(mustPolicy(t, testPolicy), open(t), clk)
 				h := httplimit.New(c, httplimit.Options{
 					Path:    apiPath,
 					Cost:    costHeader,
@@ -200,7 +200,7 @@ func ptr(v int64) *int64 { return &v }
 // variant.
 func TestProblemBody(t *testing.T) {
 	clk := &clock{now: t0}
-	c := &checker{pol: mustPolicy(t, testPolicy), store: memoryStore(t), clock: clk}
+	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), clk)
 	h := httplimit.New(c, httplimit.Options{Path: apiPath, Cost: costHeader}).Wrap(okHandler)
 	for i := 0; i < 3; i++ {
 		do(h, "GET", "/trade", nil, "")
@@ -252,7 +252,7 @@ func TestUnmatched(t *testing.T) {
 		if deny {
 			yaml = "unmatched: deny\n" + yaml
 		}
-		c := &checker{pol: mustPolicy(t, yaml), store: memoryStore(t)}
+		c := newChecker(mustPolicy(t, yaml), memoryStore(t), nil)
 		h := httplimit.New(c, httplimit.Options{}).Wrap(okHandler) // path [ip]: matches nothing
 		w := do(h, "GET", "/", nil, "")
 		for _, k := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
@@ -280,7 +280,7 @@ func TestUnmatched(t *testing.T) {
 // not advertised, but OnDecision sees it.
 func TestOnDecisionSeesShadow(t *testing.T) {
 	clk := &clock{now: t0}
-	c := &checker{pol: mustPolicy(t, testPolicy), store: memoryStore(t), clock: clk}
+	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), clk)
 	var seen []sluice.Level
 	h := httplimit.New(c, httplimit.Options{
 		Path: apiPath,
@@ -305,7 +305,7 @@ func TestOnDecisionSeesShadow(t *testing.T) {
 // request's fault: 400, not a store failure served by fail-open; and a
 // Header key cannot get that long.
 func TestBadRequestNeverFailsOpen(t *testing.T) {
-	c := &checker{pol: mustPolicy(t, testPolicy), store: memoryStore(t)}
+	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), nil)
 	unbounded := httplimit.New(c, httplimit.Options{
 		Key:  func(r *http.Request) (string, error) { return r.Header.Get("X-Long"), nil },
 		Path: apiPath,
@@ -407,8 +407,13 @@ func TestWindows(t *testing.T) {
 		{algo.Spec{Algorithm: "fixed_window", Limit: 1000, Window: dur(time.Hour)}, 1000, `"p";q=1000;w=3600`},
 		{algo.Spec{Algorithm: "fixed_window", Limit: 7, Window: dur(1500 * time.Millisecond)}, 7, `"p";q=7;w=2`},
 		{algo.Spec{Algorithm: "gate", Interval: dur(10 * time.Second)}, 1, `"p";q=1;w=10`},
-		// An algorithm known only by its serialized fields.
-		{algo.Spec{Algorithm: "window_counter", Limit: 100, Window: dur(time.Minute)}, 100, `"p";q=100;w=60`},
+		{algo.Spec{Algorithm: "sliding_log", Limits: algo.WindowSpecs{{Limit: 10, Window: dur(time.Second)}, {Limit: 100, Window: dur(time.Minute)}}}, 10, `"p";q=10;w=1`},
+		{algo.Spec{Algorithm: "window_counter", Limits: algo.WindowSpecs{{Limit: 1000, Window: dur(time.Hour)}, {Limit: 100, Window: dur(time.Minute)}}}, 100, `"p";q=100;w=60`},
+		{algo.Spec{Algorithm: "sliding_log", MinGap: dur(5 * time.Second)}, 1, `"p";q=1;w=5`},
+		// Algorithms known only by their serialized fields.
+		{algo.Spec{Algorithm: "future", Limit: 7, Window: dur(30 * time.Second)}, 7, `"p";q=7;w=30`},
+		{algo.Spec{Algorithm: "future", Limits: algo.WindowSpecs{{Limit: 5, Window: dur(time.Minute)}, {Limit: 3, Window: dur(time.Second)}}}, 3, `"p";q=3;w=1`},
+		{algo.Spec{Algorithm: "future", Interval: dur(2 * time.Second)}, 1, `"p";q=1;w=2`},
 		{algo.Spec{Algorithm: "mystery"}, 42, `"p";q=42`},
 	} {
 		st := stubChecker{d: sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{
