@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -441,4 +443,48 @@ func (s stubChecker) Check(_ context.Context, _ []string, _ int64, d *sluice.Dec
 	*d = s.d
 	d.Levels = lv
 	return nil
+}
+
+// TestConcurrent: many goroutines through one Limiter admit exactly the
+// limit, and every response carries consistent headers.
+func TestConcurrent(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			c := newChecker(mustPolicy(t, `
+schema:
+  c:
+    children:
+      "*":
+        limits: {algorithm: fixed_window, limit: 100, window: 1h}
+`), open(t), nil)
+			h := httplimit.New(c, httplimit.Options{
+				Key:  httplimit.Header("X-API-Key", nil),
+				Path: func(r *http.Request, key string, p []string) []string { return append(p, "c", key) },
+			}).Wrap(okHandler)
+			var wg sync.WaitGroup
+			var allowed, denied atomic.Int64
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 40; i++ {
+						w := do(h, "GET", "/", map[string]string{"X-API-Key": "k"}, "")
+						rl := w.Header().Get("RateLimit")
+						switch {
+						case w.Code == 200 && strings.HasPrefix(rl, `"c/*";r=`):
+							allowed.Add(1)
+						case w.Code == 429 && strings.HasPrefix(rl, `"c/*";r=0;t=`) && w.Header().Get("Retry-After") != "":
+							denied.Add(1)
+						default:
+							t.Errorf("%d %v", w.Code, w.Header())
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if allowed.Load() != 100 || denied.Load() != 220 {
+				t.Errorf("allowed %d, denied %d; want 100 and 220", allowed.Load(), denied.Load())
+			}
+		})
+	}
 }
