@@ -207,6 +207,28 @@ func (l SlidingLog) maxWindow() int64 {
 	return m
 }
 
+// MaxWindow is the longest of the windows.
+func (l SlidingLog) MaxWindow() time.Duration { return dur(l.maxWindow()) }
+
+// RecordedReset is Outcome.Reset after a decision at now that recorded
+// something, given the log's clock before it: the time of the newest
+// recorded action (hasClock false when there is none).
+func (l SlidingLog) RecordedReset(now, clock int64, hasClock bool) int64 {
+	e := now
+	if hasClock {
+		e = max(now, clock)
+	}
+	if l.Buckets == 0 {
+		return e + l.maxWindow()
+	}
+	var reset int64
+	for i := range l.Limits {
+		w := l.BucketWidth(i)
+		reset = max(reset, (e/w+l.Buckets+1)*w)
+	}
+	return reset
+}
+
 // MinLimit is the smallest of the limits: Result.Limit.
 func (l SlidingLog) MinLimit() int64 { return minLimit(l.Limits) }
 
@@ -398,12 +420,12 @@ func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome 
 		for i := range l.Limits {
 			c[i] += record
 		}
+		o.Reset = l.RecordedReset(now, last, hasLast)
 		last, hasLast = e, true
-	}
-	o.Remaining = remaining(l.Limits, &c)
-	if hasLast {
+	} else if hasLast {
 		o.Reset = last + wmax
 	}
+	o.Remaining = remaining(l.Limits, &c)
 	if admitted != cost {
 		var gapAt int64
 		if gap > 0 && hasLast {
@@ -501,15 +523,12 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 		for i := range l.Limits {
 			c[i] += record
 		}
+		o.Reset = l.RecordedReset(now, s.A, valid)
 		clock, hasClock = e, true
+	} else if hasClock {
+		o.Reset = l.RecordedReset(clock, clock, true)
 	}
 	o.Remaining = remaining(l.Limits, &c)
-	if hasClock {
-		for i := range l.Limits {
-			w := l.BucketWidth(i)
-			o.Reset = max(o.Reset, (clock/w+r)*w)
-		}
-	}
 	if admitted != cost {
 		var gapAt int64
 		if gap > 0 && hasClock {

@@ -66,6 +66,18 @@ func (wc WindowCounter) MaxSlices() int64 {
 // MinLimit is the smallest of the limits: Result.Limit.
 func (wc WindowCounter) MinLimit() int64 { return minLimit(wc.Limits) }
 
+// RecordedReset is Outcome.Reset after a decision at now that recorded a
+// count, given the latest slice with a count before it (hasLatest false
+// when there is none): when that slice leaves the longest window.
+func (wc WindowCounter) RecordedReset(now, latest int64, hasLatest bool) int64 {
+	sl := wc.SliceMicros()
+	cur := now / sl
+	if hasLatest {
+		cur = max(cur, latest)
+	}
+	return (cur + wc.MaxSlices()) * sl
+}
+
 // Validate implements Limit.
 func (wc WindowCounter) Validate() error {
 	if wc.Slice != 0 {
@@ -114,18 +126,16 @@ func (wc WindowCounter) Decide(s *State, now, cost int64, commit bool) Result {
 		}
 	}
 	o := Outcome{}
-	latest, hasLatest := s.A, valid
 	if fits && cost > 0 {
 		o.Admitted = cost
 		for i := range wc.Limits {
 			c[i] += cost
 		}
-		latest, hasLatest = cur, true
+		o.Reset = wc.RecordedReset(now, s.A, valid)
+	} else if valid {
+		o.Reset = (s.A + m) * sl
 	}
 	o.Remaining = remaining(wc.Limits, &c)
-	if hasLatest {
-		o.Reset = (latest + m) * sl
-	}
 	if !fits {
 		for i, w := range wc.Limits {
 			if cost > w.Limit {

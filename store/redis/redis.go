@@ -327,19 +327,23 @@ func extraValues(l algo.Limit) int64 {
 }
 
 // windowResult derives a windowed level's Result from the script's extra
-// values: admitted, wait, reset, denied by, the counts.
-func windowResult(ws []algo.Window, now, cost int64, extra []int64, committed, floor bool) algo.Result {
+// values: admitted, wait, reset, denied by, the counts. For a level that
+// was not ok they describe the state after the commit; for an ok level,
+// the state without the cost, and a committed ok level adds the cost to
+// the counts and takes recordedReset() as its reset.
+func windowResult(ws []algo.Window, now, cost int64, ok, committed, floor bool, extra []int64, recordedReset func() int64) algo.Result {
 	o := algo.Outcome{Admitted: extra[0], Wait: extra[1], Reset: extra[2], DeniedBy: int(extra[3])}
-	o.Remaining = ws[0].Limit - extra[4]
-	for i, w := range ws[1:] {
-		o.Remaining = min(o.Remaining, w.Limit-extra[5+i])
+	var add int64
+	switch {
+	case ok && committed && cost > 0:
+		add, o.Reset = cost, recordedReset()
+	case ok:
+		o.Admitted, cost = 0, 0 // not recorded (or a peek): the state without the cost
 	}
-	if !committed {
-		// Checked ok, not recorded: the state without the cost.
-		o.Admitted, o.Wait, o.DeniedBy, cost = 0, 0, 0, 0
-	}
+	o.Remaining = ws[0].Limit - extra[4] - add
 	var limit int64 = ws[0].Limit
-	for _, w := range ws[1:] {
+	for i, w := range ws[1:] {
+		o.Remaining = min(o.Remaining, w.Limit-extra[5+i]-add)
 		limit = min(limit, w.Limit)
 	}
 	return o.Result(now, cost, limit, floor)
@@ -370,9 +374,16 @@ func levelResult(r sluice.Request, now int64, ok bool, val int64, extra []int64,
 		}
 		return l.Result(ok, now, val, r.Cost)
 	case algo.SlidingLog:
-		return windowResult(l.Limits, now, r.Cost, extra, committed, l.Mode != algo.Uniform)
+		return windowResult(l.Limits, now, r.Cost, ok, committed, l.Mode != algo.Uniform, extra, func() int64 {
+			if l.Buckets == 0 { // the clock is the newest entry: reset - longest window
+				return l.RecordedReset(now, extra[2]-algo.Micros(l.MaxWindow()), extra[2] > 0)
+			}
+			return l.RecordedReset(now, val, val >= 0) // value: the clock, or the record's time
+		})
 	case algo.WindowCounter:
-		return windowResult(l.Limits, now, r.Cost, extra, committed, true)
+		return windowResult(l.Limits, now, r.Cost, ok, committed, true, extra, func() int64 {
+			return l.RecordedReset(now, val, val >= 0) // value: the latest slice, or the record's
+		})
 	}
 	panic("unreachable: appendLevel accepted the limit")
 }

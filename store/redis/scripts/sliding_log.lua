@@ -24,13 +24,17 @@
 --        a+5+3i, a+6+3i, a+7+3i: limit i's limit, window and bucket width
 --        (µs, ceil(W_i/B); 0 when exact), i = 0..K-1
 -- Check  ok (the whole cost admitted), value, and 4+K extras: admitted,
---        wait, reset, denied by, then the K counts. After the check they
---        describe the state without this decision (a peek); the commit,
---        which decide.lua calls for every level it records and every level
---        that was not ok, rewrites them for the state after it (see
---        algo.SlidingLog for wait, reset and denied by). value is the
---        refund token: the first member's sequence number (exact) or the
---        record's time (sampled) of what the commit recorded.
+--        wait, reset, denied by, then the K counts, describing the state
+--        without this decision (a peek). For a level that was not ok, the
+--        commit (which decide.lua calls for every such level) rewrites them
+--        for the state after it: what a uniform or nary log recorded, and
+--        the wait (see algo.SlidingLog). An ok level keeps them, and the
+--        store derives its recorded state (counts + n, reset from the
+--        clock): so a level that passed but was refunded in a Cluster
+--        reports the state without it. value is the newest member's
+--        sequence number (exact) or the clock (sampled, -1: none) after the
+--        check, and the refund token after a commit that recorded: the
+--        first member's sequence number or the record's time.
 --
 -- A log's clock never goes back: a decision earlier than the newest
 -- recorded action is taken at that action's time e.
@@ -156,8 +160,11 @@ local function se_commit(key, now, a, go, seq, reply, p, n, mode, gap, k)
     end
     last = e
     redis.call('PEXPIRE', key, math.ceil((last + wmax - now) / 1000))
-    reply[p + 1], reply[p + 4] = seq, last + wmax
-    for i = 0, k - 1 do reply[p + 6 + i] = reply[p + 6 + i] + rec end
+    reply[p + 1] = seq
+    if adm ~= n then
+      reply[p + 4] = last + wmax
+      for i = 0, k - 1 do reply[p + 6 + i] = reply[p + 6 + i] + rec end
+    end
   end
   if adm ~= n then
     local gapat = 0
@@ -254,7 +261,7 @@ local function ss_check(key, now, a, reply, p, n, mode, gap, b, k)
   end
   local adm = s_admit(a, reply, p, n, mode, k, not g or gap == 0 or e - g >= gap)
   reply[p + 2], reply[p + 4] = adm, reset
-  return adm == n
+  return adm == n, t or -1
 end
 
 local function ss_commit(key, now, a, go, reply, p, n, mode, gap, b, k)
@@ -271,7 +278,7 @@ local function ss_commit(key, now, a, go, reply, p, n, mode, gap, b, k)
       local w = tonumber(ARGV[a + 7 + 3 * i])
       local cur = math.floor(e / w)
       local c = reply[p + 6 + i] + rec
-      reply[p + 6 + i] = c
+      if adm ~= n then reply[p + 6 + i] = c end
       set[#set + 1] = -(i + 1)
       set[#set + 1] = c
       if (cur + r) * w > reset then reset = (cur + r) * w end
@@ -293,7 +300,8 @@ local function ss_commit(key, now, a, go, reply, p, n, mode, gap, b, k)
     if del then ss_hdel(key, del) end
     redis.call('HSET', key, unpack(set))
     redis.call('PEXPIRE', key, math.ceil((reset - now) / 1000))
-    reply[p + 1], reply[p + 4] = e, reset
+    reply[p + 1] = e
+    if adm ~= n then reply[p + 4] = reset end
     t, g = e, e
   end
   if adm ~= n then
@@ -331,9 +339,9 @@ end
 local function s_check(key, now, a, reply, p)
   local n, mode, gap, b, k = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   reply[p + 2], reply[p + 3], reply[p + 4], reply[p + 5] = 0, 0, 0, 0
-  local ok, val = nil, 0
+  local ok, val
   if b > 0 then
-    ok = ss_check(key, now, a, reply, p, n, mode, gap, b, k)
+    ok, val = ss_check(key, now, a, reply, p, n, mode, gap, b, k)
   else
     ok, val = se_check(key, now, a, reply, p, n, mode, gap, k)
   end

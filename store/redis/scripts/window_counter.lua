@@ -15,9 +15,10 @@
 --        a+3+2i, a+4+2i: window i's limit and length in slices m_i
 -- Check  ok, value, and 4+K extras like sliding_log.lua's: admitted, wait,
 --        reset, denied by, then the K counts, of the state without this
---        decision; the commit of an ok level rewrites them for the state
---        after it. value is 'a' before the decision (-1: none), then the
---        slice the commit counted in (the refund token).
+--        decision (the store derives the state after an ok level's commit:
+--        counts + n, reset from the slice). value is 'a' before the
+--        decision (-1: none), then the slice the commit counted in (the
+--        refund token).
 
 local function w_check(key, now, a, reply, p)
   local n, s, k = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
@@ -116,10 +117,8 @@ local function w_commit(key, now, a, go, la, reply, p)
   end
   local set = {'a', cur}
   for i = 0, k - 1 do
-    local c = reply[p + 6 + i] + n
-    reply[p + 6 + i] = c
     set[#set + 1] = -(i + 1)
-    set[#set + 1] = c
+    set[#set + 1] = reply[p + 6 + i] + n
   end
   if la == cur then
     redis.call('HINCRBY', key, cur % m, n)
@@ -136,7 +135,7 @@ local function w_commit(key, now, a, go, la, reply, p)
   end
   redis.call('HSET', key, unpack(set))
   redis.call('PEXPIRE', key, math.ceil(((cur + m) * s - now) / 1000))
-  reply[p + 1], reply[p + 4] = cur, (cur + m) * s
+  reply[p + 1] = cur
 end
 
 -- Undo gives back a committed cost (a refund across Cluster slots) from
