@@ -25,11 +25,35 @@ type event struct {
 
 // resultLine is one line of replay output.
 type resultLine struct {
-	Allowed      bool  `json:"allowed"`
-	Limit        int64 `json:"limit"`
-	Remaining    int64 `json:"remaining"`
-	RetryAfterNs int64 `json:"retry_after_ns"`
-	ResetAfterNs int64 `json:"reset_after_ns"`
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterNs int64  `json:"retry_after_ns"`
+	ResetAfterNs int64  `json:"reset_after_ns"`
+	Admitted     int64  `json:"admitted"`
+	DeniedBy     string `json:"denied_by,omitempty"`
+}
+
+// deniedBy names the limit of a sliding_log or window_counter that a
+// denied decision waits for: its name, else its window ("10s"), or
+// "min_gap".
+func deniedBy(l algo.Limit, by int) string {
+	var ws []algo.Window
+	switch l := l.(type) {
+	case algo.SlidingLog:
+		ws = l.Limits
+	case algo.WindowCounter:
+		ws = l.Limits
+	}
+	switch {
+	case by == algo.DeniedByGap:
+		return "min_gap"
+	case by < 1 || by > len(ws):
+		return ""
+	case ws[by-1].Name != "":
+		return ws[by-1].Name
+	}
+	return ws[by-1].Window.String()
 }
 
 const maxLine = 1 << 20
@@ -45,11 +69,17 @@ Each input line is one decision, applied in order:
   {"t_ns": 1800003000334587000, "key": "a", "limit": {"algorithm": "gcra", "burst": 15, "count": 30, "period": "60s"}, "cost": 1}
 t_ns is the decision time in ns since the epoch (the store's clock when left
 out) and cost defaults to 1. Limits: gcra {burst, count, period},
-token_bucket {burst, rate, per}, fixed_window {limit, window}, gate {interval}.
+token_bucket {burst, rate, per}, fixed_window {limit, window}, gate {interval},
+sliding_log {limits: [{limit, window}, ...], min_gap, buckets, mode} (mode
+binary, nary or uniform; limits may also be named: {"hour": {limit, window}}),
+window_counter {slice, limits: [{limit, window}, ...]} (slice defaults to 1s).
 Each output line is one result:
-  {"allowed": true, "limit": 16, "remaining": 15, "retry_after_ns": 0, "reset_after_ns": 2000000000}
-retry_after_ns is -1 when the cost can never be admitted. A bad line stops
-the replay with an error naming its line number.
+  {"allowed": true, "limit": 16, "remaining": 15, "retry_after_ns": 0, "reset_after_ns": 2000000000, "admitted": 1}
+retry_after_ns is -1 when the cost can never be admitted; admitted is how much
+of the cost was admitted (part of it for a nary sliding_log). A denied
+sliding_log or window_counter decision adds "denied_by": the name or window
+of the limit it waits for, or "min_gap". A bad line stops the replay with an
+error naming its line number.
 
 flags:`)
 		fs.PrintDefaults()
@@ -82,7 +112,7 @@ flags:`)
 		if err == nil {
 			var r algo.Result
 			if r, err = st.Decide(ctx, req); err == nil {
-				err = enc.Encode(resultLine{r.Allowed, r.Limit, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter)})
+				err = enc.Encode(resultLine{r.Allowed, r.Limit, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, deniedBy(req.Limit, r.DeniedBy)})
 			}
 		}
 		if err != nil {

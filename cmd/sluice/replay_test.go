@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// replay runs `sluice replay` in-process on the given input.
+func replay(t *testing.T, input string, args ...string) (status int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	status = run(context.Background(), env{strings.NewReader(input), &out, &errOut}, append([]string{"replay"}, args...))
+	return status, out.String(), errOut.String()
+}
+
+// t0 is the README's t_ns; at returns it plus ms milliseconds.
+const t0 = 1800003000334587000
+
+func at(ms int64) int64 { return t0 + ms*1_000_000 }
+
+type replayStep struct {
+	t    int64
+	key  string
+	lim  string
+	cost int64
+	want string
+}
+
+func (s replayStep) line() string {
+	return fmt.Sprintf(`{"t_ns": %d, "key": %q, "limit": %s, "cost": %d}`, s.t, s.key, s.lim, s.cost)
+}
+
+const (
+	binaryLog = `{"algorithm": "sliding_log", "limits": [{"limit": 3, "window": "10s"}, {"limit": 2, "window": "1s"}], "min_gap": "100ms"}`
+	namedLog  = `{"algorithm": "sliding_log", "limits": {"ten": {"limit": 3, "window": "10s"}, "one": {"limit": 2, "window": "1s"}}, "min_gap": "100ms"}`
+	naryLog   = `{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": "1s"}], "mode": "nary"}`
+	uniLog    = `{"algorithm": "sliding_log", "limits": [{"limit": 2, "window": "1s"}], "mode": "uniform"}`
+	sampled   = `{"algorithm": "sliding_log", "limits": [{"limit": 4, "window": "1s"}], "buckets": 4}`
+	counter   = `{"algorithm": "window_counter", "slice": "1s", "limits": [{"limit": 3, "window": "1s"}, {"limit": 4, "window": "3s"}, {"limit": 5, "window": "5s"}]}`
+)
+
+// The results are conformance's hand-checked traces of the same limits.
+var replaySteps = []replayStep{
+	{t0, "b", binaryLog, 1, `{"allowed":true,"limit":2,"remaining":1,"retry_after_ns":0,"reset_after_ns":10000000000,"admitted":1}`},
+	{at(50), "b", binaryLog, 1, `{"allowed":false,"limit":2,"remaining":1,"retry_after_ns":50000000,"reset_after_ns":9950000000,"admitted":0,"denied_by":"min_gap"}`},
+	{at(100), "b", binaryLog, 1, `{"allowed":true,"limit":2,"remaining":0,"retry_after_ns":0,"reset_after_ns":10000000000,"admitted":1}`},
+	{at(300), "b", binaryLog, 1, `{"allowed":false,"limit":2,"remaining":0,"retry_after_ns":700000000,"reset_after_ns":9800000000,"admitted":0,"denied_by":"1s"}`},
+	{at(1000), "b", binaryLog, 1, `{"allowed":true,"limit":2,"remaining":0,"retry_after_ns":0,"reset_after_ns":10000000000,"admitted":1}`},
+	{at(1000), "b", binaryLog, 2, `{"allowed":false,"limit":2,"remaining":0,"retry_after_ns":9100000000,"reset_after_ns":10000000000,"admitted":0,"denied_by":"10s"}`},
+	{at(1000), "b", binaryLog, 3, `{"allowed":false,"limit":2,"remaining":0,"retry_after_ns":-1,"reset_after_ns":10000000000,"admitted":0,"denied_by":"1s"}`},
+	// Named limits, ordered by window: denied_by names them.
+	{t0, "n", namedLog, 1, `{"allowed":true,"limit":2,"remaining":1,"retry_after_ns":0,"reset_after_ns":10000000000,"admitted":1}`},
+	{at(100), "n", namedLog, 1, `{"allowed":true,"limit":2,"remaining":0,"retry_after_ns":0,"reset_after_ns":10000000000,"admitted":1}`},
+	{at(300), "n", namedLog, 1, `{"allowed":false,"limit":2,"remaining":0,"retry_after_ns":700000000,"reset_after_ns":9800000000,"admitted":0,"denied_by":"one"}`},
+	{at(1000), "n", namedLog, 1, `{"allowed":true,"limit":2,"remaining":0,"retry_after_ns":0,"reset_after_ns":10000000000,"admitted":1}`},
+	{at(1000), "n", namedLog, 2, `{"allowed":false,"limit":2,"remaining":0,"retry_after_ns":9100000000,"reset_after_ns":10000000000,"admitted":0,"denied_by":"ten"}`},
+	// Nary admits part of a batch.
+	{t0, "y", naryLog, 3, `{"allowed":true,"limit":5,"remaining":2,"retry_after_ns":0,"reset_after_ns":1000000000,"admitted":3}`},
+	{at(200), "y", naryLog, 4, `{"allowed":false,"limit":5,"remaining":0,"retry_after_ns":1000000000,"reset_after_ns":1000000000,"admitted":2,"denied_by":"1s"}`},
+	// Uniform records the denied attempt: remaining goes negative.
+	{t0, "u", uniLog, 2, `{"allowed":true,"limit":2,"remaining":0,"retry_after_ns":0,"reset_after_ns":1000000000,"admitted":2}`},
+	{at(200), "u", uniLog, 1, `{"allowed":false,"limit":2,"remaining":-1,"retry_after_ns":800000000,"reset_after_ns":1000000000,"admitted":0,"denied_by":"1s"}`},
+	// Sampled in 250ms buckets.
+	{t0, "s", sampled, 2, `{"allowed":true,"limit":4,"remaining":2,"retry_after_ns":0,"reset_after_ns":1165413000,"admitted":2}`},
+	{at(500), "s", sampled, 2, `{"allowed":true,"limit":4,"remaining":0,"retry_after_ns":0,"reset_after_ns":1165413000,"admitted":2}`},
+	{at(1000), "s", sampled, 1, `{"allowed":false,"limit":4,"remaining":0,"retry_after_ns":165413000,"reset_after_ns":665413000,"admitted":0,"denied_by":"1s"}`},
+	// The window counter reports the window that denied.
+	{t0, "w", counter, 2, `{"allowed":true,"limit":3,"remaining":1,"retry_after_ns":0,"reset_after_ns":4665413000,"admitted":2}`},
+	{at(500), "w", counter, 2, `{"allowed":false,"limit":3,"remaining":1,"retry_after_ns":165413000,"reset_after_ns":4165413000,"admitted":0,"denied_by":"1s"}`},
+	{at(665) + 413000, "w", counter, 2, `{"allowed":true,"limit":3,"remaining":0,"retry_after_ns":0,"reset_after_ns":5000000000,"admitted":2}`},
+	{at(1665) + 413000, "w", counter, 1, `{"allowed":false,"limit":3,"remaining":0,"retry_after_ns":1000000000,"reset_after_ns":4000000000,"admitted":0,"denied_by":"3s"}`},
+	{at(2665) + 413000, "w", counter, 1, `{"allowed":true,"limit":3,"remaining":0,"retry_after_ns":0,"reset_after_ns":5000000000,"admitted":1}`},
+	{at(2665) + 413000, "w", counter, 1, `{"allowed":false,"limit":3,"remaining":0,"retry_after_ns":2000000000,"reset_after_ns":5000000000,"admitted":0,"denied_by":"5s"}`},
+	// The other algorithms report admitted too.
+	{t0, "g", `{"algorithm": "gcra", "burst": 15, "count": 30, "period": "60s"}`, 1, `{"allowed":true,"limit":16,"remaining":15,"retry_after_ns":0,"reset_after_ns":2000000000,"admitted":1}`},
+}
+
+func TestReplayWindowed(t *testing.T) {
+	var in, want strings.Builder
+	for _, s := range replaySteps {
+		in.WriteString(s.line() + "\n")
+		want.WriteString(s.want + "\n")
+	}
+	srv := redistest.Start(t)
+	for _, store := range []string{"memory", srv.URL()} {
+		t.Run(store, func(t *testing.T) {
+			status, out, errOut := replay(t, in.String(), "--store", store)
+			if status != 0 || errOut != "" {
+				t.Fatalf("status %d, stderr %q", status, errOut)
+			}
+			got, exp := strings.Split(out, "\n"), strings.Split(want.String(), "\n")
+			for i := range exp {
+				if i >= len(got) || got[i] != exp[i] {
+					g := "(none)"
+					if i < len(got) {
+						g = got[i]
+					}
+					t.Fatalf("line %d (%s):\n got %s\nwant %s", i+1, replaySteps[i].line(), g, exp[i])
+				}
+			}
+		})
+	}
+}
+
+// TestReplayBadWindowedLimits: each bad line stops the replay with exit
+// status 1 and an error naming the line and the problem; the lines before
+// it are applied and printed.
+func TestReplayBadWindowedLimits(t *testing.T) {
+	good := replaySteps[0]
+	for _, tc := range []struct{ lim, cost, want string }{
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 3, "window": "0s"}]}`, "1", "sliding_log limits[0] window must be positive, got 0s"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 3, "window": "-1s"}]}`, "1", "window must be positive, got -1s"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 0, "window": "1s"}]}`, "1", "sliding_log limits[0]: limit must be positive, got 0"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": -5, "window": "1s"}]}`, "1", "limit must be positive, got -5"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": "1s"}], "buckets": 0}`, "1", "sliding_log buckets must be positive, got 0"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": "1s"}], "buckets": -3}`, "1", "sliding_log buckets must be positive, got -3"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": "1s"}], "min_gap": "2s"}`, "1", "sliding_log min_gap 2s is longer than the longest window 1s"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": "1s"}], "mode": "sometimes"}`, "1", `unknown sliding_log mode "sometimes"`},
+		{`{"algorithm": "sliding_log"}`, "1", "sliding_log needs at least one limit"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": 1}]}`, "1", "duration must be a string"},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": "1s", "burst": 2}]}`, "1", `unknown field "burst"`},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": "1s"}], "slice": "1s"}`, "1", `sliding_log does not take "slice"`},
+		{`{"algorithm": "sliding_log", "limits": [{"limit": 5, "window": "1s"}]}`, "-1", "negative cost -1"},
+		{`{"algorithm": "window_counter", "limits": [{"limit": 5, "window": "1500ms"}]}`, "1", "window 1.5s is not a whole number of 1s slices"},
+		{`{"algorithm": "window_counter", "slice": "-1s", "limits": [{"limit": 5, "window": "1s"}]}`, "1", "window_counter slice must be positive, got -1s"},
+		{`{"algorithm": "window_counter", "limits": [{"limit": 5, "window": "0s"}]}`, "1", "window_counter limits[0] window must be positive, got 0s"},
+		{`{"algorithm": "window_counter", "limits": [{"limit": 0, "window": "1s"}]}`, "1", "window_counter limits[0]: limit must be positive, got 0"},
+		{`{"algorithm": "window_counter", "limits": [{"limit": 5, "window": "1s"}], "mode": "nary"}`, "1", `window_counter does not take "mode"`},
+		{`{"algorithm": "fixed_window", "limit": 5, "window": "1s", "limits": [{"limit": 5, "window": "1s"}]}`, "1", `fixed_window does not take "limits"`},
+	} {
+		in := good.line() + "\n" + fmt.Sprintf(`{"t_ns": %d, "key": "bad", "limit": %s, "cost": %s}`, t0, tc.lim, tc.cost) + "\n" + good.line() + "\n"
+		status, out, errOut := replay(t, in)
+		if status != 1 || out != good.want+"\n" || !strings.HasPrefix(errOut, "replay: line 2: ") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("limit %s cost %s:\nstatus %d\nstdout %q\nstderr %q\nwant stderr with %q", tc.lim, tc.cost, status, out, errOut, tc.want)
+		}
+	}
+}
