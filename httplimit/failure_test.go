@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -122,7 +123,7 @@ func TestRedisStalled(t *testing.T) {
 		_, err := srv.Do("DEBUG", "SLEEP", "3")
 		slept <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // let DEBUG SLEEP start
+	waitStalled(t, srv.Addr)
 	stallStart := time.Now()
 
 	for _, tc := range []struct {
@@ -211,6 +212,30 @@ func TestCheckerErrorIsStoreError(t *testing.T) {
 	if w := do(l.Wrap(okHandler), "GET", "/", nil, ""); w.Code != 400 || l.StoreErrors() != 0 {
 		t.Errorf("bad request: status %d, StoreErrors %d", w.Code, l.StoreErrors())
 	}
+}
+
+// waitStalled waits until Redis stops answering PING within 100 ms: the
+// stall has begun.
+func waitStalled(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err = c.Write([]byte("PING\r\n"))
+		if err == nil {
+			_, err = c.Read(make([]byte, 16))
+		}
+		c.Close()
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("Redis did not stall")
 }
 
 var discard = slog.New(slog.NewTextHandler(discardWriter{}, nil))
