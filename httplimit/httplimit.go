@@ -32,8 +32,11 @@
 // # Failures
 //
 // The check runs under a deadline of Options.Timeout (DefaultTimeout,
-// 50ms): a store that is down or stalled makes Check fail within it, as the
-// sluice stores do (the bound holds for a Checker that honours its
+// 50ms), counted from the checker's first look at its context (for the
+// sluice checkers, when they call the store, microseconds in; a checker
+// that never looks, such as one on the memory store, costs no timer and no
+// clock read): a store that is down or stalled makes Check fail within it,
+// as the sluice stores do (the bound holds for a Checker that honours its
 // context). A failed check is handled by Options.Failure: FailOpen (the
 // default) serves the request without rate-limit headers, logs the error
 // with log/slog (at most one line a second, with a count of those left
