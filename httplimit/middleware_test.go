@@ -460,6 +460,9 @@ schema:
 			h := httplimit.New(c, httplimit.Options{
 				Key:  httplimit.Header("X-API-Key", nil),
 				Path: func(r *http.Request, key string, p []string) []string { return append(p, "c", key) },
+				// This test counts decisions; a loaded CI machine under -race
+				// must not turn slow ones into fail-open passes.
+				Timeout: 10 * time.Second,
 			}).Wrap(okHandler)
 			var wg sync.WaitGroup
 			var allowed, denied atomic.Int64
