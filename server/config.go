@@ -68,6 +68,11 @@ type RedisConfig struct {
 	// Username and Password override the URL's.
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
+	// MaxFlushDelay lets the client gather concurrent commands into one
+	// write for up to this long (default 20µs; negative disables): fewer
+	// system calls, for the service and for Redis, at a small cost in
+	// latency.
+	MaxFlushDelay Duration `yaml:"max_flush_delay"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
 	// checked; InsecureSkipVerify disables verification (tests only).
@@ -122,6 +127,7 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultConsumersMax    = 20
 	DefaultConsumersTTL    = time.Hour
+	DefaultMaxFlushDelay   = 20 * time.Microsecond
 )
 
 // Defaults returns c with every unset field at its default.
@@ -152,6 +158,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Consumers.TTL == 0 {
 		c.Consumers.TTL = Duration(DefaultConsumersTTL)
+	}
+	if c.Redis.MaxFlushDelay == 0 {
+		c.Redis.MaxFlushDelay = Duration(DefaultMaxFlushDelay)
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
@@ -210,6 +219,7 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_REDIS_PREFIX", "redis.prefix"},
 	{"SLUICE_REDIS_USERNAME", "redis.username"},
 	{"SLUICE_REDIS_PASSWORD", "redis.password"},
+	{"SLUICE_REDIS_MAX_FLUSH_DELAY", "redis.max_flush_delay"},
 	{"SLUICE_REDIS_TLS_CA_FILE", "redis.tls.ca_file"},
 	{"SLUICE_REDIS_TLS_CERT_FILE", "redis.tls.cert_file"},
 	{"SLUICE_REDIS_TLS_KEY_FILE", "redis.tls.key_file"},
@@ -256,6 +266,7 @@ func (c *Config) Set(field, s string) error {
 	durs := map[string]*Duration{
 		"timeout": &c.Timeout, "consumers.ttl": &c.Consumers.TTL,
 		"watch_interval": &c.WatchInterval, "shutdown_timeout": &c.ShutdownTimeout,
+		"redis.max_flush_delay": &c.Redis.MaxFlushDelay,
 	}
 	if p, ok := durs[field]; ok {
 		return p.UnmarshalText([]byte(s))

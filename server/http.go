@@ -71,15 +71,24 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	req, err := ParseCheckRequest(body)
-	if err != nil {
-		s.m.badRequests.WithLabelValues("http").Inc()
-		writeProblem(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	cost := int64(1)
-	if req.Cost != nil {
-		cost = *req.Cost
+	var req CheckRequest
+	path, cost, hasCost, ok := parseCheckFast(body, b.path[:0])
+	b.path = path[:0]
+	if ok {
+		req.Path = path
+		if !hasCost {
+			cost = 1
+		}
+	} else {
+		if req, err = ParseCheckRequest(body); err != nil {
+			s.m.badRequests.WithLabelValues("http").Inc()
+			writeProblem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		cost = 1
+		if req.Cost != nil {
+			cost = *req.Cost
+		}
 	}
 	start := time.Now()
 	m, err := s.decidePath(r.Context(), s.holder.Load(), req.Path, cost, b)

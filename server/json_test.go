@@ -114,3 +114,65 @@ func TestRateLimitFields(t *testing.T) {
 		t.Errorf("shadow-only levels gave fields %q %q", pol, rl)
 	}
 }
+
+func TestParseCheckFastAgrees(t *testing.T) {
+	bodies := []string{
+		`{"path": ["user", "alex", "trade"]}`,
+		`{"path":["a"],"cost":0}`,
+		` {"cost": 17 , "path" : [ "a" , "" ] } `,
+		"{\"path\":[\"a\"],\n\"cost\":\t3}\r\n",
+		`{"path": ["a"], "cost": 999999999999999999}`,
+		`{"path": ["a"], "cost": 9999999999999999999}`,
+		`{"path": ["a"], "cost": 01}`,
+		`{"path": ["a"], "cost": -1}`,
+		`{"path": ["a"], "cost": 1.0}`,
+		`{"path": ["a"], "cost": 1e2}`,
+		`{"path": ["a"], "cost": 1, "cost": 2}`,
+		`{"path": ["a"], "path": ["b"]}`,
+		`{"path": ["a\"b"]}`,
+		`{"path": ["é"]}`,
+		`{"path": ["a"], "meta": {}}`,
+		`{"path": ["a"], "x": 1}`,
+		`{"path": []}`,
+		`{"path": ["a",]}`,
+		`{"path": ["a"],}`,
+		`{"path": ["a"]} x`,
+		`{"path": ["a"]`,
+		`{"Path": ["a"]}`,
+		`{}`,
+		`[]`,
+		``,
+		`{"path": ["a"], "cost": null}`,
+		`{"path": null}`,
+		`{"path": ["a"] "cost": 1}`,
+		`{"path": ["` + strings.Repeat("x", 100) + `"]}`,
+		`{"path": [` + strings.Repeat(`"a",`, MaxPathSegments-1) + `"a"]}`,
+		`{"path": [` + strings.Repeat(`"a",`, MaxPathSegments) + `"a"]}`,
+	}
+	for i, body := range bodies[:5] {
+		if _, _, _, ok := parseCheckFast([]byte(body), nil); !ok && i != 5 {
+			t.Errorf("%q: not taken by the fast path", body)
+		}
+	}
+	for _, body := range bodies {
+		path, cost, hasCost, ok := parseCheckFast([]byte(body), nil)
+		req, err := ParseCheckRequest([]byte(body))
+		if !ok {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: the fast path accepts what ParseCheckRequest refuses: %v", body, err)
+			continue
+		}
+		want := int64(1)
+		if req.Cost != nil {
+			want = *req.Cost
+		}
+		if !hasCost {
+			cost = 1
+		}
+		if strings.Join(path, "\x00") != strings.Join(req.Path, "\x00") || len(path) != len(req.Path) || cost != want || (req.Cost != nil) != hasCost || req.Meta != nil {
+			t.Errorf("%q: fast %q %d, slow %q %d", body, path, cost, req.Path, want)
+		}
+	}
+}

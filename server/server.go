@@ -284,6 +284,7 @@ type batch struct {
 	d       sluice.Decision
 	buf     []byte
 	body    []byte
+	path    []string
 }
 
 var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1024), body: make([]byte, 0, 512)} }}

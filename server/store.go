@@ -49,6 +49,9 @@ func openStore(ctx context.Context, c Config) (*backend, error) {
 	}
 	co.DisableCache = true
 	co.Dialer.Timeout = 5 * time.Second
+	if d := time.Duration(c.Redis.MaxFlushDelay); d > 0 {
+		co.MaxFlushDelay = d
+	}
 	if c.Redis.Username != "" {
 		co.Username = c.Redis.Username
 	}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Benchmarks `sluice serve` (issue 6) over loopback, next to bare servers
+# under the same load in the same run, and prints the markdown table that
+# BENCHMARKS.md quotes ("## Service (issue 6)"):
+#
+#   bench/serve.sh                 10s per run
+#   DURATION=3s bench/serve.sh     shorter
+#
+# Runs, each a warm-up of 1s then DURATION, 50 connections (HTTP: one TCP
+# connection per worker, one request at a time; gRPC: 50 concurrent calls
+# over 4 HTTP/2 connections), loopback only:
+#   HTTP  bare net/http handler with a fixed JSON body | sluice memory | sluice redis
+#   gRPC  bare ShouldRateLimit answering a fixed OK    | sluice memory | sluice redis
+# CPU per check is the server process's utime+stime (/proc) over the
+# measured window divided by the checks answered; "other CPU" is what the
+# rest of the machine (neither the server nor loadgen, so Redis included)
+# used meanwhile, in cores. Each run first waits (at most 20s) for the
+# machine to be idle; on a shared machine, re-run when "other CPU" is not
+# near 0 (Redis's own CPU is part of it in the Redis runs). Needs Go and
+# redis-server.
+set -euo pipefail
+cd "$(dirname "$0")"
+DURATION=${DURATION:-10s}
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+(cd .. && go build -o "$TMP/sluice" ./cmd/sluice)
+(cd cmd/loadgen && go build -o "$TMP/loadgen" .)
+POLICY=$PWD/cmd/loadgen/limits.bench.yaml
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+waitport() { for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 not up" >&2; exit 1; }
+
+RPORT=$(freeport)
+redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
+RPID=$!; PIDS+=("$RPID"); waitport "$RPORT"
+
+run() { # name api target-start-command...
+  local name=$1 api=$2; shift 2
+  local hp gp
+  hp=$(freeport); gp=$(freeport)
+  local cmd=("${@//HTTPPORT/$hp}"); cmd=("${cmd[@]//GRPCPORT/$gp}")
+  local log=$TMP/$(echo "$name" | tr ' /' '__')
+  "${cmd[@]}" >"$log.out" 2>"$log.err" &
+  local pid=$!; PIDS+=("$pid")
+  if [ "$api" = http ]; then waitport "$hp"; addr=127.0.0.1:$hp; else waitport "$gp"; addr=127.0.0.1:$gp; fi
+  "$TMP/loadgen" idle -max 0.2 -timeout 20s
+  "$TMP/loadgen" "$api" -addr "$addr" -c 50 -d "$DURATION" -pid "$pid" -name "$name" >>"$TMP/results.jsonl"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+
+SERVE=("$TMP/sluice" serve --http 127.0.0.1:HTTPPORT --grpc 127.0.0.1:GRPCPORT --policy "$POLICY" --log-level warn)
+run "http bare net/http" http "$TMP/loadgen" bare-http -addr 127.0.0.1:HTTPPORT
+run "http sluice memory" http "${SERVE[@]}" --store memory
+run "http sluice redis"  http "${SERVE[@]}" --store "redis://127.0.0.1:$RPORT/0"
+run "grpc bare"          grpc "$TMP/loadgen" bare-grpc -addr 127.0.0.1:GRPCPORT
+run "grpc sluice memory" grpc "${SERVE[@]}" --store memory
+run "grpc sluice redis"  grpc "${SERVE[@]}" --store "redis://127.0.0.1:$RPORT/0"
+
+python3 - "$TMP/results.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+base = {"http": rows[0]["rps"], "grpc": rows[3]["rps"]}
+print("| run | req/s | vs bare | p50 | p99 | server CPU per check | server CPU | other CPU | answers |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+for r in rows:
+    api = r["name"].split()[0]
+    ans = ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items()))
+    if r.get("errors"): ans += f", errors {r['errors']}"
+    print(f"| {r['name']} | {r['rps']:,.0f} | {100*r['rps']/base[api]:.0f}% | {r['p50_us']/1000:.2f} ms | {r['p99_us']/1000:.2f} ms "
+          f"| {r.get('cpu_us_per_req', 0):.1f} µs | {r.get('target_cpu_cores', 0):.2f} cores | {r['other_cpu_cores']:.2f} cores | {ans} |")
+PY
