@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	sredis "github.com/sluicehq/sluice/store/redis"
+)
+
+var (
+	//go:embed ref/time.lua
+	refTime string
+	//go:embed ref/time_get.lua
+	refTimeGet string
+	//go:embed ref/gcra_single.lua
+	refGCRA string
+)
+
+// sluiceKey is the Redis key the store uses for a request key.
+func sluiceKey(key string) string { return sredis.KeyName(sredis.DefaultPrefix, key, "") }
+
+// captureSluice returns the command the store sends for one decision.
+func (b *bench) captureSluice(ctx context.Context, lim algo.Limit, reqTime bool) ([]string, error) {
+	if err := b.reset(); err != nil { // the capture keys may hold another algorithm's state
+		return nil, err
+	}
+	d := b.sluice(lim, reqTime)
+	if _, err := d(ctx, "warm"); err != nil { // loads the script
+		return nil, err
+	}
+	cmd, err := capture(b.srv.addr, sluiceKey("capture"), func() error {
+		_, err := d(ctx, "capture")
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capture Sluice's command: %w", err)
+	}
+	return cmd, nil
+}
+
+func (b *bench) captureRate(ctx context.Context) ([]string, error) {
+	if err := b.reset(); err != nil {
+		return nil, err
+	}
+	d := rateDecider(b.rl)
+	if _, err := d(ctx, "warm"); err != nil {
+		return nil, err
+	}
+	cmd, err := capture(b.srv.addr, rateLimitPrefix+"capture", func() error {
+		_, err := d(ctx, "capture")
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capture redis_rate's command: %w", err)
+	}
+	return cmd, nil
+}
+
+// randKey is the key redis-benchmark -r turns into 100k keys.
+const randKey = "user:__rand_int__"
+
+func (b *bench) throughput(ctx context.Context) error {
+	sCmd, err := b.captureSluice(ctx, gcra, false)
+	if err != nil {
+		return err
+	}
+	rCmd, err := b.captureRate(ctx)
+	if err != nil {
+		return err
+	}
+	sCap, rCap := sluiceKey("capture"), rateLimitPrefix+"capture"
+	type contender struct {
+		name string
+		go_  decider
+		rb   func(random bool) []string
+	}
+	cs := []contender{
+		{name: "Sluice (redis.Open defaults: rueidis)", go_: b.sluice(gcra, false)},
+		{name: fmt.Sprintf("redis_rate v10 (go-redis v9, default pool: %d conns)", 10*gomaxprocs()), go_: rateDecider(b.rl)},
+		{name: fmt.Sprintf("redis_rate v10 (go-redis v9, pool of %d conns)", *flagGoroutines), go_: rateDecider(b.rl64)},
+		{name: fmt.Sprintf("redis-benchmark -P %d, Sluice's command", *flagPipeline), rb: func(random bool) []string {
+			if random {
+				return withKey(sCmd, sCap, sluiceKey(randKey))
+			}
+			return withKey(sCmd, sCap, sluiceKey("hot"))
+		}},
+		{name: fmt.Sprintf("redis-benchmark -P %d, redis_rate's command", *flagPipeline), rb: func(random bool) []string {
+			if random {
+				return withKey(rCmd, rCap, rateLimitPrefix+randKey)
+			}
+			return withKey(rCmd, rCap, rateLimitPrefix+"hot")
+		}},
+	}
+	if b.tuned != nil {
+		cs = append(cs, contender{name: fmt.Sprintf("Sluice (redis.New on rueidis with MaxFlushDelay %v)", *flagFlushDelay), go_: sluiceOn(b.tuned, gcra, false)})
+	}
+	// Warm up every Go contender (connections, scripts, the Go runtime).
+	saved := *flagDuration
+	*flagDuration = 300 * time.Millisecond
+	for _, c := range cs {
+		if c.go_ != nil {
+			if _, err := b.loadGo(ctx, c.go_, true); err != nil {
+				return err
+			}
+		}
+	}
+	*flagDuration = saved
+
+	fmt.Printf("### Throughput: GCRA, %d goroutines / connections\n\n", *flagGoroutines)
+	fmt.Printf("Limit: GCRA burst 15, 30 per minute (CL.THROTTLE k 15 30 60; redis_rate Limit{Rate: 30, Burst: 16, Period: time.Minute}), cost 1, Redis TIME as the clock. "+
+		"Go contenders run %d goroutines for %v per round; redis-benchmark runs -c %d -P %d -n %d. "+
+		"%d rounds, contenders interleaved, FLUSHALL and CONFIG RESETSTAT before each run; the table shows the median round and the range over rounds.\n\n",
+		*flagGoroutines, *flagDuration, *flagGoroutines, *flagPipeline, *flagRBRequests, *flagRounds)
+	type result struct{ samples [][]sample }
+	results := map[bool][][]sample{}
+	for _, random := range []bool{false, true} {
+		results[random] = make([][]sample, len(cs))
+		for round := 0; round < *flagRounds; round++ {
+			for i, c := range cs {
+				var s sample
+				var err error
+				if c.go_ != nil {
+					s, err = b.loadGo(ctx, c.go_, random)
+				} else {
+					s, err = b.loadRB(c.rb(random), *flagGoroutines, *flagPipeline, *flagRBRequests, random)
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", c.name, err)
+				}
+				if s.errs > 0 {
+					return fmt.Errorf("%s: %d of %d decisions failed, first: %v", c.name, s.errs, s.ops, s.firstErr)
+				}
+				results[random][i] = append(results[random][i], s)
+			}
+		}
+	}
+	for _, random := range []bool{false, true} {
+		scenario := "one hot key"
+		if random {
+			scenario = fmt.Sprintf("%d random keys", len(b.keys))
+		}
+		fmt.Printf("#### %s\n\n", scenario)
+		fmt.Println("| contender | decisions/s | range over rounds | allowed | Redis CPU µs/decision | client CPU µs/decision | EVALSHA usec_per_call | commands run by the script per call | CPU of other processes |")
+		fmt.Println("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+		med := make([]sample, len(cs))
+		for i, c := range cs {
+			ss := results[random][i]
+			m := median(ss)
+			med[i] = m
+			lo, hi := rangeOf(ss)
+			allowed := "n/a"
+			if c.go_ != nil {
+				allowed = fmt.Sprintf("%.2f%%", 100*float64(m.allowed)/float64(m.ops))
+			}
+			fmt.Printf("| %s | %s | %s–%s | %s | %s | %s | %.2f | %.1f | %s |\n", c.name, thousands(m.rate), thousands(lo), thousands(hi), allowed,
+				per(m.redisCPU, m.ops), per(m.clientCPU, m.ops), m.evalUsec, m.innerCalls, pct(m.foreignCPU, m.elapsed))
+		}
+		best := max(med[1].rate, med[2].rate)
+		fmt.Printf("\nSluice / redis_rate: **%.2fx** the default pool, **%.2fx** the pool of %d (target: at least 2x). "+
+			"Sluice / redis-benchmark -P %d of its own command: **%.0f%%** (target: at least 60%%).\n\n",
+			med[0].rate/med[1].rate, med[0].rate/med[2].rate, *flagGoroutines, *flagPipeline, 100*med[0].rate/med[3].rate)
+		_ = best
+		if len(med) > 5 {
+			fmt.Printf("Sluice with MaxFlushDelay %v: **%.2fx** / **%.2fx** redis_rate, **%.0f%%** of redis-benchmark.\n\n", *flagFlushDelay, med[5].rate/med[1].rate, med[5].rate/med[2].rate, 100*med[5].rate/med[3].rate)
+		}
+	}
+	fmt.Printf("redis-benchmark commands (PORT is the server's port):\n\n```\n")
+	for _, random := range []bool{false, true} {
+		for _, c := range cs {
+			if c.rb == nil {
+				continue
+			}
+			args := b.rbArgs(c.rb(random), *flagGoroutines, *flagPipeline, *flagRBRequests, random)
+			fmt.Printf("redis-benchmark %s\n", portless(quote(args), b.srv.port))
+		}
+	}
+	fmt.Printf("```\n\n")
+	return nil
+}
+
+func portless(s string, port int) string {
+	return replaceWord(s, strconv.Itoa(port), "$PORT")
+}
+
+func replaceWord(s, old, new string) string {
+	out := ""
+	for _, w := range splitSpaces(s) {
+		if out != "" {
+			out += " "
+		}
+		if w == old {
+			w = new
+		}
+		out += w
+	}
+	return out
+}
+
+func splitSpaces(s string) []string {
+	var out []string
+	start := -1
+	inQuote := false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\'':
+			inQuote = !inQuote
+			if start < 0 {
+				start = i
+			}
+		case s[i] == ' ' && !inQuote:
+			if start >= 0 {
+				out = append(out, s[start:i])
+				start = -1
+			}
+		default:
+			if start < 0 {
+				start = i
+			}
+		}
+	}
+	if start >= 0 {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+// cpu measures INFO commandstats usec_per_call per script call.
+func (b *bench) cpu(ctx context.Context) error {
+	type cpuCase struct {
+		name   string
+		cmd    []string
+		random bool
+	}
+	var cases []cpuCase
+	cap := sluiceKey("capture")
+	var gcraCmd []string
+	for _, a := range algos {
+		cmd, err := b.captureSluice(ctx, a.limit, false)
+		if err != nil {
+			return err
+		}
+		if a.name == "gcra" {
+			gcraCmd = cmd
+		}
+		cases = append(cases, cpuCase{a.name + ", random keys", withKey(cmd, cap, sluiceKey(randKey)), true})
+		if a.name == "gcra" {
+			cases = append(cases, cpuCase{"gcra, one hot key (limited: no write)", withKey(cmd, cap, sluiceKey("hot")), false})
+			tcmd, err := b.captureSluice(ctx, a.limit, true)
+			if err != nil {
+				return err
+			}
+			cases = append(cases, cpuCase{"gcra, random keys, Request.Time set (no TIME call)", withKey(tcmd, cap, sluiceKey(randKey)), true})
+		}
+	}
+	rCmd, err := b.captureRate(ctx)
+	if err != nil {
+		return err
+	}
+	cases = append(cases, cpuCase{"redis_rate v10 allow_n, random keys", withKey(rCmd, rateLimitPrefix+"capture", rateLimitPrefix+randKey), true})
+	// References, given the same key (and, but for the single-purpose
+	// script, the same arguments) as Sluice's GCRA command: the floor of a
+	// script call, and what its Redis commands cost.
+	gcraRand := withKey(gcraCmd, cap, sluiceKey(randKey))
+	var refs []cpuCase
+	for _, r := range []struct {
+		name, src string
+		args      []string
+	}{
+		{"trivial `return 1`", "return 1", nil},
+		{"reference: TIME", refTime, nil},
+		{"reference: TIME, GET", refTimeGet, nil},
+		{"reference: single-purpose GCRA script (TIME, GET, SET PX), as of d2d6579", refGCRA, []string{"", "2000000", "32000000"}},
+	} {
+		sha, err := admin(b.srv.addr, "SCRIPT", "LOAD", r.src)
+		if err != nil {
+			return err
+		}
+		cmd := slices.Clone(gcraRand)
+		cmd[0], cmd[1] = "EVALSHA", sha
+		if r.args != nil {
+			cmd = append(cmd[:4], r.args...)
+		}
+		refs = append(refs, cpuCase{r.name + ", random keys", cmd, true})
+	}
+	cases = append(refs, cases...)
+
+	const clients, pipeline = 16, 16
+	samples := make([][]sample, len(cases))
+	for round := 0; round < *flagRounds; round++ {
+		for i, c := range cases {
+			s, err := b.loadRB(c.cmd, clients, pipeline, *flagCPURequest, c.random)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			samples[i] = append(samples[i], s)
+		}
+	}
+	byUsec := func(ss []sample) sample {
+		ss = slices.Clone(ss)
+		slices.SortFunc(ss, func(a, b sample) int {
+			switch {
+			case a.evalUsec < b.evalUsec:
+				return -1
+			case a.evalUsec > b.evalUsec:
+				return 1
+			}
+			return 0
+		})
+		return ss[len(ss)/2]
+	}
+	fmt.Printf("### Redis CPU per decision\n\n")
+	fmt.Printf("Each case replays the exact command the client sends (captured through MONITOR) with redis-benchmark -c %d -P %d -n %d; "+
+		"CONFIG RESETSTAT before each, then INFO commandstats: usec_per_call of EVALSHA (the whole script, with the commands it runs). "+
+		"Median of %d rounds, cases interleaved.\n\n", clients, pipeline, *flagCPURequest, *flagRounds)
+	fmt.Println("| case | EVALSHA usec_per_call | × trivial | range over rounds | commands run by the script per call | calls/s |")
+	fmt.Println("|---|--:|--:|--:|--:|--:|")
+	base := byUsec(samples[0]).evalUsec
+	for i, c := range cases {
+		m := byUsec(samples[i])
+		lo, hi := samples[i][0].evalUsec, samples[i][0].evalUsec
+		for _, s := range samples[i] {
+			lo, hi = min(lo, s.evalUsec), max(hi, s.evalUsec)
+		}
+		fmt.Printf("| %s | %.2f | %.2fx | %.2f–%.2f | %.1f | %s |\n", c.name, m.evalUsec, m.evalUsec/base, lo, hi, m.innerCalls, thousands(m.rate))
+	}
+	fmt.Printf("\nCommands (PORT is the server's port):\n\n```\n")
+	for _, c := range cases {
+		fmt.Printf("redis-benchmark %s\n", portless(quote(b.rbArgs(c.cmd, clients, pipeline, *flagCPURequest, c.random)), b.srv.port))
+	}
+	fmt.Printf("```\n\n")
+	return nil
+}
+
+// memory measures what one key costs Redis.
+func (b *bench) memory(ctx context.Context) error {
+	type memCase struct {
+		name   string
+		decide decider
+		rkey   func(key string) string
+	}
+	var cases []memCase
+	for _, a := range algos {
+		cases = append(cases, memCase{a.name, b.sluice(a.limit, false), sluiceKey})
+	}
+	cases = append(cases, memCase{"redis_rate v10 (peer)", rateDecider(b.rl64), func(k string) string { return rateLimitPrefix + k }})
+
+	fmt.Printf("### Redis memory per key\n\n")
+	fmt.Printf("MEMORY USAGE (SAMPLES 0) of one key after one allowed decision (key `user:1`), and the growth of INFO used_memory over %d keys after one decision each, divided by the keys (includes the main and expires dictionaries).\n\n", *flagMemKeys)
+	fmt.Println("| algorithm | Redis key | type | MEMORY USAGE bytes | used_memory bytes per key |")
+	fmt.Println("|---|---|---|--:|--:|")
+	for _, c := range cases {
+		if err := b.reset(); err != nil {
+			return err
+		}
+		ok, err := c.decide(ctx, "user:1")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%s: first decision denied", c.name)
+		}
+		rkey := c.rkey("user:1")
+		usage, err := b.admin.integer("MEMORY", "USAGE", rkey, "SAMPLES", "0")
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		typ, _ := b.admin.str("TYPE", rkey)
+		enc, _ := b.admin.do("OBJECT", "ENCODING", rkey)
+
+		if err := b.reset(); err != nil {
+			return err
+		}
+		before, err := b.usedMemory()
+		if err != nil {
+			return err
+		}
+		if err := b.fill(ctx, c.decide, *flagMemKeys); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		after, err := b.usedMemory()
+		if err != nil {
+			return err
+		}
+		n, err := b.admin.integer("DBSIZE")
+		if err != nil {
+			return err
+		}
+		if n != int64(*flagMemKeys) {
+			return fmt.Errorf("%s: DBSIZE %d after %d keys", c.name, n, *flagMemKeys)
+		}
+		fmt.Printf("| %s | `%s` | %s (%v) | %d | %.1f |\n", c.name, rkey, typ, enc, usage, float64(after-before)/float64(n))
+	}
+	fmt.Println()
+	return nil
+}
+
+func (b *bench) usedMemory() (int64, error) {
+	m, err := b.admin.info("memory")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(m["used_memory"], 10, 64)
+}
+
+// fill makes one decision on each of n keys, from -goroutines goroutines.
+func (b *bench) fill(ctx context.Context, d decider, n int) error {
+	var wg sync.WaitGroup
+	errs := make([]error, *flagGoroutines)
+	for g := 0; g < *flagGoroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g; i < n; i += *flagGoroutines {
+				if _, err := d(ctx, "user:"+strconv.Itoa(i)); err != nil {
+					errs[g] = err
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ = sluice.Request{}

@@ -1,0 +1,100 @@
+package redis_test
+
+// Benchmarks of the Redis store's Decide against a real redis-server that
+// internal/redistest starts on 127.0.0.1. bench/run.sh runs them and
+// BENCHMARKS.md reports them; they measure, they never fail on a timing.
+//
+//   - 1goroutine: one decision at a time, so ns/op is a round trip.
+//   - parallel:   b.RunParallel with 32 goroutines per GOMAXPROCS (64 on
+//     2 cores), which rueidis pipelines over its connections.
+//
+// Keys are random among 100k (mostly allowed: the script writes) or one hot
+// key (limited after 16: the script only reads). The store's clock (Redis
+// TIME) is used. bench/cmd/redisbench compares the same store with other
+// clients and with redis-benchmark.
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+var benchLimits = []struct {
+	name  string
+	limit algo.Limit
+}{
+	{"gcra", algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}},
+	{"token_bucket", algo.TokenBucket{Burst: 16, Rate: 30, Per: time.Minute}},
+	{"fixed_window", algo.FixedWindow{Limit: 100, Window: time.Minute}},
+	{"gate", algo.Gate{Interval: time.Second}},
+}
+
+const benchKeys = 100_000
+
+func BenchmarkDecide(b *testing.B) {
+	srv := redistest.Start(b)
+	st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	for _, l := range benchLimits {
+		b.Run(l.name+"/1goroutine/random-keys", func(b *testing.B) { benchRedis(b, st, l.limit, keys, false) })
+		b.Run(l.name+"/parallel/random-keys", func(b *testing.B) { benchRedis(b, st, l.limit, keys, true) })
+		if l.name == "gcra" {
+			b.Run(l.name+"/1goroutine/hot-key", func(b *testing.B) { benchRedis(b, st, l.limit, keys[:1], false) })
+			b.Run(l.name+"/parallel/hot-key", func(b *testing.B) { benchRedis(b, st, l.limit, keys[:1], true) })
+		}
+		// Start the next algorithm on empty keys: each keeps its own kind
+		// of value.
+		if _, err := srv.Do("FLUSHALL"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchRedis(b *testing.B, st *redis.Store, lim algo.Limit, keys []string, parallel bool) {
+	ctx := context.Background()
+	var seed, total, allowed atomic.Int64
+	work := func(next func() bool) {
+		r := rand.New(rand.NewPCG(uint64(seed.Add(1)), 2))
+		req := sluice.Request{Limit: lim, Cost: 1}
+		var n, ok int64
+		for next() {
+			req.Key = keys[r.IntN(len(keys))]
+			res, err := st.Decide(ctx, req)
+			if err != nil {
+				b.Error(err)
+				break
+			}
+			n++
+			if res.Allowed {
+				ok++
+			}
+		}
+		total.Add(n)
+		allowed.Add(ok)
+	}
+	b.ReportAllocs()
+	if parallel {
+		b.SetParallelism(32)
+		b.RunParallel(func(pb *testing.PB) { work(pb.Next) })
+	} else {
+		work(b.Loop)
+	}
+	if n := total.Load(); n > 0 {
+		b.ReportMetric(float64(allowed.Load())/float64(n), "allowed/op")
+	}
+}
