@@ -2,10 +2,18 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 const benchPolicy = `
@@ -37,5 +45,40 @@ func BenchmarkHandleCheck(b *testing.B) {
 		if w.Code != http.StatusOK {
 			b.Fatal(w.Code, w.Body.String())
 		}
+	}
+}
+
+// BenchmarkDecidePath is the decision alone (match, store, summary) on
+// each store, 50 concurrent callers: what a check costs the service
+// beside its transport.
+func BenchmarkDecidePath(b *testing.B) {
+	for _, st := range []string{"memory", "redis"} {
+		b.Run(st, func(b *testing.B) {
+			url := "memory"
+			if st == "redis" {
+				url = redistest.Start(b).URL()
+			}
+			s, err := New(context.Background(), Config{Store: url, PolicyData: []byte(benchPolicy), Timeout: Duration(time.Second)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			p := s.holder.Load()
+			var n atomic.Int64
+			b.SetParallelism(25)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				bt := new(batch)
+				path := []string{"user", "", "trade"}
+				for pb.Next() {
+					path[1] = strconv.Itoa(int(n.Add(1) % 1000))
+					if _, err := s.decidePath(context.Background(), p, path, 1, bt); err != nil {
+						b.Fatal(err)
+					}
+					bt.buf = AppendDecisionJSON(bt.buf[:0], &bt.d, "")
+				}
+			})
+		})
 	}
 }

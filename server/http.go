@@ -126,7 +126,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 
 	h := w.Header()
-	h["Content-Type"] = []string{"application/json"}
+	h["Content-Type"] = contentTypeJSON
 	if storeErr == "" {
 		pol, rl := appendRateLimitFields(b.buf[:0], nil, b.d.Levels)
 		if len(pol) > 0 {
@@ -149,17 +149,23 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
+// contentTypeJSON is shared by every answer: net/http only reads it.
+var contentTypeJSON = []string{"application/json"}
+
 // readBody reads at most MaxBodyBytes of the body into buf.
 func readBody(r *http.Request, buf []byte) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
 		return buf, bodyErrorf("body of %d bytes exceeds the limit of %d", r.ContentLength, MaxBodyBytes)
 	}
-	lr := io.LimitReader(r.Body, MaxBodyBytes+1)
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := lr.Read(buf[len(buf):cap(buf)])
+		room := buf[len(buf):min(cap(buf), MaxBodyBytes+1)]
+		if len(room) == 0 {
+			break
+		}
+		n, err := r.Body.Read(room)
 		buf = buf[:len(buf)+n]
 		if errors.Is(err, io.EOF) {
 			break

@@ -8,9 +8,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -864,4 +871,146 @@ descriptors:
 	if err == nil || !strings.Contains(string(out), "bad.yaml:4:") || !strings.Contains(string(out), "prefix wildcard") {
 		t.Errorf("bad file: %v %s", err, out)
 	}
+}
+
+func TestServeRedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	const token = "cluster-token"
+	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, append(local, "--store", cl.URL(), "--policy", policyFile(t, testPolicy))...)
+	// Users' keys lie in several slots; each check's levels share one.
+	for _, user := range []string{"alex", "bo", "cy", "dee"} {
+		for i := 1; i <= 3; i++ {
+			a := p.check(fmt.Sprintf(`{"path": ["user", %q, "trade"], "meta": {"n": %d}}`, user, i))
+			if want := map[bool]int{true: 429, false: 200}[i == 3]; a.status != want {
+				t.Fatalf("%s check %d: %d %s", user, i, a.status, a.body)
+			}
+		}
+	}
+	// gRPC: descriptors in different slots, all or nothing across them.
+	c := p.rls(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := &rlv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.9.9.9"}}},
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/a"}}},
+	}}
+	r, err := c.ShouldRateLimit(ctx, req)
+	if err != nil || r.OverallCode != rlv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 3 || r.Statuses[1].LimitRemaining != 0 {
+		t.Fatalf("first: %v %v", r, err)
+	}
+	r, err = c.ShouldRateLimit(ctx, req)
+	if err != nil || r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].LimitRemaining != 3 {
+		t.Fatalf("second (refunded across slots): %v %v", r, err)
+	}
+	// Admin across slots.
+	base := "http://" + p.http + "/admin/v1/"
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a := do(t, "GET", base+"consumers?path=user&path=bo&path=trade", token, "")
+		if strings.Count(string(a.body), `"n"`) == 4 { // 2 admitted checks, on 2 levels
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumers: %d %s", a.status, a.body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a := do(t, "DELETE", base+"state?path=user&path=bo&path=trade", token, ""); a.status != 200 {
+		t.Fatalf("reset: %d %s", a.status, a.body)
+	}
+	if a := p.check(`{"path": ["user", "bo", "trade"]}`); a.status != 200 {
+		t.Errorf("after reset: %d %s", a.status, a.body)
+	}
+	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 {
+		t.Errorf("readyz: %d %s", a.status, a.body)
+	}
+}
+
+// TestServeRedisTLSAndAuth serves on Redis over TLS (a CA of the test's
+// own, given with --redis-tls-ca) with a password from the environment.
+func TestServeRedisTLSAndAuth(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := newCert(t, nil, nil, "sluice test CA")
+	srv, srvKey := newCert(t, ca, caKey, "127.0.0.1")
+	writeTestFile(t, filepath.Join(dir, "ca.pem"), pemBlock("CERTIFICATE", ca.Raw))
+	writeTestFile(t, filepath.Join(dir, "redis.pem"), pemBlock("CERTIFICATE", srv.Raw))
+	writeTestFile(t, filepath.Join(dir, "redis.key"), pemBlock("EC PRIVATE KEY", marshalKey(t, srvKey)))
+	tlsPort, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := redistest.Start(t, "--tls-port", fmt.Sprint(tlsPort),
+		"--tls-cert-file", filepath.Join(dir, "redis.pem"), "--tls-key-file", filepath.Join(dir, "redis.key"),
+		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"), "--tls-auth-clients", "no")
+	if _, err := rd.Do("CONFIG", "SET", "requirepass", "s3cret-pass"); err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("rediss://127.0.0.1:%d/0", tlsPort)
+
+	p := serve(t, []string{"SLUICE_REDIS_PASSWORD=s3cret-pass"}, append(local, "--store", url,
+		"--redis-tls-ca", filepath.Join(dir, "ca.pem"), "--policy", policyFile(t, testPolicy))...)
+	for i := 1; i <= 3; i++ {
+		a := p.check(`{"path": ["user", "tls", "trade"]}`)
+		if want := map[bool]int{true: 429, false: 200}[i == 3]; a.status != want || strings.Contains(string(a.body), "store_error") {
+			t.Fatalf("check %d: %d %s", i, a.status, a.body)
+		}
+	}
+	// A wrong password, or no CA, does not connect: refused at start.
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{
+		{[]string{"SLUICE_REDIS_PASSWORD=wrong"}, []string{"--redis-tls-ca", filepath.Join(dir, "ca.pem")}},
+		{[]string{"SLUICE_REDIS_PASSWORD=s3cret-pass"}, nil},
+	} {
+		cmd := exec.Command(sluiceBin, append(append([]string{"serve", "--store", url}, local...), c.args...)...)
+		cmd.Env = append(os.Environ(), c.env...)
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "store") {
+			t.Errorf("%v %v: %v\n%s", c.env, c.args, err, out)
+		}
+	}
+}
+
+func newCert(t *testing.T, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+	}
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage = x509.KeyUsageCertSign
+		parent, parentKey = tmpl, key
+	} else {
+		tmpl.IPAddresses = []net.IP{net.ParseIP(name)}
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+func marshalKey(t *testing.T, k *ecdsa.PrivateKey) []byte {
+	b, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func pemBlock(typ string, der []byte) string {
+	return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
 }
