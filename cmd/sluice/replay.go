@@ -12,6 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -20,6 +22,7 @@ type event struct {
 	TNs   *int64     `json:"t_ns"`
 	Key   string     `json:"key"`
 	Limit *algo.Spec `json:"limit"`
+	Path  []string   `json:"path"` // with --policy, instead of key and limit
 	Cost  *int64     `json:"cost"`
 }
 
@@ -62,8 +65,9 @@ func runReplay(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	storeURL := fs.String("store", "memory", "store URL: memory or redis://host:port/db")
+	policyFile := fs.String("policy", "", "a limits.yaml: events name a path instead of a key and a limit")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, `usage: sluice replay [--store URL] < events.jsonl
+		fmt.Fprintln(e.stderr, `usage: sluice replay [--store URL] [--policy limits.yaml] < events.jsonl
 
 Each input line is one decision, applied in order:
   {"t_ns": 1800003000334587000, "key": "a", "limit": {"algorithm": "gcra", "burst": 15, "count": 30, "period": "60s"}, "cost": 1}
@@ -81,6 +85,12 @@ sliding_log or window_counter decision adds "denied_by": the name or window
 of the limit it waits for, or "min_gap". A bad line stops the replay with an
 error naming its line number.
 
+With --policy, events name a path in the policy tree instead:
+  {"t_ns": 1800003000334587000, "path": ["user", "alex", "trade"], "cost": 1}
+and each result is the summary plus every level the path hit (the body of
+sluice serve's POST /v1/check):
+  {"allowed": true, "limit": 6, "remaining": 5, ..., "matched": true, "levels": [...]}
+
 flags:`)
 		fs.PrintDefaults()
 	}
@@ -97,6 +107,39 @@ flags:`)
 		return 1
 	}
 	defer st.Close()
+	apply := func(line []byte) (any, error) {
+		req, err := parseEvent(line)
+		if err != nil {
+			return nil, err
+		}
+		r, err := st.Decide(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return resultLine{r.Allowed, r.Limit, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, deniedBy(req.Limit, r.DeniedBy)}, nil
+	}
+	if *policyFile != "" {
+		p, err := policy.Load(*policyFile)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "replay: %v\n", err)
+			return 1
+		}
+		c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+		var d sluice.Decision
+		apply = func(line []byte) (any, error) {
+			ev, err := decodeEvent(line)
+			if err != nil {
+				return nil, err
+			}
+			if ev.Key != "" || ev.Limit != nil || len(ev.Path) == 0 {
+				return nil, errors.New(`with --policy an event names a "path", not a "key" or "limit"`)
+			}
+			if err := c.CheckAt(ctx, ev.time(), ev.Path, ev.cost(), &d); err != nil {
+				return nil, err
+			}
+			return server.NewDecisionJSON(&d), nil
+		}
+	}
 
 	out := bufio.NewWriter(e.stdout)
 	defer out.Flush()
@@ -108,12 +151,9 @@ flags:`)
 		if len(line) == 0 {
 			continue
 		}
-		req, err := parseEvent(line)
+		res, err := apply(line)
 		if err == nil {
-			var r algo.Result
-			if r, err = st.Decide(ctx, req); err == nil {
-				err = enc.Encode(resultLine{r.Allowed, r.Limit, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, deniedBy(req.Limit, r.DeniedBy)})
-			}
+			err = enc.Encode(res)
 		}
 		if err != nil {
 			out.Flush()
@@ -129,15 +169,43 @@ flags:`)
 	return 0
 }
 
-func parseEvent(line []byte) (sluice.Request, error) {
+// decodeEvent decodes one line strictly: one JSON object, known fields.
+func decodeEvent(line []byte) (event, error) {
 	var ev event
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ev); err != nil {
-		return sluice.Request{}, fmt.Errorf("bad JSON: %w", err)
+		return ev, fmt.Errorf("bad JSON: %w", err)
 	}
 	if dec.More() {
-		return sluice.Request{}, errors.New("bad JSON: more than one value on the line")
+		return ev, errors.New("bad JSON: more than one value on the line")
+	}
+	return ev, nil
+}
+
+// time is the event's explicit time, or the zero Time for the store's clock.
+func (ev event) time() time.Time {
+	if ev.TNs == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, *ev.TNs)
+}
+
+// cost is the event's cost, 1 when left out.
+func (ev event) cost() int64 {
+	if ev.Cost == nil {
+		return 1
+	}
+	return *ev.Cost
+}
+
+func parseEvent(line []byte) (sluice.Request, error) {
+	ev, err := decodeEvent(line)
+	if err != nil {
+		return sluice.Request{}, err
+	}
+	if ev.Path != nil {
+		return sluice.Request{}, errors.New(`an event with a "path" needs --policy`)
 	}
 	if ev.Limit == nil {
 		return sluice.Request{}, errors.New(`missing "limit"`)
@@ -146,13 +214,7 @@ func parseEvent(line []byte) (sluice.Request, error) {
 	if err != nil {
 		return sluice.Request{}, fmt.Errorf("limit: %w", err)
 	}
-	req := sluice.Request{Key: ev.Key, Limit: lim, Cost: 1}
-	if ev.Cost != nil {
-		req.Cost = *ev.Cost
-	}
-	if ev.TNs != nil {
-		req.Time = time.Unix(0, *ev.TNs)
-	}
+	req := sluice.Request{Key: ev.Key, Limit: lim, Cost: ev.cost(), Time: ev.time()}
 	if err := req.Validate(); err != nil {
 		return sluice.Request{}, err
 	}

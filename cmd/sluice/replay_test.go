@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -138,5 +139,77 @@ func TestReplayBadWindowedLimits(t *testing.T) {
 		if status != 1 || out != good.want+"\n" || !strings.HasPrefix(errOut, "replay: line 2: ") || !strings.Contains(errOut, tc.want) {
 			t.Errorf("limit %s cost %s:\nstatus %d\nstdout %q\nstderr %q\nwant stderr with %q", tc.lim, tc.cost, status, out, errOut, tc.want)
 		}
+	}
+}
+
+// TestReplayPolicy: path events through a limits.yaml, on both stores; a
+// denied trade does not charge user:alex, and bad lines name their number.
+func TestReplayPolicy(t *testing.T) {
+	file := t.TempDir() + "/limits.yaml"
+	if err := os.WriteFile(file, []byte(`schema:
+  user:
+    children:
+      "*":
+        limits: [15, 30, 60]
+        children:
+          trade:
+            limits: [5, 10, 15]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var in strings.Builder
+	for i := 0; i < 7; i++ {
+		fmt.Fprintf(&in, `{"t_ns": %d, "path": ["user", "alex", "trade"], "cost": 1}`+"\n", int64(t0))
+	}
+	fmt.Fprintf(&in, `{"t_ns": %d, "path": ["user", "alex", "withdrawal"]}`+"\n", int64(t0))
+	fmt.Fprintf(&in, `{"t_ns": %d, "path": ["nobody"]}`+"\n", int64(t0))
+	srv := redistest.Start(t)
+	for _, store := range []string{"memory", srv.URL()} {
+		t.Run(store, func(t *testing.T) {
+			status, out, errOut := replay(t, in.String(), "--store", store, "--policy", file)
+			if status != 0 || errOut != "" {
+				t.Fatalf("status %d, stderr %q", status, errOut)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) != 9 {
+				t.Fatalf("%d lines:\n%s", len(lines), out)
+			}
+			want := map[int]string{
+				0: `{"allowed":true,"limit":6,"remaining":5,"retry_after_ns":0,"reset_after_ns":2000000000,"matched":true,"levels":[{"pattern":"user/*","key":"user:alex","spec":{"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"},"shadow":false,"allowed":true,"limit":16,"remaining":15,"retry_after_ns":0,"reset_after_ns":2000000000},{"pattern":"user/*/trade","key":"user:alex:trade","spec":{"algorithm":"gcra","burst":5,"count":10,"period":"15s"},"shadow":false,"allowed":true,"limit":6,"remaining":5,"retry_after_ns":0,"reset_after_ns":1500000000}]}`,
+				6: `{"allowed":false,"limit":6,"remaining":0,"retry_after_ns":1500000000,"reset_after_ns":12000000000,"matched":true,"levels":[{"pattern":"user/*","key":"user:alex","spec":{"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"},"shadow":false,"allowed":true,"limit":16,"remaining":10,"retry_after_ns":0,"reset_after_ns":12000000000},{"pattern":"user/*/trade","key":"user:alex:trade","spec":{"algorithm":"gcra","burst":5,"count":10,"period":"15s"},"shadow":false,"allowed":false,"limit":6,"remaining":0,"retry_after_ns":1500000000,"reset_after_ns":9000000000}]}`,
+				7: `{"allowed":true,"limit":16,"remaining":9,"retry_after_ns":0,"reset_after_ns":14000000000,"matched":true,"levels":[{"pattern":"user/*","key":"user:alex","spec":{"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"},"shadow":false,"allowed":true,"limit":16,"remaining":9,"retry_after_ns":0,"reset_after_ns":14000000000}]}`,
+				8: `{"allowed":true,"limit":0,"remaining":0,"retry_after_ns":0,"reset_after_ns":0,"matched":false,"levels":[]}`,
+			}
+			for i, w := range want {
+				if lines[i] != w {
+					t.Errorf("line %d:\n got %s\nwant %s", i+1, lines[i], w)
+				}
+			}
+		})
+	}
+	for _, bad := range []string{
+		`{"t_ns": 1, "key": "a", "path": ["user"]}`,
+		`{"t_ns": 1, "path": []}`,
+		`{"t_ns": 1, "path": ["user", "alex"], "cost": -1}`,
+	} {
+		status, _, errOut := replay(t, `{"path": ["user", "bob"]}`+"\n"+bad+"\n", "--policy", file)
+		if status != 1 || !strings.Contains(errOut, "line 2:") {
+			t.Errorf("%s: status %d, stderr %q; want 1 and line 2", bad, status, errOut)
+		}
+	}
+	if status, _, errOut := replay(t, `{"path": ["user"]}`+"\n"); status != 1 || !strings.Contains(errOut, "needs --policy") {
+		t.Errorf("a path without --policy: status %d, stderr %q", status, errOut)
+	}
+}
+
+// TestReplayReadmeExample: the README's event and result, and a bad line
+// that stops the replay with nothing after it applied.
+func TestReplayReadmeExample(t *testing.T) {
+	ev := `{"t_ns": 1800003000334587000, "key": "a", "limit": {"algorithm": "gcra", "burst": 15, "count": 30, "period": "60s"}, "cost": 1}`
+	in := ev + "\n" + `{"t_ns": 1, "key": "a", "limit": {"algorithm": "gcra", "burst": 15, "count": 0, "period": "60s"}}` + "\n" + ev + "\n"
+	status, out, errOut := replay(t, in)
+	want := `{"allowed":true,"limit":16,"remaining":15,"retry_after_ns":0,"reset_after_ns":2000000000,"admitted":1}` + "\n"
+	if status != 1 || out != want || !strings.Contains(errOut, "line 2: limit: invalid limit: gcra count must be positive") {
+		t.Fatalf("status %d\nstdout %q\nstderr %q", status, out, errOut)
 	}
 }
