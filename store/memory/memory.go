@@ -175,8 +175,18 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 		t = reqs[0].Time.UnixMicro()
 		wall = s.clock().UnixMicro()
 	}
+	// Small batches (every policy path in practice) keep their working
+	// slices on the stack.
+	const small = 8
+	var idxBuf [small]int
+	var stBuf [small]*algo.State
+	var limBuf [small]algo.Limit
+	idx, states, limits := idxBuf[:0], stBuf[:0], limBuf[:0]
+	if len(reqs) > small {
+		idx, states, limits = make([]int, 0, len(reqs)), make([]*algo.State, 0, len(reqs)), make([]algo.Limit, 0, len(reqs))
+	}
+	idx, states, limits = idx[:len(reqs)], states[:len(reqs)], limits[:len(reqs)]
 	var locked uint64 // bit i: shard i
-	idx := make([]int, len(reqs))
 	for i, r := range reqs {
 		idx[i] = int(maphash.String(s.seed, r.Key) & (shardCount - 1))
 		locked |= 1 << idx[i]
@@ -198,8 +208,6 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 		}
 	}()
 
-	states := make([]*algo.State, len(reqs))
-	limits := make([]algo.Limit, len(reqs))
 	for i, r := range reqs {
 		limits[i] = r.Limit
 		if len(reqs) > 1 {
