@@ -2,29 +2,32 @@ package server
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // The RateLimit-Policy and RateLimit fields of
 // draft-ietf-httpapi-ratelimit-headers, written for both APIs (HTTP
-// response headers, and Envoy's response_headers_to_add). One list member
-// per enforced (non-shadow) level, named by its policy pattern (plus
-// "#i" for the i-th limit of a node with several):
+// response headers, and Envoy's response_headers_to_add), by the rules of
+// httplimit.DraftHeaders so that the service and the middleware agree: one
+// list member per enforced (non-shadow) level, named by
+// httplimit.LevelName (its policy pattern, plus "#i" for the i-th limit
+// of a node with several):
 //
 //	RateLimit-Policy: "user/*";q=16;w=32, "user/*/trade#0";q=1000;w=3600
 //	RateLimit: "user/*";r=15;t=2, "user/*/trade#0";r=999;t=1712
 //
-// q is the level's limit (what it admits at once), w the seconds it takes
-// to refill q from empty (a fixed window's window; for gcra and
-// token_bucket, limit × emission interval; a gate's interval), r what
-// remains and t the seconds until the level is back to full (rounded up).
+// q is the level's limit (what it admits at once), w the seconds in which
+// the algorithm grants q (at least 1; left out when unknown), r what
+// remains, t the seconds until the level is back to full when it allowed
+// the request and until it admits it when it denied it (rounded up).
 //
-// This is a minimal encoder local to the service: package httplimit has
-// its own for the middleware, to be shared once it exports one.
+// This is a minimal encoder local to the service, because package
+// httplimit does not export its own yet (appendDraft): to be replaced by
+// it once it does.
 const (
 	headerPolicy    = "RateLimit-Policy"
 	headerRateLimit = "RateLimit"
@@ -45,46 +48,42 @@ func appendRateLimitFields(pol, rl []byte, levels []sluice.Level) ([]byte, []byt
 		}
 		first = false
 		start := len(pol)
-		pol = appendSFName(pol, l.Pattern, l.Key)
+		pol = appendSFString(pol, httplimit.LevelName(l))
 		rl = append(rl, pol[start:]...)
 		pol = append(pol, ";q="...)
 		pol = strconv.AppendInt(pol, l.Result.Limit, 10)
-		pol = append(pol, ";w="...)
-		pol = strconv.AppendInt(pol, ceilSeconds(refillTime(l.Spec, l.Result.Limit)), 10)
+		if w := refillTime(l.Spec, l.Result.Limit); w > 0 {
+			pol = append(pol, ";w="...)
+			pol = strconv.AppendInt(pol, max(ceilSeconds(w), 1), 10)
+		}
 		rl = append(rl, ";r="...)
-		rl = strconv.AppendInt(rl, l.Result.Remaining, 10)
+		rl = strconv.AppendInt(rl, max(l.Result.Remaining, 0), 10)
 		rl = append(rl, ";t="...)
-		rl = strconv.AppendInt(rl, ceilSeconds(l.Result.ResetAfter), 10)
+		t := l.Result.ResetAfter
+		if !l.Result.Allowed && l.Result.RetryAfter > 0 {
+			t = l.Result.RetryAfter
+		}
+		rl = strconv.AppendInt(rl, ceilSeconds(t), 10)
 	}
 	return pol, rl
 }
 
-// appendSFName appends a structured-field string naming a level: its
-// pattern, plus the "#i" of its key when the node has several limits.
-// Bytes outside printable ASCII become '?'.
-func appendSFName(b []byte, pattern, key string) []byte {
+// appendSFString appends s as a structured-field String (s is printable
+// ASCII, as LevelName makes it).
+func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
-	add := func(s string) {
-		for i := 0; i < len(s); i++ {
-			c := s[i]
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20 || c > 0x7e:
-				b = append(b, '?')
-			default:
-				b = append(b, c)
-			}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, '\\', c)
+		} else {
+			b = append(b, c)
 		}
-	}
-	add(pattern)
-	if j := strings.LastIndexByte(key, '#'); j >= 0 {
-		add(key[j:])
 	}
 	return append(b, '"')
 }
 
-// refillTime is how long a limit takes to go from empty to limit.
+// refillTime is the time in which a limit grants limit (see
+// httplimit.DraftHeaders), 0 when unknown.
 func refillTime(s algo.Spec, limit int64) time.Duration {
 	switch s.Algorithm {
 	case algo.NameFixedWindow:
@@ -93,12 +92,25 @@ func refillTime(s algo.Spec, limit int64) time.Duration {
 		return time.Duration(s.Interval)
 	case algo.NameGCRA:
 		if s.Count > 0 {
-			return time.Duration(s.Period) / time.Duration(s.Count) * time.Duration(limit)
+			return time.Duration(algo.Micros(time.Duration(s.Period))/s.Count*(s.Burst+1)) * time.Microsecond
 		}
 	case algo.NameTokenBucket:
 		if s.Rate > 0 {
-			return time.Duration(s.Per) / time.Duration(s.Rate) * time.Duration(limit)
+			return time.Duration(algo.Micros(time.Duration(s.Per))/s.Rate*s.Burst) * time.Microsecond
 		}
+	default:
+		for _, w := range s.Limits {
+			if w.Limit == limit {
+				return time.Duration(w.Window)
+			}
+		}
+		if len(s.Limits) > 0 {
+			return time.Duration(s.Limits[0].Window)
+		}
+		if s.Window > 0 {
+			return time.Duration(s.Window)
+		}
+		return time.Duration(s.MinGap)
 	}
 	return 0
 }

@@ -105,8 +105,8 @@ func TestRateLimitFields(t *testing.T) {
 			Result: algo.Result{Allowed: true, Limit: 1, Remaining: 1}},
 	}
 	pol, rl := appendRateLimitFields(nil, nil, levels)
-	wantPol := `"user/*";q=16;w=32, "user/*/trade#0";q=1000;w=3600, "we\"ird/??";q=1;w=1`
-	wantRL := `"user/*";r=15;t=2, "user/*/trade#0";r=999;t=10, "we\"ird/??";r=1;t=0`
+	wantPol := `"user/*";q=16;w=32, "user/*/trade#0";q=1000;w=3600, "we\"ird/%C3%A9";q=1;w=1`
+	wantRL := `"user/*";r=15;t=2, "user/*/trade#0";r=999;t=10, "we\"ird/%C3%A9";r=1;t=0`
 	if string(pol) != wantPol || string(rl) != wantRL {
 		t.Errorf("fields:\n %s\n %s\nwant\n %s\n %s", pol, rl, wantPol, wantRL)
 	}
