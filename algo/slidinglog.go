@@ -319,7 +319,9 @@ func (o Outcome) Result(now, cost, limit int64, floor bool) Result {
 // not yet compacted away): the recorded times, ascending, one per action.
 // The sampled log keeps State.A, the time of the newest recorded action
 // (its clock), and in State.Log limit i's B+1 bucket counters at
-// i·(B+1) + k mod (B+1) for the buckets k in (⌊A/w_i⌋-B-1, ⌊A/w_i⌋].
+// i·(B+1) + k mod (B+1) for the buckets k in (⌊A/w_i⌋-B-1, ⌊A/w_i⌋], then
+// the K sums of those counters, so that a decision costs O(K) plus the
+// buckets it moves past.
 func (l SlidingLog) Decide(s *State, now, cost int64, commit bool) Result {
 	var o Outcome
 	if l.Buckets > 0 {
@@ -496,20 +498,27 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 	b := l.Buckets
 	r := b + 1
 	k := int64(len(l.Limits))
-	valid := int64(len(s.Log)) == k*r
+	valid := int64(len(s.Log)) == k*r+k
 	e := now
 	if valid {
 		e = max(now, s.A)
 	}
-	// Counts at e: limit i's buckets in [cur_i-B, a_i] (a_i ≤ cur_i).
+	// Counts at e: limit i's buckets in [cur_i-B, a_i] (a_i ≤ cur_i): its
+	// running sum over the ring (a_i-B-1, a_i], less the buckets that
+	// leave when the ring moves to cur_i, which sit in the slots of
+	// (a_i, cur_i].
 	var c [MaxWindows]int64
 	if valid {
 		for i := range l.Limits {
 			w := l.BucketWidth(i)
 			cur, a := e/w, s.A/w
+			if cur-a >= r {
+				continue
+			}
 			ring := s.Log[int64(i)*r : int64(i+1)*r]
-			for kb := max(cur-b, a-b); kb <= a; kb++ {
-				c[i] += ring[kb%r]
+			c[i] = s.Log[k*r+int64(i)]
+			for kb := a + 1; kb <= cur; kb++ {
+				c[i] -= ring[kb%r]
 			}
 		}
 	}
@@ -560,7 +569,7 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 	}
 	if commit && record > 0 {
 		if !valid {
-			s.Log = grow(s.Log[:0], int(k*r))
+			s.Log = grow(s.Log[:0], int(k*r+k))
 			clear(s.Log)
 		}
 		for i := range l.Limits {
@@ -577,6 +586,7 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 				}
 			}
 			ring[cur%r] += record
+			s.Log[k*r+int64(i)] = c[i] // the counts after the decision
 		}
 		s.A, s.Expire = e, o.Reset
 	}

@@ -3,7 +3,9 @@
 -- file (tat.lua, fixed_window.lua, gate.lua, ...) before this one; each
 -- defines <kind>_check(key, now, a, reply, p) -> ok, value[, extra] and
 -- <kind>_commit(key, now, a, go, value, reply, p), where a is the index in
--- ARGV of the level's first argument. A kind that reports more than ok and
+-- ARGV of the level's first argument, or <kind>_kind(), which builds and
+-- returns {check, commit, undo} on the first use in a call (a kind with
+-- many functions, so that calls without it do not pay for its closures). A kind that reports more than ok and
 -- value (sliding_log.lua, window_counter.lua) writes its extra values at
 -- reply[p+2 ...] and returns their count; the commit may rewrite them (and
 -- the value, reply[p+1]) to describe the state after it. The functions are plain locals, not tables
@@ -23,8 +25,8 @@
 -- record their cost. When pass is 0, only the levels whose own check failed
 -- are committed (with go = false), so that an algorithm may record a denied
 -- attempt (a uniform sliding log); the others write nothing.
-local check = {t = t_check, f = f_check, g = g_check, s = s_check, w = w_check}
-local commit = {t = t_commit, f = f_commit, g = g_commit, s = s_commit, w = w_commit}
+local check = {t = t_check, f = f_check, g = g_check}
+local commit = {t = t_commit, f = f_commit, g = g_commit}
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -35,7 +37,12 @@ local reply = {now, 1}
 local i, p = 2, 3
 for j = 1, #KEYS do
   reply[p], reply[p + 1] = 0, 0
-  local ok, val, extra = check[ARGV[i]](KEYS[j], now, i + 3, reply, p)
+  local kind = ARGV[i]
+  if not check[kind] then
+    local built = (kind == 's' and s_kind or w_kind)()
+    check[kind], commit[kind] = built.check, built.commit
+  end
+  local ok, val, extra = check[kind](KEYS[j], now, i + 3, reply, p)
   if not ok and ARGV[i + 1] ~= 's' then reply[2] = 0 end
   extra = extra or 0
   reply[p] = (ok and 1 or 0) + 2 * extra

@@ -1,6 +1,7 @@
 -- refund.lua: gives back what decide.lua committed in one Redis Cluster
 -- slot when another slot of the same request denied. The store puts every
--- algorithm's file first; each defines <kind>_undo(key, now, a, value).
+-- algorithm's file first; each defines <kind>_undo(key, now, a, value), or
+-- <kind>_kind() returning {check, commit, undo} (see decide.lua).
 --
 -- KEYS     the levels of one slot, as decide.lua got them
 -- ARGV     decide.lua's ARGV for those levels, with ARGV[1] set to the now
@@ -8,7 +9,7 @@
 --          decide.lua replied for it, or "" for a level that committed
 --          nothing
 -- Reply    the number of levels refunded
-local undo = {t = t_undo, f = f_undo, g = g_undo, s = s_undo, w = w_undo}
+local undo = {t = t_undo, f = f_undo, g = g_undo}
 
 local now = tonumber(ARGV[1])
 local i, v = 2, #ARGV - #KEYS
@@ -16,7 +17,9 @@ local n = 0
 for j = 1, #KEYS do
   local val = tonumber(ARGV[v + j])
   if val then
-    undo[ARGV[i]](KEYS[j], now, i + 3, val)
+    local kind = ARGV[i]
+    if not undo[kind] then undo[kind] = (kind == 's' and s_kind or w_kind)().undo end
+    undo[kind](KEYS[j], now, i + 3, val)
     n = n + 1
   end
   i = i + 3 + ARGV[i + 2]
