@@ -9,7 +9,7 @@
 #
 # Every part measures the working tree, so after a change to the stores or
 # their scripts, re-run it and paste the new tables into BENCHMARKS.md.
-# Each run waits (at most 20s) for the rest of the machine to be idle and
+# Each run waits (at most 10s) for the rest of the machine to be idle and
 # reports the CPU other processes used meanwhile: on a shared machine,
 # re-run when that column is not near 0.
 set -euo pipefail
@@ -31,12 +31,12 @@ out=results/$(date -u +%Y%m%dT%H%M%SZ)-$part.md
   if [ "$part" = all ] || [ "$part" = memory ]; then
     echo "## Memory store (store/memory BenchmarkDecide)"
     echo
-    go run ./cmd/gobench -pkg ./store/memory -bench . -benchtime 300ms -rounds 5 -layout memory -raw "$out.memory.txt"
+    go run ./cmd/gobench -pkg ./store/memory -bench '^BenchmarkDecide$' -benchtime 300ms -rounds 3 -layout memory -raw "$out.memory.txt"
   fi
   if [ "$part" = all ] || [ "$part" = redis-go ]; then
     echo "## Redis store, Go benchmarks (store/redis BenchmarkDecide)"
     echo
-    go run ./cmd/gobench -pkg ./store/redis -bench . -benchtime 500ms -rounds 3 -layout redis -raw "$out.redis.txt"
+    go run ./cmd/gobench -pkg ./store/redis -bench '^BenchmarkDecide$' -benchtime 500ms -rounds 2 -layout redis -raw "$out.redis.txt"
   fi
   if [ "$part" = all ] || [ "$part" = redis ]; then
     echo "## Redis store against redis_rate and redis-benchmark (bench/cmd/redisbench)"

@@ -28,6 +28,10 @@ package memory_test
 //   - parallel-private-stores: each goroutine its own store and keys,
 //     sharing no memory (what the cores give with nothing to share)
 //
+// and a counter-example, gcra/clock=store/1goroutine-limit-in-loop: the
+// same decision with the algo.GCRA converted to an algo.Limit inside the
+// loop, which allocates because the interface value escapes into Decide.
+//
 // clock=store leaves Request.Time zero (the store reads time.Now); clock=req
 // sets Request.Time, advancing 1µs per decision in each goroutine.
 
@@ -87,6 +91,7 @@ func BenchmarkDecide(b *testing.B) {
 			if l.name == "gcra" && clock == "store" {
 				b.Run(prefix+"parallel-disjoint-keys", func(b *testing.B) { benchParallel(b, l.limit, reqTime, keys, disjointKeys) })
 				b.Run(prefix+"parallel-private-stores", func(b *testing.B) { benchParallel(b, l.limit, reqTime, keys, privateStores) })
+				b.Run(prefix+"1goroutine-limit-in-loop", benchLimitInLoop)
 			}
 		}
 	}
@@ -211,5 +216,24 @@ func benchParallel(b *testing.B, lim algo.Limit, reqTime bool, keys []string, mo
 	}
 	if t := total.Load(); t > 0 {
 		b.ReportMetric(float64(allowed.Load())/float64(t), "allowed/op")
+	}
+}
+
+// benchLimitInLoop builds the limit inside the loop: the benchmark's own
+// allocation, not the store's.
+func benchLimitInLoop(b *testing.B) {
+	g := benchLimits[0].limit.(algo.GCRA)
+	st, err := newStore(g, false, []string{"user:0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Burst++ // a limit that changes, as one built per request would
+		if _, err := st.Decide(ctx, sluice.Request{Key: "user:0", Limit: g, Cost: 1}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

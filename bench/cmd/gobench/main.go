@@ -34,7 +34,7 @@ var (
 	flagBench     = flag.String("bench", ".", "-test.bench pattern")
 	flagBenchtime = flag.String("benchtime", "300ms", "-test.benchtime of each benchmark, per round")
 	flagRounds    = flag.Int("rounds", 5, "rounds; the tables show the median")
-	flagQuietWait = flag.Duration("quiet-wait", 20*time.Second, "before each round, wait up to this long for the machine to be idle (0: do not wait)")
+	flagQuietWait = flag.Duration("quiet-wait", 10*time.Second, "before each round, wait up to this long for the machine to be idle (0: do not wait)")
 	flagLayout    = flag.String("layout", "plain", "tables: plain, memory (store/memory's BenchmarkDecide) or redis (store/redis's)")
 	flagRaw       = flag.String("raw", "", "also append the raw benchmark output to this file")
 	flagTimeout   = flag.Duration("timeout", 5*time.Minute, "bound on each round")

@@ -186,7 +186,9 @@ func (b *bench) meterStop(m meter, s *sample, clientCPU time.Duration) error {
 	var inner int64
 	for name, cs := range st {
 		switch {
-		case strings.HasPrefix(name, "eval"), strings.HasPrefix(name, "config"), name == "info", name == "flushall", strings.HasPrefix(name, "script"):
+		case strings.HasPrefix(name, "eval"), strings.HasPrefix(name, "config"), strings.HasPrefix(name, "script"),
+			strings.HasPrefix(name, "client"), name == "info", name == "flushall", name == "ping", name == "hello":
+			// not run by a script: the harness's and the clients' own
 		default:
 			inner += cs.calls
 		}
@@ -204,7 +206,6 @@ func (b *bench) loadGo(ctx context.Context, d decider, random bool) (sample, err
 	if err := b.reset(); err != nil {
 		return s, err
 	}
-	b.quiet()
 	const maxOpsPerGoroutine = 50_000_000 // a bound far above any run
 	var ops, allowed, errs atomic.Int64
 	var errOnce sync.Once
@@ -266,7 +267,6 @@ func (b *bench) loadRB(cmd []string, clients, pipeline, n int, random bool) (sam
 	if err := b.reset(); err != nil {
 		return s, err
 	}
-	b.quiet()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := exec.CommandContext(ctx, b.rbPath, b.rbArgs(cmd, clients, pipeline, n, random)...)

@@ -32,7 +32,7 @@ import (
 
 var (
 	flagSections   = flag.String("sections", "throughput,cpu,memory", "comma-separated sections to run")
-	flagDuration   = flag.Duration("duration", 3*time.Second, "how long each Go contender runs, per round")
+	flagDuration   = flag.Duration("duration", 2*time.Second, "how long each Go contender runs, per round")
 	flagRounds     = flag.Int("rounds", 3, "rounds of every contender; tables show the median round")
 	flagGoroutines = flag.Int("goroutines", 64, "goroutines of each Go contender, and redis-benchmark -c")
 	flagKeys       = flag.Int("keys", 100000, "random keys (redis-benchmark -r)")
@@ -41,7 +41,7 @@ var (
 	flagCPURequest = flag.Int("cpu-requests", 100000, "redis-benchmark -n of each commandstats case")
 	flagMemKeys    = flag.Int("mem-keys", 100000, "keys written to measure used_memory per key")
 	flagFlushDelay = flag.Duration("flush-delay", 20*time.Microsecond, "also measure Sluice on a rueidis client with this MaxFlushDelay (0: do not)")
-	flagQuietWait  = flag.Duration("quiet-wait", 20*time.Second, "before each run, wait up to this long for other processes to leave the machine idle (0: do not wait)")
+	flagQuietWait  = flag.Duration("quiet-wait", 10*time.Second, "before each round, wait up to this long for other processes to leave the machine idle (0: do not wait)")
 )
 
 func main() {

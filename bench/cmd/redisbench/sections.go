@@ -123,6 +123,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	for _, random := range []bool{false, true} {
 		results[random] = make([][]sample, len(cs))
 		for round := 0; round < *flagRounds; round++ {
+			b.quiet()
 			for i, c := range cs {
 				var s sample
 				var err error
@@ -294,6 +295,7 @@ func (b *bench) cpu(ctx context.Context) error {
 	const clients, pipeline = 16, 16
 	samples := make([][]sample, len(cases))
 	for round := 0; round < *flagRounds; round++ {
+		b.quiet()
 		for i, c := range cases {
 			s, err := b.loadRB(c.cmd, clients, pipeline, *flagCPURequest, c.random)
 			if err != nil {
