@@ -3,10 +3,10 @@
 # under the same load in the same run, and prints the markdown table that
 # BENCHMARKS.md quotes ("## Service (issue 6)"):
 #
-#   bench/serve.sh                 10s per run
-#   DURATION=3s bench/serve.sh     shorter
+#   bench/serve.sh                        3 rounds of 5s per run
+#   ROUNDS=1 DURATION=3s bench/serve.sh   shorter
 #
-# Runs, each a warm-up of 1s then DURATION, 50 connections (HTTP: one TCP
+# Each round runs, each a warm-up of 1s then DURATION, 50 connections (HTTP: one TCP
 # connection per worker, one request at a time; gRPC: 50 concurrent calls
 # over 4 HTTP/2 connections), loopback only:
 #   HTTP  bare net/http handler with a fixed JSON body | sluice memory | sluice redis
@@ -20,7 +20,8 @@
 # redis-server.
 set -euo pipefail
 cd "$(dirname "$0")"
-DURATION=${DURATION:-10s}
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-3}
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -56,23 +57,38 @@ run() { # name api target-start-command...
 }
 
 SERVE=("$TMP/sluice" serve --http 127.0.0.1:HTTPPORT --grpc 127.0.0.1:GRPCPORT --policy "$POLICY" --log-level warn)
-run "http bare net/http" http "$TMP/loadgen" bare-http -addr 127.0.0.1:HTTPPORT
-run "http sluice memory" http "${SERVE[@]}" --store memory
-run "http sluice redis"  http "${SERVE[@]}" --store "redis://127.0.0.1:$RPORT/0"
-run "grpc bare"          grpc "$TMP/loadgen" bare-grpc -addr 127.0.0.1:GRPCPORT
-run "grpc sluice memory" grpc "${SERVE[@]}" --store memory
-run "grpc sluice redis"  grpc "${SERVE[@]}" --store "redis://127.0.0.1:$RPORT/0"
-
+for round in $(seq "$ROUNDS"); do
+  run "http bare net/http" http "$TMP/loadgen" bare-http -addr 127.0.0.1:HTTPPORT
+  run "http sluice memory" http "${SERVE[@]}" --store memory
+  run "http sluice redis"  http "${SERVE[@]}" --store "redis://127.0.0.1:$RPORT/0"
+  run "grpc bare"          grpc "$TMP/loadgen" bare-grpc -addr 127.0.0.1:GRPCPORT
+  run "grpc sluice memory" grpc "${SERVE[@]}" --store memory
+  run "grpc sluice redis"  grpc "${SERVE[@]}" --store "redis://127.0.0.1:$RPORT/0"
+done
+echo "$ROUNDS rounds of $DURATION per run, 50 connections; medians over the rounds (vs bare: the median of each round's ratio to that round's bare run)."
+echo
 python3 - "$TMP/results.jsonl" <<'PY'
-import json, sys
+import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1])]
-base = {"http": rows[0]["rps"], "grpc": rows[3]["rps"]}
-print("| run | req/s | vs bare | p50 | p99 | server CPU per check | server CPU | other CPU | answers |")
+names, by = [], {}
+for i, r in enumerate(rows):
+    r["round"] = i // 6
+    if r["name"] not in by:
+        names.append(r["name"]); by[r["name"]] = []
+    by[r["name"]].append(r)
+bare = {"http": "http bare net/http", "grpc": "grpc bare"}
+print("| run | req/s | vs bare | p50 | p99 | server CPU per check | server CPU | other CPU | answers (all rounds) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-for r in rows:
-    api = r["name"].split()[0]
-    ans = ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items()))
-    if r.get("errors"): ans += f", errors {r['errors']}"
-    print(f"| {r['name']} | {r['rps']:,.0f} | {100*r['rps']/base[api]:.0f}% | {r['p50_us']/1000:.2f} ms | {r['p99_us']/1000:.2f} ms "
-          f"| {r.get('cpu_us_per_req', 0):.1f} µs | {r.get('target_cpu_cores', 0):.2f} cores | {r['other_cpu_cores']:.2f} cores | {ans} |")
+for n in names:
+    rs = by[n]
+    api = n.split()[0]
+    ratios = [r["rps"] / by[bare[api]][r["round"]]["rps"] for r in rs]
+    med = lambda k: st.median(r.get(k, 0) for r in rs)
+    ans = {}
+    for r in rs:
+        for k, v in r["statuses"].items(): ans[k] = ans.get(k, 0) + v
+        if r.get("errors"): ans["errors"] = ans.get("errors", 0) + r["errors"]
+    print(f"| {n} | {med('rps'):,.0f} | {100*st.median(ratios):.0f}% | {med('p50_us')/1000:.2f} ms | {med('p99_us')/1000:.2f} ms "
+          f"| {med('cpu_us_per_req'):.1f} µs | {med('target_cpu_cores'):.2f} cores | {med('other_cpu_cores'):.2f} cores "
+          f"| {', '.join(f'{k} {v}' for k, v in sorted(ans.items()))} |")
 PY
