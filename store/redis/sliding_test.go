@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +116,64 @@ func TestWindowedCluster(t *testing.T) {
 func isCounter(l algo.Limit) bool {
 	_, ok := l.(algo.WindowCounter)
 	return ok
+}
+
+// TestWindowedLayout looks at the Redis keys themselves: the exact log's
+// members are fixed-width sequence numbers and its size follows its window
+// (old members dropped, 16 at a time), the sampled log's and the window
+// counter's hashes have a bounded number of fields whatever the traffic,
+// and every key expires when its state no longer matters.
+func TestWindowedLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{})
+	ctx := context.Background()
+	do := func(args ...string) string {
+		v, err := srv.Do(args...)
+		if err != nil {
+			t.Fatal(args, err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name   string
+		limit  algo.Limit
+		fields int64 // at most, for a hash
+		ttl    time.Duration
+	}{
+		{"exact", algo.SlidingLog{Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 500 * time.Millisecond}}}, 0, time.Second},
+		{"sampled", algo.SlidingLog{Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 500 * time.Millisecond}}, Buckets: 10, Mode: algo.Uniform}, 2*11 + 2 + 3, 1200 * time.Millisecond},
+		{"window_counter", algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 300 * time.Millisecond}}}, 10 + 2 + 1, time.Second},
+	} {
+		key := "layout:" + tc.name
+		name := redis.KeyName(redis.DefaultPrefix, key, "")
+		at := time.UnixMicro(1800003000334587)
+		for i := 0; i < 1000; i++ { // 10s of actions, 10ms apart
+			at = at.Add(10 * time.Millisecond)
+			if r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: tc.limit, Cost: 1, Time: at}); err != nil || !r.Allowed {
+				t.Fatalf("%s: action %d: %+v %v", tc.name, i, r, err)
+			}
+		}
+		ttl, _ := strconv.ParseInt(do("PTTL", name), 10, 64)
+		if ttl <= 0 || time.Duration(ttl)*time.Millisecond > tc.ttl+time.Millisecond {
+			t.Errorf("%s: PTTL %dms, want in (0, %v]", tc.name, ttl, tc.ttl)
+		}
+		if tc.fields == 0 {
+			n, _ := strconv.ParseInt(do("ZCARD", name), 10, 64)
+			if n < 100 || n > 100+16 {
+				t.Errorf("%s: %d members for 100 actions in the longest window", tc.name, n)
+			}
+			c := st.Client()
+			m, err := c.Do(ctx, c.B().Zrange().Key(name).Min("-1").Max("-1").Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if newest := strings.Join(m, ","); newest != "0000000003e8" { // the 1000th action, in fixed-width hex
+				t.Errorf("%s: newest member %q, want 0000000003e8", tc.name, newest)
+			}
+			continue
+		}
+		if n, _ := strconv.ParseInt(do("HLEN", name), 10, 64); n > tc.fields {
+			t.Errorf("%s: %d fields, want at most %d", tc.name, n, tc.fields)
+		}
+	}
 }

@@ -7,8 +7,9 @@
 --        keep 14 significant digits), short (a 16-byte allocation), and
 --        sorting as numbers; since the log's clock never goes back, the
 --        newest member by score is the highest number, so the next one
---        needs no extra call. One set serves every limit: limit i counts the members
---        newer than now - W_i.
+--        needs no extra call. One set serves every limit: limit i counts
+--        the members newer than now - W_i; members older than every window
+--        are dropped once per 16 recorded actions.
 --        sampled log (B > 0): a hash. 't' is the log's clock (µs, the time
 --        of the newest recorded action), 'g' the time the minimum gap
 --        counts from ('t' but for a refund) and 'p' the 'g' before the
@@ -148,8 +149,12 @@ local function s_kind()
     if rec > 0 then
       local e = now
       if last and last > now then e = last end
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', e - wmax)
       seq = seq + 1
+      -- Drop the entries older than every window once per 16 actions: the
+      -- counts and waits only ever look inside the windows.
+      if math.floor((seq + rec - 1) / 16) ~= math.floor((seq - 1) / 16) then
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', e - wmax)
+      end
       if rec == 1 then
         redis.call('ZADD', key, e, s_member(seq))
       else
@@ -234,11 +239,22 @@ local function s_kind()
     return 0
   end
 
+  -- held[p] is the sampled check's HMGET reply for the level at reply
+  -- index p: 't', 'g', the K sums, then the counter of now's bucket of
+  -- each limit, which the commit updates in its one HSET when no bucket
+  -- moves on (the common case, when several decisions share a bucket).
+  local held = {}
+
   local function ss_check(key, now, a, reply, p, n, mode, gap, b, k)
     local r = b + 1
     local f = {'t', 'g'}
-    for i = 1, k do f[2 + i] = -i end
+    for i = 1, k do
+      f[2 + i] = -i
+      local w = tonumber(ARGV[a + 7 + 3 * (i - 1)])
+      f[2 + k + i] = (i - 1) * r + math.floor(now / w) % r
+    end
     local h = redis.call('HMGET', key, unpack(f))
+    held[p] = h
     local t, g = tonumber(h[1]), tonumber(h[2])
     local e = now
     if t and t > now then e = t end
@@ -268,10 +284,7 @@ local function s_kind()
       end)
     end
     local adm = s_admit(a, reply, p, n, mode, k, not g or gap == 0 or e - g >= gap)
-    -- The commit finds the clock in the value and the gap clock in the
-    -- wait slot, which it always rewrites (the store ignores the wait of
-    -- an ok level).
-    reply[p + 2], reply[p + 3], reply[p + 4] = adm, g or -1, reset
+    reply[p + 2], reply[p + 4] = adm, reset
     return adm == n, t or -1
   end
 
@@ -279,29 +292,31 @@ local function s_kind()
     local r = b + 1
     local adm = reply[p + 2]
     local rec = s_record(a, go, adm, n, mode, k)
-    local g = reply[p + 3]
-    reply[p + 3] = 0
+    local h = held[p]
+    local g = tonumber(h[2])
     if t < 0 then t = nil end
-    if g < 0 then g = nil end
     local e = now
     if t and t > now then e = t end
     if rec > 0 then
-      local set, del, reset = {'t', e, 'g', e, 'p', g or -1}, nil, 0
+      local set, del, reset, moved = {'t', e, 'g', e, 'p', g or -1}, nil, 0, not t
       for i = 0, k - 1 do
         local w = tonumber(ARGV[a + 7 + 3 * i])
         local cur = math.floor(e / w)
         local c = reply[p + 6 + i] + rec
         if adm ~= n then reply[p + 6 + i] = c end
-        set[#set + 1] = -(i + 1)
-        set[#set + 1] = c
+        local x = #set
+        set[x + 1], set[x + 2] = -(i + 1), c
         if (cur + r) * w > reset then reset = (cur + r) * w end
         local slot = i * r + cur % r
         local ai = t and math.floor(t / w)
-        if ai == cur then
+        if ai == cur and e == now then
+          -- the check read this bucket's counter
+          set[x + 3], set[x + 4] = slot, (tonumber(h[3 + k + i]) or 0) + rec
+        elseif ai == cur then
           redis.call('HINCRBY', key, slot, rec)
         else
-          set[#set + 1] = slot
-          set[#set + 1] = rec
+          moved = true
+          set[x + 3], set[x + 4] = slot, rec
           if ai then
             for kb = math.max(ai + 1, cur - r + 1), cur - 1 do
               del = del or {}
@@ -312,7 +327,8 @@ local function s_kind()
       end
       if del then ss_hdel(key, del) end
       redis.call('HSET', key, unpack(set))
-      redis.call('PEXPIRE', key, math.ceil((reset - now) / 1000))
+      -- The expiry moves only when a bucket does.
+      if moved then redis.call('PEXPIRE', key, math.ceil((reset - now) / 1000)) end
       reply[p + 1] = e
       if adm ~= n then reply[p + 4] = reset end
       t, g = e, e

@@ -25,23 +25,43 @@
 local w_fns
 local function w_kind()
   if w_fns then return w_fns end
+  -- w_args parses a level's arguments once per call: n, S, K, M (the
+  -- longest window in slices), then limit and slices of each window at
+  -- 5+2i and 6+2i.
+  local parsed = {}
+  local function w_args(a)
+    local v = parsed[a]
+    if v then return v end
+    local k = tonumber(ARGV[a + 2])
+    v = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), k, 0}
+    for i = 0, k - 1 do
+      local lim, mi = tonumber(ARGV[a + 3 + 2 * i]), tonumber(ARGV[a + 4 + 2 * i])
+      v[5 + 2 * i], v[6 + 2 * i] = lim, mi
+      if mi > v[4] then v[4] = mi end
+    end
+    parsed[a] = v
+    return v
+  end
+  -- held[p] is the check's HMGET reply for the level at reply index p:
+  -- 'a', the K sums, and the counter of now's slice, which the commit
+  -- updates in the one HSET when the decision stays in the latest slice.
+  local held = {}
+
   local function w_check(key, now, a, reply, p)
-    local n, s, k = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    local v = w_args(a)
+    local n, s, k, m = v[1], v[2], v[3], v[4]
+    local cur = math.floor(now / s)
     local f = {'a'}
     for i = 1, k do f[i + 1] = -i end
+    f[k + 2] = cur % m
     local h = redis.call('HMGET', key, unpack(f))
+    held[p] = h
     local la = tonumber(h[1])
-    local cur = math.floor(now / s)
     if la and la > cur then cur = la end
-    local m = 0
-    for i = 0, k - 1 do
-      local mi = tonumber(ARGV[a + 4 + 2 * i])
-      if mi > m then m = mi end
-    end
     reply[p + 2], reply[p + 3], reply[p + 4], reply[p + 5] = 0, 0, 0, 0
     local need, owner
     for i = 0, k - 1 do
-      local c, mi = 0, tonumber(ARGV[a + 4 + 2 * i])
+      local c, mi = 0, v[6 + 2 * i]
       if la and cur - la < mi then
         c = tonumber(h[2 + i]) or 0
         -- the slices (la-m_i, cur-m_i] leave window i
@@ -61,7 +81,7 @@ local function w_kind()
     end
     local fits = true
     for i = 0, k - 1 do
-      if n > 0 and reply[p + 6 + i] + n > tonumber(ARGV[a + 3 + 2 * i]) then fits = false end
+      if n > 0 and reply[p + 6 + i] + n > v[5 + 2 * i] then fits = false end
     end
     if la then reply[p + 4] = (la + m) * s end
     if fits then
@@ -73,7 +93,7 @@ local function w_kind()
     -- (L_i-n+1)-th newest action.
     local wait, by = 0, 0
     for i = 0, k - 1 do
-      local lim, mi = tonumber(ARGV[a + 3 + 2 * i]), tonumber(ARGV[a + 4 + 2 * i])
+      local lim, mi = v[5 + 2 * i], v[6 + 2 * i]
       if n > lim then
         wait, by = -1, i + 1
         break
@@ -103,15 +123,11 @@ local function w_kind()
   end
 
   local function w_commit(key, now, a, go, la, reply, p)
-    local n = tonumber(ARGV[a])
+    local v = w_args(a)
+    local n, s, k, m = v[1], v[2], v[3], v[4]
     if not go or n == 0 then return end
-    local s, k = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    local m = 0
-    for i = 0, k - 1 do
-      local mi = tonumber(ARGV[a + 4 + 2 * i])
-      if mi > m then m = mi end
-    end
-    local cur = math.floor(now / s)
+    local now_slice = math.floor(now / s)
+    local cur = now_slice
     if la < 0 then
       la = nil
     elseif la > cur then
@@ -121,16 +137,23 @@ local function w_kind()
       redis.call('DEL', key)
       la = nil
     end
-    local set = {'a', cur}
+    local set = {}
     for i = 0, k - 1 do
-      set[#set + 1] = -(i + 1)
-      set[#set + 1] = reply[p + 6 + i] + n
+      set[2 * i + 1], set[2 * i + 2] = -(i + 1), reply[p + 6 + i] + n
     end
+    local x = 2 * k
     if la == cur then
-      redis.call('HINCRBY', key, cur % m, n)
+      -- The latest slice again: its expiry stands. The counter read by
+      -- the check is the current one unless the clock was ahead of now.
+      if cur == now_slice then
+        set[x + 1], set[x + 2] = cur % m, (tonumber(held[p][k + 2]) or 0) + n
+        redis.call('HSET', key, unpack(set))
+      else
+        redis.call('HSET', key, unpack(set))
+        redis.call('HINCRBY', key, cur % m, n)
+      end
     else
-      set[#set + 1] = cur % m
-      set[#set + 1] = n
+      set[x + 1], set[x + 2], set[x + 3], set[x + 4] = cur % m, n, 'a', cur
       if la and cur - la > 1 then
         local del = {}
         for kk = la + 1, cur - 1 do del[#del + 1] = kk % m end
@@ -138,28 +161,24 @@ local function w_kind()
           redis.call('HDEL', key, unpack(del, from, math.min(from + 999, #del)))
         end
       end
+      redis.call('HSET', key, unpack(set))
+      redis.call('PEXPIRE', key, math.ceil(((cur + m) * s - now) / 1000))
     end
-    redis.call('HSET', key, unpack(set))
-    redis.call('PEXPIRE', key, math.ceil(((cur + m) * s - now) / 1000))
     reply[p + 1] = cur
   end
 
   -- Undo gives back a committed cost (a refund across Cluster slots) from
   -- the slice it was counted in, while that slice is still kept.
   local function w_undo(key, now, a, slice)
-    local n, k = tonumber(ARGV[a]), tonumber(ARGV[a + 2])
+    local v = w_args(a)
+    local n, k, m = v[1], v[3], v[4]
     if n == 0 then return end
     local la = tonumber(redis.call('HGET', key, 'a'))
     if not la then return end
-    local m = 0
-    for i = 0, k - 1 do
-      local mi = tonumber(ARGV[a + 4 + 2 * i])
-      if mi > m then m = mi end
-    end
     if la - slice >= m then return end
     redis.call('HINCRBY', key, slice % m, -n)
     for i = 0, k - 1 do
-      if la - slice < tonumber(ARGV[a + 4 + 2 * i]) then redis.call('HINCRBY', key, -(i + 1), -n) end
+      if la - slice < v[6 + 2 * i] then redis.call('HINCRBY', key, -(i + 1), -n) end
     end
   end
   w_fns = {check = w_check, commit = w_commit, undo = w_undo}
