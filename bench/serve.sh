@@ -53,6 +53,12 @@ run() { # name api target-start-command...
   if [ "$api" = http ]; then waitport "$hp"; addr=127.0.0.1:$hp; else waitport "$gp"; addr=127.0.0.1:$gp; fi
   "$TMP/loadgen" idle -max 0.2 -timeout 20s
   "$TMP/loadgen" "$api" -addr "$addr" -c 50 -d "$DURATION" -pid "$pid" -name "$name" >>"$TMP/results.jsonl"
+  # Checks the store failed (answered by on_store_error, fail open): sluice only.
+  local errs=0
+  if [[ $name == *sluice* ]]; then
+    errs=$(curl -s "http://127.0.0.1:$hp/metrics" | awk '/^sluice_store_errors_total /{print $2}')
+  fi
+  echo "${errs:-0}" >>"$TMP/storeerrors.txt"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
@@ -67,9 +73,11 @@ for round in $(seq "$ROUNDS"); do
 done
 echo "$ROUNDS rounds of $DURATION per run, 50 connections; medians over the rounds (vs bare: the median of each round's ratio to that round's bare run)."
 echo
-python3 - "$TMP/results.jsonl" <<'PY'
+python3 - "$TMP/results.jsonl" "$TMP/storeerrors.txt" <<'PY'
 import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1])]
+for r, e in zip(rows, open(sys.argv[2])):
+    if float(e) > 0: r["statuses"]["store errors"] = int(float(e))
 names, by = [], {}
 for i, r in enumerate(rows):
     r["round"] = i // 6
