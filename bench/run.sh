@@ -25,7 +25,7 @@ mkdir -p results
 out=results/$(date -u +%Y%m%dT%H%M%SZ)-$part.md
 {
   rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-  dirty=$(git status --porcelain -- .. 2>/dev/null | grep -v '^?? bench/results' | wc -l)
+  dirty=$( (git status --porcelain -- .. 2>/dev/null || true) | (grep -cv '^?? bench/results' || true) )
   echo "<!-- bench/run.sh $part: commit $rev, $dirty uncommitted paths, $(nproc) cores, $(go version | cut -d' ' -f3), $(redis-server --version | cut -d' ' -f3), $(date -u +%FT%TZ) -->"
   echo
   if [ "$part" = all ] || [ "$part" = memory ]; then
