@@ -42,7 +42,10 @@ type Store interface {
 	// costs are recorded only if every request that is not Shadow is
 	// allowed; it reports whether they were. results[i] is request i's
 	// result; a request that was allowed but not recorded (another one
-	// denied) reports its state without the cost, as a peek would.
+	// denied) reports its state without the cost, as a peek would. A
+	// denied uniform sliding log still records its attempt, and in a batch
+	// of several requests a nary sliding log acts as binary (all or
+	// nothing, see algo.InBatch); a batch of one is Decide.
 	DecideAll(ctx context.Context, reqs []Request, results []algo.Result) (bool, error)
 	// Close releases the store's resources.
 	Close() error

@@ -7,6 +7,10 @@
 // The scripts return the raw outcome of the algorithm's step (allowed, now
 // and the new state), and the store derives the Result with the same Go
 // functions the memory store uses, so both stores give the same answers.
+// The windowed algorithms (sliding_log.lua, window_counter.lua) also
+// report what only the script can see: the admitted count, the wait, the
+// reset and the count in each window, from which algo.Outcome derives the
+// Result.
 package redis
 
 import (
