@@ -1027,3 +1027,77 @@ func marshalKey(t *testing.T, k *ecdsa.PrivateKey) []byte {
 func pemBlock(typ string, der []byte) string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
 }
+
+// TestServeRedisSentinel reaches the master through a Sentinel, by the
+// store URL's master_set.
+func TestServeRedisSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	dir := t.TempDir()
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, mport, _ := net.SplitHostPort(master.Addr)
+	conf := filepath.Join(dir, "sentinel.conf")
+	writeTestFile(t, conf, fmt.Sprintf("bind 127.0.0.1\nport %d\ndir %s\nsentinel monitor mymaster %s %s 1\n", port, dir, host, mport))
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, conf, "--sentinel")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	// Wait until the sentinel knows the master.
+	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			fmt.Fprintf(c, "*3\r\n$8\r\nSENTINEL\r\n$23\r\nget-master-addr-by-name\r\n$8\r\nmymaster\r\n")
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			buf := make([]byte, 256)
+			n, _ := c.Read(buf)
+			c.Close()
+			if strings.Contains(string(buf[:n]), mport) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sentinel on %s does not know the master: %v\n%s", addr, err, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p := serve(t, nil, append(local, "--store", "redis://"+addr+"?master_set=mymaster", "--policy", policyFile(t, testPolicy))...)
+	for i := 1; i <= 3; i++ {
+		a := p.check(`{"path": ["user", "sentinel", "trade"]}`)
+		if want := map[bool]int{true: 429, false: 200}[i == 3]; a.status != want || strings.Contains(string(a.body), "store_error") {
+			t.Fatalf("check %d: %d %s", i, a.status, a.body)
+		}
+	}
+	if v, err := master.Do("EXISTS", "sluice:{user:sentinel}:trade"); err != nil || v != "1" {
+		t.Errorf("the state is not on the master: %q %v", v, err)
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	var c server.Config
+	if err := server.LoadConfigFile("sluice.example.yaml", &c); err != nil {
+		t.Fatal(err)
+	}
+	c = c.Defaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Store != "redis://127.0.0.1:6379/0" || c.Timeout != server.Duration(50*time.Millisecond) || c.Consumers.Max != 20 || c.LogFormat != "json" {
+		t.Errorf("%+v", c)
+	}
+}
