@@ -41,7 +41,7 @@ var scripts embed.FS
 
 // algorithmScripts are the files that define <kind>_check, <kind>_commit
 // and <kind>_undo for decide.lua and refund.lua.
-var algorithmScripts = []string{"tat.lua", "fixed_window.lua", "gate.lua", "sliding_log.lua", "window_counter.lua"}
+var algorithmScripts = []string{"expire.lua", "tat.lua", "fixed_window.lua", "gate.lua", "sliding_log.lua", "window_counter.lua"}
 
 func composeScript(driver string) string {
 	var b strings.Builder

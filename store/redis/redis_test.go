@@ -194,3 +194,30 @@ func TestBadInputIsAnErrorValue(t *testing.T) {
 		t.Errorf("custom limit: %v", err)
 	}
 }
+
+// TestExpiryFollowsTheClockInUse: with Redis TIME a key expires with its
+// state; with an explicit time it lives a minute longer, so a caller whose
+// clock does not run with Redis's keeps its state.
+func TestExpiryFollowsTheClockInUse(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{})
+	lim := algo.GCRA{Burst: 0, Count: 1, Period: 10 * time.Second}
+	ctx := context.Background()
+	for _, c := range []struct {
+		key    string
+		at     time.Time
+		lo, hi int64 // PTTL bounds, ms
+	}{
+		{"redis-time", time.Time{}, 9000, 10000},
+		{"explicit", time.UnixMicro(1800003000334587), 69000, 70000},
+	} {
+		if _, err := st.Decide(ctx, sluice.Request{Key: c.key, Limit: lim, Cost: 1, Time: c.at}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := srv.Do("PTTL", "sluice:"+c.key)
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= c.lo || n > c.hi {
+			t.Errorf("%s: PTTL %q %v, want in (%d, %d]", c.key, v, err, c.lo, c.hi)
+		}
+	}
+}

@@ -22,7 +22,7 @@ local function f_commit(key, now, a, go, after)
   if after == tonumber(ARGV[a + 2]) then
     local e = now - now % ARGV[a] + ARGV[a]
     redis.call('HSET', key, 'e', e, 'n', ARGV[a + 2])
-    redis.call('PEXPIRE', key, math.ceil((e - now) / 1000))
+    redis.call('PEXPIRE', key, ttl(e - now))
   else
     redis.call('HINCRBY', key, 'n', ARGV[a + 2])
   end

@@ -15,7 +15,7 @@ end
 
 local function g_commit(key, now, a, go, at)
   if go and ARGV[a + 1] == '1' then
-    redis.call('SET', key, at, 'PX', math.ceil(ARGV[a] / 1000))
+    redis.call('SET', key, at, 'PX', ttl(ARGV[a]))
   end
 end
 

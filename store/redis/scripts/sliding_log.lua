@@ -171,7 +171,7 @@ local function s_kind()
         if m > 0 then redis.call('ZADD', key, unpack(args, 1, m)) end
       end
       last = e
-      redis.call('PEXPIRE', key, math.ceil((last + wmax - now) / 1000))
+      redis.call('PEXPIRE', key, ttl(last + wmax - now))
       reply[p + 1] = seq
       if adm ~= n then
         reply[p + 4] = last + wmax
@@ -328,7 +328,7 @@ local function s_kind()
       if del then ss_hdel(key, del) end
       redis.call('HSET', key, unpack(set))
       -- The expiry moves only when a bucket does.
-      if moved then redis.call('PEXPIRE', key, math.ceil((reset - now) / 1000)) end
+      if moved then redis.call('PEXPIRE', key, ttl(reset - now)) end
       reply[p + 1] = e
       if adm ~= n then reply[p + 4] = reset end
       t, g = e, e

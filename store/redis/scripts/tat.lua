@@ -15,7 +15,7 @@ end
 
 local function t_commit(key, now, a, go, new)
   if go and ARGV[a] ~= '0' then
-    redis.call('SET', key, new, 'PX', math.ceil((new - now) / 1000))
+    redis.call('SET', key, new, 'PX', ttl(new - now))
   end
 end
 
@@ -28,6 +28,6 @@ local function t_undo(key, now, a, new)
   if back <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, back, 'PX', math.ceil((back - now) / 1000))
+    redis.call('SET', key, back, 'PX', ttl(back - now))
   end
 end

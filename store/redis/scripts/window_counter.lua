@@ -162,7 +162,7 @@ local function w_kind()
         end
       end
       redis.call('HSET', key, unpack(set))
-      redis.call('PEXPIRE', key, math.ceil(((cur + m) * s - now) / 1000))
+      redis.call('PEXPIRE', key, ttl((cur + m) * s - now))
     end
     reply[p + 1] = cur
   end
