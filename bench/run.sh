@@ -31,7 +31,7 @@ out=results/$(date -u +%Y%m%dT%H%M%SZ)-$part.md
   if [ "$part" = all ] || [ "$part" = memory ]; then
     echo "## Memory store (store/memory BenchmarkDecide)"
     echo
-    go run ./cmd/gobench -pkg ./store/memory -bench '^BenchmarkDecide$' -benchtime 300ms -rounds 3 -layout memory -raw "$out.memory.txt"
+    go run ./cmd/gobench -pkg ./store/memory -bench '^BenchmarkDecide$' -benchtime 200ms -rounds 5 -layout memory -raw "$out.memory.txt"
   fi
   if [ "$part" = all ] || [ "$part" = redis-go ]; then
     echo "## Redis store, Go benchmarks (store/redis BenchmarkDecide)"

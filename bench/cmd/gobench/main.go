@@ -173,6 +173,14 @@ func median(vs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// bestOf is the fastest round.
+func bestOf(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	return slices.Min(vs)
+}
+
 func spread(vs []float64) string {
 	if len(vs) == 0 {
 		return "–"
@@ -237,6 +245,8 @@ func memoryTables(res results) {
 		}
 		return strings.Compare(b.clock, a.clock) // store before req
 	})
+	fmt.Println("Each figure is the median of the rounds, with the best round in parentheses (the least disturbed by other work on the machine); speedups divide medians by medians (bests by bests).")
+	fmt.Println()
 	fmt.Println("| algorithm | clock | 1 goroutine, 1 key: ns/op | allocs/op | 1 goroutine, 1024 keys: ns/op | parallel, 1024 keys: ns/op | speedup vs 1 goroutine, 1024 keys | speedup vs 1 goroutine, 1 key | parallel, 1 hot key: ns/op | speedup vs 1 goroutine, 1 key | allocs/op (max of all) | allowed/op (1 goroutine) |")
 	fmt.Println("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rows {
@@ -245,14 +255,19 @@ func memoryTables(res results) {
 		}
 		one, keys, par, hot := get("1goroutine"), get("1goroutine-keys"), get("parallel-keys"), get("parallel-hotkey")
 		ns := func(u map[string][]float64) float64 { return median(u["ns/op"]) }
+		best := func(u map[string][]float64) float64 { return bestOf(u["ns/op"]) }
+		both := func(u map[string][]float64) string { return fmt.Sprintf("%.1f (%.1f)", ns(u), best(u)) }
+		ratio := func(a, b map[string][]float64) string {
+			return fmt.Sprintf("%.2fx (%.2fx)", ns(a)/ns(b), best(a)/best(b))
+		}
 		maxAllocs := 0.0
 		for _, u := range []map[string][]float64{one, keys, par, hot} {
 			for _, v := range u["allocs/op"] {
 				maxAllocs = max(maxAllocs, v)
 			}
 		}
-		fmt.Printf("| %s | %s | %.1f | %.0f | %.1f | %.1f | %.2fx | %.2fx | %.1f | %.2fx | %.0f | %s |\n",
-			r.algo, r.clock, ns(one), median(one["allocs/op"]), ns(keys), ns(par), ns(keys)/ns(par), ns(one)/ns(par), ns(hot), ns(one)/ns(hot), maxAllocs, allowedOf(one))
+		fmt.Printf("| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %.0f | %s |\n",
+			r.algo, r.clock, both(one), median(one["allocs/op"]), both(keys), both(par), ratio(keys, par), ratio(one, par), both(hot), ratio(one, hot), maxAllocs, allowedOf(one))
 	}
 	fmt.Println()
 	fmt.Println("ns/op of a parallel benchmark is wall time per decision over all goroutines, so speedup = serial ns/op ÷ parallel ns/op = parallel throughput ÷ serial throughput.")
@@ -261,8 +276,9 @@ func memoryTables(res results) {
 	if base := median(res[diag+"1goroutine-keys"]["ns/op"]); base > 0 && res[diag+"parallel-private-stores"] != nil {
 		fmt.Println("Where the parallel speedup goes (gcra, store clock, 1024 keys; speedup against one goroutine over the same keys):")
 		fmt.Println()
-		fmt.Println("| case | what the goroutines share | ns/op | speedup |")
-		fmt.Println("|---|---|--:|--:|")
+		fmt.Println("| case | what the goroutines share | ns/op | speedup | best round: ns/op | speedup |")
+		fmt.Println("|---|---|--:|--:|--:|--:|")
+		bestBase := bestOf(res[diag+"1goroutine-keys"]["ns/op"])
 		for _, c := range []struct{ mode, shares string }{
 			{"1goroutine-keys", "(one goroutine)"},
 			{"parallel-private-stores", "nothing: each goroutine its own store and keys"},
@@ -270,8 +286,8 @@ func memoryTables(res results) {
 			{"parallel-keys", "shards and keys' states: every goroutine goes over every key"},
 			{"parallel-hotkey", "one key: one shard lock, one state"},
 		} {
-			ns := median(res[diag+c.mode]["ns/op"])
-			fmt.Printf("| %s | %s | %.1f | %.2fx |\n", c.mode, c.shares, ns, base/ns)
+			ns, bs := median(res[diag+c.mode]["ns/op"]), bestOf(res[diag+c.mode]["ns/op"])
+			fmt.Printf("| %s | %s | %.1f | %.2fx | %.1f | %.2fx |\n", c.mode, c.shares, ns, base/ns, bs, bestBase/bs)
 		}
 		fmt.Println()
 	}
