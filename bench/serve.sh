@@ -5,12 +5,15 @@
 #
 #   bench/serve.sh                        3 rounds of 5s per run
 #   ROUNDS=1 DURATION=3s bench/serve.sh   shorter
+#   RATE=20000 bench/serve.sh             the fixed-rate runs at 20,000/s
 #
 # Each round runs, each a warm-up of 1s then DURATION, 50 connections (HTTP: one TCP
 # connection per worker, one request at a time; gRPC: 50 concurrent calls
 # over 4 HTTP/2 connections), loopback only:
 #   HTTP  bare net/http handler with a fixed JSON body | sluice memory | sluice redis
 #   gRPC  bare ShouldRateLimit answering a fixed OK    | sluice memory | sluice redis
+# Then one round of the same runs at a fixed RATE (default 10,000 req/s
+# in all, spread over the 50 connections): latency well under capacity.
 # CPU per check is the server process's utime+stime (/proc) over the
 # measured window divided by the checks answered; "other CPU" is what the
 # rest of the machine (neither the server nor loadgen, so Redis included)
@@ -22,6 +25,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 DURATION=${DURATION:-5s}
 ROUNDS=${ROUNDS:-3}
+RATE=${RATE:-10000}
+OUT=results.jsonl
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -52,28 +57,30 @@ run() { # name api target-start-command...
   local pid=$!; PIDS+=("$pid")
   if [ "$api" = http ]; then waitport "$hp"; addr=127.0.0.1:$hp; else waitport "$gp"; addr=127.0.0.1:$gp; fi
   "$TMP/loadgen" idle -max 0.2 -timeout 20s
-  "$TMP/loadgen" "$api" -addr "$addr" -c 50 -d "$DURATION" -pid "$pid" -name "$name" >>"$TMP/results.jsonl"
+  "$TMP/loadgen" "$api" -addr "$addr" -c 50 -d "$DURATION" -pid "$pid" -name "$name" ${LOADARGS:-} >>"$TMP/$OUT"
   # Checks the store failed (answered by on_store_error, fail open): sluice only.
   local errs=0
   if [[ $name == *sluice* ]]; then
     errs=$(curl -s "http://127.0.0.1:$hp/metrics" | awk '/^sluice_store_errors_total /{print $2}')
   fi
-  echo "${errs:-0}" >>"$TMP/storeerrors.txt"
+  echo "${errs:-0}" >>"$TMP/$OUT.storeerrors"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
 SERVE=("$TMP/sluice" serve --http 127.0.0.1:HTTPPORT --grpc 127.0.0.1:GRPCPORT --policy "$POLICY" --log-level warn)
-for round in $(seq "$ROUNDS"); do
+all_runs() {
   run "http bare net/http" http "$TMP/loadgen" bare-http -addr 127.0.0.1:HTTPPORT
   run "http sluice memory" http "${SERVE[@]}" --store memory
   run "http sluice redis"  http "${SERVE[@]}" --store "redis://127.0.0.1:$RPORT/0"
   run "grpc bare"          grpc "$TMP/loadgen" bare-grpc -addr 127.0.0.1:GRPCPORT
   run "grpc sluice memory" grpc "${SERVE[@]}" --store memory
   run "grpc sluice redis"  grpc "${SERVE[@]}" --store "redis://127.0.0.1:$RPORT/0"
-done
-echo "$ROUNDS rounds of $DURATION per run, 50 connections; medians over the rounds (vs bare: the median of each round's ratio to that round's bare run)."
-echo
-python3 - "$TMP/results.jsonl" "$TMP/storeerrors.txt" <<'PY'
+}
+for round in $(seq "$ROUNDS"); do all_runs; done
+OUT=rate.jsonl LOADARGS="-rate $RATE" all_runs
+
+table() { # results-file
+python3 - "$1" "$1.storeerrors" <<'PY'
 import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for r, e in zip(rows, open(sys.argv[2])):
@@ -100,3 +107,11 @@ for n in names:
           f"| {med('cpu_us_per_req'):.1f} µs | {med('target_cpu_cores'):.2f} cores | {med('other_cpu_cores'):.2f} cores "
           f"| {', '.join(f'{k} {v}' for k, v in sorted(ans.items()))} |")
 PY
+}
+echo "$ROUNDS rounds of $DURATION per run, 50 connections, as fast as answered; medians over the rounds (vs bare: the median of each round's ratio to that round's bare run)."
+echo
+table "$TMP/results.jsonl"
+echo
+echo "At a fixed $RATE req/s in all over the 50 connections, $DURATION per run, one round:"
+echo
+table "$TMP/rate.jsonl"

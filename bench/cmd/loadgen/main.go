@@ -92,6 +92,7 @@ func load(mode string, args []string) error {
 	keys := fs.Int("keys", 1000, "distinct callers to spread the load over")
 	name := fs.String("name", mode, "name of the run")
 	path := fs.String("path", "/v1/check", "HTTP path")
+	rate := fs.Float64("rate", 0, "requests per second in all, spread evenly over the workers (0: as fast as answered)")
 	fs.Parse(args)
 	if *addr == "" {
 		return errors.New("-addr is required")
@@ -156,7 +157,22 @@ func load(mode string, args []string) error {
 			defer done()
 			lat[w] = make([]time.Duration, 0, 1<<16)
 			statuses[w] = map[string]int{}
+			var interval time.Duration
+			next := time.Now()
+			if *rate > 0 {
+				interval = time.Duration(float64(*conc) / *rate * float64(time.Second))
+				next = next.Add(interval * time.Duration(w) / time.Duration(*conc)) // stagger the workers
+			}
 			for !stop.Load() {
+				if interval > 0 {
+					// Latency counts from the send, not from the scheduled
+					// time: well under capacity, late timer wake-ups of
+					// this process would otherwise count as the server's.
+					if d := time.Until(next); d > 0 {
+						time.Sleep(d)
+					}
+					next = next.Add(interval)
+				}
 				t0 := time.Now()
 				st, err := call()
 				d := time.Since(t0)
