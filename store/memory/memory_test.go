@@ -11,56 +11,16 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
-// limitsOf returns, per algorithm, a limit that admits exactly n (n <= 1
-// for the gate) and does not refill within a test.
-func limitsOf(n int64) map[string]algo.Limit {
-	return map[string]algo.Limit{
-		"gcra":         algo.GCRA{Burst: n - 1, Count: 1, Period: time.Hour},
-		"token_bucket": algo.TokenBucket{Burst: n, Rate: 1, Per: time.Hour},
-		"fixed_window": algo.FixedWindow{Limit: n, Window: 1000 * time.Hour},
-	}
-}
-
 // TestConcurrentExactlyLimit: 100 goroutines race for one key; exactly the
-// limit is admitted.
+// limit is admitted, for every algorithm.
 func TestConcurrentExactlyLimit(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	lims := limitsOf(37)
-	lims["gate"] = algo.Gate{Interval: time.Hour}
-	for name, lim := range lims {
-		t.Run(name, func(t *testing.T) {
-			want := int64(37)
-			if name == "gate" {
-				want = 1
-			}
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for g := 0; g < 100; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					r, err := st.Decide(context.Background(), sluice.Request{Key: "race:" + name, Limit: lim, Cost: 1})
-					if err != nil {
-						t.Error(err)
-					}
-					if r.Allowed {
-						admitted.Add(1)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if got := admitted.Load(); got != want {
-				t.Fatalf("admitted %d, want exactly %d", got, want)
-			}
-		})
-	}
+	conformance.RunConcurrency(t, st, "mem", conformance.CoreRacers)
 }
 
 // TestConcurrentBatches: 100 goroutines race with two-level batches that

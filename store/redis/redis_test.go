@@ -5,13 +5,12 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -27,44 +26,9 @@ func open(t *testing.T, srv *redistest.Server, opts redis.Options) *redis.Store 
 }
 
 // TestConcurrentExactlyLimit: 100 goroutines race for one key; exactly the
-// limit is admitted.
+// limit is admitted, for every algorithm.
 func TestConcurrentExactlyLimit(t *testing.T) {
-	st := open(t, redistest.Start(t), redis.Options{})
-	for name, lim := range map[string]algo.Limit{
-		"gcra":         algo.GCRA{Burst: 36, Count: 1, Period: time.Hour},
-		"token_bucket": algo.TokenBucket{Burst: 37, Rate: 1, Per: time.Hour},
-		"fixed_window": algo.FixedWindow{Limit: 37, Window: 1000 * time.Hour},
-		"gate":         algo.Gate{Interval: time.Hour},
-	} {
-		t.Run(name, func(t *testing.T) {
-			want := int64(37)
-			if name == "gate" {
-				want = 1
-			}
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for g := 0; g < 100; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					r, err := st.Decide(context.Background(), sluice.Request{Key: "race:" + name, Limit: lim, Cost: 1})
-					if err != nil {
-						t.Error(err)
-					}
-					if r.Allowed {
-						admitted.Add(1)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			if got := admitted.Load(); got != want {
-				t.Fatalf("admitted %d, want exactly %d", got, want)
-			}
-		})
-	}
+	conformance.RunConcurrency(t, open(t, redistest.Start(t), redis.Options{}), "redis", conformance.CoreRacers)
 }
 
 // TestKeysAreEscaped: a caller key cannot pick a hash tag or produce
