@@ -3,7 +3,7 @@
 # under the same load in the same run, and prints the markdown table that
 # BENCHMARKS.md quotes ("## Service (issue 6)"):
 #
-#   bench/serve.sh                        3 rounds of 5s per run
+#   bench/serve.sh                        3 rounds of 5s per run, ~4 minutes
 #   ROUNDS=1 DURATION=3s bench/serve.sh   shorter
 #   RATE=20000 bench/serve.sh             the fixed-rate runs at 20,000/s
 #
@@ -92,8 +92,8 @@ for i, r in enumerate(rows):
         names.append(r["name"]); by[r["name"]] = []
     by[r["name"]].append(r)
 bare = {"http": "http bare net/http", "grpc": "grpc bare"}
-print("| run | req/s | vs bare | p50 | p99 | server CPU per check | server CPU | other CPU | answers (all rounds) |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+print("| run | req/s | vs bare | per round | p50 | p99 | server CPU per check | server CPU | other CPU | answers (all rounds) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for n in names:
     rs = by[n]
     api = n.split()[0]
@@ -103,12 +103,14 @@ for n in names:
     for r in rs:
         for k, v in r["statuses"].items(): ans[k] = ans.get(k, 0) + v
         if r.get("errors"): ans["errors"] = ans.get("errors", 0) + r["errors"]
-    print(f"| {n} | {med('rps'):,.0f} | {100*st.median(ratios):.0f}% | {med('p50_us')/1000:.2f} ms | {med('p99_us')/1000:.2f} ms "
+    ratio = med('rps') / st.median(r["rps"] for r in by[bare[api]])
+    spread = f"{100*min(ratios):.0f}–{100*max(ratios):.0f}%" if len(ratios) > 1 else ""
+    print(f"| {n} | {med('rps'):,.0f} | {100*ratio:.0f}% | {spread} | {med('p50_us')/1000:.2f} ms | {med('p99_us')/1000:.2f} ms "
           f"| {med('cpu_us_per_req'):.1f} µs | {med('target_cpu_cores'):.2f} cores | {med('other_cpu_cores'):.2f} cores "
           f"| {', '.join(f'{k} {v}' for k, v in sorted(ans.items()))} |")
 PY
 }
-echo "$ROUNDS rounds of $DURATION per run, 50 connections, as fast as answered; medians over the rounds (vs bare: the median of each round's ratio to that round's bare run)."
+echo "$ROUNDS rounds of $DURATION per run, 50 connections, as fast as answered; medians over the rounds (vs bare: the median req/s over the bare run's median; per round: the lowest and highest ratio of a run to its own round's bare run)."
 echo
 table "$TMP/results.jsonl"
 echo
