@@ -125,28 +125,37 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	// Header values live in b.hdr: WriteHeader copies them before the
+	// batch goes back to the pool. net/http adds Content-Length itself
+	// to a small answer.
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
 	if storeErr == "" {
-		pol, rl := appendRateLimitFields(b.buf[:0], nil, b.d.Levels)
+		pol, rl := appendRateLimitFields(b.buf[:0], b.body[:0], b.d.Levels)
 		if len(pol) > 0 {
-			h[headerPolicy] = []string{string(pol)}
-			h[headerRateLimit] = []string{string(rl)}
+			both := string(append(pol, rl...)) // one allocation for both values
+			b.hdr[0], b.hdr[1] = both[:len(pol)], both[len(pol):]
+			h[headerPolicy] = b.hdr[0:1:1]
+			h[headerRateLimit] = b.hdr[1:2:2]
 		}
 	}
 	status := http.StatusOK
 	if !b.d.Allowed {
 		status = http.StatusTooManyRequests
 		if secs, ok := retryAfterSeconds(b.d.Summary); ok {
-			h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
+			b.hdr[2] = strconv.FormatInt(secs, 10)
+			h["Retry-After"] = b.hdr[2:3:3]
 		}
 	}
 	out := AppendDecisionJSON(b.buf[:0], &b.d, storeErr)
 	out = append(out, '\n')
 	b.buf = out[:0]
-	h["Content-Length"] = []string{strconv.Itoa(len(out))}
+	if len(out) > 2048 { // past what net/http measures by itself
+		h["Content-Length"] = []string{strconv.Itoa(len(out))}
+	}
 	w.WriteHeader(status)
 	w.Write(out)
+	b.hdr = [3]string{}
 }
 
 // contentTypeJSON is shared by every answer: net/http only reads it.

@@ -285,6 +285,7 @@ type batch struct {
 	buf     []byte
 	body    []byte
 	path    []string
+	hdr     [3]string // backs header values until WriteHeader copies them
 }
 
 var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1024), body: make([]byte, 0, 512)} }}
