@@ -272,6 +272,9 @@ func memoryTables(res results) {
 	fmt.Println()
 	fmt.Println("ns/op of a parallel benchmark is wall time per decision over all goroutines, so speedup = serial ns/op ÷ parallel ns/op = parallel throughput ÷ serial throughput.")
 	fmt.Println()
+	if u := res["Decide/time.Now"]; u != nil {
+		fmt.Printf("A clock read (time.Now, one goroutine) took %.1f ns (best round %.1f) in the same run; every decision makes one.\n\n", median(u["ns/op"]), bestOf(u["ns/op"]))
+	}
 	diag := "Decide/gcra/clock=store/"
 	if base := median(res[diag+"1goroutine-keys"]["ns/op"]); base > 0 && res[diag+"parallel-private-stores"] != nil {
 		fmt.Println("Where the parallel speedup goes (gcra, store clock, 1024 keys; speedup against one goroutine over the same keys):")
