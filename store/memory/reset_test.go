@@ -1,0 +1,33 @@
+package memory
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+func TestReset(t *testing.T) {
+	s := New()
+	defer s.Close()
+	ctx := context.Background()
+	lim := algo.FixedWindow{Limit: 2, Window: time.Hour}
+	req := sluice.Request{Key: "a", Limit: lim, Cost: 2}
+	if r, _ := s.Decide(ctx, req); !r.Allowed {
+		t.Fatal("first decision denied")
+	}
+	if r, _ := s.Decide(ctx, req); r.Allowed {
+		t.Fatal("second decision allowed")
+	}
+	if err := s.Reset(ctx, []sluice.Request{{Key: "a"}, {Key: "never-seen"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.Decide(ctx, req); !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("after reset: %+v", r)
+	}
+	if s.Len() != 1 {
+		t.Errorf("Len %d", s.Len())
+	}
+}

@@ -1,0 +1,44 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestReset(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s, err := Open(ctx, srv.URL(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lim := algo.FixedWindow{Limit: 2, Window: time.Hour}
+	reqs := []sluice.Request{
+		{Key: "user:alex", Tag: "user:alex", Limit: lim, Cost: 2},
+		{Key: "user:alex:trade", Tag: "user:alex", Limit: lim, Cost: 2},
+	}
+	res := make([]algo.Result, 2)
+	if ok, err := s.DecideAll(ctx, reqs, res); err != nil || !ok {
+		t.Fatalf("first: %v %v", ok, err)
+	}
+	if v, _ := srv.Do("EXISTS", "sluice:{user:alex}:trade"); v != "1" {
+		t.Fatalf("state key missing: %q", v)
+	}
+	if err := s.Reset(ctx, append(reqs, sluice.Request{Key: "never-seen"})); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"sluice:{user:alex}", "sluice:{user:alex}:trade"} {
+		if v, _ := srv.Do("EXISTS", k); v != "0" {
+			t.Errorf("%s still exists after reset", k)
+		}
+	}
+	if ok, err := s.DecideAll(ctx, reqs, res); err != nil || !ok {
+		t.Fatalf("after reset: %v %v", ok, err)
+	}
+}
