@@ -74,8 +74,8 @@ func newConsumerRecorder(be *backend, c ConsumersConfig, dropped prometheus.Coun
 		return r
 	}
 	ttl := time.Duration(c.TTL)
-	if be.client != nil {
-		r.sink = &redisConsumers{client: be.client, prefix: be.prefix, max: c.Max, ttl: ttl}
+	if be.redis != nil {
+		r.sink = &redisConsumers{conn: be.redis, prefix: be.prefix, max: c.Max, ttl: ttl}
 	} else {
 		r.sink = newMemoryConsumers(c.Max, ttl)
 	}
@@ -245,7 +245,7 @@ return 1
 `)
 
 type redisConsumers struct {
-	client rueidis.Client
+	conn   *lazyRedis
 	prefix string
 	max    int
 	ttl    time.Duration
@@ -264,7 +264,11 @@ func (r *redisConsumers) push(ctx context.Context, items []consumerItem) error {
 	for i, it := range items {
 		execs[i] = rueidis.LuaExec{Keys: []string{r.listKey(it.key, it.tag)}, Args: []string{string(it.entry), max, ttl}}
 	}
-	for _, res := range pushConsumerScript.ExecMulti(ctx, r.client, execs...) {
+	client := r.conn.client()
+	if client == nil {
+		return ErrNotConnected
+	}
+	for _, res := range pushConsumerScript.ExecMulti(ctx, client, execs...) {
 		if err := res.Error(); err != nil {
 			return err
 		}
@@ -273,7 +277,11 @@ func (r *redisConsumers) push(ctx context.Context, items []consumerItem) error {
 }
 
 func (r *redisConsumers) recent(ctx context.Context, key, tag string) ([]Consumer, error) {
-	vals, err := r.client.Do(ctx, r.client.B().Lrange().Key(r.listKey(key, tag)).Start(0).Stop(-1).Build()).AsStrSlice()
+	client := r.conn.client()
+	if client == nil {
+		return nil, ErrNotConnected
+	}
+	vals, err := client.Do(ctx, client.B().Lrange().Key(r.listKey(key, tag)).Start(0).Stop(-1).Build()).AsStrSlice()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return nil, err
 	}

@@ -47,7 +47,10 @@
 // the store fails or times out, the answer follows on_store_error: allow
 // (fail open, the default) or deny (fail closed); the HTTP body then says
 // store_error and carries no RateLimit fields. Store failures are logged
-// at most once a second, with a count of those left out.
+// at most once a second, with a count of those left out. Started while
+// Redis cannot be dialled, the service serves all the same (by
+// on_store_error, and not ready) and connects in the background; a bad
+// URL, password or TLS certificate stops it at start instead.
 //
 // The policy reloads on SIGHUP and when its file's modification time or
 // size changes (polled every second): a file that does not parse is logged

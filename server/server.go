@@ -78,7 +78,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.holder.Store(p)
 	s.fileState = stamp
 	s.m.loadedAt.SetToCurrentTime()
-	if s.be, err = openStore(ctx, cfg); err != nil {
+	if s.be, err = openStore(ctx, cfg, log); err != nil {
 		return nil, err
 	}
 	s.consumers = newConsumerRecorder(s.be, cfg.Consumers, s.m.dropped, log)

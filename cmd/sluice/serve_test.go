@@ -1101,3 +1101,44 @@ func TestExampleConfig(t *testing.T) {
 		t.Errorf("%+v", c)
 	}
 }
+
+// TestServeStartsWithRedisDown: started while Redis is unreachable, the
+// service serves by on_store_error, is not ready, and connects when Redis
+// comes up.
+func TestServeStartsWithRedisDown(t *testing.T) {
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := serve(t, nil, append(local, "--store", fmt.Sprintf("redis://127.0.0.1:%d/0", port), "--on-store-error", "deny",
+		"--policy", policyFile(t, testPolicy))...)
+	p.waitLog("store unreachable", 5*time.Second)
+	a := p.check(`{"path": ["shared"]}`)
+	if d := a.decision(t); a.status != 429 || !strings.Contains(d.StoreError, "not connected") {
+		t.Fatalf("before Redis: %d %s", a.status, a.body)
+	}
+	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 503 {
+		t.Errorf("readyz before Redis: %d %s", a.status, a.body)
+	}
+
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := exec.Command(bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	rd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := rd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rd.Process.Kill()
+		rd.Wait()
+	})
+	p.waitLog("store connected", 15*time.Second)
+	if a := p.check(`{"path": ["shared"]}`); a.status != 200 || strings.Contains(string(a.body), "store_error") {
+		t.Errorf("after Redis came up: %d %s", a.status, a.body)
+	}
+	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 {
+		t.Errorf("readyz after Redis came up: %d %s", a.status, a.body)
+	}
+}
