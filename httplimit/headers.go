@@ -103,7 +103,7 @@ func (l *Limiter) setHeaders(h http.Header, d *sluice.Decision, vals *[4]string)
 		switch l.opts.Headers {
 		case DraftHeaders:
 			var policyEnd int
-			b, policyEnd = appendDraft(b, d.Levels)
+			b, policyEnd = AppendDraftFields(b, d.Levels)
 			ends[n], names[n] = policyEnd, hdrPolicy
 			n++
 			ends[n], names[n] = len(b), hdrRateLimit
@@ -158,14 +158,17 @@ func param(key string) string {
 	return ";" + key + "="
 }
 
-// maxNamed is how many level names appendDraft remembers from the first
+// maxNamed is how many level names AppendDraftFields remembers from the first
 // List to copy into the second; deeper levels are encoded again.
 const maxNamed = 8
 
-// appendDraft appends the RateLimit-Policy List of the enforced levels,
-// then their RateLimit List, returning where the first ends. Each name is
+// AppendDraftFields appends the RateLimit-Policy List of the enforced
+// (non-shadow) levels, then their RateLimit List, and returns b and where
+// the first ends; it appends nothing when no level is enforced. It is the
+// encoding of DraftHeaders, exported so that other front ends (sluice
+// serve's HTTP and gRPC answers) send the same fields. Each name is
 // encoded once and copied.
-func appendDraft(b []byte, levels []sluice.Level) ([]byte, int) {
+func AppendDraftFields(b []byte, levels []sluice.Level) ([]byte, int) {
 	var names [maxNamed][2]int
 	n := 0
 	for i := range levels {
@@ -367,6 +370,16 @@ func ceilSeconds(d time.Duration) int64 {
 
 // retrySeconds is a Retry-After: d rounded up to whole seconds, at least 1.
 func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
+
+// RetryAfterSeconds is the Retry-After of a denied result: its RetryAfter
+// rounded up to whole seconds, at least 1; ok is false when the cost can
+// never be admitted (Never), where no Retry-After is sent.
+func RetryAfterSeconds(r algo.Result) (secs int64, ok bool) {
+	if r.RetryAfter <= 0 {
+		return 0, false
+	}
+	return retrySeconds(r.RetryAfter), true
+}
 
 func clampInt(v int64) int64 { return min(max(v, 0), sf.MaxInteger) }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -244,14 +245,14 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	} else {
 		s.m.grpcChecks.limited.Inc()
 	}
-	pol, rl := appendRateLimitFields(b.buf[:0], nil, levels)
+	pol, rl := appendRateLimitFields(b.buf[:0], levels)
 	if len(pol) > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: headerPolicy, Value: string(pol)},
 			&corev3.HeaderValue{Key: headerRateLimit, Value: string(rl)})
 	}
 	if overall == rlv3.RateLimitResponse_OVER_LIMIT {
-		if secs, ok := retryAfterSeconds(algo.Result{RetryAfter: denied.d}); ok && denied.any {
+		if secs, ok := httplimit.RetryAfterSeconds(algo.Result{RetryAfter: denied.d}); ok && denied.any {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
 		}

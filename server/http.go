@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // Handler returns the HTTP API:
@@ -131,9 +132,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
 	if storeErr == "" {
-		pol, rl := appendRateLimitFields(b.buf[:0], b.body[:0], b.d.Levels)
+		pol, rl := appendRateLimitFields(b.buf[:0], b.d.Levels)
 		if len(pol) > 0 {
-			both := string(append(pol, rl...)) // one allocation for both values
+			both := string(pol[:len(pol)+len(rl)]) // one allocation for both values
 			b.hdr[0], b.hdr[1] = both[:len(pol)], both[len(pol):]
 			h[headerPolicy] = b.hdr[0:1:1]
 			h[headerRateLimit] = b.hdr[1:2:2]
@@ -142,7 +143,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if !b.d.Allowed {
 		status = http.StatusTooManyRequests
-		if secs, ok := retryAfterSeconds(b.d.Summary); ok {
+		if secs, ok := httplimit.RetryAfterSeconds(b.d.Summary); ok {
 			b.hdr[2] = strconv.FormatInt(secs, 10)
 			h["Retry-After"] = b.hdr[2:3:3]
 		}

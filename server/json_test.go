@@ -104,13 +104,13 @@ func TestRateLimitFields(t *testing.T) {
 		{Pattern: `we"ird/é`, Key: "k", Spec: algo.Spec{Algorithm: "gate", Interval: algo.Duration(time.Second)},
 			Result: algo.Result{Allowed: true, Limit: 1, Remaining: 1}},
 	}
-	pol, rl := appendRateLimitFields(nil, nil, levels)
+	pol, rl := appendRateLimitFields(nil, levels)
 	wantPol := `"user/*";q=16;w=32, "user/*/trade#0";q=1000;w=3600, "we\"ird/%C3%A9";q=1;w=1`
 	wantRL := `"user/*";r=15;t=2, "user/*/trade#0";r=999;t=10, "we\"ird/%C3%A9";r=1;t=0`
 	if string(pol) != wantPol || string(rl) != wantRL {
 		t.Errorf("fields:\n %s\n %s\nwant\n %s\n %s", pol, rl, wantPol, wantRL)
 	}
-	if pol, rl := appendRateLimitFields(nil, nil, levels[2:3]); len(pol)+len(rl) != 0 {
+	if pol, rl := appendRateLimitFields(nil, levels[2:3]); len(pol)+len(rl) != 0 {
 		t.Errorf("shadow-only levels gave fields %q %q", pol, rl)
 	}
 }
