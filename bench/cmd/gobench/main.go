@@ -37,6 +37,8 @@ var (
 	flagQuietWait = flag.Duration("quiet-wait", 10*time.Second, "before each round, wait up to this long for the machine to be idle (0: do not wait)")
 	flagLayout    = flag.String("layout", "plain", "tables: plain, memory (store/memory's BenchmarkDecide) or redis (store/redis's)")
 	flagRaw       = flag.String("raw", "", "also append the raw benchmark output to this file")
+	flagRedo      = flag.Int("redo", 2, "rounds that may be discarded and run again when other processes disturbed them")
+	flagDisturbed = flag.Float64("disturbed", 0.25, "a round is disturbed when other processes used more than this fraction of one core")
 	flagTimeout   = flag.Duration("timeout", 5*time.Minute, "bound on each round")
 )
 
@@ -80,6 +82,7 @@ func run() error {
 	res := results{}
 	var order []string
 	var rounds []string
+	redo := *flagRedo
 	for r := 1; r <= *flagRounds; r++ {
 		quiet := *flagQuietWait <= 0 || machine.WaitQuiet(*flagQuietWait)
 		ctx, cancel := context.WithTimeout(context.Background(), *flagTimeout)
@@ -97,6 +100,12 @@ func run() error {
 		note := ""
 		if !quiet {
 			note = fmt.Sprintf(" (the machine stayed busy for %v before it; measured anyway)", *flagQuietWait)
+		}
+		if foreign.Seconds() > *flagDisturbed*elapsed.Seconds() && redo > 0 {
+			redo--
+			rounds = append(rounds, fmt.Sprintf("discarded, run again: other processes used %.0f%% of one core%s", 100*foreign.Seconds()/elapsed.Seconds(), note))
+			r--
+			continue
 		}
 		rounds = append(rounds, fmt.Sprintf("round %d: %.1fs, other processes used %.0f%% of one core%s", r, elapsed.Seconds(), 100*foreign.Seconds()/elapsed.Seconds(), note))
 		if raw != nil {

@@ -41,6 +41,8 @@ var (
 	flagCPURequest = flag.Int("cpu-requests", 100000, "redis-benchmark -n of each commandstats case")
 	flagMemKeys    = flag.Int("mem-keys", 100000, "keys written to measure used_memory per key")
 	flagFlushDelay = flag.Duration("flush-delay", 20*time.Microsecond, "also measure Sluice on a rueidis client with this MaxFlushDelay (0: do not)")
+	flagRedo       = flag.Int("redo", 2, "rounds that may be discarded and run again, per table, when other processes disturbed them")
+	flagDisturbed  = flag.Float64("disturbed", 0.25, "a run is disturbed when other processes used more than this fraction of one core")
 	flagQuietWait  = flag.Duration("quiet-wait", 10*time.Second, "before each round, wait up to this long for other processes to leave the machine idle (0: do not wait)")
 )
 

@@ -122,10 +122,13 @@ func (b *bench) throughput(ctx context.Context) error {
 		*flagGoroutines, *flagDuration, *flagGoroutines, *flagPipeline, *flagRBRequests, *flagRounds)
 	type result struct{ samples [][]sample }
 	results := map[bool][][]sample{}
+	discarded := map[bool]int{}
 	for _, random := range []bool{false, true} {
 		results[random] = make([][]sample, len(cs))
+		redo := *flagRedo
 		for round := 0; round < *flagRounds; round++ {
 			b.quiet()
+			ss := make([]sample, len(cs))
 			for i, c := range cs {
 				var s sample
 				var err error
@@ -140,7 +143,16 @@ func (b *bench) throughput(ctx context.Context) error {
 				if s.errs > 0 {
 					return fmt.Errorf("%s: %d of %d decisions failed, first: %v", c.name, s.errs, s.ops, s.firstErr)
 				}
-				results[random][i] = append(results[random][i], s)
+				ss[i] = s
+			}
+			if disturbed(ss) && redo > 0 {
+				redo--
+				discarded[random]++
+				round--
+				continue
+			}
+			for i := range cs {
+				results[random][i] = append(results[random][i], ss[i])
 			}
 		}
 	}
@@ -150,6 +162,9 @@ func (b *bench) throughput(ctx context.Context) error {
 			scenario = fmt.Sprintf("%d random keys", len(b.keys))
 		}
 		fmt.Printf("#### %s\n\n", scenario)
+		if discarded[random] > 0 {
+			fmt.Printf("%d round(s) discarded and run again: other processes used more than %.0f%% of one core during a run.\n\n", discarded[random], 100**flagDisturbed)
+		}
 		fmt.Println("| contender | decisions/s | range over rounds | allowed | Redis CPU µs/decision | client CPU µs/decision | EVALSHA usec_per_call | commands run by the script per call | CPU of other processes |")
 		fmt.Println("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 		med := make([]sample, len(cs))
@@ -296,14 +311,25 @@ func (b *bench) cpu(ctx context.Context) error {
 
 	const clients, pipeline = 16, 16
 	samples := make([][]sample, len(cases))
+	redo, discarded := *flagRedo, 0
 	for round := 0; round < *flagRounds; round++ {
 		b.quiet()
+		ss := make([]sample, len(cases))
 		for i, c := range cases {
 			s, err := b.loadRB(c.cmd, clients, pipeline, *flagCPURequest, c.random)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
-			samples[i] = append(samples[i], s)
+			ss[i] = s
+		}
+		if disturbed(ss) && redo > 0 {
+			redo--
+			discarded++
+			round--
+			continue
+		}
+		for i := range cases {
+			samples[i] = append(samples[i], ss[i])
 		}
 	}
 	byUsec := func(ss []sample) sample {
@@ -323,6 +349,9 @@ func (b *bench) cpu(ctx context.Context) error {
 	fmt.Printf("Each case replays the exact command the client sends (captured through MONITOR) with redis-benchmark -c %d -P %d -n %d; "+
 		"CONFIG RESETSTAT before each, then INFO commandstats: usec_per_call of EVALSHA (the whole script, with the commands it runs). "+
 		"Median of %d rounds, cases interleaved.\n\n", clients, pipeline, *flagCPURequest, *flagRounds)
+	if discarded > 0 {
+		fmt.Printf("%d round(s) discarded and run again: other processes used more than %.0f%% of one core during a run.\n\n", discarded, 100**flagDisturbed)
+	}
 	fmt.Println("| case | EVALSHA usec_per_call | × trivial | range over rounds | commands run by the script per call | calls/s |")
 	fmt.Println("|---|--:|--:|--:|--:|--:|")
 	base := byUsec(samples[0]).evalUsec
@@ -457,3 +486,14 @@ func (b *bench) fill(ctx context.Context, d decider, n int) error {
 }
 
 var _ = sluice.Request{}
+
+// disturbed reports whether other processes used more than -disturbed of
+// one core during any run of a round.
+func disturbed(ss []sample) bool {
+	for _, s := range ss {
+		if s.elapsed > 0 && s.foreignCPU.Seconds() > *flagDisturbed*s.elapsed.Seconds() {
+			return true
+		}
+	}
+	return false
+}
