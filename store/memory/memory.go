@@ -31,12 +31,14 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*algo.State
-	// latest is the latest decision time (µs) the shard has seen, and
-	// latestWall the wall clock when it saw it. The sweeper judges expiry
-	// against latest plus the wall time elapsed since, so that callers that
-	// pass their own (possibly virtual) times keep their state.
-	latest, latestWall int64
-	_                  [40]byte // keep shards on separate cache lines
+	// latest is the latest decision time (µs) the shard has seen. The
+	// sweeper judges expiry against latest plus the wall time elapsed since
+	// it first saw that value (sweptLatest at sweptWall), so that callers
+	// that pass their own (possibly virtual) times keep their state, and a
+	// decision with its own time reads no clock.
+	latest                 int64
+	sweptLatest, sweptWall int64
+	_                      [128 - 40]byte // one shard per pair of cache lines
 }
 
 // Option configures a Store.
@@ -73,20 +75,16 @@ func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, erro
 	if err := req.Validate(); err != nil {
 		return algo.Result{}, err
 	}
-	var t, wall int64
+	var t int64
 	if req.Time.IsZero() {
 		t = s.clock().UnixMicro()
-		wall = t
 	} else {
 		t = req.Time.UnixMicro()
 	}
 	sh := &s.shards[maphash.String(s.seed, req.Key)&(shardCount-1)]
 	sh.mu.Lock()
 	if t > sh.latest {
-		if wall == 0 {
-			wall = s.clock().UnixMicro()
-		}
-		sh.latest, sh.latestWall = t, wall
+		sh.latest = t
 	}
 	st := sh.m[req.Key]
 	var r algo.Result
@@ -120,13 +118,17 @@ func (s *Store) Len() int {
 
 // Sweep forgets every key whose state has expired, judged in each shard
 // against the latest decision time it has seen plus the wall time elapsed
-// since. The background sweeper calls it; tests may too.
+// since a sweep first saw that time (so at most one sweep interval late).
+// The background sweeper calls it; tests may too.
 func (s *Store) Sweep() {
 	wall := s.clock().UnixMicro()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		now := sh.latest + max(wall-sh.latestWall, 0)
+		if sh.latest != sh.sweptLatest {
+			sh.sweptLatest, sh.sweptWall = sh.latest, wall
+		}
+		now := sh.latest + max(wall-sh.sweptWall, 0)
 		for k, st := range sh.m {
 			if st.Expire <= now {
 				delete(sh.m, k)
@@ -167,13 +169,11 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 	if err := sluice.ValidateAll(reqs, results); err != nil {
 		return false, err
 	}
-	var t, wall int64
+	var t int64
 	if reqs[0].Time.IsZero() {
 		t = s.clock().UnixMicro()
-		wall = t
 	} else {
 		t = reqs[0].Time.UnixMicro()
-		wall = s.clock().UnixMicro()
 	}
 	// Small batches (every policy path in practice) keep their working
 	// slices on the stack.
@@ -196,7 +196,7 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 			sh := &s.shards[i]
 			sh.mu.Lock()
 			if t > sh.latest {
-				sh.latest, sh.latestWall = t, wall
+				sh.latest = t
 			}
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -28,24 +29,63 @@ import (
 	"github.com/sluicehq/sluice/algo"
 )
 
-// decideScript is decide.lua preceded by every algorithm's file: one
-// script for every decision, single or multi-level. refundScript gives back
-// what decideScript committed in one Cluster slot when another slot denied.
-var (
-	decideScript = rueidis.NewLuaScript(composeScript("decide.lua"))
-	refundScript = rueidis.NewLuaScript(composeScript("refund.lua"))
-)
-
 //go:embed scripts/*.lua
 var scripts embed.FS
 
-// algorithmScripts are the files that define <kind>_check, <kind>_commit
-// and <kind>_undo for decide.lua and refund.lua.
-var algorithmScripts = []string{"expire.lua", "tat.lua", "fixed_window.lua", "gate.lua", "sliding_log.lua", "window_counter.lua"}
+// kinds are the algorithms' files, by the kind letter a level names in
+// decide.lua's ARGV. A lazy kind defines <kind>_kind(), which builds its
+// functions on first use; the others define <kind>_check, <kind>_commit
+// and <kind>_undo.
+var kinds = []struct {
+	letter byte
+	file   string
+	lazy   bool
+}{
+	{'t', "tat.lua", false},
+	{'f', "fixed_window.lua", false},
+	{'g', "gate.lua", false},
+	{'s', "sliding_log.lua", true},
+	{'w', "window_counter.lua", true},
+}
 
-func composeScript(driver string) string {
+// kindBit is the bit of a kind letter in a script's kind set.
+func kindBit(letter string) uint8 {
+	for i, k := range kinds {
+		if len(letter) == 1 && letter[0] == k.letter {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// A driver is decide.lua or refund.lua, with the scripts composed for each
+// set of kinds, built on first use.
+type driver struct {
+	file    string
+	tables  []string // the per-kind dispatch tables it reads: "check", "commit", "undo"
+	scripts [1 << 5]atomic.Pointer[rueidis.Lua]
+}
+
+var (
+	decideDriver = &driver{file: "decide.lua", tables: []string{"check", "commit"}}
+	refundDriver = &driver{file: "refund.lua", tables: []string{"undo"}}
+)
+
+// script returns the driver's script for a set of kinds.
+func (d *driver) script(set uint8) *rueidis.Lua {
+	if l := d.scripts[set].Load(); l != nil {
+		return l
+	}
+	l := rueidis.NewLuaScript(d.compose(set))
+	d.scripts[set].CompareAndSwap(nil, l)
+	return d.scripts[set].Load()
+}
+
+// compose builds the script text: expire.lua, the files of the kinds in
+// set, the dispatch tables, then the driver.
+func (d *driver) compose(set uint8) string {
 	var b strings.Builder
-	for _, name := range append(algorithmScripts, driver) {
+	read := func(name string) {
 		src, err := scripts.ReadFile("scripts/" + name)
 		if err != nil {
 			panic(err) // embedded at build time
@@ -53,6 +93,26 @@ func composeScript(driver string) string {
 		b.Write(src)
 		b.WriteByte('\n')
 	}
+	read("expire.lua")
+	for i, k := range kinds {
+		if set&(1<<i) != 0 {
+			read(k.file)
+		}
+	}
+	for _, table := range append(d.tables, "build") {
+		b.WriteString("local " + table + " = {")
+		for i, k := range kinds {
+			if set&(1<<i) != 0 && k.lazy == (table == "build") {
+				fn := string(k.letter) + "_" + table
+				if table == "build" {
+					fn = string(k.letter) + "_kind"
+				}
+				b.WriteString(string(k.letter) + " = " + fn + ", ")
+			}
+		}
+		b.WriteString("}\n")
+	}
+	read(d.file)
 	return b.String()
 }
 
@@ -212,6 +272,17 @@ func inBatch(reqs []sluice.Request) []sluice.Request {
 	return out
 }
 
+// kindSet returns the set of kinds a decide.lua ARGV names.
+func kindSet(args []string) uint8 {
+	var set uint8
+	for i := 1; i+2 < len(args); {
+		set |= kindBit(args[i])
+		n, _ := strconv.Atoi(args[i+2])
+		i += 3 + n
+	}
+	return set
+}
+
 // checked is decide.lua's reply for a group of requests.
 type checked struct {
 	now  int64
@@ -240,7 +311,7 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 			return checked{}, err
 		}
 	}
-	v, err := decideScript.Exec(ctx, s.client, keys, args).AsIntSlice()
+	v, err := decideDriver.script(kindSet(args)).Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
 		return checked{}, fmt.Errorf("redis store: %w", err)
 	}

@@ -1,16 +1,21 @@
 -- decide.lua: one atomic decision over one or more keys (the levels of a
--- hierarchical limit), all or nothing. The store puts every algorithm's
--- file (tat.lua, fixed_window.lua, gate.lua, ...) before this one; each
--- defines <kind>_check(key, now, a, reply, p) -> ok, value[, extra] and
--- <kind>_commit(key, now, a, go, value, reply, p), where a is the index in
--- ARGV of the level's first argument, or <kind>_kind(), which builds and
--- returns {check, commit, undo} on the first use in a call (a kind with
--- many functions, so that calls without it do not pay for its closures). A kind that reports more than ok and
--- value (sliding_log.lua, window_counter.lua) writes its extra values at
--- reply[p+2 ...] and returns their count; the commit may rewrite them (and
--- the value, reply[p+1]) to describe the state after it. The functions are plain locals, not tables
--- of closures: every table a script builds is garbage Redis must collect,
--- and the decision path stays as lean as a single-purpose script.
+-- hierarchical limit), all or nothing. The store composes each script it
+-- runs from expire.lua, the files of the algorithms the call uses (no
+-- others: a script builds every function it defines on every call, so a
+-- GCRA decision must not pay for the sliding log's) and this driver. Each
+-- algorithm file defines <kind>_check(key, now, a, reply, p) -> ok, value[,
+-- extra] and <kind>_commit(key, now, a, go, value, reply, p), where a is
+-- the index in ARGV of the level's first argument, or <kind>_kind(), which
+-- builds and returns {check, commit, undo} (a kind with many functions).
+-- Before this driver the store declares the dispatch tables for the kinds
+-- included: local check, commit = {<kind> = <kind>_check, ...}, {...} and
+-- local build = {<kind> = <kind>_kind, ...}. A kind that reports more than
+-- ok and value (sliding_log.lua, window_counter.lua) writes its extra values
+-- at reply[p+2 ...] and returns their count; the commit may rewrite them
+-- (and the value, reply[p+1]) to describe the state after it. The functions
+-- are plain locals, not tables of closures: every table a script builds is
+-- garbage Redis must collect, and the decision path stays as lean as a
+-- single-purpose script.
 --
 -- KEYS     one key per level
 -- ARGV[1]  now in µs since the epoch, or "" to use Redis TIME
@@ -25,9 +30,6 @@
 -- record their cost. When pass is 0, only the levels whose own check failed
 -- are committed (with go = false), so that an algorithm may record a denied
 -- attempt (a uniform sliding log); the others write nothing.
-local check = {t = t_check, f = f_check, g = g_check}
-local commit = {t = t_commit, f = f_commit, g = g_commit}
-
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -39,7 +41,7 @@ for j = 1, #KEYS do
   reply[p], reply[p + 1] = 0, 0
   local kind = ARGV[i]
   if not check[kind] then
-    local built = (kind == 's' and s_kind or w_kind)()
+    local built = build[kind]()
     check[kind], commit[kind] = built.check, built.commit
   end
   local ok, val, extra = check[kind](KEYS[j], now, i + 3, reply, p)

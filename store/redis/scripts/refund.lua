@@ -1,7 +1,9 @@
 -- refund.lua: gives back what decide.lua committed in one Redis Cluster
--- slot when another slot of the same request denied. The store puts every
--- algorithm's file first; each defines <kind>_undo(key, now, a, value), or
--- <kind>_kind() returning {check, commit, undo} (see decide.lua).
+-- slot when another slot of the same request denied. The store composes it
+-- like decide.lua, from the files of the algorithms the call uses; each
+-- defines <kind>_undo(key, now, a, value), or <kind>_kind() returning
+-- {check, commit, undo}, and the store declares local undo = {<kind> =
+-- <kind>_undo, ...} and local build = {<kind> = <kind>_kind, ...} first.
 --
 -- KEYS     the levels of one slot, as decide.lua got them
 -- ARGV     decide.lua's ARGV for those levels, with ARGV[1] set to the now
@@ -9,8 +11,6 @@
 --          decide.lua replied for it, or "" for a level that committed
 --          nothing
 -- Reply    the number of levels refunded
-local undo = {t = t_undo, f = f_undo, g = g_undo}
-
 local now = tonumber(ARGV[1])
 local i, v = 2, #ARGV - #KEYS
 local n = 0
@@ -18,7 +18,7 @@ for j = 1, #KEYS do
   local val = tonumber(ARGV[v + j])
   if val then
     local kind = ARGV[i]
-    if not undo[kind] then undo[kind] = (kind == 's' and s_kind or w_kind)().undo end
+    if not undo[kind] then undo[kind] = build[kind]().undo end
     undo[kind](KEYS[j], now, i + 3, val)
     n = n + 1
   end
