@@ -41,7 +41,7 @@ out=results/$(date -u +%Y%m%dT%H%M%SZ)-$part.md
   if [ "$part" = all ] || [ "$part" = redis ]; then
     echo "## Redis store against redis_rate and redis-benchmark (bench/cmd/redisbench)"
     echo
-    go run ./cmd/redisbench
+    go run ./cmd/redisbench -flush-delay 0  # redis.Open already sets MaxFlushDelay (DefaultMaxFlushDelay)
   fi
 } | tee "$out"
 echo "run.sh: wrote bench/$out" >&2
