@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -115,25 +116,34 @@ func TestStoresAgreeOnBatches(t *testing.T) {
 			for i := range reqs {
 				reqs[i].Cost, reqs[i].Time = cost, at
 			}
-			mr, xr := make([]algo.Result, n), make([]algo.Result, n)
-			mp, err := st["memory"].DecideAll(ctx, reqs, mr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			xp, err := st["redis"].DecideAll(ctx, reqs, xr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if mp != xp {
-				t.Fatalf("trace %d step %d: memory pass %v, redis pass %v", trace, step, mp, xp)
-			}
-			for i := range reqs {
-				if mr[i] != xr[i] {
-					t.Fatalf("trace %d step %d level %d %#v cost %d:\nmemory %s\n redis %s", trace, step, i, reqs[i].Limit, cost, conformance.Format(mr[i]), conformance.Format(xr[i]))
-				}
-			}
+			decideAllOnBoth(t, ctx, st, reqs, fmt.Sprintf("trace %d step %d", trace, step))
 		}
 	}
+}
+
+// decideAllOnBoth runs one DecideAll on the memory and the Redis store,
+// fails unless both give the same outcome and results, and returns the
+// results.
+func decideAllOnBoth(t *testing.T, ctx context.Context, st map[string]sluice.Store, reqs []sluice.Request, where string) []algo.Result {
+	t.Helper()
+	mr, xr := make([]algo.Result, len(reqs)), make([]algo.Result, len(reqs))
+	mp, err := st["memory"].DecideAll(ctx, reqs, mr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xp, err := st["redis"].DecideAll(ctx, reqs, xr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mp != xp {
+		t.Fatalf("%s: memory pass %v, redis pass %v", where, mp, xp)
+	}
+	for i := range reqs {
+		if mr[i] != xr[i] {
+			t.Fatalf("%s level %d %+v cost %d:\nmemory %s\n redis %s", where, i, reqs[i].Limit, reqs[i].Cost, conformance.Format(mr[i]), conformance.Format(xr[i]))
+		}
+	}
+	return mr
 }
 
 // TestAllOrNothing: a denied level records nothing at any level, so a

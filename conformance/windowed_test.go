@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -189,22 +190,8 @@ func TestWindowedBatchesAgree(t *testing.T) {
 			for i := range reqs {
 				reqs[i].Cost, reqs[i].Time = cost, at
 			}
-			mr, xr := make([]algo.Result, n), make([]algo.Result, n)
-			mp, err := st["memory"].DecideAll(ctx, reqs, mr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			xp, err := st["redis"].DecideAll(ctx, reqs, xr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if mp != xp {
-				t.Fatalf("trace %d step %d: memory pass %v, redis pass %v", trace, step, mp, xp)
-			}
+			mr := decideAllOnBoth(t, ctx, st, reqs, fmt.Sprintf("trace %d step %d", trace, step))
 			for i := range reqs {
-				if mr[i] != xr[i] {
-					t.Fatalf("trace %d step %d level %d %+v cost %d:\nmemory %s\n redis %s", trace, step, i, reqs[i].Limit, cost, conformance.Format(mr[i]), conformance.Format(xr[i]))
-				}
 				g.saw(keys[i], at, mr[i])
 			}
 		}
