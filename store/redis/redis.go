@@ -287,17 +287,6 @@ func inBatch(reqs []sluice.Request) []sluice.Request {
 	return out
 }
 
-// kindSet returns the set of kinds a decide.lua ARGV names.
-func kindSet(args []string) uint8 {
-	var set uint8
-	for i := 1; i+2 < len(args); {
-		set |= kindBit(args[i])
-		n, _ := strconv.Atoi(args[i+2])
-		i += 3 + n
-	}
-	return set
-}
-
 // checked is decide.lua's reply for a group of requests.
 type checked struct {
 	now  int64
@@ -305,6 +294,7 @@ type checked struct {
 	ok   []bool
 	val  []int64
 	args []string // the script's ARGV, kept for a refund
+	set  uint8    // the kinds the levels use: which composed script ran
 	v    []int64  // the reply
 	at   []int    // at[i]: index in v of level i's code; at[len] = len(v)
 }
@@ -320,17 +310,20 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 	if t := reqs[0].Time; !t.IsZero() {
 		args[0] = strconv.FormatInt(t.UnixMicro(), 10)
 	}
+	var set uint8
 	for _, r := range reqs {
+		start := len(args)
 		var err error
 		if args, err = appendLevel(args, r); err != nil {
 			return checked{}, err
 		}
+		set |= kindBit(args[start])
 	}
-	v, err := decideDriver.script(kindSet(args)).Exec(ctx, s.client, keys, args).AsIntSlice()
+	v, err := decideDriver.script(set).Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
 		return checked{}, fmt.Errorf("redis store: %w", err)
 	}
-	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, v: v, at: make([]int, len(reqs)+1)}
+	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, set: set, v: v, at: make([]int, len(reqs)+1)}
 	p := 2
 	for i, r := range reqs {
 		if p+1 >= len(v) {

@@ -129,7 +129,7 @@ func (s *Store) refund(ctx context.Context, keys []string, c checked) error {
 			args[len(c.args)+j] = strconv.FormatInt(c.val[j], 10)
 		}
 	}
-	if err := refundDriver.script(kindSet(c.args)).Exec(ctx, s.client, keys, args).Error(); err != nil {
+	if err := refundDriver.script(c.set).Exec(ctx, s.client, keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	return nil

@@ -143,22 +143,17 @@ func AppendParamInteger(b []byte, key string, v int64) ([]byte, error) {
 
 // AppendParamString appends the parameter ;key="s".
 func AppendParamString(b []byte, key, s string) ([]byte, error) {
-	if err := ValidKey(key); err != nil {
-		return b, err
-	}
-	n := len(b)
-	b = append(b, ';')
-	b = append(b, key...)
-	b = append(b, '=')
-	b2, err := AppendString(b, s)
-	if err != nil {
-		return b[:n], err
-	}
-	return b2, nil
+	return appendParam(b, key, s, AppendString)
 }
 
 // AppendParamToken appends the parameter ;key=t.
 func AppendParamToken(b []byte, key, t string) ([]byte, error) {
+	return appendParam(b, key, t, AppendToken)
+}
+
+// appendParam appends ;key= and the value encoded by enc, or nothing when
+// the key or the value is invalid.
+func appendParam(b []byte, key, v string, enc func([]byte, string) ([]byte, error)) ([]byte, error) {
 	if err := ValidKey(key); err != nil {
 		return b, err
 	}
@@ -166,7 +161,7 @@ func AppendParamToken(b []byte, key, t string) ([]byte, error) {
 	b = append(b, ';')
 	b = append(b, key...)
 	b = append(b, '=')
-	b2, err := AppendToken(b, t)
+	b2, err := enc(b, v)
 	if err != nil {
 		return b[:n], err
 	}
