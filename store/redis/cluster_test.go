@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strconv"
@@ -132,18 +133,7 @@ func TestCluster(t *testing.T) {
 				for i := range reqs {
 					reqs[i].Cost, reqs[i].Time = cost, at
 				}
-				mr, xr := make([]algo.Result, n), make([]algo.Result, n)
-				mp, err := ms.DecideAll(ctx, reqs, mr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				xp, err := st.DecideAll(ctx, reqs, xr)
-				if err != nil {
-					t.Fatalf("trace %d step %d: %v", trace, step, err)
-				}
-				if mp != xp {
-					t.Fatalf("trace %d step %d: memory pass %v, cluster pass %v", trace, step, mp, xp)
-				}
+				mr, xr, _ := decideAllOnBoth(t, ms, st, reqs, fmt.Sprintf("trace %d step %d", trace, step))
 				for i := range reqs {
 					if mr[i] != xr[i] {
 						t.Fatalf("trace %d step %d level %d (%s) %#v:\nmemory  %+v\ncluster %+v", trace, step, i, reqs[i].Key, reqs[i].Limit, mr[i], xr[i])
@@ -152,4 +142,25 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
+}
+
+// decideAllOnBoth runs one DecideAll on the memory store and on the Redis
+// (Cluster) store, fails unless both pass or both deny, and returns both
+// stores' results for the caller to compare, and whether it passed.
+func decideAllOnBoth(t *testing.T, ms, st sluice.Store, reqs []sluice.Request, where string) (mr, xr []algo.Result, pass bool) {
+	t.Helper()
+	ctx := context.Background()
+	mr, xr = make([]algo.Result, len(reqs)), make([]algo.Result, len(reqs))
+	mp, err := ms.DecideAll(ctx, reqs, mr)
+	if err != nil {
+		t.Fatalf("%s: memory: %v", where, err)
+	}
+	xp, err := st.DecideAll(ctx, reqs, xr)
+	if err != nil {
+		t.Fatalf("%s: cluster: %v", where, err)
+	}
+	if mp != xp {
+		t.Fatalf("%s: memory pass %v, cluster pass %v", where, mp, xp)
+	}
+	return mr, xr, mp
 }

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -39,7 +40,6 @@ func TestWindowedCluster(t *testing.T) {
 	defer st.Close()
 	ms := memory.New()
 	defer ms.Close()
-	ctx := context.Background()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 5))
@@ -74,18 +74,7 @@ func TestWindowedCluster(t *testing.T) {
 			for i := range reqs {
 				reqs[i].Cost, reqs[i].Time = cost, at
 			}
-			mr, xr := make([]algo.Result, n), make([]algo.Result, n)
-			mp, err := ms.DecideAll(ctx, reqs, mr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			xp, err := st.DecideAll(ctx, reqs, xr)
-			if err != nil {
-				t.Fatalf("trace %d step %d: %v", trace, step, err)
-			}
-			if mp != xp {
-				t.Fatalf("trace %d step %d: memory pass %v, cluster pass %v", trace, step, mp, xp)
-			}
+			mr, xr, mp := decideAllOnBoth(t, ms, st, reqs, fmt.Sprintf("trace %d step %d", trace, step))
 			if !mp {
 				for i := range reqs {
 					if xr[i].Allowed && !reqs[i].Shadow {
