@@ -24,8 +24,10 @@ type Level struct {
 	Pattern string
 	// Key is the state key, e.g. "user:alex:trade".
 	Key string
-	// Spec is the limit as configured.
-	Spec algo.Spec
+	// Limit is the limit as configured; Limit.Spec() is its serialized
+	// form. It is nil for a level that no algo.Limit decided (a user Lua
+	// script's).
+	Limit algo.Limit
 	// Shadow levels report denials without enforcing them.
 	Shadow bool
 	Result algo.Result
@@ -47,7 +49,7 @@ func Summarize(levels []Level) algo.Result {
 		}
 		r := l.Result
 		if first || r.Remaining < sum.Remaining {
-			sum.Limit, sum.Remaining = r.Limit, r.Remaining
+			sum.Quota, sum.Remaining = r.Quota, r.Remaining
 		}
 		first = false
 		sum.ResetAfter = max(sum.ResetAfter, r.ResetAfter)

@@ -166,7 +166,7 @@ func Cell(r algo.Result) [5]int64 {
 	} else if r.RetryAfter != algo.Never {
 		retry = cellSeconds(r.RetryAfter)
 	}
-	return [5]int64{limited, r.Limit, r.Remaining, retry, cellSeconds(r.ResetAfter)}
+	return [5]int64{limited, r.Quota, r.Remaining, retry, cellSeconds(r.ResetAfter)}
 }
 
 func cellSeconds(d time.Duration) int64 {

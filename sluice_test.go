@@ -41,10 +41,10 @@ func TestCellRounding(t *testing.T) {
 		r    algo.Result
 		want [5]int64
 	}{
-		{algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * time.Second}, [5]int64{0, 16, 15, -1, 2}},
-		{algo.Result{Allowed: false, Limit: 16, RetryAfter: 2*time.Second + 999*time.Microsecond, ResetAfter: 31*time.Second + time.Millisecond}, [5]int64{1, 16, 0, 2, 32}},
-		{algo.Result{Allowed: false, Limit: 16, RetryAfter: algo.Never, ResetAfter: 0}, [5]int64{1, 16, 0, -1, 0}},
-		{algo.Result{Allowed: false, Limit: 1, RetryAfter: 1500 * time.Millisecond, ResetAfter: 1500 * time.Millisecond}, [5]int64{1, 1, 0, 2, 2}},
+		{algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second}, [5]int64{0, 16, 15, -1, 2}},
+		{algo.Result{Allowed: false, Quota: 16, RetryAfter: 2*time.Second + 999*time.Microsecond, ResetAfter: 31*time.Second + time.Millisecond}, [5]int64{1, 16, 0, 2, 32}},
+		{algo.Result{Allowed: false, Quota: 16, RetryAfter: algo.Never, ResetAfter: 0}, [5]int64{1, 16, 0, -1, 0}},
+		{algo.Result{Allowed: false, Quota: 1, RetryAfter: 1500 * time.Millisecond, ResetAfter: 1500 * time.Millisecond}, [5]int64{1, 1, 0, 2, 2}},
 	} {
 		if got := sluice.Cell(c.r); got != c.want {
 			t.Errorf("Cell(%+v) = %v, want %v", c.r, got, c.want)
@@ -74,12 +74,12 @@ func TestValidateAll(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	s := time.Second
 	levels := []sluice.Level{
-		{Key: "user:alex", Result: algo.Result{Allowed: true, Limit: 16, Remaining: 9, ResetAfter: 14 * s}},
-		{Key: "user:alex:trade", Result: algo.Result{Allowed: false, Limit: 6, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 15 * s}},
-		{Key: "user:alex:eu", Result: algo.Result{Allowed: false, Limit: 3, Remaining: 1, RetryAfter: 7 * s, ResetAfter: 8 * s}},
-		{Key: "shadow", Shadow: true, Result: algo.Result{Allowed: false, Limit: 1, Remaining: 0, RetryAfter: algo.Never, ResetAfter: time.Hour}},
+		{Key: "user:alex", Result: algo.Result{Allowed: true, Quota: 16, Remaining: 9, ResetAfter: 14 * s}},
+		{Key: "user:alex:trade", Result: algo.Result{Allowed: false, Quota: 6, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 15 * s}},
+		{Key: "user:alex:eu", Result: algo.Result{Allowed: false, Quota: 3, Remaining: 1, RetryAfter: 7 * s, ResetAfter: 8 * s}},
+		{Key: "shadow", Shadow: true, Result: algo.Result{Allowed: false, Quota: 1, Remaining: 0, RetryAfter: algo.Never, ResetAfter: time.Hour}},
 	}
-	want := algo.Result{Allowed: false, Limit: 6, Remaining: 0, RetryAfter: 7 * s, ResetAfter: 15 * s}
+	want := algo.Result{Allowed: false, Quota: 6, Remaining: 0, RetryAfter: 7 * s, ResetAfter: 15 * s}
 	if got := sluice.Summarize(levels); got != want {
 		t.Fatalf("Summarize = %+v, want %+v", got, want)
 	}

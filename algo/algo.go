@@ -35,8 +35,8 @@ var ErrInvalid = errors.New("invalid limit")
 type Result struct {
 	// Allowed reports whether the cost was admitted.
 	Allowed bool
-	// Limit is the most the limiter admits at once (its burst).
-	Limit int64
+	// Quota is the most the limiter admits at once (its burst).
+	Quota int64
 	// Remaining is how much more could be admitted right after this decision.
 	Remaining int64
 	// RetryAfter is 0 when Allowed; otherwise how long until the same cost
@@ -73,20 +73,6 @@ type State struct {
 	// Log is the variable part of the state: a sliding log's timestamps or
 	// bucket counters, a window counter's slice counters.
 	Log []int64
-}
-
-// A Limit is one limiter definition, such as GCRA or FixedWindow.
-type Limit interface {
-	// Validate reports whether the parameters are usable. The error wraps
-	// ErrInvalid.
-	Validate() error
-	// Decide applies a decision of the given cost at time now (µs since the
-	// epoch) to the state s, which the caller has reset to the zero State if
-	// it had expired. When commit is false, s is left as it was; when the
-	// decision admits nothing, s is left as it was too, except by an
-	// algorithm that records denied attempts (a uniform SlidingLog). The
-	// parameters must be valid.
-	Decide(s *State, now, cost int64, commit bool) Result
 }
 
 // Micros converts d to whole microseconds, truncating toward zero.

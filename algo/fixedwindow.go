@@ -49,7 +49,7 @@ func (f FixedWindow) Decide(s *State, now, cost int64, commit bool) Result {
 // Result derives a decision's Result from its outcome: count is the
 // window's count after the decision.
 func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
-	r := Result{Allowed: allowed, Limit: f.Limit, Remaining: max(f.Limit-count, 0)}
+	r := Result{Allowed: allowed, Quota: f.Limit, Remaining: max(f.Limit-count, 0)}
 	if allowed {
 		r.Admitted = cost
 	}
@@ -65,3 +65,29 @@ func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
 	}
 	return r
 }
+
+var fixedWindowKind = kindInfo{
+	name:   NameFixedWindow,
+	fields: []string{"limit", "window"},
+	build: func(s Spec) (Limit, error) {
+		return FixedWindow{Limit: s.Limit, Window: time.Duration(s.Window)}, nil
+	},
+	example: FixedWindow{Limit: 100, Window: 10 * time.Second},
+}
+
+// Kind implements Limit.
+func (FixedWindow) Kind() Kind { return KindFixedWindow }
+
+// Spec implements Limit.
+func (f FixedWindow) Spec() Spec {
+	return Spec{Algorithm: NameFixedWindow, Limit: f.Limit, Window: Duration(f.Window)}
+}
+
+// Quota implements Limit: Limit per Window.
+func (f FixedWindow) Quota() (int64, time.Duration) { return f.Limit, f.Window }
+
+// SteadyRate implements Limit: Limit per Window.
+func (f FixedWindow) SteadyRate() (int64, time.Duration) { return f.Limit, f.Window }
+
+// DeniedBy implements Limit: a fixed window has one limit.
+func (FixedWindow) DeniedBy(int) string { return "" }

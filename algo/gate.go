@@ -28,7 +28,7 @@ func (g Gate) Decide(s *State, now, cost int64, commit bool) Result {
 // Result derives a decision's Result from its outcome: openAt is when the
 // gate opens (again) after the decision.
 func (g Gate) Result(allowed bool, now, openAt, cost int64) Result {
-	r := Result{Allowed: allowed, Limit: 1}
+	r := Result{Allowed: allowed, Quota: 1}
 	if allowed {
 		r.Admitted = cost
 	}
@@ -45,3 +45,25 @@ func (g Gate) Result(allowed bool, now, openAt, cost int64) Result {
 	}
 	return r
 }
+
+var gateKind = kindInfo{
+	name:    NameGate,
+	fields:  []string{"interval"},
+	build:   func(s Spec) (Limit, error) { return Gate{Interval: time.Duration(s.Interval)}, nil },
+	example: Gate{Interval: 10 * time.Second},
+}
+
+// Kind implements Limit.
+func (Gate) Kind() Kind { return KindGate }
+
+// Spec implements Limit.
+func (g Gate) Spec() Spec { return Spec{Algorithm: NameGate, Interval: Duration(g.Interval)} }
+
+// Quota implements Limit: 1 per Interval.
+func (g Gate) Quota() (int64, time.Duration) { return 1, g.Interval }
+
+// SteadyRate implements Limit: 1 per Interval.
+func (g Gate) SteadyRate() (int64, time.Duration) { return 1, g.Interval }
+
+// DeniedBy implements Limit: a gate has one limit.
+func (Gate) DeniedBy(int) string { return "" }

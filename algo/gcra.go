@@ -141,7 +141,7 @@ func (p TAT) Decide(s *State, now, cost int64, commit bool) Result {
 // script reports exactly these values.
 func (p TAT) Result(allowed bool, now, tat, cost int64) Result {
 	reset := tat - now
-	r := Result{Allowed: allowed, Limit: p.Limit, ResetAfter: dur(reset)}
+	r := Result{Allowed: allowed, Quota: p.Limit, ResetAfter: dur(reset)}
 	if allowed {
 		r.Admitted = cost
 	}
@@ -157,3 +157,64 @@ func (p TAT) Result(allowed bool, now, tat, cost int64) Result {
 	}
 	return r
 }
+
+var gcraKind = kindInfo{
+	name:   NameGCRA,
+	fields: []string{"burst", "count", "period"},
+	build: func(s Spec) (Limit, error) {
+		return GCRA{Burst: s.Burst, Count: s.Count, Period: time.Duration(s.Period)}, nil
+	},
+	example: GCRA{Burst: 15, Count: 30, Period: time.Minute},
+}
+
+// Kind implements Limit.
+func (GCRA) Kind() Kind { return KindGCRA }
+
+// Spec implements Limit.
+func (g GCRA) Spec() Spec {
+	return Spec{Algorithm: NameGCRA, Burst: g.Burst, Count: g.Count, Period: Duration(g.Period)}
+}
+
+// Quota implements Limit: Burst+1 in (Burst+1)·T.
+func (g GCRA) Quota() (int64, time.Duration) {
+	p, _ := g.tat()
+	return p.quota()
+}
+
+// SteadyRate implements Limit: Count per Period.
+func (g GCRA) SteadyRate() (int64, time.Duration) { return g.Count, g.Period }
+
+// DeniedBy implements Limit: GCRA has one limit.
+func (GCRA) DeniedBy(int) string { return "" }
+
+var tokenBucketKind = kindInfo{
+	name:   NameTokenBucket,
+	fields: []string{"burst", "rate", "per"},
+	build: func(s Spec) (Limit, error) {
+		return TokenBucket{Burst: s.Burst, Rate: s.Rate, Per: time.Duration(s.Per)}, nil
+	},
+	example: TokenBucket{Burst: 10, Rate: 5, Per: time.Second},
+}
+
+// Kind implements Limit.
+func (TokenBucket) Kind() Kind { return KindTokenBucket }
+
+// Spec implements Limit.
+func (b TokenBucket) Spec() Spec {
+	return Spec{Algorithm: NameTokenBucket, Burst: b.Burst, Rate: b.Rate, Per: Duration(b.Per)}
+}
+
+// Quota implements Limit: Burst in Burst·T.
+func (b TokenBucket) Quota() (int64, time.Duration) {
+	p, _ := b.tat()
+	return p.quota()
+}
+
+// SteadyRate implements Limit: Rate per Per.
+func (b TokenBucket) SteadyRate() (int64, time.Duration) { return b.Rate, b.Per }
+
+// DeniedBy implements Limit: a token bucket has one limit.
+func (TokenBucket) DeniedBy(int) string { return "" }
+
+// quota is Limit in Tolerance: the whole burst, and the time to earn it.
+func (p TAT) quota() (int64, time.Duration) { return p.Limit, dur(p.Tolerance) }

@@ -257,23 +257,23 @@ func (l SlidingLog) BucketWidth(i int) int64 {
 }
 
 // InBatch returns the limit to apply in a DecideAll of several requests,
-// which is all or nothing: a nary SlidingLog acts as binary there. Other
-// limits are returned as they are.
-func InBatch(l Limit) Limit {
+// which is all or nothing: a nary SlidingLog acts as binary there; changed
+// reports whether it does. Other limits are returned as they are.
+func InBatch(l Limit) (_ Limit, changed bool) {
 	switch s := l.(type) {
 	case SlidingLog:
 		if s.Mode == Nary {
 			s.Mode = Binary
-			return s
+			return s, true
 		}
 	case *SlidingLog:
 		if s != nil && s.Mode == Nary {
 			c := *s
 			c.Mode = Binary
-			return c
+			return c, true
 		}
 	}
-	return l
+	return l, false
 }
 
 // Outcome is what a SlidingLog or WindowCounter decision found, in
@@ -295,7 +295,7 @@ type Outcome struct {
 // Result derives the decision's Result. limit is Result.Limit; floor
 // floors Remaining at 0.
 func (o Outcome) Result(now, cost, limit int64, floor bool) Result {
-	r := Result{Allowed: o.Admitted == cost, Limit: limit, Remaining: o.Remaining, Admitted: o.Admitted}
+	r := Result{Allowed: o.Admitted == cost, Quota: limit, Remaining: o.Remaining, Admitted: o.Admitted}
 	if floor && r.Remaining < 0 {
 		r.Remaining = 0
 	}
@@ -591,4 +591,102 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 		s.A, s.Expire = e, o.Reset
 	}
 	return o
+}
+
+var slidingLogKind = kindInfo{
+	name:   NameSlidingLog,
+	fields: []string{"limits", "min_gap", "buckets", "mode"},
+	build: func(s Spec) (Limit, error) {
+		mode, err := ParseMode(s.Mode)
+		if err != nil {
+			return nil, err
+		}
+		l := SlidingLog{Limits: s.Limits.windows(), MinGap: time.Duration(s.MinGap), Mode: mode}
+		if s.Buckets != nil {
+			if *s.Buckets <= 0 {
+				return nil, fmt.Errorf("%w: sliding_log buckets must be positive, got %d (leave it out for an exact log)", ErrInvalid, *s.Buckets)
+			}
+			l.Buckets = *s.Buckets
+		}
+		return l, nil
+	},
+	example: SlidingLog{Limits: []Window{{Limit: 10, Window: time.Second}, {Name: "hour", Limit: 1000, Window: time.Hour}}, MinGap: 10 * time.Millisecond},
+}
+
+// Kind implements Limit.
+func (SlidingLog) Kind() Kind { return KindSlidingLog }
+
+// Spec implements Limit. The mode is left out when it is Binary.
+func (l SlidingLog) Spec() Spec {
+	s := Spec{Algorithm: NameSlidingLog, Limits: windowSpecs(l.Limits), MinGap: Duration(l.MinGap)}
+	if l.Buckets > 0 {
+		b := l.Buckets
+		s.Buckets = &b
+	}
+	if l.Mode != Binary {
+		s.Mode = l.Mode.String()
+	}
+	return s
+}
+
+// Quota implements Limit: the smallest limit, in its window.
+func (l SlidingLog) Quota() (int64, time.Duration) { return windowsQuota(l.Limits) }
+
+// SteadyRate implements Limit: the limit with the lowest rate.
+func (l SlidingLog) SteadyRate() (int64, time.Duration) { return windowsRate(l.Limits) }
+
+// DeniedBy implements Limit: the name or window of limit by-1, or
+// "min_gap" for DeniedByGap.
+func (l SlidingLog) DeniedBy(by int) string { return windowsDeniedBy(l.Limits, by) }
+
+func windowSpecs(ws []Window) WindowSpecs {
+	out := make(WindowSpecs, len(ws))
+	for i, w := range ws {
+		out[i] = WindowSpec{Name: w.Name, Limit: w.Limit, Window: Duration(w.Window)}
+	}
+	return out
+}
+
+// windowsQuota is the smallest limit (Result.Quota) and the window of the
+// first limit that has it.
+func windowsQuota(ws []Window) (int64, time.Duration) {
+	if len(ws) == 0 {
+		return 0, 0
+	}
+	q := minLimit(ws)
+	for _, w := range ws {
+		if w.Limit == q {
+			return q, w.Window
+		}
+	}
+	return q, 0
+}
+
+// windowsRate is the limit whose Limit/Window is the lowest (the first on
+// ties).
+func windowsRate(ws []Window) (int64, time.Duration) {
+	if len(ws) == 0 {
+		return 0, 0
+	}
+	best := ws[0]
+	for _, w := range ws[1:] {
+		if float64(w.Limit)/float64(w.Window) < float64(best.Limit)/float64(best.Window) {
+			best = w
+		}
+	}
+	return best.Limit, best.Window
+}
+
+// windowsDeniedBy names limit by-1 (its name, else its window), or the
+// minimum gap for DeniedByGap.
+func windowsDeniedBy(ws []Window, by int) string {
+	switch {
+	case by == DeniedByGap:
+		return "min_gap"
+	case by < 1 || by > len(ws):
+		return ""
+	case ws[by-1].Name != "":
+		return ws[by-1].Name
+	}
+	return ws[by-1].Window.String()
 }

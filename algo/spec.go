@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/jsonenc"
 )
 
 // Spec is the serialized form of a limit, as it appears in replay events
@@ -116,56 +119,18 @@ func (ws WindowSpecs) windows() []Window {
 	return out
 }
 
-// Algorithm names, as used in Spec.Algorithm.
-const (
-	NameGCRA          = "gcra"
-	NameTokenBucket   = "token_bucket"
-	NameFixedWindow   = "fixed_window"
-	NameGate          = "gate"
-	NameSlidingLog    = "sliding_log"
-	NameWindowCounter = "window_counter"
-)
-
-const algorithmNames = "gcra, token_bucket, fixed_window, gate, sliding_log or window_counter"
-
 // Build builds and validates the limit the spec describes.
 func (s Spec) Build() (Limit, error) {
-	var l Limit
-	var used []string // the fields the algorithm reads
-	switch s.Algorithm {
-	case NameGCRA:
-		l, used = GCRA{Burst: s.Burst, Count: s.Count, Period: time.Duration(s.Period)}, []string{"burst", "count", "period"}
-	case NameTokenBucket:
-		l, used = TokenBucket{Burst: s.Burst, Rate: s.Rate, Per: time.Duration(s.Per)}, []string{"burst", "rate", "per"}
-	case NameFixedWindow:
-		l, used = FixedWindow{Limit: s.Limit, Window: time.Duration(s.Window)}, []string{"limit", "window"}
-	case NameGate:
-		l, used = Gate{Interval: time.Duration(s.Interval)}, []string{"interval"}
-	case NameSlidingLog:
-		mode, err := ParseMode(s.Mode)
-		if err != nil {
-			return nil, err
-		}
-		sl := SlidingLog{Limits: s.Limits.windows(), MinGap: time.Duration(s.MinGap), Mode: mode}
-		if s.Buckets != nil {
-			if *s.Buckets <= 0 {
-				return nil, fmt.Errorf("%w: sliding_log buckets must be positive, got %d (leave it out for an exact log)", ErrInvalid, *s.Buckets)
-			}
-			sl.Buckets = *s.Buckets
-		}
-		l, used = sl, []string{"limits", "min_gap", "buckets", "mode"}
-	case NameWindowCounter:
-		if s.Slice < 0 {
-			return nil, fmt.Errorf("%w: window_counter slice must be positive, got %v", ErrInvalid, time.Duration(s.Slice))
-		}
-		l, used = WindowCounter{Slice: time.Duration(s.Slice), Limits: s.Limits.windows()}, []string{"slice", "limits"}
-	case "":
-		return nil, fmt.Errorf("%w: no algorithm (want %s)", ErrInvalid, algorithmNames)
-	default:
-		return nil, fmt.Errorf("%w: unknown algorithm %q (want %s)", ErrInvalid, s.Algorithm, algorithmNames)
+	k, err := ParseKind(s.Algorithm)
+	if err != nil {
+		return nil, err
 	}
-	if f := s.extra(used); f != "" {
+	if f := s.extra(kinds[k].fields); f != "" {
 		return nil, fmt.Errorf("%w: %s does not take %q", ErrInvalid, s.Algorithm, f)
+	}
+	l, err := kinds[k].build(s)
+	if err != nil {
+		return nil, err
 	}
 	if err := l.Validate(); err != nil {
 		return nil, err
@@ -225,4 +190,76 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("%w: duration must be a string such as \"60s\", got %s", ErrInvalid, b)
 	}
 	return d.UnmarshalText([]byte(s))
+}
+
+// AppendJSON appends the spec as JSON to b, byte for byte what
+// encoding/json writes for it (fields left out when empty, durations as Go
+// duration strings), without reflection.
+func (s *Spec) AppendJSON(b []byte) []byte {
+	num := func(b []byte, name string, v int64) []byte {
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":`...)
+		return strconv.AppendInt(b, v, 10)
+	}
+	dur := func(b []byte, name string, v Duration) []byte {
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":"`...)
+		b = append(b, time.Duration(v).String()...)
+		return append(b, '"')
+	}
+	b = append(b, `{"algorithm":`...)
+	b = jsonenc.AppendString(b, s.Algorithm)
+	for _, f := range [...]struct {
+		name string
+		v    int64
+		dur  bool
+	}{
+		{"burst", s.Burst, false}, {"count", s.Count, false}, {"period", int64(s.Period), true},
+		{"rate", s.Rate, false}, {"per", int64(s.Per), true},
+		{"limit", s.Limit, false}, {"window", int64(s.Window), true},
+		{"interval", int64(s.Interval), true},
+	} {
+		switch {
+		case f.v == 0:
+		case f.dur:
+			b = dur(b, f.name, Duration(f.v))
+		default:
+			b = num(b, f.name, f.v)
+		}
+	}
+	if s.Limits != nil {
+		b = append(b, `,"limits":[`...)
+		for i, w := range s.Limits {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '{')
+			if w.Name != "" {
+				b = append(b, `"name":`...)
+				b = jsonenc.AppendString(b, w.Name)
+				b = append(b, ',')
+			}
+			b = append(b, `"limit":`...)
+			b = strconv.AppendInt(b, w.Limit, 10)
+			b = dur(b, "window", w.Window)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if s.MinGap != 0 {
+		b = dur(b, "min_gap", s.MinGap)
+	}
+	if s.Buckets != nil {
+		b = num(b, "buckets", *s.Buckets)
+	}
+	if s.Mode != "" {
+		b = append(b, `,"mode":`...)
+		b = jsonenc.AppendString(b, s.Mode)
+	}
+	if s.Slice != 0 {
+		b = dur(b, "slice", s.Slice)
+	}
+	return append(b, '}')
 }

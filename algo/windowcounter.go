@@ -176,3 +176,32 @@ func (wc WindowCounter) Decide(s *State, now, cost int64, commit bool) Result {
 	}
 	return o.Result(now, cost, wc.MinLimit(), true)
 }
+
+var windowCounterKind = kindInfo{
+	name:   NameWindowCounter,
+	fields: []string{"slice", "limits"},
+	build: func(s Spec) (Limit, error) {
+		if s.Slice < 0 {
+			return nil, fmt.Errorf("%w: window_counter slice must be positive, got %v", ErrInvalid, time.Duration(s.Slice))
+		}
+		return WindowCounter{Slice: time.Duration(s.Slice), Limits: s.Limits.windows()}, nil
+	},
+	example: WindowCounter{Limits: []Window{{Limit: 1000, Window: time.Second}, {Limit: 5000, Window: 10 * time.Second}}},
+}
+
+// Kind implements Limit.
+func (WindowCounter) Kind() Kind { return KindWindowCounter }
+
+// Spec implements Limit.
+func (wc WindowCounter) Spec() Spec {
+	return Spec{Algorithm: NameWindowCounter, Slice: Duration(wc.Slice), Limits: windowSpecs(wc.Limits)}
+}
+
+// Quota implements Limit: the smallest limit, in its window.
+func (wc WindowCounter) Quota() (int64, time.Duration) { return windowsQuota(wc.Limits) }
+
+// SteadyRate implements Limit: the limit with the lowest rate.
+func (wc WindowCounter) SteadyRate() (int64, time.Duration) { return windowsRate(wc.Limits) }
+
+// DeniedBy implements Limit: the name or window of limit by-1.
+func (wc WindowCounter) DeniedBy(by int) string { return windowsDeniedBy(wc.Limits, by) }

@@ -97,7 +97,7 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 		last, hasLast = e, true
 	}
 	c = counts()
-	r := Result{Allowed: admitted == cost, Admitted: admitted, Limit: l.MinLimit()}
+	r := Result{Allowed: admitted == cost, Admitted: admitted, Quota: l.MinLimit()}
 	r.Remaining = l.Limits[0].Limit - c[0]
 	for i, w := range l.Limits {
 		r.Remaining = min(r.Remaining, w.Limit-c[i])
@@ -203,7 +203,7 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 			fits = false
 		}
 	}
-	r := Result{Allowed: fits, Limit: wc.MinLimit()}
+	r := Result{Allowed: fits, Quota: wc.MinLimit()}
 	if fits && cost > 0 {
 		r.Admitted = cost
 		n.slices[cur] += cost

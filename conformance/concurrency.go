@@ -160,8 +160,8 @@ func RunNaryInBatch(t *testing.T, st sluice.Store, ns string) {
 		want  algo.Result
 		after int64 // remaining after, by a peek
 	}{
-		{false, algo.Result{Admitted: 2, Limit: 5, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: 1}, 0},
-		{true, algo.Result{Limit: 5, Remaining: 2, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: 1}, 2},
+		{false, algo.Result{Admitted: 2, Quota: 5, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: 1}, 0},
+		{true, algo.Result{Quota: 5, Remaining: 2, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: 1}, 2},
 	} {
 		key := ns + ":nary-batch:" + strconv.Itoa(i)
 		first := sluice.Request{Key: key, Limit: nary, Cost: 3, Time: T0}

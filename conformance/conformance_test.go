@@ -165,7 +165,7 @@ func TestAllOrNothing(t *testing.T) {
 				}
 			}
 			// The user level was charged once (by the first call) only.
-			want := algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * time.Second}
+			want := algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second}
 			if res[0] != want {
 				t.Fatalf("user level after denied trades: %s, want %s", conformance.Format(res[0]), conformance.Format(want))
 			}

@@ -74,8 +74,8 @@ func BenchmarkMiddleware(b *testing.B) {
 
 	stub := stubChecker{d: sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{
 		Pattern: "api/*", Key: "api:192.0.2.7",
-		Spec:   algo.Spec{Algorithm: algo.NameGCRA, Burst: 15, Count: 30, Period: algo.Duration(time.Minute)},
-		Result: algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * time.Second},
+		Limit:  algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
+		Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second},
 	}}}}
 	stub.d.Summary = sluice.Summarize(stub.d.Levels)
 	b.Run("stub", func(b *testing.B) {
@@ -113,8 +113,8 @@ func TestMiddlewareAllocs(t *testing.T) {
 	}
 	stub := stubChecker{d: sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{
 		Pattern: "api/*", Key: "api:192.0.2.7",
-		Spec:   algo.Spec{Algorithm: algo.NameGCRA, Burst: 15, Count: 30, Period: algo.Duration(time.Minute)},
-		Result: algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * time.Second},
+		Limit:  algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
+		Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second},
 	}}}}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 	r, _ := http.NewRequest("GET", "http://example.com/hello", nil)

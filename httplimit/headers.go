@@ -1,15 +1,11 @@
 package httplimit
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/httplimit/internal/sf"
+	"github.com/sluicehq/sluice/headers"
 )
 
 // HeaderStyle selects the rate-limit headers a Limiter sends.
@@ -103,22 +99,22 @@ func (l *Limiter) setHeaders(h http.Header, d *sluice.Decision, vals *[4]string)
 		switch l.opts.Headers {
 		case DraftHeaders:
 			var policyEnd int
-			b, policyEnd = AppendDraftFields(b, d.Levels)
+			b, policyEnd = headers.AppendDraftFields(b, d.Levels)
 			ends[n], names[n] = policyEnd, hdrPolicy
 			n++
 			ends[n], names[n] = len(b), hdrRateLimit
 			n++
 		case LegacyHeaders:
 			s := d.Summary
-			b = strconv.AppendInt(b, s.Limit, 10)
+			b = strconv.AppendInt(b, s.Quota, 10)
 			ends[n], names[n] = len(b), hdrLimit
 			n++
 			b = strconv.AppendInt(b, max(s.Remaining, 0), 10)
 			ends[n], names[n] = len(b), hdrRemaining
 			n++
-			reset := ceilSeconds(s.ResetAfter)
+			reset := headers.CeilSeconds(s.ResetAfter)
 			if !d.Allowed && s.RetryAfter > 0 {
-				reset = retrySeconds(s.RetryAfter)
+				reset = headers.RetrySeconds(s.RetryAfter)
 			}
 			b = strconv.AppendInt(b, reset, 10)
 			ends[n], names[n] = len(b), hdrReset
@@ -126,7 +122,7 @@ func (l *Limiter) setHeaders(h http.Header, d *sluice.Decision, vals *[4]string)
 		}
 	}
 	if !d.Allowed && d.Summary.RetryAfter > 0 {
-		b = strconv.AppendInt(b, retrySeconds(d.Summary.RetryAfter), 10)
+		b = strconv.AppendInt(b, headers.RetrySeconds(d.Summary.RetryAfter), 10)
 		ends[n], names[n] = len(b), hdrRetryAfter
 		n++
 	}
@@ -141,246 +137,5 @@ func (l *Limiter) setHeaders(h http.Header, d *sluice.Decision, vals *[4]string)
 		start = ends[i]
 	}
 }
-
-// Parameters with their keys, checked once against RFC 9651's key syntax
-// so that the hot path can append them as they are.
-var (
-	paramQ = param("q")
-	paramW = param("w")
-	paramR = param("r")
-	paramT = param("t")
-)
-
-func param(key string) string {
-	if err := sf.ValidKey(key); err != nil {
-		panic(err)
-	}
-	return ";" + key + "="
-}
-
-// maxNamed is how many level names AppendDraftFields remembers from the first
-// List to copy into the second; deeper levels are encoded again.
-const maxNamed = 8
-
-// AppendDraftFields appends the RateLimit-Policy List of the enforced
-// (non-shadow) levels, then their RateLimit List, and returns b and where
-// the first ends; it appends nothing when no level is enforced. It is the
-// encoding of DraftHeaders, exported so that other front ends (sluice
-// serve's HTTP and gRPC answers) send the same fields. Each name is
-// encoded once and copied.
-func AppendDraftFields(b []byte, levels []sluice.Level) ([]byte, int) {
-	var names [maxNamed][2]int
-	n := 0
-	for i := range levels {
-		lv := &levels[i]
-		if lv.Shadow {
-			continue
-		}
-		if n > 0 {
-			b = append(b, ", "...)
-		}
-		start := len(b)
-		b = appendName(b, lv)
-		if n < maxNamed {
-			names[n] = [2]int{start, len(b)}
-		}
-		n++
-		b = append(b, paramQ...)
-		b = strconv.AppendInt(b, clampInt(lv.Result.Limit), 10)
-		if w := window(lv.Spec, lv.Result.Limit); w > 0 {
-			b = append(b, paramW...)
-			b = strconv.AppendInt(b, clampInt(max(ceilSeconds(w), 1)), 10)
-		}
-	}
-	policyEnd := len(b)
-	n = 0
-	for i := range levels {
-		lv := &levels[i]
-		if lv.Shadow {
-			continue
-		}
-		if n > 0 {
-			b = append(b, ", "...)
-		}
-		if n < maxNamed {
-			b = append(b, b[names[n][0]:names[n][1]]...)
-		} else {
-			b = appendName(b, lv)
-		}
-		n++
-		b = append(b, paramR...)
-		b = strconv.AppendInt(b, clampInt(lv.Result.Remaining), 10)
-		b = append(b, paramT...)
-		b = strconv.AppendInt(b, clampInt(levelReset(lv.Result)), 10)
-	}
-	return b, policyEnd
-}
-
-// levelReset is a level's t: seconds until it is full again when it
-// allowed the request, or until it admits the request when it denied it.
-func levelReset(r algo.Result) int64 {
-	if r.Allowed || r.RetryAfter <= 0 { // Never, or unknown
-		return ceilSeconds(r.ResetAfter)
-	}
-	return retrySeconds(r.RetryAfter)
-}
-
-// LevelName returns the name a level goes by in the RateLimit fields and
-// in problem details: see DraftHeaders.
-func LevelName(lv *sluice.Level) string {
-	var nb [128]byte
-	return string(appendRawName(nb[:0], lv))
-}
-
-// appendName appends a level's name as a String.
-func appendName(b []byte, lv *sluice.Level) []byte {
-	if plainName(lv.Pattern) {
-		b = append(b, '"')
-		b = append(b, lv.Pattern...)
-		b = append(b, limitIndex(lv.Key)...) // '#' and digits
-		return append(b, '"')
-	}
-	var nb [128]byte
-	b, _ = sf.AppendString(b, appendRawName(nb[:0], lv)) // printable ASCII by construction
-	return b
-}
-
-// plainName reports whether a pattern goes into a String as it is: no
-// byte to percent-encode and none to escape.
-func plainName(p string) bool {
-	for i := 0; i < len(p); i++ {
-		if c := p[i]; c < 0x20 || c > 0x7e || c == '%' || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
-
-// appendRawName appends a level's name: its pattern with bytes outside
-// printable ASCII, and '%', percent-encoded, and its limit index.
-func appendRawName(b []byte, lv *sluice.Level) []byte {
-	for i := 0; i < len(lv.Pattern); i++ {
-		c := lv.Pattern[i]
-		if c < 0x20 || c > 0x7e || c == '%' {
-			const hex = "0123456789ABCDEF"
-			b = append(b, '%', hex[c>>4], hex[c&15])
-			continue
-		}
-		b = append(b, c)
-	}
-	return append(b, limitIndex(lv.Key)...)
-}
-
-// limitIndex returns the "#i" that ends the key of a node's limit when the
-// node has several (sluice.Key escapes '#' inside segments), or "".
-func limitIndex(key string) string {
-	i := strings.LastIndexByte(key, '#')
-	if i < 0 || i == len(key)-1 {
-		return ""
-	}
-	for j := i + 1; j < len(key); j++ {
-		if key[j] < '0' || key[j] > '9' {
-			return ""
-		}
-	}
-	return key[i:]
-}
-
-// window returns the time in which a level's algorithm grants its quota
-// (see DraftHeaders), or 0 when it is unknown.
-func window(s algo.Spec, limit int64) time.Duration {
-	switch s.Algorithm {
-	case algo.NameGCRA:
-		if s.Count <= 0 {
-			return 0
-		}
-		t := algo.Micros(time.Duration(s.Period)) / s.Count
-		return time.Duration(t*(s.Burst+1)) * time.Microsecond
-	case algo.NameTokenBucket:
-		if s.Rate <= 0 {
-			return 0
-		}
-		t := algo.Micros(time.Duration(s.Per)) / s.Rate
-		return time.Duration(t*s.Burst) * time.Microsecond
-	case algo.NameFixedWindow:
-		return time.Duration(s.Window)
-	case algo.NameGate:
-		return time.Duration(s.Interval)
-	case algo.NameSlidingLog, algo.NameWindowCounter:
-		for _, l := range s.Limits {
-			if l.Limit == limit {
-				return time.Duration(l.Window)
-			}
-		}
-		if len(s.Limits) > 0 {
-			return time.Duration(s.Limits[0].Window)
-		}
-		return time.Duration(s.MinGap)
-	}
-	return genericWindow(s, limit)
-}
-
-// genericWindow reads the window of an algorithm this package does not
-// know by name from the spec's serialized fields. It costs a JSON round
-// trip, so algorithms in wide use belong in window's switch.
-func genericWindow(s algo.Spec, limit int64) time.Duration {
-	raw, err := json.Marshal(s)
-	if err != nil {
-		return 0
-	}
-	var f struct {
-		Window   algo.Duration `json:"window"`
-		Interval algo.Duration `json:"interval"`
-		MinGap   algo.Duration `json:"min_gap"`
-		Limits   []struct {
-			Limit  int64         `json:"limit"`
-			Window algo.Duration `json:"window"`
-		} `json:"limits"`
-	}
-	if json.Unmarshal(raw, &f) != nil {
-		return 0
-	}
-	switch {
-	case f.Window > 0:
-		return time.Duration(f.Window)
-	case len(f.Limits) > 0:
-		for _, e := range f.Limits {
-			if e.Limit == limit {
-				return time.Duration(e.Window)
-			}
-		}
-		return time.Duration(f.Limits[0].Window)
-	case f.Interval > 0:
-		return time.Duration(f.Interval)
-	}
-	return time.Duration(f.MinGap)
-}
-
-// ceilSeconds rounds d up to whole seconds; 0 for d <= 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
-// retrySeconds is a Retry-After: d rounded up to whole seconds, at least 1.
-func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
-
-// RetryAfterSeconds is the Retry-After of a denied result: its RetryAfter
-// rounded up to whole seconds, at least 1; ok is false when the cost can
-// never be admitted (Never), where no Retry-After is sent.
-func RetryAfterSeconds(r algo.Result) (secs int64, ok bool) {
-	if r.RetryAfter <= 0 {
-		return 0, false
-	}
-	return retrySeconds(r.RetryAfter), true
-}
-
-func clampInt(v int64) int64 { return min(max(v, 0), sf.MaxInteger) }
 
 func itoa(v int) string { return strconv.Itoa(v) }

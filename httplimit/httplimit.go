@@ -63,6 +63,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/ratelog"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -142,8 +144,7 @@ type Limiter struct {
 	timeout time.Duration
 
 	storeErrors atomic.Uint64
-	lastLog     atomic.Int64 // unix ns of the last logged store error
-	unlogged    atomic.Uint64
+	logEvery    ratelog.Limiter // store errors: one line a second
 }
 
 // New returns a Limiter that checks requests with c. It panics if c is nil.
@@ -284,10 +285,8 @@ func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, next http.Handl
 // logFailure logs a store failure, at most once a second, reporting how
 // many were left out since the last line.
 func (l *Limiter) logFailure(r *http.Request, err error) {
-	now := time.Now().UnixNano()
-	last := l.lastLog.Load()
-	if now-last < int64(time.Second) || !l.lastLog.CompareAndSwap(last, now) {
-		l.unlogged.Add(1)
+	unlogged, ok := l.logEvery.Allow(time.Now())
+	if !ok {
 		return
 	}
 	lg := l.opts.Logger
@@ -301,7 +300,7 @@ func (l *Limiter) logFailure(r *http.Request, err error) {
 	lg.LogAttrs(r.Context(), slog.LevelError, "httplimit: rate-limit check failed",
 		slog.String("policy", policy),
 		slog.String("error", err.Error()),
-		slog.Uint64("unlogged", l.unlogged.Swap(0)),
+		slog.Uint64("unlogged", unlogged),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path))
 }

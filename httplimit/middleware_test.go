@@ -17,7 +17,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/httplimit/internal/sf"
+	"github.com/sluicehq/sluice/internal/sf"
 )
 
 // step is one request of a known trace and the response it must get.
@@ -370,63 +370,53 @@ func TestHeaderKeyFallback(t *testing.T) {
 	}
 }
 
-// TestLevelNames covers names outside printable ASCII, '%', quotes and
-// limit indexes.
-func TestLevelNames(t *testing.T) {
+// TestWindows checks q and w for every algorithm, and for a limit
+// defined outside package algo, which answers Quota for itself, through a
+// stub checker.
+func TestWindows(t *testing.T) {
+	dur := func(d time.Duration) algo.Duration { return algo.Duration(d) }
 	for _, tc := range []struct {
-		pattern, key, want string
+		limit algo.Limit
+		quota int64
+		want  string
 	}{
-		{"user/*", "user:alex", "user/*"},
-		{"user/*/trade", "user:alex:trade#1", "user/*/trade#1"},
-		{"user/*/trade", "user:al%23ex:trade", "user/*/trade"},
-		{"user/*/trade", "user:alex:trade#x", "user/*/trade"},
-		{"café/*", "caf%C3%A9:x", "caf%C3%A9/*"},
-		{"100%", "100%25", "100%25"},
-		{`a"b\c`, "k", `a"b\c`},
-		{"tab\there", "k", "tab%09here"},
+		{build(t, algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: dur(time.Minute)}), 16, `"p";q=16;w=32`},
+		{build(t, algo.Spec{Algorithm: "gcra", Burst: 5, Count: 10, Period: dur(time.Second)}), 6, `"p";q=6;w=1`},
+		{build(t, algo.Spec{Algorithm: "gcra", Burst: 0, Count: 1, Period: dur(90 * time.Second)}), 1, `"p";q=1;w=90`},
+		{build(t, algo.Spec{Algorithm: "token_bucket", Burst: 10, Rate: 10, Per: dur(time.Minute)}), 10, `"p";q=10;w=60`},
+		{build(t, algo.Spec{Algorithm: "token_bucket", Burst: 1, Rate: 3, Per: dur(time.Second)}), 1, `"p";q=1;w=1`},
+		{build(t, algo.Spec{Algorithm: "fixed_window", Limit: 1000, Window: dur(time.Hour)}), 1000, `"p";q=1000;w=3600`},
+		{build(t, algo.Spec{Algorithm: "fixed_window", Limit: 7, Window: dur(1500 * time.Millisecond)}), 7, `"p";q=7;w=2`},
+		{build(t, algo.Spec{Algorithm: "gate", Interval: dur(10 * time.Second)}), 1, `"p";q=1;w=10`},
+		{build(t, algo.Spec{Algorithm: "sliding_log", Limits: algo.WindowSpecs{{Limit: 10, Window: dur(time.Second)}, {Limit: 100, Window: dur(time.Minute)}}}), 10, `"p";q=10;w=1`},
+		{build(t, algo.Spec{Algorithm: "window_counter", Limits: algo.WindowSpecs{{Limit: 1000, Window: dur(time.Hour)}, {Limit: 100, Window: dur(time.Minute)}}}), 100, `"p";q=100;w=60`},
+		{build(t, algo.Spec{Algorithm: "sliding_log", MinGap: dur(5 * time.Second), Limits: algo.WindowSpecs{{Limit: 1, Window: dur(5 * time.Second)}}}), 1, `"p";q=1;w=5`},
+		// A limit from outside package algo, and a level with no limit
+		// (a user script's).
+		{futureLimit{algo.FixedWindow{Limit: 7, Window: 30 * time.Second}}, 7, `"p";q=7;w=30`},
+		{nil, 42, `"p";q=42`},
 	} {
-		lv := &sluice.Level{Pattern: tc.pattern, Key: tc.key}
-		if got := httplimit.LevelName(lv); got != tc.want {
-			t.Errorf("LevelName(%q, %q) = %q, want %q", tc.pattern, tc.key, got, tc.want)
+		st := stubChecker{d: sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{
+			Pattern: "p", Key: "k", Limit: tc.limit,
+			Result: algo.Result{Allowed: true, Quota: tc.quota, Remaining: tc.quota},
+		}}}}
+		w := do(httplimit.New(st, httplimit.Options{}).Wrap(okHandler), "GET", "/", nil, "")
+		if got := w.Header().Get("RateLimit-Policy"); got != tc.want {
+			t.Errorf("%+v: got %s, want %s", tc.limit, got, tc.want)
 		}
 	}
 }
 
-// TestWindows checks q and w for every algorithm, including ones this
-// package knows only by their serialized fields, through a stub checker.
-func TestWindows(t *testing.T) {
-	dur := func(d time.Duration) algo.Duration { return algo.Duration(d) }
-	for _, tc := range []struct {
-		spec  algo.Spec
-		limit int64
-		want  string
-	}{
-		{algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: dur(time.Minute)}, 16, `"p";q=16;w=32`},
-		{algo.Spec{Algorithm: "gcra", Burst: 5, Count: 10, Period: dur(time.Second)}, 6, `"p";q=6;w=1`},
-		{algo.Spec{Algorithm: "gcra", Burst: 0, Count: 1, Period: dur(90 * time.Second)}, 1, `"p";q=1;w=90`},
-		{algo.Spec{Algorithm: "token_bucket", Burst: 10, Rate: 10, Per: dur(time.Minute)}, 10, `"p";q=10;w=60`},
-		{algo.Spec{Algorithm: "token_bucket", Burst: 1, Rate: 3, Per: dur(time.Second)}, 1, `"p";q=1;w=1`},
-		{algo.Spec{Algorithm: "fixed_window", Limit: 1000, Window: dur(time.Hour)}, 1000, `"p";q=1000;w=3600`},
-		{algo.Spec{Algorithm: "fixed_window", Limit: 7, Window: dur(1500 * time.Millisecond)}, 7, `"p";q=7;w=2`},
-		{algo.Spec{Algorithm: "gate", Interval: dur(10 * time.Second)}, 1, `"p";q=1;w=10`},
-		{algo.Spec{Algorithm: "sliding_log", Limits: algo.WindowSpecs{{Limit: 10, Window: dur(time.Second)}, {Limit: 100, Window: dur(time.Minute)}}}, 10, `"p";q=10;w=1`},
-		{algo.Spec{Algorithm: "window_counter", Limits: algo.WindowSpecs{{Limit: 1000, Window: dur(time.Hour)}, {Limit: 100, Window: dur(time.Minute)}}}, 100, `"p";q=100;w=60`},
-		{algo.Spec{Algorithm: "sliding_log", MinGap: dur(5 * time.Second)}, 1, `"p";q=1;w=5`},
-		// Algorithms known only by their serialized fields.
-		{algo.Spec{Algorithm: "future", Limit: 7, Window: dur(30 * time.Second)}, 7, `"p";q=7;w=30`},
-		{algo.Spec{Algorithm: "future", Limits: algo.WindowSpecs{{Limit: 5, Window: dur(time.Minute)}, {Limit: 3, Window: dur(time.Second)}}}, 3, `"p";q=3;w=1`},
-		{algo.Spec{Algorithm: "future", Interval: dur(2 * time.Second)}, 1, `"p";q=1;w=2`},
-		{algo.Spec{Algorithm: "mystery"}, 42, `"p";q=42`},
-	} {
-		st := stubChecker{d: sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{
-			Pattern: "p", Key: "k", Spec: tc.spec,
-			Result: algo.Result{Allowed: true, Limit: tc.limit, Remaining: tc.limit},
-		}}}}
-		w := do(httplimit.New(st, httplimit.Options{}).Wrap(okHandler), "GET", "/", nil, "")
-		if got := w.Header().Get("RateLimit-Policy"); got != tc.want {
-			t.Errorf("%+v: got %s, want %s", tc.spec, got, tc.want)
-		}
+// futureLimit is an algorithm defined outside package algo.
+type futureLimit struct{ algo.FixedWindow }
+
+func build(t *testing.T, s algo.Spec) algo.Limit {
+	t.Helper()
+	l, err := s.Build()
+	if err != nil {
+		t.Fatal(err)
 	}
+	return l
 }
 
 // stubChecker answers every check with a copy of d.

@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/internal/jsonenc"
+	"github.com/sluicehq/sluice/internal/problem"
 )
 
 // QuotaExceededType is the problem type URI of draft-ietf-httpapi-
@@ -43,7 +45,7 @@ const quotaExceededTitle = "Request cannot be satisfied as assigned quota has be
 // problem.
 func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
 	if !d.Matched {
-		writeProblem(w, http.StatusForbidden, "about:blank", "Forbidden",
+		problem.Write(w, http.StatusForbidden, "about:blank", "Forbidden",
 			"The request matches no rate-limit policy, and requests that match none are denied.", nil)
 		return
 	}
@@ -70,16 +72,16 @@ func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
 			}
 			first = false
 			var nb [128]byte
-			b = appendJSONString(b, appendRawName(nb[:0], lv))
+			b = jsonenc.AppendString(b, headers.AppendLevelName(nb[:0], lv))
 		}
 		b = append(b, ']')
-		if binding != nil && binding.Result.Limit > 0 {
+		if binding != nil && binding.Result.Quota > 0 {
 			b = append(b, `,"limit":`...)
-			b = strconv.AppendInt(b, binding.Result.Limit, 10)
+			b = strconv.AppendInt(b, binding.Result.Quota, 10)
 		}
 		if d.Summary.RetryAfter > 0 {
 			b = append(b, `,"retry_after":`...)
-			b = strconv.AppendInt(b, retrySeconds(d.Summary.RetryAfter), 10)
+			b = strconv.AppendInt(b, headers.RetrySeconds(d.Summary.RetryAfter), 10)
 		}
 		return b
 	}
@@ -90,14 +92,14 @@ func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
 		if binding != nil {
 			detail = append(detail, " of "...)
 			var nb [128]byte
-			detail = append(detail, appendRawName(nb[:0], binding)...)
+			detail = append(detail, headers.AppendLevelName(nb[:0], binding)...)
 		}
 		detail = append(detail, " and can never be admitted."...)
 	case d.Summary.RetryAfter == 0: // unknown (a script that sends no Retry-After)
 		detail = append(detail, "Quota exceeded."...)
 	default:
 		detail = append(detail, "Quota exceeded: retry in "...)
-		s := retrySeconds(d.Summary.RetryAfter)
+		s := headers.RetrySeconds(d.Summary.RetryAfter)
 		detail = strconv.AppendInt(detail, s, 10)
 		if s == 1 {
 			detail = append(detail, " second."...)
@@ -105,7 +107,7 @@ func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
 			detail = append(detail, " seconds."...)
 		}
 	}
-	writeProblem(w, http.StatusTooManyRequests, QuotaExceededType, quotaExceededTitle, string(detail), ext)
+	problem.Write(w, http.StatusTooManyRequests, QuotaExceededType, quotaExceededTitle, string(detail), ext)
 }
 
 // longerWait reports whether a denial with retry a holds a request back
@@ -126,66 +128,12 @@ func BadRequest(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, ErrNoKey) {
 		detail = err.Error()
 	}
-	writeProblem(w, http.StatusBadRequest, "about:blank", "Bad Request", detail, nil)
+	problem.Write(w, http.StatusBadRequest, "about:blank", "Bad Request", detail, nil)
 }
 
 // Unavailable answers 503 Service Unavailable with an about:blank
 // problem+json body: what FailClosed sends when a check fails.
 func Unavailable(w http.ResponseWriter, r *http.Request) {
-	writeProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
+	problem.Write(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
 		"The rate limiter is unavailable.", nil)
-}
-
-// writeProblem writes an RFC 9457 problem+json response; ext, if set,
-// appends extension members (each starting with a comma).
-func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, ext func([]byte) []byte) {
-	b := make([]byte, 0, 512)
-	b = append(b, `{"type":`...)
-	b = appendJSONString(b, typ)
-	b = append(b, `,"title":`...)
-	b = appendJSONString(b, title)
-	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, `,"detail":`...)
-	b = appendJSONString(b, detail)
-	if ext != nil {
-		b = ext(b)
-	}
-	b = append(b, "}\n"...)
-	h := w.Header()
-	h["Content-Type"] = []string{"application/problem+json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	h["X-Content-Type-Options"] = []string{"nosniff"}
-	w.WriteHeader(status)
-	w.Write(b)
-}
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
-// U+FFFD, as encoding/json does.
-func appendJSONString[S ~string | ~[]byte](b []byte, s S) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
 }

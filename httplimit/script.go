@@ -429,7 +429,7 @@ func (l *Limiter) serveScript(w http.ResponseWriter, r *http.Request, next http.
 		Allowed: rep.Allow,
 		Matched: true,
 		Summary: res,
-		Levels:  []sluice.Level{{Pattern: sl.s.name, Key: k, Spec: algo.Spec{Algorithm: "lua"}, Result: res}},
+		Levels:  []sluice.Level{{Pattern: sl.s.name, Key: k, Result: res}},
 	}
 	if l.opts.OnDecision != nil {
 		l.opts.OnDecision(r, d)

@@ -10,69 +10,191 @@ import (
 	"github.com/sluicehq/sluice/algo"
 )
 
-// Checker checks request paths against the policy a Holder holds, on a
-// store: every limit on the path in one all-or-nothing DecideAll (one
-// script call per Redis slot involved).
+// Checker decides request paths against the policy a Holder holds, on a
+// store: every limit the paths hit in one all-or-nothing DecideAll (one
+// script call per Redis slot involved). It is the one way Sluice decides a
+// path: the service's HTTP and gRPC APIs, its admin peek, sluice replay
+// and the httplimit middleware all go through it.
 type Checker struct {
 	Policy *Holder
 	Store  sluice.Store
 }
 
-// Check decides a request for path at the store's clock; see CheckAt.
+// Query is what Checker.Decide decides: one or more paths at one time,
+// all or nothing.
+type Query struct {
+	// Time is the time of the decision; the zero Time is the store's
+	// clock.
+	Time time.Time
+	// Paths are the paths to decide together.
+	Paths []PathQuery
+}
+
+// PathQuery is one path of a Query, and, after Decide, what it hit.
+type PathQuery struct {
+	// Path is the request path, such as ["user", "alex", "trade"].
+	Path []string
+	// Cost is what the path consumes at each limit it hits; 0 peeks.
+	Cost int64
+	// Exact limits the path by the limits of the one node its whole path
+	// reaches, as Envoy's rate limit service matches a descriptor, rather
+	// than by every node with limits on its walk. A path whose walk stops
+	// early, or reaches an unlimited node, hits nothing.
+	Exact bool
+
+	// Match is the walk's outcome, set by Decide. Its Hits are the nodes
+	// the path is limited by. With Exact they are at most the last one,
+	// and Unmatched reports that the whole path reached neither a node
+	// with limits nor an unlimited node.
+	Match Match
+	// Levels are the path's levels in the Decision, set by Decide: one per
+	// limit of each hit, from the root down. Paths of one Query that hit
+	// the same limit key share its state and its result, and the costs of
+	// all of them are added.
+	Levels []sluice.Level
+}
+
+// Check decides a request for path of the given cost at the store's
+// clock; see CheckAt.
 func (c *Checker) Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
 	return c.CheckAt(ctx, time.Time{}, path, cost, d)
 }
 
 // CheckAt decides a request for path of the given cost at time t (the zero
-// Time for the store's clock) and fills d, reusing the capacity of
-// d.Levels. A request that matches no level is allowed, or denied with
-// RetryAfter Never when the policy says unmatched: deny; its shadow levels
-// are still checked and reported.
+// Time for the store's clock) against every node with limits on its walk,
+// and fills d, reusing the capacity of d.Levels. A request that matches no
+// level is allowed, or denied with RetryAfter Never when the policy says
+// unmatched: deny; its shadow levels are still checked and reported.
 func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost int64, d *sluice.Decision) error {
-	if cost < 0 {
-		return fmt.Errorf("policy: %w: negative cost %d", sluice.ErrBadRequest, cost)
+	q := queryPool.Get().(*Query)
+	defer queryPool.Put(q)
+	q.Time = t
+	q.Paths = q.Paths[:1]
+	pq := &q.Paths[0]
+	*pq = PathQuery{Path: path, Cost: cost, Match: Match{Hits: pq.Match.Hits}}
+	err := c.Decide(ctx, q, d)
+	clear(pq.Match.Hits)
+	*pq = PathQuery{Match: Match{Hits: pq.Match.Hits[:0]}}
+	return err
+}
+
+var queryPool = sync.Pool{New: func() any { return &Query{Paths: make([]PathQuery, 1)} }}
+
+// Decide decides every path of q together, all or nothing, and fills d
+// (reusing the capacity of d.Levels) and each path's Match and Levels. d
+// is allowed when every enforced level allowed and no path is unmatched
+// under unmatched: deny; its Summary folds every level (sluice.Summarize),
+// or is a denial with RetryAfter Never when a path is unmatched under
+// unmatched: deny. Matched is false when some path matched no policy.
+// A negative cost is an error wrapping sluice.ErrBadRequest; a store
+// failure is returned as the store gave it, and the paths' Match is set.
+func (c *Checker) Decide(ctx context.Context, q *Query, d *sluice.Decision) error {
+	for i := range q.Paths {
+		if cost := q.Paths[i].Cost; cost < 0 {
+			return fmt.Errorf("policy: %w: negative cost %d", sluice.ErrBadRequest, cost)
+		}
 	}
 	p := c.Policy.Load()
 	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
-	sc.reqs, sc.levels = sc.reqs[:0], sc.levels[:0]
-	var m Match
-	p.walk(path, &m, func(n *node, key, tag string) {
-		for j, l := range n.limits {
-			sc.reqs = append(sc.reqs, sluice.Request{Key: limitKey(key, j, len(n.limits)), Tag: tag, Limit: l.limit, Cost: cost, Time: t, Shadow: n.shadow})
-			sc.levels = append(sc.levels, sluice.Level{Pattern: n.pattern, Spec: l.spec, Shadow: n.shadow})
+	defer sc.release()
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		pq.Match = Match{Hits: pq.Match.Hits[:0]}
+		p.walk(pq.Path, &pq.Match, func(n *node, seg int, key, tag string) {
+			if !pq.Exact || seg == len(pq.Path)-1 {
+				pq.Match.Hits = append(pq.Match.Hits, Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Limits: n.limits})
+			}
+		})
+		if pq.Exact {
+			m := &pq.Match
+			if m.Depth != len(pq.Path) {
+				m.Hits, m.Unlimited = m.Hits[:0], false // the walk stopped early
+			} else if m.Unlimited {
+				m.Hits = m.Hits[:0]
+			}
+			m.Unmatched = len(m.Hits) == 0 && !m.Unlimited
 		}
-	})
-	d.Matched = !m.Unmatched
-	d.Levels = d.Levels[:0]
+		sc.add(pq, q.Time, len(q.Paths) > 1)
+	}
+
 	pass := true
 	if len(sc.reqs) > 0 {
 		sc.results = append(sc.results[:0], make([]algo.Result, len(sc.reqs))...)
 		var err error
 		if pass, err = c.Store.DecideAll(ctx, sc.reqs, sc.results); err != nil {
-			clear(sc.reqs) // drop references to keys and limits
 			return err
 		}
-		for i, lv := range sc.levels {
-			lv.Key, lv.Result = sc.reqs[i].Key, sc.results[i]
-			d.Levels = append(d.Levels, lv)
+	}
+	d.Levels = d.Levels[:0]
+	d.Matched = true
+	deny := false
+	k := 0
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		start := len(d.Levels)
+		for h := range pq.Match.Hits {
+			hit := &pq.Match.Hits[h]
+			for _, l := range hit.Limits {
+				r := sc.index[k]
+				k++
+				d.Levels = append(d.Levels, sluice.Level{Pattern: hit.Pattern, Key: sc.reqs[r].Key, Limit: l, Shadow: hit.Shadow, Result: sc.results[r]})
+			}
 		}
-		clear(sc.reqs)
+		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]
+		if pq.Match.Unmatched {
+			d.Matched = false
+			deny = deny || p.DenyUnmatched()
+		}
 	}
 	d.Summary = sluice.Summarize(d.Levels)
-	d.Allowed = pass
-	if m.Unmatched && p.DenyUnmatched() {
-		d.Allowed = false
+	d.Allowed = pass && !deny
+	if deny {
 		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
 	}
 	return nil
 }
 
-// scratch holds a check's buffers between checks.
+// scratch holds a decision's buffers between decisions.
 type scratch struct {
 	reqs    []sluice.Request
 	results []algo.Result
-	levels  []sluice.Level
+	// index[k] is the request of the k-th limit over every path's hits.
+	index []int
+	// byKey finds the request of a limit key, when several paths may
+	// share one.
+	byKey map[string]int
+}
+
+// add appends the requests of a path's hits; with merge, a limit key
+// already requested adds its cost to that request.
+func (sc *scratch) add(pq *PathQuery, t time.Time, merge bool) {
+	for h := range pq.Match.Hits {
+		hit := &pq.Match.Hits[h]
+		for j, l := range hit.Limits {
+			key := hit.LimitKey(j)
+			if merge {
+				if r, ok := sc.byKey[key]; ok {
+					sc.reqs[r].Cost += pq.Cost
+					sc.index = append(sc.index, r)
+					continue
+				}
+				if sc.byKey == nil {
+					sc.byKey = map[string]int{}
+				}
+				sc.byKey[key] = len(sc.reqs)
+			}
+			sc.index = append(sc.index, len(sc.reqs))
+			sc.reqs = append(sc.reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: l, Cost: pq.Cost, Time: t, Shadow: hit.Shadow})
+		}
+	}
+}
+
+// release drops the references the scratch holds and pools it.
+func (sc *scratch) release() {
+	clear(sc.reqs)
+	sc.reqs, sc.results, sc.index = sc.reqs[:0], sc.results[:0], sc.index[:0]
+	clear(sc.byKey)
+	scratchPool.Put(sc)
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

@@ -81,7 +81,7 @@ func TestCheckSeedScenario(t *testing.T) {
 			if !d.Levels[0].Result.Allowed || d.Levels[0].Result.Remaining != 10 {
 				t.Fatalf("user level on a denied trade: %+v, want allowed with 10 remaining (not charged)", d.Levels[0].Result)
 			}
-			want := algo.Result{Allowed: false, Limit: 6, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: 12 * time.Second} // user:alex resets last
+			want := algo.Result{Allowed: false, Quota: 6, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: 12 * time.Second} // user:alex resets last
 			if d.Summary != want {
 				t.Fatalf("summary %+v, want %+v", d.Summary, want)
 			}
@@ -93,7 +93,7 @@ func TestCheckSeedScenario(t *testing.T) {
 				}
 			}
 			check("user", "alex", "withdrawal")
-			if d.Allowed || d.Summary.RetryAfter != 2*time.Second || d.Summary.Limit != 16 {
+			if d.Allowed || d.Summary.RetryAfter != 2*time.Second || d.Summary.Quota != 16 {
 				t.Fatalf("11th withdrawal: %+v", d.Summary)
 			}
 			// Bob is untouched; a path matching nothing is allowed, unmatched.

@@ -2,7 +2,6 @@ package policy_test
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/sluicehq/sluice/policy"
 )
@@ -25,7 +24,7 @@ schema:
 	for _, path := range [][]string{{"user", "alex", "trade"}, {"user", "alex", "withdrawal"}, {"order", "1"}} {
 		m := p.Match(path)
 		fmt.Printf("%q unmatched=%v\n", path, m.Unmatched)
-		for _, lv := range m.Levels {
+		for _, lv := range m.Hits {
 			fmt.Printf("  %-13s key %-16s tag %s\n", lv.Pattern, lv.Key, lv.Tag)
 		}
 	}
@@ -38,7 +37,7 @@ schema:
 	// ["order" "1"] unmatched=true
 }
 
-func ExampleMatch_Requests() {
+func ExampleHit_LimitKey() {
 	p, err := policy.Parse("limits.yaml", []byte(`
 schema:
   tigerfeeding:                # 100 per 10 s for everyone together
@@ -54,8 +53,10 @@ schema:
 		return
 	}
 	m := p.Match([]string{"tigerfeeding", "alex"})
-	for _, r := range m.Requests(1, time.Time{}) {
-		fmt.Printf("key %-19s tag %-17s %+v\n", r.Key, r.Tag, r.Limit)
+	for _, h := range m.Hits {
+		for j, l := range h.Limits {
+			fmt.Printf("key %-19s tag %-17s %+v\n", h.LimitKey(j), h.Tag, l)
+		}
 	}
 	// Output:
 	// key tigerfeeding        tag tigerfeeding      {Limit:100 Window:10s}

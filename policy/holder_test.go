@@ -29,7 +29,7 @@ func TestHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := h.Load()
-	if len(first.Match([]string{"user", "alex", "trade"}).Levels) != 2 {
+	if len(first.Match([]string{"user", "alex", "trade"}).Hits) != 2 {
 		t.Fatal("first policy does not match")
 	}
 
@@ -59,7 +59,7 @@ func TestHolder(t *testing.T) {
 					return
 				default:
 				}
-				if n := len(h.Load().Match([]string{"user", "alex", "trade"}).Levels); n != 1 && n != 2 {
+				if n := len(h.Load().Match([]string{"user", "alex", "trade"}).Hits); n != 1 && n != 2 {
 					t.Errorf("%d levels", n)
 					return
 				}

@@ -269,7 +269,12 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow bool) *node 
 	idx := len(l.nodes)
 	l.nodes = append(l.nodes, Node{})
 	if limits != nil {
-		nd.limits = l.limits(limits.value, limits.key, sub(path, "limits"))
+		cs := l.limits(limits.value, limits.key, sub(path, "limits"))
+		nd.limits = make([]algo.Limit, len(cs))
+		nd.specs = make([]algo.Spec, len(cs))
+		for i, c := range cs {
+			nd.limits[i], nd.specs[i] = c.limit, c.spec
+		}
 	}
 	if children != nil {
 		nd.children, nd.star = l.children(children.value, children.key, sub(path, "children"), pattern, nd.shadow)
@@ -284,11 +289,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow bool) *node 
 	case limits == nil && children == nil && !unknown && (unlimited == nil || uok && !nd.unlimited):
 		l.errorf(key, path, "empty node: give it limits, children or unlimited: true")
 	}
-	specs := make([]algo.Spec, len(nd.limits))
-	for i, c := range nd.limits {
-		specs[i] = c.spec
-	}
-	l.nodes[idx] = Node{Pattern: pattern, Specs: specs, Shadow: nd.shadow, Unlimited: nd.unlimited}
+	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited}
 	return nd
 }
 

@@ -73,7 +73,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -94,14 +93,15 @@ type Policy struct {
 // node is one compiled node of the tree.
 type node struct {
 	pattern   string
-	limits    []compiled
+	limits    []algo.Limit // shared by every Hit of the node: read-only
+	specs     []algo.Spec  // the limits as written
 	shadow    bool // the node or an ancestor is shadow
 	unlimited bool
 	children  map[string]*node // named children
 	star      *node            // the "*" child
 }
 
-// compiled is one limit of a node.
+// compiled is one limit of a node as the loader builds it.
 type compiled struct {
 	spec  algo.Spec
 	limit algo.Limit
@@ -123,8 +123,8 @@ type Node struct {
 
 // Match is what a request path hits in a policy.
 type Match struct {
-	// Levels are the nodes with limits on the walk, from the root down.
-	Levels []Level
+	// Hits are the nodes with limits on the walk, from the root down.
+	Hits []Hit
 	// Pattern is the pattern of the deepest node the walk reached, "" when
 	// the first segment matched nothing. It has few distinct values, which
 	// suits it to metrics labels.
@@ -135,42 +135,35 @@ type Match struct {
 	// Unlimited reports whether the walk reached an unlimited node, which
 	// ended it.
 	Unlimited bool
-	// Unmatched reports whether the path matched no policy: no level on
-	// the walk is enforced (there are none, or they are all shadow) and
-	// the walk reached no unlimited node. An unmatched request is allowed
-	// unless Policy.DenyUnmatched; its shadow levels, if any, are still
-	// reported.
+	// Unmatched reports whether the path matched no policy: no hit is
+	// enforced (there are none, or they are all shadow) and the walk
+	// reached no unlimited node. An unmatched request is allowed unless
+	// Policy.DenyUnmatched; its shadow hits, if any, are still reported.
 	Unmatched bool
 }
 
-// Level is one node with limits that a request hits.
-type Level struct {
+// Hit is one node with limits that a request's walk hits.
+type Hit struct {
 	// Pattern is the node's pattern, such as "user/*/trade".
 	Pattern string
-	// Key is the request's key at this level: sluice.Key of the path's
-	// segments down to the level, such as "user:alex:trade".
+	// Key is the request's key at this node: sluice.Key of the path's
+	// segments down to the node, such as "user:alex:trade".
 	Key string
-	// Tag is the Redis Cluster hash tag of the level's keys, a prefix of
+	// Tag is the Redis Cluster hash tag of the node's keys, a prefix of
 	// Key (see the package documentation).
 	Tag string
-	// Shadow reports whether the level's denials are reported but not
+	// Shadow reports whether the node's denials are reported but not
 	// enforced.
 	Shadow bool
-	// Limits are the node's limits, in the order of the file.
-	Limits []Limit
+	// Limits are the node's limits, in the order of the file. The slice is
+	// the policy's own: do not modify it.
+	Limits []algo.Limit
 }
 
-// Limit is one limit of a level.
-type Limit struct {
-	// Key names the state of this limit: the level's Key when the node has
-	// one limit, else the level's Key + "#" + the limit's index from 0
-	// (sluice.Key escapes '#' in segments, so this cannot collide).
-	Key string
-	// Spec is the limit as written in the file. Treat it as read-only.
-	Spec algo.Spec
-	// Limit is the built limit.
-	Limit algo.Limit
-}
+// LimitKey returns the state key of the hit's limit j: Key when the node
+// has one limit, else Key + "#" + j (sluice.Key escapes '#' in segments,
+// so this cannot collide).
+func (h *Hit) LimitKey(j int) string { return limitKey(h.Key, j, len(h.Limits)) }
 
 // Load reads and compiles the policy file at path. An invalid file returns
 // an ErrorList.
@@ -215,26 +208,23 @@ func (p *Policy) Nodes() []Node {
 	return append([]Node(nil), p.nodes...)
 }
 
-// Match walks path from the root and returns the levels it hits. A nil
+// Match walks path from the root and returns the nodes it hits. A nil
 // Policy matches nothing.
 func (p *Policy) Match(path []string) Match {
 	var m Match
-	p.walk(path, &m, func(n *node, key, tag string) {
-		lv := Level{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Limits: make([]Limit, len(n.limits))}
-		for j, l := range n.limits {
-			lv.Limits[j] = Limit{Key: limitKey(key, j, len(n.limits)), Spec: l.spec, Limit: l.limit}
-		}
-		m.Levels = append(m.Levels, lv)
+	p.walk(path, &m, func(n *node, _ int, key, tag string) {
+		m.Hits = append(m.Hits, Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Limits: n.limits})
 	})
 	return m
 }
 
 // walk walks path from the root, calls visit for every node with limits
-// on the way with the level's key and tag, and fills m's Pattern, Depth,
-// Unlimited and Unmatched (not its Levels). The keys are prefixes of one
+// on the way with the index of its segment in path and the node's key and
+// tag, and fills m's Pattern, Depth, Unlimited and Unmatched (not its
+// Hits). The keys are prefixes of one
 // string holding the whole escaped path, so a walk allocates at most that
 // string.
-func (p *Policy) walk(path []string, m *Match, visit func(n *node, key, tag string)) {
+func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, tag string)) {
 	if p == nil {
 		m.Unmatched = true
 		return
@@ -266,9 +256,9 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, key, tag stri
 			continue
 		}
 		if tagged {
-			visit(c, key, tag)
+			visit(c, i, key, tag)
 		} else {
-			visit(c, key, key)
+			visit(c, i, key, key)
 		}
 		enforced = enforced || !c.shadow
 	}
@@ -304,25 +294,4 @@ func limitKey(key string, j, n int) string {
 		return key
 	}
 	return key + "#" + strconv.Itoa(j)
-}
-
-// Requests returns one request per limit of the match's levels, from the
-// root down, each with its limit's Key, its level's Tag and Shadow, and the
-// given cost and time (the zero Time for the store's clock): the input of
-// a store's DecideAll.
-func (m Match) Requests(cost int64, t time.Time) []sluice.Request {
-	n := 0
-	for _, lv := range m.Levels {
-		n += len(lv.Limits)
-	}
-	reqs := make([]sluice.Request, 0, n)
-	for _, lv := range m.Levels {
-		for _, l := range lv.Limits {
-			reqs = append(reqs, sluice.Request{
-				Key: l.Key, Tag: lv.Tag, Limit: l.Limit,
-				Cost: cost, Time: t, Shadow: lv.Shadow,
-			})
-		}
-	}
-	return reqs
 }

@@ -43,11 +43,11 @@ type level struct {
 
 func levels(m policy.Match) []level {
 	var out []level
-	for _, lv := range m.Levels {
+	for _, lv := range m.Hits {
 		l := level{Pattern: lv.Pattern, Key: lv.Key, Tag: lv.Tag, Shadow: lv.Shadow}
-		for _, x := range lv.Limits {
-			l.Keys = append(l.Keys, x.Key)
-			l.Limits = append(l.Limits, x.Limit)
+		for j, x := range lv.Limits {
+			l.Keys = append(l.Keys, lv.LimitKey(j))
+			l.Limits = append(l.Limits, x)
 		}
 		out = append(out, l)
 	}
@@ -76,7 +76,7 @@ func TestSeedScenario(t *testing.T) {
 		t.Errorf("match = %+v", m)
 	}
 	want := algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: algo.Duration(time.Minute)}
-	if got := m.Levels[0].Limits[0].Spec; !reflect.DeepEqual(got, want) {
+	if got := m.Hits[0].Limits[0].Spec(); !reflect.DeepEqual(got, want) {
 		t.Errorf("spec = %+v, want %+v", got, want)
 	}
 
@@ -178,7 +178,7 @@ func TestMultipleLimits(t *testing.T) {
 		t.Errorf("trade level:\n got %+v\nwant %+v", got[1], want)
 	}
 
-	reqs := m.Requests(2, time.Unix(100, 0))
+	reqs := requests(m, 2, time.Unix(100, 0))
 	var keys []string
 	for _, r := range reqs {
 		keys = append(keys, r.Key)
@@ -203,7 +203,7 @@ func TestShadow(t *testing.T) {
 		{"user/*/report", "user:alex:report", "user:alex", true, []string{"user:alex:report"}, []algo.Limit{algo.GCRA{Burst: 1, Count: 1, Period: time.Minute}}},
 		{"user/*/report/pdf", "user:alex:report:pdf", "user:alex", true, []string{"user:alex:report:pdf"}, []algo.Limit{algo.Gate{Interval: 10 * time.Second}}},
 	})
-	reqs := m.Requests(1, time.Time{})
+	reqs := requests(m, 1, time.Time{})
 	if reqs[0].Shadow || !reqs[1].Shadow || !reqs[2].Shadow {
 		t.Errorf("shadow flags: %+v", reqs)
 	}
@@ -215,7 +215,7 @@ func TestShadow(t *testing.T) {
 	// shadow limit does not change which requests are unmatched.
 	p = mustParse(t, "unmatched: deny\nschema:\n  new:\n    shadow: true\n    limits: [1, 1, 1]\n")
 	m = p.Match([]string{"new"})
-	if len(m.Levels) != 1 || !m.Levels[0].Shadow || !m.Unmatched || !p.DenyUnmatched() {
+	if len(m.Hits) != 1 || !m.Hits[0].Shadow || !m.Unmatched || !p.DenyUnmatched() {
 		t.Errorf("shadow-only match = %+v", m)
 	}
 }
@@ -226,12 +226,12 @@ func TestUnlimited(t *testing.T) {
 	if !m.Unlimited || m.Unmatched || m.Pattern != "user/root" || m.Depth != 2 {
 		t.Errorf("root: %+v", m)
 	}
-	if reqs := m.Requests(1, time.Time{}); len(reqs) != 0 {
+	if reqs := requests(m, 1, time.Time{}); len(reqs) != 0 {
 		t.Errorf("requests = %+v", reqs)
 	}
 	// The levels above an unlimited node still apply.
 	m = p.Match([]string{"user", "vip", "trade"})
-	if len(m.Levels) != 1 || m.Levels[0].Pattern != "user/vip" || !m.Unlimited {
+	if len(m.Hits) != 1 || m.Hits[0].Pattern != "user/vip" || !m.Unlimited {
 		t.Errorf("vip trade: %+v", m)
 	}
 }
@@ -262,17 +262,17 @@ func TestEscaping(t *testing.T) {
 	p := mustParse(t, full)
 	alex := p.Match([]string{"user", "alex", "trade"})
 	var honest []string
-	for _, r := range alex.Requests(1, time.Time{}) {
+	for _, r := range requests(alex, 1, time.Time{}) {
 		honest = append(honest, r.Key, r.Tag)
 	}
 	for _, name := range []string{"alex:trade", "alex:trade#0", "{alex}", "a#0", "alex#0", "alex%3Atrade", "alex}", "{user:alex}"} {
 		for _, tail := range [][]string{nil, {"trade"}} {
 			path := append([]string{"user", name}, tail...)
 			m := p.Match(path)
-			if len(m.Levels) == 0 {
+			if len(m.Hits) == 0 {
 				t.Fatalf("Match(%q) = %+v", path, m)
 			}
-			for _, r := range m.Requests(1, time.Time{}) {
+			for _, r := range requests(m, 1, time.Time{}) {
 				for _, s := range honest {
 					if r.Key == s || r.Tag == s {
 						t.Errorf("Match(%q) reaches %q", path, s)
@@ -282,20 +282,20 @@ func TestEscaping(t *testing.T) {
 					t.Errorf("Match(%q): %v", path, err)
 				}
 			}
-			for _, lv := range m.Levels {
+			for _, lv := range m.Hits {
 				if strings.ContainsAny(lv.Key+lv.Tag, "{}#") || strings.Count(lv.Key, ":") != strings.Count(lv.Pattern, "/") {
 					t.Errorf("Match(%q): key %q tag %q not escaped", path, lv.Key, lv.Tag)
 				}
 			}
-			if m.Levels[0].Key != sluice.Key("user", name) {
-				t.Errorf("Match(%q) key = %q, want %q", path, m.Levels[0].Key, sluice.Key("user", name))
+			if m.Hits[0].Key != sluice.Key("user", name) {
+				t.Errorf("Match(%q) key = %q, want %q", path, m.Hits[0].Key, sluice.Key("user", name))
 			}
 		}
 	}
 	// A user named "a" with two limits and a user named "a#0" cannot meet.
 	m2 := mustParse(t, "schema:\n  u:\n    children:\n      \"*\": {limits: [[1, 1, 1], [2, 2, 2]]}\n")
-	a := m2.Match([]string{"u", "a"}).Requests(1, time.Time{})
-	b := m2.Match([]string{"u", "a#0"}).Requests(1, time.Time{})
+	a := requests(m2.Match([]string{"u", "a"}), 1, time.Time{})
+	b := requests(m2.Match([]string{"u", "a#0"}), 1, time.Time{})
 	for _, x := range a {
 		for _, y := range b {
 			if x.Key == y.Key || x.Tag == y.Tag {
@@ -307,7 +307,7 @@ func TestEscaping(t *testing.T) {
 
 func TestNilPolicy(t *testing.T) {
 	var p *policy.Policy
-	if m := p.Match([]string{"a"}); !m.Unmatched || len(m.Levels) != 0 {
+	if m := p.Match([]string{"a"}); !m.Unmatched || len(m.Hits) != 0 {
 		t.Errorf("nil Match = %+v", m)
 	}
 	if p.DenyUnmatched() || p.Name() != "" || p.Nodes() != nil {
@@ -389,7 +389,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Name() != "testdata/limits.yaml" || len(p.Match([]string{"user", "alex", "trade"}).Levels) != 2 {
+	if p.Name() != "testdata/limits.yaml" || len(p.Match([]string{"user", "alex", "trade"}).Hits) != 2 {
 		t.Errorf("Load: %q %+v", p.Name(), p.Match([]string{"user", "alex", "trade"}))
 	}
 	_, err = policy.Load("testdata/missing.yaml")

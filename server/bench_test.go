@@ -63,7 +63,6 @@ func BenchmarkDecidePath(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			p := s.holder.Load()
 			var n atomic.Int64
 			b.SetParallelism(25)
 			b.ReportAllocs()
@@ -73,7 +72,7 @@ func BenchmarkDecidePath(b *testing.B) {
 				path := []string{"user", "", "trade"}
 				for pb.Next() {
 					path[1] = strconv.Itoa(int(n.Add(1) % 1000))
-					if _, err := s.decidePath(context.Background(), p, path, 1, bt); err != nil {
+					if _, err := s.decidePath(context.Background(), path, 1, bt); err != nil {
 						b.Fatal(err)
 					}
 					bt.buf = AppendDecisionJSON(bt.buf[:0], &bt.d, "")

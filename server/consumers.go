@@ -85,7 +85,7 @@ func newConsumerRecorder(be *backend, c ConsumersConfig, dropped prometheus.Coun
 }
 
 // record queues an entry for every level; it never blocks.
-func (r *consumerRecorder) record(levels []policy.Level, cost int64, meta json.RawMessage) {
+func (r *consumerRecorder) record(levels []policy.Hit, cost int64, meta json.RawMessage) {
 	if r.q == nil || len(levels) == 0 {
 		return
 	}

@@ -15,8 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/headers"
 )
 
 // The Envoy rate limit service (envoy.service.ratelimit.v3.RateLimitService,
@@ -80,14 +79,6 @@ func DescriptorPath(domain string, entries []*rlcommon.RateLimitDescriptor_Entry
 	return path
 }
 
-// descriptorMatch is what one descriptor hit.
-type descriptorMatch struct {
-	level     *policy.Level // nil when no node with limits was reached
-	unlimited bool
-	cost      int64
-	first     int // index of its first request in the batch
-}
-
 func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest) (*rlv3.RateLimitResponse, error) {
 	s := g.s
 	s.inflight.Add(1)
@@ -101,12 +92,9 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
-	p := s.holder.Load()
-	ds := make([]descriptorMatch, len(req.Descriptors))
 	b := batchPool.Get().(*batch)
 	defer batchPool.Put(b)
-	b.reqs = b.reqs[:0]
-	byKey := map[string]int(nil) // limit key -> request index, for duplicates
+	q := b.query(len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		if d.GetIsNegativeHits() {
 			s.m.badRequests.WithLabelValues("grpc").Inc()
@@ -120,51 +108,17 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 			}
 			cost = int64(h.GetValue())
 		}
-		ds[i].cost = cost
-		ds[i].first = len(b.reqs)
-		if len(d.GetEntries()) == 0 {
-			continue // Envoy's service limits nothing for an empty descriptor
-		}
-		path := DescriptorPath(req.Domain, d.Entries)
-		m := p.Match(path)
-		if m.Depth != len(path) {
-			continue
-		}
-		if m.Unlimited {
-			ds[i].unlimited = true
-			continue
-		}
-		full := sluice.Key(path...)
-		for j := range m.Levels {
-			if m.Levels[j].Key != full {
-				continue
-			}
-			lv := m.Levels[j]
-			ds[i].level = &lv
-			for _, l := range lv.Limits {
-				if k, dup := byKey[l.Key]; dup {
-					b.reqs[k].Cost += cost
-					continue
-				}
-				if len(req.Descriptors) > 1 {
-					if byKey == nil {
-						byKey = map[string]int{}
-					}
-					byKey[l.Key] = len(b.reqs)
-				}
-				b.reqs = append(b.reqs, sluice.Request{Key: l.Key, Tag: lv.Tag, Limit: l.Limit, Cost: cost, Shadow: lv.Shadow})
-			}
+		pq := &q.Paths[i]
+		pq.Cost, pq.Exact = cost, true
+		if len(d.GetEntries()) > 0 { // Envoy's service limits nothing for an empty descriptor
+			pq.Path = DescriptorPath(req.Domain, d.Entries)
 		}
 	}
 
 	start := time.Now()
-	pass, err := true, error(nil)
-	if n := len(b.reqs); n > 0 {
-		b.results = grow(b.results, n)
-		sctx, cancel := s.storeCtx(ctx)
-		pass, err = s.be.store.DecideAll(sctx, b.reqs, b.results)
-		cancel()
-	}
+	sctx, cancel := s.storeCtx(ctx)
+	err := s.checker.Decide(sctx, q, &b.d)
+	cancel()
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		if isBadRequest(err) {
@@ -178,41 +132,29 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		return g.storeErrorResponse(len(req.Descriptors)), nil
 	}
 
-	resp := &rlv3.RateLimitResponse{Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	resp := &rlv3.RateLimitResponse{Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
 	overall := rlv3.RateLimitResponse_OK
-	if !pass {
+	if !b.d.Allowed {
 		overall = rlv3.RateLimitResponse_OVER_LIMIT
 	}
-	levels := b.d.Levels[:0]
+	denyUnmatched := s.holder.Load().DenyUnmatched()
 	var denied retryAfter // over the enforced descriptors that denied, for Retry-After
-	for i := range ds {
-		dm := &ds[i]
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		mine := pq.Levels
 		switch {
-		case dm.unlimited:
+		case pq.Match.Unlimited:
 			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
-		case dm.level == nil:
+		case len(mine) == 0:
 			st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
-			if p.DenyUnmatched() {
+			if denyUnmatched {
 				st.Code = rlv3.RateLimitResponse_OVER_LIMIT
-				overall = rlv3.RateLimitResponse_OVER_LIMIT
 				denied.add(algo.Never)
 			}
 			resp.Statuses[i] = st
 			continue
 		}
-		lv := dm.level
-		own := len(levels)
-		for _, l := range lv.Limits {
-			k := dm.first
-			if idx, ok := byKey[l.Key]; ok {
-				k = idx
-			} else {
-				dm.first++
-			}
-			levels = append(levels, sluice.Level{Pattern: lv.Pattern, Key: l.Key, Spec: l.Spec, Shadow: lv.Shadow, Result: b.results[k]})
-		}
-		mine := levels[own:]
 		sum := sluice.Summarize(mine)
 		st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 		if !sum.Allowed {
@@ -229,30 +171,30 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 			}
 		}
 		r := mine[best].Result
-		if !lv.Shadow {
+		if !mine[best].Shadow {
 			r.Remaining, r.ResetAfter = sum.Remaining, sum.ResetAfter
 		}
-		st.CurrentLimit = EnvoyLimit(mine[best].Spec, lv.Pattern)
+		st.CurrentLimit = EnvoyLimit(mine[best].Limit, mine[best].Pattern)
 		st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(r.ResetAfter)
 		resp.Statuses[i] = st
 	}
 	resp.OverallCode = overall
-	b.d.Levels = levels
-	s.countLevels(levels)
+	s.countLevels(b.d.Levels)
 	if overall == rlv3.RateLimitResponse_OK {
 		s.m.grpcChecks.allowed.Inc()
 	} else {
 		s.m.grpcChecks.limited.Inc()
 	}
-	pol, rl := appendRateLimitFields(b.buf[:0], levels)
-	if len(pol) > 0 {
+	fields, end := headers.AppendDraftFields(b.buf[:0], b.d.Levels)
+	b.buf = fields[:0]
+	if end > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: headerPolicy, Value: string(pol)},
-			&corev3.HeaderValue{Key: headerRateLimit, Value: string(rl)})
+			&corev3.HeaderValue{Key: headers.Policy, Value: string(fields[:end])},
+			&corev3.HeaderValue{Key: headers.RateLimit, Value: string(fields[end:])})
 	}
 	if overall == rlv3.RateLimitResponse_OVER_LIMIT {
-		if secs, ok := httplimit.RetryAfterSeconds(algo.Result{RetryAfter: denied.d}); ok && denied.any {
+		if secs, ok := headers.RetryAfterSeconds(algo.Result{RetryAfter: denied.d}); ok && denied.any {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
 		}
@@ -320,24 +262,16 @@ func EnvoyUnit(u rlv3.RateLimitResponse_RateLimit_Unit) time.Duration {
 	return 0
 }
 
-// EnvoyLimit expresses a limit's steady rate as Envoy's requests per unit:
-// n per period (fixed_window limit per window, gcra count per period,
-// token_bucket rate per per, gate 1 per interval). A period of exactly
-// one unit gives n per that unit; otherwise the smallest unit in which the
-// rate is a whole number of at least 1, or else the largest unit, rounded
-// down.
-func EnvoyLimit(s algo.Spec, name string) *rlv3.RateLimitResponse_RateLimit {
+// EnvoyLimit expresses a limit's steady rate (algo.Limit.SteadyRate) as
+// Envoy's requests per unit: a period of exactly one unit gives n per that
+// unit; otherwise the smallest unit in which the rate is a whole number of
+// at least 1, or else the largest unit, rounded down. A nil limit (a user
+// script's level) gives a limit with only its name.
+func EnvoyLimit(l algo.Limit, name string) *rlv3.RateLimitResponse_RateLimit {
 	var n int64
 	var period time.Duration
-	switch s.Algorithm {
-	case algo.NameFixedWindow:
-		n, period = s.Limit, time.Duration(s.Window)
-	case algo.NameGCRA:
-		n, period = s.Count, time.Duration(s.Period)
-	case algo.NameTokenBucket:
-		n, period = s.Rate, time.Duration(s.Per)
-	case algo.NameGate:
-		n, period = 1, time.Duration(s.Interval)
+	if l != nil {
+		n, period = l.SteadyRate()
 	}
 	out := &rlv3.RateLimitResponse_RateLimit{Name: name}
 	if n <= 0 || period <= 0 {

@@ -375,8 +375,26 @@ func TestEnvoyLimit(t *testing.T) {
 		{algo.Spec{Algorithm: "gate", Interval: algo.Duration(7 * time.Second)}, 86400, rlv3.RateLimitResponse_RateLimit_WEEK},
 		{algo.Spec{Algorithm: "gate", Interval: algo.Duration(13 * time.Second)}, 2425846, rlv3.RateLimitResponse_RateLimit_YEAR},
 	}
+	// Every kind has a steady rate to give Envoy.
+	for _, k := range algo.Kinds() {
+		cases = append(cases, struct {
+			spec algo.Spec
+			rpu  uint32
+			unit rlv3.RateLimitResponse_RateLimit_Unit
+		}{k.Example().Spec(), 0, 0})
+	}
 	for _, c := range cases {
-		got := EnvoyLimit(c.spec, "n")
+		l, err := c.spec.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := EnvoyLimit(l, "n")
+		if c.rpu == 0 {
+			if got.RequestsPerUnit == 0 || got.Unit == rlv3.RateLimitResponse_RateLimit_UNKNOWN {
+				t.Errorf("%v: no Envoy limit: %v", c.spec.Algorithm, got)
+			}
+			continue
+		}
 		if got.RequestsPerUnit != c.rpu || got.Unit != c.unit || got.Name != "n" {
 			t.Errorf("%+v: %d/%v, want %d/%v", c.spec, got.RequestsPerUnit, got.Unit, c.rpu, c.unit)
 		}

@@ -15,7 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/internal/problem"
 )
 
 // Handler returns the HTTP API:
@@ -92,7 +93,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	start := time.Now()
-	m, err := s.decidePath(r.Context(), s.holder.Load(), req.Path, cost, b)
+	pq, err := s.decidePath(r.Context(), req.Path, cost, b)
 	s.m.httpDuration.Observe(time.Since(start).Seconds())
 	storeErr := ""
 	if err != nil {
@@ -106,7 +107,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 		s.storeFailed("http", err)
 		storeErr = "store unavailable: " + err.Error()
-		b.d = sluice.Decision{Levels: b.d.Levels[:0], Matched: !m.Unmatched, Allowed: s.failOpen}
+		b.d = sluice.Decision{Levels: b.d.Levels[:0], Matched: !pq.Match.Unmatched, Allowed: s.failOpen}
 		b.d.Summary.Allowed = s.failOpen
 		if s.failOpen {
 			s.m.httpChecks.errAllowed.Inc()
@@ -122,7 +123,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			s.m.httpChecks.limited.Inc()
 		}
 		if len(req.Meta) > 0 && b.d.Allowed && cost > 0 {
-			s.consumers.record(m.Levels, cost, req.Meta)
+			s.consumers.record(pq.Match.Hits, cost, req.Meta)
 		}
 	}
 
@@ -132,18 +133,19 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
 	if storeErr == "" {
-		pol, rl := appendRateLimitFields(b.buf[:0], b.d.Levels)
-		if len(pol) > 0 {
-			both := string(pol[:len(pol)+len(rl)]) // one allocation for both values
-			b.hdr[0], b.hdr[1] = both[:len(pol)], both[len(pol):]
-			h[headerPolicy] = b.hdr[0:1:1]
-			h[headerRateLimit] = b.hdr[1:2:2]
+		fields, end := headers.AppendDraftFields(b.buf[:0], b.d.Levels)
+		b.buf = fields[:0]
+		if end > 0 {
+			both := string(fields) // one allocation for both values
+			b.hdr[0], b.hdr[1] = both[:end], both[end:]
+			h[hdrPolicy] = b.hdr[0:1:1]
+			h[hdrRateLimit] = b.hdr[1:2:2]
 		}
 	}
 	status := http.StatusOK
 	if !b.d.Allowed {
 		status = http.StatusTooManyRequests
-		if secs, ok := httplimit.RetryAfterSeconds(b.d.Summary); ok {
+		if secs, ok := headers.RetryAfterSeconds(b.d.Summary); ok {
 			b.hdr[2] = strconv.FormatInt(secs, 10)
 			h["Retry-After"] = b.hdr[2:3:3]
 		}
@@ -158,6 +160,13 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 	b.hdr = [3]string{}
 }
+
+// Canonical header names, so that the hot path assigns map entries
+// without canonicalizing.
+const (
+	hdrPolicy    = "Ratelimit-Policy"
+	hdrRateLimit = "Ratelimit"
+)
 
 // contentTypeJSON is shared by every answer: net/http only reads it.
 var contentTypeJSON = []string{"application/json"}
@@ -190,19 +199,9 @@ func readBody(r *http.Request, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// problem is an RFC 9457 problem details body.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-}
-
+// writeProblem answers status with an about:blank problem details body.
 func writeProblem(w http.ResponseWriter, status int, detail string) {
-	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	problem.Write(w, status, "", "", detail, nil)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -288,7 +287,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := new(batch)
-	if _, err := s.decidePath(r.Context(), s.holder.Load(), path, 0, b); err != nil {
+	if _, err := s.decidePath(r.Context(), path, 0, b); err != nil {
 		s.adminStoreError(w, err)
 		return
 	}
@@ -308,10 +307,13 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := s.holder.Load().Match(path)
-	reqs := m.Requests(0, time.Time{})
-	keys := make([]string, len(reqs))
-	for i, q := range reqs {
-		keys[i] = q.Key
+	var reqs []sluice.Request
+	var keys []string
+	for _, h := range m.Hits {
+		for j := range h.Limits {
+			reqs = append(reqs, sluice.Request{Key: h.LimitKey(j), Tag: h.Tag})
+			keys = append(keys, h.LimitKey(j))
+		}
 	}
 	if len(reqs) > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
@@ -348,7 +350,7 @@ func (s *Server) handleConsumers(w http.ResponseWriter, r *http.Request) {
 	out := ConsumersJSON{Levels: []LevelConsumersJSON{}}
 	ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
 	defer cancel()
-	for _, lv := range m.Levels {
+	for _, lv := range m.Hits {
 		cs, err := s.consumers.recent(ctx, lv.Key, lv.Tag)
 		if err != nil {
 			s.adminStoreError(w, err)

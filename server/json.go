@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"time"
-	"unicode/utf8"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/jsonenc"
 )
 
 // DecisionJSON is a hierarchical decision as JSON: the body of POST
@@ -62,7 +61,7 @@ type LevelJSON struct {
 func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
 	out := DecisionJSON{
 		Allowed:      d.Allowed,
-		Limit:        d.Summary.Limit,
+		Limit:        d.Summary.Quota,
 		Remaining:    d.Summary.Remaining,
 		RetryAfterNs: int64(d.Summary.RetryAfter),
 		ResetAfterNs: int64(d.Summary.ResetAfter),
@@ -71,8 +70,8 @@ func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
 	}
 	for i, l := range d.Levels {
 		out.Levels[i] = LevelJSON{
-			Pattern: l.Pattern, Key: l.Key, Spec: l.Spec, Shadow: l.Shadow,
-			Allowed: l.Result.Allowed, Limit: l.Result.Limit, Remaining: l.Result.Remaining,
+			Pattern: l.Pattern, Key: l.Key, Spec: levelSpec(&l), Shadow: l.Shadow,
+			Allowed: l.Result.Allowed, Limit: l.Result.Quota, Remaining: l.Result.Remaining,
 			RetryAfterNs: int64(l.Result.RetryAfter), ResetAfterNs: int64(l.Result.ResetAfter),
 		}
 	}
@@ -95,11 +94,12 @@ func AppendDecisionJSON(b []byte, d *sluice.Decision, storeError string) []byte 
 			b = append(b, ',')
 		}
 		b = append(b, `{"pattern":`...)
-		b = appendString(b, l.Pattern)
+		b = jsonenc.AppendString(b, l.Pattern)
 		b = append(b, `,"key":`...)
-		b = appendString(b, l.Key)
+		b = jsonenc.AppendString(b, l.Key)
 		b = append(b, `,"spec":`...)
-		b = appendSpec(b, &l.Spec)
+		spec := levelSpec(l)
+		b = spec.AppendJSON(b)
 		b = append(b, `,"shadow":`...)
 		b = strconv.AppendBool(b, l.Shadow)
 		b = append(b, `,"allowed":`...)
@@ -110,14 +110,14 @@ func AppendDecisionJSON(b []byte, d *sluice.Decision, storeError string) []byte 
 	b = append(b, ']')
 	if storeError != "" {
 		b = append(b, `,"store_error":`...)
-		b = appendString(b, storeError)
+		b = jsonenc.AppendString(b, storeError)
 	}
 	return append(b, '}')
 }
 
 func appendResult(b []byte, r algo.Result) []byte {
 	b = append(b, `,"limit":`...)
-	b = strconv.AppendInt(b, r.Limit, 10)
+	b = strconv.AppendInt(b, r.Quota, 10)
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendInt(b, r.Remaining, 10)
 	b = append(b, `,"retry_after_ns":`...)
@@ -126,100 +126,13 @@ func appendResult(b []byte, r algo.Result) []byte {
 	return strconv.AppendInt(b, int64(r.ResetAfter), 10)
 }
 
-// appendSpec writes s as encoding/json does (omitempty fields, durations
-// as Go duration strings): by hand for the algorithms whose fields it
-// knows, with encoding/json for any other.
-func appendSpec(b []byte, s *algo.Spec) []byte {
-	switch s.Algorithm {
-	case algo.NameGCRA, algo.NameTokenBucket, algo.NameFixedWindow, algo.NameGate:
-	default:
-		j, err := json.Marshal(s)
-		if err != nil {
-			return append(b, "null"...)
-		}
-		return append(b, j...)
+// levelSpec is a level's configured limit in its serialized form, the
+// zero Spec for a level with no algo.Limit.
+func levelSpec(l *sluice.Level) algo.Spec {
+	if l.Limit == nil {
+		return algo.Spec{}
 	}
-	b = append(b, `{"algorithm":`...)
-	b = appendString(b, s.Algorithm)
-	num := func(b []byte, name string, v int64) []byte {
-		if v == 0 {
-			return b
-		}
-		b = append(b, `,"`...)
-		b = append(b, name...)
-		b = append(b, `":`...)
-		return strconv.AppendInt(b, v, 10)
-	}
-	dur := func(b []byte, name string, v algo.Duration) []byte {
-		if v == 0 {
-			return b
-		}
-		b = append(b, `,"`...)
-		b = append(b, name...)
-		b = append(b, `":"`...)
-		b = append(b, time.Duration(v).String()...)
-		return append(b, '"')
-	}
-	b = num(b, "burst", s.Burst)
-	b = num(b, "count", s.Count)
-	b = dur(b, "period", s.Period)
-	b = num(b, "rate", s.Rate)
-	b = dur(b, "per", s.Per)
-	b = num(b, "limit", s.Limit)
-	b = dur(b, "window", s.Window)
-	b = dur(b, "interval", s.Interval)
-	return append(b, '}')
-}
-
-// appendString writes s as a JSON string the way encoding/json does
-// (HTML-escaping <, > and &, and replacing invalid UTF-8 with U+FFFD).
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return l.Limit.Spec()
 }
 
 // CheckRequest is the body of POST /v1/check:

@@ -13,16 +13,18 @@ import (
 func TestAppendDecisionJSONMatchesEncodingJSON(t *testing.T) {
 	d := &sluice.Decision{
 		Allowed: false, Matched: true,
-		Summary: algo.Result{Limit: 16, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 3 * time.Second},
+		Summary: algo.Result{Quota: 16, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 3 * time.Second},
 		Levels: []sluice.Level{
 			{Pattern: "user/*", Key: "user:al<e>x&\"\\\n\t\x01\u2028é\xff",
-				Spec:   algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: algo.Duration(time.Minute)},
-				Result: algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 2 * time.Second}},
+				Limit:  algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
+				Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second}},
 			{Pattern: "a/b", Key: "a:b#1", Shadow: true,
-				Spec:   algo.Spec{Algorithm: "token_bucket", Burst: 3, Rate: 1, Per: algo.Duration(1500 * time.Millisecond)},
-				Result: algo.Result{Limit: 3, RetryAfter: time.Second}},
-			{Pattern: "c", Key: "c", Spec: algo.Spec{Algorithm: "fixed_window", Limit: 10, Window: algo.Duration(time.Hour)}},
-			{Pattern: "d", Key: "d", Spec: algo.Spec{Algorithm: "gate", Interval: algo.Duration(10 * time.Second)}},
+				Limit:  algo.TokenBucket{Burst: 3, Rate: 1, Per: 1500 * time.Millisecond},
+				Result: algo.Result{Quota: 3, RetryAfter: time.Second}},
+			{Pattern: "c", Key: "c", Limit: algo.FixedWindow{Limit: 10, Window: time.Hour}},
+			{Pattern: "d", Key: "d", Limit: algo.Gate{Interval: 10 * time.Second}},
+			{Pattern: "e", Key: "e", Limit: algo.SlidingLog{Limits: []algo.Window{{Name: "n", Limit: 3, Window: time.Minute}}, Buckets: 4, Mode: algo.Uniform}},
+			{Pattern: "f", Key: "f"},
 		},
 	}
 	for _, storeErr := range []string{"", "store unavailable: boom"} {
@@ -90,28 +92,6 @@ func TestParseCheckRequest(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%.60s: error %v, want one containing %q", c.body, err, c.want)
 		}
-	}
-}
-
-func TestRateLimitFields(t *testing.T) {
-	levels := []sluice.Level{
-		{Pattern: "user/*", Key: "user:alex", Spec: algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: algo.Duration(time.Minute)},
-			Result: algo.Result{Allowed: true, Limit: 16, Remaining: 15, ResetAfter: 1500 * time.Millisecond}},
-		{Pattern: "user/*/trade", Key: "user:alex:trade#0", Spec: algo.Spec{Algorithm: "fixed_window", Limit: 1000, Window: algo.Duration(time.Hour)},
-			Result: algo.Result{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: 10 * time.Second}},
-		{Pattern: "x", Key: "x", Shadow: true, Spec: algo.Spec{Algorithm: "gate", Interval: algo.Duration(time.Second)},
-			Result: algo.Result{Limit: 1}},
-		{Pattern: `we"ird/é`, Key: "k", Spec: algo.Spec{Algorithm: "gate", Interval: algo.Duration(time.Second)},
-			Result: algo.Result{Allowed: true, Limit: 1, Remaining: 1}},
-	}
-	pol, rl := appendRateLimitFields(nil, levels)
-	wantPol := `"user/*";q=16;w=32, "user/*/trade#0";q=1000;w=3600, "we\"ird/%C3%A9";q=1;w=1`
-	wantRL := `"user/*";r=15;t=2, "user/*/trade#0";r=999;t=10, "we\"ird/%C3%A9";r=1;t=0`
-	if string(pol) != wantPol || string(rl) != wantRL {
-		t.Errorf("fields:\n %s\n %s\nwant\n %s\n %s", pol, rl, wantPol, wantRL)
-	}
-	if pol, rl := appendRateLimitFields(nil, levels[2:3]); len(pol)+len(rl) != 0 {
-		t.Errorf("shadow-only levels gave fields %q %q", pol, rl)
 	}
 }
 

@@ -8,10 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/ratelog"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -31,6 +34,7 @@ type Server struct {
 	cfg        Config
 	log        *slog.Logger
 	holder     *policy.Holder
+	checker    *policy.Checker
 	be         *backend
 	m          *metrics
 	consumers  *consumerRecorder
@@ -42,7 +46,7 @@ type Server struct {
 	fileState fileStamp // of the policy file when last read
 
 	ready    atomic.Bool
-	errLog   rateLimitedLog
+	errLog   ratelog.Limiter // store failures: one line a second
 	httpLn   net.Listener
 	grpcLn   net.Listener
 	httpSrv  *http.Server
@@ -70,7 +74,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
 		holder: new(policy.Holder),
 	}
-	s.errLog.every = time.Second
 	p, stamp, err := s.loadPolicy()
 	if err != nil {
 		return nil, err
@@ -81,6 +84,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if s.be, err = openStore(ctx, cfg, log); err != nil {
 		return nil, err
 	}
+	s.checker = &policy.Checker{Policy: s.holder, Store: s.be.store}
 	s.consumers = newConsumerRecorder(s.be, cfg.Consumers, s.m.dropped, log)
 	return s, nil
 }
@@ -279,64 +283,40 @@ func isBadRequest(err error) bool {
 
 // batch is the reusable scratch space of one check.
 type batch struct {
-	reqs    []sluice.Request
-	results []algo.Result
-	d       sluice.Decision
-	buf     []byte
-	body    []byte
-	path    []string
-	hdr     [3]string // backs header values until WriteHeader copies them
+	q    policy.Query
+	d    sluice.Decision
+	buf  []byte
+	body []byte
+	path []string
+	hdr  [3]string // backs header values until WriteHeader copies them
 }
 
 var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1024), body: make([]byte, 0, 512)} }}
 
-// decidePath decides a path with every level on its walk (the HTTP
-// semantics): one all-or-nothing DecideAll over every limit of every level.
-// It fills b.d and returns the match. A store failure is returned as is;
-// the caller applies the store-error policy.
-func (s *Server) decidePath(ctx context.Context, p *policy.Policy, path []string, cost int64, b *batch) (policy.Match, error) {
-	m := p.Match(path)
-	d := &b.d
-	d.Matched = !m.Unmatched
-	d.Levels = d.Levels[:0]
-	pass := true
-	b.reqs = b.reqs[:0]
-	for _, lv := range m.Levels {
-		for _, l := range lv.Limits {
-			b.reqs = append(b.reqs, sluice.Request{Key: l.Key, Tag: lv.Tag, Limit: l.Limit, Cost: cost, Shadow: lv.Shadow})
-		}
+// query returns the batch's query with n paths, emptied, each keeping the
+// capacity of its Hits.
+func (b *batch) query(n int) *policy.Query {
+	b.q.Time = time.Time{}
+	b.q.Paths = slices.Grow(b.q.Paths[:0], n)[:n]
+	for i := range b.q.Paths {
+		hits := b.q.Paths[i].Match.Hits
+		clear(hits)
+		b.q.Paths[i] = policy.PathQuery{Match: policy.Match{Hits: hits[:0]}}
 	}
-	if n := len(b.reqs); n > 0 {
-		b.results = grow(b.results, n)
-		sctx, cancel := s.storeCtx(ctx)
-		var err error
-		pass, err = s.be.store.DecideAll(sctx, b.reqs, b.results)
-		cancel()
-		if err != nil {
-			return m, err
-		}
-		i := 0
-		for _, lv := range m.Levels {
-			for _, l := range lv.Limits {
-				d.Levels = append(d.Levels, sluice.Level{Pattern: lv.Pattern, Key: l.Key, Spec: l.Spec, Shadow: lv.Shadow, Result: b.results[i]})
-				i++
-			}
-		}
-	}
-	d.Summary = sluice.Summarize(d.Levels)
-	d.Allowed = pass
-	if m.Unmatched && p.DenyUnmatched() {
-		d.Allowed = false
-		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
-	}
-	return m, nil
+	return &b.q
 }
 
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
+// decidePath decides a path with every level on its walk (the HTTP
+// semantics) into b.d, and returns what the path hit. A store failure is
+// returned as is; the caller applies the store-error policy.
+func (s *Server) decidePath(ctx context.Context, path []string, cost int64, b *batch) (*policy.PathQuery, error) {
+	q := b.query(1)
+	pq := &q.Paths[0]
+	pq.Path, pq.Cost = path, cost
+	sctx, cancel := s.storeCtx(ctx)
+	err := s.checker.Decide(sctx, q, &b.d)
+	cancel()
+	return pq, err
 }
 
 // countLevels counts level outcomes in the metrics.
@@ -358,31 +338,10 @@ func (s *Server) countLevels(levels []sluice.Level) {
 // storeFailed logs (at most once a second) and counts a store failure.
 func (s *Server) storeFailed(api string, err error) {
 	s.m.storeErrors.Inc()
-	if n, ok := s.errLog.allow(); ok {
+	if n, ok := s.errLog.Allow(time.Now()); ok {
 		s.log.Error("store failed; answering with on_store_error", "api", api, "err", err,
 			"on_store_error", s.cfg.OnStoreError, "suppressed", n)
 	}
-}
-
-// rateLimitedLog lets one line through per interval and counts the rest.
-type rateLimitedLog struct {
-	every      time.Duration
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func (r *rateLimitedLog) allow() (int, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
-	if now.Sub(r.last) < r.every {
-		r.suppressed++
-		return 0, false
-	}
-	n := r.suppressed
-	r.last, r.suppressed = now, 0
-	return n, true
 }
 
 // --- logging ---

@@ -70,10 +70,10 @@ flags:`)
 func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 	m := p.Match(path)
 	fmt.Fprintf(w, "path: %s\n", showPath(path))
-	if len(m.Levels) > 0 {
+	if len(m.Hits) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "LEVEL\tPATTERN\tKEY\tREDIS KEY\tSLOT\tSHADOW\tLIMIT")
-		for i, lv := range m.Levels {
+		for i, lv := range m.Hits {
 			for j, l := range lv.Limits {
 				level, pattern, shadow := strconv.Itoa(i+1), lv.Pattern, "no"
 				if lv.Shadow {
@@ -82,8 +82,9 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 				if j > 0 {
 					level, pattern, shadow = "", "", ""
 				}
-				name := redis.KeyName(prefix, l.Key, lv.Tag)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", level, pattern, quoteIfUnclear(l.Key), quoteIfUnclear(name), redis.Slot(name), shadow, specJSON(l.Spec))
+				key := lv.LimitKey(j)
+				name := redis.KeyName(prefix, key, lv.Tag)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", level, pattern, quoteIfUnclear(key), quoteIfUnclear(name), redis.Slot(name), shadow, specJSON(l.Spec()))
 			}
 		}
 		tw.Flush()
@@ -97,7 +98,7 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 			how = "denies it (unmatched: deny)"
 		}
 		why := "no level with limits on the path"
-		if len(m.Levels) > 0 {
+		if len(m.Hits) > 0 {
 			why = "every level on the path is shadow"
 		}
 		fmt.Fprintf(w, "unmatched: %s; the policy %s\n", why, how)

@@ -3,7 +3,6 @@ package main
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/redis"
@@ -100,8 +99,10 @@ func TestSlots(t *testing.T) {
 	}
 	slots := func(path ...string) []int {
 		var out []int
-		for _, r := range p.Match(path).Requests(1, time.Time{}) {
-			out = append(out, redis.Slot(redis.KeyName(redis.DefaultPrefix, r.Key, r.Tag)))
+		for _, h := range p.Match(path).Hits {
+			for j := range h.Limits {
+				out = append(out, redis.Slot(redis.KeyName(redis.DefaultPrefix, h.LimitKey(j), h.Tag)))
+			}
 		}
 		return out
 	}

@@ -37,28 +37,6 @@ type resultLine struct {
 	DeniedBy     string `json:"denied_by,omitempty"`
 }
 
-// deniedBy names the limit of a sliding_log or window_counter that a
-// denied decision waits for: its name, else its window ("10s"), or
-// "min_gap".
-func deniedBy(l algo.Limit, by int) string {
-	var ws []algo.Window
-	switch l := l.(type) {
-	case algo.SlidingLog:
-		ws = l.Limits
-	case algo.WindowCounter:
-		ws = l.Limits
-	}
-	switch {
-	case by == algo.DeniedByGap:
-		return "min_gap"
-	case by < 1 || by > len(ws):
-		return ""
-	case ws[by-1].Name != "":
-		return ws[by-1].Name
-	}
-	return ws[by-1].Window.String()
-}
-
 const maxLine = 1 << 20
 
 func runReplay(ctx context.Context, e env, args []string) int {
@@ -116,7 +94,7 @@ flags:`)
 		if err != nil {
 			return nil, err
 		}
-		return resultLine{r.Allowed, r.Limit, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, deniedBy(req.Limit, r.DeniedBy)}, nil
+		return resultLine{r.Allowed, r.Quota, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, req.Limit.DeniedBy(r.DeniedBy)}, nil
 	}
 	if *policyFile != "" {
 		p, err := policy.Load(*policyFile)

@@ -211,7 +211,7 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 	for i, r := range reqs {
 		limits[i] = r.Limit
 		if len(reqs) > 1 {
-			limits[i] = algo.InBatch(r.Limit) // a nary log is all or nothing here
+			limits[i], _ = algo.InBatch(r.Limit) // a nary log is all or nothing here
 		}
 	}
 	pass := true

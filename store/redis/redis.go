@@ -18,6 +18,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,30 +33,82 @@ import (
 //go:embed scripts/*.lua
 var scripts embed.FS
 
-// kinds are the algorithms' files, by the kind letter a level names in
-// decide.lua's ARGV. A lazy kind defines <kind>_kind(), which builds its
-// functions on first use; the others define <kind>_check, <kind>_commit
-// and <kind>_undo.
-var kinds = []struct {
-	letter byte
+// binding is what the store knows of one kind of limit: the script file
+// that holds its functions, how to pass a limit to it and how to read its
+// reply. Each kind's binding lives in a file named after it; bindings
+// holds them all, one per algo.Kind.
+type binding struct {
+	// file is the kind's script in scripts/, and letter the name of its
+	// functions (<letter>_check ...) and of the kind in decide.lua's ARGV.
+	// Kinds may share a file (GCRA and TokenBucket share tat.lua).
 	file   string
-	lazy   bool
-}{
-	{'t', "tat.lua", false},
-	{'f', "fixed_window.lua", false},
-	{'g', "gate.lua", false},
-	{'s', "sliding_log.lua", true},
-	{'w', "window_counter.lua", true},
+	letter byte
+	// lazy kinds define <letter>_kind(), which builds their functions on
+	// first use; the others define <letter>_check, <letter>_commit and
+	// <letter>_undo.
+	lazy bool
+	// accepts reports whether a limit of the kind has the binding's type
+	// (another type may embed an algorithm and claim its kind).
+	accepts func(l algo.Limit) bool
+	// args appends the level's own arguments for a decision of cost.
+	args func(args []string, l algo.Limit, cost int64) []string
+	// extras is how many values the script reports for the limit beyond
+	// ok and value.
+	extras func(l algo.Limit) int64
+	// result derives the level's Result from the script's check value and
+	// extra values. A level that was ok but not committed (another level
+	// denied) reports what a peek would: its state without this cost.
+	result func(l algo.Limit, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result
 }
 
-// kindBit is the bit of a kind letter in a script's kind set.
-func kindBit(letter string) uint8 {
-	for i, k := range kinds {
-		if len(letter) == 1 && letter[0] == k.letter {
-			return 1 << i
-		}
+// bindings holds every kind's binding; TestEveryKindBound checks that none
+// is missing.
+var bindings = [algo.NumKinds]*binding{
+	algo.KindGCRA:          &gcraBinding,
+	algo.KindTokenBucket:   &tokenBucketBinding,
+	algo.KindFixedWindow:   &fixedWindowBinding,
+	algo.KindGate:          &gateBinding,
+	algo.KindSlidingLog:    &slidingLogBinding,
+	algo.KindWindowCounter: &windowCounterBinding,
+}
+
+// bind makes a binding's functions from functions of the concrete limit
+// type L, which accept an L or a non-nil *L.
+func bind[L algo.Limit](b binding, args func([]string, L, int64) []string, extras func(L) int64,
+	result func(L, int64, int64, bool, int64, []int64, bool) algo.Result) binding {
+	b.accepts = func(l algo.Limit) bool {
+		_, ok := l.(L)
+		p, isPtr := any(l).(*L)
+		return ok || isPtr && p != nil
 	}
-	return 0
+	b.args = func(a []string, l algo.Limit, cost int64) []string { return args(a, concrete[L](l), cost) }
+	b.extras = func(algo.Limit) int64 { return 0 }
+	if extras != nil {
+		b.extras = func(l algo.Limit) int64 { return extras(concrete[L](l)) }
+	}
+	b.result = func(l algo.Limit, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
+		return result(concrete[L](l), now, cost, ok, val, extra, committed)
+	}
+	return b
+}
+
+// concrete returns l as an L, dereferencing a *L.
+func concrete[L algo.Limit](l algo.Limit) L {
+	if p, ok := any(l).(*L); ok {
+		return *p
+	}
+	return l.(L)
+}
+
+// bindingOf returns the binding of a limit's kind, or an error for a
+// limit the store cannot run: a kind it has no binding for, or a nil
+// pointer.
+func bindingOf(l algo.Limit) (*binding, error) {
+	k := l.Kind()
+	if int(k) >= algo.NumKinds || bindings[k] == nil || !bindings[k].accepts(l) {
+		return nil, fmt.Errorf("%w: %T", ErrUnsupported, l)
+	}
+	return bindings[k], nil
 }
 
 // A driver is decide.lua or refund.lua, with the scripts composed for each
@@ -63,7 +116,7 @@ func kindBit(letter string) uint8 {
 type driver struct {
 	file    string
 	tables  []string // the per-kind dispatch tables it reads: "check", "commit", "undo"
-	scripts [1 << 5]atomic.Pointer[rueidis.Lua]
+	scripts [1 << algo.NumKinds]atomic.Pointer[rueidis.Lua]
 }
 
 var (
@@ -71,8 +124,11 @@ var (
 	refundDriver = &driver{file: "refund.lua", tables: []string{"undo"}}
 )
 
+// kindSet is a set of kinds, bit k for algo.Kind k.
+type kindSet uint32
+
 // script returns the driver's script for a set of kinds.
-func (d *driver) script(set uint8) *rueidis.Lua {
+func (d *driver) script(set kindSet) *rueidis.Lua {
 	if l := d.scripts[set].Load(); l != nil {
 		return l
 	}
@@ -82,8 +138,8 @@ func (d *driver) script(set uint8) *rueidis.Lua {
 }
 
 // compose builds the script text: expire.lua, the files of the kinds in
-// set, the dispatch tables, then the driver.
-func (d *driver) compose(set uint8) string {
+// set (each file once), the dispatch tables, then the driver.
+func (d *driver) compose(set kindSet) string {
 	var b strings.Builder
 	read := func(name string) {
 		src, err := scripts.ReadFile("scripts/" + name)
@@ -93,21 +149,25 @@ func (d *driver) compose(set uint8) string {
 		b.Write(src)
 		b.WriteByte('\n')
 	}
-	read("expire.lua")
-	for i, k := range kinds {
-		if set&(1<<i) != 0 {
-			read(k.file)
+	var used []*binding // one per letter
+	for k, bd := range bindings {
+		if set&(1<<k) != 0 && !slices.ContainsFunc(used, func(u *binding) bool { return u.letter == bd.letter }) {
+			used = append(used, bd)
 		}
+	}
+	read("expire.lua")
+	for _, bd := range used {
+		read(bd.file)
 	}
 	for _, table := range append(d.tables, "build") {
 		b.WriteString("local " + table + " = {")
-		for i, k := range kinds {
-			if set&(1<<i) != 0 && k.lazy == (table == "build") {
-				fn := string(k.letter) + "_" + table
+		for _, bd := range used {
+			if bd.lazy == (table == "build") {
+				fn := string(bd.letter) + "_" + table
 				if table == "build" {
-					fn = string(k.letter) + "_kind"
+					fn = string(bd.letter) + "_kind"
 				}
-				b.WriteString(string(k.letter) + " = " + fn + ", ")
+				b.WriteString(string(bd.letter) + " = " + fn + ", ")
 			}
 		}
 		b.WriteString("}\n")
@@ -274,11 +334,11 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 func inBatch(reqs []sluice.Request) []sluice.Request {
 	var out []sluice.Request
 	for i, r := range reqs {
-		if l, ok := r.Limit.(algo.SlidingLog); ok && l.Mode == algo.Nary {
+		if l, changed := algo.InBatch(r.Limit); changed {
 			if out == nil {
 				out = append([]sluice.Request(nil), reqs...)
 			}
-			out[i].Limit = algo.InBatch(l)
+			out[i].Limit = l
 		}
 	}
 	if out == nil {
@@ -294,7 +354,7 @@ type checked struct {
 	ok   []bool
 	val  []int64
 	args []string // the script's ARGV, kept for a refund
-	set  uint8    // the kinds the levels use: which composed script ran
+	set  kindSet  // the kinds the levels use: which composed script ran
 	v    []int64  // the reply
 	at   []int    // at[i]: index in v of level i's code; at[len] = len(v)
 }
@@ -310,14 +370,16 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 	if t := reqs[0].Time; !t.IsZero() {
 		args[0] = strconv.FormatInt(t.UnixMicro(), 10)
 	}
-	var set uint8
-	for _, r := range reqs {
-		start := len(args)
-		var err error
-		if args, err = appendLevel(args, r); err != nil {
+	var set kindSet
+	bs := make([]*binding, len(reqs))
+	for i, r := range reqs {
+		b, err := bindingOf(r.Limit)
+		if err != nil {
 			return checked{}, err
 		}
-		set |= kindBit(args[start])
+		bs[i] = b
+		set |= 1 << r.Limit.Kind()
+		args = appendLevel(args, b, r)
 	}
 	v, err := decideDriver.script(set).Exec(ctx, s.client, keys, args).AsIntSlice()
 	if err != nil {
@@ -330,7 +392,7 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 			return checked{}, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
 		}
 		code := v[p]
-		if code < 0 || code>>1 != extraValues(r.Limit) {
+		if code < 0 || code>>1 != bs[i].extras(r.Limit) {
 			return checked{}, fmt.Errorf("redis store: script replied code %d for key %d (%T)", code, i, r.Limit)
 		}
 		c.at[i] = p
@@ -346,67 +408,16 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 
 // appendLevel appends a level's arguments for decide.lua: kind, flag,
 // argument count, arguments.
-func appendLevel(args []string, r sluice.Request) ([]string, error) {
+func appendLevel(args []string, b *binding, r sluice.Request) []string {
 	flag := "-"
 	if r.Shadow {
 		flag = "s"
 	}
-	switch l := r.Limit.(type) {
-	case algo.GCRA, algo.TokenBucket:
-		p := tatOf(l)
-		n := min(r.Cost, p.Limit+1) // beyond Limit+1 the answer is the same, and n·T cannot overflow
-		return append(args, "t", flag, "2", itoa(n*p.Interval), itoa(p.Tolerance)), nil
-	case algo.FixedWindow:
-		return append(args, "f", flag, "3", itoa(algo.Micros(l.Window)), itoa(l.Limit), itoa(r.Cost)), nil
-	case algo.Gate:
-		return append(args, "g", flag, "2", itoa(algo.Micros(l.Interval)), itoa(r.Cost)), nil
-	case algo.SlidingLog:
-		// Beyond the largest limit + 1 the answer is the same, and the
-		// cost stays exact in Lua.
-		n := min(r.Cost, l.MaxLimit()+1)
-		mode := "b"
-		switch l.Mode {
-		case algo.Nary:
-			mode = "n"
-		case algo.Uniform:
-			mode = "u"
-		}
-		args = append(args, "s", flag, itoa(int64(5+3*len(l.Limits))), itoa(n), mode,
-			itoa(algo.Micros(l.MinGap)), itoa(l.Buckets), itoa(int64(len(l.Limits))))
-		for i, w := range l.Limits {
-			var width int64
-			if l.Buckets > 0 {
-				width = l.BucketWidth(i)
-			}
-			args = append(args, itoa(w.Limit), itoa(algo.Micros(w.Window)), itoa(width))
-		}
-		return args, nil
-	case algo.WindowCounter:
-		var lmax int64
-		for _, w := range l.Limits {
-			lmax = max(lmax, w.Limit)
-		}
-		args = append(args, "w", flag, itoa(int64(3+2*len(l.Limits))), itoa(min(r.Cost, lmax+1)),
-			itoa(l.SliceMicros()), itoa(int64(len(l.Limits))))
-		for i, w := range l.Limits {
-			args = append(args, itoa(w.Limit), itoa(l.Slices(i)))
-		}
-		return args, nil
-	}
-	return nil, fmt.Errorf("%w: %T", ErrUnsupported, r.Limit)
-}
-
-// extraValues is how many values the script reports for a limit beyond ok
-// and value: admitted, wait, reset, denied by and one count per window for
-// the windowed algorithms.
-func extraValues(l algo.Limit) int64 {
-	switch l := l.(type) {
-	case algo.SlidingLog:
-		return int64(4 + len(l.Limits))
-	case algo.WindowCounter:
-		return int64(4 + len(l.Limits))
-	}
-	return 0
+	args = append(args, string(b.letter), flag, "")
+	n := len(args)
+	args = b.args(args, r.Limit, r.Cost)
+	args[n-1] = strconv.Itoa(len(args) - n)
+	return args
 }
 
 // windowResult derives a windowed level's Result from the script's extra
@@ -436,44 +447,8 @@ func windowResult(ws []algo.Window, now, cost int64, ok, committed, floor bool, 
 // extra values). A level that was ok but not committed (another level
 // denied) reports what a peek would: its state without this cost.
 func levelResult(r sluice.Request, now int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
-	switch l := r.Limit.(type) {
-	case algo.GCRA, algo.TokenBucket:
-		p := tatOf(l)
-		if !committed {
-			return p.Result(true, now, val-r.Cost*p.Interval, 0)
-		}
-		return p.Result(ok, now, val, r.Cost)
-	case algo.FixedWindow:
-		if !committed {
-			return l.Result(true, now, val-r.Cost, 0)
-		}
-		return l.Result(ok, now, val, r.Cost)
-	case algo.Gate:
-		if !committed {
-			if r.Cost == 1 {
-				val = 0 // the gate was open
-			}
-			return l.Result(true, now, val, 0)
-		}
-		return l.Result(ok, now, val, r.Cost)
-	case algo.SlidingLog:
-		return windowResult(l.Limits, now, r.Cost, ok, committed, l.Mode != algo.Uniform, extra, func() int64 {
-			if l.Buckets == 0 { // the clock is the newest entry: reset - longest window
-				return l.RecordedReset(now, extra[2]-algo.Micros(l.MaxWindow()), extra[2] > 0)
-			}
-			return l.RecordedReset(now, val, val >= 0) // value: the clock, or the record's time
-		})
-	case algo.WindowCounter:
-		return windowResult(l.Limits, now, r.Cost, ok, committed, true, extra, func() int64 {
-			return l.RecordedReset(now, val, val >= 0) // value: the latest slice, or the record's
-		})
-	}
-	panic("unreachable: appendLevel accepted the limit")
-}
-
-func tatOf(l algo.Limit) algo.TAT {
-	p, _ := l.(interface{ TAT() (algo.TAT, error) }).TAT()
-	return p
+	b, _ := bindingOf(r.Limit) // check has bound it
+	return b.result(r.Limit, now, r.Cost, ok, val, extra, committed)
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
@@ -494,4 +469,11 @@ func redact(url string) string {
 		return url
 	}
 	return url[:scheme+3] + "…" + url[at:]
+}
+
+// Supports reports whether the store can run a limit: the store has a
+// binding for its kind and its type.
+func Supports(l algo.Limit) bool {
+	_, err := bindingOf(l)
+	return err == nil
 }

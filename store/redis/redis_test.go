@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,4 +185,43 @@ func TestExpiryFollowsTheClockInUse(t *testing.T) {
 			t.Errorf("%s: PTTL %q %v, want in (%d, %d]", c.key, v, err, c.lo, c.hi)
 		}
 	}
+}
+
+// TestEveryKindBound: every kind in algo has a binding, whose script file
+// is embedded, and runs its example limit.
+func TestEveryKindBound(t *testing.T) {
+	st := open(t, redistest.Start(t), redis.Options{})
+	for _, k := range algo.Kinds() {
+		l := k.Example()
+		if !redis.Supports(l) {
+			t.Errorf("%v: no binding", k)
+			continue
+		}
+		r, err := st.Decide(context.Background(), sluice.Request{Key: "every-kind:" + k.String(), Limit: l, Cost: 1})
+		if err != nil || !r.Allowed {
+			t.Errorf("%v: %+v, %v", k, r, err)
+		}
+		if _, err := st.Decide(context.Background(), sluice.Request{Key: "every-kind-ptr:" + k.String(), Limit: pointerTo(l), Cost: 1}); err != nil {
+			t.Errorf("%v by pointer: %v", k, err)
+		}
+	}
+}
+
+// pointerTo returns a pointer to a copy of l's concrete value.
+func pointerTo(l algo.Limit) algo.Limit {
+	switch l := l.(type) {
+	case algo.GCRA:
+		return &l
+	case algo.TokenBucket:
+		return &l
+	case algo.FixedWindow:
+		return &l
+	case algo.Gate:
+		return &l
+	case algo.SlidingLog:
+		return &l
+	case algo.WindowCounter:
+		return &l
+	}
+	panic(fmt.Sprintf("pointerTo: add %T", l))
 }

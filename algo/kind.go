@@ -1,0 +1,126 @@
+package algo
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind names an algorithm. Kinds are small integers from 0 to NumKinds-1,
+// so that a store or a front end can keep what it knows of each kind in an
+// array of NumKinds entries, and a test can check that it has all of them.
+type Kind uint8
+
+// The kinds, one per algorithm file.
+const (
+	KindGCRA Kind = iota
+	KindTokenBucket
+	KindFixedWindow
+	KindGate
+	KindSlidingLog
+	KindWindowCounter
+
+	// NumKinds is the number of kinds.
+	NumKinds = iota
+)
+
+// Algorithm names, as used in Spec.Algorithm.
+const (
+	NameGCRA          = "gcra"
+	NameTokenBucket   = "token_bucket"
+	NameFixedWindow   = "fixed_window"
+	NameGate          = "gate"
+	NameSlidingLog    = "sliding_log"
+	NameWindowCounter = "window_counter"
+)
+
+// kindInfo is what the package knows of a kind beside its Limit type.
+type kindInfo struct {
+	name string
+	// fields are the Spec fields the kind reads, by their JSON names.
+	fields []string
+	// build turns a spec into a limit, before validation.
+	build func(Spec) (Limit, error)
+	// example is a valid limit of the kind, for documentation and for
+	// tests that go over every kind.
+	example Limit
+}
+
+// kinds is the registry; each algorithm's file defines its entry.
+var kinds = [NumKinds]kindInfo{
+	KindGCRA:          gcraKind,
+	KindTokenBucket:   tokenBucketKind,
+	KindFixedWindow:   fixedWindowKind,
+	KindGate:          gateKind,
+	KindSlidingLog:    slidingLogKind,
+	KindWindowCounter: windowCounterKind,
+}
+
+// String returns the kind's name, as used in Spec.Algorithm.
+func (k Kind) String() string {
+	if int(k) < NumKinds {
+		return kinds[k].name
+	}
+	return fmt.Sprintf("Kind(%d)", k)
+}
+
+// Example returns a valid limit of the kind.
+func (k Kind) Example() Limit { return kinds[k].example }
+
+// Kinds returns every kind, in order.
+func Kinds() []Kind {
+	out := make([]Kind, NumKinds)
+	for i := range out {
+		out[i] = Kind(i)
+	}
+	return out
+}
+
+// ParseKind returns the kind that name names.
+func ParseKind(name string) (Kind, error) {
+	for i := range kinds {
+		if kinds[i].name == name {
+			return Kind(i), nil
+		}
+	}
+	names := make([]string, NumKinds)
+	for i := range kinds {
+		names[i] = kinds[i].name
+	}
+	if name == "" {
+		return 0, fmt.Errorf("%w: no algorithm (want %s)", ErrInvalid, strings.Join(names, ", "))
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want %s)", ErrInvalid, name, strings.Join(names, ", "))
+}
+
+// A Limit is one limiter definition, such as GCRA or FixedWindow. Besides
+// deciding, it answers for itself whatever a store or a front end needs
+// to know of its algorithm, so that none of them switches on the type.
+type Limit interface {
+	// Kind returns the limit's algorithm.
+	Kind() Kind
+	// Validate reports whether the parameters are usable. The error wraps
+	// ErrInvalid.
+	Validate() error
+	// Decide applies a decision of the given cost at time now (µs since the
+	// epoch) to the state s, which the caller has reset to the zero State if
+	// it had expired. When commit is false, s is left as it was; when the
+	// decision admits nothing, s is left as it was too, except by an
+	// algorithm that records denied attempts (a uniform SlidingLog). The
+	// parameters must be valid.
+	Decide(s *State, now, cost int64, commit bool) Result
+	// Spec returns the limit's serialized form; Spec().Build() gives the
+	// limit back.
+	Spec() Spec
+	// Quota returns the most the limit admits at once (Result.Quota) and
+	// the time in which the algorithm grants that much: the q and w of the
+	// IETF RateLimit-Policy field.
+	Quota() (q int64, w time.Duration)
+	// SteadyRate returns the limit's steady rate, n per period: what it admits
+	// over a long time, as Envoy's requests_per_unit expresses it.
+	SteadyRate() (n int64, per time.Duration)
+	// DeniedBy names what a denied decision waits for, given its
+	// Result.DeniedBy: a limit's name, else its window ("10s"), or
+	// "min_gap"; "" when there is nothing to name.
+	DeniedBy(by int) string
+}

@@ -1,0 +1,56 @@
+package headers_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/headers"
+)
+
+// TestLevelNames covers names outside printable ASCII, '%', quotes and
+// limit indexes.
+func TestLevelNames(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, key, want string
+	}{
+		{"user/*", "user:alex", "user/*"},
+		{"user/*/trade", "user:alex:trade#1", "user/*/trade#1"},
+		{"user/*/trade", "user:al%23ex:trade", "user/*/trade"},
+		{"user/*/trade", "user:alex:trade#x", "user/*/trade"},
+		{"café/*", "caf%C3%A9:x", "caf%C3%A9/*"},
+		{"100%", "100%25", "100%25"},
+		{`a"b\c`, "k", `a"b\c`},
+		{"tab\there", "k", "tab%09here"},
+	} {
+		lv := &sluice.Level{Pattern: tc.pattern, Key: tc.key}
+		if got := headers.LevelName(lv); got != tc.want {
+			t.Errorf("LevelName(%q, %q) = %q, want %q", tc.pattern, tc.key, got, tc.want)
+		}
+	}
+}
+
+func TestRateLimitFields(t *testing.T) {
+	levels := []sluice.Level{
+		{Pattern: "user/*", Key: "user:alex", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
+			Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 1500 * time.Millisecond}},
+		{Pattern: "user/*/trade", Key: "user:alex:trade#0", Limit: algo.FixedWindow{Limit: 1000, Window: time.Hour},
+			Result: algo.Result{Allowed: true, Quota: 1000, Remaining: 999, ResetAfter: 10 * time.Second}},
+		{Pattern: "x", Key: "x", Shadow: true, Limit: algo.Gate{Interval: time.Second},
+			Result: algo.Result{Quota: 1}},
+		{Pattern: `we"ird/é`, Key: "k", Limit: algo.Gate{Interval: time.Second},
+			Result: algo.Result{Allowed: true, Quota: 1, Remaining: 1}},
+	}
+	b, end := headers.AppendDraftFields(nil, levels)
+	pol, rl := b[:end], b[end:]
+	wantPol := `"user/*";q=16;w=32, "user/*/trade#0";q=1000;w=3600, "we\"ird/%C3%A9";q=1;w=1`
+	wantRL := `"user/*";r=15;t=2, "user/*/trade#0";r=999;t=10, "we\"ird/%C3%A9";r=1;t=0`
+	if string(pol) != wantPol || string(rl) != wantRL {
+		t.Errorf("fields:\n %s\n %s\nwant\n %s\n %s", pol, rl, wantPol, wantRL)
+	}
+	if b, _ := headers.AppendDraftFields(nil, levels[2:3]); len(b) != 0 {
+		t.Errorf("shadow-only levels gave fields %q", b)
+	}
+}
+

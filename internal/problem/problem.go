@@ -1,0 +1,42 @@
+// Package problem writes RFC 9457 problem details responses
+// (application/problem+json), for the middleware and the service alike.
+package problem
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/sluicehq/sluice/internal/jsonenc"
+)
+
+// Write answers status with a problem details body of the given type,
+// title and detail; ext, if set, appends extension members, each starting
+// with a comma. An empty typ is "about:blank" and an empty title is the
+// status text.
+func Write(w http.ResponseWriter, status int, typ, title, detail string, ext func([]byte) []byte) {
+	if typ == "" {
+		typ = "about:blank"
+	}
+	if title == "" {
+		title = http.StatusText(status)
+	}
+	b := make([]byte, 0, 256+len(detail))
+	b = append(b, `{"type":`...)
+	b = jsonenc.AppendString(b, typ)
+	b = append(b, `,"title":`...)
+	b = jsonenc.AppendString(b, title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"detail":`...)
+	b = jsonenc.AppendString(b, detail)
+	if ext != nil {
+		b = ext(b)
+	}
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/problem+json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(status)
+	w.Write(b)
+}

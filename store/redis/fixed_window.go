@@ -1,0 +1,17 @@
+package redis
+
+import "github.com/sluicehq/sluice/algo"
+
+// FixedWindow runs scripts/fixed_window.lua with the window, the limit and
+// the cost; the check value is the window's count after the decision.
+var fixedWindowBinding = bind(binding{file: "fixed_window.lua", letter: 'f'},
+	func(args []string, l algo.FixedWindow, cost int64) []string {
+		return append(args, itoa(algo.Micros(l.Window)), itoa(l.Limit), itoa(cost))
+	},
+	nil,
+	func(l algo.FixedWindow, now, cost int64, ok bool, val int64, _ []int64, committed bool) algo.Result {
+		if !committed {
+			return l.Result(true, now, val-cost, 0)
+		}
+		return l.Result(ok, now, val, cost)
+	})
