@@ -1,6 +1,7 @@
 package headers_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -54,3 +55,16 @@ func TestRateLimitFields(t *testing.T) {
 	}
 }
 
+// TestEveryKindHasAWindow: every algorithm gives the RateLimit-Policy
+// field its window.
+func TestEveryKindHasAWindow(t *testing.T) {
+	for _, k := range algo.Kinds() {
+		l := k.Example()
+		q, _ := l.Quota()
+		lv := sluice.Level{Pattern: "p", Key: "k", Limit: l, Result: algo.Result{Allowed: true, Quota: q, Remaining: q}}
+		b, end := headers.AppendDraftFields(nil, []sluice.Level{lv})
+		if pol := string(b[:end]); !strings.Contains(pol, ";w=") {
+			t.Errorf("%v: RateLimit-Policy %q has no window", k, pol)
+		}
+	}
+}

@@ -42,7 +42,8 @@ func newTestServer(t *testing.T, policyYAML string) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	s.be.store = fixedTime{s.be.store, time.Unix(1_800_003_000, 0)}
+	s.store = fixedTime{s.store, time.Unix(1_800_003_000, 0)}
+	s.checker.Store = s.store
 	return s
 }
 

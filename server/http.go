@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/headers"
 	"github.com/sluicehq/sluice/internal/problem"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Handler returns the HTTP API:
@@ -215,6 +216,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
+// ping asks the store whether it answers; a store that cannot tell (the
+// memory store) always does.
+func (s *Server) ping(ctx context.Context) error {
+	if p, ok := s.store.(store.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
 // handleReady serves GET /readyz: 200 when a policy is loaded, the store
 // answers a ping within the decision timeout (at least 1s) and the server
 // is not shutting down; 503 with the reason otherwise.
@@ -232,7 +242,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
 	defer cancel()
-	if err := s.be.ping(ctx); err != nil {
+	if err := s.ping(ctx); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, "store unreachable: "+err.Error()+"\n")
 		return
@@ -301,7 +311,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rs, ok := s.be.store.(Resetter)
+	rs, ok := s.store.(store.Resetter)
 	if !ok {
 		writeProblem(w, http.StatusNotImplemented, "the store cannot reset keys")
 		return

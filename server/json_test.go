@@ -156,3 +156,21 @@ func TestParseCheckFastAgrees(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryKindEncodes: the decision JSON of every algorithm's level is
+// what encoding/json writes, spec included.
+func TestEveryKindEncodes(t *testing.T) {
+	for _, k := range algo.Kinds() {
+		d := &sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{Pattern: "p", Key: "k", Limit: k.Example()}}}
+		want, err := json.Marshal(NewDecisionJSON(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendDecisionJSON(nil, d, ""); string(got) != string(want) {
+			t.Errorf("%v:\n got %s\nwant %s", k, got, want)
+		}
+		if !strings.Contains(string(want), `"algorithm":"`+k.String()+`"`) {
+			t.Errorf("%v: no spec in %s", k, want)
+		}
+	}
+}

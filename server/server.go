@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/ratelog"
+	"github.com/sluicehq/sluice/store"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -35,7 +36,7 @@ type Server struct {
 	log        *slog.Logger
 	holder     *policy.Holder
 	checker    *policy.Checker
-	be         *backend
+	store      sluice.Store
 	m          *metrics
 	consumers  *consumerRecorder
 	adminToken string
@@ -81,11 +82,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.holder.Store(p)
 	s.fileState = stamp
 	s.m.loadedAt.SetToCurrentTime()
-	if s.be, err = openStore(ctx, cfg, log); err != nil {
+	if s.store, err = openStore(ctx, cfg, log); err != nil {
 		return nil, err
 	}
-	s.checker = &policy.Checker{Policy: s.holder, Store: s.be.store}
-	s.consumers = newConsumerRecorder(s.be, cfg.Consumers, s.m.dropped, log)
+	s.checker = &policy.Checker{Policy: s.holder, Store: s.store}
+	s.consumers = newConsumerRecorder(s.store, cfg.Consumers, s.m.dropped, log)
 	return s, nil
 }
 
@@ -236,7 +237,7 @@ func (s *Server) shutdown() {
 	wg.Wait()
 	s.inflight.Wait()
 	s.consumers.close()
-	s.be.close()
+	s.store.Close()
 	s.log.Info("stopped")
 }
 
@@ -249,7 +250,7 @@ func (s *Server) Close() {
 		s.grpcLn.Close()
 	}
 	s.consumers.close()
-	s.be.close()
+	s.store.Close()
 }
 
 func (s *Server) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
@@ -260,8 +261,9 @@ func (s *Server) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
 	s.health.SetServingStatus(rlv3.RateLimitService_ServiceDesc.ServiceName, st)
 }
 
-// StoreKind is "memory" or "redis".
-func (s *Server) StoreKind() string { return s.be.kind }
+// StoreKind is the scheme of the store's URL: "memory", "redis" or
+// "rediss".
+func (s *Server) StoreKind() string { return store.Scheme(s.cfg.Store) }
 
 // --- deciding ---
 

@@ -1,25 +1,161 @@
-// Package store opens a Sluice store by URL: "memory" (or "" or
-// "memory://") for the embedded store, or a redis:// or rediss:// URL for
-// Redis (see store/redis.Open for Cluster and Sentinel forms).
+// Package store opens Sluice stores by URL and names what a store can do
+// besides deciding. Each store registers itself for its URL scheme, as
+// database/sql drivers do: import store/memory for "memory" (also the
+// empty URL), store/redis for redis:// and rediss://.
+//
+// A store is a sluice.Store. What only some stores can do is behind small
+// interfaces that a caller asks for with a type assertion: Pinger (is the
+// server reachable), Resetter (forget keys) and ConsumerLog (who consumed
+// a key).
 package store
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"log/slog"
+	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/store/memory"
-	"github.com/sluicehq/sluice/store/redis"
 )
 
-// Open returns the store the URL names.
-func Open(ctx context.Context, url string) (sluice.Store, error) {
-	switch {
-	case url == "", url == "memory", url == "memory://":
-		return memory.New(), nil
-	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
-		return redis.Open(ctx, url, redis.Options{})
+// Options configure Open. The embedded store ignores them.
+type Options struct {
+	// Prefix is put before every key of a shared store (the store's
+	// default when empty).
+	Prefix string
+	// Timeout bounds an operation whose context has no deadline (the
+	// store's default when zero).
+	Timeout time.Duration
+	// Username and Password, when set, override the URL's.
+	Username, Password string
+	// TLS, when set, configures TLS (for rediss://).
+	TLS *tls.Config
+	// MaxFlushDelay is how long a client may wait to gather concurrent
+	// commands into one write (the store's default when zero; negative
+	// disables it).
+	MaxFlushDelay time.Duration
+	// Background makes Open return a store even when its server cannot be
+	// reached yet (refused, unreachable, timed out): it connects in the
+	// background, and until then every operation fails with
+	// ErrNotConnected. Other errors (a bad URL, password or certificate)
+	// are still returned.
+	Background bool
+	// Log receives connection events (nil: slog.Default()).
+	Log *slog.Logger
+}
+
+// An Opener opens a store of one scheme.
+type Opener func(ctx context.Context, url string, opts Options) (sluice.Store, error)
+
+var (
+	mu      sync.RWMutex
+	openers = map[string]Opener{}
+)
+
+// Register makes a store available under scheme ("memory", "redis"). It
+// panics if the scheme is taken.
+func Register(scheme string, open Opener) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := openers[scheme]; dup {
+		panic("store: Register called twice for scheme " + scheme)
 	}
-	return nil, fmt.Errorf("store: unknown store URL %q (want memory or redis://host:port/db)", url)
+	openers[scheme] = open
+}
+
+// Scheme returns the scheme of a store URL: the part before "://", or the
+// whole URL when it has none ("memory"); "memory" for the empty URL.
+func Scheme(url string) string {
+	if url == "" {
+		return "memory"
+	}
+	if i := strings.Index(url, "://"); i >= 0 {
+		return url[:i]
+	}
+	return url
+}
+
+// Open returns the store the URL names: "memory" (or "" or "memory://")
+// for the embedded store, or redis://... (see store/redis.Open).
+func Open(ctx context.Context, url string, opts Options) (sluice.Store, error) {
+	scheme := Scheme(url)
+	mu.RLock()
+	open := openers[scheme]
+	if open == nil && scheme == "rediss" {
+		open = openers["redis"]
+	}
+	mu.RUnlock()
+	if open == nil {
+		return nil, fmt.Errorf("store: unknown store URL %q (want %s)", Redact(url), known())
+	}
+	return open(ctx, url, opts)
+}
+
+func known() string {
+	mu.RLock()
+	defer mu.RUnlock()
+	var names []string
+	for s := range openers {
+		switch s {
+		case "memory":
+			names = append(names, "memory")
+		default:
+			names = append(names, s+"://...")
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "a registered store: import store/memory or store/redis"
+	}
+	return strings.Join(names, " or ")
+}
+
+// ErrNotConnected is the error of every operation of a store opened with
+// Options.Background while it has not reached its server yet.
+var ErrNotConnected = errors.New("store: not connected yet")
+
+// Redact hides the password of a store URL, for logs and errors.
+func Redact(url string) string {
+	at := strings.LastIndex(url, "@")
+	scheme := strings.Index(url, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return url
+	}
+	return url[:scheme+3] + "…" + url[at:]
+}
+
+// Pinger is a store that can tell whether its server answers.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Resetter is a store that can forget keys: Reset forgets the state of
+// each request's Key (placed, for Redis Cluster, by its Tag), as if the
+// key had never been seen; the other fields are ignored. Unknown keys are
+// no error.
+type Resetter interface {
+	Reset(ctx context.Context, reqs []sluice.Request) error
+}
+
+// Consumed is one entry for a consumers list: the list of the level whose
+// state is Key (placed by Tag, as the level's state is), and the entry.
+type Consumed struct {
+	Key, Tag string
+	Entry    []byte
+}
+
+// ConsumerLog is a store that keeps, next to a key's state, a capped list
+// of its recent consumers (the service's "who consumed this key").
+type ConsumerLog interface {
+	// PushConsumers puts each entry at the head of its key's list, keeps
+	// the newest max entries of the list and forgets the list ttl after its
+	// last push.
+	PushConsumers(ctx context.Context, entries []Consumed, max int, ttl time.Duration) error
+	// Consumers returns a key's list, newest first (empty when none).
+	Consumers(ctx context.Context, key, tag string) ([][]byte, error)
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store"
+	_ "github.com/sluicehq/sluice/store/memory" // the memory store
+	_ "github.com/sluicehq/sluice/store/redis"  // the redis:// store
 )
 
 // event is one line of replay input.
@@ -79,7 +81,7 @@ flags:`)
 		fmt.Fprintf(e.stderr, "replay: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	st, err := store.Open(ctx, *storeURL)
+	st, err := store.Open(ctx, *storeURL, store.Options{})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "replay: %v\n", err)
 		return 1

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sluicehq/sluice/store"
+
 	"context"
 	_ "embed"
 	"errors"
@@ -171,7 +173,7 @@ func banner(e env, cfg server.Config, srv *server.Server) {
 	if a := srv.GRPCAddr(); a != "" {
 		fmt.Fprintf(&b, "  gRPC       %s   envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1.Health\n", a)
 	}
-	fmt.Fprintf(&b, "  store      %s\n", redacted(cfg.Store))
+	fmt.Fprintf(&b, "  store      %s\n", store.Redact(cfg.Store))
 	if cfg.Policy == "" {
 		b.WriteString("  policy     the bundled example (--policy limits.yaml for yours)\n")
 	} else {
@@ -182,13 +184,4 @@ func banner(e env, cfg server.Config, srv *server.Server) {
 		fmt.Fprintf(&b, "  for i in 1 2 3 4; do curl -s -w ' %%{http_code}\\n' http://%s/v1/check -d '{\"path\": [\"user\", \"alex\", \"trade\"]}'; done\n", a)
 	}
 	fmt.Fprint(e.stdout, b.String())
-}
-
-func redacted(u string) string {
-	at := strings.LastIndex(u, "@")
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return u
-	}
-	return u[:scheme+3] + "…" + u[at:]
 }

@@ -44,7 +44,7 @@ func StartCluster(tb testing.TB) *Cluster {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		n := startOn(tb, port, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		n := StartOn(tb, port, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
 		c.Nodes = append(c.Nodes, n)
 		addrs[i] = n.Addr
 	}

@@ -53,8 +53,9 @@ func Start(tb testing.TB, args ...string) *Server {
 	return nil
 }
 
-// startOn starts a redis-server on the given port for the test.
-func startOn(tb testing.TB, port int, args ...string) *Server {
+// StartOn starts a redis-server on the given port for the test and stops
+// it when the test ends.
+func StartOn(tb testing.TB, port int, args ...string) *Server {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 const shardCount = 64 // a power of two
@@ -26,6 +27,7 @@ type Store struct {
 	done       chan struct{}
 	once       sync.Once
 	sweepEvery time.Duration
+	consumers  consumerLists
 }
 
 type shard struct {
@@ -68,7 +70,14 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store   = (*Store)(nil)
+	_ store.Resetter = (*Store)(nil)
+)
+
+func init() {
+	store.Register("memory", func(context.Context, string, store.Options) (sluice.Store, error) { return New(), nil })
+}
 
 // Decide implements sluice.Store.
 func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, error) {

@@ -16,13 +16,11 @@ package redis
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -176,101 +174,6 @@ func (d *driver) compose(set kindSet) string {
 	return b.String()
 }
 
-// DefaultPrefix is the prefix of every key the store writes, unless
-// Options.Prefix says otherwise.
-const DefaultPrefix = "sluice:"
-
-// DefaultMaxFlushDelay is Open's Options.MaxFlushDelay when zero.
-const DefaultMaxFlushDelay = 20 * time.Microsecond
-
-// DefaultTimeout bounds a decision whose context has no deadline.
-const DefaultTimeout = time.Second
-
-// ErrUnsupported is returned for a limit type the store has no script for.
-var ErrUnsupported = errors.New("redis store: unsupported limit")
-
-// Options configure a Store.
-type Options struct {
-	// Prefix is put before every key (DefaultPrefix when empty). It may not
-	// contain '{' or '}', which would pick a Redis Cluster hash tag.
-	Prefix string
-	// MaxFlushDelay is how long the client may wait to gather concurrent
-	// commands into one write (rueidis' MaxFlushDelay): under load it cuts
-	// the client's and Redis's CPU per decision, at the cost of up to that
-	// much latency. Open uses DefaultMaxFlushDelay when zero; a negative
-	// value disables it. New leaves the client as it is.
-	MaxFlushDelay time.Duration
-	// Timeout bounds a decision whose context has no deadline
-	// (DefaultTimeout when zero).
-	Timeout time.Duration
-}
-
-// Store is the Redis store.
-type Store struct {
-	client  rueidis.Client
-	owned   bool
-	prefix  string
-	timeout time.Duration
-}
-
-var _ sluice.Store = (*Store)(nil)
-
-// Open connects to Redis by URL and returns a store that owns the
-// connection. The forms are:
-//
-//	redis://[user:password@]host:port[/db]     one server (rediss:// for TLS)
-//	redis://host:port?addr=host2:port2&...      a Redis Cluster seed list
-//	redis://host:26379?master_set=mymaster      Sentinel
-//
-// Cluster is detected from the server itself.
-func Open(ctx context.Context, url string, opts Options) (*Store, error) {
-	co, err := rueidis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("redis store: %w", err)
-	}
-	co.DisableCache = true
-	switch {
-	case opts.MaxFlushDelay == 0:
-		co.MaxFlushDelay = DefaultMaxFlushDelay
-	case opts.MaxFlushDelay > 0:
-		co.MaxFlushDelay = opts.MaxFlushDelay
-	}
-	if d, ok := ctx.Deadline(); ok {
-		co.Dialer.Timeout = time.Until(d)
-	} else if co.Dialer.Timeout == 0 {
-		co.Dialer.Timeout = 5 * time.Second
-	}
-	c, err := rueidis.NewClient(co)
-	if err != nil {
-		return nil, fmt.Errorf("redis store: connect %s: %w", redact(url), err)
-	}
-	s, err := New(c, opts)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	s.owned = true
-	return s, nil
-}
-
-// New returns a store on an existing client, which the caller keeps
-// owning: Close does not close it.
-func New(c rueidis.Client, opts Options) (*Store, error) {
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if strings.ContainsAny(opts.Prefix, "{}") {
-		return nil, fmt.Errorf("redis store: prefix %q may not contain '{' or '}'", opts.Prefix)
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	return &Store{client: c, prefix: opts.Prefix, timeout: opts.Timeout}, nil
-}
-
-// Client returns the store's Redis client.
-func (s *Store) Client() rueidis.Client { return s.client }
-
 // KeyName returns the Redis key that holds the state of a request's key
 // and tag: prefix + key without a tag, prefix + "{" + tag + "}" + the rest
 // of key with one. '%', '{' and '}' in key are percent-encoded first, so
@@ -302,11 +205,11 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	if err := sluice.ValidateAll(reqs, results); err != nil {
 		return false, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return false, err
 	}
+	defer cancel()
 	if len(reqs) > 1 {
 		reqs = inBatch(reqs) // a nary log is all or nothing in a batch
 	}
@@ -314,7 +217,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	for i, r := range reqs {
 		keys[i] = KeyName(s.prefix, r.Key, r.Tag)
 	}
-	if s.client.Mode() == rueidis.ClientModeCluster {
+	if s.client().Mode() == rueidis.ClientModeCluster {
 		if groups := slotGroups(keys); len(groups) > 1 {
 			return s.decideAcrossSlots(ctx, reqs, keys, groups, results)
 		}
@@ -381,7 +284,7 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 		set |= 1 << r.Limit.Kind()
 		args = appendLevel(args, b, r)
 	}
-	v, err := decideDriver.script(set).Exec(ctx, s.client, keys, args).AsIntSlice()
+	v, err := decideDriver.script(set).Exec(ctx, s.client(), keys, args).AsIntSlice()
 	if err != nil {
 		return checked{}, fmt.Errorf("redis store: %w", err)
 	}
@@ -452,24 +355,6 @@ func levelResult(r sluice.Request, now int64, ok bool, val int64, extra []int64,
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
-
-// Close closes the connection if the store opened it.
-func (s *Store) Close() error {
-	if s.owned {
-		s.client.Close()
-	}
-	return nil
-}
-
-// redact hides a URL's password in error messages.
-func redact(url string) string {
-	at := strings.LastIndex(url, "@")
-	scheme := strings.Index(url, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return url
-	}
-	return url[:scheme+3] + "…" + url[at:]
-}
 
 // Supports reports whether the store can run a limit: the store has a
 // binding for its kind and its type.

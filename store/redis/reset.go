@@ -18,16 +18,16 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 	if len(reqs) == 0 {
 		return nil
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return err
 	}
+	defer cancel()
 	cmds := make(rueidis.Commands, len(reqs))
 	for i, r := range reqs {
-		cmds[i] = s.client.B().Del().Key(KeyName(s.prefix, r.Key, r.Tag)).Build()
+		cmds[i] = s.client().B().Del().Key(KeyName(s.prefix, r.Key, r.Tag)).Build()
 	}
-	for _, res := range s.client.DoMulti(ctx, cmds...) {
+	for _, res := range s.client().DoMulti(ctx, cmds...) {
 		if err := res.Error(); err != nil {
 			return fmt.Errorf("redis store: reset: %w", err)
 		}

@@ -48,7 +48,7 @@ func slotGroups(keys []string) [][]int {
 // Redis TIME, read first, is used for every group.
 func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, keys []string, groups [][]int, results []algo.Result) (bool, error) {
 	if reqs[0].Time.IsZero() {
-		now, err := s.client.Do(ctx, s.client.B().Time().Build()).AsStrSlice()
+		now, err := s.client().Do(ctx, s.client().B().Time().Build()).AsStrSlice()
 		if err != nil || len(now) != 2 {
 			return false, fmt.Errorf("redis store: TIME: %v", err)
 		}
@@ -129,7 +129,7 @@ func (s *Store) refund(ctx context.Context, keys []string, c checked) error {
 			args[len(c.args)+j] = strconv.FormatInt(c.val[j], 10)
 		}
 	}
-	if err := refundDriver.script(c.set).Exec(ctx, s.client, keys, args).Error(); err != nil {
+	if err := refundDriver.script(c.set).Exec(ctx, s.client(), keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	return nil

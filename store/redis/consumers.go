@@ -1,0 +1,73 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/store"
+)
+
+// consumersSuffix names a key's consumers list after the key.
+const consumersSuffix = "#consumers"
+
+var consumersScript = func() *rueidis.Lua {
+	src, err := scripts.ReadFile("scripts/consumers.lua")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return rueidis.NewLuaScript(string(src))
+}()
+
+// ConsumersKey returns the Redis key of a key's consumers list: the key's
+// own name (KeyName) with "#consumers" appended, so that it lives in the
+// key's Cluster slot.
+func ConsumersKey(prefix, key, tag string) string {
+	return KeyName(prefix, key+consumersSuffix, tag)
+}
+
+// PushConsumers implements store.ConsumerLog: one consumers.lua call per
+// entry, all in one pipelined round trip.
+func (s *Store) PushConsumers(ctx context.Context, entries []store.Consumed, keep int, ttl time.Duration) error {
+	if keep <= 0 || len(entries) == 0 {
+		return nil
+	}
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	n, ms := strconv.Itoa(keep), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)
+	execs := make([]rueidis.LuaExec, len(entries))
+	for i, e := range entries {
+		execs[i] = rueidis.LuaExec{Keys: []string{ConsumersKey(s.prefix, e.Key, e.Tag)}, Args: []string{string(e.Entry), n, ms}}
+	}
+	for _, res := range consumersScript.ExecMulti(ctx, s.client(), execs...) {
+		if err := res.Error(); err != nil {
+			return fmt.Errorf("redis store: consumers: %w", err)
+		}
+	}
+	return nil
+}
+
+// Consumers implements store.ConsumerLog.
+func (s *Store) Consumers(ctx context.Context, key, tag string) ([][]byte, error) {
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	c := s.client()
+	vals, err := c.Do(ctx, c.B().Lrange().Key(ConsumersKey(s.prefix, key, tag)).Start(0).Stop(-1).Build()).AsStrSlice()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, fmt.Errorf("redis store: consumers: %w", err)
+	}
+	out := make([][]byte, len(vals))
+	for i, v := range vals {
+		out[i] = []byte(v)
+	}
+	return out, nil
+}

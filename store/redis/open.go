@@ -1,0 +1,254 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
+)
+
+// DefaultPrefix is the prefix of every key the store writes, unless
+// Options.Prefix says otherwise.
+const DefaultPrefix = "sluice:"
+
+// DefaultMaxFlushDelay is Open's Options.MaxFlushDelay when zero.
+const DefaultMaxFlushDelay = 20 * time.Microsecond
+
+// DefaultTimeout bounds a decision whose context has no deadline.
+const DefaultTimeout = time.Second
+
+// ErrUnsupported is returned for a limit type the store has no script for.
+var ErrUnsupported = errors.New("redis store: unsupported limit")
+
+// Options configure a Store.
+type Options struct {
+	// Prefix is put before every key (DefaultPrefix when empty). It may not
+	// contain '{' or '}', which would pick a Redis Cluster hash tag.
+	Prefix string
+	// MaxFlushDelay is how long the client may wait to gather concurrent
+	// commands into one write (rueidis' MaxFlushDelay): under load it cuts
+	// the client's and Redis's CPU per decision, at the cost of up to that
+	// much latency. Open uses DefaultMaxFlushDelay when zero; a negative
+	// value disables it. New leaves the client as it is.
+	MaxFlushDelay time.Duration
+	// Timeout bounds a decision whose context has no deadline
+	// (DefaultTimeout when zero).
+	Timeout time.Duration
+	// Username and Password, when set, override the URL's (Open only).
+	Username, Password string
+	// TLS, when set, is the client's TLS configuration (Open only).
+	TLS *tls.Config
+	// Background makes Open return a store even when Redis cannot be
+	// dialled (refused, unreachable, timed out): it connects in the
+	// background, every second, and until then every operation fails with
+	// store.ErrNotConnected. Other errors (a bad URL, password or
+	// certificate) are still returned.
+	Background bool
+	// Log receives the background connection's events (nil:
+	// slog.Default()).
+	Log *slog.Logger
+}
+
+// Store is the Redis store.
+type Store struct {
+	conn    atomic.Pointer[conn] // nil until connected
+	owned   bool
+	prefix  string
+	timeout time.Duration
+
+	stop chan struct{} // ends background connecting
+	done chan struct{} // closed when background connecting has ended
+	once sync.Once
+}
+
+type conn struct{ client rueidis.Client }
+
+var (
+	_ sluice.Store      = (*Store)(nil)
+	_ store.Pinger      = (*Store)(nil)
+	_ store.Resetter    = (*Store)(nil)
+	_ store.ConsumerLog = (*Store)(nil)
+)
+
+func init() {
+	store.Register("redis", func(ctx context.Context, url string, o store.Options) (sluice.Store, error) {
+		return Open(ctx, url, Options{
+			Prefix: o.Prefix, Timeout: o.Timeout, MaxFlushDelay: o.MaxFlushDelay,
+			Username: o.Username, Password: o.Password, TLS: o.TLS,
+			Background: o.Background, Log: o.Log,
+		})
+	})
+}
+
+// Open connects to Redis by URL and returns a store that owns the
+// connection. The forms are:
+//
+//	redis://[user:password@]host:port[/db]     one server (rediss:// for TLS)
+//	redis://host:port?addr=host2:port2&...      a Redis Cluster seed list
+//	redis://host:26379?master_set=mymaster      Sentinel
+//
+// Cluster is detected from the server itself.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	co, err := rueidis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	co.DisableCache = true
+	switch {
+	case opts.MaxFlushDelay == 0:
+		co.MaxFlushDelay = DefaultMaxFlushDelay
+	case opts.MaxFlushDelay > 0:
+		co.MaxFlushDelay = opts.MaxFlushDelay
+	}
+	if d, ok := ctx.Deadline(); ok {
+		co.Dialer.Timeout = time.Until(d)
+	} else if co.Dialer.Timeout == 0 {
+		co.Dialer.Timeout = 5 * time.Second
+	}
+	if opts.Username != "" {
+		co.Username = opts.Username
+	}
+	if opts.Password != "" {
+		co.Password = opts.Password
+	}
+	if opts.TLS != nil {
+		co.TLSConfig = opts.TLS
+	}
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.owned = true
+	c, err := rueidis.NewClient(co)
+	if err == nil {
+		s.conn.Store(&conn{c})
+		close(s.done)
+		return s, nil
+	}
+	if !opts.Background || !isDialError(err) {
+		return nil, fmt.Errorf("redis store: connect %s: %w", store.Redact(url), err)
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("store unreachable; connecting in the background", "store", store.Redact(url), "err", err)
+	go s.connect(co, url, log)
+	return s, nil
+}
+
+// connect dials every second until it succeeds or the store is closed.
+func (s *Store) connect(co rueidis.ClientOption, url string, log *slog.Logger) {
+	defer close(s.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		c, err := rueidis.NewClient(co)
+		if err != nil {
+			log.Debug("store still unreachable", "err", err)
+			continue
+		}
+		s.conn.Store(&conn{c})
+		log.Info("store connected", "store", store.Redact(url))
+		return
+	}
+}
+
+// isDialError reports whether connecting failed for want of a connection,
+// which may come later, rather than for a setting that will not change.
+func isDialError(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// New returns a store on an existing client, which the caller keeps
+// owning: Close does not close it.
+func New(c rueidis.Client, opts Options) (*Store, error) {
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.conn.Store(&conn{c})
+	close(s.done)
+	return s, nil
+}
+
+func newStore(opts Options) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redis store: prefix %q may not contain '{' or '}'", opts.Prefix)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return &Store{prefix: opts.Prefix, timeout: opts.Timeout, stop: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+// Client returns the store's Redis client, nil while a store opened with
+// Options.Background has not connected.
+func (s *Store) Client() rueidis.Client {
+	if c := s.conn.Load(); c != nil {
+		return c.client
+	}
+	return nil
+}
+
+func (s *Store) client() rueidis.Client { return s.Client() }
+
+// connected returns ctx bounded by the store's timeout when it has no
+// deadline, or store.ErrNotConnected.
+func (s *Store) connected(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if s.conn.Load() == nil {
+		return ctx, nil, store.ErrNotConnected
+	}
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return ctx, cancel, nil
+}
+
+// Ping implements store.Pinger.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	c := s.client()
+	return c.Do(ctx, c.B().Ping().Build()).Error()
+}
+
+// Close stops connecting in the background and closes the connection if
+// the store opened it.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	if c := s.conn.Load(); c != nil && s.owned {
+		c.client.Close()
+	}
+	return nil
+}
