@@ -50,8 +50,8 @@
 //
 // # Lua limiters
 //
-// LoadScript and NewScriptLimiter run a user-supplied Lua script in Redis
-// instead of a Checker: see Script.
+// NewScriptLimiter runs a user-supplied Lua script in Redis instead of a
+// Checker: see package store/userscript for the scripts' contract.
 package httplimit
 
 import (

@@ -1,6 +1,8 @@
 package httplimit_test
 
 import (
+	"github.com/sluicehq/sluice/store/userscript"
+
 	"context"
 	"errors"
 	"net/http"
@@ -33,9 +35,9 @@ func rueidisClient(t *testing.T, url string) rueidis.Client {
 	return c
 }
 
-func loadScript(t *testing.T, c rueidis.Client, file string) *httplimit.Script {
+func loadScript(t *testing.T, c rueidis.Client, file string) *userscript.Script {
 	t.Helper()
-	s, err := httplimit.LoadScript(context.Background(), c, file, legacyNames)
+	s, err := userscript.Load(context.Background(), c, file, legacyNames)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +74,10 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-// TestScriptFixedWindow runs scripts/fixed_window.lua: 3 per 60 s.
+// TestScriptFixedWindow runs examples/window_from_first.lua: 3 per 60 s.
 func TestScriptFixedWindow(t *testing.T) {
 	srv := redistest.Start(t)
-	s := loadScript(t, rueidisClient(t, srv.URL()), "scripts/fixed_window.lua")
+	s := loadScript(t, rueidisClient(t, srv.URL()), "../store/userscript/examples/window_from_first.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "60", httplimit.CostArg}}, scriptOptions()).Wrap(okHandler)
 
 	for i := 0; i < 3; i++ {
@@ -104,7 +106,7 @@ func TestScriptFixedWindow(t *testing.T) {
 	}
 	p := decodeProblem(t, w, w.Body.String())
 	if p.Type != httplimit.QuotaExceededType || p.RetryAfter == nil || *p.RetryAfter != int64(ra) ||
-		len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "fixed_window.lua" || p.Limit != nil {
+		len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "window_from_first.lua" || p.Limit != nil {
 		t.Errorf("4th: problem %+v", p)
 	}
 
@@ -133,10 +135,10 @@ func TestScriptFixedWindow(t *testing.T) {
 	}
 }
 
-// TestScriptTokenBucket runs scripts/token_bucket.lua: 3 tokens, 1 per 60 s.
+// TestScriptTokenBucket runs examples/token_bucket.lua: 3 tokens, 1 per 60 s.
 func TestScriptTokenBucket(t *testing.T) {
 	srv := redistest.Start(t)
-	s := loadScript(t, rueidisClient(t, srv.URL()), "scripts/token_bucket.lua")
+	s := loadScript(t, rueidisClient(t, srv.URL()), "../store/userscript/examples/token_bucket.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
 	for i := 0; i < 3; i++ {
 		w := do(h, "GET", "/", keyed("alex"), "")
@@ -183,7 +185,7 @@ func TestScriptTokenBucket(t *testing.T) {
 func TestScriptNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	c := rueidisClient(t, srv.URL())
-	s := loadScript(t, c, "scripts/fixed_window.lua")
+	s := loadScript(t, c, "../store/userscript/examples/window_from_first.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"5", "60"}}, scriptOptions()).Wrap(okHandler)
 	if w := do(h, "GET", "/", keyed("a"), ""); w.Code != 200 {
 		t.Fatal(w.Code)
@@ -204,7 +206,7 @@ func TestLoadScriptErrors(t *testing.T) {
 	ctx := context.Background()
 
 	bad := scriptFile(t, "broken.lua", "local x = \nreturn {")
-	_, err := httplimit.LoadScript(ctx, c, bad, legacyNames)
+	_, err := userscript.Load(ctx, c, bad, legacyNames)
 	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "Error compiling script") {
 		t.Errorf("syntax error: %v", err)
 	}
@@ -213,17 +215,17 @@ func TestLoadScriptErrors(t *testing.T) {
 	}
 
 	missing := filepath.Join(t.TempDir(), "missing.lua")
-	if _, err := httplimit.LoadScript(ctx, c, missing, nil); err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
+	if _, err := userscript.Load(ctx, c, missing, nil); err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
 
 	good := scriptFile(t, "ok.lua", `return {"allow", {}}`)
 	for _, names := range [][]string{{"X-Ok", "bad name"}, {""}, {"Content-Length"}, {"X-Ok\r\n"}} {
-		if _, err := httplimit.LoadScript(ctx, c, good, names); err == nil || !strings.Contains(err.Error(), good) {
+		if _, err := userscript.Load(ctx, c, good, names); err == nil || !strings.Contains(err.Error(), good) {
 			t.Errorf("header names %q: %v", names, err)
 		}
 	}
-	if _, err := httplimit.LoadScript(ctx, c, good, nil); err != nil {
+	if _, err := userscript.Load(ctx, c, good, nil); err != nil {
 		t.Errorf("no header names: %v", err)
 	}
 }
@@ -239,23 +241,23 @@ func TestScriptReplies(t *testing.T) {
 		kind      error  // nil: valid
 		where     string // in the error
 	}{
-		{"not an array", `return 1`, httplimit.ErrReplyShape, "reply"},
-		{"nil", `return nil`, httplimit.ErrReplyShape, "reply"},
-		{"one element", `return {"allow"}`, httplimit.ErrReplyShape, "reply"},
-		{"three elements", `return {"allow", {1, 2, 3}, 4}`, httplimit.ErrReplyShape, "reply"},
-		{"bad verdict", `return {"maybe", {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
-		{"verdict case", `return {"Allow", {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
-		{"integer verdict", `return {1, {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
-		{"items not an array", `return {"allow", "1,2,3"}`, httplimit.ErrReplyValues, "reply[2]"},
-		{"too few values", `return {"allow", {1, 2}}`, httplimit.ErrReplyValues, "reply[2]"},
-		{"too many values", `return {"allow", {1, 2, 3, 4}}`, httplimit.ErrReplyValues, "reply[2][4]"},
-		{"pair of one", `return {"allow", {1, 2, 3, {"X-A"}}}`, httplimit.ErrReplyHeader, "reply[2][4]"},
-		{"pair name not a token", `return {"allow", {1, 2, 3, {"X A", "v"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
-		{"pair name integer", `return {"allow", {1, 2, 3, {7, "v"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
-		{"framing header", `return {"allow", {1, 2, 3, {"content-length", "5"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
-		{"value with newline", `return {"deny", {1, 2, "3\r\nX-Evil: 1"}}`, httplimit.ErrReplyHeader, "reply[2][3]"},
-		{"pair value nested", `return {"allow", {1, 2, 3, {"X-A", {1}}}}`, httplimit.ErrReplyHeader, "reply[2][4][2]"},
-		{"value false (nil)", `return {"allow", {1, false, 3}}`, httplimit.ErrReplyHeader, "reply[2][2]"},
+		{"not an array", `return 1`, userscript.ErrReplyShape, "reply"},
+		{"nil", `return nil`, userscript.ErrReplyShape, "reply"},
+		{"one element", `return {"allow"}`, userscript.ErrReplyShape, "reply"},
+		{"three elements", `return {"allow", {1, 2, 3}, 4}`, userscript.ErrReplyShape, "reply"},
+		{"bad verdict", `return {"maybe", {1, 2, 3}}`, userscript.ErrReplyVerdict, "reply[1]"},
+		{"verdict case", `return {"Allow", {1, 2, 3}}`, userscript.ErrReplyVerdict, "reply[1]"},
+		{"integer verdict", `return {1, {1, 2, 3}}`, userscript.ErrReplyVerdict, "reply[1]"},
+		{"items not an array", `return {"allow", "1,2,3"}`, userscript.ErrReplyValues, "reply[2]"},
+		{"too few values", `return {"allow", {1, 2}}`, userscript.ErrReplyValues, "reply[2]"},
+		{"too many values", `return {"allow", {1, 2, 3, 4}}`, userscript.ErrReplyValues, "reply[2][4]"},
+		{"pair of one", `return {"allow", {1, 2, 3, {"X-A"}}}`, userscript.ErrReplyHeader, "reply[2][4]"},
+		{"pair name not a token", `return {"allow", {1, 2, 3, {"X A", "v"}}}`, userscript.ErrReplyHeader, "reply[2][4][1]"},
+		{"pair name integer", `return {"allow", {1, 2, 3, {7, "v"}}}`, userscript.ErrReplyHeader, "reply[2][4][1]"},
+		{"framing header", `return {"allow", {1, 2, 3, {"content-length", "5"}}}`, userscript.ErrReplyHeader, "reply[2][4][1]"},
+		{"value with newline", `return {"deny", {1, 2, "3\r\nX-Evil: 1"}}`, userscript.ErrReplyHeader, "reply[2][3]"},
+		{"pair value nested", `return {"allow", {1, 2, 3, {"X-A", {1}}}}`, userscript.ErrReplyHeader, "reply[2][4][2]"},
+		{"value false (nil)", `return {"allow", {1, false, 3}}`, userscript.ErrReplyHeader, "reply[2][2]"},
 		{"valid", `return {"deny", {{"X-Custom", "hi"}, 1, "", 3, {"retry-after", 7}}}`, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -265,7 +267,7 @@ func TestScriptReplies(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := []httplimit.HeaderField{{"X-Ratelimit-Limit", "1"}, {"X-Ratelimit-Reset", "3"}, {"X-Custom", "hi"}, {"Retry-After", "7"}}
+				want := []userscript.HeaderField{{Name: "X-Ratelimit-Limit", Value: "1"}, {Name: "X-Ratelimit-Reset", Value: "3"}, {Name: "X-Custom", Value: "hi"}, {Name: "Retry-After", Value: "7"}}
 				if rep.Allow || len(rep.Headers) != len(want) {
 					t.Fatalf("reply %+v", rep)
 				}
@@ -276,8 +278,8 @@ func TestScriptReplies(t *testing.T) {
 				}
 				return
 			}
-			var re *httplimit.ReplyError
-			if !errors.As(err, &re) || !errors.Is(err, httplimit.ErrBadReply) || !errors.Is(err, tc.kind) {
+			var re *userscript.ReplyError
+			if !errors.As(err, &re) || !errors.Is(err, userscript.ErrBadReply) || !errors.Is(err, tc.kind) {
 				t.Fatalf("err = %v, want a ReplyError of kind %v", err, tc.kind)
 			}
 			if re.Where != tc.where || !strings.Contains(err.Error(), "s.lua") {
@@ -297,14 +299,14 @@ func TestScriptReplies(t *testing.T) {
 		l := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{}, opts)
 		w := do(l.Wrap(okHandler), "GET", "/", keyed("a"), "")
 		want := map[httplimit.FailurePolicy]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}[f]
-		if w.Code != want || l.StoreErrors() != 1 || !errors.Is(seen, httplimit.ErrReplyValues) {
+		if w.Code != want || l.StoreErrors() != 1 || !errors.Is(seen, userscript.ErrReplyValues) {
 			t.Errorf("policy %d: status %d, StoreErrors %d, error %v", f, w.Code, l.StoreErrors(), seen)
 		}
 	}
 
 	// A runtime error in the script is a store failure naming the script.
 	s = loadScript(t, c, scriptFile(t, "runtime.lua", `return redis.call("NO-SUCH-COMMAND")`))
-	if _, err := s.Run(context.Background(), []string{"k"}, nil); err == nil || !strings.Contains(err.Error(), "runtime.lua") || errors.Is(err, httplimit.ErrBadReply) {
+	if _, err := s.Run(context.Background(), []string{"k"}, nil); err == nil || !strings.Contains(err.Error(), "runtime.lua") || errors.Is(err, userscript.ErrBadReply) {
 		t.Errorf("runtime error: %v", err)
 	}
 
@@ -326,7 +328,7 @@ func TestScriptReplies(t *testing.T) {
 func TestScriptArgs(t *testing.T) {
 	srv := redistest.Start(t)
 	c := rueidisClient(t, srv.URL())
-	s, err := httplimit.LoadScript(context.Background(), c,
+	s, err := userscript.Load(context.Background(), c,
 		scriptFile(t, "echo.lua", `return {"allow", {KEYS[1], table.concat(ARGV, " ")}}`), []string{"X-Key", "X-Args"})
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +352,7 @@ func TestLoadScriptCluster(t *testing.T) {
 	}
 	cl := redistest.StartCluster(t)
 	c := rueidisClient(t, cl.URL())
-	s := loadScript(t, c, "scripts/fixed_window.lua")
+	s := loadScript(t, c, "../store/userscript/examples/window_from_first.lua")
 	nodes := c.Nodes()
 	if len(nodes) != len(cl.Nodes) {
 		t.Fatalf("the client knows %d nodes, want %d", len(nodes), len(cl.Nodes))

@@ -1,4 +1,5 @@
--- token_bucket.lua: a token-bucket limiter for httplimit.LoadScript.
+-- token_bucket.lua: a token-bucket limiter for store/userscript (and the
+-- httplimit middleware's NewScriptLimiter).
 --
 -- The bucket holds up to ARGV[1] tokens and gains ARGV[2] tokens every
 -- ARGV[3] seconds; a request takes its cost in tokens or is denied. A key

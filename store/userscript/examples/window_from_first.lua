@@ -1,7 +1,10 @@
--- fixed_window.lua: a fixed-window limiter for httplimit.LoadScript.
+-- window_from_first.lua: a window limiter for store/userscript (and the
+-- httplimit middleware's NewScriptLimiter).
 --
--- The window starts with its first request and lasts ARGV[2] seconds;
--- together they admit at most ARGV[1].
+-- A window starts with its first request and lasts ARGV[2] seconds;
+-- together its requests may take at most ARGV[1]. Unlike Sluice's own
+-- fixed_window algorithm, whose windows are aligned to the epoch, each
+-- key's window starts when that key is first seen.
 --
 -- KEYS[1]  the request's key (httplimit: prefix + the policy path)
 -- ARGV[1]  limit: how much a window admits (an integer >= 1)
@@ -18,7 +21,7 @@ local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3] or "1")
 if not limit or limit < 1 or not window or window < 1 or not cost or cost < 0 then
-  return redis.error_reply("fixed_window.lua: want ARGV limit >= 1, window >= 1 (seconds) and an optional cost >= 0")
+  return redis.error_reply("window_from_first.lua: want ARGV limit >= 1, window >= 1 (seconds) and an optional cost >= 0")
 end
 
 local count = tonumber(redis.call("GET", KEYS[1]) or "0")
