@@ -166,7 +166,8 @@ next:
 }
 
 // Duration is a time.Duration written as a Go duration string ("60s",
-// "1h30m") in JSON and YAML.
+// "1h30m") in JSON and YAML: a limit's period, window or interval, and
+// every duration of sluice.yaml.
 type Duration time.Duration
 
 // MarshalText implements encoding.TextMarshaler.
@@ -176,7 +177,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return err
 	}
 	*d = Duration(v)
 	return nil
@@ -187,7 +188,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%w: duration must be a string such as \"60s\", got %s", ErrInvalid, b)
+		return fmt.Errorf("duration must be a string such as \"60s\", got %s", b)
 	}
 	return d.UnmarshalText([]byte(s))
 }

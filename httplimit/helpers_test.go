@@ -66,7 +66,7 @@ func (c *clock) Set(t time.Time) {
 
 // newChecker returns the policy's Checker on a store, deciding at the
 // clock's time, or at the store's when clk is nil.
-func newChecker(pol *policy.Policy, st sluice.Store, clk *clock) httplimit.Checker {
+func newChecker(pol *policy.Policy, st sluice.Store, clk *clock) httplimit.PathChecker {
 	c := &policy.Checker{Policy: policy.NewHolder(pol), Store: st}
 	if clk == nil {
 		return c

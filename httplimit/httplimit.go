@@ -1,7 +1,7 @@
 // Package httplimit is Sluice's net/http middleware: it keys each request
 // (client IP, a header such as an API key, or a function), maps it to a
 // policy path such as api / <key> / <route>, checks the path with a
-// Checker (see package policy), and either passes the request on with
+// PathChecker (a *policy.Checker), and either passes the request on with
 // rate-limit headers or answers 429 Too Many Requests. It works with any
 // router, since a Limiter's Wrap method is a plain
 // func(http.Handler) http.Handler.
@@ -36,7 +36,7 @@
 // sluice checkers, when they call the store, microseconds in; a checker
 // that never looks, such as one on the memory store, costs no timer and no
 // clock read): a store that is down or stalled makes Check fail within it,
-// as the sluice stores do (the bound holds for a Checker that honours its
+// as the sluice stores do (the bound holds for a PathChecker that honours its
 // context). A failed check is handled by Options.Failure: FailOpen (the
 // default) serves the request without rate-limit headers, logs the error
 // with log/slog (at most one line a second, with a count of those left
@@ -51,7 +51,7 @@
 // # Lua limiters
 //
 // NewScriptLimiter runs a user-supplied Lua script in Redis instead of a
-// Checker: see package store/userscript for the scripts' contract.
+// PathChecker: see package store/userscript for the scripts' contract.
 package httplimit
 
 import (
@@ -68,11 +68,11 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// A Checker decides a request path: it fills d (Allowed, Matched, Summary
+// A PathChecker decides a request path: it fills d (Allowed, Matched, Summary
 // and Levels, reusing the capacity of d.Levels) or returns an error. The
-// policy package's Checker is one. Check must honour ctx's deadline and
+// policy package's *Checker is one. Check must honour ctx's deadline and
 // must not keep path or d after it returns.
-type Checker interface {
+type PathChecker interface {
 	Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error
 }
 
@@ -138,7 +138,7 @@ type Options struct {
 
 // A Limiter is rate-limiting middleware. It is safe for concurrent use.
 type Limiter struct {
-	checker Checker
+	checker PathChecker
 	script  *scriptLimit
 	opts    Options
 	timeout time.Duration
@@ -148,9 +148,9 @@ type Limiter struct {
 }
 
 // New returns a Limiter that checks requests with c. It panics if c is nil.
-func New(c Checker, opts Options) *Limiter {
+func New(c PathChecker, opts Options) *Limiter {
 	if c == nil {
-		panic("httplimit: nil Checker")
+		panic("httplimit: nil PathChecker")
 	}
 	l := &Limiter{checker: c}
 	l.setOptions(opts)
@@ -158,7 +158,7 @@ func New(c Checker, opts Options) *Limiter {
 }
 
 // Middleware returns New(c, opts).Wrap.
-func Middleware(c Checker, opts Options) func(http.Handler) http.Handler {
+func Middleware(c PathChecker, opts Options) func(http.Handler) http.Handler {
 	return New(c, opts).Wrap
 }
 

@@ -38,7 +38,7 @@ type scriptLimit struct {
 }
 
 // NewScriptLimiter returns a Limiter that decides requests with a Lua
-// script instead of a Checker. Options work as for New, except that the
+// script instead of a PathChecker. Options work as for New, except that the
 // headers are the script's (Options.Headers is ignored), and that
 // OnLimited and OnDecision get a Decision with one Level, named after the
 // script's file, whose RetryAfter is the script's Retry-After header when

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -58,7 +59,7 @@ func BenchmarkDecidePath(b *testing.B) {
 			if st == "redis" {
 				url = redistest.Start(b).URL()
 			}
-			s, err := New(context.Background(), Config{Store: url, PolicyData: []byte(benchPolicy), Timeout: Duration(time.Second)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			s, err := New(context.Background(), Config{Store: url, PolicyData: []byte(benchPolicy), Timeout: algo.Duration(time.Second)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				b.Fatal(err)
 			}

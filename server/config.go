@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/algo"
+
 	"errors"
 	"fmt"
 	"os"
@@ -35,7 +37,7 @@ type Config struct {
 	PolicyName string `yaml:"-"`
 	// Timeout bounds each decision, store round trip included. Default
 	// 50ms.
-	Timeout Duration `yaml:"timeout"`
+	Timeout algo.Duration `yaml:"timeout"`
 	// OnStoreError is what a check answers when the store fails or times
 	// out: "allow" (fail open, the default) or "deny" (fail closed).
 	OnStoreError string `yaml:"on_store_error"`
@@ -51,10 +53,10 @@ type Config struct {
 	// WatchInterval is how often the policy file's modification time and
 	// size are polled for a reload; negative disables polling (SIGHUP
 	// still reloads). Default 1s.
-	WatchInterval Duration `yaml:"watch_interval"`
+	WatchInterval algo.Duration `yaml:"watch_interval"`
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 10s.
-	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	ShutdownTimeout algo.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
 	// (default) or json.
 	LogLevel  string `yaml:"log_level"`
@@ -72,7 +74,7 @@ type RedisConfig struct {
 	// write for up to this long (default 20µs; negative disables): fewer
 	// system calls, for the service and for Redis, at a small cost in
 	// latency.
-	MaxFlushDelay Duration `yaml:"max_flush_delay"`
+	MaxFlushDelay algo.Duration `yaml:"max_flush_delay"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
 	// checked; InsecureSkipVerify disables verification (tests only).
@@ -99,24 +101,8 @@ type ConsumersConfig struct {
 	// disables recording).
 	Max int `yaml:"max"`
 	// TTL is how long a list lives after its last entry (default 1h).
-	TTL Duration `yaml:"ttl"`
+	TTL algo.Duration `yaml:"ttl"`
 }
-
-// Duration is a time.Duration written as "50ms" in sluice.yaml.
-type Duration time.Duration
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
 // Defaults of Config.
 const (
@@ -142,25 +128,25 @@ func (c Config) Defaults() Config {
 		c.Store = "memory"
 	}
 	if c.Timeout == 0 {
-		c.Timeout = Duration(DefaultTimeout)
+		c.Timeout = algo.Duration(DefaultTimeout)
 	}
 	if c.OnStoreError == "" {
 		c.OnStoreError = "allow"
 	}
 	if c.WatchInterval == 0 {
-		c.WatchInterval = Duration(DefaultWatchInterval)
+		c.WatchInterval = algo.Duration(DefaultWatchInterval)
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = Duration(DefaultShutdownTimeout)
+		c.ShutdownTimeout = algo.Duration(DefaultShutdownTimeout)
 	}
 	if c.Consumers.Max == 0 {
 		c.Consumers.Max = DefaultConsumersMax
 	}
 	if c.Consumers.TTL == 0 {
-		c.Consumers.TTL = Duration(DefaultConsumersTTL)
+		c.Consumers.TTL = algo.Duration(DefaultConsumersTTL)
 	}
 	if c.Redis.MaxFlushDelay == 0 {
-		c.Redis.MaxFlushDelay = Duration(DefaultMaxFlushDelay)
+		c.Redis.MaxFlushDelay = algo.Duration(DefaultMaxFlushDelay)
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
@@ -263,7 +249,7 @@ func (c *Config) Set(field, s string) error {
 		*p = s
 		return nil
 	}
-	durs := map[string]*Duration{
+	durs := map[string]*algo.Duration{
 		"timeout": &c.Timeout, "consumers.ttl": &c.Consumers.TTL,
 		"watch_interval": &c.WatchInterval, "shutdown_timeout": &c.ShutdownTimeout,
 		"redis.max_flush_delay": &c.Redis.MaxFlushDelay,

@@ -37,6 +37,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 )
@@ -1097,7 +1098,7 @@ func TestExampleConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Store != "redis://127.0.0.1:6379/0" || c.Timeout != server.Duration(50*time.Millisecond) || c.Consumers.Max != 20 || c.LogFormat != "json" {
+	if c.Store != "redis://127.0.0.1:6379/0" || c.Timeout != algo.Duration(50*time.Millisecond) || c.Consumers.Max != 20 || c.LogFormat != "json" {
 		t.Errorf("%+v", c)
 	}
 }
