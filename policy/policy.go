@@ -95,7 +95,7 @@ type node struct {
 	pattern   string
 	limits    []algo.Limit // shared by every Hit of the node: read-only
 	specs     []algo.Spec  // the limits as written
-	shadow    bool // the node or an ancestor is shadow
+	shadow    bool         // the node or an ancestor is shadow
 	unlimited bool
 	children  map[string]*node // named children
 	star      *node            // the "*" child

@@ -319,4 +319,3 @@ func framingHeader(canonical string) bool {
 	}
 	return false
 }
-
