@@ -198,38 +198,6 @@ func TestScriptNoScript(t *testing.T) {
 	}
 }
 
-// TestLoadScriptErrors: a script that does not load is a start-up error
-// naming the file and carrying Redis's message.
-func TestLoadScriptErrors(t *testing.T) {
-	srv := redistest.Start(t)
-	c := rueidisClient(t, srv.URL())
-	ctx := context.Background()
-
-	bad := scriptFile(t, "broken.lua", "local x = \nreturn {")
-	_, err := userscript.Load(ctx, c, bad, legacyNames)
-	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "Error compiling script") {
-		t.Errorf("syntax error: %v", err)
-	}
-	if _, ok := rueidis.IsRedisErr(errors.Unwrap(err)); !ok {
-		t.Errorf("syntax error does not wrap Redis's error: %v", err)
-	}
-
-	missing := filepath.Join(t.TempDir(), "missing.lua")
-	if _, err := userscript.Load(ctx, c, missing, nil); err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("missing file: %v", err)
-	}
-
-	good := scriptFile(t, "ok.lua", `return {"allow", {}}`)
-	for _, names := range [][]string{{"X-Ok", "bad name"}, {""}, {"Content-Length"}, {"X-Ok\r\n"}} {
-		if _, err := userscript.Load(ctx, c, good, names); err == nil || !strings.Contains(err.Error(), good) {
-			t.Errorf("header names %q: %v", names, err)
-		}
-	}
-	if _, err := userscript.Load(ctx, c, good, nil); err != nil {
-		t.Errorf("no header names: %v", err)
-	}
-}
-
 // TestScriptReplies checks the reply contract: each breach is a clear
 // error of its kind, handled by the failure policy; valid replies set the
 // lined-up headers and the pairs.

@@ -15,28 +15,24 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Consumers lists ("the metadata list pattern"): a check may carry meta,
-// such as {"user_id": "u-17"}. When such a check is admitted with a cost
-// above 0, an entry {at, cost, meta} is pushed onto a capped list of every
-// level on its path (shadow levels included), newest first, keeping the
-// last consumers.max entries (default 20) and expiring consumers.ttl
-// (default 1h) after the last push. So an operator who sees a shared key
-// such as tigerfeeding (or an api key shared by a team) run dry can ask
-// GET /admin/v1/consumers who used it up. Denied checks and peeks are not
-// recorded: the list is about what was consumed.
+// Consumer is one entry of a consumers list ("the metadata list
+// pattern"): a check may carry meta, such as {"user_id": "u-17"}. When
+// such a check is admitted with a cost above 0, an entry {at, cost, meta}
+// is pushed onto a capped list of every level on its path (shadow levels
+// included), newest first, keeping the last consumers.max entries
+// (default 20) and expiring consumers.ttl (default 1h) after the last
+// push. So an operator who sees a shared key such as tigerfeeding (or an
+// api key shared by a team) run dry can ask GET /admin/v1/consumers who
+// used it up. Denied checks and peeks are not recorded: the list is about
+// what was consumed.
 //
 // Recording is best effort and off the decision's path: entries go
 // through a bounded queue to a background writer, which batches them (one
 // pipelined round trip for many entries on Redis). When the queue is full
 // or the store fails, entries are dropped and counted in
-// sluice_consumers_dropped_total.
-//
-// On Redis a list is a key next to the level's state, named with
-// redis.KeyName(prefix, levelKey+"#consumers", tag) so that it lives in the
-// level's Cluster slot, written by one script: LPUSH, LTRIM, PEXPIRE. On
-// the memory store it is a ring per key in this process.
-
-// Consumer is one entry of a consumers list.
+// sluice_consumers_dropped_total. The store keeps the lists (a
+// store.ConsumerLog): Redis next to the level's state, in its Cluster slot
+// (redis.ConsumersKey); the memory store in this process.
 type Consumer struct {
 	At   time.Time       `json:"at"`
 	Cost int64           `json:"cost"`

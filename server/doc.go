@@ -6,11 +6,12 @@
 //
 // POST /v1/check takes a CheckRequest, {"path": ["user", "alex",
 // "trade"], "cost": 1, "meta": {...}}, and decides the path with every
-// level on its walk (see policy.Match) as one all-or-nothing decision. It
+// level on its walk as one all-or-nothing decision (policy.Checker, as
+// every API here decides). It
 // answers 200 when allowed and 429 when limited, with a DecisionJSON body
 // (the shape `sluice replay --policy` prints), the RateLimit-Policy and
-// RateLimit fields of draft-ietf-httpapi-ratelimit-headers (see
-// appendRateLimitFields), and Retry-After when denied (none when the cost
+// RateLimit fields of draft-ietf-httpapi-ratelimit-headers (see package
+// headers), and Retry-After when denied (none when the cost
 // can never be admitted). Malformed JSON, unknown fields, an empty path, a
 // negative cost, an oversized body (MaxBodyBytes) or a key too long for
 // the store get 400 with an application/problem+json body (RFC 9457) whose
@@ -29,10 +30,10 @@
 // as the policy names it, by its path: ?path=user&path=alex&path=trade.
 //
 //	GET    /admin/v1/state?path=…      a peek (cost 0) of every level of the path (DecisionJSON)
-//	DELETE /admin/v1/state?path=…      reset every limit of every level of the path (Resetter)
+//	DELETE /admin/v1/state?path=…      reset every limit of every level of the path (a store.Resetter)
 //	GET    /admin/v1/consumers?path=…  who consumed each level recently (ConsumersJSON)
 //
-// See consumers.go for what the consumers lists record.
+// See Consumer for what the consumers lists record.
 //
 // # gRPC
 //

@@ -1,0 +1,100 @@
+package userscript_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/userscript"
+)
+
+func rueidisClient(t *testing.T, url string) rueidis.Client {
+	t.Helper()
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// scriptFile writes a Lua script to a temporary file.
+func scriptFile(t *testing.T, name, src string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestLoadErrors: a script that does not load is a start-up error
+// naming the file and carrying Redis's message.
+func TestLoadErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	c := rueidisClient(t, srv.URL())
+	ctx := context.Background()
+
+	bad := scriptFile(t, "broken.lua", "local x = \nreturn {")
+	_, err := userscript.Load(ctx, c, bad, []string{"X-RateLimit-Limit"})
+	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "Error compiling script") {
+		t.Errorf("syntax error: %v", err)
+	}
+	if _, ok := rueidis.IsRedisErr(errors.Unwrap(err)); !ok {
+		t.Errorf("syntax error does not wrap Redis's error: %v", err)
+	}
+
+	missing := filepath.Join(t.TempDir(), "missing.lua")
+	if _, err := userscript.Load(ctx, c, missing, nil); err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+
+	good := scriptFile(t, "ok.lua", `return {"allow", {}}`)
+	for _, names := range [][]string{{"X-Ok", "bad name"}, {""}, {"Content-Length"}, {"X-Ok\r\n"}} {
+		if _, err := userscript.Load(ctx, c, good, names); err == nil || !strings.Contains(err.Error(), good) {
+			t.Errorf("header names %q: %v", names, err)
+		}
+	}
+	if _, err := userscript.Load(ctx, c, good, nil); err != nil {
+		t.Errorf("no header names: %v", err)
+	}
+}
+
+// TestExamplesLoad: every shipped example script loads and answers by
+// the contract.
+func TestExamplesLoad(t *testing.T) {
+	c := rueidisClient(t, redistest.Start(t).URL())
+	files, err := filepath.Glob("examples/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	names := []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+	for _, f := range files {
+		s, err := userscript.Load(context.Background(), c, f, names)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		args := map[string][]string{
+			"window_from_first.lua": {"3", "60"},      // limit, window
+			"token_bucket.lua":      {"3", "1", "60"}, // burst, rate, per
+		}[s.Name()]
+		if args == nil {
+			t.Fatalf("%s: no arguments for this example in the test", f)
+		}
+		rep, err := s.Run(context.Background(), []string{"k:" + f}, args)
+		if err != nil || !rep.Allow || len(rep.Headers) != 3 {
+			t.Errorf("%s: %+v, %v", f, rep, err)
+		}
+	}
+}
