@@ -176,10 +176,7 @@ func (g GCRA) Spec() Spec {
 }
 
 // Quota implements Limit: Burst+1 in (Burst+1)·T.
-func (g GCRA) Quota() (int64, time.Duration) {
-	p, _ := g.tat()
-	return p.quota()
-}
+func (g GCRA) Quota() (int64, time.Duration) { return tatQuota(Micros(g.Period), g.Count, g.Burst+1) }
 
 // SteadyRate implements Limit: Count per Period.
 func (g GCRA) SteadyRate() (int64, time.Duration) { return g.Count, g.Period }
@@ -205,10 +202,7 @@ func (b TokenBucket) Spec() Spec {
 }
 
 // Quota implements Limit: Burst in Burst·T.
-func (b TokenBucket) Quota() (int64, time.Duration) {
-	p, _ := b.tat()
-	return p.quota()
-}
+func (b TokenBucket) Quota() (int64, time.Duration) { return tatQuota(Micros(b.Per), b.Rate, b.Burst) }
 
 // SteadyRate implements Limit: Rate per Per.
 func (b TokenBucket) SteadyRate() (int64, time.Duration) { return b.Rate, b.Per }
@@ -216,5 +210,12 @@ func (b TokenBucket) SteadyRate() (int64, time.Duration) { return b.Rate, b.Per 
 // DeniedBy implements Limit: a token bucket has one limit.
 func (TokenBucket) DeniedBy(int) string { return "" }
 
-// quota is Limit in Tolerance: the whole burst, and the time to earn it.
-func (p TAT) quota() (int64, time.Duration) { return p.Limit, dur(p.Tolerance) }
+// tatQuota is a TAT's Limit and Tolerance, the whole burst and the time to
+// earn it, computed as newTAT does, without validating (0 when count is
+// not positive).
+func tatQuota(periodUS, count, limit int64) (int64, time.Duration) {
+	if count <= 0 {
+		return limit, 0
+	}
+	return limit, dur(periodUS / count * limit)
+}

@@ -66,19 +66,17 @@ func (c *Checker) Check(ctx context.Context, path []string, cost int64, d *sluic
 // level is allowed, or denied with RetryAfter Never when the policy says
 // unmatched: deny; its shadow levels are still checked and reported.
 func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost int64, d *sluice.Decision) error {
-	q := queryPool.Get().(*Query)
-	defer queryPool.Put(q)
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	q := &sc.q
 	q.Time = t
-	q.Paths = q.Paths[:1]
+	if len(q.Paths) == 0 {
+		q.Paths = make([]PathQuery, 1)
+	}
 	pq := &q.Paths[0]
 	*pq = PathQuery{Path: path, Cost: cost, Match: Match{Hits: pq.Match.Hits}}
-	err := c.Decide(ctx, q, d)
-	clear(pq.Match.Hits)
-	*pq = PathQuery{Match: Match{Hits: pq.Match.Hits[:0]}}
-	return err
+	return c.decide(ctx, q, d, sc)
 }
-
-var queryPool = sync.Pool{New: func() any { return &Query{Paths: make([]PathQuery, 1)} }}
 
 // Decide decides every path of q together, all or nothing, and fills d
 // (reusing the capacity of d.Levels) and each path's Match and Levels. d
@@ -89,14 +87,18 @@ var queryPool = sync.Pool{New: func() any { return &Query{Paths: make([]PathQuer
 // A negative cost is an error wrapping sluice.ErrBadRequest; a store
 // failure is returned as the store gave it, and the paths' Match is set.
 func (c *Checker) Decide(ctx context.Context, q *Query, d *sluice.Decision) error {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	return c.decide(ctx, q, d, sc)
+}
+
+func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *scratch) error {
 	for i := range q.Paths {
 		if cost := q.Paths[i].Cost; cost < 0 {
 			return fmt.Errorf("policy: %w: negative cost %d", sluice.ErrBadRequest, cost)
 		}
 	}
 	p := c.Policy.Load()
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
 	for i := range q.Paths {
 		pq := &q.Paths[i]
 		pq.Match = Match{Hits: pq.Match.Hits[:0]}
@@ -156,6 +158,7 @@ func (c *Checker) Decide(ctx context.Context, q *Query, d *sluice.Decision) erro
 
 // scratch holds a decision's buffers between decisions.
 type scratch struct {
+	q       Query // CheckAt's one-path query
 	reqs    []sluice.Request
 	results []algo.Result
 	// index[k] is the request of the k-th limit over every path's hits.
@@ -194,6 +197,11 @@ func (sc *scratch) release() {
 	clear(sc.reqs)
 	sc.reqs, sc.results, sc.index = sc.reqs[:0], sc.results[:0], sc.index[:0]
 	clear(sc.byKey)
+	if len(sc.q.Paths) > 0 {
+		pq := &sc.q.Paths[0]
+		clear(pq.Match.Hits)
+		*pq = PathQuery{Match: Match{Hits: pq.Match.Hits[:0]}}
+	}
 	scratchPool.Put(sc)
 }
 

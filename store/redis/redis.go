@@ -274,13 +274,11 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 		args[0] = strconv.FormatInt(t.UnixMicro(), 10)
 	}
 	var set kindSet
-	bs := make([]*binding, len(reqs))
-	for i, r := range reqs {
+	for _, r := range reqs {
 		b, err := bindingOf(r.Limit)
 		if err != nil {
 			return checked{}, err
 		}
-		bs[i] = b
 		set |= 1 << r.Limit.Kind()
 		args = appendLevel(args, b, r)
 	}
@@ -295,7 +293,7 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 			return checked{}, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
 		}
 		code := v[p]
-		if code < 0 || code>>1 != bs[i].extras(r.Limit) {
+		if b, _ := bindingOf(r.Limit); code < 0 || code>>1 != b.extras(r.Limit) {
 			return checked{}, fmt.Errorf("redis store: script replied code %d for key %d (%T)", code, i, r.Limit)
 		}
 		c.at[i] = p
