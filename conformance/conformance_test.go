@@ -181,3 +181,20 @@ func TestAllOrNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryKindCovered: every algorithm has a hand-checked trace and a
+// 100-goroutine race that every store must pass.
+func TestEveryKindCovered(t *testing.T) {
+	traced, raced := map[algo.Kind]bool{}, map[algo.Kind]bool{}
+	for _, tr := range conformance.Traces {
+		traced[tr.Limit.Kind()] = true
+	}
+	for _, r := range append(append([]conformance.Racer(nil), conformance.CoreRacers...), conformance.WindowedRacers...) {
+		raced[r.Limit.Kind()] = true
+	}
+	for _, k := range algo.Kinds() {
+		if !traced[k] || !raced[k] {
+			t.Errorf("%v: trace %v, race %v", k, traced[k], raced[k])
+		}
+	}
+}
