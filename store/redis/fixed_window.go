@@ -4,7 +4,7 @@ import "github.com/sluicehq/sluice/algo"
 
 // FixedWindow runs scripts/fixed_window.lua with the window, the limit and
 // the cost; the check value is the window's count after the decision.
-var fixedWindowBinding = bind(binding{file: "fixed_window.lua", letter: 'f'},
+var fixedWindowBinding = bind(binding{file: "fixed_window.lua", letter: "f"},
 	func(args []string, l algo.FixedWindow, cost int64) []string {
 		return append(args, itoa(algo.Micros(l.Window)), itoa(l.Limit), itoa(cost))
 	},

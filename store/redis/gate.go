@@ -4,7 +4,7 @@ import "github.com/sluicehq/sluice/algo"
 
 // Gate runs scripts/gate.lua with the interval and the cost; the check
 // value is when the gate opens after the decision.
-var gateBinding = bind(binding{file: "gate.lua", letter: 'g'},
+var gateBinding = bind(binding{file: "gate.lua", letter: "g"},
 	func(args []string, l algo.Gate, cost int64) []string {
 		return append(args, itoa(algo.Micros(l.Interval)), itoa(cost))
 	},

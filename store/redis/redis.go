@@ -40,7 +40,7 @@ type binding struct {
 	// functions (<letter>_check ...) and of the kind in decide.lua's ARGV.
 	// Kinds may share a file (GCRA and TokenBucket share tat.lua).
 	file   string
-	letter byte
+	letter string
 	// lazy kinds define <letter>_kind(), which builds their functions on
 	// first use; the others define <letter>_check, <letter>_commit and
 	// <letter>_undo.
@@ -161,11 +161,11 @@ func (d *driver) compose(set kindSet) string {
 		b.WriteString("local " + table + " = {")
 		for _, bd := range used {
 			if bd.lazy == (table == "build") {
-				fn := string(bd.letter) + "_" + table
+				fn := bd.letter + "_" + table
 				if table == "build" {
-					fn = string(bd.letter) + "_kind"
+					fn = bd.letter + "_kind"
 				}
-				b.WriteString(string(bd.letter) + " = " + fn + ", ")
+				b.WriteString(bd.letter + " = " + fn + ", ")
 			}
 		}
 		b.WriteString("}\n")
@@ -314,7 +314,7 @@ func appendLevel(args []string, b *binding, r sluice.Request) []string {
 	if r.Shadow {
 		flag = "s"
 	}
-	args = append(args, string(b.letter), flag, "")
+	args = append(args, b.letter, flag, "")
 	n := len(args)
 	args = b.args(args, r.Limit, r.Cost)
 	args[n-1] = strconv.Itoa(len(args) - n)

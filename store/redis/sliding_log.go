@@ -6,7 +6,7 @@ import "github.com/sluicehq/sluice/algo"
 // minimum gap, the buckets and each limit's limit, window and bucket
 // width; besides ok and value it reports admitted, wait, reset, denied by
 // and each window's count (see windowResult).
-var slidingLogBinding = bind(binding{file: "sliding_log.lua", letter: 's', lazy: true},
+var slidingLogBinding = bind(binding{file: "sliding_log.lua", letter: "s", lazy: true},
 	func(args []string, l algo.SlidingLog, cost int64) []string {
 		// Beyond the largest limit + 1 the answer is the same, and the
 		// cost stays exact in Lua.

@@ -6,7 +6,7 @@ import "github.com/sluicehq/sluice/algo"
 // and each limit's limit and length in slices; besides ok and value (the
 // latest slice, or the record's) it reports admitted, wait, reset, denied
 // by and each window's count (see windowResult).
-var windowCounterBinding = bind(binding{file: "window_counter.lua", letter: 'w', lazy: true},
+var windowCounterBinding = bind(binding{file: "window_counter.lua", letter: "w", lazy: true},
 	func(args []string, l algo.WindowCounter, cost int64) []string {
 		var lmax int64
 		for _, w := range l.Limits {
