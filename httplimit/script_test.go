@@ -20,21 +20,6 @@ import (
 
 var legacyNames = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 
-func rueidisClient(t *testing.T, url string) rueidis.Client {
-	t.Helper()
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 func loadScript(t *testing.T, c rueidis.Client, file string) *userscript.Script {
 	t.Helper()
 	s, err := userscript.Load(context.Background(), c, file, legacyNames)
@@ -77,7 +62,7 @@ func atoi(t *testing.T, s string) int {
 // TestScriptFixedWindow runs examples/window_from_first.lua: 3 per 60 s.
 func TestScriptFixedWindow(t *testing.T) {
 	srv := redistest.Start(t)
-	s := loadScript(t, rueidisClient(t, srv.URL()), "../store/userscript/examples/window_from_first.lua")
+	s := loadScript(t, redistest.Client(t, srv.URL()), "../store/userscript/examples/window_from_first.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "60", httplimit.CostArg}}, scriptOptions()).Wrap(okHandler)
 
 	for i := 0; i < 3; i++ {
@@ -138,7 +123,7 @@ func TestScriptFixedWindow(t *testing.T) {
 // TestScriptTokenBucket runs examples/token_bucket.lua: 3 tokens, 1 per 60 s.
 func TestScriptTokenBucket(t *testing.T) {
 	srv := redistest.Start(t)
-	s := loadScript(t, rueidisClient(t, srv.URL()), "../store/userscript/examples/token_bucket.lua")
+	s := loadScript(t, redistest.Client(t, srv.URL()), "../store/userscript/examples/token_bucket.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
 	for i := 0; i < 3; i++ {
 		w := do(h, "GET", "/", keyed("alex"), "")
@@ -184,7 +169,7 @@ func TestScriptTokenBucket(t *testing.T) {
 // answers NOSCRIPT and the script is sent again.
 func TestScriptNoScript(t *testing.T) {
 	srv := redistest.Start(t)
-	c := rueidisClient(t, srv.URL())
+	c := redistest.Client(t, srv.URL())
 	s := loadScript(t, c, "../store/userscript/examples/window_from_first.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"5", "60"}}, scriptOptions()).Wrap(okHandler)
 	if w := do(h, "GET", "/", keyed("a"), ""); w.Code != 200 {
@@ -203,7 +188,7 @@ func TestScriptNoScript(t *testing.T) {
 // lined-up headers and the pairs.
 func TestScriptReplies(t *testing.T) {
 	srv := redistest.Start(t)
-	c := rueidisClient(t, srv.URL())
+	c := redistest.Client(t, srv.URL())
 	for _, tc := range []struct {
 		name, src string
 		kind      error  // nil: valid
@@ -295,7 +280,7 @@ func TestScriptReplies(t *testing.T) {
 // cost; KEYS[1] the prefixed key.
 func TestScriptArgs(t *testing.T) {
 	srv := redistest.Start(t)
-	c := rueidisClient(t, srv.URL())
+	c := redistest.Client(t, srv.URL())
 	s, err := userscript.Load(context.Background(), c,
 		scriptFile(t, "echo.lua", `return {"allow", {KEYS[1], table.concat(ARGV, " ")}}`), []string{"X-Key", "X-Args"})
 	if err != nil {
@@ -319,7 +304,7 @@ func TestLoadScriptCluster(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	cl := redistest.StartCluster(t)
-	c := rueidisClient(t, cl.URL())
+	c := redistest.Client(t, cl.URL())
 	s := loadScript(t, c, "../store/userscript/examples/window_from_first.lua")
 	nodes := c.Nodes()
 	if len(nodes) != len(cl.Nodes) {

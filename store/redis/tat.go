@@ -13,7 +13,9 @@ var (
 			return tatResult(tatOf(l.TAT()), now, cost, ok, val, committed)
 		})
 	tokenBucketBinding = bind(binding{file: "tat.lua", letter: "t"},
-		func(args []string, l algo.TokenBucket, cost int64) []string { return tatArgs(args, tatOf(l.TAT()), cost) },
+		func(args []string, l algo.TokenBucket, cost int64) []string {
+			return tatArgs(args, tatOf(l.TAT()), cost)
+		},
 		nil,
 		func(l algo.TokenBucket, now, cost int64, ok bool, val int64, _ []int64, committed bool) algo.Result {
 			return tatResult(tatOf(l.TAT()), now, cost, ok, val, committed)

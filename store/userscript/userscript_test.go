@@ -14,21 +14,6 @@ import (
 	"github.com/sluicehq/sluice/store/userscript"
 )
 
-func rueidisClient(t *testing.T, url string) rueidis.Client {
-	t.Helper()
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 // scriptFile writes a Lua script to a temporary file.
 func scriptFile(t *testing.T, name, src string) string {
 	t.Helper()
@@ -43,7 +28,7 @@ func scriptFile(t *testing.T, name, src string) string {
 // naming the file and carrying Redis's message.
 func TestLoadErrors(t *testing.T) {
 	srv := redistest.Start(t)
-	c := rueidisClient(t, srv.URL())
+	c := redistest.Client(t, srv.URL())
 	ctx := context.Background()
 
 	bad := scriptFile(t, "broken.lua", "local x = \nreturn {")
@@ -74,7 +59,7 @@ func TestLoadErrors(t *testing.T) {
 // TestExamplesLoad: every shipped example script loads and answers by
 // the contract.
 func TestExamplesLoad(t *testing.T) {
-	c := rueidisClient(t, redistest.Start(t).URL())
+	c := redistest.Client(t, redistest.Start(t).URL())
 	files, err := filepath.Glob("examples/*.lua")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
