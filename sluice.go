@@ -77,6 +77,15 @@ type Request struct {
 
 // Validate checks the request's key, cost, time and limit.
 func (r Request) Validate() error {
+	var p algo.Plan
+	return r.Compile(&p)
+}
+
+// Compile checks the request's key, cost and time, and compiles its limit
+// into p (algo.Plan.Compile): what a store decides with. The error wraps
+// ErrBadRequest, or algo.ErrInvalid for the limit. The request does not
+// escape: a limit value in it stays on the caller's stack.
+func (r *Request) Compile(p *algo.Plan) error {
 	switch {
 	case r.Key == "":
 		return fmt.Errorf("%w: empty key", ErrBadRequest)
@@ -87,30 +96,44 @@ func (r Request) Validate() error {
 	case r.Limit == nil:
 		return fmt.Errorf("%w: no limit", ErrBadRequest)
 	case !strings.HasPrefix(r.Key, r.Tag):
-		return fmt.Errorf("%w: tag %q is not a prefix of key %q", ErrBadRequest, r.Tag, r.Key)
+		// Copies of the strings go into the error, so that r (and the
+		// limit in it) does not escape for the sake of an error.
+		return fmt.Errorf("%w: tag %q is not a prefix of key %q", ErrBadRequest, strings.Clone(r.Tag), strings.Clone(r.Key))
 	}
 	if !r.Time.IsZero() {
 		if us := r.Time.UnixMicro(); us < 0 || us > algo.MaxTime {
-			return fmt.Errorf("%w: time %v is outside 1970..2255", ErrBadRequest, r.Time)
+			return fmt.Errorf("%w: time %s is outside 1970..2255", ErrBadRequest, r.Time.UTC().Format(time.RFC3339Nano))
 		}
 	}
-	return r.Limit.Validate()
+	return p.Compile(r.Limit)
 }
 
 // ValidateAll checks the requests of a DecideAll: each is valid, all share
 // the first one's Time, and there is one result per request.
 func ValidateAll(reqs []Request, results []algo.Result) error {
+	return PlanAll(reqs, results, nil)
+}
+
+// PlanAll checks the requests of a DecideAll as ValidateAll does and, when
+// plans is not nil (it must then have one element per request), puts each
+// request's Plan in it.
+func PlanAll(reqs []Request, results []algo.Result, plans []algo.Plan) error {
 	if len(reqs) == 0 {
 		return fmt.Errorf("%w: no requests", ErrBadRequest)
 	}
 	if len(results) != len(reqs) {
 		return fmt.Errorf("%w: %d results for %d requests", ErrBadRequest, len(results), len(reqs))
 	}
-	for i, r := range reqs {
-		if err := r.Validate(); err != nil {
+	var scratch algo.Plan
+	for i := range reqs {
+		p := &scratch
+		if plans != nil {
+			p = &plans[i]
+		}
+		if err := reqs[i].Compile(p); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
-		if !r.Time.Equal(reqs[0].Time) {
+		if !reqs[i].Time.Equal(reqs[0].Time) {
 			return fmt.Errorf("%w: request %d has another time than request 0", ErrBadRequest, i)
 		}
 	}

@@ -142,6 +142,15 @@ type Resetter interface {
 	Reset(ctx context.Context, reqs []sluice.Request) error
 }
 
+// Refunder is a store that can give back what a decision admitted: Refund
+// undoes req.Cost of req.Limit on req.Key at req.Time (the zero Time: the
+// store's clock). A limiter handle's Reservation.Cancel needs it; it is
+// defined for the GCRA and token bucket limits (others: an error wrapping
+// algo.ErrUnsupported).
+type Refunder interface {
+	Refund(ctx context.Context, req sluice.Request) error
+}
+
 // Consumed is one entry for a consumers list: the list of the level whose
 // state is Key (placed by Tag, as the level's state is), and the entry.
 type Consumed struct {

@@ -34,7 +34,7 @@ func (s *Store) PushConsumers(_ context.Context, entries []store.Consumed, max i
 		return nil
 	}
 	c := &s.consumers
-	now := s.clock()
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lists == nil {
@@ -74,7 +74,7 @@ func (s *Store) Consumers(_ context.Context, key, _ string) ([][]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.lists[key]
-	if l == nil || s.clock().After(l.expires) {
+	if l == nil || time.Now().After(l.expires) {
 		return [][]byte{}, nil
 	}
 	out := make([][]byte, 0, l.n)

@@ -20,9 +20,12 @@ const shardCount = 64 // a power of two
 
 // Store is the in-memory store. Its zero value is not usable; call New.
 type Store struct {
-	seed       maphash.Seed
-	shards     [shardCount]shard
-	clock      func() time.Time
+	seed   maphash.Seed
+	shards [shardCount]shard
+	// base is the wall clock at New, and baseUS the same in µs: the
+	// store's clock is base plus the monotonic time since (see now).
+	base       time.Time
+	baseUS     int64
 	stop       chan struct{}
 	done       chan struct{}
 	once       sync.Once
@@ -32,7 +35,7 @@ type Store struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]*algo.State
+	m  table
 	// latest is the latest decision time (µs) the shard has seen. The
 	// sweeper judges expiry against latest plus the wall time elapsed since
 	// it first saw that value (sweptLatest at sweptWall), so that callers
@@ -54,13 +57,14 @@ func WithSweepEvery(d time.Duration) Option {
 
 // New returns an empty store. Close stops its sweeper.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), clock: time.Now, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{seed: maphash.MakeSeed(), base: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	s.baseUS = s.base.UnixMicro()
 	s.sweepEvery = 10 * time.Second
 	for _, o := range opts {
 		o(s)
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*algo.State)
+		s.shards[i].m = table{}
 	}
 	if s.sweepEvery > 0 {
 		go s.sweeper(s.sweepEvery)
@@ -80,38 +84,50 @@ func init() {
 }
 
 // Decide implements sluice.Store.
+//
+// The request does not escape: a limit value in it (an algo.GCRA, say)
+// stays on the caller's stack, and a decision on an existing key
+// allocates nothing.
 func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, error) {
-	if err := req.Validate(); err != nil {
+	var p algo.Plan
+	if err := req.Compile(&p); err != nil {
 		return algo.Result{}, err
 	}
 	var t int64
 	if req.Time.IsZero() {
-		t = s.clock().UnixMicro()
+		t = s.now()
 	} else {
 		t = req.Time.UnixMicro()
 	}
-	sh := &s.shards[maphash.String(s.seed, req.Key)&(shardCount-1)]
+	h := maphash.String(s.seed, req.Key)
+	sh := &s.shards[h&(shardCount-1)]
 	sh.mu.Lock()
 	if t > sh.latest {
 		sh.latest = t
 	}
-	st := sh.m[req.Key]
+	st := sh.m.get(h, req.Key)
 	var r algo.Result
 	if st == nil {
 		var fresh algo.State
-		r = req.Limit.Decide(&fresh, t, req.Cost, true)
+		r = p.Decide(&fresh, t, req.Cost, true)
 		if fresh.Expire > t {
-			sh.m[req.Key] = &fresh
+			sh.m.put(h, req.Key, fresh)
 		}
 	} else {
 		if st.Expire <= t {
 			*st = algo.State{Log: st.Log[:0]} // keep the log's capacity
 		}
-		r = req.Limit.Decide(st, t, req.Cost, true)
+		r = p.Decide(st, t, req.Cost, true)
 	}
 	sh.mu.Unlock()
 	return r, nil
 }
+
+// now is the store's clock in µs since the epoch: the wall clock at New
+// plus the monotonic time elapsed since, which costs one monotonic clock
+// read (time.Now reads the wall clock too, about twice the cost here), and
+// never goes back when the wall clock is set back.
+func (s *Store) now() int64 { return s.baseUS + int64(time.Since(s.base)/time.Microsecond) }
 
 // Len returns the number of keys the store holds, expired or not.
 func (s *Store) Len() int {
@@ -119,7 +135,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.m.len()
 		sh.mu.Unlock()
 	}
 	return n
@@ -130,7 +146,7 @@ func (s *Store) Len() int {
 // since a sweep first saw that time (so at most one sweep interval late).
 // The background sweeper calls it; tests may too.
 func (s *Store) Sweep() {
-	wall := s.clock().UnixMicro()
+	wall := s.now()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -138,11 +154,7 @@ func (s *Store) Sweep() {
 			sh.sweptLatest, sh.sweptWall = sh.latest, wall
 		}
 		now := sh.latest + max(wall-sh.sweptWall, 0)
-		for k, st := range sh.m {
-			if st.Expire <= now {
-				delete(sh.m, k)
-			}
-		}
+		sh.m.sweep(now)
 		sh.mu.Unlock()
 	}
 }
@@ -175,30 +187,30 @@ func (s *Store) Close() error {
 // sliding log). In a batch of several requests a nary sliding log acts as
 // binary (algo.InBatch); a batch of one is Decide.
 func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
-	if err := sluice.ValidateAll(reqs, results); err != nil {
+	// Small batches (every policy path in practice) keep their working
+	// slices on the stack.
+	const small = 8
+	var hashBuf [small]uint64
+	var stBuf [small]*algo.State
+	var planBuf [small]algo.Plan
+	hs, states, plans := hashBuf[:0], stBuf[:0], planBuf[:0]
+	if len(reqs) > small {
+		hs, states, plans = make([]uint64, 0, len(reqs)), make([]*algo.State, 0, len(reqs)), make([]algo.Plan, 0, len(reqs))
+	}
+	hs, states, plans = hs[:len(reqs)], states[:len(reqs)], plans[:len(reqs)]
+	if err := sluice.PlanAll(reqs, results, plans); err != nil {
 		return false, err
 	}
 	var t int64
 	if reqs[0].Time.IsZero() {
-		t = s.clock().UnixMicro()
+		t = s.now()
 	} else {
 		t = reqs[0].Time.UnixMicro()
 	}
-	// Small batches (every policy path in practice) keep their working
-	// slices on the stack.
-	const small = 8
-	var idxBuf [small]int
-	var stBuf [small]*algo.State
-	var limBuf [small]algo.Limit
-	idx, states, limits := idxBuf[:0], stBuf[:0], limBuf[:0]
-	if len(reqs) > small {
-		idx, states, limits = make([]int, 0, len(reqs)), make([]*algo.State, 0, len(reqs)), make([]algo.Limit, 0, len(reqs))
-	}
-	idx, states, limits = idx[:len(reqs)], states[:len(reqs)], limits[:len(reqs)]
 	var locked uint64 // bit i: shard i
 	for i, r := range reqs {
-		idx[i] = int(maphash.String(s.seed, r.Key) & (shardCount - 1))
-		locked |= 1 << idx[i]
+		hs[i] = maphash.String(s.seed, r.Key)
+		locked |= 1 << (hs[i] & (shardCount - 1))
 	}
 	for i := range s.shards {
 		if locked&(1<<i) != 0 {
@@ -217,22 +229,21 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 		}
 	}()
 
-	for i, r := range reqs {
-		limits[i] = r.Limit
-		if len(reqs) > 1 {
-			limits[i], _ = algo.InBatch(r.Limit) // a nary log is all or nothing here
+	if len(reqs) > 1 {
+		for i := range plans {
+			plans[i].InBatch() // a nary log is all or nothing here
 		}
 	}
 	pass := true
 	for i, r := range reqs {
-		st := s.shards[idx[i]].m[r.Key]
+		st := s.shards[hs[i]&(shardCount-1)].m.get(hs[i], r.Key)
 		if st == nil {
 			st = new(algo.State)
 		} else if st.Expire <= t {
 			*st = algo.State{Log: st.Log[:0]}
 		}
 		states[i] = st
-		results[i] = limits[i].Decide(st, t, r.Cost, false)
+		results[i] = plans[i].Decide(st, t, r.Cost, false)
 		if !results[i].Allowed && !r.Shadow {
 			pass = false
 		}
@@ -241,12 +252,12 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 		switch {
 		case pass || !results[i].Allowed:
 			// Record the cost, or let the algorithm record a denied attempt.
-			results[i] = limits[i].Decide(states[i], t, r.Cost, true)
+			results[i] = plans[i].Decide(states[i], t, r.Cost, true)
 		default:
-			results[i] = limits[i].Decide(states[i], t, 0, false)
+			results[i] = plans[i].Decide(states[i], t, 0, false)
 		}
-		if sh := &s.shards[idx[i]]; states[i].Expire > t && sh.m[r.Key] == nil {
-			sh.m[r.Key] = states[i]
+		if sh := &s.shards[hs[i]&(shardCount-1)]; states[i].Expire > t && sh.m.get(hs[i], r.Key) == nil {
+			sh.m.put(hs[i], r.Key, *states[i])
 		}
 	}
 	return pass, nil

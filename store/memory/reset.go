@@ -5,16 +5,44 @@ import (
 	"hash/maphash"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Reset forgets the state of each request's Key, as if the key had never
 // been seen; the other fields are ignored. Unknown keys are no error.
 func (s *Store) Reset(_ context.Context, reqs []sluice.Request) error {
 	for _, r := range reqs {
-		sh := &s.shards[maphash.String(s.seed, r.Key)&(shardCount-1)]
+		h := maphash.String(s.seed, r.Key)
+		sh := &s.shards[h&(shardCount-1)]
 		sh.mu.Lock()
-		delete(sh.m, r.Key)
+		sh.m.del(h, r.Key)
 		sh.mu.Unlock()
+	}
+	return nil
+}
+
+var _ store.Refunder = (*Store)(nil)
+
+// Refund implements store.Refunder.
+func (s *Store) Refund(_ context.Context, req sluice.Request) error {
+	var p algo.Plan
+	if err := req.Compile(&p); err != nil {
+		return err
+	}
+	if _, err := p.TAT(); err != nil {
+		return err
+	}
+	t := s.now()
+	if !req.Time.IsZero() {
+		t = req.Time.UnixMicro()
+	}
+	h := maphash.String(s.seed, req.Key)
+	sh := &s.shards[h&(shardCount-1)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if st := sh.m.get(h, req.Key); st != nil && st.Expire > t {
+		return p.Undo(st, t, req.Cost)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"context"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"

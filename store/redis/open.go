@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -30,8 +31,9 @@ const DefaultMaxFlushDelay = 20 * time.Microsecond
 // DefaultTimeout bounds a decision whose context has no deadline.
 const DefaultTimeout = time.Second
 
-// ErrUnsupported is returned for a limit type the store has no script for.
-var ErrUnsupported = errors.New("redis store: unsupported limit")
+// ErrUnsupported is wrapped by the error for a limit type the store has no
+// script for: algo.ErrUnsupported.
+var ErrUnsupported = algo.ErrUnsupported
 
 // Options configure a Store.
 type Options struct {

@@ -75,6 +75,7 @@ var bindings = [algo.NumKinds]*binding{
 func bind[L algo.Limit](b binding, args func([]string, L, int64) []string, extras func(L) int64,
 	result func(L, int64, int64, bool, int64, []int64, bool) algo.Result) binding {
 	b.accepts = func(l algo.Limit) bool {
+		l = unplan(l)
 		_, ok := l.(L)
 		p, isPtr := any(l).(*L)
 		return ok || isPtr && p != nil
@@ -90,8 +91,18 @@ func bind[L algo.Limit](b binding, args func([]string, L, int64) []string, extra
 	return b
 }
 
-// concrete returns l as an L, dereferencing a *L.
+// unplan returns the limit an *algo.Plan was compiled from, and any other
+// limit as it is.
+func unplan(l algo.Limit) algo.Limit {
+	if p, ok := l.(*algo.Plan); ok {
+		return p.Limit()
+	}
+	return l
+}
+
+// concrete returns l as an L, dereferencing a *L and unwrapping a Plan.
 func concrete[L algo.Limit](l algo.Limit) L {
+	l = unplan(l)
 	if p, ok := any(l).(*L); ok {
 		return *p
 	}

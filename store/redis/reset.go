@@ -7,6 +7,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 )
 
 // Reset forgets the state of each request's Key, placed by its Tag as a
@@ -31,6 +32,36 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 		if err := res.Error(); err != nil {
 			return fmt.Errorf("redis store: reset: %w", err)
 		}
+	}
+	return nil
+}
+
+// Refund implements store.Refunder: refund.lua on the request's level,
+// at req.Time or Redis TIME.
+func (s *Store) Refund(ctx context.Context, req sluice.Request) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if _, ok := tatFor(req.Limit); !ok {
+		return fmt.Errorf("redis store: refund: %w: %v", algo.ErrUnsupported, req.Limit.Kind())
+	}
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	b, err := bindingOf(req.Limit)
+	if err != nil {
+		return err
+	}
+	args := []string{""}
+	if !req.Time.IsZero() {
+		args[0] = itoa(req.Time.UnixMicro())
+	}
+	args = append(appendLevel(args, b, req), "0") // a value: the level is refunded
+	keys := []string{KeyName(s.prefix, req.Key, req.Tag)}
+	if err := refundDriver.script(1<<req.Limit.Kind()).Exec(ctx, s.client(), keys, args).Error(); err != nil {
+		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	return nil
 }

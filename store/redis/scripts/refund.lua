@@ -7,11 +7,15 @@
 --
 -- KEYS     the levels of one slot, as decide.lua got them
 -- ARGV     decide.lua's ARGV for those levels, with ARGV[1] set to the now
---          decide.lua replied; then one value per level: the value
---          decide.lua replied for it, or "" for a level that committed
---          nothing
+--          decide.lua replied (or "" for Redis TIME: a limiter handle's
+--          Cancel); then one value per level: the value decide.lua replied
+--          for it, or "" for a level that committed nothing
 -- Reply    the number of levels refunded
 local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
 local i, v = 2, #ARGV - #KEYS
 local n = 0
 for j = 1, #KEYS do

@@ -1,0 +1,287 @@
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+)
+
+// A Plan is a limit made ready to decide: validated once, with what its
+// algorithm derives from its parameters (GCRA's emission interval and
+// tolerance) computed once. The memory store compiles each request's
+// limit into a Plan; a limiter handle compiles its limit once and passes
+// the *Plan itself as the requests' Limit, which compiles to itself.
+//
+// Plan.Compile and Plan.Decide reach the algorithm through a switch on its
+// kind, not through an interface method, so that a limit value put in a
+// request (an algo.GCRA in a sluice.Request) does not escape to the heap:
+// deciding it allocates nothing. Compile therefore knows the kinds of this
+// package, by value and by pointer, and no others (ErrUnsupported).
+//
+// The zero Plan is not valid; a *Plan is a Limit.
+type Plan struct {
+	kind Kind
+	ok   bool // made by Compile
+	mode Mode // sliding_log
+	tat  TAT  // gcra, token_bucket
+	// The parameters, by kind:
+	//	gcra          a burst, b count, d period
+	//	token_bucket  a burst, b rate,  d per
+	//	fixed_window  a limit,          d window
+	//	gate                            d interval
+	//	sliding_log   a buckets,        d min gap, ws limits
+	//	window_counter                  d slice,   ws limits
+	a, b int64
+	d    time.Duration
+	ws   []Window
+}
+
+// Compile validates l and returns its Plan. The error wraps ErrInvalid.
+func Compile(l Limit) (Plan, error) {
+	var p Plan
+	err := p.Compile(l)
+	return p, err
+}
+
+// Compile makes p the plan of l, validating l; see the function Compile.
+func (p *Plan) Compile(l Limit) error {
+	*p = Plan{}
+	var err error
+	switch l := l.(type) {
+	case GCRA:
+		err = p.gcra(l)
+	case *GCRA:
+		if l == nil {
+			return errNilLimit
+		}
+		err = p.gcra(*l)
+	case TokenBucket:
+		err = p.tokenBucket(l)
+	case *TokenBucket:
+		if l == nil {
+			return errNilLimit
+		}
+		err = p.tokenBucket(*l)
+	case FixedWindow:
+		err = p.fixedWindow(l)
+	case *FixedWindow:
+		if l == nil {
+			return errNilLimit
+		}
+		err = p.fixedWindow(*l)
+	case Gate:
+		err = p.gate(l)
+	case *Gate:
+		if l == nil {
+			return errNilLimit
+		}
+		err = p.gate(*l)
+	case SlidingLog:
+		err = p.slidingLog(l)
+	case *SlidingLog:
+		if l == nil {
+			return errNilLimit
+		}
+		err = p.slidingLog(*l)
+	case WindowCounter:
+		err = p.windowCounter(l)
+	case *WindowCounter:
+		if l == nil {
+			return errNilLimit
+		}
+		err = p.windowCounter(*l)
+	case *Plan:
+		if l == nil || !l.ok {
+			return errNilLimit
+		}
+		*p = *l
+		return nil
+	case nil:
+		return errNilLimit
+	default:
+		return fmt.Errorf("%w: %w: %s is not an algorithm of package algo", ErrInvalid, ErrUnsupported, reflect.TypeOf(l))
+	}
+	if err != nil {
+		*p = Plan{}
+		return err
+	}
+	p.ok = true
+	return nil
+}
+
+func (p *Plan) gcra(l GCRA) (err error) {
+	p.kind, p.a, p.b, p.d = KindGCRA, l.Burst, l.Count, l.Period
+	p.tat, err = l.tat()
+	return err
+}
+
+func (p *Plan) tokenBucket(l TokenBucket) (err error) {
+	p.kind, p.a, p.b, p.d = KindTokenBucket, l.Burst, l.Rate, l.Per
+	p.tat, err = l.tat()
+	return err
+}
+
+func (p *Plan) fixedWindow(l FixedWindow) error {
+	p.kind, p.a, p.d = KindFixedWindow, l.Limit, l.Window
+	return l.Validate()
+}
+
+func (p *Plan) gate(l Gate) error {
+	p.kind, p.d = KindGate, l.Interval
+	return l.Validate()
+}
+
+func (p *Plan) slidingLog(l SlidingLog) error {
+	p.kind, p.a, p.d, p.ws, p.mode = KindSlidingLog, l.Buckets, l.MinGap, l.Limits, l.Mode
+	return l.Validate()
+}
+
+func (p *Plan) windowCounter(l WindowCounter) error {
+	p.kind, p.d, p.ws = KindWindowCounter, l.Slice, l.Limits
+	return l.Validate()
+}
+
+var errNilLimit = fmt.Errorf("%w: no limit", ErrInvalid)
+
+// ErrUnsupported is wrapped by the error of a limit whose type is not one
+// of this package's algorithms (such as a type that embeds one): stores
+// run only the algorithms they have the same meaning for.
+var ErrUnsupported = errors.New("unsupported limit")
+
+// Decide applies a decision as the plan's limit does (see Limit.Decide).
+func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
+	switch p.kind {
+	case KindGCRA, KindTokenBucket:
+		return p.tat.Decide(s, now, cost, commit)
+	case KindFixedWindow:
+		return FixedWindow{Limit: p.a, Window: p.d}.Decide(s, now, cost, commit)
+	case KindGate:
+		return Gate{Interval: p.d}.Decide(s, now, cost, commit)
+	case KindSlidingLog:
+		return SlidingLog{Limits: p.ws, MinGap: p.d, Buckets: p.a, Mode: p.mode}.Decide(s, now, cost, commit)
+	case KindWindowCounter:
+		return WindowCounter{Slice: p.d, Limits: p.ws}.Decide(s, now, cost, commit)
+	}
+	panic("algo: Decide on a Plan that Compile did not make")
+}
+
+// InBatch turns the plan into the one to apply in a DecideAll of several
+// requests (see the function InBatch): a nary sliding log acts as binary.
+func (p *Plan) InBatch() {
+	if p.kind == KindSlidingLog && p.mode == Nary {
+		p.mode = Binary
+	}
+}
+
+// Limit returns the limit the plan was compiled from (nil for a Plan
+// Compile did not make).
+func (p *Plan) Limit() Limit {
+	if p == nil || !p.ok {
+		return nil
+	}
+	switch p.kind {
+	case KindGCRA:
+		return GCRA{Burst: p.a, Count: p.b, Period: p.d}
+	case KindTokenBucket:
+		return TokenBucket{Burst: p.a, Rate: p.b, Per: p.d}
+	case KindFixedWindow:
+		return FixedWindow{Limit: p.a, Window: p.d}
+	case KindGate:
+		return Gate{Interval: p.d}
+	case KindSlidingLog:
+		return SlidingLog{Limits: p.ws, MinGap: p.d, Buckets: p.a, Mode: p.mode}
+	case KindWindowCounter:
+		return WindowCounter{Slice: p.d, Limits: p.ws}
+	}
+	return nil
+}
+
+// Kind implements Limit.
+func (p *Plan) Kind() Kind { return p.kind }
+
+// Validate implements Limit: a plan from Compile is valid.
+func (p *Plan) Validate() error {
+	if p.Limit() == nil {
+		return errNilLimit
+	}
+	return nil
+}
+
+// Spec implements Limit.
+func (p *Plan) Spec() Spec { return p.Limit().Spec() }
+
+// Quota implements Limit.
+func (p *Plan) Quota() (int64, time.Duration) { return p.Limit().Quota() }
+
+// SteadyRate implements Limit.
+func (p *Plan) SteadyRate() (int64, time.Duration) { return p.Limit().SteadyRate() }
+
+// DeniedBy implements Limit.
+func (p *Plan) DeniedBy(by int) string { return p.Limit().DeniedBy(by) }
+
+// TAT returns the virtual-scheduling parameters of a GCRA or token bucket
+// plan; the error wraps ErrUnsupported for the other kinds.
+func (p *Plan) TAT() (TAT, error) {
+	if !p.ok || p.kind != KindGCRA && p.kind != KindTokenBucket {
+		return TAT{}, fmt.Errorf("%w: %v has no theoretical arrival time", ErrUnsupported, p.kind)
+	}
+	return p.tat, nil
+}
+
+// Reserving returns the plan that reserves ahead: a GCRA or token bucket
+// that admits a cost as long as it would be admitted within wait, and
+// records it, so that the caller acts when the time comes (see
+// Plan.ReserveDelay) and later decisions see the capacity as taken. It is
+// the plan's own algorithm with its tolerance τ grown by wait, so a cost
+// above the limit's burst (TAT.Limit) must not be decided with it: the
+// caller refuses it first (the Redis store's script does not look). The
+// error
+// wraps ErrUnsupported for the other kinds: a window has no notion of
+// capacity taken ahead of its time.
+func (p *Plan) Reserving(wait time.Duration) (Plan, error) {
+	t, err := p.TAT()
+	if err != nil {
+		return Plan{}, err
+	}
+	if wait < 0 || wait > MaxHorizon {
+		return Plan{}, fmt.Errorf("%w: reservation wait %v is outside 0..100 years", ErrInvalid, wait)
+	}
+	r := *p
+	r.tat.Tolerance = t.Tolerance + Micros(wait)
+	return r, nil
+}
+
+// ReserveDelay returns how long after the decision a cost that the plan
+// made by Reserving admitted may act: its Result.ResetAfter less the
+// original plan's tolerance, or 0.
+func (p *Plan) ReserveDelay(r Result) time.Duration {
+	return max(r.ResetAfter-dur(p.tat.Tolerance), 0)
+}
+
+// Undo gives back cost admitted at a time no later than now, as the Redis
+// store's refund does: a GCRA or token bucket's TAT moves back by cost·T,
+// and a TAT no later than now is no state. The error wraps ErrUnsupported
+// for the other kinds.
+func (p *Plan) Undo(s *State, now, cost int64) error {
+	t, err := p.TAT()
+	if err != nil {
+		return err
+	}
+	t.Undo(s, now, cost)
+	return nil
+}
+
+// Undo moves the state's TAT back by cost·T; a TAT no later than now is
+// the zero State.
+func (p TAT) Undo(s *State, now, cost int64) {
+	if s.A == 0 {
+		return
+	}
+	back := s.A - min(cost, p.Limit+1)*p.Interval
+	if back <= now {
+		*s = State{Log: s.Log[:0]}
+		return
+	}
+	s.A, s.Expire = back, back
+}

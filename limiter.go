@@ -1,0 +1,191 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+)
+
+// A Limiter is one limit on a store, compiled once, with the vocabulary of
+// golang.org/x/time/rate's Limiter over many keys: Allow, AllowN, Reserve
+// and Wait. It is safe for concurrent use, and on a shared store (Redis)
+// every instance of a service that makes the same Limiter shares its keys:
+// a reservation made by one is seen by all.
+//
+//	lim, err := sluice.NewLimiter(st, algo.GCRA{Burst: 15, Count: 30, Period: time.Minute})
+//	...
+//	if ok, err := lim.Allow(ctx, userID); err == nil && !ok {
+//		// over the limit
+//	}
+//
+// The limit is validated and its parameters derived once (algo.Plan), so a
+// decision does no more than the store's own work; on the memory store it
+// allocates nothing.
+type Limiter struct {
+	st   Store
+	plan *algo.Plan // compiled once, passed as every request's Limit
+	// lim is plan as an algo.Limit, boxed once.
+	lim algo.Limit
+}
+
+// NewLimiter returns a Limiter for l on st. An invalid limit is an error
+// wrapping algo.ErrInvalid.
+func NewLimiter(st Store, l algo.Limit) (*Limiter, error) {
+	p, err := algo.Compile(l)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{st: st, plan: &p, lim: &p}, nil
+}
+
+// Limit returns the limit the Limiter was made with.
+func (l *Limiter) Limit() algo.Limit { return l.plan.Limit() }
+
+// Allow reports whether one action for key may happen now, and consumes
+// it if so: AllowN(ctx, key, time.Time{}, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
+	return l.AllowN(ctx, key, time.Time{}, 1)
+}
+
+// AllowN reports whether n actions for key may happen at t (the zero Time:
+// the store's clock), and consumes them if so.
+func (l *Limiter) AllowN(ctx context.Context, key string, t time.Time, n int64) (bool, error) {
+	r, err := l.DecideN(ctx, key, t, n)
+	return r.Allowed, err
+}
+
+// DecideN decides n actions for key at t (the zero Time: the store's
+// clock) and returns the whole Result: what AllowN reports, and how much
+// remains and how long to wait.
+func (l *Limiter) DecideN(ctx context.Context, key string, t time.Time, n int64) (algo.Result, error) {
+	return l.st.Decide(ctx, Request{Key: key, Limit: l.lim, Cost: n, Time: t})
+}
+
+// ErrWouldExceedDeadline is returned by Wait when the actions would be
+// admitted only after the context's deadline, and by Reserve when the
+// reservation would act after it: nothing was consumed.
+var ErrWouldExceedDeadline = errors.New("sluice: the wait would exceed the context's deadline")
+
+// ErrNever is returned by Wait and Reserve when n exceeds what the limit
+// admits at once: no wait can admit it.
+var ErrNever = errors.New("sluice: the cost exceeds the limit and can never be admitted")
+
+// Wait blocks until n actions for key are admitted, and consumes them, or
+// until ctx is done. It never waits when the store says the wait would
+// pass ctx's deadline: it returns ErrWouldExceedDeadline at once. Every
+// admission is the store's own atomic decision, so many goroutines (and
+// processes, on a shared store) waiting on one key are admitted at exactly
+// the limit's rate; which of them goes first is not ordered.
+func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		r, err := l.DecideN(ctx, key, time.Time{}, n)
+		switch {
+		case err != nil:
+			return err
+		case r.Allowed:
+			return nil
+		case r.RetryAfter == algo.Never:
+			return ErrNever
+		}
+		wait := max(r.RetryAfter, time.Microsecond)
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+			return ErrWouldExceedDeadline
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// A Reservation is n actions for a key taken ahead of their time by
+// Limiter.Reserve: the limit counts them from the moment of the
+// reservation, and the holder acts after Delay, or gives them back with
+// Cancel.
+type Reservation struct {
+	l     *Limiter
+	key   string
+	n     int64
+	act   time.Time // when the holder may act
+	delay time.Duration
+}
+
+// Delay is how long after the reservation the holder may act: 0 when the
+// actions were admitted at once.
+func (r *Reservation) Delay() time.Duration { return r.delay }
+
+// TimeToAct is when the holder may act, by the store's clock.
+func (r *Reservation) TimeToAct() time.Time { return r.act }
+
+// Cancel gives the reservation's actions back to the limit, if their time
+// has not yet come (after it, they were used or their time has passed, and
+// nothing is given back), as much as the limit still holds them: later
+// reservations keep their places. On Redis the refund is one script call,
+// seen by every instance.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	rf, ok := r.l.st.(interface {
+		Refund(ctx context.Context, req Request) error
+	})
+	if !ok {
+		return fmt.Errorf("sluice: %T cannot give units back", r.l.st)
+	}
+	if !time.Now().Before(r.act) {
+		return nil
+	}
+	return rf.Refund(ctx, Request{Key: r.key, Limit: r.l.lim, Cost: r.n})
+}
+
+// Reserve takes n actions for key ahead of their time, as x/time/rate's
+// Reserve does, and returns the Reservation: act after its Delay, or
+// Cancel it. It reserves no later than ctx's deadline allows (a context
+// without one: any wait), and returns ErrWouldExceedDeadline, taking
+// nothing, when the actions could act only after it; ErrNever when n
+// exceeds the limit's burst.
+//
+// Reserve is for the limits with a steady refill, GCRA and the token
+// bucket, where capacity taken ahead has a meaning: for the others it
+// returns an error wrapping algo.ErrUnsupported. The store must give units
+// back (store.Refunder) for Cancel: the memory and Redis stores do.
+//
+// The decision is at the store's clock (Redis TIME on Redis), and Delay is
+// relative to it.
+func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservation, error) {
+	wait := algo.MaxHorizon
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(d), 0)
+	}
+	p, err := l.plan.Reserving(wait)
+	if err != nil {
+		return nil, err
+	}
+	if t, _ := p.TAT(); n > t.Limit {
+		return nil, ErrNever
+	}
+	now := time.Now()
+	r, err := l.st.Decide(ctx, Request{Key: key, Limit: &p, Cost: n})
+	switch {
+	case err != nil:
+		return nil, err
+	case r.RetryAfter == algo.Never:
+		return nil, ErrNever
+	case !r.Allowed:
+		return nil, ErrWouldExceedDeadline
+	}
+	delay := l.plan.ReserveDelay(r)
+	return &Reservation{l: l, key: key, n: n, act: now.Add(delay), delay: delay}, nil
+}

@@ -1,0 +1,295 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// limiterStores returns a fresh memory store and a store on a fresh Redis,
+// and a second Redis store on the same server (another instance of a
+// service).
+func limiterStores(t *testing.T) (stores map[string]sluice.Store, twin sluice.Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	open := func() sluice.Store {
+		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	m := memory.New()
+	t.Cleanup(func() { m.Close() })
+	return map[string]sluice.Store{"memory": m, "redis": open()}, open()
+}
+
+// TestLimiterAllowIsExact: 100 goroutines racing on one key are admitted
+// exactly the limit, for every algorithm, on both stores.
+func TestLimiterAllowIsExact(t *testing.T) {
+	stores, _ := limiterStores(t)
+	limits := map[string]algo.Limit{
+		"gcra":           algo.GCRA{Burst: 36, Count: 1, Period: time.Hour},
+		"token_bucket":   algo.TokenBucket{Burst: 37, Rate: 1, Per: time.Hour},
+		"fixed_window":   algo.FixedWindow{Limit: 37, Window: 1000 * time.Hour},
+		"gate":           algo.Gate{Interval: time.Hour},
+		"sliding_log":    algo.SlidingLog{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}},
+		"window_counter": algo.WindowCounter{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}},
+	}
+	if len(limits) != algo.NumKinds {
+		t.Fatalf("%d limits for %d kinds", len(limits), algo.NumKinds)
+	}
+	for sname, st := range stores {
+		for lname, l := range limits {
+			t.Run(sname+"/"+lname, func(t *testing.T) {
+				lim, err := sluice.NewLimiter(st, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := int64(37)
+				if lname == "gate" {
+					want = 1
+				}
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				for range 100 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ok, err := lim.Allow(context.Background(), "race:"+lname)
+						if err != nil {
+							t.Error(err)
+						}
+						if ok {
+							admitted.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+				if got := admitted.Load(); got != want {
+					t.Errorf("admitted %d, want %d", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestLimiterWaitKeepsTheRate: goroutines that Wait on one key are admitted
+// at the limit's rate, never faster: in any stretch of time d, at most
+// 1 + d/T beyond the burst. (No lower bound: a slow machine admits fewer.)
+func TestLimiterWaitKeepsTheRate(t *testing.T) {
+	stores, _ := limiterStores(t)
+	const T = 20 * time.Millisecond // 50 per second, 1 at once
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			lim, err := sluice.NewLimiter(st, algo.GCRA{Burst: 0, Count: 50, Period: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+			defer cancel()
+			var mu sync.Mutex
+			var at []time.Time
+			var wg sync.WaitGroup
+			for range 10 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						err := lim.Wait(ctx, "wait", 1)
+						if err != nil {
+							if !errors.Is(err, sluice.ErrWouldExceedDeadline) && !errors.Is(err, context.DeadlineExceeded) {
+								t.Error(err)
+							}
+							return
+						}
+						mu.Lock()
+						at = append(at, time.Now())
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if len(at) == 0 {
+				t.Fatal("nothing admitted")
+			}
+			first, last := at[0], at[0]
+			for _, a := range at {
+				if a.Before(first) {
+					first = a
+				}
+				if a.After(last) {
+					last = a
+				}
+			}
+			// The store admits at most 1 + elapsed/T in the elapsed
+			// time; allow one more for the spread between the store's
+			// decision and this goroutine's clock read.
+			if max := 2 + int(last.Sub(first)/T); len(at) > max {
+				t.Errorf("admitted %d in %v, at most %d at 50/s", len(at), last.Sub(first), max)
+			}
+			t.Logf("%d admitted in %v", len(at), last.Sub(first))
+		})
+	}
+}
+
+// TestLimiterWaitHonoursTheDeadline: a wait that would pass the deadline
+// returns at once, consuming nothing; a cost over the burst never waits.
+func TestLimiterWaitHonoursTheDeadline(t *testing.T) {
+	stores, _ := limiterStores(t)
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			lim, err := sluice.NewLimiter(st, algo.GCRA{Burst: 0, Count: 1, Period: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := lim.Wait(ctx, "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := lim.Wait(ctx, "k", 1); !errors.Is(err, sluice.ErrWouldExceedDeadline) {
+				t.Errorf("second wait: %v, want ErrWouldExceedDeadline (the next slot is an hour away)", err)
+			}
+			if err := lim.Wait(ctx, "k", 2); !errors.Is(err, sluice.ErrNever) {
+				t.Errorf("cost 2 on a limit of 1: %v, want ErrNever", err)
+			}
+			r, err := lim.DecideN(ctx, "k", time.Time{}, 0)
+			if err != nil || r.Remaining != 0 || r.ResetAfter > time.Hour || r.ResetAfter < 59*time.Minute {
+				t.Errorf("after the refused waits: %+v, %v; want only the first admission counted", r, err)
+			}
+		})
+	}
+}
+
+// TestReserve: a reservation takes capacity ahead of its time, a later
+// decision (on another instance too, on Redis) sees it taken, and Cancel
+// gives it back.
+func TestReserve(t *testing.T) {
+	stores, twin := limiterStores(t)
+	const T = time.Minute // 1 per minute, 2 at once
+	l := algo.GCRA{Burst: 1, Count: 1, Period: T}
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			lim, err := sluice.NewLimiter(st, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := lim
+			if name == "redis" {
+				if other, err = sluice.NewLimiter(twin, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var rs []*sluice.Reservation
+			for i := range 3 {
+				r, err := lim.Reserve(ctx, "k", 1)
+				if err != nil {
+					t.Fatalf("reservation %d: %v", i, err)
+				}
+				rs = append(rs, r)
+			}
+			if rs[0].Delay() != 0 || rs[1].Delay() != 0 || rs[2].Delay() < T-time.Second || rs[2].Delay() > T {
+				t.Fatalf("delays %v %v %v, want 0, 0 and about %v", rs[0].Delay(), rs[1].Delay(), rs[2].Delay(), T)
+			}
+			peek := func() algo.Result {
+				r, err := other.DecideN(ctx, "k", time.Time{}, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			if r := peek(); r.ResetAfter < 3*T-time.Second || r.ResetAfter > 3*T {
+				t.Fatalf("after 3 reservations the other instance sees the limit full for %v, want about %v", r.ResetAfter, 3*T)
+			}
+			if ok, err := other.Allow(ctx, "k"); ok || err != nil {
+				t.Fatalf("Allow over the reservations: %v, %v", ok, err)
+			}
+			if err := rs[2].Cancel(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if r := peek(); r.ResetAfter < 2*T-time.Second || r.ResetAfter > 2*T {
+				t.Fatalf("after Cancel: full for %v, want about %v", r.ResetAfter, 2*T)
+			}
+			// An admitted reservation's Cancel is late (its time has come):
+			// nothing is given back.
+			if err := rs[0].Cancel(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if r := peek(); r.ResetAfter < 2*T-time.Second {
+				t.Fatalf("a late Cancel gave back: full for %v", r.ResetAfter)
+			}
+		})
+	}
+}
+
+func TestReserveRefusals(t *testing.T) {
+	stores, _ := limiterStores(t)
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			lim, err := sluice.NewLimiter(st, algo.GCRA{Burst: 0, Count: 1, Period: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lim.Reserve(context.Background(), "k", 2); !errors.Is(err, sluice.ErrNever) {
+				t.Errorf("cost over the burst: %v", err)
+			}
+			if _, err := lim.Reserve(context.Background(), "k", 1); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := lim.Reserve(ctx, "k", 1); !errors.Is(err, sluice.ErrWouldExceedDeadline) {
+				t.Errorf("reservation an hour away with a minute's deadline: %v", err)
+			}
+			if r, _ := lim.DecideN(context.Background(), "k", time.Time{}, 0); r.ResetAfter > time.Hour {
+				t.Errorf("a refused reservation took capacity: %+v", r)
+			}
+			fw, err := sluice.NewLimiter(st, algo.FixedWindow{Limit: 5, Window: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fw.Reserve(context.Background(), "fw", 1); !errors.Is(err, algo.ErrUnsupported) {
+				t.Errorf("fixed window reservation: %v, want algo.ErrUnsupported", err)
+			}
+		})
+	}
+}
+
+// TestNoAllocs: on the memory store, a decision with the limit's value in
+// the request, and a Limiter's Allow, allocate nothing.
+func TestNoAllocs(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	burst, count := int64(1<<20), int64(1_000_000)
+	lim, err := sluice.NewLimiter(st, algo.TokenBucket{Burst: burst, Rate: count, Per: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(){
+		"Decide with a GCRA value": func() {
+			st.Decide(ctx, sluice.Request{Key: "a", Limit: algo.GCRA{Burst: burst, Count: count, Period: time.Second}, Cost: 1})
+		},
+		"Decide with a fixed window value": func() {
+			st.Decide(ctx, sluice.Request{Key: "b", Limit: algo.FixedWindow{Limit: burst, Window: time.Hour}, Cost: 1})
+		},
+		"Limiter.Allow": func() { lim.Allow(ctx, "c") },
+	} {
+		f() // the key exists from now on
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s: %v allocations per decision", name, n)
+		}
+	}
+}
