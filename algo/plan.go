@@ -46,61 +46,67 @@ func Compile(l Limit) (Plan, error) {
 
 // Compile makes p the plan of l, validating l; see the function Compile.
 func (p *Plan) Compile(l Limit) error {
-	*p = Plan{}
 	var err error
 	switch l := l.(type) {
+	case *Plan: // first: a limiter handle's every decision
+		if l == nil || !l.ok {
+			err = errNilLimit
+			break
+		}
+		*p = *l
+		return nil
 	case GCRA:
 		err = p.gcra(l)
 	case *GCRA:
 		if l == nil {
-			return errNilLimit
+			err = errNilLimit
+			break
 		}
 		err = p.gcra(*l)
 	case TokenBucket:
 		err = p.tokenBucket(l)
 	case *TokenBucket:
 		if l == nil {
-			return errNilLimit
+			err = errNilLimit
+			break
 		}
 		err = p.tokenBucket(*l)
 	case FixedWindow:
 		err = p.fixedWindow(l)
 	case *FixedWindow:
 		if l == nil {
-			return errNilLimit
+			err = errNilLimit
+			break
 		}
 		err = p.fixedWindow(*l)
 	case Gate:
 		err = p.gate(l)
 	case *Gate:
 		if l == nil {
-			return errNilLimit
+			err = errNilLimit
+			break
 		}
 		err = p.gate(*l)
 	case SlidingLog:
 		err = p.slidingLog(l)
 	case *SlidingLog:
 		if l == nil {
-			return errNilLimit
+			err = errNilLimit
+			break
 		}
 		err = p.slidingLog(*l)
 	case WindowCounter:
 		err = p.windowCounter(l)
 	case *WindowCounter:
 		if l == nil {
-			return errNilLimit
+			err = errNilLimit
+			break
 		}
 		err = p.windowCounter(*l)
-	case *Plan:
-		if l == nil || !l.ok {
-			return errNilLimit
-		}
-		*p = *l
-		return nil
 	case nil:
-		return errNilLimit
+		err = errNilLimit
 	default:
-		return fmt.Errorf("%w: %w: %s is not an algorithm of package algo", ErrInvalid, ErrUnsupported, reflect.TypeOf(l))
+		err = fmt.Errorf("%w: %w: %s is not an algorithm of package algo", ErrInvalid, ErrUnsupported, reflect.TypeOf(l))
 	}
 	if err != nil {
 		*p = Plan{}
@@ -110,35 +116,38 @@ func (p *Plan) Compile(l Limit) error {
 	return nil
 }
 
-func (p *Plan) gcra(l GCRA) (err error) {
-	p.kind, p.a, p.b, p.d = KindGCRA, l.Burst, l.Count, l.Period
-	p.tat, err = l.tat()
+// Each setter writes the whole Plan, so that a Plan compiled again keeps
+// nothing of its last limit.
+
+func (p *Plan) gcra(l GCRA) error {
+	t, err := l.tat()
+	*p = Plan{kind: KindGCRA, tat: t, a: l.Burst, b: l.Count, d: l.Period}
 	return err
 }
 
-func (p *Plan) tokenBucket(l TokenBucket) (err error) {
-	p.kind, p.a, p.b, p.d = KindTokenBucket, l.Burst, l.Rate, l.Per
-	p.tat, err = l.tat()
+func (p *Plan) tokenBucket(l TokenBucket) error {
+	t, err := l.tat()
+	*p = Plan{kind: KindTokenBucket, tat: t, a: l.Burst, b: l.Rate, d: l.Per}
 	return err
 }
 
 func (p *Plan) fixedWindow(l FixedWindow) error {
-	p.kind, p.a, p.d = KindFixedWindow, l.Limit, l.Window
+	*p = Plan{kind: KindFixedWindow, a: l.Limit, d: l.Window}
 	return l.Validate()
 }
 
 func (p *Plan) gate(l Gate) error {
-	p.kind, p.d = KindGate, l.Interval
+	*p = Plan{kind: KindGate, d: l.Interval}
 	return l.Validate()
 }
 
 func (p *Plan) slidingLog(l SlidingLog) error {
-	p.kind, p.a, p.d, p.ws, p.mode = KindSlidingLog, l.Buckets, l.MinGap, l.Limits, l.Mode
+	*p = Plan{kind: KindSlidingLog, a: l.Buckets, d: l.MinGap, ws: l.Limits, mode: l.Mode}
 	return l.Validate()
 }
 
 func (p *Plan) windowCounter(l WindowCounter) error {
-	p.kind, p.d, p.ws = KindWindowCounter, l.Slice, l.Limits
+	*p = Plan{kind: KindWindowCounter, d: l.Slice, ws: l.Limits}
 	return l.Validate()
 }
 

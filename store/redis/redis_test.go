@@ -204,6 +204,13 @@ func TestEveryKindBound(t *testing.T) {
 		if _, err := st.Decide(context.Background(), sluice.Request{Key: "every-kind-ptr:" + k.String(), Limit: pointerTo(l), Cost: 1}); err != nil {
 			t.Errorf("%v by pointer: %v", k, err)
 		}
+		p, err := algo.Compile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Decide(context.Background(), sluice.Request{Key: "every-kind-plan:" + k.String(), Limit: &p, Cost: 1}); err != nil {
+			t.Errorf("%v as a Plan: %v", k, err)
+		}
 	}
 }
 

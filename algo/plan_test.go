@@ -1,0 +1,129 @@
+package algo
+
+import (
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// TestPlanDecidesAsTheLimit: for every kind, by value and by pointer, a
+// compiled Plan gives the limit back and decides exactly as it does.
+func TestPlanDecidesAsTheLimit(t *testing.T) {
+	for _, k := range Kinds() {
+		l := k.Example()
+		for _, in := range []Limit{l, pointer(l)} {
+			p, err := Compile(in)
+			if err != nil {
+				t.Fatalf("%v: %v", k, err)
+			}
+			if !reflect.DeepEqual(p.Limit(), l) || p.Kind() != k {
+				t.Fatalf("%v: Plan.Limit() = %#v", k, p.Limit())
+			}
+			again, err := Compile(&p)
+			if err != nil || !reflect.DeepEqual(again, p) {
+				t.Fatalf("%v: a *Plan compiles to %+v, %v", k, again, err)
+			}
+			r := rand.New(rand.NewPCG(uint64(k), 7))
+			var a, b State
+			now := int64(1_800_000_000_000_000)
+			for i := range 300 {
+				now += r.Int64N(200_000)
+				cost := r.Int64N(3)
+				commit := r.IntN(4) != 0
+				want, got := l.Decide(&a, now, cost, commit), p.Decide(&b, now, cost, commit)
+				if !reflect.DeepEqual(want, got) || !reflect.DeepEqual(a, b) {
+					t.Fatalf("%v step %d: plan %+v %+v, limit %+v %+v", k, i, got, b, want, a)
+				}
+			}
+		}
+	}
+}
+
+func pointer(l Limit) Limit {
+	switch l := l.(type) {
+	case GCRA:
+		return &l
+	case TokenBucket:
+		return &l
+	case FixedWindow:
+		return &l
+	case Gate:
+		return &l
+	case SlidingLog:
+		return &l
+	case WindowCounter:
+		return &l
+	}
+	panic("pointer: add the kind")
+}
+
+func TestCompileRefuses(t *testing.T) {
+	type embedded struct{ GCRA }
+	var nilGCRA *GCRA
+	for name, c := range map[string]struct {
+		l    Limit
+		want error
+	}{
+		"nil":            {nil, ErrInvalid},
+		"nil pointer":    {nilGCRA, ErrInvalid},
+		"invalid":        {GCRA{Count: 0, Period: time.Second}, ErrInvalid},
+		"zero plan":      {&Plan{}, ErrInvalid},
+		"another type":   {embedded{GCRA{Count: 1, Period: time.Second}}, ErrUnsupported},
+		"another type 2": {embedded{GCRA{Count: 1, Period: time.Second}}, ErrInvalid},
+	} {
+		p := Plan{}
+		p.Compile(Gate{Interval: time.Second}) // a plan used before keeps nothing
+		if err := p.Compile(c.l); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", name, err, c.want)
+		}
+		if p.Limit() != nil {
+			t.Errorf("%s: a refused compile left %+v", name, p.Limit())
+		}
+	}
+}
+
+// TestReserving: a reserving plan admits ahead by up to its wait, reports
+// when the holder may act, and Undo gives the cost back.
+func TestReserving(t *testing.T) {
+	const T = 1_000_000 // 1 per second, 2 at once
+	p, err := Compile(GCRA{Burst: 1, Count: 1, Period: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Reserving(1500 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s State
+	now := int64(1_800_000_000_000_000)
+	var delays []time.Duration
+	for range 4 {
+		res := r.Decide(&s, now, 1, true)
+		if !res.Allowed {
+			break
+		}
+		delays = append(delays, p.ReserveDelay(res))
+	}
+	if want := []time.Duration{0, 0, time.Second}; !reflect.DeepEqual(delays, want) {
+		t.Fatalf("delays %v, want %v (the 4th is 2s away, past the 1.5s wait)", delays, want)
+	}
+	if s.A != now+3*T {
+		t.Fatalf("TAT %d, want now+3T", s.A-now)
+	}
+	if err := p.Undo(&s, now, 1); err != nil || s.A != now+2*T {
+		t.Fatalf("after Undo: TAT now+%d, %v", s.A-now, err)
+	}
+	p.Undo(&s, now, 2)
+	if !reflect.DeepEqual(s, State{Log: s.Log}) {
+		t.Fatalf("undone to now: %+v, want no state", s)
+	}
+	fw, _ := Compile(FixedWindow{Limit: 1, Window: time.Second})
+	if _, err := fw.Reserving(time.Second); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("fixed window Reserving: %v", err)
+	}
+	if err := fw.Undo(&s, now, 1); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("fixed window Undo: %v", err)
+	}
+}
