@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -114,7 +115,8 @@ func newTAT(name string, periodUS, count, limit int64) (TAT, error) {
 	if t <= 0 {
 		return TAT{}, fmt.Errorf("%w: %s emits %d per %v, faster than one per µs", ErrInvalid, name, count, dur(periodUS))
 	}
-	if limit > Micros(MaxHorizon)/t {
+	// limit·t > the horizon, without a second division or an overflow.
+	if hi, lo := bits.Mul64(uint64(limit), uint64(t)); hi != 0 || lo > uint64(Micros(MaxHorizon)) {
 		return TAT{}, fmt.Errorf("%w: %s burst %d spans more than the 100-year horizon", ErrInvalid, name, limit)
 	}
 	return TAT{Interval: t, Tolerance: t * limit, Limit: limit}, nil
