@@ -32,3 +32,45 @@ func Example() {
 	// true 0 0s 32s [0 16 0 -1 32]
 	// false 0 2s 32s [1 16 0 2 32]
 }
+
+// A Limiter is one limit on a store, compiled once, with x/time/rate's
+// vocabulary: Allow, Wait and Reserve, per key.
+func ExampleLimiter() {
+	st := memory.New() // or a Redis store: every instance then shares the keys
+	defer st.Close()
+
+	// 2 at once, then 1 per second: GCRA with max_burst 1.
+	lim, err := sluice.NewLimiter(st, algo.GCRA{Burst: 1, Count: 1, Period: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		ok, err := lim.Allow(ctx, "user:alex")
+		fmt.Println(ok, err)
+	}
+
+	// Wait blocks until the next action is admitted, unless the wait would
+	// pass the context's deadline.
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	fmt.Println(lim.Wait(wctx, "user:alex", 1))
+
+	// Reserve takes capacity ahead of its time; Cancel gives it back.
+	r, err := lim.Reserve(ctx, "user:bo", 3)
+	fmt.Println(r, err)
+	r, err = lim.Reserve(ctx, "user:bo", 2)
+	fmt.Println(r.Delay() == 0, err)
+	r, err = lim.Reserve(ctx, "user:bo", 1)
+	fmt.Println(r.Delay() > 900*time.Millisecond, err)
+	fmt.Println(r.Cancel(ctx))
+	// Output:
+	// true <nil>
+	// true <nil>
+	// false <nil>
+	// sluice: the wait would exceed the context's deadline
+	// <nil> sluice: the cost exceeds the limit and can never be admitted
+	// true <nil>
+	// true <nil>
+	// <nil>
+}
