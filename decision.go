@@ -1,6 +1,10 @@
 package sluice
 
-import "github.com/sluicehq/sluice/algo"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+)
 
 // Decision is the outcome of a hierarchical check: every level the request
 // hit, and one summary in the shape of CL.THROTTLE's reply.
@@ -34,33 +38,55 @@ type Level struct {
 }
 
 // Summarize folds level results into one, as redis-cell would report a
-// single limiter: allowed when every enforced (non-shadow) level allowed;
-// Limit and Remaining from the enforced level with the least remaining;
-// RetryAfter the largest among the enforced levels that denied (Never
-// wins); ResetAfter the largest over the enforced levels. Shadow levels do
-// not count. With no enforced level, the summary is an allowed, empty
-// result.
+// single limiter. Shadow levels do not count. When every enforced level
+// allowed, the summary is allowed, with Quota and Remaining from the
+// enforced level with the least remaining. When some denied, the summary
+// describes the denying level that holds the request back longest (Never
+// wins; the first on ties): its Quota, Remaining, RetryAfter and DeniedBy.
+// ResetAfter is the largest over the enforced levels. With no enforced
+// level, the summary is an allowed, empty result.
 func Summarize(levels []Level) algo.Result {
 	sum := algo.Result{Allowed: true}
 	first := true
-	for _, l := range levels {
-		if l.Shadow {
+	for i := range levels {
+		r := &levels[i].Result
+		if levels[i].Shadow {
 			continue
 		}
-		r := l.Result
 		if first || r.Remaining < sum.Remaining {
 			sum.Quota, sum.Remaining = r.Quota, r.Remaining
 		}
 		first = false
 		sum.ResetAfter = max(sum.ResetAfter, r.ResetAfter)
-		if !r.Allowed {
-			sum.Allowed = false
-			if r.RetryAfter == algo.Never || sum.RetryAfter == algo.Never {
-				sum.RetryAfter = algo.Never
-			} else {
-				sum.RetryAfter = max(sum.RetryAfter, r.RetryAfter)
-			}
-		}
+	}
+	if d := Denier(levels); d != nil {
+		r := &d.Result
+		sum.Allowed = false
+		sum.Quota, sum.Remaining = r.Quota, r.Remaining
+		sum.RetryAfter, sum.DeniedBy = r.RetryAfter, r.DeniedBy
 	}
 	return sum
+}
+
+// Denier returns the enforced level that denied and holds the request
+// back longest (Never is the longest; the first on ties), or nil when
+// every enforced level allowed: the level a denial is about.
+func Denier(levels []Level) *Level {
+	var d *Level
+	for i := range levels {
+		l := &levels[i]
+		if !l.Shadow && !l.Result.Allowed && (d == nil || longerWait(l.Result.RetryAfter, d.Result.RetryAfter)) {
+			d = l
+		}
+	}
+	return d
+}
+
+// longerWait reports whether a denial with RetryAfter a holds a request
+// back longer than one with b (Never is the longest).
+func longerWait(a, b time.Duration) bool {
+	if b == algo.Never {
+		return false
+	}
+	return a == algo.Never || a > b
 }

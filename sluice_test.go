@@ -79,9 +79,17 @@ func TestSummarize(t *testing.T) {
 		{Key: "user:alex:eu", Result: algo.Result{Allowed: false, Quota: 3, Remaining: 1, RetryAfter: 7 * s, ResetAfter: 8 * s}},
 		{Key: "shadow", Shadow: true, Result: algo.Result{Allowed: false, Quota: 1, Remaining: 0, RetryAfter: algo.Never, ResetAfter: time.Hour}},
 	}
-	want := algo.Result{Allowed: false, Quota: 6, Remaining: 0, RetryAfter: 7 * s, ResetAfter: 15 * s}
+	// Denied: the summary is the level that holds the request back
+	// longest (eu, 7s), not the one with the least remaining (trade).
+	levels[2].Result.DeniedBy = 2
+	want := algo.Result{Allowed: false, Quota: 3, Remaining: 1, RetryAfter: 7 * s, ResetAfter: 15 * s, DeniedBy: 2}
 	if got := sluice.Summarize(levels); got != want {
 		t.Fatalf("Summarize = %+v, want %+v", got, want)
+	}
+	// Allowed: the level with the least remaining.
+	allowed := []sluice.Level{levels[0], {Result: algo.Result{Allowed: true, Quota: 6, Remaining: 2, ResetAfter: s}}}
+	if got := sluice.Summarize(allowed); got != (algo.Result{Allowed: true, Quota: 6, Remaining: 2, ResetAfter: 14 * s}) {
+		t.Fatalf("allowed summary = %+v", got)
 	}
 	levels[2].Result.RetryAfter = algo.Never
 	if got := sluice.Summarize(levels); got.RetryAfter != algo.Never {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -49,16 +48,7 @@ func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
 			"The request matches no rate-limit policy, and requests that match none are denied.", nil)
 		return
 	}
-	var binding *sluice.Level
-	for i := range d.Levels {
-		lv := &d.Levels[i]
-		if lv.Shadow || lv.Result.Allowed {
-			continue
-		}
-		if binding == nil || longerWait(lv.Result.RetryAfter, binding.Result.RetryAfter) {
-			binding = lv
-		}
-	}
+	binding := sluice.Denier(d.Levels)
 	ext := func(b []byte) []byte {
 		b = append(b, `,"violated-policies":[`...)
 		first := true
@@ -110,15 +100,6 @@ func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
 	problem.Write(w, http.StatusTooManyRequests, QuotaExceededType, quotaExceededTitle, string(detail), ext)
 }
 
-// longerWait reports whether a denial with retry a holds a request back
-// longer than one with retry b (Never is the longest).
-func longerWait(a, b time.Duration) bool {
-	if b == algo.Never {
-		return false
-	}
-	return a == algo.Never || a > b
-}
-
 // BadRequest is the default Options.OnBadRequest: 400 Bad Request with an
 // about:blank problem+json body. For a KeyFunc's ErrNoKey error the detail
 // is the error's text; otherwise it is generic, so that nothing about the
@@ -131,9 +112,11 @@ func BadRequest(w http.ResponseWriter, r *http.Request, err error) {
 	problem.Write(w, http.StatusBadRequest, "about:blank", "Bad Request", detail, nil)
 }
 
-// Unavailable answers 503 Service Unavailable with an about:blank
-// problem+json body: what FailClosed sends when a check fails.
+// Unavailable answers 503 Service Unavailable, with Retry-After: 1 and an
+// about:blank problem+json body: what FailClosed sends when a check fails,
+// as sluice serve does when its store fails under on_store_error: deny.
 func Unavailable(w http.ResponseWriter, r *http.Request) {
+	w.Header()[hdrRetryAfter] = []string{"1"}
 	problem.Write(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
 		"The rate limiter is unavailable.", nil)
 }

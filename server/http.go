@@ -143,9 +143,8 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			h[hdrRateLimit] = b.hdr[1:2:2]
 		}
 	}
-	status := http.StatusOK
-	if !b.d.Allowed {
-		status = http.StatusTooManyRequests
+	status := answerStatus(&b.d, storeErr != "")
+	if status != http.StatusOK && status != http.StatusForbidden {
 		if secs, ok := headers.RetryAfterSeconds(b.d.Summary); ok {
 			b.hdr[2] = strconv.FormatInt(secs, 10)
 			h["Retry-After"] = b.hdr[2:3:3]
@@ -168,6 +167,25 @@ const (
 	hdrPolicy    = "Ratelimit-Policy"
 	hdrRateLimit = "Ratelimit"
 )
+
+// answerStatus is the HTTP status of a check, the one mapping of the
+// service and the middleware (httplimit) alike:
+//
+//	200  allowed (also: the store failed and on_store_error is allow)
+//	429  rate limited: a level denied (Retry-After: when it admits again)
+//	503  the store failed and on_store_error is deny (Retry-After: 1)
+//	403  the path matched no policy and the policy says unmatched: deny
+func answerStatus(d *sluice.Decision, storeFailed bool) int {
+	switch {
+	case d.Allowed:
+		return http.StatusOK
+	case storeFailed:
+		return http.StatusServiceUnavailable
+	case !d.Matched && sluice.Denier(d.Levels) == nil:
+		return http.StatusForbidden
+	}
+	return http.StatusTooManyRequests
+}
 
 // contentTypeJSON is shared by every answer: net/http only reads it.
 var contentTypeJSON = []string{"application/json"}

@@ -55,6 +55,10 @@ type LevelJSON struct {
 	Remaining    int64     `json:"remaining"`
 	RetryAfterNs int64     `json:"retry_after_ns"`
 	ResetAfterNs int64     `json:"reset_after_ns"`
+	// DeniedBy names, for a level that denied, the limit of its algorithm
+	// it waits for, as sluice replay's denied_by does: a sliding_log or
+	// window_counter limit's name or window, or "min_gap".
+	DeniedBy string `json:"denied_by,omitempty"`
 }
 
 // NewDecisionJSON converts a decision to its JSON form.
@@ -73,6 +77,7 @@ func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
 			Pattern: l.Pattern, Key: l.Key, Spec: levelSpec(&l), Shadow: l.Shadow,
 			Allowed: l.Result.Allowed, Limit: l.Result.Quota, Remaining: l.Result.Remaining,
 			RetryAfterNs: int64(l.Result.RetryAfter), ResetAfterNs: int64(l.Result.ResetAfter),
+			DeniedBy: levelDeniedBy(&l),
 		}
 	}
 	return out
@@ -105,6 +110,10 @@ func AppendDecisionJSON(b []byte, d *sluice.Decision, storeError string) []byte 
 		b = append(b, `,"allowed":`...)
 		b = strconv.AppendBool(b, l.Result.Allowed)
 		b = appendResult(b, l.Result)
+		if by := levelDeniedBy(l); by != "" {
+			b = append(b, `,"denied_by":`...)
+			b = jsonenc.AppendString(b, by)
+		}
 		b = append(b, '}')
 	}
 	b = append(b, ']')
@@ -124,6 +133,15 @@ func appendResult(b []byte, r algo.Result) []byte {
 	b = strconv.AppendInt(b, int64(r.RetryAfter), 10)
 	b = append(b, `,"reset_after_ns":`...)
 	return strconv.AppendInt(b, int64(r.ResetAfter), 10)
+}
+
+// levelDeniedBy is what a level that denied waits for (Limit.DeniedBy),
+// "" for a level that allowed or has no limit.
+func levelDeniedBy(l *sluice.Level) string {
+	if l.Result.Allowed || l.Limit == nil {
+		return ""
+	}
+	return l.Limit.DeniedBy(l.Result.DeniedBy)
 }
 
 // levelSpec is a level's configured limit in its serialized form, the

@@ -23,9 +23,13 @@ func TestAppendDecisionJSONMatchesEncodingJSON(t *testing.T) {
 				Result: algo.Result{Quota: 3, RetryAfter: time.Second}},
 			{Pattern: "c", Key: "c", Limit: algo.FixedWindow{Limit: 10, Window: time.Hour}},
 			{Pattern: "d", Key: "d", Limit: algo.Gate{Interval: 10 * time.Second}},
-			{Pattern: "e", Key: "e", Limit: algo.SlidingLog{Limits: []algo.Window{{Name: "n", Limit: 3, Window: time.Minute}}, Buckets: 4, Mode: algo.Uniform}},
+			{Pattern: "e", Key: "e", Limit: algo.SlidingLog{Limits: []algo.Window{{Name: "n", Limit: 3, Window: time.Minute}}, Buckets: 4, Mode: algo.Uniform},
+				Result: algo.Result{Quota: 3, RetryAfter: time.Second, DeniedBy: 1}},
 			{Pattern: "f", Key: "f"},
 		},
+	}
+	if by := NewDecisionJSON(d).Levels[4].DeniedBy; by != "n" {
+		t.Errorf("denied_by of the sliding log = %q, want its limit's name", by)
 	}
 	for _, storeErr := range []string{"", "store unavailable: boom"} {
 		want := NewDecisionJSON(d)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -25,11 +24,8 @@ key without a value is "*", requests_per_unit per unit is a fixed window.
 Warnings about what is ignored go to stderr; what cannot be converted is an
 error naming its file, line and field, and nothing is printed.`)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()

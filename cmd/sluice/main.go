@@ -6,10 +6,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"syscall"
 )
@@ -34,6 +37,8 @@ var commands = map[string]command{
 
 	"validate": {"check limits.yaml files, print every error with its position", runValidate},
 	"explain":  {"show the keys, hash slots and limits a request path hits in limits.yaml", runExplain},
+
+	"version": {"print the version of sluice (also: sluice --version)", runVersion},
 }
 
 func main() {
@@ -43,6 +48,9 @@ func main() {
 }
 
 func run(ctx context.Context, e env, args []string) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		return runVersion(ctx, e, nil)
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(e.stderr)
 		if len(args) == 0 {
@@ -70,4 +78,58 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'sluice <command> -h' for a command's flags.")
+}
+
+// parseFlags parses a subcommand's flags. -h and --help print its usage
+// and exit 0; a bad flag exits 2.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
+}
+
+// version is the module's version, as the Go toolchain stamped it: a tag
+// such as v1.2.0 for `go install ...@v1.2.0`, a pseudo-version or
+// "(devel)" with the VCS revision for a build from a checkout.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		v += " " + rev + modified
+	}
+	return v + " " + bi.GoVersion
+}
+
+func runVersion(_ context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "usage: sluice version\n\nPrints the module version, VCS revision and Go version sluice was built with.")
+	}
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	fmt.Fprintln(e.stdout, "sluice", version())
+	return 0
 }

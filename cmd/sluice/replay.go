@@ -74,8 +74,8 @@ sluice serve's POST /v1/check):
 flags:`)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(e.stderr, "replay: unexpected argument %q\n", fs.Arg(0))

@@ -65,11 +65,8 @@ variables, then flags, each overriding the one before:`)
 		fmt.Fprintln(e.stderr, "\nSIGHUP reloads the policy; SIGTERM or SIGINT drains in-flight requests and exits 0.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(e.stderr, "serve: unexpected argument %q\n", fs.Arg(0))

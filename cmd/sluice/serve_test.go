@@ -695,8 +695,8 @@ func TestServeStoreDown(t *testing.T) {
 			grpcReq := &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
 				{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/a"}}}}}
 			wantStatus, wantAllowed, wantCode := 200, true, rlv3.RateLimitResponse_OK
-			if mode == "deny" {
-				wantStatus, wantAllowed, wantCode = 429, false, rlv3.RateLimitResponse_OVER_LIMIT
+			if mode == "deny" { // fail closed: 503, as httplimit's FailClosed
+				wantStatus, wantAllowed, wantCode = 503, false, rlv3.RateLimitResponse_OVER_LIMIT
 			}
 			// Stalled (SIGSTOP), then dead (SIGKILL): both answer within
 			// the timeout, by the store-error policy. 5s is a generous
@@ -715,6 +715,9 @@ func TestServeStoreDown(t *testing.T) {
 					d := a.decision(t)
 					if a.status != wantStatus || d.Allowed != wantAllowed || !strings.Contains(d.StoreError, "store unavailable") {
 						t.Errorf("%s http: %d %s", how, a.status, a.body)
+					}
+					if ra := a.header.Get("Retry-After"); mode == "deny" && ra != "1" {
+						t.Errorf("%s http: 503 with Retry-After %q, want 1", how, ra)
 					}
 					if took > 5*time.Second {
 						t.Errorf("%s http answered in %v", how, took)
@@ -1115,7 +1118,7 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 		"--policy", policyFile(t, testPolicy))...)
 	p.waitLog("store unreachable", 5*time.Second)
 	a := p.check(`{"path": ["shared"]}`)
-	if d := a.decision(t); a.status != 429 || !strings.Contains(d.StoreError, "not connected") {
+	if d := a.decision(t); a.status != 503 || !strings.Contains(d.StoreError, "not connected") {
 		t.Fatalf("before Redis: %d %s", a.status, a.body)
 	}
 	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 503 {

@@ -20,8 +20,8 @@ standard output; an invalid one prints every problem on standard error, one
 a line as file:line:col: field: message. The exit status is 1 when any file
 is invalid.`)
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()

@@ -1,0 +1,45 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestAnswerStatuses: the one mapping of check answers: 200 allowed, 429
+// rate limited with Retry-After, 403 when the policy denies unmatched
+// paths.
+func TestAnswerStatuses(t *testing.T) {
+	s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte(`
+unmatched: deny
+schema:
+  user:
+    children:
+      "*": {limits: [{algorithm: fixed_window, limit: 1, window: 1h}]}
+`)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := s.Handler()
+	check := func(body string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)))
+		return w
+	}
+	if w := check(`{"path": ["user", "alex"]}`); w.Code != 200 {
+		t.Errorf("first: %d %s", w.Code, w.Body)
+	}
+	w := check(`{"path": ["user", "alex"]}`)
+	if w.Code != 429 || w.Result().Header.Get("Retry-After") == "" {
+		t.Errorf("second: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	w = check(`{"path": ["order", "1"]}`)
+	if w.Code != 403 || w.Result().Header.Get("Retry-After") != "" || !strings.Contains(w.Body.String(), `"matched":false`) {
+		t.Errorf("unmatched under unmatched: deny: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
