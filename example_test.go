@@ -74,3 +74,33 @@ func ExampleLimiter() {
 	// true <nil>
 	// <nil>
 }
+
+// allow decides one action for a user on any store: the README's first
+// library example.
+func allow(ctx context.Context, st sluice.Store, userID string) (bool, error) {
+	res, err := st.Decide(ctx, sluice.Request{
+		Key:   sluice.Key("user", userID), // parts are escaped: no id can forge another key
+		Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
+		Cost:  1,
+	})
+	if err != nil {
+		return false, err // bad input, or the store failed within ctx's deadline
+	}
+	fmt.Println(sluice.Cell(res)) // redis-cell's 5-tuple
+	if !res.Allowed {
+		return false, nil // res.RetryAfter says when (algo.Never: the cost exceeds res.Quota)
+	}
+	return true, nil
+}
+
+// A decision on the embedded store, through the README's allow.
+func Example_store() {
+	ctx := context.Background()
+	st := memory.New() // or: st, err := redis.Open(ctx, "redis://127.0.0.1:6379/0", redis.Options{})
+	defer st.Close()
+	ok, err := allow(ctx, st, "alex")
+	fmt.Println(ok, err)
+	// Output:
+	// [0 16 15 -1 2]
+	// true <nil>
+}

@@ -1,6 +1,12 @@
 package sluice_test
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,4 +104,72 @@ func TestSummarize(t *testing.T) {
 	if got := sluice.Summarize(levels[3:]); got != (algo.Result{Allowed: true}) {
 		t.Fatalf("shadow-only summary = %+v, want allowed and empty", got)
 	}
+}
+
+// TestReadmeGoBlocks: every Go block of the README is code that go test
+// compiles and runs: its lines, trimmed, are consecutive lines of a test
+// file (an Example) or of a program under examples/.
+func TestReadmeGoBlocks(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files [][]string
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (path == "bench" || strings.HasPrefix(d.Name(), ".")) && path != "." {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(path, "_test.go") || strings.HasPrefix(path, "examples/") && strings.HasSuffix(path, ".go") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			files = append(files, trimmedLines(string(b)))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("no Go blocks in the README")
+	}
+	for _, b := range blocks {
+		want := trimmedLines(b[1])
+		found := false
+		for _, f := range files {
+			if containsRun(f, want) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("README Go block is in no example:\n%s", b[1])
+		}
+	}
+}
+
+// trimmedLines returns the non-empty lines of s, trimmed of spaces.
+func trimmedLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// containsRun reports whether want occurs in have as consecutive lines.
+func containsRun(have, want []string) bool {
+	for i := 0; i+len(want) <= len(have); i++ {
+		if slices.Equal(have[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
 }

@@ -1104,6 +1104,16 @@ func TestExampleConfig(t *testing.T) {
 	if c.Store != "redis://127.0.0.1:6379/0" || c.Timeout != algo.Duration(50*time.Millisecond) || c.Consumers.Max != 20 || c.LogFormat != "json" {
 		t.Errorf("%+v", c)
 	}
+	// It starts as it is, but for its Redis and ports (a test may not
+	// take 6379, 8080 and 8081), and serves its policy.
+	rd := redistest.Start(t)
+	p := serve(t, nil, "--config", "sluice.example.yaml", "--store", rd.URL(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0")
+	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 {
+		t.Fatalf("readyz: %d %s", a.status, a.body)
+	}
+	if a := p.check(`{"path": ["user", "alex", "trade"]}`); a.status != 200 || !a.decision(t).Matched {
+		t.Errorf("a check on the example policy: %d %s", a.status, a.body)
+	}
 }
 
 // TestServeStartsWithRedisDown: started while Redis is unreachable, the
