@@ -102,9 +102,9 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 	for i := range q.Paths {
 		pq := &q.Paths[i]
 		pq.Match = Match{Hits: pq.Match.Hits[:0]}
-		p.walk(pq.Path, &pq.Match, func(n *node, seg int, key, tag string) {
+		p.walk(pq.Path, &pq.Match, func(n *node, seg int, key, tag string, shared bool) {
 			if !pq.Exact || seg == len(pq.Path)-1 {
-				pq.Match.Hits = append(pq.Match.Hits, Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Limits: n.limits})
+				pq.Match.Hits = append(pq.Match.Hits, Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Shared: shared, Limits: n.limits})
 			}
 		})
 		if pq.Exact {

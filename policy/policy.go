@@ -155,6 +155,10 @@ type Hit struct {
 	// Shadow reports whether the node's denials are reported but not
 	// enforced.
 	Shadow bool
+	// Shared reports whether every caller shares the node's state: no
+	// segment of its key was matched where a "*" child exists (such as
+	// tigerfeeding above its "*"), so its Tag is its own Key.
+	Shared bool
 	// Limits are the node's limits, in the order of the file. The slice is
 	// the policy's own: do not modify it.
 	Limits []algo.Limit
@@ -212,19 +216,19 @@ func (p *Policy) Nodes() []Node {
 // Policy matches nothing.
 func (p *Policy) Match(path []string) Match {
 	var m Match
-	p.walk(path, &m, func(n *node, _ int, key, tag string) {
-		m.Hits = append(m.Hits, Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Limits: n.limits})
+	p.walk(path, &m, func(n *node, _ int, key, tag string, shared bool) {
+		m.Hits = append(m.Hits, Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Shared: shared, Limits: n.limits})
 	})
 	return m
 }
 
 // walk walks path from the root, calls visit for every node with limits
-// on the way with the index of its segment in path and the node's key and
-// tag, and fills m's Pattern, Depth, Unlimited and Unmatched (not its
+// on the way with the index of its segment in path, the node's key and
+// tag and whether every caller shares it (see Hit.Shared), and fills m's Pattern, Depth, Unlimited and Unmatched (not its
 // Hits). The keys are prefixes of one
 // string holding the whole escaped path, so a walk allocates at most that
 // string.
-func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, tag string)) {
+func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, tag string, shared bool)) {
 	if p == nil {
 		m.Unmatched = true
 		return
@@ -256,9 +260,9 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 			continue
 		}
 		if tagged {
-			visit(c, i, key, tag)
+			visit(c, i, key, tag, false)
 		} else {
-			visit(c, i, key, key)
+			visit(c, i, key, key, true)
 		}
 		enforced = enforced || !c.shadow
 	}

@@ -398,3 +398,18 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(missing) = %v", err)
 	}
 }
+
+// TestSharedHits: a node above every "*" is shared by all callers; from
+// the segment matched where a "*" exists down, nodes are the caller's.
+func TestSharedHits(t *testing.T) {
+	p := mustParse(t, full)
+	m := p.Match([]string{"tigerfeeding", "alex"})
+	if len(m.Hits) != 2 || !m.Hits[0].Shared || m.Hits[1].Shared {
+		t.Fatalf("tigerfeeding/alex hits: %+v", m.Hits)
+	}
+	for _, h := range p.Match([]string{"user", "alex", "trade"}).Hits {
+		if h.Shared {
+			t.Errorf("%s is shared, want alex's own", h.Pattern)
+		}
+	}
+}

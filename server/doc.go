@@ -25,12 +25,14 @@
 //
 // The /admin/v1/ endpoints need "Authorization: Bearer <token>" (compared
 // in constant time); a missing or wrong token gets 401. Without a
-// configured admin token they are disabled and answer 404, so that an
-// unconfigured server does not even show that they exist. A key is named
+// configured admin token they are disabled and answer 404, as any unknown
+// path does, so that an unconfigured server does not even show that they
+// exist. Another method than the ones below is 405. A key is named
 // as the policy names it, by its path: ?path=user&path=alex&path=trade.
 //
 //	GET    /admin/v1/state?path=…      a peek (cost 0) of every level of the path (DecisionJSON)
-//	DELETE /admin/v1/state?path=…      reset every limit of every level of the path (a store.Resetter)
+//	DELETE /admin/v1/state?path=…      reset the path's own levels (a store.Resetter); with
+//	                                   &levels=all also the levels all callers share
 //	GET    /admin/v1/consumers?path=…  who consumed each level recently (ConsumersJSON)
 //
 // See Consumer for what the consumers lists record.

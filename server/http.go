@@ -48,11 +48,23 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /admin/v1/state", s.admin(s.handleState))
 	mux.HandleFunc("DELETE /admin/v1/state", s.admin(s.handleReset))
+	mux.HandleFunc("/admin/v1/state", s.admin(methodNotAllowed("GET, DELETE")))
 	mux.HandleFunc("GET /admin/v1/consumers", s.admin(s.handleConsumers))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusNotFound, "no such endpoint: try POST /v1/check")
-	})
+	mux.HandleFunc("/admin/v1/consumers", s.admin(methodNotAllowed("GET")))
+	mux.HandleFunc("/", notFound)
 	return mux
+}
+
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeProblem(w, http.StatusNotFound, "no such endpoint: try POST /v1/check")
+}
+
+// methodNotAllowed answers 405 with the methods allowed.
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeProblem(w, http.StatusMethodNotAllowed, "use "+allow)
+	}
 }
 
 // handleCheck serves POST /v1/check: 200 with the decision when allowed,
@@ -278,7 +290,7 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	want := sha256.Sum256([]byte(s.adminToken))
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.adminToken == "" {
-			writeProblem(w, http.StatusNotFound, "the admin API is disabled: configure admin_token (SLUICE_ADMIN_TOKEN) to enable it")
+			notFound(w, r) // as any unknown path: nothing shows the admin API exists
 			return
 		}
 		auth := r.Header.Get("Authorization")
@@ -322,8 +334,11 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, NewDecisionJSON(&b.d))
 }
 
-// handleReset serves DELETE /admin/v1/state: every limit of every level
-// of the path forgets its state; the answer lists the keys reset.
+// handleReset serves DELETE /admin/v1/state: every limit of the path's
+// own levels forgets its state, and with ?levels=all the levels every
+// caller shares too (such as tigerfeeding above tigerfeeding/*), which
+// resetting one caller would otherwise reset for all; the answer lists
+// the keys reset.
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	path, ok := adminPath(w, r)
 	if !ok {
@@ -334,10 +349,18 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotImplemented, "the store cannot reset keys")
 		return
 	}
+	all := r.URL.Query().Get("levels")
+	if all != "" && all != "all" {
+		writeProblem(w, http.StatusBadRequest, `levels must be "all" (reset shared levels too) or left out`)
+		return
+	}
 	m := s.holder.Load().Match(path)
-	var reqs []sluice.Request
-	var keys []string
+	reqs := []sluice.Request{}
+	keys := []string{}
 	for _, h := range m.Hits {
+		if h.Shared && all == "" {
+			continue
+		}
 		for j := range h.Limits {
 			reqs = append(reqs, sluice.Request{Key: h.LimitKey(j), Tag: h.Tag})
 			keys = append(keys, h.LimitKey(j))

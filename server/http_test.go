@@ -43,3 +43,17 @@ schema:
 		t.Errorf("unmatched under unmatched: deny: %d %v %s", w.Code, w.Header(), w.Body)
 	}
 }
+
+func TestStoreUpAndBuildInfo(t *testing.T) {
+	s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := w.Body.String()
+	if !strings.Contains(body, "\nsluice_store_up 1\n") || !strings.Contains(body, "\nsluice_build_info{goversion=") {
+		t.Errorf("metrics lack sluice_store_up 1 or sluice_build_info:\n%s", body)
+	}
+}

@@ -1,7 +1,11 @@
 package server
 
 import (
+	"context"
+	"runtime"
+	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -21,6 +25,9 @@ import (
 //	sluice_policy_reloads_total{result}       policy reloads: success, failure
 //	sluice_policy_loaded_timestamp_seconds    when the current policy was loaded
 //	sluice_consumers_dropped_total            consumer entries dropped (queue full or store error)
+//	sluice_store_up                           1 when the store answers a ping at scrape time
+//	                                          (within 1s), else 0; always 1 for the memory store
+//	sluice_build_info{version,goversion}      1, labelled with the build (see Version)
 //
 // plus the Go runtime and process collectors.
 type metrics struct {
@@ -48,8 +55,23 @@ type nodeCounters struct {
 	allowed, limited, shadowLimited prometheus.Counter
 }
 
-func newMetrics() *metrics {
+func newMetrics(ping func(context.Context) error) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
+	storeUp := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_store_up", Help: "1 when the store answers a ping at scrape time, else 0.",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if ping(ctx) != nil {
+			return 0
+		}
+		return 1
+	})
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_build_info", Help: "The build of sluice: version and Go version as labels; always 1.",
+		ConstLabels: prometheus.Labels{"version": Version(), "goversion": runtime.Version()},
+	})
+	build.Set(1)
 	m.checks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_checks_total", Help: "Checks by API and outcome.",
 	}, []string{"api", "outcome"})
@@ -76,7 +98,7 @@ func newMetrics() *metrics {
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_consumers_dropped_total", Help: "Consumer entries dropped (queue full or store error).",
 	})
-	m.reg.MustRegister(m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped,
+	m.reg.MustRegister(m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped, storeUp, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
@@ -110,4 +132,30 @@ func (m *metrics) node(pattern string) *nodeCounters {
 	}
 	actual, _ := m.nodes.LoadOrStore(pattern, c)
 	return actual.(*nodeCounters)
+}
+
+// Version is the version of the running build: the module version the Go
+// toolchain stamped (a tag for `go install ...@v1.2.0`, "(devel)" for a
+// build from a checkout), with the VCS revision when it stamped one.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		v += " " + rev[:min(len(rev), 12)] + modified
+	}
+	return v
 }

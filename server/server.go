@@ -71,10 +71,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, log: log, m: newMetrics(), adminToken: token,
+		cfg: cfg, log: log, adminToken: token,
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
 		holder: new(policy.Holder),
 	}
+	s.m = newMetrics(s.ping) // s.ping reads s.store when scraped
 	p, stamp, err := s.loadPolicy()
 	if err != nil {
 		return nil, err

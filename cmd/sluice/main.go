@@ -12,9 +12,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
+	"runtime"
+
 	"sort"
 	"syscall"
+
+	"github.com/sluicehq/sluice/server"
 )
 
 // env is what a subcommand gets from the process.
@@ -92,35 +95,6 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	return 0, true
 }
 
-// version is the module's version, as the Go toolchain stamped it: a tag
-// such as v1.2.0 for `go install ...@v1.2.0`, a pseudo-version or
-// "(devel)" with the VCS revision for a build from a checkout.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+dirty"
-			}
-		}
-	}
-	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		v += " " + rev + modified
-	}
-	return v + " " + bi.GoVersion
-}
-
 func runVersion(_ context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -130,6 +104,6 @@ func runVersion(_ context.Context, e env, args []string) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	fmt.Fprintln(e.stdout, "sluice", version())
+	fmt.Fprintln(e.stdout, "sluice", server.Version(), runtime.Version())
 	return 0
 }

@@ -500,8 +500,8 @@ func TestServeAdmin(t *testing.T) {
 
 	// Without a token the admin API does not exist.
 	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", pol)...)
-	if a := do(t, "GET", "http://"+p.http+"/admin/v1/state?path=shared", "", ""); a.status != 404 {
-		t.Errorf("admin without a configured token: %d", a.status)
+	if a := do(t, "GET", "http://"+p.http+"/admin/v1/state?path=shared", "", ""); a.status != 404 || strings.Contains(string(a.body), "admin") {
+		t.Errorf("admin without a configured token: %d %s (want a 404 that does not describe the admin API)", a.status, a.body)
 	}
 	p.signal(syscall.SIGTERM)
 	p.wait(10 * time.Second)
@@ -555,10 +555,20 @@ func TestServeAdmin(t *testing.T) {
 	if ttl, err := rd.Do("PTTL", "sluice:{shared}#consumers"); err != nil || ttl == "-1" || ttl == "-2" {
 		t.Errorf("consumers list PTTL %q %v", ttl, err)
 	}
-	// Reset.
+	// Reset: a level every caller shares only with levels=all.
 	a = do(t, "DELETE", base+"state?path=shared", token, "")
+	if a.status != 200 || strings.Contains(string(a.body), `"shared"`) {
+		t.Fatalf("reset without levels=all reset the shared level: %d %s", a.status, a.body)
+	}
+	if d := do(t, "GET", base+"state?path=shared", token, "").decision(t); d.Levels[0].Remaining != 94 {
+		t.Fatalf("after a reset of the caller's levels the shared one changed: %+v", d.Levels[0])
+	}
+	a = do(t, "DELETE", base+"state?path=shared&levels=all", token, "")
 	if a.status != 200 || !strings.Contains(string(a.body), `"shared"`) {
 		t.Fatalf("reset: %d %s", a.status, a.body)
+	}
+	if a := do(t, "POST", base+"state?path=shared", token, ""); a.status != 405 || a.header.Get("Allow") != "GET, DELETE" {
+		t.Errorf("POST on state: %d %v", a.status, a.header)
 	}
 	a = do(t, "GET", base+"state?path=shared", token, "")
 	if d := a.decision(t); d.Levels[0].Remaining != 100 {
@@ -1130,6 +1140,9 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 	a := p.check(`{"path": ["shared"]}`)
 	if d := a.decision(t); a.status != 503 || !strings.Contains(d.StoreError, "not connected") {
 		t.Fatalf("before Redis: %d %s", a.status, a.body)
+	}
+	if a := do(t, "GET", "http://"+p.http+"/metrics", "", ""); !strings.Contains(string(a.body), "\nsluice_store_up 0\n") {
+		t.Errorf("metrics before Redis lack sluice_store_up 0")
 	}
 	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 503 {
 		t.Errorf("readyz before Redis: %d %s", a.status, a.body)
