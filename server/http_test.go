@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -55,5 +58,44 @@ func TestStoreUpAndBuildInfo(t *testing.T) {
 	body := w.Body.String()
 	if !strings.Contains(body, "\nsluice_store_up 1\n") || !strings.Contains(body, "\nsluice_build_info{goversion=") {
 		t.Errorf("metrics lack sluice_store_up 1 or sluice_build_info:\n%s", body)
+	}
+}
+
+// TestGrafanaDashboard: every metric docs/grafana-dashboard.json queries is
+// one the service exports.
+func TestGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil || len(dash.Panels) == 0 {
+		t.Fatalf("dashboard: %v", err)
+	}
+	s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// One check, so that the per-node series exist.
+	s.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(`{"path": ["a"]}`)))
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	exported := w.Body.String()
+	name := regexp.MustCompile(`sluice_[a-z_]+`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range name.FindAllString(tg.Expr, -1) {
+				base := strings.TrimSuffix(m, "_bucket")
+				if !strings.Contains(exported, "# TYPE "+base+" ") {
+					t.Errorf("panel %q queries %s, which the service does not export", p.Title, m)
+				}
+			}
+		}
 	}
 }
