@@ -16,10 +16,12 @@ type FixedWindow struct {
 	Window time.Duration
 }
 
-// Validate implements Limit.
+// Validate implements Limit. A Limit of 0 admits nothing but peeks (every
+// cost above 0 is denied, Never to be admitted): envoyproxy/ratelimit's
+// requests_per_unit 0.
 func (f FixedWindow) Validate() error {
-	if f.Limit <= 0 {
-		return fmt.Errorf("%w: fixed_window limit must be positive, got %d", ErrInvalid, f.Limit)
+	if f.Limit < 0 {
+		return fmt.Errorf("%w: fixed_window limit must be zero or more, got %d", ErrInvalid, f.Limit)
 	}
 	return positiveSpan("fixed_window window", f.Window)
 }

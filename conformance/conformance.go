@@ -91,6 +91,17 @@ var Traces = []Trace{
 		},
 	},
 	{
+		// A window that admits nothing (Envoy's requests_per_unit 0):
+		// every cost is denied, Never to be admitted; a peek is allowed.
+		Name:  "fixed_window/deny-all",
+		Limit: algo.FixedWindow{Limit: 0, Window: s},
+		Steps: []Step{
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: false, Quota: 0, Remaining: 0, RetryAfter: algo.Never}},
+			{At: 0, Cost: 0, Want: algo.Result{Allowed: true, Quota: 0, Remaining: 0}},
+			{At: 5 * s, Cost: 1, Want: algo.Result{Allowed: false, Quota: 0, Remaining: 0, RetryAfter: algo.Never}},
+		},
+	},
+	{
 		Name:  "gate",
 		Limit: algo.Gate{Interval: 5 * s},
 		Steps: []Step{
