@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -99,12 +100,13 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 		}
 	}
 	p := c.Policy.Load()
+	replacing := false
 	for i := range q.Paths {
 		pq := &q.Paths[i]
 		pq.Match = Match{Hits: pq.Match.Hits[:0]}
 		p.walk(pq.Path, &pq.Match, func(n *node, seg int, key, tag string, shared bool) {
 			if !pq.Exact || seg == len(pq.Path)-1 {
-				pq.Match.Hits = append(pq.Match.Hits, Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Shared: shared, Limits: n.limits})
+				pq.Match.Hits = append(pq.Match.Hits, n.hit(key, tag, shared, pq.Exact))
 			}
 		})
 		if pq.Exact {
@@ -116,7 +118,15 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 			}
 			m.Unmatched = len(m.Hits) == 0 && !m.Unlimited
 		}
-		sc.add(pq, q.Time, len(q.Paths) > 1)
+		for h := range pq.Match.Hits {
+			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
+		}
+	}
+	if replacing && len(q.Paths) > 1 {
+		dropReplaced(q)
+	}
+	for i := range q.Paths {
+		sc.add(&q.Paths[i], q.Time, len(q.Paths) > 1)
 	}
 
 	pass := true
@@ -154,6 +164,32 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
 	}
 	return nil
+}
+
+// dropReplaced drops the hits on nodes whose name a hit of another path
+// replaces (envoyproxy/ratelimit's replaces): they are not decided, and
+// their path is not unmatched for it.
+func dropReplaced(q *Query) {
+	var replaced []string
+	for i := range q.Paths {
+		for _, h := range q.Paths[i].Match.Hits {
+			replaced = append(replaced, h.Replaces...)
+		}
+	}
+	for i := range q.Paths {
+		m := &q.Paths[i].Match
+		kept := m.Hits[:0]
+		for _, h := range m.Hits {
+			if h.Name == "" || !slices.Contains(replaced, h.Name) {
+				kept = append(kept, h)
+			}
+		}
+		if len(kept) < len(m.Hits) {
+			clear(m.Hits[len(kept):])
+			m.Hits = kept
+			m.Unmatched = false
+		}
+	}
 }
 
 // scratch holds a decision's buffers between decisions.

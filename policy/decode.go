@@ -331,3 +331,24 @@ func (l *loader) str(n ast.Node, path string) (string, bool) {
 	ok := l.decode(n, reflect.ValueOf(&s).Elem(), path)
 	return s, ok
 }
+
+// strs reads a list of strings (one string is a list of one).
+func (l *loader) strs(n ast.Node, path string) []string {
+	v, ok := l.deref(n, path)
+	if !ok {
+		return nil
+	}
+	if seq, isSeq := v.(*ast.SequenceNode); isSeq {
+		out := make([]string, 0, len(seq.Values))
+		for i, e := range seq.Values {
+			if s, ok := l.str(e, fmt.Sprintf("%s[%d]", path, i)); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	if s, ok := l.str(v, path); ok {
+		return []string{s}
+	}
+	return nil
+}

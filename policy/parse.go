@@ -179,14 +179,14 @@ func (l *loader) file(body ast.Node, pol *Policy) {
 		l.errorf(m, "schema", "empty tree: the file has no schema")
 		return
 	}
-	pol.root.children, pol.root.star = l.children(schema.value, schema.key, "schema", "", false)
+	pol.root.children, pol.root.star, pol.root.globs = l.children(schema.value, schema.key, "schema", "", false)
 }
 
 // children compiles a mapping of child nodes.
-func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (map[string]*node, *node) {
+func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (map[string]*node, *node, []*node) {
 	v, ok := l.deref(n, path)
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
 	empty := "children is empty"
 	if path == "schema" {
@@ -196,10 +196,10 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 	switch {
 	case isNull(v):
 		l.errorf(key, path, "%s", empty)
-		return nil, nil
+		return nil, nil, nil
 	case !isMap:
 		l.errorf(v, path, "want a mapping of child names to nodes, got %s", describe(v))
-		return nil, nil
+		return nil, nil, nil
 	}
 	entries := l.mapping(m, path, "child")
 	if len(entries) == 0 && len(m.Values) == 0 {
@@ -207,25 +207,30 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 	}
 	named := map[string]*node{}
 	var star *node
+	var globs []*node
 	for _, e := range entries {
 		p := e.name
 		if pattern != "" {
 			p = pattern + "/" + e.name
 		}
-		c := l.node(e.value, e.key, sub(path, e.name), p, shadow)
+		isGlob := e.name != Wildcard && strings.Contains(e.name, Wildcard)
+		c := l.node(e.value, e.key, sub(path, e.name), p, shadow, isGlob)
 		switch {
 		case c == nil:
 		case e.name == Wildcard:
 			star = c
+		case isGlob:
+			c.glob = e.name
+			globs = append(globs, c)
 		default:
 			named[e.name] = c
 		}
 	}
-	return named, star
+	return named, star, globs
 }
 
 // node compiles one node.
-func (l *loader) node(n, key ast.Node, path, pattern string, shadow bool) *node {
+func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) *node {
 	if l.over(key) {
 		return nil
 	}
@@ -243,7 +248,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow bool) *node 
 		return nil
 	}
 	nd := &node{pattern: pattern, shadow: shadow}
-	var limits, children, unlimited, shadowed *entry
+	var limits, children, unlimited, shadowed, counter *entry
 	uok, unknown := false, false
 	for _, e := range l.mapping(m, path, "field") {
 		switch e.name {
@@ -261,8 +266,16 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow bool) *node 
 				shadowed = nil
 			}
 			nd.shadow = nd.shadow || own
+			nd.ownShadow = own
+		case "name":
+			nd.name, _ = l.str(e.value, sub(path, e.name))
+		case "replaces":
+			nd.replaces = l.strs(e.value, sub(path, e.name))
+		case "shared_counter":
+			counter = &e
+			nd.sharedCounter, _ = l.boolean(e.value, sub(path, e.name))
 		default:
-			l.errorf(e.key, sub(path, e.name), "unknown field %q (want limits, children, unlimited or shadow)", e.name)
+			l.errorf(e.key, sub(path, e.name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces or shared_counter)", e.name)
 			unknown = true
 		}
 	}
@@ -277,7 +290,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow bool) *node 
 		}
 	}
 	if children != nil {
-		nd.children, nd.star = l.children(children.value, children.key, sub(path, "children"), pattern, nd.shadow)
+		nd.children, nd.star, nd.globs = l.children(children.value, children.key, sub(path, "children"), pattern, nd.shadow)
 	}
 	switch {
 	case nd.unlimited && limits != nil:
@@ -286,6 +299,8 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow bool) *node 
 		l.errorf(unlimited.key, sub(path, "unlimited"), "an unlimited node cannot have children (nothing below it is limited)")
 	case nd.unlimited && shadowed != nil:
 		l.errorf(shadowed.key, sub(path, "shadow"), "an unlimited node cannot be shadow")
+	case counter != nil && !glob:
+		l.errorf(counter.key, sub(path, "shared_counter"), "shared_counter is for a child whose name is a pattern with \"*\" (such as \"files/*\"), whose matches may share one counter")
 	case limits == nil && children == nil && !unknown && (unlimited == nil || uok && !nd.unlimited):
 		l.errorf(key, path, "empty node: give it limits, children or unlimited: true")
 	}

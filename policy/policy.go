@@ -96,9 +96,62 @@ type node struct {
 	limits    []algo.Limit // shared by every Hit of the node: read-only
 	specs     []algo.Spec  // the limits as written
 	shadow    bool         // the node or an ancestor is shadow
+	ownShadow bool         // the node itself says shadow: true
 	unlimited bool
 	children  map[string]*node // named children
+	globs     []*node          // children whose names are patterns, in file order
 	star      *node            // the "*" child
+	// glob is the node's name when it is a pattern such as "files/*";
+	// sharedCounter makes every segment it matches count as one.
+	glob          string
+	sharedCounter bool
+	// name and replaces: see Hit.Name and Hit.Replaces.
+	name     string
+	replaces []string
+}
+
+// child returns the child a segment reaches: the named one, else the
+// first pattern (in file order) that matches it, else "*".
+func (n *node) child(seg string) *node {
+	if c := n.children[seg]; c != nil {
+		return c
+	}
+	for _, g := range n.globs {
+		if globMatch(g.glob, seg) {
+			return g
+		}
+	}
+	return n.star
+}
+
+// variable reports whether the segment below n names a caller (or any
+// value): n has a "*" or a pattern child.
+func (n *node) variable() bool { return n.star != nil || len(n.globs) > 0 }
+
+// globMatch reports whether s matches pattern, in which each "*" matches
+// any run of bytes, the empty one included.
+func globMatch(pattern, s string) bool {
+	// The classic greedy match with one backtrack point: the last star.
+	p, i, star, mark := 0, 0, -1, 0
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, i
+			p++
+		case p < len(pattern) && pattern[p] == s[i]:
+			p++
+			i++
+		case star >= 0:
+			p, mark = star+1, mark+1
+			i = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
 }
 
 // compiled is one limit of a node as the loader builds it.
@@ -155,6 +208,12 @@ type Hit struct {
 	// Shadow reports whether the node's denials are reported but not
 	// enforced.
 	Shadow bool
+	// Name is the node's name (its name field), and Replaces the names of
+	// the nodes it replaces: when several paths are decided together
+	// (policy.Checker.Decide), a hit on a node whose name another hit
+	// replaces is dropped, as envoyproxy/ratelimit's replaces does.
+	Name     string
+	Replaces []string
 	// Shared reports whether every caller shares the node's state: no
 	// segment of its key was matched where a "*" child exists (such as
 	// tigerfeeding above its "*"), so its Tag is its own Key.
@@ -162,6 +221,16 @@ type Hit struct {
 	// Limits are the node's limits, in the order of the file. The slice is
 	// the policy's own: do not modify it.
 	Limits []algo.Limit
+}
+
+// hit returns the Hit of node n; with exact, the node's shadow is its own
+// (Envoy's shadow_mode covers one descriptor), else inherited.
+func (n *node) hit(key, tag string, shared, exact bool) Hit {
+	shadow := n.shadow
+	if exact {
+		shadow = n.ownShadow
+	}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node
@@ -217,7 +286,7 @@ func (p *Policy) Nodes() []Node {
 func (p *Policy) Match(path []string) Match {
 	var m Match
 	p.walk(path, &m, func(n *node, _ int, key, tag string, shared bool) {
-		m.Hits = append(m.Hits, Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: n.shadow, Shared: shared, Limits: n.limits})
+		m.Hits = append(m.Hits, n.hit(key, tag, shared, false))
 	})
 	return m
 }
@@ -238,16 +307,23 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 	n := p.root
 	tag := ""
 	tagged, enforced := false, false
+	var counted []string // path with the segments of shared counters replaced, once one is
 	for i, seg := range path {
-		c := n.children[seg]
-		if c == nil {
-			c = n.star
-		}
+		c := n.child(seg)
 		if c == nil {
 			break
 		}
+		if c.sharedCounter && seg != c.glob {
+			// Every segment the pattern matches counts as the pattern:
+			// the keys from here down name it instead.
+			if counted == nil {
+				counted = append([]string(nil), path...)
+			}
+			counted[i] = c.glob
+			full, ends = joinEscaped(counted, ends[:0])
+		}
 		key := full[:ends[i]]
-		if !tagged && n.star != nil {
+		if !tagged && n.variable() {
 			tag, tagged = key, true
 		}
 		n = c
