@@ -146,9 +146,9 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		case pq.Match.Unlimited:
 			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
-		case len(mine) == 0:
+		case len(mine) == 0: // no limit, or its limit was replaced
 			st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
-			if denyUnmatched {
+			if denyUnmatched && pq.Match.Unmatched {
 				st.Code = rlv3.RateLimitResponse_OVER_LIMIT
 				denied.add(algo.Never)
 			}
@@ -274,7 +274,7 @@ func EnvoyLimit(l algo.Limit, name string) *rlv3.RateLimitResponse_RateLimit {
 		n, period = l.SteadyRate()
 	}
 	out := &rlv3.RateLimitResponse_RateLimit{Name: name}
-	if n <= 0 || period <= 0 {
+	if n < 0 || period <= 0 {
 		return out
 	}
 	for _, e := range envoyUnits {
@@ -282,6 +282,10 @@ func EnvoyLimit(l algo.Limit, name string) *rlv3.RateLimitResponse_RateLimit {
 			out.RequestsPerUnit, out.Unit = uint32(min(n, math.MaxUint32)), e.unit
 			return out
 		}
+	}
+	if n == 0 { // a limit that admits nothing, over a period of no unit
+		out.Unit = envoyUnits[0].unit
+		return out
 	}
 	for _, e := range envoyUnits {
 		num := float64(n) * float64(e.d) / float64(period)

@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/sluicehq/sluice/server/envoyimport"
 )
@@ -12,17 +15,22 @@ import (
 func runImportEnvoy(_ context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("import-envoy", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	out := fs.String("o", "", "write the policy to this file (atomically, only when the whole import succeeds) instead of stdout")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, `usage: sluice import-envoy envoy-config.yaml... > limits.yaml
+		fmt.Fprintln(e.stderr, `usage: sluice import-envoy [-o limits.yaml] envoy-config.yaml|dir...
 
 Converts envoyproxy/ratelimit configuration files (one domain each: nested
-descriptors with key, value, rate_limit {requests_per_unit, unit},
-unlimited, shadow_mode) into one limits.yaml that sluice serve's gRPC
-ShouldRateLimit matches as envoyproxy/ratelimit matches the originals:
-domain D with entries (k1, v1)...(kn, vn) is the path D/k1/v1/.../kn/vn, a
-key without a value is "*", requests_per_unit per unit is a fixed window.
-Warnings about what is ignored go to stderr; what cannot be converted is an
-error naming its file, line and field, and nothing is printed.`)
+descriptors with key, value, rate_limit {requests_per_unit, unit, name,
+replaces, unlimited}, shadow_mode, share_threshold, detailed_metric,
+value_to_metric) into one limits.yaml that sluice serve's gRPC
+ShouldRateLimit matches as envoyproxy/ratelimit matches the originals. A
+directory stands for its *.yaml and *.yml files, as Envoy's service loads
+its config directory. What cannot be converted is an error naming its file,
+line and field, and nothing is written: with -o the file is replaced only
+when the whole import succeeded (a shell's > would leave an empty file).
+
+flags:`)
+		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -31,8 +39,13 @@ error naming its file, line and field, and nothing is printed.`)
 		fs.Usage()
 		return 2
 	}
+	names, err := configFiles(fs.Args())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "import-envoy: %v\n", err)
+		return 1
+	}
 	var files []envoyimport.File
-	for _, name := range fs.Args() {
+	for _, name := range names {
 		data, err := os.ReadFile(name)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "import-envoy: %v\n", err)
@@ -40,7 +53,7 @@ error naming its file, line and field, and nothing is printed.`)
 		}
 		files = append(files, envoyimport.File{Name: name, Data: data})
 	}
-	out, warnings, err := envoyimport.Convert(files)
+	policy, warnings, err := envoyimport.Convert(files)
 	for _, w := range warnings {
 		fmt.Fprintf(e.stderr, "import-envoy: warning: %s\n", w)
 	}
@@ -48,6 +61,68 @@ error naming its file, line and field, and nothing is printed.`)
 		fmt.Fprintf(e.stderr, "import-envoy: %v\n", err)
 		return 1
 	}
-	e.stdout.Write(out)
+	if *out == "" {
+		e.stdout.Write(policy)
+		return 0
+	}
+	if err := writeAtomically(*out, policy); err != nil {
+		fmt.Fprintf(e.stderr, "import-envoy: %v\n", err)
+		return 1
+	}
 	return 0
+}
+
+// configFiles expands directories into their *.yaml and *.yml files,
+// sorted; files are taken as they are.
+func configFiles(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			out = append(out, a)
+			continue
+		}
+		entries, err := os.ReadDir(a)
+		if err != nil {
+			return nil, err
+		}
+		var found []string
+		for _, en := range entries {
+			if n := en.Name(); en.Type().IsRegular() && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				found = append(found, filepath.Join(a, n))
+			}
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("%s holds no .yaml or .yml file", a)
+		}
+		sort.Strings(found)
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+// writeAtomically writes data to a temporary file beside name and renames
+// it over name, so that name is either the old file or the whole new one.
+func writeAtomically(name string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), name)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }

@@ -864,11 +864,17 @@ descriptors:
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v: %s", err, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "warning") || !strings.Contains(stderr.String(), "replaces") {
+	if stderr.Len() != 0 {
 		t.Errorf("stderr: %s", stderr.String())
 	}
+	// -o writes the same policy, atomically.
 	limits := filepath.Join(dir, "limits.yaml")
-	writeTestFile(t, limits, stdout.String())
+	if out, err := exec.Command(sluiceBin, "import-envoy", "-o", limits, envoy).CombinedOutput(); err != nil || len(out) != 0 {
+		t.Fatalf("-o: %v %s", err, out)
+	}
+	if got, _ := os.ReadFile(limits); string(got) != stdout.String() {
+		t.Fatalf("-o wrote %q, stdout had %q", got, stdout.String())
+	}
 
 	// Serve it and ask through gRPC as Envoy would.
 	p := serve(t, nil, append(local, "--policy", limits)...)
@@ -892,11 +898,18 @@ descriptors:
 		t.Errorf("codes %v", codes)
 	}
 
+	// A failed import writes nothing: -o leaves the old file as it was.
 	bad := filepath.Join(dir, "bad.yaml")
-	writeTestFile(t, bad, "domain: d\ndescriptors:\n  - key: k\n    value: pre*\n")
-	out, err := exec.Command(sluiceBin, "import-envoy", bad).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "bad.yaml:4:") || !strings.Contains(string(out), "prefix wildcard") {
+	writeTestFile(t, bad, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	out, err := exec.Command(sluiceBin, "import-envoy", "-o", limits, bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "bad.yaml:4:") || !strings.Contains(string(out), "fortnight") {
 		t.Errorf("bad file: %v %s", err, out)
+	}
+	if got, _ := os.ReadFile(limits); string(got) != stdout.String() {
+		t.Errorf("a failed import changed %s", limits)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+		t.Errorf("a failed import left files behind: %v", entries)
 	}
 }
 

@@ -17,30 +17,38 @@
 // vn) to the path D/k1/v1/…/kn/vn and applies only the limits of the node
 // the whole path reaches (see server.DescriptorPath). So the conversion is:
 //
-//   - a domain is a top-level node;
+//   - a domain is a top-level node; several files (a directory, as Envoy's
+//     service loads its config directory) are several domains, each at
+//     most once;
 //   - a descriptor {key: K, value: V} is the child V of the child K of its
 //     parent; a descriptor with no value is the child "*" of K, which any
 //     value matches, with one counter per value (as Envoy keys its
 //     counters by the request's values); a named value wins over "*", as
-//     key_value wins over key in Envoy; value "*" (Envoy's wildcard) is
-//     "*" too;
+//     key_value wins over key in Envoy; value "*" is "*" too;
+//   - a value with "*" elsewhere ("pre*", "/api/*/action") is a child
+//     whose name is that pattern (policy: each "*" matches any run of
+//     bytes; patterns are tried in file order after the named values and
+//     before "*"), with a counter per matching value, or one for all of
+//     them with share_threshold: true (shared_counter: true);
 //   - rate_limit {requests_per_unit: N, unit: U} is a fixed_window limit of
 //     N per U, windows aligned to the epoch as Envoy's are (second 1s,
 //     minute 1m, hour 1h, day 24h, week 168h, month 720h, year 8760h, as
-//     Envoy's service counts them);
+//     Envoy's service counts them); N = 0 is a window that admits nothing;
+//   - rate_limit's name and replaces are the node's name and replaces:
+//     when the descriptors of one request hit a node that another replaces,
+//     it is neither checked nor counted;
 //   - unlimited: true is unlimited: true, and a descriptor without
 //     rate_limit and without nested descriptors becomes unlimited: true
 //     too (Sluice has no empty nodes; both are never limited);
-//   - shadow_mode: true is shadow: true.
+//   - shadow_mode: true is shadow: true, which for Envoy's matching (a
+//     descriptor reaches one node) shadows that node's limits only;
+//   - detailed_metric and value_to_metric shape only Envoy's metrics and
+//     are accepted and ignored (Sluice's metrics are by node pattern).
 //
-// Not convertible, and refused with an error that names the file, line
-// and field: prefix wildcards ("foo*"), requests_per_unit 0, a shadow_mode
-// descriptor with nested descriptors that are enforced (Sluice's shadow
-// covers a whole subtree; Envoy's one descriptor), duplicate descriptors
-// and domains. Ignored with a warning: replaces (both limits then apply)
-// and share_threshold; ignored silently: name (kept as a comment),
-// detailed_metric and value_to_metric, which only shape Envoy's metrics.
-// An unlimited descriptor with nested descriptors loses its own "unlimited"
+// Errors name the file, line and field: an unknown field or unit, a
+// missing requests_per_unit, a unit next to unlimited, duplicate
+// descriptors and domains, share_threshold on a value without "*". An
+// unlimited descriptor with nested descriptors loses its own "unlimited"
 // status (its answer has no limit instead of limit_remaining 2^32-1; both
 // are OK).
 package envoyimport
@@ -112,8 +120,10 @@ type node struct {
 	limit    string // the fixed_window limit as YAML flow mapping, or ""
 	shadow   bool
 	unlim    bool
+	shared   bool // a pattern whose matches share one counter
+	name     string
+	replaces []string
 	comments []string
-	enforced bool // the node has a limit that is not shadow
 }
 
 func (n *node) child(name string) (*node, bool) {
@@ -199,12 +209,7 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 			continue
 		}
 		value := d.Value
-		switch {
-		case value == "*":
-		case strings.HasSuffix(value, "*"):
-			c.errorf(p+".value", "prefix wildcard value %q is not supported: Sluice matches a value exactly or with \"*\"", value)
-			continue
-		case value == "":
+		if value == "" {
 			value = "*"
 		}
 		k, _ := parent.child(d.Key)
@@ -218,14 +223,18 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 			continue
 		}
 		if d.ShareThreshold {
-			c.warnf(p+".share_threshold", "share_threshold is not supported: each value gets its own counter")
+			if !strings.Contains(d.Value, "*") || d.Value == "*" {
+				c.errorf(p+".share_threshold", "share_threshold is for a value with a wildcard such as \"files/*\"")
+				continue
+			}
+			v.shared = true
 		}
 		if rl := d.RateLimit; rl != nil {
-			if rl.Name != "" {
-				v.comments = append(v.comments, "name: "+rl.Name)
-			}
-			if len(rl.Replaces) > 0 {
-				c.warnf(p+".rate_limit.replaces", "replaces is not supported: the replaced limits apply too")
+			v.name = rl.Name
+			for _, r := range rl.Replaces {
+				if r.Name != "" {
+					v.replaces = append(v.replaces, r.Name)
+				}
 			}
 			if rl.Unlimited {
 				if rl.Unit != "" {
@@ -242,13 +251,10 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 				case rl.RequestsPerUnit == nil:
 					c.errorf(p+".rate_limit", "requests_per_unit is missing")
 					continue
-				case *rl.RequestsPerUnit == 0:
-					c.errorf(p+".rate_limit.requests_per_unit", "requests_per_unit 0 (deny everything) cannot be expressed as a Sluice limit")
-					continue
 				}
+				// requests_per_unit 0 is a window that admits nothing.
 				v.limit = fmt.Sprintf("{algorithm: fixed_window, limit: %d, window: %s}", *rl.RequestsPerUnit, durationText(unit))
 				v.shadow = d.ShadowMode
-				v.enforced = !d.ShadowMode
 			}
 		}
 		if len(d.Descriptors) > 0 {
@@ -258,34 +264,14 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 				v.comments = append(v.comments, "unlimited in Envoy; its nested descriptors are limited")
 			}
 		}
-		if v.shadow {
-			if q := enforcedBelow(v); q != "" {
-				c.errorf(p+".shadow_mode", "shadow_mode on %s would also shadow the enforced nested descriptor %s: Sluice's shadow covers a whole subtree", d.Key, q)
-				continue
-			}
-		}
 		if v.limit == "" && !v.unlim && len(v.names) == 0 {
 			v.unlim = true
 			v.comments = append(v.comments, "no rate_limit in the Envoy config: never limited")
 		}
-	}
-}
-
-// enforcedBelow names a descendant of n with an enforced limit, or "".
-func enforcedBelow(n *node) string {
-	for _, k := range n.names {
-		kn := n.children[k]
-		for _, v := range kn.names {
-			vn := kn.children[v]
-			if vn.enforced {
-				return k + "_" + v
-			}
-			if q := enforcedBelow(vn); q != "" {
-				return q
-			}
+		if v.unlim && (v.name != "" || len(v.replaces) > 0) {
+			v.name, v.replaces = "", nil // nothing to replace or be replaced
 		}
 	}
-	return ""
 }
 
 // write writes the children of n at the given depth of "children:" maps.
@@ -307,6 +293,19 @@ func write(b *bytes.Buffer, n *node, depth int) {
 		}
 		if c.shadow {
 			fmt.Fprintf(b, "%sshadow: true\n", in)
+		}
+		if c.shared {
+			fmt.Fprintf(b, "%sshared_counter: true\n", in)
+		}
+		if c.name != "" {
+			fmt.Fprintf(b, "%sname: %s\n", in, strconv.Quote(c.name))
+		}
+		if len(c.replaces) > 0 {
+			q := make([]string, len(c.replaces))
+			for i, r := range c.replaces {
+				q[i] = strconv.Quote(r)
+			}
+			fmt.Fprintf(b, "%sreplaces: [%s]\n", in, strings.Join(q, ", "))
 		}
 		if c.limit != "" {
 			fmt.Fprintf(b, "%slimits: %s\n", in, c.limit)
