@@ -2,9 +2,12 @@ package policy_test
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memory"
 )
@@ -104,6 +107,31 @@ schema:
 		lv := q.Paths[0].Levels
 		if shadow := lv[len(lv)-1].Shadow; shadow == exact {
 			t.Errorf("exact %v: svc/x shadow %v", exact, shadow)
+		}
+	}
+}
+
+// TestPlainRate: rate: N/duration for gcra and token_bucket.
+func TestPlainRate(t *testing.T) {
+	p := mustParse(t, `
+schema:
+  a: {limits: [{algorithm: gcra, burst: 15, rate: 30/1m}]}
+  b: {limits: [{algorithm: token_bucket, burst: 10, rate: 5/s}]}
+`)
+	if got := p.Match([]string{"a"}).Hits[0].Limits[0]; got != (algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}) {
+		t.Errorf("a: %#v", got)
+	}
+	if got := p.Match([]string{"b"}).Hits[0].Limits[0]; got != (algo.TokenBucket{Burst: 10, Rate: 5, Per: time.Second}) {
+		t.Errorf("b: %#v", got)
+	}
+	for _, bad := range []string{
+		"{algorithm: gcra, burst: 1, rate: 30/xyz}",
+		"{algorithm: gcra, burst: 1, rate: 0/1m}",
+		"{algorithm: gcra, burst: 1, count: 2, rate: 30/1m}",
+		"{algorithm: fixed_window, limit: 1, rate: 3/1m}",
+	} {
+		if _, err := policy.Parse("f.yaml", []byte("schema:\n  a: {limits: ["+bad+"]}\n")); err == nil || !strings.Contains(err.Error(), "schema.a.limits[0].rate") {
+			t.Errorf("%s: %v", bad, err)
 		}
 	}
 }

@@ -409,13 +409,54 @@ func (l *loader) shorthand(s *ast.SequenceNode, path string) (compiled, bool) {
 }
 
 // spec compiles a mapping of algo.Spec fields.
+//
+// A GCRA or token bucket may give its rate plainly, as rate: N/duration
+// ({algorithm: gcra, burst: 15, rate: 30/1m} is burst 15, count 30, period
+// 1m; for token_bucket it is rate 30, per 1m).
 func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 	var spec algo.Spec
+	m, plain, at := l.plainRate(m)
 	fields, ok := l.decodeStruct(m, reflect.ValueOf(&spec).Elem(), path)
 	if !ok {
 		return compiled{}, false
 	}
+	if at != nil {
+		n, per, err := algo.ParseRate(plain)
+		switch {
+		case err != nil:
+			l.errorf(at, sub(path, "rate"), "%v", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+			return compiled{}, false
+		case spec.Algorithm == algo.NameGCRA && spec.Count == 0 && spec.Period == 0:
+			spec.Count, spec.Period = n, algo.Duration(per)
+		case spec.Algorithm == algo.NameTokenBucket && spec.Per == 0:
+			spec.Rate, spec.Per = n, algo.Duration(per)
+		default:
+			l.errorf(at, sub(path, "rate"), "rate: N/duration is for gcra (without count and period) and token_bucket (without per)")
+			return compiled{}, false
+		}
+		fields["rate"] = at
+	}
 	return l.build(spec, fields, m, path)
+}
+
+// plainRate takes a rate written as "N/duration" out of a limit mapping:
+// it returns the mapping without it, the text and where it is (nil when
+// there is none).
+func (l *loader) plainRate(m *ast.MappingNode) (*ast.MappingNode, string, ast.Node) {
+	for i, kv := range m.Values {
+		k, ok := stringValue(kv.Key)
+		if !ok || k != "rate" {
+			continue
+		}
+		v, ok := stringValue(kv.Value)
+		if !ok || !strings.Contains(v, "/") {
+			return m, "", nil
+		}
+		c := *m
+		c.Values = append(append([]*ast.MappingValueNode(nil), m.Values[:i]...), m.Values[i+1:]...)
+		return &c, v, kv.Value
+	}
+	return m, "", nil
 }
 
 // build builds a spec. Its error is reported at the first field that it

@@ -27,16 +27,29 @@
 //
 //   - limits: a list of limits, each either a mapping of algo.Spec fields
 //     ({algorithm: gcra, burst: 5, count: 10, period: 1s}) or the shorthand
-//     [burst, count, period] of a GCRA limit, whose period is in seconds or
-//     a duration string. A list of three numbers is one shorthand limit, and
-//     a single mapping is one limit.
-//   - children: the nodes below, by path segment; "*" matches any segment
-//     that no named child matches.
+//     [burst, count, period] of a GCRA limit (CL.THROTTLE's max_burst,
+//     count and period: it admits burst+1 at once), whose period is in
+//     seconds or a duration string. A list of three numbers is one
+//     shorthand limit, and a single mapping is one limit. A gcra or
+//     token_bucket mapping may give its rate plainly, as rate: 30/1m.
+//   - children: the nodes below, by path segment. A segment takes the
+//     child of its name; else the first child (in file order) whose name is
+//     a pattern with "*", each "*" matching any run of bytes ("v*",
+//     "/api/*/action"); else the child "*", which matches any segment.
+//     Each segment a pattern or "*" matches has its own state.
+//   - shared_counter: true, on a child whose name is a pattern: every
+//     segment it matches shares one state (its key names the pattern).
+//   - name and replaces: a name for the node, and the names of the nodes
+//     it replaces: when several paths are decided together
+//     (Checker.Decide, as the service's gRPC API decides the descriptors
+//     of one request), the limits of a node another hit replaces are not
+//     checked, as envoyproxy/ratelimit's replaces.
 //   - unlimited: true: a request whose walk reaches the node is not limited
 //     by it or by anything below it (it may have neither limits nor
 //     children); the levels above it still apply.
 //   - shadow: true: the limits of the node and of every node below it are
-//     checked and reported but not enforced, for rolling out new limits.
+//     checked and reported but not enforced, for rolling out new limits
+//     (for a path decided Exact, as Envoy matches, the node's own only).
 //
 // At the top level, schema holds the tree; unmatched: deny denies the
 // requests that no policy matches (see Match.Unmatched); definitions is
