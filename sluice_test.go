@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
 )
 
 func TestKeyIsInjective(t *testing.T) {
@@ -172,4 +173,26 @@ func containsRun(have, want []string) bool {
 		}
 	}
 	return false
+}
+
+// TestReadmePolicies: every YAML block of the README that holds a schema
+// is a valid policy.
+func TestReadmePolicies(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, b := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
+		if !strings.Contains(b[1], "schema:") {
+			continue
+		}
+		n++
+		if _, err := policy.Parse("README.md", []byte(b[1])); err != nil {
+			t.Errorf("README policy:\n%s\n%v", b[1], err)
+		}
+	}
+	if n == 0 {
+		t.Error("no policy in the README")
+	}
 }
