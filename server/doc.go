@@ -19,7 +19,25 @@
 //
 // GET /healthz answers 200 while the process is up; GET /readyz 200 when a
 // policy is loaded, the store answers a PING and the server is not
-// draining. GET /metrics is Prometheus (see metrics).
+// draining. GET /metrics is Prometheus, all prefixed sluice_:
+//
+//	sluice_checks_total{api,outcome}          checks by API (http, grpc) and outcome:
+//	                                          allowed, limited, store_error_allowed,
+//	                                          store_error_denied
+//	sluice_decisions_total{node,outcome}      level decisions by policy node (its pattern)
+//	                                          and outcome: allowed, limited, shadow_limited
+//	sluice_check_duration_seconds{api}        decision latency, from the parsed request
+//	                                          to the decision (store round trip included)
+//	sluice_store_errors_total                 decisions the store failed or timed out
+//	sluice_bad_requests_total{api}            requests refused as malformed
+//	sluice_policy_reloads_total{result}       policy reloads: success, failure
+//	sluice_policy_loaded_timestamp_seconds    when the current policy was loaded
+//	sluice_consumers_dropped_total            consumer entries dropped (queue full or store error)
+//	sluice_store_up                           1 when the store answers a ping at scrape time
+//	                                          (within 1s), else 0; always 1 for the memory store
+//	sluice_build_info{version,goversion}      1, labelled with the build (see Version)
+//
+// plus the Go runtime and process collectors.
 //
 // # Admin
 //
@@ -39,10 +57,52 @@
 //
 // # gRPC
 //
-// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, with
-// Envoy's matching semantics (see rateLimitService for the mapping and
-// DescriptorPath), and grpc.health.v1.Health (SERVING until shutdown, for
-// "" and the rate limit service's name).
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, so that
+// Envoy, Istio or any proxy that speaks it can use Sluice, and
+// grpc.health.v1.Health (SERVING until shutdown, for "" and the rate limit
+// service's name).
+//
+// Mapping. A descriptor of domain D with entries (k1, v1) … (kn, vn) is
+// the policy path [D, k1, v1, …, kn, vn] (see DescriptorPath): domain,
+// then each entry's key and value as two segments. An entry with an empty
+// value still contributes an empty value segment, which only a "*" child
+// matches, as Envoy's service falls back to the key-only descriptor.
+//
+// Matching is Envoy's: a descriptor is limited by the limits of the one
+// node its whole path reaches, and only those. Nodes above it on the walk
+// do not apply (send them as descriptors of their own, as with Envoy), and
+// a descriptor whose path stops early (an entry that matches no child) is
+// not limited. A named child wins over "*", as key_value wins over a
+// key-only descriptor in Envoy's configuration; `sluice import-envoy`
+// writes exactly such a tree. A descriptor that reaches an unlimited node
+// is OK with limit_remaining 2^32-1, as in Envoy's service. Under
+// unmatched: deny, a descriptor that reaches no node with limits is
+// OVER_LIMIT.
+//
+// Counting. hits_addend is the cost: the request's (0, which proto3 cannot
+// tell from unset, means 1, as in Envoy's service) unless a descriptor sets
+// its own hits_addend, where 0 checks without consuming. is_negative_hits
+// is refused (InvalidArgument). Every limit of every descriptor is decided
+// in one all-or-nothing DecideAll: a request that is over limit on one
+// descriptor consumes nothing on the others (Envoy's service counts each
+// descriptor on its own), and overall_code is OVER_LIMIT when any enforced
+// descriptor is. Descriptors naming the same key add their costs.
+// Descriptor limit overrides (RateLimitDescriptor.limit) are ignored: the
+// policy decides.
+//
+// Answers. Each DescriptorStatus has its code, current_limit (the steady
+// rate of its most restrictive limit as requests per unit, named by the
+// node's pattern; exact for fixed_window limits of a whole unit, which is
+// what import-envoy writes), limit_remaining and duration_until_reset (the
+// time until the limit is back to full). response_headers_to_add carries
+// the RateLimit-Policy and RateLimit fields for every enforced level, and
+// Retry-After when over limit. A shadow level (Envoy's shadow_mode) is
+// reported in its status's numbers but its code stays OK.
+//
+// When the store fails or times out, the answer follows on_store_error:
+// OK everywhere (fail open) or OVER_LIMIT everywhere (fail closed), within
+// the decision timeout; it is not a gRPC error, so Envoy's own
+// failure_mode_deny does not come into play.
 //
 // # Failures and operations
 //

@@ -11,25 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// metrics are the server's Prometheus metrics, all prefixed sluice_:
-//
-//	sluice_checks_total{api,outcome}          checks by API (http, grpc) and outcome:
-//	                                          allowed, limited, store_error_allowed,
-//	                                          store_error_denied
-//	sluice_decisions_total{node,outcome}      level decisions by policy node (its pattern)
-//	                                          and outcome: allowed, limited, shadow_limited
-//	sluice_check_duration_seconds{api}        decision latency, from the parsed request
-//	                                          to the decision (store round trip included)
-//	sluice_store_errors_total                 decisions the store failed or timed out
-//	sluice_bad_requests_total{api}            requests refused as malformed
-//	sluice_policy_reloads_total{result}       policy reloads: success, failure
-//	sluice_policy_loaded_timestamp_seconds    when the current policy was loaded
-//	sluice_consumers_dropped_total            consumer entries dropped (queue full or store error)
-//	sluice_store_up                           1 when the store answers a ping at scrape time
-//	                                          (within 1s), else 0; always 1 for the memory store
-//	sluice_build_info{version,goversion}      1, labelled with the build (see Version)
-//
-// plus the Go runtime and process collectors.
+// metrics are the server's Prometheus metrics; the package documentation
+// lists them.
 type metrics struct {
 	reg         *prometheus.Registry
 	checks      *prometheus.CounterVec

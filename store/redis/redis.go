@@ -211,7 +211,13 @@ func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, er
 // DecideAll implements sluice.Store: one script call checks every request
 // and records the costs only if every request that is not Shadow passes.
 // On Redis Cluster, requests whose keys lie in several slots take one
-// script call per slot; see decideAcrossSlots.
+// script call per slot, in parallel, each reserving its cost if its own
+// levels pass; if any slot denies, the slots that reserved are refunded
+// (refund.lua). Between a reservation and its refund the reserved cost
+// counts in its slot, so a concurrent request there may be denied for
+// capacity about to come back: the window errs towards denying, never
+// admits more than a limit, and lasts one round trip. All slots decide at
+// one time (one node's TIME, read first, when the requests carry none).
 func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
 	if err := sluice.ValidateAll(reqs, results); err != nil {
 		return false, err
