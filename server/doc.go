@@ -7,12 +7,20 @@
 // POST /v1/check takes a CheckRequest, {"path": ["user", "alex",
 // "trade"], "cost": 1, "meta": {...}}, and decides the path with every
 // level on its walk as one all-or-nothing decision (policy.Checker, as
-// every API here decides). It
-// answers 200 when allowed and 429 when limited, with a DecisionJSON body
-// (the shape `sluice replay --policy` prints), the RateLimit-Policy and
-// RateLimit fields of draft-ietf-httpapi-ratelimit-headers (see package
-// headers), and Retry-After when denied (none when the cost
-// can never be admitted). Malformed JSON, unknown fields, an empty path, a
+// every API here decides). It answers with a DecisionJSON body (the shape
+// `sluice replay --policy` prints) and, but for a store failure, the
+// RateLimit-Policy and RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers (see package headers); the status
+// means one thing here and in package httplimit:
+//
+//	200  allowed (also when the store failed and on_store_error is allow)
+//	429  rate limited, with Retry-After (none when the cost can never be
+//	     admitted); the summary describes the level that denied
+//	503  the store failed or timed out and on_store_error is deny, with
+//	     Retry-After: 1
+//	403  the path matched no policy under unmatched: deny
+//
+// Malformed JSON, unknown fields, an empty path, a
 // negative cost, an oversized body (MaxBodyBytes) or a key too long for
 // the store get 400 with an application/problem+json body (RFC 9457) whose
 // detail says what is wrong.
