@@ -1,9 +1,16 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestHelpExitsZero: -h and --help print usage and exit 0 on every
@@ -28,5 +35,75 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 	if err := exec.Command(sluiceBin, "replay", "--no-such-flag").Run(); err == nil {
 		t.Error("a bad flag exited 0")
+	}
+}
+
+// TestSim runs sluice sim with limit and policy strategies and checks what
+// it writes.
+func TestSim(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "both.yaml")
+	if err := os.WriteFile(pol, []byte("schema:\n  caller:\n    limits: [{algorithm: fixed_window, limit: 50, window: 10s}]\n    children:\n      \"*\": {limits: [[1, 1, 5]]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	cmd := exec.Command(sluiceBin, "sim", "--scenario", "greedy", "--duration", "30s", "--seed", "3",
+		"--limit", `each=each:{"algorithm":"gcra","burst":2,"count":1,"period":"1s"}`,
+		"--limit", `shared=shared:{"algorithm":"fixed_window","limit":100,"window":"10s"}`,
+		"--policy", "both="+pol, "--out", out)
+	text, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	for _, want := range []string{"each ", "shared ", "both ", "report.html"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	for _, f := range []string{"series.csv", "summary.json", "chart.png", "chart.svg", "report.html"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	var sum struct {
+		Strategies []struct {
+			Name     string
+			Offered  int64
+			Admitted int64
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err := json.Unmarshal(b, &sum); err != nil || len(sum.Strategies) != 3 || sum.Strategies[1].Admitted != 300 {
+		t.Errorf("summary %s: %v (want the shared window to admit 100 per 10 s: 300)", b, err)
+	}
+	if out, err := exec.Command(sluiceBin, "sim", "--limit", "nonsense").CombinedOutput(); err == nil || !strings.Contains(string(out), "NAME=each:SPEC") {
+		t.Errorf("a bad --limit: %v %s", err, out)
+	}
+}
+
+// TestSimRealTimeOnRedis replays a short trace in real time against Redis,
+// each strategy under its own key prefix.
+func TestSimRealTimeOnRedis(t *testing.T) {
+	rd := redistest.Start(t)
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.jsonl")
+	var b strings.Builder
+	for i := range 6 {
+		fmt.Fprintf(&b, `{"t_ns": %d, "key": "k%d"}`+"\n", 1_800_000_000_000_000_000+int64(i)*50_000_000, i%2)
+	}
+	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(sluiceBin, "sim", "--trace", trace, "--store", rd.URL(),
+		"--limit", `gate=each:{"algorithm":"gate","interval":"1h"}`,
+		"--limit", `two=shared:{"algorithm":"fixed_window","limit":2,"window":"1h"}`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`gate\s+offered\s+6\s+admitted\s+2\b`).Match(out) || !regexp.MustCompile(`two\s+offered\s+6\s+admitted\s+2\b`).Match(out) {
+		t.Errorf("output:\n%s", out)
+	}
+	if v, err := rd.Do("EXISTS", "sluice:sim:gate:{caller:k0}"); err != nil || v != "1" {
+		t.Errorf("the gate strategy's key under its prefix: %q %v", v, err)
 	}
 }

@@ -1,0 +1,295 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// Strategy is a named policy; a request by caller c is the path
+// ["caller", c].
+type Strategy struct {
+	Name   string
+	Policy *policy.Policy
+}
+
+// CompileStrategy parses a strategy's policy text.
+func CompileStrategy(s StrategySource) (Strategy, error) {
+	p, err := policy.Parse(s.Name, []byte(s.Policy))
+	if err != nil {
+		return Strategy{}, err
+	}
+	return Strategy{Name: s.Name, Policy: p}, nil
+}
+
+// LimitStrategy is a strategy of one limit: each caller's own (each) or
+// shared by all (shared).
+func LimitStrategy(name string, l algo.Limit, each bool) (Strategy, error) {
+	spec := l.Spec()
+	b := spec.AppendJSON(nil) // JSON is YAML
+	text := "schema:\n  caller: {limits: [" + string(b) + "]}\n"
+	if each {
+		text = "schema:\n  caller:\n    children:\n      \"*\": {limits: [" + string(b) + "]}\n"
+	}
+	return CompileStrategy(StrategySource{Name: name, Policy: text})
+}
+
+// T0 is the virtual time of a scenario's start.
+var T0 = time.Unix(1_800_000_000, 0)
+
+// Options configure Run.
+type Options struct {
+	// Slice is the length of the series' slices (1s when zero).
+	Slice time.Duration
+	// Store, when set, opens the store of each strategy, which is then
+	// decided in real time: each event when its time comes, at the
+	// store's clock. Nil decides in virtual time, each strategy on a
+	// memory store of its own.
+	Store func(strategy string) (sluice.Store, error)
+	// Progress, when set, receives a progress bar for runs that take more
+	// than a second.
+	Progress io.Writer
+}
+
+// Result is what a run recorded.
+type Result struct {
+	Scenario   string
+	Params     Params
+	Seed       uint64
+	Slice      time.Duration
+	Slices     int
+	Strategies []StrategyResult
+	Events     int
+}
+
+// StrategyResult is one strategy's record.
+type StrategyResult struct {
+	Name string
+	// Offered and Admitted are the requests (costs) per slice.
+	Offered, Admitted []int64
+	Summary           Summary
+	admittedAt        []time.Duration
+	perCaller         map[string][2]int64 // offered, admitted
+}
+
+// Summary sums up a strategy's run.
+type Summary struct {
+	Offered  int64 `json:"offered"`
+	Admitted int64 `json:"admitted"`
+	// MaxInWindow is, for each window length of the strategy's limits,
+	// the most admitted in any window of that length.
+	MaxInWindow map[string]int64 `json:"max_admitted_in_window"`
+	// Fairness is Jain's index over the admitted counts of the callers
+	// that asked: 1 when all got the same, 1/n when one got everything.
+	Fairness float64 `json:"fairness_jain"`
+	// GreediestShare is the share of all admissions taken by the caller
+	// admitted most.
+	GreediestShare  float64 `json:"greediest_caller_share"`
+	GreediestCaller string  `json:"greediest_caller"`
+}
+
+// Run fires the scenario's events at every strategy and records what
+// each admitted.
+func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []Strategy, opts Options) (*Result, error) {
+	if len(strategies) == 0 {
+		return nil, fmt.Errorf("sim: no strategy to run")
+	}
+	p = p.or(sc.Defaults)
+	if opts.Slice <= 0 {
+		opts.Slice = time.Second
+	}
+	events := sc.Events(seed, p)
+	res := &Result{Scenario: sc.Name, Params: p, Seed: seed, Slice: opts.Slice, Events: len(events)}
+	res.Slices = int((p.Duration + opts.Slice - 1) / opts.Slice)
+	if len(events) > 0 {
+		res.Slices = max(res.Slices, int(events[len(events)-1].At/opts.Slice)+1)
+	}
+	stores := make([]sluice.Store, len(strategies))
+	checkers := make([]*policy.Checker, len(strategies))
+	for i, s := range strategies {
+		var st sluice.Store = memory.New(memory.WithSweepEvery(0))
+		if opts.Store != nil {
+			var err error
+			if st, err = opts.Store(s.Name); err != nil {
+				return nil, err
+			}
+		}
+		defer st.Close()
+		stores[i] = st
+		checkers[i] = &policy.Checker{Policy: policy.NewHolder(s.Policy), Store: st}
+		res.Strategies = append(res.Strategies, StrategyResult{
+			Name: s.Name, Offered: make([]int64, res.Slices), Admitted: make([]int64, res.Slices),
+			perCaller: map[string][2]int64{},
+		})
+	}
+	bar := newProgress(opts.Progress, len(events))
+	start := time.Now()
+	var d sluice.Decision
+	path := []string{"caller", ""}
+	for n, ev := range events {
+		if n&1023 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			bar.update(n)
+		}
+		at := time.Time{}
+		if opts.Store == nil {
+			at = T0.Add(ev.At)
+		} else if wait := time.Until(start.Add(ev.At)); wait > 0 {
+			bar.update(n)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		cost := ev.Cost
+		if cost == 0 {
+			cost = 1
+		}
+		path[1] = ev.Caller
+		slice := int(ev.At / opts.Slice)
+		for i, c := range checkers {
+			if err := c.CheckAt(ctx, at, path, cost, &d); err != nil {
+				return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
+			}
+			r := &res.Strategies[i]
+			r.Offered[slice] += cost
+			pc := r.perCaller[ev.Caller]
+			pc[0] += cost
+			if d.Allowed {
+				r.Admitted[slice] += cost
+				pc[1] += cost
+				for range cost {
+					r.admittedAt = append(r.admittedAt, ev.At)
+				}
+			}
+			r.perCaller[ev.Caller] = pc
+		}
+	}
+	bar.done(len(events))
+	for i, s := range strategies {
+		res.Strategies[i].summarize(s.Policy)
+	}
+	return res, nil
+}
+
+func (r *StrategyResult) summarize(p *policy.Policy) {
+	s := Summary{MaxInWindow: map[string]int64{}}
+	for i := range r.Offered {
+		s.Offered += r.Offered[i]
+		s.Admitted += r.Admitted[i]
+	}
+	for _, w := range windows(p) {
+		s.MaxInWindow[w.String()] = maxInWindow(r.admittedAt, w)
+	}
+	var sum, sq float64
+	var n int
+	callers := make([]string, 0, len(r.perCaller))
+	for c := range r.perCaller {
+		callers = append(callers, c)
+	}
+	sort.Strings(callers)
+	var most int64 = -1
+	for _, c := range callers {
+		pc := r.perCaller[c]
+		if pc[0] == 0 {
+			continue
+		}
+		x := float64(pc[1])
+		sum, sq, n = sum+x, sq+x*x, n+1
+		if pc[1] > most {
+			most, s.GreediestCaller = pc[1], c
+		}
+	}
+	if sq > 0 {
+		s.Fairness = sum * sum / (float64(n) * sq)
+	}
+	if s.Admitted > 0 {
+		s.GreediestShare = float64(most) / float64(s.Admitted)
+	}
+	r.Summary = s
+}
+
+// windows are the window lengths of a policy's limits: a period, per,
+// window or interval, and each window of a windowed limit.
+func windows(p *policy.Policy) []time.Duration {
+	seen := map[time.Duration]bool{}
+	var out []time.Duration
+	add := func(d algo.Duration) {
+		if w := time.Duration(d); w > 0 && !seen[w] {
+			seen[w] = true
+			out = append(out, w)
+		}
+	}
+	for _, n := range p.Nodes() {
+		for _, s := range n.Specs {
+			add(s.Period)
+			add(s.Per)
+			add(s.Window)
+			add(s.Interval)
+			for _, w := range s.Limits {
+				add(w.Window)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// maxInWindow is the most times in any half-open window [t, t+w) of the
+// sorted times.
+func maxInWindow(at []time.Duration, w time.Duration) int64 {
+	var best int64
+	j := 0
+	for i := range at {
+		for at[i]-at[j] >= w {
+			j++
+		}
+		best = max(best, int64(i-j+1))
+	}
+	return best
+}
+
+// progress draws a bar on a terminal for runs longer than a second.
+type progress struct {
+	w     io.Writer
+	total int
+	start time.Time
+	shown bool
+	last  time.Time
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	return &progress{w: w, total: total, start: time.Now()}
+}
+
+func (p *progress) update(n int) {
+	if p.w == nil || p.total == 0 {
+		return
+	}
+	now := time.Now()
+	if now.Sub(p.start) < time.Second || now.Sub(p.last) < 100*time.Millisecond {
+		return
+	}
+	p.last, p.shown = now, true
+	const width = 30
+	done := width * n / p.total
+	fmt.Fprintf(p.w, "\rsim [%s%s] %3d%% %d/%d events", strings.Repeat("#", done), strings.Repeat(".", width-done), 100*n/p.total, n, p.total)
+}
+
+func (p *progress) done(n int) {
+	if p.shown {
+		const width = 30
+		fmt.Fprintf(p.w, "\rsim [%s] 100%% %d/%d events in %v\n", strings.Repeat("#", width), n, p.total, time.Since(p.start).Round(time.Millisecond))
+	}
+}

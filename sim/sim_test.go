@@ -1,0 +1,213 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func zooStrategies(t testing.TB) []Strategy {
+	var out []Strategy
+	for _, src := range Scenarios["zoo"].Strategies {
+		s, err := CompileStrategy(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestDeterministic: the same seed gives byte-identical series; another
+// seed another one.
+func TestDeterministic(t *testing.T) {
+	csv := func(seed uint64) []byte {
+		res, err := Run(context.Background(), Scenarios["zoo"], seed, Params{Duration: 30 * time.Second}, zooStrategies(t), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := WriteCSV(&b, res); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	a, b, c := csv(7), csv(7), csv(8)
+	if !bytes.Equal(a, b) {
+		t.Error("the same seed gave different series")
+	}
+	if bytes.Equal(a, c) {
+		t.Error("another seed gave the same series")
+	}
+	if !bytes.HasPrefix(a, []byte("t_ms,strategy,offered,admitted\n0,gate per caller,")) {
+		t.Errorf("series starts %q", a[:min(80, len(a))])
+	}
+	for _, name := range ScenarioNames() {
+		sc := Scenarios[name]
+		if ev := sc.Events(1, sc.Defaults); len(ev) == 0 {
+			t.Errorf("%s: no events", name)
+		} else {
+			for i := 1; i < len(ev); i++ {
+				if ev[i].At < ev[i-1].At {
+					t.Fatalf("%s: events out of order at %d", name, i)
+				}
+			}
+		}
+	}
+}
+
+// TestSummaryByHand: a small scenario whose summary is worked out by hand.
+func TestSummaryByHand(t *testing.T) {
+	// A asks at 0, 1, 2 s; B at 3 s; a shared window of 3 per 10 s
+	// (T0 starts a window) admits A's three and denies B.
+	sc := Scenario{Name: "hand", Defaults: Params{Duration: 4 * time.Second}, Events: func(uint64, Params) []Event {
+		return []Event{{At: 0, Caller: "A"}, {At: time.Second, Caller: "A"}, {At: 2 * time.Second, Caller: "A"}, {At: 3 * time.Second, Caller: "B"}}
+	}}
+	fw, err := CompileStrategy(StrategySource{Name: "fw", Policy: "schema:\n  caller: {limits: [{algorithm: fixed_window, limit: 3, window: 10s}]}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := CompileStrategy(StrategySource{Name: "gate", Policy: "schema:\n  caller:\n    children:\n      \"*\": {limits: [{algorithm: gate, interval: 1h}]}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), sc, 1, Params{}, []Strategy{fw, gate}, Options{Slice: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fw: admitted (3, 0): Jain 3²/(2·9) = 0.5, A took everything.
+	if s := res.Strategies[0].Summary; s.Offered != 4 || s.Admitted != 3 || s.MaxInWindow["10s"] != 3 || s.Fairness != 0.5 || s.GreediestShare != 1 || s.GreediestCaller != "A" {
+		t.Errorf("fw summary %+v", s)
+	}
+	// gate: once each: (1, 1): Jain 1, A (first in order) half.
+	if s := res.Strategies[1].Summary; s.Admitted != 2 || s.MaxInWindow["1h0m0s"] != 2 || s.Fairness != 1 || s.GreediestShare != 0.5 {
+		t.Errorf("gate summary %+v", s)
+	}
+	var b bytes.Buffer
+	WriteCSV(&b, res)
+	want := "t_ms,strategy,offered,admitted\n0,fw,2,2\n0,gate,2,1\n2000,fw,2,1\n2000,gate,2,1\n"
+	if b.String() != want {
+		t.Errorf("series:\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestReport writes every output of the zoo; the PNG decodes at its size,
+// and report.html, opened in headless Chromium, shows the chart and the
+// table with no console errors. The screenshot is left in the test's
+// output directory (SIM_REPORT_DIR, when set, keeps it).
+func TestReport(t *testing.T) {
+	res, err := Run(context.Background(), Scenarios["zoo"], 1, Params{Duration: time.Minute}, zooStrategies(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("SIM_REPORT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := WriteDir(dir, res, Scenarios["zoo"].Description); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "chart.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != ChartWidth || b.Dy() != ChartHeight {
+		t.Errorf("chart.png is %dx%d, want %dx%d", b.Dx(), b.Dy(), ChartWidth, ChartHeight)
+	}
+
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (apt-get install -y chromium; test.sh does): %v", err)
+	}
+	report := "file://" + filepath.Join(dir, "report.html")
+	chrome := func(args ...string) (stdout, stderr string) {
+		t.Helper()
+		args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+			"--disable-background-networking", "--disable-component-update", "--disable-sync",
+			"--user-data-dir=" + t.TempDir(), "--enable-logging=stderr", "--v=0"}, args...)
+		cmd := exec.Command(bin, append(args, report)...)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		done := make(chan error, 1)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("chromium: %v\n%s", err, e.String())
+			}
+		case <-time.After(90 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("chromium did not finish in 90s")
+		}
+		return o.String(), e.String()
+	}
+	dom, logs := chrome("--dump-dom")
+	for _, want := range []string{"<svg", `<table id="summary">`, "gate per caller", "shared window", "<td>both</td>"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the rendered page lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "CONSOLE") || strings.Contains(line, "Failed to load") || strings.Contains(line, "Uncaught") {
+			t.Errorf("console: %s", line)
+		}
+	}
+	shot := filepath.Join(dir, "screenshot.png")
+	chrome("--window-size=1300,1000", "--screenshot="+shot)
+	f, err = os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if img, err := png.Decode(f); err != nil || img.Bounds().Dx() != 1300 {
+		t.Fatalf("screenshot: %v", err)
+	}
+}
+
+func TestTraceScenario(t *testing.T) {
+	trace := `{"t_ns": 1000000000, "key": "a", "limit": {"algorithm": "gate", "interval": "1s"}}
+{"t_ns": 1500000000, "key": "b", "cost": 2}
+{"t_ns": 3000000000, "path": ["user", "c"]}
+`
+	sc, err := TraceScenario("t.jsonl", strings.NewReader(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := sc.Events(0, sc.Defaults)
+	if len(ev) != 3 || ev[0].At != 0 || ev[1].At != 500*time.Millisecond || ev[1].Cost != 2 || ev[2].Caller != "c" || sc.Defaults.Duration <= 2*time.Second {
+		t.Errorf("events %+v, duration %v", ev, sc.Defaults.Duration)
+	}
+	if _, err := TraceScenario("bad", strings.NewReader(`{"t_ns": 2}`+"\n"+`{"t_ns": 1, "key": "a"}`)); err == nil {
+		t.Error("a trace without a key was accepted")
+	}
+}
+
+// BenchmarkRun: simulated decisions per second in virtual time, the zoo's
+// three strategies on the memory store.
+func BenchmarkRun(b *testing.B) {
+	strategies := zooStrategies(b)
+	sc := Scenarios["zoo"]
+	events := len(sc.Events(1, Params{Duration: time.Minute, Callers: 200}))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := Run(context.Background(), sc, 1, Params{Duration: time.Minute}, strategies, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	decisions := float64(b.N) * float64(events*len(strategies))
+	b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
+}
