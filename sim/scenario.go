@@ -81,6 +81,19 @@ func (p Params) or(d Params) Params {
 
 func callerName(i int) string { return "c" + strconv.Itoa(i) }
 
+// poisson returns Poisson arrivals at p.Rate over p.Duration, each by the
+// caller pick chooses.
+func poisson(r *rand.Rand, p Params, pick func() int) []Event {
+	var ev []Event
+	for at := time.Duration(0); ; {
+		at += time.Duration(r.ExpFloat64() / p.Rate * float64(time.Second))
+		if at >= p.Duration {
+			return ev
+		}
+		ev = append(ev, Event{At: at, Caller: callerName(pick())})
+	}
+}
+
 // Scenarios are the built-in scenarios, by name.
 var Scenarios = map[string]Scenario{
 	"steady": {
@@ -100,14 +113,7 @@ var Scenarios = map[string]Scenario{
 		Defaults: Params{Duration: time.Minute, Rate: 20, Callers: 10},
 		Events: func(seed uint64, p Params) []Event {
 			r := rand.New(rand.NewPCG(seed, 1))
-			var ev []Event
-			for at := time.Duration(0); ; {
-				at += time.Duration(r.ExpFloat64() / p.Rate * float64(time.Second))
-				if at >= p.Duration {
-					return ev
-				}
-				ev = append(ev, Event{At: at, Caller: callerName(r.IntN(p.Callers))})
-			}
+			return poisson(r, p, func() int { return r.IntN(p.Callers) })
 		},
 	},
 	"bursts": {
@@ -153,18 +159,13 @@ var Scenarios = map[string]Scenario{
 		Events: func(seed uint64, p Params) []Event {
 			r := rand.New(rand.NewPCG(seed, 4))
 			greedy := min(3, p.Callers)
-			var ev []Event
-			for at := time.Duration(0); ; {
-				at += time.Duration(r.ExpFloat64() / p.Rate * float64(time.Second))
-				if at >= p.Duration {
-					return ev
-				}
+			return poisson(r, p, func() int {
 				c := r.IntN(greedy)
 				if r.IntN(2) == 1 && p.Callers > greedy {
 					c = greedy + r.IntN(p.Callers-greedy)
 				}
-				ev = append(ev, Event{At: at, Caller: callerName(c)})
-			}
+				return c
+			})
 		},
 	},
 	"zoo": {
