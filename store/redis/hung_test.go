@@ -1,0 +1,73 @@
+package redis_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// TestDeadlineHoldsWhenRedisHangs: with redis-server stopped (SIGSTOP),
+// 1000 goroutines deciding with 50 ms deadlines for 3 s, far more calls
+// than the client's in-flight queue holds, every call returns by its
+// deadline (with a generous margin for a loaded machine), and decisions
+// work again once Redis continues.
+func TestDeadlineHoldsWhenRedisHangs(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	req := sluice.Request{Key: "hung", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}
+	syscall.Kill(srv.Pid(), syscall.SIGSTOP)
+	var worst, calls atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 1000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < 3*time.Second {
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				t0 := time.Now()
+				if _, err := st.Decide(ctx, req); err == nil {
+					t.Error("a decision succeeded with Redis stopped")
+				}
+				cancel()
+				calls.Add(1)
+				for d := int64(time.Since(t0)); d > worst.Load(); {
+					if worst.CompareAndSwap(worst.Load(), d) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	syscall.Kill(srv.Pid(), syscall.SIGCONT)
+	t.Logf("%d calls against a stopped Redis, the slowest returned in %v", calls.Load(), time.Duration(worst.Load()))
+	if w := time.Duration(worst.Load()); w > time.Second {
+		t.Errorf("a call with a 50ms deadline returned after %v", w)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := st.Decide(ctx, req)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision 5 s after Redis continued: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
