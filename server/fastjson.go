@@ -38,7 +38,7 @@ func parseCheckFast(b []byte, path []string) (_ []string, cost int64, hasCost, o
 			}
 			for {
 				s, j, ok := fastString(b, i)
-				if !ok || len(path) == MaxPathSegments {
+				if !ok || s == "" || len(path) == MaxPathSegments { // "": the slow path words the error
 					return path, 0, false, false
 				}
 				path = append(path, s)

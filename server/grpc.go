@@ -25,6 +25,14 @@ type rateLimitService struct {
 	s *Server
 }
 
+// Bounds on one gRPC request: the descriptors and each one's entries (its
+// path has 1 + 2·entries segments, as an HTTP check's path has at most
+// MaxPathSegments). A request above them is INVALID_ARGUMENT.
+const (
+	MaxDescriptors = 64
+	MaxEntries     = (MaxPathSegments - 1) / 2
+)
+
 // DescriptorPath returns the policy path of an Envoy descriptor:
 // [domain, key1, value1, …, keyN, valueN].
 func DescriptorPath(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) []string {
@@ -48,11 +56,19 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
+	if n := len(req.GetDescriptors()); n > MaxDescriptors {
+		s.m.badRequests.WithLabelValues("grpc").Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, MaxDescriptors)
+	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
 	b := batchPool.Get().(*batch)
 	defer batchPool.Put(b)
 	q := b.query(len(req.Descriptors))
 	for i, d := range req.Descriptors {
+		if n := len(d.GetEntries()); n > MaxEntries {
+			s.m.badRequests.WithLabelValues("grpc").Inc()
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, MaxEntries)
+		}
 		if d.GetIsNegativeHits() {
 			s.m.badRequests.WithLabelValues("grpc").Inc()
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported", i)
@@ -72,6 +88,10 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		}
 	}
 
+	if err := ctx.Err(); err != nil {
+		// The caller has gone: decide nothing it would not hear of.
+		return nil, status.FromContextError(err).Err()
+	}
 	start := time.Now()
 	sctx, cancel := s.storeCtx(ctx)
 	err := s.checker.Decide(sctx, q, &b.d)

@@ -12,6 +12,8 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/goccy/go-yaml"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -399,5 +401,39 @@ func TestEnvoyLimit(t *testing.T) {
 		if got.RequestsPerUnit != c.rpu || got.Unit != c.unit || got.Name != "n" {
 			t.Errorf("%+v: %d/%v, want %d/%v", c.spec, got.RequestsPerUnit, got.Unit, c.rpu, c.unit)
 		}
+	}
+}
+
+// TestGRPCBounds: too many descriptors or entries are INVALID_ARGUMENT and
+// decide nothing; a request whose caller has gone decides nothing either.
+func TestGRPCBounds(t *testing.T) {
+	s := newTestServer(t, "schema:\n  d:\n    children:\n      k:\n        children:\n          \"*\": {limits: [{algorithm: fixed_window, limit: 1, window: 1h}]}\n")
+	g := &rateLimitService{s: s}
+	ctx := context.Background()
+	many := make([]*rlcommon.RateLimitDescriptor, MaxDescriptors+1)
+	for i := range many {
+		many[i] = desc("k", "v")
+	}
+	long := desc()
+	for range MaxEntries + 1 {
+		long.Entries = append(long.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	for name, req := range map[string]*rlv3.RateLimitRequest{
+		"descriptors": {Domain: "d", Descriptors: many},
+		"entries":     {Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{long}},
+	} {
+		if _, err := g.ShouldRateLimit(ctx, req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	one := &rlv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "v")}}
+	if _, err := g.ShouldRateLimit(gone, one); status.Code(err) != codes.Canceled {
+		t.Errorf("caller gone: %v", err)
+	}
+	// Nothing was counted: the one allowed request is still there.
+	if r, err := g.ShouldRateLimit(ctx, one); err != nil || r.OverallCode != rlv3.RateLimitResponse_OK {
+		t.Errorf("after the refused requests: %v %v", r, err)
 	}
 }

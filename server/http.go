@@ -105,6 +105,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			cost = *req.Cost
 		}
 	}
+	if r.Context().Err() != nil {
+		return // the client has gone: decide nothing it would not hear of
+	}
 	start := time.Now()
 	pq, err := s.decidePath(r.Context(), req.Path, cost, b)
 	s.m.httpDuration.Observe(time.Since(start).Seconds())
@@ -314,6 +317,10 @@ func adminPath(w http.ResponseWriter, r *http.Request) ([]string, bool) {
 	}
 	if len(path) > MaxPathSegments {
 		writeProblem(w, http.StatusBadRequest, "path has too many segments")
+		return nil, false
+	}
+	if err := ValidPath(path); err != nil {
+		writeProblem(w, http.StatusBadRequest, err.Error())
 		return nil, false
 	}
 	return path, true

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -209,6 +211,11 @@ func ParseCheckRequest(body []byte) (CheckRequest, error) {
 		return req, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), MaxPathSegments)
 	case req.Cost != nil && *req.Cost < 0:
 		return req, bodyErrorf(`"cost" must not be negative, got %d`, *req.Cost)
+	case !utf8.Valid(body):
+		return req, bodyErrorf("the body is not valid UTF-8")
+	}
+	if err := ValidPath(req.Path); err != nil {
+		return req, err
 	}
 	if len(req.Meta) > 0 {
 		m := bytes.TrimSpace(req.Meta)
@@ -228,6 +235,24 @@ func ParseCheckRequest(body []byte) (CheckRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// ValidPath checks the segments of a check's path: each a string that is
+// not empty (a JSON null decodes to one) and holds no U+FFFD, which is
+// what a decoder makes of invalid UTF-8 or a lone surrogate escape, so
+// that ids that are not text cannot all share one counter.
+func ValidPath(path []string) error {
+	for i, seg := range path {
+		switch {
+		case seg == "":
+			return bodyErrorf(`"path"[%d] is empty (or null): every segment names something`, i)
+		case !utf8.ValidString(seg):
+			return bodyErrorf(`"path"[%d] is not valid UTF-8`, i)
+		case strings.ContainsRune(seg, utf8.RuneError):
+			return bodyErrorf(`"path"[%d] holds U+FFFD: invalid UTF-8 or a lone surrogate escape`, i)
+		}
+	}
+	return nil
 }
 
 func firstBytes(b []byte, n int) string {

@@ -56,7 +56,7 @@ func TestParseCheckRequest(t *testing.T) {
 		meta string
 	}{
 		{`{"path": ["user", "alex"]}`, 1, ""},
-		{`{"path": ["user", ""], "cost": 0}`, 0, ""},
+		{`{"path": ["user", "al ex"], "cost": 0}`, 0, ""},
 		{`{"path": ["a"], "cost": 5, "meta": {"user_id": "u-1", "n": [1, 2]}}`, 5, `{"user_id":"u-1","n":[1,2]}`},
 		{`{"path": ["a"], "meta": null}`, 1, ""},
 	}
@@ -90,6 +90,10 @@ func TestParseCheckRequest(t *testing.T) {
 		{`{"path": ["a"], "meta": {"x": "` + strings.Repeat("y", MaxMetaBytes) + `"}}`, `"meta" is`},
 		{`{"path": [` + strings.Repeat(`"a",`, MaxPathSegments) + `"a"]}`, "segments, more than"},
 		{`{"path": ["a"],}`, "malformed JSON at byte"},
+		{`{"path": ["user", ""]}`, `"path"[1] is empty`},
+		{`{"path": ["user", null]}`, `"path"[1] is empty`},
+		{"{\"path\": [\"user\", \"al\xffex\"]}", "not valid UTF-8"},
+		{`{"path": ["user", "\ud800"]}`, "lone surrogate"},
 	}
 	for _, c := range bad {
 		_, err := ParseCheckRequest([]byte(c.body))
@@ -103,7 +107,7 @@ func TestParseCheckFastAgrees(t *testing.T) {
 	bodies := []string{
 		`{"path": ["user", "alex", "trade"]}`,
 		`{"path":["a"],"cost":0}`,
-		` {"cost": 17 , "path" : [ "a" , "" ] } `,
+		` {"cost": 17 , "path" : [ "a" , "b" ] } `,
 		"{\"path\":[\"a\"],\n\"cost\":\t3}\r\n",
 		`{"path": ["a"], "cost": 999999999999999999}`,
 		`{"path": ["a"], "cost": 9999999999999999999}`,
@@ -132,6 +136,7 @@ func TestParseCheckFastAgrees(t *testing.T) {
 		`{"path": ["` + strings.Repeat("x", 100) + `"]}`,
 		`{"path": [` + strings.Repeat(`"a",`, MaxPathSegments-1) + `"a"]}`,
 		`{"path": [` + strings.Repeat(`"a",`, MaxPathSegments) + `"a"]}`,
+		`{"path": ["a", ""]}`,
 	}
 	for i, body := range bodies[:5] {
 		if _, _, _, ok := parseCheckFast([]byte(body), nil); !ok && i != 5 {
