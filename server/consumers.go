@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -96,7 +97,12 @@ func (r *consumerRecorder) run() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := r.log.PushConsumers(ctx, batch, r.max, r.ttl); err != nil {
-			r.dropped.Add(float64(len(batch)))
+			n := len(batch)
+			var d *store.DroppedError
+			if errors.As(err, &d) {
+				n = d.Dropped
+			}
+			r.dropped.Add(float64(n))
 			r.logger.Debug("consumers: entries dropped", "n", len(batch), "err", err)
 		}
 		cancel()

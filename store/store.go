@@ -158,6 +158,17 @@ type Consumed struct {
 	Entry    []byte
 }
 
+// DroppedError is a ConsumerLog's error when it kept some entries and
+// dropped others to stay within its bounds.
+type DroppedError struct {
+	Dropped int
+	Reason  string
+}
+
+func (e *DroppedError) Error() string {
+	return fmt.Sprintf("store: %d consumers entries dropped: %s", e.Dropped, e.Reason)
+}
+
 // ConsumerLog is a store that keeps, next to a key's state, a capped list
 // of its recent consumers (the service's "who consumed this key").
 type ConsumerLog interface {

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -10,15 +11,29 @@ import (
 
 var _ store.ConsumerLog = (*Store)(nil)
 
-// maxConsumerLists bounds the keys that have a consumers list: beyond it,
-// expired lists are swept to make room, and entries for new keys are
-// dropped.
-const maxConsumerLists = 100_000
+// Bounds of the consumers lists, which callers fill: at most
+// maxConsumerLists keys have a list, and the lists hold at most
+// DefaultConsumerBytes (WithConsumerBytes) of entries and keys. Past
+// either bound, expired lists are swept to make room, and what still does
+// not fit is dropped (and counted: PushConsumers' error).
+const (
+	maxConsumerLists     = 100_000
+	DefaultConsumerBytes = 32 << 20
+	listOverhead         = 96 // a list's map entry and ring, roughly
+)
+
+// WithConsumerBytes bounds the memory the consumers lists take, in bytes
+// (DefaultConsumerBytes by default).
+func WithConsumerBytes(n int) Option {
+	return func(s *Store) { s.consumers.budget = n }
+}
 
 // consumerLists keeps a ring of entries per key.
 type consumerLists struct {
-	mu    sync.Mutex
-	lists map[string]*ring
+	mu     sync.Mutex
+	lists  map[string]*ring
+	bytes  int // entries, keys and overheads held
+	budget int
 }
 
 type ring struct {
@@ -26,9 +41,11 @@ type ring struct {
 	next    int
 	n       int
 	expires time.Time
+	bytes   int
 }
 
-// PushConsumers implements store.ConsumerLog. Tags are ignored.
+// PushConsumers implements store.ConsumerLog. Tags are ignored. Entries
+// that do not fit the bounds are dropped, and the error says how many.
 func (s *Store) PushConsumers(_ context.Context, entries []store.Consumed, max int, ttl time.Duration) error {
 	if max <= 0 {
 		return nil
@@ -40,32 +57,58 @@ func (s *Store) PushConsumers(_ context.Context, entries []store.Consumed, max i
 	if c.lists == nil {
 		c.lists = map[string]*ring{}
 	}
+	if c.budget <= 0 {
+		c.budget = DefaultConsumerBytes
+	}
+	swept, dropped := false, 0
 	for _, it := range entries {
 		l := c.lists[it.Key]
 		if l != nil && (now.After(l.expires) || len(l.entries) != max) {
-			delete(c.lists, it.Key)
+			c.remove(it.Key, l)
 			l = nil
 		}
+		size := len(it.Entry)
 		if l == nil {
-			if len(c.lists) >= maxConsumerLists {
-				for k, v := range c.lists {
-					if now.After(v.expires) {
-						delete(c.lists, k)
-					}
-				}
-				if len(c.lists) >= maxConsumerLists {
-					continue
-				}
-			}
-			l = &ring{entries: make([][]byte, max)}
-			c.lists[it.Key] = l
+			size += len(it.Key) + listOverhead
+		} else if l.n == max {
+			size -= len(l.entries[l.next]) // the oldest goes
 		}
+		if (l == nil && len(c.lists) >= maxConsumerLists || c.bytes+size > c.budget) && !swept {
+			c.sweep(now)
+			swept = true
+		}
+		if l == nil && len(c.lists) >= maxConsumerLists || c.bytes+size > c.budget {
+			dropped++
+			continue
+		}
+		if l == nil {
+			l = &ring{entries: make([][]byte, max)}
+			c.lists[strings.Clone(it.Key)] = l
+		}
+		l.bytes += size
+		c.bytes += size
 		l.entries[l.next] = it.Entry
 		l.next = (l.next + 1) % max
 		l.n = min(l.n+1, max)
 		l.expires = now.Add(ttl)
 	}
+	if dropped > 0 {
+		return &store.DroppedError{Dropped: dropped, Reason: "the consumers lists are full"}
+	}
 	return nil
+}
+
+func (c *consumerLists) remove(key string, l *ring) {
+	c.bytes -= l.bytes
+	delete(c.lists, key)
+}
+
+func (c *consumerLists) sweep(now time.Time) {
+	for k, l := range c.lists {
+		if now.After(l.expires) {
+			c.remove(k, l)
+		}
+	}
 }
 
 // Consumers implements store.ConsumerLog.
