@@ -70,6 +70,11 @@ type State struct {
 	// reads as the zero State.
 	Expire int64
 	A, B   int64
+	// Shape is the layout the state was written in (Plan.Shape): a store
+	// that finds another shape than the limit's treats the state as the
+	// zero State, so that a limit whose algorithm or layout changed (a
+	// policy reload) starts cleanly and never misreads.
+	Shape uint64
 	// Log is the variable part of the state: a sliding log's timestamps or
 	// bucket counters, a window counter's slice counters.
 	Log []int64

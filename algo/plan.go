@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"time"
 )
 
@@ -21,10 +22,11 @@ import (
 //
 // The zero Plan is not valid; a *Plan is a Limit.
 type Plan struct {
-	kind Kind
-	ok   bool // made by Compile
-	mode Mode // sliding_log
-	tat  TAT  // gcra, token_bucket
+	kind  Kind
+	ok    bool   // made by Compile
+	shape uint64 // see Shape
+	mode  Mode   // sliding_log
+	tat   TAT    // gcra, token_bucket
 	// The parameters, by kind:
 	//	gcra          a burst, b count, d period
 	//	token_bucket  a burst, b rate,  d per
@@ -113,7 +115,77 @@ func (p *Plan) Compile(l Limit) error {
 		return err
 	}
 	p.ok = true
+	p.shape = p.computeShape()
 	return nil
+}
+
+// Shape identifies the layout of the plan's state (State.Shape): 0 for
+// GCRA and the token bucket, whose state is one TAT whatever their
+// parameters (a changed rate or burst carries on from it); for the others
+// their kind and what their state's layout depends on (a sampled sliding
+// log's buckets and widths, a window counter's slice and ring).
+func (p *Plan) Shape() uint64 { return p.shape }
+
+// ShapeKey is Shape as text, "" for a TAT: the Redis store appends it to
+// a state's key name, so that a state of another layout is another key.
+func (p *Plan) ShapeKey() string {
+	if p.shape == 0 {
+		return ""
+	}
+	b := make([]byte, 0, 32)
+	b = append(b, "%:"...)
+	p.shapeParts(func(v int64) {
+		if len(b) > 2 {
+			b = append(b, '-')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	})
+	return string(b)
+}
+
+// shapeParts calls f with the numbers the state's layout depends on.
+func (p *Plan) shapeParts(f func(int64)) {
+	switch p.kind {
+	case KindGCRA, KindTokenBucket:
+		return
+	case KindSlidingLog:
+		if p.a == 0 {
+			f(int64(p.kind)) // an exact log: times, whatever the limits
+			return
+		}
+		f(int64(p.kind) + 100)
+		f(p.a)
+		l := SlidingLog{Limits: p.ws, Buckets: p.a}
+		for i := range p.ws {
+			f(l.BucketWidth(i))
+		}
+	case KindWindowCounter:
+		wc := WindowCounter{Slice: p.d, Limits: p.ws}
+		f(int64(p.kind))
+		f(wc.SliceMicros())
+		f(wc.MaxSlices())
+		f(int64(len(p.ws)))
+	default:
+		f(int64(p.kind))
+	}
+}
+
+// computeShape is an FNV-1a hash of the shape's numbers, never 0 but for
+// a TAT.
+func (p *Plan) computeShape() uint64 {
+	h, n := uint64(14695981039346656037), 0
+	p.shapeParts(func(v int64) {
+		for range 8 {
+			h ^= uint64(v & 0xff)
+			h *= 1099511628211
+			v >>= 8
+		}
+		n++
+	})
+	if n == 0 {
+		return 0
+	}
+	return h | 1
 }
 
 // Each setter writes the whole Plan, so that a Plan compiled again keeps

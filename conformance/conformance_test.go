@@ -198,3 +198,36 @@ func TestEveryKindCovered(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedAlgorithm: a key whose limit changes algorithm or state
+// layout (a policy reload) starts cleanly on both stores, as a fresh key
+// would: no error (Redis once answered WRONGTYPE) and no misread state.
+func TestChangedAlgorithm(t *testing.T) {
+	ctx := context.Background()
+	t0 := conformance.T0
+	limits := []algo.Limit{
+		algo.FixedWindow{Limit: 2, Window: time.Hour},
+		algo.GCRA{Burst: 1, Count: 1, Period: time.Hour},
+		algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Hour}}, Buckets: 10},
+		algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Hour}, {Limit: 5, Window: 2 * time.Hour}}, Buckets: 10},
+		algo.WindowCounter{Limits: []algo.Window{{Limit: 4, Window: time.Minute}}},
+		algo.Gate{Interval: time.Hour},
+		algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Hour}}},
+	}
+	for name, st := range stores(t) {
+		for i, l := range limits {
+			at := t0.Add(time.Duration(i) * time.Second)
+			got, err := st.Decide(ctx, sluice.Request{Key: "changing:" + name, Limit: l, Cost: 1, Time: at})
+			if err != nil {
+				t.Fatalf("%s: limit %d (%v): %v", name, i, l.Kind(), err)
+			}
+			want, err := st.Decide(ctx, sluice.Request{Key: "fresh:" + name + ":" + strconv.Itoa(i), Limit: l, Cost: 1, Time: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("%s: limit %d (%v) after another: %+v, a fresh key: %+v", name, i, l.Kind(), got, want)
+			}
+		}
+	}
+}

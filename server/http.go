@@ -369,7 +369,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for j := range h.Limits {
-			reqs = append(reqs, sluice.Request{Key: h.LimitKey(j), Tag: h.Tag})
+			reqs = append(reqs, sluice.Request{Key: h.LimitKey(j), Tag: h.Tag, Limit: h.Limits[j]})
 			keys = append(keys, h.LimitKey(j))
 		}
 	}

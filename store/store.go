@@ -135,9 +135,9 @@ type Pinger interface {
 }
 
 // Resetter is a store that can forget keys: Reset forgets the state of
-// each request's Key (placed, for Redis Cluster, by its Tag), as if the
-// key had never been seen; the other fields are ignored. Unknown keys are
-// no error.
+// each request's Key (placed, for Redis Cluster, by its Tag, and for its
+// Limit's state layout), as if the key had never been seen; Cost and Time
+// are ignored. Unknown keys are no error.
 type Resetter interface {
 	Reset(ctx context.Context, reqs []sluice.Request) error
 }

@@ -108,14 +108,14 @@ func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, erro
 	st := sh.m.get(h, req.Key)
 	var r algo.Result
 	if st == nil {
-		var fresh algo.State
+		fresh := algo.State{Shape: p.Shape()}
 		r = p.Decide(&fresh, t, req.Cost, true)
 		if fresh.Expire > t {
 			sh.m.put(h, req.Key, fresh)
 		}
 	} else {
-		if st.Expire <= t {
-			*st = algo.State{Log: st.Log[:0]} // keep the log's capacity
+		if st.Expire <= t || st.Shape != p.Shape() {
+			*st = algo.State{Log: st.Log[:0], Shape: p.Shape()} // keep the log's capacity
 		}
 		r = p.Decide(st, t, req.Cost, true)
 	}
@@ -238,9 +238,9 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 	for i, r := range reqs {
 		st := s.shards[hs[i]&(shardCount-1)].m.get(hs[i], r.Key)
 		if st == nil {
-			st = new(algo.State)
-		} else if st.Expire <= t {
-			*st = algo.State{Log: st.Log[:0]}
+			st = &algo.State{Shape: plans[i].Shape()}
+		} else if st.Expire <= t || st.Shape != plans[i].Shape() {
+			*st = algo.State{Log: st.Log[:0], Shape: plans[i].Shape()}
 		}
 		states[i] = st
 		results[i] = plans[i].Decide(st, t, r.Cost, false)

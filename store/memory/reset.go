@@ -41,7 +41,7 @@ func (s *Store) Refund(_ context.Context, req sluice.Request) error {
 	sh := &s.shards[h&(shardCount-1)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if st := sh.m.get(h, req.Key); st != nil && st.Expire > t {
+	if st := sh.m.get(h, req.Key); st != nil && st.Expire > t && st.Shape == p.Shape() {
 		return p.Undo(st, t, req.Cost)
 	}
 	return nil

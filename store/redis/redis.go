@@ -201,6 +201,26 @@ func KeyName(prefix, key, tag string) string {
 
 var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
+// StateKey is the Redis key of a request's state: KeyName, then, for the
+// algorithms whose state is not one TAT, the shape of the limit's state
+// (algo.Plan.ShapeKey, "%:" and numbers, which no escaped key holds), so
+// that a limit whose algorithm or layout changed (a policy reload) finds
+// no state of another type (no WRONGTYPE) and starts cleanly; the old
+// key expires. A request without a limit (Reset) names the TAT key.
+func StateKey(prefix string, r sluice.Request) string {
+	name := KeyName(prefix, r.Key, r.Tag)
+	if r.Limit == nil {
+		return name
+	}
+	p, err := algo.Compile(r.Limit)
+	if err != nil {
+		return name
+	}
+	return name + p.ShapeKey()
+}
+
+func (s *Store) stateKey(r sluice.Request) string { return StateKey(s.prefix, r) }
+
 // Decide implements sluice.Store.
 func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, error) {
 	var res [1]algo.Result
@@ -232,7 +252,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	}
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
-		keys[i] = KeyName(s.prefix, r.Key, r.Tag)
+		keys[i] = s.stateKey(r)
 	}
 	if s.client().Mode() == rueidis.ClientModeCluster {
 		if groups := slotGroups(keys); len(groups) > 1 {

@@ -10,9 +10,10 @@ import (
 	"github.com/sluicehq/sluice/algo"
 )
 
-// Reset forgets the state of each request's Key, placed by its Tag as a
-// decision would place it (KeyName), as if the key had never been seen;
-// the other fields are ignored. Unknown keys are no error. Each key is
+// Reset forgets the state of each request's Key, placed by its Tag and
+// named for its Limit's shape as a decision would (a request without a
+// Limit names a GCRA or token bucket's key), as if the key had never been
+// seen; Cost and Time are ignored. Unknown keys are no error. Each key is
 // deleted on its own (in one pipelined round trip), so keys of several
 // Cluster slots may be reset together.
 func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
@@ -26,7 +27,7 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 	defer cancel()
 	cmds := make(rueidis.Commands, len(reqs))
 	for i, r := range reqs {
-		cmds[i] = s.client().B().Del().Key(KeyName(s.prefix, r.Key, r.Tag)).Build()
+		cmds[i] = s.client().B().Del().Key(s.stateKey(r)).Build()
 	}
 	for _, res := range s.client().DoMulti(ctx, cmds...) {
 		if err := res.Error(); err != nil {
@@ -59,7 +60,7 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request) error {
 		args[0] = itoa(req.Time.UnixMicro())
 	}
 	args = append(appendLevel(args, b, req), "0") // a value: the level is refunded
-	keys := []string{KeyName(s.prefix, req.Key, req.Tag)}
+	keys := []string{s.stateKey(req)}
 	if err := refundDriver.script(1<<req.Limit.Kind()).Exec(ctx, s.client(), keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}

@@ -27,13 +27,13 @@ func TestReset(t *testing.T) {
 	if ok, err := s.DecideAll(ctx, reqs, res); err != nil || !ok {
 		t.Fatalf("first: %v %v", ok, err)
 	}
-	if v, _ := srv.Do("EXISTS", "sluice:{user:alex}:trade"); v != "1" {
+	if v, _ := srv.Do("EXISTS", StateKey(DefaultPrefix, reqs[1])); v != "1" {
 		t.Fatalf("state key missing: %q", v)
 	}
 	if err := s.Reset(ctx, append(reqs, sluice.Request{Key: "never-seen"})); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"sluice:{user:alex}", "sluice:{user:alex}:trade"} {
+	for _, k := range []string{StateKey(DefaultPrefix, reqs[0]), StateKey(DefaultPrefix, reqs[1])} {
 		if v, _ := srv.Do("EXISTS", k); v != "0" {
 			t.Errorf("%s still exists after reset", k)
 		}

@@ -134,7 +134,7 @@ func TestWindowedLayout(t *testing.T) {
 		{"window_counter", algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 300 * time.Millisecond}}}, 10 + 2 + 1, time.Second},
 	} {
 		key := "layout:" + tc.name
-		name := redis.KeyName(redis.DefaultPrefix, key, "")
+		name := redis.StateKey(redis.DefaultPrefix, sluice.Request{Key: key, Limit: tc.limit})
 		at := time.UnixMicro(1800003000334587)
 		for i := 0; i < 1000; i++ { // 10s of actions, 10ms apart
 			at = at.Add(10 * time.Millisecond)
