@@ -18,6 +18,10 @@ import (
 
 const shardCount = 64 // a power of two
 
+// shrinkAt is the fewest keys a shard must have held before a sweep
+// rebuilds its map to give memory back.
+const shrinkAt = 1024
+
 // Store is the in-memory store. Its zero value is not usable; call New.
 type Store struct {
 	seed   maphash.Seed
@@ -43,7 +47,10 @@ type shard struct {
 	// decision with its own time reads no clock.
 	latest                 int64
 	sweptLatest, sweptWall int64
-	_                      [128 - 40]byte // one shard per pair of cache lines
+	// peak is the most keys a sweep has found in the shard since its map
+	// was last rebuilt (Go maps do not shrink).
+	peak int
+	_    [128 - 48]byte // one shard per pair of cache lines
 }
 
 // Option configures a Store.
@@ -143,8 +150,10 @@ func (s *Store) Len() int {
 
 // Sweep forgets every key whose state has expired, judged in each shard
 // against the latest decision time it has seen plus the wall time elapsed
-// since a sweep first saw that time (so at most one sweep interval late).
-// The background sweeper calls it; tests may too.
+// since a sweep first saw that time (so at most one sweep interval late),
+// and rebuilds the map of a shard whose live keys fell to a quarter of the
+// most it held, so that memory follows the live keys, not their peak. The
+// background sweeper calls it; tests may too.
 func (s *Store) Sweep() {
 	wall := s.now()
 	for i := range s.shards {
@@ -154,7 +163,15 @@ func (s *Store) Sweep() {
 			sh.sweptLatest, sh.sweptWall = sh.latest, wall
 		}
 		now := sh.latest + max(wall-sh.sweptWall, 0)
+		before := len(sh.m)
 		sh.m.sweep(now)
+		sh.peak = max(sh.peak, before)
+		// A map keeps the memory of the most keys it ever held: once the
+		// live keys fall to a quarter of that, move them to a new one.
+		if sh.peak >= shrinkAt && len(sh.m) <= sh.peak/4 {
+			sh.m = sh.m.clone()
+			sh.peak = len(sh.m)
+		}
 		sh.mu.Unlock()
 	}
 }

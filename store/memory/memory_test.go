@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -135,5 +136,46 @@ func TestZeroAllocsOnExistingKey(t *testing.T) {
 	st.Decide(ctx, req)
 	if n := testing.AllocsPerRun(1000, func() { st.Decide(ctx, req) }); n != 0 {
 		t.Fatalf("%v allocations per decision on an existing key, want 0", n)
+	}
+}
+
+// TestMemoryFollowsLiveKeys: after 300,000 keys expire and are swept, the
+// heap comes back close to where it started (Go maps do not shrink on
+// their own; the sweep rebuilds them).
+func TestMemoryFollowsLiveKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip()
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	st := memory.New(memory.WithSweepEvery(0))
+	defer st.Close()
+	base := heap()
+	t0 := time.Unix(1_800_000_000, 0)
+	lim := algo.GCRA{Burst: 0, Count: 1, Period: time.Second}
+	for i := range 300_000 {
+		if _, err := st.Decide(context.Background(), sluice.Request{Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := heap()
+	// One decision a minute later in every shard moves the shards' clocks
+	// past every state's expiry.
+	for i := range 20_000 {
+		st.Decide(context.Background(), sluice.Request{Key: "late" + strconv.Itoa(i%2000), Limit: lim, Cost: 1, Time: t0.Add(time.Minute)})
+	}
+	st.Sweep()
+	after := heap()
+	t.Logf("heap: %d MB empty, %d MB with 300k keys, %d MB after they expired (%d keys left)", base>>20, full>>20, after>>20, st.Len())
+	if st.Len() != 2000 {
+		t.Errorf("%d keys left, want the 2000 late ones", st.Len())
+	}
+	if grown, kept := full-base, after-base; kept > grown/4 {
+		t.Errorf("after the sweep %d of the %d bytes the keys took are still held", kept, grown)
 	}
 }

@@ -88,3 +88,13 @@ func (t table) sweep(now int64) {
 		}
 	}
 }
+
+// clone returns a new table with the same entries, sized for them: the
+// old one's memory goes back with it.
+func (t table) clone() table {
+	n := make(table, len(t))
+	for h, e := range t {
+		n[h] = e
+	}
+	return n
+}
