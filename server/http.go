@@ -342,7 +342,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleReset serves DELETE /admin/v1/state: every limit of the path's
-// own levels forgets its state, and with ?levels=all the levels every
+// own levels forgets its state, and the levels their consumers lists, and with ?levels=all the levels every
 // caller shares too (such as tigerfeeding above tigerfeeding/*), which
 // resetting one caller would otherwise reset for all; the answer lists
 // the keys reset.
@@ -364,10 +364,12 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	m := s.holder.Load().Match(path)
 	reqs := []sluice.Request{}
 	keys := []string{}
+	var lists []sluice.Request // the levels' consumers lists
 	for _, h := range m.Hits {
 		if h.Shared && all == "" {
 			continue
 		}
+		lists = append(lists, sluice.Request{Key: h.Key, Tag: h.Tag})
 		for j := range h.Limits {
 			reqs = append(reqs, sluice.Request{Key: h.LimitKey(j), Tag: h.Tag, Limit: h.Limits[j]})
 			keys = append(keys, h.LimitKey(j))
@@ -379,6 +381,12 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		if err := rs.Reset(ctx, reqs); err != nil {
 			s.adminStoreError(w, err)
 			return
+		}
+		if cl, ok := s.store.(store.ConsumerLog); ok {
+			if err := cl.ResetConsumers(ctx, lists); err != nil {
+				s.adminStoreError(w, err)
+				return
+			}
 		}
 	}
 	s.log.Info("admin reset", "path", path, "keys", keys)

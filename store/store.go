@@ -178,4 +178,7 @@ type ConsumerLog interface {
 	PushConsumers(ctx context.Context, entries []Consumed, max int, ttl time.Duration) error
 	// Consumers returns a key's list, newest first (empty when none).
 	Consumers(ctx context.Context, key, tag string) ([][]byte, error)
+	// ResetConsumers forgets the lists of the requests' Key (placed by
+	// Tag); the other fields are ignored.
+	ResetConsumers(ctx context.Context, reqs []sluice.Request) error
 }

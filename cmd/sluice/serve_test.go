@@ -567,6 +567,9 @@ func TestServeAdmin(t *testing.T) {
 	if a.status != 200 || !strings.Contains(string(a.body), `"shared"`) {
 		t.Fatalf("reset: %d %s", a.status, a.body)
 	}
+	if v, _ := rd.Do("EXISTS", "sluice:{shared}#consumers"); v != "0" {
+		t.Errorf("the reset left the consumers list")
+	}
 	if a := do(t, "POST", base+"state?path=shared", token, ""); a.status != 405 || a.header.Get("Allow") != "GET, DELETE" {
 		t.Errorf("POST on state: %d %v", a.status, a.header)
 	}

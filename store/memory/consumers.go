@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -125,4 +126,17 @@ func (s *Store) Consumers(_ context.Context, key, _ string) ([][]byte, error) {
 		out = append(out, l.entries[(l.next-i+len(l.entries))%len(l.entries)])
 	}
 	return out, nil
+}
+
+// ResetConsumers implements store.ConsumerLog.
+func (s *Store) ResetConsumers(_ context.Context, reqs []sluice.Request) error {
+	c := &s.consumers
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range reqs {
+		if l := c.lists[r.Key]; l != nil {
+			c.remove(r.Key, l)
+		}
+	}
+	return nil
 }
