@@ -57,6 +57,15 @@ type Config struct {
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 10s.
 	ShutdownTimeout algo.Duration `yaml:"shutdown_timeout"`
+	// ShutdownDelay is how long, after SIGTERM, the service goes on
+	// serving while /readyz answers 503 and the gRPC health service
+	// NOT_SERVING, so that a load balancer stops sending to it before its
+	// listeners close. Default 0.
+	ShutdownDelay algo.Duration `yaml:"shutdown_delay"`
+	// AdminHTTP, when set, is a listen address that serves the /admin/
+	// endpoints (and health and metrics) on their own; the HTTP listener
+	// then has none. Empty (the default) serves them on the HTTP listener.
+	AdminHTTP string `yaml:"admin_http"`
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
 	// (default) or json.
 	LogLevel  string `yaml:"log_level"`
@@ -240,6 +249,7 @@ func (c *Config) Set(field, s string) error {
 	str := map[string]*string{
 		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy,
 		"on_store_error": &c.OnStoreError, "admin_token": &c.AdminToken, "admin_token_file": &c.AdminTokenFile,
+		"admin_http":   &c.AdminHTTP,
 		"redis.prefix": &c.Redis.Prefix, "redis.username": &c.Redis.Username, "redis.password": &c.Redis.Password,
 		"redis.tls.ca_file": &c.Redis.TLS.CAFile, "redis.tls.cert_file": &c.Redis.TLS.CertFile,
 		"redis.tls.key_file": &c.Redis.TLS.KeyFile, "redis.tls.server_name": &c.Redis.TLS.ServerName,
@@ -251,7 +261,7 @@ func (c *Config) Set(field, s string) error {
 	}
 	durs := map[string]*algo.Duration{
 		"timeout": &c.Timeout, "consumers.ttl": &c.Consumers.TTL,
-		"watch_interval": &c.WatchInterval, "shutdown_timeout": &c.ShutdownTimeout,
+		"watch_interval": &c.WatchInterval, "shutdown_timeout": &c.ShutdownTimeout, "shutdown_delay": &c.ShutdownDelay,
 		"redis.max_flush_delay": &c.Redis.MaxFlushDelay,
 	}
 	if p, ok := durs[field]; ok {

@@ -1,9 +1,9 @@
 package server
 
 import (
-	"errors"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"

@@ -33,24 +33,32 @@ import (
 // The admin endpoints need "Authorization: Bearer <admin token>" (401
 // without it or with a wrong one); with no admin token configured they do
 // not exist (404).
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.handler(true, true) }
+
+// handler is the HTTP API with or without the admin endpoints, and with or
+// without the check endpoint (an admin listener of its own has none).
+func (s *Server) handler(admin, check bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", s.handleCheck)
-	mux.HandleFunc("/v1/check", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", "POST")
-		writeProblem(w, http.StatusMethodNotAllowed, "use POST with a JSON body such as {\"path\": [\"user\", \"alex\"]}")
-	})
+	if check {
+		mux.HandleFunc("POST /v1/check", s.handleCheck)
+		mux.HandleFunc("/v1/check", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", "POST")
+			writeProblem(w, http.StatusMethodNotAllowed, "use POST with a JSON body such as {\"path\": [\"user\", \"alex\"]}")
+		})
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /admin/v1/state", s.admin(s.handleState))
-	mux.HandleFunc("DELETE /admin/v1/state", s.admin(s.handleReset))
-	mux.HandleFunc("/admin/v1/state", s.admin(methodNotAllowed("GET, DELETE")))
-	mux.HandleFunc("GET /admin/v1/consumers", s.admin(s.handleConsumers))
-	mux.HandleFunc("/admin/v1/consumers", s.admin(methodNotAllowed("GET")))
+	if admin {
+		mux.HandleFunc("GET /admin/v1/state", s.admin(s.handleState))
+		mux.HandleFunc("DELETE /admin/v1/state", s.admin(s.handleReset))
+		mux.HandleFunc("/admin/v1/state", s.admin(methodNotAllowed("GET, DELETE")))
+		mux.HandleFunc("GET /admin/v1/consumers", s.admin(s.handleConsumers))
+		mux.HandleFunc("/admin/v1/consumers", s.admin(methodNotAllowed("GET")))
+	}
 	mux.HandleFunc("/", notFound)
 	return mux
 }

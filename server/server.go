@@ -50,7 +50,9 @@ type Server struct {
 	errLog   ratelog.Limiter // store failures: one line a second
 	httpLn   net.Listener
 	grpcLn   net.Listener
+	adminLn  net.Listener // nil: admin on httpLn
 	httpSrv  *http.Server
+	adminSrv *http.Server
 	grpcSrv  *grpc.Server
 	health   *health.Server
 	inflight sync.WaitGroup
@@ -126,6 +128,16 @@ func (s *Server) Listen() error {
 			return fmt.Errorf("listen grpc: %w", err)
 		}
 	}
+	if s.cfg.AdminHTTP != "" {
+		if s.adminLn, err = net.Listen("tcp", s.cfg.AdminHTTP); err != nil {
+			for _, l := range []net.Listener{s.httpLn, s.grpcLn} {
+				if l != nil {
+					l.Close()
+				}
+			}
+			return fmt.Errorf("listen admin: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -134,6 +146,10 @@ func (s *Server) HTTPAddr() string { return addrOf(s.httpLn) }
 
 // GRPCAddr is the gRPC listener's address, "" when off or not listening.
 func (s *Server) GRPCAddr() string { return addrOf(s.grpcLn) }
+
+// AdminAddr is the admin listener's address, "" when admin is served on
+// the HTTP listener.
+func (s *Server) AdminAddr() string { return addrOf(s.adminLn) }
 
 func addrOf(l net.Listener) string {
 	if l == nil {
@@ -153,20 +169,27 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 			return err
 		}
 	}
-	errc := make(chan error, 2)
-	if s.httpLn != nil {
-		s.httpSrv = &http.Server{
-			Handler:           s.Handler(),
+	errc := make(chan error, 3)
+	serveHTTP := func(ln net.Listener, h http.Handler, name string) *http.Server {
+		srv := &http.Server{
+			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		}
 		go func() {
-			if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("http: %w", err)
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
+		return srv
+	}
+	if s.httpLn != nil {
+		s.httpSrv = serveHTTP(s.httpLn, s.handler(s.adminLn == nil, true), "http")
+	}
+	if s.adminLn != nil {
+		s.adminSrv = serveHTTP(s.adminLn, s.handler(true, false), "admin")
 	}
 	if s.grpcLn != nil {
 		s.grpcSrv = grpc.NewServer()
@@ -207,17 +230,24 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 func (s *Server) shutdown() {
 	s.ready.Store(false)
 	s.setHealth(healthpb.HealthCheckResponse_NOT_SERVING)
+	if d := time.Duration(s.cfg.ShutdownDelay); d > 0 {
+		s.log.Info("not ready; serving on before closing the listeners", "shutdown_delay", d)
+		time.Sleep(d)
+	}
 	timeout := time.Duration(s.cfg.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	if s.httpSrv != nil {
+	for _, srv := range []*http.Server{s.httpSrv, s.adminSrv} {
+		if srv == nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.httpSrv.Shutdown(ctx); err != nil {
+			if err := srv.Shutdown(ctx); err != nil {
 				s.log.Warn("http shutdown: in-flight requests cut short", "err", err)
-				s.httpSrv.Close()
+				srv.Close()
 			}
 		}()
 	}
@@ -249,6 +279,9 @@ func (s *Server) Close() {
 	}
 	if s.grpcLn != nil {
 		s.grpcLn.Close()
+	}
+	if s.adminLn != nil {
+		s.adminLn.Close()
 	}
 	s.consumers.close()
 	s.store.Close()

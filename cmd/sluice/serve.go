@@ -41,6 +41,8 @@ func runServe(ctx context.Context, e env, args []string) int {
 	str("on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)")
 	str("admin-token", "admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)")
 	str("admin-token-file", "admin_token_file", "file holding the admin token")
+	str("admin-http", "admin_http", "serve /admin/ (and health and metrics) on this address of its own, not on --http")
+	str("shutdown-delay", "shutdown_delay", "after SIGTERM, answer /readyz 503 for this long before closing the listeners (default 0)")
 	str("redis-prefix", "redis.prefix", "prefix of Redis keys (default sluice:)")
 	str("redis-tls-ca", "redis.tls.ca_file", "CA file that verifies Redis's TLS certificate (turns TLS on)")
 	str("redis-tls-cert", "redis.tls.cert_file", "client certificate for Redis TLS")
@@ -169,6 +171,9 @@ func banner(e env, cfg server.Config, srv *server.Server) {
 	}
 	if a := srv.GRPCAddr(); a != "" {
 		fmt.Fprintf(&b, "  gRPC       %s   envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1.Health\n", a)
+	}
+	if a := srv.AdminAddr(); a != "" {
+		fmt.Fprintf(&b, "  admin      http://%s   /admin/v1/..., GET /metrics /healthz /readyz\n", a)
 	}
 	fmt.Fprintf(&b, "  store      %s\n", store.Redact(cfg.Store))
 	if cfg.Policy == "" {

@@ -84,6 +84,7 @@ type proc struct {
 	t          *testing.T
 	cmd        *exec.Cmd
 	http, grpc string // addresses from the banner
+	admin      string
 	stdout     *syncBuffer
 	stderr     *syncBuffer
 	exited     chan struct{}
@@ -91,6 +92,7 @@ type proc struct {
 
 var bannerHTTP = regexp.MustCompile(`HTTP/JSON\s+http://(\S+)`)
 var bannerGRPC = regexp.MustCompile(`gRPC\s+(\S+)`)
+var bannerAdmin = regexp.MustCompile(`admin\s+http://(\S+)`)
 
 // serve starts `sluice serve args...` with env added to the environment
 // and waits for its banner. It is killed when the test ends if still
@@ -145,6 +147,9 @@ func serve(t *testing.T, env []string, args ...string) *proc {
 			}
 			if m := bannerGRPC.FindStringSubmatch(l); m != nil {
 				p.grpc = m[1]
+			}
+			if m := bannerAdmin.FindStringSubmatch(l); m != nil {
+				p.admin = m[1]
 			}
 			if strings.HasPrefix(l, "  policy") {
 				return p
@@ -1183,5 +1188,43 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 	}
 	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 {
 		t.Errorf("readyz after Redis came up: %d %s", a.status, a.body)
+	}
+}
+
+// TestServeAdminListenerAndShutdownDelay: with --admin-http the admin API
+// is served there and not on the HTTP listener; with --shutdown-delay,
+// after SIGTERM /readyz answers 503 while checks are still served.
+func TestServeAdminListenerAndShutdownDelay(t *testing.T) {
+	const token = "tok"
+	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, append(local, "--admin-http", "127.0.0.1:0", "--shutdown-delay", "1500ms",
+		"--policy", policyFile(t, testPolicy))...)
+	if p.admin == "" {
+		t.Fatal("no admin address in the banner")
+	}
+	if a := do(t, "GET", "http://"+p.admin+"/admin/v1/state?path=shared", token, ""); a.status != 200 {
+		t.Errorf("admin listener: %d %s", a.status, a.body)
+	}
+	if a := do(t, "GET", "http://"+p.http+"/admin/v1/state?path=shared", token, ""); a.status != 404 {
+		t.Errorf("admin on the HTTP listener too: %d", a.status)
+	}
+	if a := do(t, "POST", "http://"+p.admin+"/v1/check", "", `{"path": ["shared"]}`); a.status != 404 {
+		t.Errorf("checks on the admin listener: %d", a.status)
+	}
+	p.signal(syscall.SIGTERM)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("readyz did not turn 503 after SIGTERM")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a := p.check(`{"path": ["shared"]}`); a.status != 200 {
+		t.Errorf("a check while draining: %d", a.status)
+	}
+	if code := p.wait(10 * time.Second); code != 0 {
+		t.Errorf("exit %d", code)
 	}
 }
