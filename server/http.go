@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -91,7 +92,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	b.body = body[:0]
 	if err != nil {
 		s.m.badRequests.WithLabelValues("http").Inc()
-		writeProblem(w, http.StatusBadRequest, err.Error())
+		status := http.StatusBadRequest
+		if errors.Is(err, errTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeProblem(w, status, err.Error())
 		return
 	}
 	var req CheckRequest
@@ -213,10 +218,13 @@ func answerStatus(d *sluice.Decision, storeFailed bool) int {
 // contentTypeJSON is shared by every answer: net/http only reads it.
 var contentTypeJSON = []string{"application/json"}
 
+// errTooLarge is readBody's error for a body over MaxBodyBytes: a 413.
+var errTooLarge = errors.New("the body is too large")
+
 // readBody reads at most MaxBodyBytes of the body into buf.
 func readBody(r *http.Request, buf []byte) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
-		return buf, bodyErrorf("body of %d bytes exceeds the limit of %d", r.ContentLength, MaxBodyBytes)
+		return buf, fmt.Errorf("%w: %d bytes, more than %d", errTooLarge, r.ContentLength, MaxBodyBytes)
 	}
 	for {
 		if len(buf) == cap(buf) {
@@ -236,7 +244,7 @@ func readBody(r *http.Request, buf []byte) ([]byte, error) {
 		}
 	}
 	if len(buf) > MaxBodyBytes {
-		return buf, bodyErrorf("body exceeds the limit of %d bytes", MaxBodyBytes)
+		return buf, fmt.Errorf("%w: more than %d bytes", errTooLarge, MaxBodyBytes)
 	}
 	return buf, nil
 }

@@ -99,3 +99,26 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminTokenOnlyInTheHeader: a token in the query is no token.
+func TestAdminTokenOnlyInTheHeader(t *testing.T) {
+	s, err := New(context.Background(), Config{Store: "memory", AdminToken: "sekret", PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, q := range []string{"token=sekret", "access_token=sekret", "authorization=Bearer%20sekret"} {
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/admin/v1/state?path=a&"+q, nil))
+		if w.Code != http.StatusUnauthorized {
+			t.Errorf("?%s: %d", q, w.Code)
+		}
+	}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/admin/v1/state?path=a", nil)
+	r.Header.Set("Authorization", "Bearer sekret")
+	s.Handler().ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		t.Errorf("with the header: %d %s", w.Code, w.Body)
+	}
+}

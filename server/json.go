@@ -238,9 +238,10 @@ func ParseCheckRequest(body []byte) (CheckRequest, error) {
 }
 
 // ValidPath checks the segments of a check's path: each a string that is
-// not empty (a JSON null decodes to one) and holds no U+FFFD, which is
-// what a decoder makes of invalid UTF-8 or a lone surrogate escape, so
-// that ids that are not text cannot all share one counter.
+// not empty (a JSON null decodes to one), holds no control character and
+// no U+FFFD, which is what a decoder makes of invalid UTF-8 or a lone
+// surrogate escape, so that ids that are not text cannot all share one
+// counter.
 func ValidPath(path []string) error {
 	for i, seg := range path {
 		switch {
@@ -250,6 +251,8 @@ func ValidPath(path []string) error {
 			return bodyErrorf(`"path"[%d] is not valid UTF-8`, i)
 		case strings.ContainsRune(seg, utf8.RuneError):
 			return bodyErrorf(`"path"[%d] holds U+FFFD: invalid UTF-8 or a lone surrogate escape`, i)
+		case strings.ContainsFunc(seg, isControl):
+			return bodyErrorf(`"path"[%d] holds a control character`, i)
 		}
 	}
 	return nil
@@ -300,3 +303,5 @@ func stripJSONPrefix(s string) string {
 	}
 	return s
 }
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 }

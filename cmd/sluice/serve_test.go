@@ -387,19 +387,25 @@ func TestServeHTTPOnRedis(t *testing.T) {
 
 func TestServeMalformedRequests(t *testing.T) {
 	p := serve(t, nil, local...)
-	cases := []struct{ body, want string }{
-		{`{"path": ["user", "alex"`, "malformed JSON"},
-		{`{"path": ["user"], "colour": "red"}`, `unknown field "colour"`},
-		{`{"path": []}`, `"path" is missing or empty`},
-		{`{"cost": 1}`, `"path" is missing or empty`},
-		{`{"path": ["user"], "cost": -3}`, `"cost" must not be negative, got -3`},
-		{`{"path": ["user"], "cost": "1"}`, `"cost" must be an integer`},
-		{strings.Repeat(" ", server.MaxBodyBytes+1), "exceeds the limit"},
-		{`{"path": ["user", "` + strings.Repeat("x", 600) + `"]}`, "exceeds 512"},
+	cases := []struct {
+		body, want string
+		status     int // 400 when 0
+	}{
+		{`{"path": ["user", "alex"`, "malformed JSON", 0},
+		{`{"path": ["user"], "colour": "red"}`, `unknown field "colour"`, 0},
+		{`{"path": []}`, `"path" is missing or empty`, 0},
+		{`{"cost": 1}`, `"path" is missing or empty`, 0},
+		{`{"path": ["user"], "cost": -3}`, `"cost" must not be negative, got -3`, 0},
+		{`{"path": ["user"], "cost": "1"}`, `"cost" must be an integer`, 0},
+		{strings.Repeat(" ", server.MaxBodyBytes+1), "too large", 413},
+		{`{"path": ["user", "` + strings.Repeat("x", 600) + `"]}`, "exceeds 512", 0},
+		{`{"path": ["user", "a\u0000b"]}`, "control character", 0},
+		{`{"path": ["user"], "cost": 99999999999999999999}`, `"cost" must be an integer`, 0},
+		{`{"path": ["user"], "meta": ` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat(`}`, 5000) + `}`, "meta", 0},
 	}
 	for _, c := range cases {
 		a := p.check(c.body)
-		if a.status != 400 {
+		if want := max(c.status, 400); a.status != want {
 			t.Errorf("%.40q: status %d %s", c.body, a.status, a.body)
 			continue
 		}
