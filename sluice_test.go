@@ -196,3 +196,22 @@ func TestReadmePolicies(t *testing.T) {
 		t.Error("no policy in the README")
 	}
 }
+
+// FuzzKeyInjective: two different part lists never give the same key.
+func FuzzKeyInjective(f *testing.F) {
+	f.Add("user", "alex:trade", "user:alex", "trade", 2)
+	f.Add("a#0", "", "a", "#0", 1)
+	f.Add("{x}", "%7Bx%7D", "%", "25", 0)
+	f.Fuzz(func(t *testing.T, a1, a2, b1, b2 string, shape int) {
+		a, b := []string{a1, a2}, []string{b1, b2}
+		switch shape % 3 {
+		case 1:
+			a = a[:1]
+		case 2:
+			b = b[:1]
+		}
+		if !slices.Equal(a, b) && sluice.Key(a...) == sluice.Key(b...) {
+			t.Fatalf("Key(%q) = Key(%q) = %q", a, b, sluice.Key(a...))
+		}
+	})
+}

@@ -16,3 +16,14 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 go vet ./...
 go test -race -count=1 ./... "$@"
+# A short run of every fuzz target (their seeds ran above as tests): a few
+# seconds each, so that CI explores a little beyond the seeds every time.
+fuzz_time=${FUZZ_TIME:-3s}
+for target in \
+  ".:FuzzKeyInjective" "./policy:FuzzParse" "./server:FuzzParseCheck" "./server:FuzzShouldRateLimit" \
+  "./cmd/sluice:FuzzParseEvent" "./internal/jsonenc:FuzzAppendString" "./internal/sf:FuzzString" "./internal/sf:FuzzList"; do
+  if ! out=$(go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "$fuzz_time" "${target%%:*}" 2>&1); then
+    echo "$out"; echo "fuzz: $target failed" >&2; exit 1
+  fi
+done
+echo "fuzz: 8 targets, $fuzz_time each: no failure"

@@ -36,7 +36,7 @@ func (f fixedTime) DecideAll(ctx context.Context, reqs []sluice.Request, res []a
 }
 
 // newTestServer serves policy on the memory store at a fixed time.
-func newTestServer(t *testing.T, policyYAML string) *Server {
+func newTestServer(t testing.TB, policyYAML string) *Server {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte(policyYAML), PolicyName: "test.yaml"}, log)

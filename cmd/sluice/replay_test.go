@@ -213,3 +213,24 @@ func TestReplayReadmeExample(t *testing.T) {
 		t.Fatalf("status %d\nstdout %q\nstderr %q", status, out, errOut)
 	}
 }
+
+// FuzzParseEvent: a replay line is a valid request or an error, never a
+// panic.
+func FuzzParseEvent(f *testing.F) {
+	for _, s := range []string{
+		`{"t_ns": 1800003000334587000, "key": "a", "limit": {"algorithm": "gcra", "burst": 15, "count": 30, "period": "60s"}, "cost": 1}`,
+		`{"key": "a", "limit": {"algorithm": "sliding_log", "limits": {"h": {"limit": 5, "window": "1h"}}, "buckets": 4}}`,
+		`{"key": "a", "limit": {"algorithm": "window_counter", "limits": [{"limit": 5, "window": "1s"}]}, "cost": -1}`,
+		`{"t_ns": -5, "key": "", "limit": null}`, `{"path": ["a"]}`, `[]`, `{"key": "a", "limit": {"algorithm": "gate", "interval": "9999999999h"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		req, err := parseEvent(line)
+		if err == nil {
+			if err := req.Validate(); err != nil {
+				t.Fatalf("%q parsed into an invalid request: %v", line, err)
+			}
+		}
+	})
+}
