@@ -38,10 +38,11 @@ func TestOpenByURL(t *testing.T) {
 	if _, ok := st.(*redis.Store); !ok {
 		t.Errorf("Open(redis) = %T", st)
 	}
-	if _, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: algo.Gate{Interval: time.Minute}, Cost: 1}); err != nil {
+	req := sluice.Request{Key: "k", Limit: algo.Gate{Interval: time.Minute}, Cost: 1}
+	if _, err := st.Decide(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := srv.Do("EXISTS", "p:k"); err != nil || v != "1" {
+	if v, err := srv.Do("EXISTS", redis.StateKey("p:", req)); err != nil || v != "1" {
 		t.Errorf("the prefix option did not reach the store: EXISTS p:k = %q, %v", v, err)
 	}
 

@@ -4,7 +4,8 @@ package jsonenc
 
 import "unicode/utf8"
 
-// AppendString appends s as a JSON string the way encoding/json does:
+// AppendString appends s as a JSON string the way encoding/json does (as
+// of Go 1.22, which writes \b and \f):
 // HTML-escaping <, > and &, escaping U+2028 and U+2029, and replacing
 // invalid UTF-8 with U+FFFD.
 func AppendString[S ~string | ~[]byte](b []byte, s S) []byte {
@@ -28,6 +29,10 @@ func AppendString[S ~string | ~[]byte](b []byte, s S) []byte {
 				b = append(b, '\\', 'r')
 			case '\t':
 				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
 			}
