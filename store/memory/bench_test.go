@@ -247,3 +247,49 @@ func benchLimitInLoop(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTenMillionKeys decides 10,000,000 distinct keys (GCRA, each
+// state expiring 1 s after its decision, in virtual time over 100 s), then
+// lets them expire and sweeps, and reports the heap per live key at the
+// peak and the heap after the sweep. Run it alone:
+//
+//	go test -run '^$' -bench BenchmarkTenMillionKeys -benchtime 1x ./store/memory
+func BenchmarkTenMillionKeys(b *testing.B) {
+	const n = 10_000_000
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	lim := algo.GCRA{Burst: 0, Count: 1, Period: time.Second}
+	for range b.N {
+		st := memory.New(memory.WithSweepEvery(0))
+		base := heap()
+		t0 := time.Unix(1_800_000_000, 0)
+		key := make([]byte, 0, 16)
+		start := time.Now()
+		for i := range n {
+			key = strconv.AppendInt(append(key[:0], 'k'), int64(i), 10)
+			// 100,000 keys per virtual second, for 100 s.
+			at := t0.Add(time.Duration(i) * 10 * time.Microsecond)
+			if _, err := st.Decide(context.Background(), sluice.Request{Key: string(key), Limit: lim, Cost: 1, Time: at}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		peak := heap()
+		// Two minutes later every state has expired: one decision per
+		// shard's worth of keys moves the shards' clocks, then a sweep.
+		for i := range 10_000 {
+			st.Decide(context.Background(), sluice.Request{Key: "late" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0.Add(220 * time.Second)})
+		}
+		st.Sweep()
+		after := heap()
+		b.ReportMetric(float64(peak-base)/n, "B/key-at-peak")
+		b.ReportMetric(float64(after-base)/(1<<20), "MB-after-expiry")
+		b.ReportMetric(float64(peak-base)/(1<<20), "MB-at-peak")
+		b.ReportMetric(float64(n)/took.Seconds(), "new-keys/s")
+		st.Close()
+	}
+}

@@ -62,14 +62,24 @@ type Options struct {
 	// Log receives the background connection's events (nil:
 	// slog.Default()).
 	Log *slog.Logger
+	// MaxInFlight bounds the decisions sent to Redis and not yet answered
+	// (DefaultMaxInFlight when zero). A decision past it waits for a slot
+	// until its context is done: however many callers there are, the
+	// client's pipeline never holds more than Redis answers in time, and
+	// every call returns by its deadline.
+	MaxInFlight int
 }
+
+// DefaultMaxInFlight is Options.MaxInFlight when zero.
+const DefaultMaxInFlight = 4096
 
 // Store is the Redis store.
 type Store struct {
-	conn    atomic.Pointer[conn] // nil until connected
-	owned   bool
-	prefix  string
-	timeout time.Duration
+	conn     atomic.Pointer[conn] // nil until connected
+	inflight chan struct{}        // a slot per decision in flight
+	owned    bool
+	prefix   string
+	timeout  time.Duration
 
 	stop chan struct{} // ends background connecting
 	done chan struct{} // closed when background connecting has ended
@@ -206,7 +216,11 @@ func newStore(opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Store{prefix: opts.Prefix, timeout: opts.Timeout, stop: make(chan struct{}), done: make(chan struct{})}, nil
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	return &Store{prefix: opts.Prefix, timeout: opts.Timeout, inflight: make(chan struct{}, opts.MaxInFlight),
+		stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // Client returns the store's Redis client, nil while a store opened with
@@ -232,6 +246,25 @@ func (s *Store) connected(ctx context.Context) (context.Context, context.CancelF
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	return ctx, cancel, nil
 }
+
+// acquire takes a slot for a decision in flight, or returns ctx's error
+// when ctx is done first.
+func (s *Store) acquire(ctx context.Context) error {
+	select {
+	case s.inflight <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.inflight <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("redis store: waiting for one of %d slots: %w", cap(s.inflight), ctx.Err())
+	}
+}
+
+// release gives back acquire's slot.
+func (s *Store) release() { <-s.inflight }
 
 // Ping implements store.Pinger.
 func (s *Store) Ping(ctx context.Context) error {

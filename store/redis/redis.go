@@ -247,6 +247,10 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		return false, err
 	}
 	defer cancel()
+	if err := s.acquire(ctx); err != nil {
+		return false, err
+	}
+	defer s.release()
 	if len(reqs) > 1 {
 		reqs = inBatch(reqs) // a nary log is all or nothing in a batch
 	}
