@@ -70,12 +70,24 @@ func StartOn(tb testing.TB, port int, args ...string) *Server {
 }
 
 func start(bin, dir string, port int, args []string) (*Server, error) {
+	return startWith(bin, dir, port, "", args)
+}
+
+// startWith starts redis-server on port, with a configuration file first
+// when conf is not empty (sentinels need one to write to).
+func startWith(bin, dir string, port int, conf string, args []string) (*Server, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	argv := append([]string{
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning",
-	}, args...)
+	var argv []string
+	if conf != "" {
+		argv = append(argv, conf)
+	}
+	argv = append(argv,
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
+		"--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning")
+	if conf == "" {
+		argv = append(argv, "--save", "", "--appendonly", "no")
+	}
+	argv = append(argv, args...)
 	cmd := exec.Command(bin, argv...)
 	cmd.Dir = dir
 	log, err := os.Create(dir + "/redis.log")
@@ -134,6 +146,61 @@ func ping(addr string) error {
 		return fmt.Errorf("PING answered %q", r)
 	}
 	return nil
+}
+
+// doArray sends one command and reads a flat array reply (of bulk
+// strings and integers), such as SENTINEL MASTER's.
+func doArray(addr string, args ...string) ([]string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return nil, err
+	}
+	rd := bufio.NewReader(c)
+	readLine := func() (string, error) {
+		l, err := rd.ReadString('\n')
+		return strings.TrimRight(l, "\r\n"), err
+	}
+	head, err := readLine()
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(head, "*") {
+		return nil, fmt.Errorf("not an array: %q", head)
+	}
+	n, _ := strconv.Atoi(head[1:])
+	out := make([]string, 0, max(n, 0))
+	for range max(n, 0) {
+		l, err := readLine()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case strings.HasPrefix(l, "$"):
+			size, _ := strconv.Atoi(l[1:])
+			if size < 0 {
+				out = append(out, "")
+				continue
+			}
+			buf := make([]byte, size+2)
+			if _, err := io.ReadFull(rd, buf); err != nil {
+				return nil, err
+			}
+			out = append(out, string(buf[:size]))
+		case len(l) > 0:
+			out = append(out, l[1:])
+		}
+	}
+	return out, nil
 }
 
 func do(addr string, args ...string) (string, error) {

@@ -1,0 +1,57 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// TestSentinelFailover: deciding through three sentinels, the master is
+// killed; the sentinels promote the replica, the client follows, and
+// decisions work again (the promoted replica gets the scripts through the
+// NOSCRIPT fallback). The decisions that erred during the switch are
+// counted and logged.
+func TestSentinelFailover(t *testing.T) {
+	s := redistest.StartSentinels(t)
+	st, err := redis.Open(context.Background(), s.URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	req := sluice.Request{Key: "failover", Limit: algo.GCRA{Burst: 1 << 20, Count: 1000, Period: time.Second}, Cost: 1}
+	decide := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := st.Decide(ctx, req)
+		return err
+	}
+	for range 20 {
+		if err := decide(); err != nil {
+			t.Fatalf("before the failover: %v", err)
+		}
+	}
+	old := s.MasterAddr()
+	s.Master.Stop() // SIGKILL
+	killed := time.Now()
+	errs, ok := 0, 0
+	for ok < 20 {
+		if time.Since(killed) > 60*time.Second {
+			t.Fatalf("no decision 60s after the master died (%d errors)", errs)
+		}
+		if err := decide(); err != nil {
+			errs++
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		ok++
+	}
+	if now := s.MasterAddr(); now == old || now != s.Replica.Addr {
+		t.Errorf("master %s after the failover, was %s; the replica is %s", now, old, s.Replica.Addr)
+	}
+	t.Logf("decisions again %v after the master died; %d decisions erred meanwhile", time.Since(killed).Round(time.Millisecond), errs)
+}
