@@ -44,8 +44,8 @@ func StartSentinels(tb testing.TB) *Sentinels {
 	}
 	s.Replica = StartOn(tb, rport, "--replicaof", "127.0.0.1", mport)
 	waitFor(tb, "the replica to sync", func() bool {
-		info, _ := s.Master.Do("INFO", "replication")
-		return strings.Contains(info, "connected_slaves:1")
+		info, _ := s.Replica.Do("INFO", "replication")
+		return strings.Contains(info, "master_link_status:up")
 	})
 	for range 3 {
 		port, err := FreePort()

@@ -55,3 +55,65 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	t.Logf("decisions again %v after the master died; %d decisions erred meanwhile", time.Since(killed).Round(time.Millisecond), errs)
 }
+
+// TestClusterFailover: on a Redis Cluster of three masters and three
+// replicas, the master of a key's slot is killed under decisions; its
+// replica is promoted, the client follows the new slot map, and decisions
+// work again (the promoted replica gets the scripts through the NOSCRIPT
+// fallback). The decisions that erred during the switch are counted.
+func TestClusterFailover(t *testing.T) {
+	c := redistest.StartClusterWithReplicas(t)
+	st, err := redis.Open(context.Background(), c.URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	req := sluice.Request{Key: "failover:alex", Tag: "failover:alex", Limit: algo.GCRA{Burst: 1 << 20, Count: 1000, Period: time.Second}, Cost: 1}
+	decide := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := st.Decide(ctx, req)
+		return err
+	}
+	for range 20 {
+		if err := decide(); err != nil {
+			t.Fatalf("before the failover: %v", err)
+		}
+	}
+	slot := redis.Slot(redis.StateKey(redis.DefaultPrefix, req))
+	master := c.MasterOf(c.Nodes[0], slot)
+	if master == nil {
+		t.Fatal("no master for the key's slot")
+	}
+	master.Stop() // SIGKILL
+	killed := time.Now()
+	errs, ok := 0, 0
+	for ok < 20 {
+		if time.Since(killed) > 20*time.Second {
+			for _, n := range c.Nodes {
+				info, _ := n.Do("CLUSTER", "INFO")
+				t.Logf("%s: %.60q", n.Addr, info)
+			}
+			t.Fatalf("no decision 20s after the master died (%d errors)", errs)
+		}
+		if err := decide(); err != nil {
+			if errs++; errs%200 == 1 {
+				t.Logf("%v: %v", time.Since(killed).Round(time.Millisecond), err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		ok++
+	}
+	var alive *redistest.Server
+	for _, n := range c.Nodes {
+		if n != master {
+			alive = n
+			break
+		}
+	}
+	if now := c.MasterOf(alive, slot); now == nil || now == master {
+		t.Errorf("the slot's master after the failover: %v", now)
+	}
+	t.Logf("decisions again %v after the slot's master died; %d decisions erred meanwhile", time.Since(killed).Round(time.Millisecond), errs)
+}
