@@ -1,0 +1,283 @@
+// Package queue is a bounded admission queue drained by workers at their
+// own pace: a leaky bucket coupled to real processing.
+//
+// Add admits an entry while the queue holds fewer than Options.Capacity
+// entries, and otherwise refuses it with a *FullError that carries the
+// queue's length and a wait estimated from the observed drain rate. An
+// entry leaves the queue only when a worker has handled it (its handler
+// returned nil) or has moved it to the dead-letter list, so the length
+// counts entries waiting and entries being handled, and nothing accepted
+// is lost.
+//
+// On Redis (a *redis.Store from store/redis) a queue is a stream with one
+// consumer group; admission is one Lua script (XLEN, XADD), never trimmed
+// with MAXLEN. Workers in any number of processes read with XREADGROUP,
+// ack and delete an entry only after its handler succeeded, and claim the
+// entries a dead or stuck worker held longer than the visibility timeout
+// with XAUTOCLAIM. Delivery is at least once: a handler gets the entry's
+// id to deduplicate. On any other store (the memory store) the queue is an
+// in-process twin with the same API and meaning, shared by every Queue
+// opened on that store with the same name, without recovery across
+// processes.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// Bounds on what a caller controls.
+const (
+	// MaxNameBytes bounds a queue's name.
+	MaxNameBytes = 200
+	// MaxEntryBytes bounds an entry's fields, encoded as JSON.
+	MaxEntryBytes = 64 << 10
+	// MaxDedupBytes bounds a deduplication id.
+	MaxDedupBytes = 200
+)
+
+// Options configures a Queue.
+type Options struct {
+	// Capacity is the most entries the queue holds; Add refuses beyond
+	// it. Default 1000.
+	Capacity int
+	// Group names the consumer group the workers share. Default "workers".
+	Group string
+}
+
+// Entry is one admitted entry.
+type Entry struct {
+	// ID is the entry's id, unique in its queue and increasing with
+	// admission (a Redis stream id, "milliseconds-sequence").
+	ID string
+	// Fields are what the producer added.
+	Fields map[string]string
+	// Deliveries counts how often the entry was handed to a handler,
+	// this time included.
+	Deliveries int64
+}
+
+// Added is the answer to a successful Add.
+type Added struct {
+	// ID is the entry's id.
+	ID string
+	// Duplicate reports that an entry with the same deduplication id was
+	// still queued: ID is that entry's and nothing was added.
+	Duplicate bool
+	// Length is the queue's length after the call.
+	Length int64
+}
+
+// FullError is the error of an Add refused because the queue was full.
+type FullError struct {
+	// Length is the queue's length, at least its capacity.
+	Length int64
+	// Wait estimates when a slot frees: (Length - capacity + 1) over the
+	// drain rate observed in the last 10 to 20 seconds; 0 when nothing
+	// was drained lately (unknown).
+	Wait time.Duration
+}
+
+func (e *FullError) Error() string {
+	if e.Wait <= 0 {
+		return fmt.Sprintf("queue full: length %d, wait unknown (nothing drained lately)", e.Length)
+	}
+	return fmt.Sprintf("queue full: length %d, estimated wait %v", e.Length, e.Wait)
+}
+
+// ErrFull matches every *FullError with errors.Is.
+var ErrFull = errors.New("queue full")
+
+// Is reports whether target is ErrFull.
+func (e *FullError) Is(target error) bool { return target == ErrFull }
+
+// Stats describes a queue.
+type Stats struct {
+	Name     string `json:"name"`
+	Capacity int    `json:"capacity"`
+	// Length counts the entries in the queue: waiting and being handled.
+	Length int64 `json:"length"`
+	// Pending counts the entries delivered to a worker and not yet acked.
+	Pending int64 `json:"pending"`
+	// Consumers counts the workers known to the group.
+	Consumers int64 `json:"consumers"`
+	// DeadLetters counts the entries in the dead-letter list.
+	DeadLetters int64 `json:"dead_letters"`
+	// Admitted, Delivered and Acked count since the queue was created;
+	// Delivered counts redeliveries too, Acked counts handled entries
+	// (dead letters not included).
+	Admitted  int64 `json:"admitted"`
+	Delivered int64 `json:"delivered"`
+	Acked     int64 `json:"acked"`
+	// DrainRate is entries leaving the queue per second, over the last 10
+	// to 20 seconds.
+	DrainRate float64 `json:"drain_rate"`
+}
+
+// DeadLetter is an entry moved to the dead-letter list.
+type DeadLetter struct {
+	Entry
+	// Error is the last error of its handler.
+	Error string
+}
+
+// backend is what a queue needs from where it lives.
+type backend interface {
+	add(ctx context.Context, capacity int, dedup string, fields []byte) (Added, error)
+	// read hands up to count new entries to consumer, waiting up to block
+	// for one.
+	read(ctx context.Context, consumer string, count int, block time.Duration) ([]Entry, error)
+	// claim hands consumer up to count entries idle for minIdle or more,
+	// from cursor on ("0-0" first); next is "0-0" at the end.
+	claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (next string, es []Entry, err error)
+	// fail records a handler's error for an entry that stays pending.
+	fail(ctx context.Context, id, msg string) error
+	// lastError is the error recorded for an entry.
+	lastError(ctx context.Context, id string) (string, error)
+	// ack removes a handled entry; false when it was already removed.
+	ack(ctx context.Context, id string, dead bool) (bool, error)
+	// deadLetter appends e to the dead-letter list.
+	deadLetter(ctx context.Context, e Entry, msg string) error
+	deadLetters(ctx context.Context, count int) ([]DeadLetter, error)
+	stats(ctx context.Context) (Stats, error)
+	// leave forgets consumer when it holds no entries.
+	leave(ctx context.Context, consumer string) error
+}
+
+// Queue is a handle on a named queue in a store. It is safe for
+// concurrent use.
+type Queue struct {
+	name  string
+	opts  Options
+	st    sluice.Store
+	b     backend
+	hooks hooks
+}
+
+// hooks inject crashes in tests.
+type hooks struct {
+	// afterRead runs when a worker got entries, before handling them.
+	afterRead func(es []Entry) error
+	// afterDeadLetter runs between a dead letter's write and its ack.
+	afterDeadLetter func(e Entry) error
+}
+
+// Open returns the queue name in st, creating it (and on Redis its
+// consumer group) when it does not exist.
+func Open(ctx context.Context, st sluice.Store, name string, opts Options) (*Queue, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if opts.Capacity == 0 {
+		opts.Capacity = 1000
+	}
+	if opts.Capacity < 0 {
+		return nil, fmt.Errorf("queue %q: capacity %d is negative", name, opts.Capacity)
+	}
+	if opts.Group == "" {
+		opts.Group = "workers"
+	}
+	q := &Queue{name: name, opts: opts, st: st}
+	if rs, ok := st.(*redis.Store); ok {
+		b, err := openRedis(ctx, rs, name, opts.Group)
+		if err != nil {
+			return nil, fmt.Errorf("queue %q: %w", name, err)
+		}
+		q.b = b
+	} else {
+		q.b = openMemory(st, name)
+	}
+	return q, nil
+}
+
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("queue: empty name")
+	case len(name) > MaxNameBytes:
+		return fmt.Errorf("queue: name of %d bytes (at most %d)", len(name), MaxNameBytes)
+	case !utf8.ValidString(name):
+		return errors.New("queue: name is not UTF-8")
+	}
+	return nil
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Capacity returns the queue's capacity.
+func (q *Queue) Capacity() int { return q.opts.Capacity }
+
+// Add admits an entry with fields unless the queue is full (a
+// *FullError, matching ErrFull). With a non-empty dedup id, an entry with
+// the same id still in the queue is answered instead of adding another
+// (Added.Duplicate); once that entry was handled the id may be added again.
+func (q *Queue) Add(ctx context.Context, fields map[string]string, dedup string) (Added, error) {
+	if len(dedup) > MaxDedupBytes {
+		return Added{}, fmt.Errorf("queue %q: dedup id of %d bytes (at most %d)", q.name, len(dedup), MaxDedupBytes)
+	}
+	enc, err := encodeFields(fields)
+	if err != nil {
+		return Added{}, fmt.Errorf("queue %q: %w", q.name, err)
+	}
+	a, err := q.b.add(ctx, q.opts.Capacity, dedup, enc)
+	if err != nil {
+		var full *FullError
+		if errors.As(err, &full) {
+			return a, err
+		}
+		return a, fmt.Errorf("queue %q: add: %w", q.name, err)
+	}
+	return a, nil
+}
+
+// Stats describes the queue.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	s, err := q.b.stats(ctx)
+	if err != nil {
+		return s, fmt.Errorf("queue %q: stats: %w", q.name, err)
+	}
+	s.Name, s.Capacity = q.name, q.opts.Capacity
+	return s, nil
+}
+
+// DeadLetters returns up to count of the oldest dead letters.
+func (q *Queue) DeadLetters(ctx context.Context, count int) ([]DeadLetter, error) {
+	return q.b.deadLetters(ctx, count)
+}
+
+// memQueues holds the in-process twins, one per (store, name).
+var memQueues struct {
+	sync.Mutex
+	m map[memKey]*memQueue
+}
+
+type memKey struct {
+	st   sluice.Store
+	name string
+}
+
+func openMemory(st sluice.Store, name string) *memQueue {
+	memQueues.Lock()
+	defer memQueues.Unlock()
+	if memQueues.m == nil {
+		memQueues.m = map[memKey]*memQueue{}
+	}
+	k := memKey{st, name}
+	m := memQueues.m[k]
+	if m == nil {
+		m = newMemQueue()
+		memQueues.m[k] = m
+	}
+	return m
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,0 +1,360 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// stores runs f on the memory store and on a real redis-server.
+func stores(t *testing.T, f func(t *testing.T, st sluice.Store)) {
+	t.Run("memory", func(t *testing.T) {
+		st := memory.New()
+		t.Cleanup(func() { st.Close() })
+		f(t, st)
+	})
+	t.Run("redis", func(t *testing.T) {
+		f(t, openRedisStore(t, redistest.Start(t).URL()))
+	})
+}
+
+func openRedisStore(t *testing.T, url string) *redis.Store {
+	t.Helper()
+	st, err := redis.Open(context.Background(), url, redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func open(t *testing.T, st sluice.Store, name string, capacity int) *Queue {
+	t.Helper()
+	q, err := Open(context.Background(), st, name, Options{Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// TestCapacityRace: 100 goroutines race to add to a queue of capacity 10;
+// exactly 10 get ids, the rest a FullError with the length.
+func TestCapacityRace(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		q := open(t, st, "race", 10)
+		var ids sync.Map
+		var added, full atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a, err := q.Add(context.Background(), map[string]string{"i": strconv.Itoa(i)}, "")
+				var fe *FullError
+				switch {
+				case err == nil:
+					added.Add(1)
+					if _, dup := ids.LoadOrStore(a.ID, true); dup {
+						t.Errorf("id %s given twice", a.ID)
+					}
+				case errors.As(err, &fe) && errors.Is(err, ErrFull) && fe.Length == 10:
+					full.Add(1)
+				default:
+					t.Errorf("add: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if added.Load() != 10 || full.Load() != 90 {
+			t.Fatalf("added %d, full %d; want 10 and 90", added.Load(), full.Load())
+		}
+		s, err := q.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Length != 10 || s.Admitted != 10 || s.Pending != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+}
+
+// TestWorkAcksAndFrees: a handled entry leaves the queue, freeing a slot;
+// the handler sees the producer's fields; the drain rate and the wait
+// estimate follow.
+func TestWorkAcksAndFrees(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "frees", 3)
+		for i := range 3 {
+			if _, err := q.Add(ctx, map[string]string{"n": strconv.Itoa(i)}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var fe *FullError
+		if _, err := q.Add(ctx, nil, ""); !errors.As(err, &fe) || fe.Wait != 0 {
+			t.Fatalf("full queue before any drain: %v (want a FullError with an unknown wait)", err)
+		}
+		got := make(chan string, 3)
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan Counts)
+		go func() {
+			c, err := q.Work(wctx, func(_ context.Context, e Entry) error {
+				got <- e.Fields["n"]
+				if len(got) == 3 {
+					stop()
+				}
+				return nil
+			}, WorkerOptions{Visibility: time.Second})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- c
+		}()
+		c := <-done
+		if c.Handled != 3 || c.Duplicates != 0 {
+			t.Fatalf("counts %+v", c)
+		}
+		for _, want := range []string{"0", "1", "2"} {
+			if n := <-got; n != want {
+				t.Fatalf("handled %q, want %q (in order)", n, want)
+			}
+		}
+		s, err := q.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Length != 0 || s.Acked != 3 || s.Delivered != 3 || s.DrainRate <= 0 || s.Consumers != 0 {
+			t.Fatalf("stats after draining: %+v", s)
+		}
+		for range 3 {
+			if _, err := q.Add(ctx, nil, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := q.Add(ctx, nil, ""); !errors.As(err, &fe) || fe.Wait <= 0 {
+			t.Fatalf("full queue after a drain: %v (want a FullError with a wait)", err)
+		}
+	})
+}
+
+// TestDedup: a dedup id still queued answers its entry; once handled the
+// id is free again.
+func TestDedup(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "dedup", 10)
+		a, err := q.Add(ctx, map[string]string{"v": "1"}, "order-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := q.Add(ctx, map[string]string{"v": "2"}, "order-7")
+		if err != nil || !b.Duplicate || b.ID != a.ID || b.Length != 1 {
+			t.Fatalf("second add: %+v %v", b, err)
+		}
+		drain(t, q, 1, func(context.Context, Entry) error { return nil })
+		c, err := q.Add(ctx, nil, "order-7")
+		if err != nil || c.Duplicate || c.ID == a.ID {
+			t.Fatalf("add after handling: %+v %v", c, err)
+		}
+	})
+}
+
+// drain runs one worker until n entries were acked or dead-lettered.
+func drain(t *testing.T, q *Queue, n int64, h Handler) Counts {
+	return drainWith(t, q, n, h, WorkerOptions{Visibility: 200 * time.Millisecond, MaxDeliveries: 3})
+}
+
+func drainWith(t *testing.T, q *Queue, n int64, h Handler, o WorkerOptions) Counts {
+	t.Helper()
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	go func() {
+		for ctx.Err() == nil {
+			s, err := q.Stats(ctx)
+			if err == nil && s.Acked+s.DeadLetters >= n {
+				stop()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	c, err := q.Work(ctx, h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestPoison: an entry whose handler always fails goes to the dead-letter
+// list after MaxDeliveries deliveries, with its last error; the others
+// are handled.
+func TestPoison(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "poison", 10)
+		for _, v := range []string{"ok", "poison", "ok"} {
+			if _, err := q.Add(ctx, map[string]string{"v": v}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var tries atomic.Int64
+		c := drain(t, q, 3, func(_ context.Context, e Entry) error {
+			if e.Fields["v"] == "poison" {
+				return fmt.Errorf("attempt %d failed", tries.Add(1))
+			}
+			return nil
+		})
+		if c.Handled != 2 || c.DeadLettered != 1 || c.Failed != 3 || tries.Load() != 3 {
+			t.Fatalf("counts %+v, tries %d", c, tries.Load())
+		}
+		dl, err := q.DeadLetters(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dl) != 1 || dl[0].Fields["v"] != "poison" || dl[0].Error != "attempt 3 failed" || dl[0].Deliveries != 3 {
+			t.Fatalf("dead letters %+v", dl)
+		}
+		s, _ := q.Stats(ctx)
+		if s.Length != 0 || s.DeadLetters != 1 || s.Acked != 2 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+}
+
+var errCrash = errors.New("injected crash")
+
+// TestCrashBetweenReadAndAck: a worker dies holding entries it read; a
+// live worker claims them after the visibility timeout and handles them.
+func TestCrashBetweenReadAndAck(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "crash-read", 10)
+		for i := range 5 {
+			if _, err := q.Add(ctx, map[string]string{"i": strconv.Itoa(i)}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dying := *q
+		dying.hooks.afterRead = func([]Entry) error { return errCrash }
+		if _, err := dying.Work(ctx, func(context.Context, Entry) error { return nil },
+			WorkerOptions{Batch: 3, Visibility: 200 * time.Millisecond}); !errors.Is(err, errCrash) {
+			t.Fatalf("dying worker: %v", err)
+		}
+		if s, _ := q.Stats(ctx); s.Pending != 3 {
+			t.Fatalf("after the crash: %+v, want 3 pending", s)
+		}
+		handled := map[string]int{}
+		var mu sync.Mutex
+		c := drain(t, q, 5, func(_ context.Context, e Entry) error {
+			mu.Lock()
+			handled[e.Fields["i"]]++
+			mu.Unlock()
+			return nil
+		})
+		if len(handled) != 5 || c.Claimed != 3 {
+			t.Fatalf("handled %v, counts %+v", handled, c)
+		}
+		if s, _ := q.Stats(ctx); s.Length != 0 || s.Pending != 0 {
+			t.Fatalf("left %+v", s)
+		}
+	})
+}
+
+// TestCrashBetweenDeadLetterAndAck: a worker dies after writing a dead
+// letter and before acking it; the entry is dead-lettered again by the
+// next worker: a duplicate dead letter, no loss.
+func TestCrashBetweenDeadLetterAndAck(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "crash-dead", 10)
+		if _, err := q.Add(ctx, map[string]string{"v": "poison"}, ""); err != nil {
+			t.Fatal(err)
+		}
+		dying := *q
+		dying.hooks.afterDeadLetter = func(Entry) error { return errCrash }
+		_, err := dying.Work(ctx, func(context.Context, Entry) error { return errors.New("bad") },
+			WorkerOptions{MaxDeliveries: 1, Visibility: 200 * time.Millisecond})
+		if !errors.Is(err, errCrash) {
+			t.Fatalf("dying worker: %v", err)
+		}
+		if s, _ := q.Stats(ctx); s.Length != 1 || s.DeadLetters != 1 {
+			t.Fatalf("after the crash: %+v, want the entry queued and dead-lettered", s)
+		}
+		c := drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("never called") },
+			WorkerOptions{MaxDeliveries: 1, Visibility: 200 * time.Millisecond})
+		if c.DeadLettered != 1 || c.Failed != 0 {
+			t.Fatalf("counts %+v", c)
+		}
+		dl, _ := q.DeadLetters(ctx, 10)
+		if len(dl) != 2 || dl[0].ID != dl[1].ID || dl[0].Error != "bad" || dl[1].Error != "bad" {
+			t.Fatalf("dead letters %+v", dl)
+		}
+		if s, _ := q.Stats(ctx); s.Length != 0 || s.Pending != 0 {
+			t.Fatalf("left %+v", s)
+		}
+	})
+}
+
+// TestPacing: a worker paced at 20/s handles about 20/s. The bound is
+// loose: a slow machine can be slower, never faster than the pace allows
+// (the first entry is free, then one each 50 ms).
+func TestPacing(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "paced", 100)
+		for range 100 {
+			if _, err := q.Add(ctx, nil, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wctx, stop := context.WithTimeout(ctx, time.Second)
+		defer stop()
+		start := time.Now()
+		c, err := q.Work(wctx, func(context.Context, Entry) error { return nil }, WorkerOptions{Rate: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		el := time.Since(start)
+		max := int64(el/(50*time.Millisecond)) + 1
+		if c.Handled > max || c.Handled < 5 {
+			t.Fatalf("handled %d in %v at 20/s (at most %d)", c.Handled, el, max)
+		}
+		t.Logf("handled %d in %v at 20/s", c.Handled, el)
+	})
+}
+
+// TestBounds: names, entries and dedup ids are bounded.
+func TestBounds(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	if _, err := Open(context.Background(), st, "", Options{}); err == nil {
+		t.Error("empty name accepted")
+	}
+	if _, err := Open(context.Background(), st, string(make([]byte, MaxNameBytes+1)), Options{}); err == nil {
+		t.Error("long name accepted")
+	}
+	q := open(t, st, "b", 10)
+	if _, err := q.Add(context.Background(), map[string]string{"x": string(make([]byte, MaxEntryBytes))}, ""); err == nil {
+		t.Error("large entry accepted")
+	}
+	if _, err := q.Add(context.Background(), nil, string(make([]byte, MaxDedupBytes+1))); err == nil {
+		t.Error("long dedup id accepted")
+	}
+}
+
+// TestQueueKeysShareSlot: a queue's keys share one hash tag, and a name
+// cannot choose another queue's tag.
+func TestQueueKeysShareSlot(t *testing.T) {
+	if a, b := queueKey("p:", "a}b{c"), queueKey("p:", "a"); a == b || a != "p:{queue:a%7Db%7Bc}" {
+		t.Fatalf("keys %q %q", a, b)
+	}
+}

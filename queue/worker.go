@@ -1,0 +1,296 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// Handler handles one entry. It returns nil when the entry is done (it is
+// then acked and removed); any error leaves the entry to be delivered
+// again after the visibility timeout, or dead-lettered once it was
+// delivered MaxDeliveries times. Delivery is at least once: use e.ID to
+// deduplicate.
+type Handler func(ctx context.Context, e Entry) error
+
+// WorkerOptions configures Work.
+type WorkerOptions struct {
+	// Consumer names this worker in the group; default host-pid-counter.
+	// Names must be unique among live workers.
+	Consumer string
+	// Rate, when positive, paces the whole group: at most Rate entries
+	// per second are handled by all workers of the queue together,
+	// counted by a GCRA limit in the queue's store. Zero runs as fast as
+	// the handlers go.
+	Rate float64
+	// Visibility is how long an entry may stay with a worker before live
+	// workers claim it (the worker died or is stuck); default 30s.
+	Visibility time.Duration
+	// MaxDeliveries is how often an entry is delivered before it goes to
+	// the dead-letter list with its last error; default 5.
+	MaxDeliveries int64
+	// Batch is how many entries one read takes; default 1.
+	Batch int
+	// Log receives warnings; default slog.Default().
+	Log *slog.Logger
+}
+
+// Counts are what one Work call did.
+type Counts struct {
+	// Handled counts entries whose handler succeeded and that this worker
+	// acked; Duplicates counts entries handled successfully that another
+	// worker had acked first (delivered twice).
+	Handled, Duplicates int64
+	// Failed counts handler errors; DeadLettered the entries this worker
+	// moved to the dead-letter list; Claimed the entries it took over.
+	Failed, DeadLettered, Claimed int64
+}
+
+var consumerSeq atomic.Int64
+
+// Work handles the queue's entries with h until ctx is done, then
+// finishes the entry in hand and returns its counts with nil. Entries
+// are handled in this goroutine, one at a time. It returns an error only
+// when the store fails for longer than a visibility timeout.
+func (q *Queue) Work(ctx context.Context, h Handler, o WorkerOptions) (Counts, error) {
+	w, err := q.newWorker(o)
+	if err != nil {
+		return Counts{}, err
+	}
+	return w.run(ctx, h)
+}
+
+type worker struct {
+	q      *Queue
+	o      WorkerOptions
+	pace   *sluice.Limiter
+	counts Counts
+}
+
+func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
+	if o.Consumer == "" {
+		host, _ := os.Hostname()
+		o.Consumer = host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(consumerSeq.Add(1), 10)
+	}
+	if o.Visibility <= 0 {
+		o.Visibility = 30 * time.Second
+	}
+	if o.MaxDeliveries <= 0 {
+		o.MaxDeliveries = 5
+	}
+	if o.Batch <= 0 {
+		o.Batch = 1
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	w := &worker{q: q, o: o}
+	if o.Rate < 0 {
+		return nil, fmt.Errorf("queue %q: rate %v is negative", q.name, o.Rate)
+	}
+	if o.Rate > 0 {
+		period := time.Duration(float64(time.Second) / o.Rate)
+		if period <= 0 {
+			return nil, fmt.Errorf("queue %q: rate %v is too high to pace", q.name, o.Rate)
+		}
+		l, err := sluice.NewLimiter(q.st, algo.GCRA{Count: 1, Period: period})
+		if err != nil {
+			return nil, fmt.Errorf("queue %q: pace: %w", q.name, err)
+		}
+		w.pace = l
+	}
+	return w, nil
+}
+
+// paceKey is the limiter key the workers of a queue share.
+func (w *worker) paceKey() string { return sluice.Key("queue", w.q.name, "pace") }
+
+func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
+	// The entry in hand is finished with a context that outlives ctx.
+	work := context.WithoutCancel(ctx)
+	var failingSince time.Time
+	lastClaim := time.Time{}
+	for ctx.Err() == nil {
+		var es []Entry
+		var err error
+		if time.Since(lastClaim) >= w.o.Visibility/4 {
+			es, err = w.claimAll(ctx)
+			lastClaim = time.Now()
+		}
+		if err == nil && len(es) == 0 {
+			block := min(w.o.Visibility/4, time.Second)
+			es, err = w.q.b.read(ctx, w.o.Consumer, w.o.Batch, block)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			} else if time.Since(failingSince) > w.o.Visibility {
+				return w.counts, fmt.Errorf("queue %q: store failing since %v: %w", w.q.name, failingSince.Format(time.RFC3339), err)
+			}
+			w.o.Log.Warn("queue read failed", "queue", w.q.name, "err", err)
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		failingSince = time.Time{}
+		if len(es) > 0 && w.q.hooks.afterRead != nil {
+			if err := w.q.hooks.afterRead(es); err != nil {
+				return w.counts, err
+			}
+		}
+		for _, e := range es {
+			if err := w.handle(ctx, work, h, e); err != nil {
+				return w.counts, err
+			}
+		}
+	}
+	if err := w.q.b.leave(work, w.o.Consumer); err != nil {
+		w.o.Log.Warn("queue: leaving the group failed", "queue", w.q.name, "err", err)
+	}
+	return w.counts, nil
+}
+
+// claimAll follows XAUTOCLAIM's cursor to the end, dead-lettering what
+// was delivered too often, and returns the rest to handle.
+func (w *worker) claimAll(ctx context.Context) ([]Entry, error) {
+	var out []Entry
+	cursor := "0-0"
+	for {
+		next, es, err := w.q.b.claim(ctx, w.o.Consumer, w.o.Visibility, cursor, 100)
+		if err != nil {
+			return out, err
+		}
+		w.counts.Claimed += int64(len(es))
+		for _, e := range es {
+			if e.Deliveries > w.o.MaxDeliveries {
+				msg, err := w.q.b.lastError(ctx, e.ID)
+				if err != nil {
+					return out, err
+				}
+				if msg == "" {
+					msg = fmt.Sprintf("worker lost %d times", e.Deliveries-1)
+				}
+				if err := w.bury(ctx, e, msg); err != nil {
+					return out, err
+				}
+				continue
+			}
+			out = append(out, e)
+		}
+		if next == "0-0" || next == "" {
+			return out, nil
+		}
+		cursor = next
+	}
+}
+
+// handle paces, runs h, then acks, records the failure or dead-letters.
+func (w *worker) handle(ctx, work context.Context, h Handler, e Entry) error {
+	if w.pace != nil {
+		if err := w.waitPace(ctx); err != nil {
+			// Stopping: the entry stays pending and is claimed later.
+			return nil
+		}
+	}
+	herr := h(work, e)
+	if herr == nil {
+		ok, err := w.q.b.ack(work, e.ID, false)
+		if err != nil {
+			return fmt.Errorf("queue %q: ack %s: %w", w.q.name, e.ID, err)
+		}
+		if ok {
+			w.counts.Handled++
+		} else {
+			w.counts.Duplicates++
+		}
+		return nil
+	}
+	w.counts.Failed++
+	msg := herr.Error()
+	// Recorded first, so that a crash before the dead letter leaves the
+	// error for whoever claims the entry.
+	if err := w.q.b.fail(work, e.ID, msg); err != nil {
+		return fmt.Errorf("queue %q: record failure of %s: %w", w.q.name, e.ID, err)
+	}
+	if e.Deliveries >= w.o.MaxDeliveries {
+		return w.bury(work, e, msg)
+	}
+	return nil
+}
+
+// waitPace waits for the group's pace, within ctx; a store error is
+// logged and retried.
+func (w *worker) waitPace(ctx context.Context) error {
+	for {
+		err := w.pace.Wait(ctx, w.paceKey(), 1)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, sluice.ErrWouldExceedDeadline) {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		w.o.Log.Warn("queue pace failed", "queue", w.q.name, "err", err)
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// bury writes the dead letter first, then acks: a crash in between makes
+// a duplicate dead letter, never a loss.
+func (w *worker) bury(ctx context.Context, e Entry, msg string) error {
+	if err := w.q.b.deadLetter(ctx, e, msg); err != nil {
+		return fmt.Errorf("queue %q: dead-letter %s: %w", w.q.name, e.ID, err)
+	}
+	if w.q.hooks.afterDeadLetter != nil {
+		if err := w.q.hooks.afterDeadLetter(e); err != nil {
+			return err
+		}
+	}
+	if _, err := w.q.b.ack(ctx, e.ID, true); err != nil {
+		return fmt.Errorf("queue %q: ack dead letter %s: %w", w.q.name, e.ID, err)
+	}
+	w.counts.DeadLettered++
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func encodeFields(f map[string]string) ([]byte, error) {
+	if f == nil {
+		f = map[string]string{}
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxEntryBytes {
+		return nil, fmt.Errorf("entry of %d bytes as JSON (at most %d)", len(b), MaxEntryBytes)
+	}
+	return b, nil
+}
+
+func decodeFields(b []byte) (map[string]string, error) {
+	var f map[string]string
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("entry fields: %w", err)
+	}
+	return f, nil
+}
