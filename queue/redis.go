@@ -33,10 +33,10 @@ var (
 // so they live in one Cluster slot: the stream, its dead letters, and
 // hashes for counters, dedup ids and last errors.
 type redisQueue struct {
-	st                                 *redis.Store
-	group                              string
-	stream, dead, meta, dedup, errs    string
-	keysAdd, keysAck, keysClaim []string
+	st                              *redis.Store
+	group                           string
+	stream, dead, meta, dedup, errs string
+	keysAdd, keysAck, keysClaim     []string
 }
 
 // queueKey names the queue's stream: the store's prefix, then the

@@ -41,6 +41,8 @@ var commands = map[string]command{
 	"validate": {"check limits.yaml files, print every error with its position", runValidate},
 	"explain":  {"show the keys, hash slots and limits a request path hits in limits.yaml", runExplain},
 
+	"queue": {"a bounded admission queue on Redis Streams: add, stats, work", runQueue},
+
 	"sim": {"fire traffic scenarios at several strategies, chart what got through", runSim},
 
 	"version": {"print the version of sluice (also: sluice --version)", runVersion},

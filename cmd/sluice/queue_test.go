@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// worker is a `sluice queue work` process whose handler prints each id.
+type worker struct {
+	cmd     *exec.Cmd
+	stderr  bytes.Buffer
+	done    chan struct{}
+	mu      sync.Mutex
+	handled []string
+}
+
+func startWorker(t *testing.T, url, name string, extra ...string) *worker {
+	t.Helper()
+	args := append([]string{"queue", "work", "--store", url, "--visibility", "1s"}, extra...)
+	args = append(args, name, "--", "sh", "-c", `echo "$SLUICE_ENTRY_ID"`)
+	w := &worker{cmd: exec.Command(sluiceBin, args...), done: make(chan struct{})}
+	w.cmd.Stderr = &w.stderr
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(w.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			w.mu.Lock()
+			w.handled = append(w.handled, sc.Text())
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.cmd.Process.Kill(); w.cmd.Wait() })
+	return w
+}
+
+// TestQueueNoLoss: 8 producers admit 10,000 entries into a queue of
+// capacity 500 (retrying when it is full) while three `sluice queue work`
+// processes drain it; one worker is killed with SIGKILL mid-run. Every
+// admitted id is handled at least once, nothing stays queued or pending,
+// and the duplicates are counted.
+func TestQueueNoLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process per entry")
+	}
+	rd := redistest.Start(t)
+	ctx := context.Background()
+	st, err := redis.Open(ctx, rd.URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q, err := queue.Open(ctx, st, "jobs", queue.Options{Capacity: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := []*worker{startWorker(t, rd.URL(), "jobs"), startWorker(t, rd.URL(), "jobs"), startWorker(t, rd.URL(), "jobs")}
+
+	const total, producers = 10000, 8
+	var admitted sync.Map
+	var wg sync.WaitGroup
+	var fulls int64
+	var fullMu sync.Mutex
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < total/producers; {
+				a, err := q.Add(ctx, map[string]string{"p": strconv.Itoa(p), "i": strconv.Itoa(i)}, "")
+				var full *queue.FullError
+				if errors.As(err, &full) {
+					fullMu.Lock()
+					fulls++
+					fullMu.Unlock()
+					time.Sleep(min(max(full.Wait, time.Millisecond), 50*time.Millisecond))
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				admitted.Store(a.ID, true)
+				i++
+			}
+		}()
+	}
+
+	deadline := time.Now().Add(2 * time.Minute)
+	waitFor := func(what string, ok func(queue.Stats) bool) queue.Stats {
+		for {
+			s, err := q.Stats(ctx)
+			if err == nil && ok(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s: %+v %v", what, s, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("2000 acked", func(s queue.Stats) bool { return s.Acked >= 2000 })
+	if err := workers[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	s := waitFor("the queue drained", func(s queue.Stats) bool { return s.Length == 0 && s.Pending == 0 })
+	for _, w := range workers[1:] {
+		w.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	handled := map[string]int{}
+	lines := 0
+	for i, w := range workers {
+		<-w.done
+		err := w.cmd.Wait()
+		if i > 0 && err != nil {
+			t.Fatalf("worker %d after SIGTERM: %v\n%s", i, err, w.stderr.String())
+		}
+		for _, id := range w.handled {
+			handled[id]++
+			lines++
+		}
+	}
+	n := 0
+	admitted.Range(func(k, _ any) bool {
+		n++
+		if handled[k.(string)] == 0 {
+			t.Errorf("entry %s admitted, never handled", k)
+		}
+		return true
+	})
+	if n != total || s.Admitted != total {
+		t.Fatalf("admitted %d ids, stats say %d; want %d", n, s.Admitted, total)
+	}
+	var counts []map[string]int64
+	for _, w := range workers[1:] {
+		var c map[string]int64
+		line := strings.TrimSpace(w.stderr.String())
+		if err := json.Unmarshal([]byte(line[strings.LastIndex(line, "\n")+1:]), &c); err != nil {
+			t.Fatalf("worker report %q: %v", line, err)
+		}
+		counts = append(counts, c)
+	}
+	t.Logf("%d admitted (%d refusals while full), %d handler runs, %d duplicates; live workers reported %v; stats %+v",
+		n, fulls, lines, lines-len(handled), counts, s)
+}
+
+// TestQueueCLI: add prints ids and exits 1 with the length when full;
+// stats prints JSON; a worker given SIGTERM mid-entry finishes and acks
+// it, then exits 0; a failing command dead-letters the entry.
+func TestQueueCLI(t *testing.T) {
+	rd := redistest.Start(t)
+	url := rd.URL()
+	sluice := func(args ...string) (string, string, error) {
+		var out, errb bytes.Buffer
+		cmd := exec.Command(sluiceBin, args...)
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	for i := range 2 {
+		out, _, err := sluice("queue", "add", "--store", url, "--capacity", "2", "slow", "n="+strconv.Itoa(i))
+		if err != nil || !strings.Contains(out, "-") {
+			t.Fatalf("add %d: %q %v", i, out, err)
+		}
+	}
+	_, errOut, err := sluice("queue", "add", "--store", url, "--capacity", "2", "slow", "n=2")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errOut, "length 2") {
+		t.Fatalf("add to a full queue: %v %q", err, errOut)
+	}
+	if _, errOut, err := sluice("queue", "add", "slow"); err == nil || !strings.Contains(errOut, "--store redis://") {
+		t.Fatalf("add without a Redis store: %v %q", err, errOut)
+	}
+
+	cmd := exec.Command(sluiceBin, "queue", "work", "--store", url, "slow", "--", "sh", "-c", `cat; sleep 1; echo " $SLUICE_ENTRY_ID"`)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("worker after SIGTERM: %v\n%s", err, errb.String())
+	}
+	if !strings.HasPrefix(out.String(), `{"n":"0"} `) || strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("worker output %q: want the first entry's fields and id only", out.String())
+	}
+	statsOut, _, err := sluice("queue", "stats", "--store", url, "slow")
+	var s queue.Stats
+	if err != nil || json.Unmarshal([]byte(statsOut), &s) != nil || s.Length != 1 || s.Acked != 1 || s.Capacity == 0 {
+		t.Fatalf("stats %q %v", statsOut, err)
+	}
+
+	fail := exec.Command(sluiceBin, "queue", "work", "--store", url, "--max-deliveries", "1", "slow", "--", "sh", "-c", "echo broken >&2; exit 3")
+	var ferr bytes.Buffer
+	fail.Stderr = &ferr
+	fail.Stdout = io.Discard
+	if err := fail.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.DeadLetters == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		statsOut, _, _ = sluice("queue", "stats", "--store", url, "slow")
+		json.Unmarshal([]byte(statsOut), &s)
+	}
+	fail.Process.Signal(syscall.SIGTERM)
+	fail.Wait()
+	if s.DeadLetters != 1 || s.Length != 0 {
+		t.Fatalf("after a failing command: %+v\n%s", s, ferr.String())
+	}
+}
