@@ -93,6 +93,10 @@ func (e *FullError) Error() string {
 	return fmt.Sprintf("queue full: length %d, estimated wait %v", e.Length, e.Wait)
 }
 
+// ErrBadEntry matches the errors of entries, dedup ids and names beyond
+// their bounds.
+var ErrBadEntry = errors.New("bad entry")
+
 // ErrFull matches every *FullError with errors.Is.
 var ErrFull = errors.New("queue full")
 
@@ -222,11 +226,11 @@ func (q *Queue) Capacity() int { return q.opts.Capacity }
 // (Added.Duplicate); once that entry was handled the id may be added again.
 func (q *Queue) Add(ctx context.Context, fields map[string]string, dedup string) (Added, error) {
 	if len(dedup) > MaxDedupBytes {
-		return Added{}, fmt.Errorf("queue %q: dedup id of %d bytes (at most %d)", q.name, len(dedup), MaxDedupBytes)
+		return Added{}, fmt.Errorf("queue %q: %w: dedup id of %d bytes (at most %d)", q.name, ErrBadEntry, len(dedup), MaxDedupBytes)
 	}
 	enc, err := encodeFields(fields)
 	if err != nil {
-		return Added{}, fmt.Errorf("queue %q: %w", q.name, err)
+		return Added{}, fmt.Errorf("queue %q: %w: %w", q.name, ErrBadEntry, err)
 	}
 	a, err := q.b.add(ctx, q.opts.Capacity, dedup, enc)
 	if err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/queue"
 
 	"errors"
 	"fmt"
@@ -50,6 +51,9 @@ type Config struct {
 	Redis RedisConfig `yaml:"redis"`
 	// Consumers configures the per-key lists of recent consumers' meta.
 	Consumers ConsumersConfig `yaml:"consumers"`
+	// Queues are the admission queues served at POST /v1/queues/{name},
+	// by name; requests for other names get 404.
+	Queues map[string]QueueConfig `yaml:"queues"`
 	// WatchInterval is how often the policy file's modification time and
 	// size are polled for a reload; negative disables polling (SIGHUP
 	// still reloads). Default 1s.
@@ -184,6 +188,14 @@ func (c Config) Validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
+	}
+	for name, q := range c.Queues {
+		if name == "" || len(name) > queue.MaxNameBytes {
+			return fmt.Errorf("config: queues: name %q must have 1 to %d bytes", name, queue.MaxNameBytes)
+		}
+		if q.Capacity < 0 {
+			return fmt.Errorf("config: queues.%s.capacity must be positive, got %d", name, q.Capacity)
+		}
 	}
 	return nil
 }

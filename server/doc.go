@@ -25,6 +25,19 @@
 // the store get 400 with an application/problem+json body (RFC 9457) whose
 // detail says what is wrong.
 //
+// # Queues
+//
+// POST /v1/queues/{name} admits an entry to an admission queue (package
+// queue) named under queues: in the config, each with its capacity. The
+// body is a JSON object of string fields; an Idempotency-Key header is
+// the entry's dedup id. 201 with a QueueAdded body ({"id", "length"});
+// 200 with the queued entry's id while an entry with the same
+// Idempotency-Key is still queued; 429 with Retry-After (the estimated
+// wait from the drain rate, at least 1 s) when the queue is full; 404 for
+// a queue not configured; 400 for a body that is not such an object; 503
+// with Retry-After: 1 when the store fails. Workers drain the queue with
+// `sluice queue work` or queue.Queue.Work on the same store.
+//
 // GET /healthz answers 200 while the process is up; GET /readyz 200 when a
 // policy is loaded, the store answers a PING and the server is not
 // draining. GET /metrics is Prometheus, all prefixed sluice_:
@@ -44,6 +57,14 @@
 //	sluice_store_up                           1 when the store answers a ping at scrape time
 //	                                          (within 1s), else 0; always 1 for the memory store
 //	sluice_build_info{version,goversion}      1, labelled with the build (see Version)
+//	sluice_queue_length{queue}                per configured queue, read at scrape time:
+//	sluice_queue_pending{queue}               entries queued, delivered and not acked,
+//	sluice_queue_capacity{queue}              its capacity, workers in its group, dead
+//	sluice_queue_consumers{queue}             letters, entries admitted and acked, and
+//	sluice_queue_dead_letters{queue}          entries leaving per second (last 10-20 s)
+//	sluice_queue_admitted_total{queue}
+//	sluice_queue_acked_total{queue}
+//	sluice_queue_drain_rate{queue}
 //
 // plus the Go runtime and process collectors.
 //

@@ -24,6 +24,7 @@ import (
 // Handler returns the HTTP API:
 //
 //	POST   /v1/check                  decide a path (CheckRequest → DecisionJSON)
+//	POST   /v1/queues/{name}          admit an entry to a configured queue (→ QueueAdded)
 //	GET    /healthz                   200 while the process is up
 //	GET    /readyz                    200 when the policy is loaded and the store answers
 //	GET    /metrics                   Prometheus metrics
@@ -46,6 +47,10 @@ func (s *Server) handler(admin, check bool) http.Handler {
 			w.Header().Set("Allow", "POST")
 			writeProblem(w, http.StatusMethodNotAllowed, "use POST with a JSON body such as {\"path\": [\"user\", \"alex\"]}")
 		})
+	}
+	if check {
+		mux.HandleFunc("POST /v1/queues/{name}", s.handleQueueAdd)
+		mux.HandleFunc("/v1/queues/{name}", methodNotAllowed("POST"))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -56,6 +56,7 @@ type Server struct {
 	grpcSrv  *grpc.Server
 	health   *health.Server
 	inflight sync.WaitGroup
+	queues   map[string]*queueSlot
 }
 
 // New loads the policy and opens the store the config names. An invalid
@@ -90,6 +91,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.checker = &policy.Checker{Policy: s.holder, Store: s.store}
 	s.consumers = newConsumerRecorder(s.store, cfg.Consumers, s.m.dropped, log)
+	s.queues = make(map[string]*queueSlot, len(cfg.Queues))
+	for name, qc := range cfg.Queues {
+		s.queues[name] = &queueSlot{name: name, cfg: qc}
+	}
+	if len(s.queues) > 0 {
+		s.m.reg.MustRegister(queueCollector{s})
+	}
 	return s, nil
 }
 

@@ -1151,6 +1151,14 @@ func TestExampleConfig(t *testing.T) {
 	if a := p.check(`{"path": ["user", "alex", "trade"]}`); a.status != 200 || !a.decision(t).Matched {
 		t.Errorf("a check on the example policy: %d %s", a.status, a.body)
 	}
+	// Its queue admits, and `sluice queue stats` sees the entry in Redis.
+	if a := do(t, "POST", "http://"+p.http+"/v1/queues/jobs", "", `{"job": "resize"}`); a.status != 201 {
+		t.Errorf("POST /v1/queues/jobs: %d %s", a.status, a.body)
+	}
+	out, err := exec.Command(sluiceBin, "queue", "stats", "--store", rd.URL(), "jobs").Output()
+	if err != nil || !strings.Contains(string(out), `"length":1,`) {
+		t.Errorf("queue stats: %s %v", out, err)
+	}
 }
 
 // TestServeStartsWithRedisDown: started while Redis is unreachable, the

@@ -1,0 +1,175 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// QueueConfig configures one admission queue, served at
+// POST /v1/queues/{name}.
+type QueueConfig struct {
+	// Capacity is the most entries the queue holds (default 1000).
+	Capacity int `yaml:"capacity"`
+}
+
+// queueSlot opens its queue on first use: the Redis store may still be
+// connecting when the server starts.
+type queueSlot struct {
+	name string
+	cfg  QueueConfig
+	mu   sync.Mutex
+	q    *queue.Queue
+}
+
+func (s *Server) openQueue(ctx context.Context, slot *queueSlot) (*queue.Queue, error) {
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.q != nil {
+		return slot.q, nil
+	}
+	q, err := queue.Open(ctx, s.store, slot.name, queue.Options{Capacity: slot.cfg.Capacity})
+	if err != nil {
+		return nil, err
+	}
+	if rs, ok := s.store.(*redis.Store); ok {
+		if w := queue.EvictionWarning(ctx, rs); w != "" {
+			s.log.Warn(w, "queue", slot.name)
+		}
+	}
+	slot.q = q
+	return q, nil
+}
+
+// QueueAdded is the body of a 201 (or, for a deduplicated entry, 200)
+// answer to POST /v1/queues/{name}.
+type QueueAdded struct {
+	ID        string `json:"id"`
+	Length    int64  `json:"length"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// handleQueueAdd serves POST /v1/queues/{name}: the body is a JSON object
+// of string fields; an Idempotency-Key header is the entry's dedup id.
+// 201 with the id; 200 with the queued entry's id when the dedup id is
+// still queued; 429 with Retry-After when the queue is full; 404 for a
+// queue not in the config; 503 (Retry-After: 1) when the store fails.
+func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
+	slot := s.queues[r.PathValue("name")]
+	if slot == nil {
+		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no queue %q: queues are named under queues: in the config", r.PathValue("name")))
+		return
+	}
+	body, err := readBody(r, nil)
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, errTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeProblem(w, status, err.Error())
+		return
+	}
+	var fields map[string]string
+	if !utf8.Valid(body) {
+		writeProblem(w, http.StatusBadRequest, "the body is not UTF-8")
+		return
+	}
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		writeProblem(w, http.StatusBadRequest, "the body must be a JSON object of string fields, such as {\"job\": \"resize\", \"id\": \"42\"}")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	q, err := s.openQueue(ctx, slot)
+	var a queue.Added
+	if err == nil {
+		a, err = q.Add(ctx, fields, r.Header.Get("Idempotency-Key"))
+	}
+	var full *queue.FullError
+	switch {
+	case errors.As(err, &full):
+		secs := int64(1)
+		if full.Wait > 0 {
+			secs = int64(math.Ceil(full.Wait.Seconds()))
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		writeProblem(w, http.StatusTooManyRequests, full.Error())
+	case errors.Is(err, queue.ErrBadEntry):
+		writeProblem(w, http.StatusBadRequest, err.Error())
+	case err != nil:
+		if n, ok := s.errLog.Allow(time.Now()); ok {
+			s.log.Error("queue add failed", "queue", slot.name, "err", err, "withheld", n)
+		}
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "the store failed: "+err.Error())
+	case a.Duplicate:
+		writeJSON(w, http.StatusOK, QueueAdded{a.ID, a.Length, true})
+	default:
+		writeJSON(w, http.StatusCreated, QueueAdded{a.ID, a.Length, false})
+	}
+}
+
+// queueCollector reads each opened queue's stats when scraped.
+type queueCollector struct{ s *Server }
+
+var queueDescs = struct {
+	length, pending, capacity, consumers, dead, admitted, acked, rate *prometheus.Desc
+}{
+	length:    prometheus.NewDesc("sluice_queue_length", "Entries in the queue, waiting or being handled.", []string{"queue"}, nil),
+	pending:   prometheus.NewDesc("sluice_queue_pending", "Entries delivered to a worker and not yet acked.", []string{"queue"}, nil),
+	capacity:  prometheus.NewDesc("sluice_queue_capacity", "The most entries the queue holds.", []string{"queue"}, nil),
+	consumers: prometheus.NewDesc("sluice_queue_consumers", "Workers known to the queue's group.", []string{"queue"}, nil),
+	dead:      prometheus.NewDesc("sluice_queue_dead_letters", "Entries in the dead-letter list.", []string{"queue"}, nil),
+	admitted:  prometheus.NewDesc("sluice_queue_admitted_total", "Entries admitted.", []string{"queue"}, nil),
+	acked:     prometheus.NewDesc("sluice_queue_acked_total", "Entries handled and acked.", []string{"queue"}, nil),
+	rate:      prometheus.NewDesc("sluice_queue_drain_rate", "Entries leaving the queue per second, over the last 10-20 s.", []string{"queue"}, nil),
+}
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueDescs.length
+	ch <- queueDescs.pending
+	ch <- queueDescs.capacity
+	ch <- queueDescs.consumers
+	ch <- queueDescs.dead
+	ch <- queueDescs.admitted
+	ch <- queueDescs.acked
+	ch <- queueDescs.rate
+}
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, slot := range c.s.queues {
+		q, err := c.s.openQueue(ctx, slot)
+		if err != nil {
+			continue
+		}
+		st, err := q.Stats(ctx)
+		if err != nil {
+			continue
+		}
+		g := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, t, v, slot.name)
+		}
+		g(queueDescs.length, prometheus.GaugeValue, float64(st.Length))
+		g(queueDescs.pending, prometheus.GaugeValue, float64(st.Pending))
+		g(queueDescs.capacity, prometheus.GaugeValue, float64(st.Capacity))
+		g(queueDescs.consumers, prometheus.GaugeValue, float64(st.Consumers))
+		g(queueDescs.dead, prometheus.GaugeValue, float64(st.DeadLetters))
+		g(queueDescs.admitted, prometheus.CounterValue, float64(st.Admitted))
+		g(queueDescs.acked, prometheus.CounterValue, float64(st.Acked))
+		g(queueDescs.rate, prometheus.GaugeValue, st.DrainRate)
+	}
+}
