@@ -28,13 +28,15 @@ func stores(t *testing.T, f func(t *testing.T, st sluice.Store)) {
 	})
 }
 
-func openRedisStore(t *testing.T, url string) *redis.Store {
-	t.Helper()
+func openRedisStore(t *testing.T, url string) *redis.Store { return openRedisStoreTB(t, url) }
+
+func openRedisStoreTB(tb testing.TB, url string) *redis.Store {
+	tb.Helper()
 	st, err := redis.Open(context.Background(), url, redis.Options{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	tb.Cleanup(func() { st.Close() })
 	return st
 }
 
