@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -358,5 +359,18 @@ func TestBounds(t *testing.T) {
 func TestQueueKeysShareSlot(t *testing.T) {
 	if a, b := queueKey("p:", "a}b{c"), queueKey("p:", "a"); a == b || a != "p:{queue:a%7Db%7Bc}" {
 		t.Fatalf("keys %q %q", a, b)
+	}
+}
+
+// TestEvictionWarning: a Redis that may evict keys gets a warning, one
+// with noeviction none.
+func TestEvictionWarning(t *testing.T) {
+	ctx := context.Background()
+	if w := EvictionWarning(ctx, openRedisStore(t, redistest.Start(t).URL())); w != "" {
+		t.Errorf("noeviction: %q", w)
+	}
+	lru := openRedisStore(t, redistest.Start(t, "--maxmemory-policy", "allkeys-lru").URL())
+	if w := EvictionWarning(ctx, lru); !strings.Contains(w, "allkeys-lru") {
+		t.Errorf("allkeys-lru: %q", w)
 	}
 }
