@@ -374,3 +374,29 @@ func TestEvictionWarning(t *testing.T) {
 		t.Errorf("allkeys-lru: %q", w)
 	}
 }
+
+// TestOnCluster: a queue's keys (stream, dead letters, hashes) share one
+// slot, so its scripts run on a Redis Cluster; the pace key too.
+func TestOnCluster(t *testing.T) {
+	st := openRedisStore(t, redistest.StartCluster(t).URL())
+	ctx := context.Background()
+	q := open(t, st, "on-cluster", 3)
+	for i := range 4 {
+		_, err := q.Add(ctx, map[string]string{"i": strconv.Itoa(i)}, "d"+strconv.Itoa(i))
+		if want := i < 3; (err == nil) != want {
+			t.Fatalf("add %d: %v", i, err)
+		}
+	}
+	c := drainWith(t, q, 3, func(_ context.Context, e Entry) error {
+		if e.Fields["i"] == "2" && e.Deliveries == 1 {
+			return errors.New("once")
+		}
+		return nil
+	}, WorkerOptions{Visibility: 200 * time.Millisecond, Rate: 1000})
+	if c.Handled != 3 || c.Failed != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+	if s, err := q.Stats(ctx); err != nil || s.Length != 0 || s.Acked != 3 || s.Delivered != 4 {
+		t.Fatalf("stats %+v %v", s, err)
+	}
+}
