@@ -190,6 +190,13 @@ func (m *memQueue) ack(_ context.Context, id string, dead bool) (bool, error) {
 	return true, nil
 }
 
+func (m *memQueue) ackAll(ctx context.Context, ids []string, done []bool) error {
+	for i, id := range ids {
+		done[i], _ = m.ack(ctx, id, false)
+	}
+	return nil
+}
+
 func (m *memQueue) deadLetter(_ context.Context, e Entry, msg string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -148,6 +148,9 @@ type backend interface {
 	lastError(ctx context.Context, id string) (string, error)
 	// ack removes a handled entry; false when it was already removed.
 	ack(ctx context.Context, id string, dead bool) (bool, error)
+	// ackAll acks handled entries in one round trip: done[i] is ack's
+	// answer for ids[i].
+	ackAll(ctx context.Context, ids []string, done []bool) error
 	// deadLetter appends e to the dead-letter list.
 	deadLetter(ctx context.Context, e Entry, msg string) error
 	deadLetters(ctx context.Context, count int) ([]DeadLetter, error)

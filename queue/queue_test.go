@@ -174,7 +174,7 @@ func TestDedup(t *testing.T) {
 
 // drain runs one worker until n entries were acked or dead-lettered.
 func drain(t *testing.T, q *Queue, n int64, h Handler) Counts {
-	return drainWith(t, q, n, h, WorkerOptions{Visibility: 200 * time.Millisecond, MaxDeliveries: 3})
+	return drainWith(t, q, n, h, WorkerOptions{Visibility: 200 * time.Millisecond, MaxDeliveries: 3, Batch: 4})
 }
 
 func drainWith(t *testing.T, q *Queue, n int64, h Handler, o WorkerOptions) Counts {

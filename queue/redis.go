@@ -240,6 +240,30 @@ func (q *redisQueue) ack(ctx context.Context, id string, dead bool) (bool, error
 	return n == 1, err
 }
 
+func (q *redisQueue) ackAll(ctx context.Context, ids []string, done []bool) error {
+	if len(ids) == 1 {
+		var err error
+		done[0], err = q.ack(ctx, ids[0], false)
+		return err
+	}
+	c, err := q.client()
+	if err != nil {
+		return err
+	}
+	execs := make([]rueidis.LuaExec, len(ids))
+	for i, id := range ids {
+		execs[i] = rueidis.LuaExec{Keys: q.keysAck, Args: []string{q.group, id, "acked"}}
+	}
+	for i, r := range ackScript.ExecMulti(ctx, c, execs...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return err
+		}
+		done[i] = n == 1
+	}
+	return nil
+}
+
 func (q *redisQueue) deadLetter(ctx context.Context, e Entry, msg string) error {
 	c, err := q.client()
 	if err != nil {

@@ -38,7 +38,10 @@ type WorkerOptions struct {
 	// MaxDeliveries is how often an entry is delivered before it goes to
 	// the dead-letter list with its last error; default 5.
 	MaxDeliveries int64
-	// Batch is how many entries one read takes; default 1.
+	// Batch is how many entries one read takes; default 1. The entries
+	// of a batch are handled one by one and those that succeeded are
+	// acked together, in one round trip, after the last: Visibility must
+	// cover a whole batch, and a crash mid-batch redelivers the batch.
 	Batch int
 	// Log receives warnings; default slog.Default().
 	Log *slog.Logger
@@ -70,10 +73,12 @@ func (q *Queue) Work(ctx context.Context, h Handler, o WorkerOptions) (Counts, e
 }
 
 type worker struct {
-	q      *Queue
-	o      WorkerOptions
-	pace   *sluice.Limiter
-	counts Counts
+	q       *Queue
+	o       WorkerOptions
+	pace    *sluice.Limiter
+	counts  Counts
+	handled []string // ids of a batch handled, to ack
+	acked   []bool
 }
 
 func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
@@ -149,10 +154,19 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 				return w.counts, err
 			}
 		}
+		ok := w.handled[:0]
 		for _, e := range es {
-			if err := w.handle(ctx, work, h, e); err != nil {
+			done, err := w.handle(ctx, work, h, e)
+			if err != nil {
 				return w.counts, err
 			}
+			if done {
+				ok = append(ok, e.ID)
+			}
+		}
+		w.handled = ok
+		if err := w.ackAll(work, ok); err != nil {
+			return w.counts, err
 		}
 	}
 	if err := w.q.b.leave(work, w.o.Consumer); err != nil {
@@ -195,36 +209,47 @@ func (w *worker) claimAll(ctx context.Context) ([]Entry, error) {
 	}
 }
 
-// handle paces, runs h, then acks, records the failure or dead-letters.
-func (w *worker) handle(ctx, work context.Context, h Handler, e Entry) error {
+// handle paces and runs h; done reports success (the entry is to be
+// acked). A failure is recorded, or the entry dead-lettered.
+func (w *worker) handle(ctx, work context.Context, h Handler, e Entry) (done bool, err error) {
 	if w.pace != nil {
 		if err := w.waitPace(ctx); err != nil {
 			// Stopping: the entry stays pending and is claimed later.
-			return nil
+			return false, nil
 		}
 	}
 	herr := h(work, e)
 	if herr == nil {
-		ok, err := w.q.b.ack(work, e.ID, false)
-		if err != nil {
-			return fmt.Errorf("queue %q: ack %s: %w", w.q.name, e.ID, err)
-		}
-		if ok {
-			w.counts.Handled++
-		} else {
-			w.counts.Duplicates++
-		}
-		return nil
+		return true, nil
 	}
 	w.counts.Failed++
 	msg := herr.Error()
 	// Recorded first, so that a crash before the dead letter leaves the
 	// error for whoever claims the entry.
 	if err := w.q.b.fail(work, e.ID, msg); err != nil {
-		return fmt.Errorf("queue %q: record failure of %s: %w", w.q.name, e.ID, err)
+		return false, fmt.Errorf("queue %q: record failure of %s: %w", w.q.name, e.ID, err)
 	}
 	if e.Deliveries >= w.o.MaxDeliveries {
-		return w.bury(work, e, msg)
+		return false, w.bury(work, e, msg)
+	}
+	return false, nil
+}
+
+// ackAll acks the handled entries of a batch and counts them.
+func (w *worker) ackAll(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	w.acked = append(w.acked[:0], make([]bool, len(ids))...)
+	if err := w.q.b.ackAll(ctx, ids, w.acked); err != nil {
+		return fmt.Errorf("queue %q: ack %d entries: %w", w.q.name, len(ids), err)
+	}
+	for _, ok := range w.acked {
+		if ok {
+			w.counts.Handled++
+		} else {
+			w.counts.Duplicates++
+		}
 	}
 	return nil
 }
