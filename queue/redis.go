@@ -71,11 +71,22 @@ func (q *redisQueue) client() (rueidis.Client, error) {
 	return c, nil
 }
 
-// EvictionWarning returns a warning when Redis's maxmemory-policy may
-// evict keys, which would lose entries, and "" when it cannot (or the
-// policy cannot be read).
-func EvictionWarning(ctx context.Context, st *redis.Store) string {
-	c := st.Client()
+// Shared reports whether queues in st are shared between processes (a
+// Redis store), rather than the in-process twin.
+func Shared(st sluice.Store) bool {
+	_, ok := st.(*redis.Store)
+	return ok
+}
+
+// EvictionWarning returns a warning when st is Redis and its
+// maxmemory-policy may evict keys, which would lose entries, and ""
+// otherwise (or when the policy cannot be read).
+func EvictionWarning(ctx context.Context, st sluice.Store) string {
+	rs, ok := st.(*redis.Store)
+	if !ok {
+		return ""
+	}
+	c := rs.Client()
 	if c == nil {
 		return ""
 	}

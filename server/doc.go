@@ -36,7 +36,8 @@
 // wait from the drain rate, at least 1 s) when the queue is full; 404 for
 // a queue not configured; 400 for a body that is not such an object; 503
 // with Retry-After: 1 when the store fails. Workers drain the queue with
-// `sluice queue work` or queue.Queue.Work on the same store.
+// `sluice queue work` or queue.Queue.Work on the same store, so queues
+// need a Redis store: with the memory store the server refuses to start.
 //
 // GET /healthz answers 200 while the process is up; GET /readyz 200 when a
 // policy is loaded, the store answers a PING and the server is not

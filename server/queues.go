@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/store/redis"
 )
 
 // QueueConfig configures one admission queue, served at
@@ -44,10 +43,8 @@ func (s *Server) openQueue(ctx context.Context, slot *queueSlot) (*queue.Queue, 
 	if err != nil {
 		return nil, err
 	}
-	if rs, ok := s.store.(*redis.Store); ok {
-		if w := queue.EvictionWarning(ctx, rs); w != "" {
-			s.log.Warn(w, "queue", slot.name)
-		}
+	if w := queue.EvictionWarning(ctx, s.store); w != "" {
+		s.log.Warn(w, "queue", slot.name)
 	}
 	slot.q = q
 	return q, nil

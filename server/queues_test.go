@@ -14,20 +14,21 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestQueueEndpoint: POST /v1/queues/{name} on both stores: 201 with an
+// TestQueueEndpoint: POST /v1/queues/{name} on Redis: 201 with an
 // id until the capacity, then 429 with Retry-After; an Idempotency-Key
 // still queued answers 200 with its entry; unknown queues 404; bad
 // bodies 400 and 413; the queue's gauges in /metrics.
 func TestQueueEndpoint(t *testing.T) {
-	for _, storeName := range []string{"memory", "redis"} {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := Config{Store: "memory", PolicyData: []byte("schema:\n  api: {limits: [1, 1, 1]}\n"), PolicyName: "t.yaml",
+		Queues: map[string]QueueConfig{"jobs": {Capacity: 2}}}
+	if _, err := New(context.Background(), cfg, log); err == nil || !strings.Contains(err.Error(), "queues need a Redis store") {
+		t.Fatalf("queues on the memory store: %v", err)
+	}
+	for _, storeName := range []string{"redis"} {
 		t.Run(storeName, func(t *testing.T) {
-			url := "memory"
-			if storeName == "redis" {
-				url = redistest.Start(t).URL()
-			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			s, err := New(context.Background(), Config{Store: url, PolicyData: []byte("schema:\n  api: {limits: [1, 1, 1]}\n"), PolicyName: "t.yaml",
-				Queues: map[string]QueueConfig{"jobs": {Capacity: 2}}}, log)
+			cfg.Store = redistest.Start(t).URL()
+			s, err := New(context.Background(), cfg, log)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/queue"
 	"log/slog"
 	"net"
 	"net/http"
@@ -91,6 +92,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.checker = &policy.Checker{Policy: s.holder, Store: s.store}
 	s.consumers = newConsumerRecorder(s.store, cfg.Consumers, s.m.dropped, log)
+	if len(cfg.Queues) > 0 && !queue.Shared(s.store) {
+		s.store.Close()
+		return nil, errors.New("config: queues need a Redis store (--store redis://...): on the memory store no worker process could drain them")
+	}
 	s.queues = make(map[string]*queueSlot, len(cfg.Queues))
 	for name, qc := range cfg.Queues {
 		s.queues[name] = &queueSlot{name: name, cfg: qc}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/store"
-	"github.com/sluicehq/sluice/store/redis"
 )
 
 const queueUsage = `usage: sluice queue <add|stats|work> [flags] NAME ...
@@ -105,14 +104,15 @@ func openQueue(ctx context.Context, e env, fs *flag.FlagSet, args []string,
 	}
 	url := fs.Lookup("store").Value.String()
 	fail := func(code int) (*queue.Queue, func(), int) { return nil, nil, code }
-	if !strings.HasPrefix(url, "redis") {
-		fmt.Fprintln(e.stderr, "queue: processes share a queue only through Redis: give --store redis://host:port")
-		return fail(2)
-	}
 	st, err := store.Open(ctx, url, store.Options{})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "queue: %v\n", err)
 		return fail(1)
+	}
+	if !queue.Shared(st) {
+		st.Close()
+		fmt.Fprintln(e.stderr, "queue: processes share a queue only through Redis: give --store redis://host:port")
+		return fail(2)
 	}
 	opts.Group = *group
 	q, err := queue.Open(ctx, st, fs.Arg(0), *opts)
@@ -121,10 +121,8 @@ func openQueue(ctx context.Context, e env, fs *flag.FlagSet, args []string,
 		fmt.Fprintf(e.stderr, "queue: %v\n", err)
 		return fail(1)
 	}
-	if rs, ok := st.(*redis.Store); ok {
-		if w := queue.EvictionWarning(ctx, rs); w != "" {
-			fmt.Fprintf(e.stderr, "queue: warning: %s\n", w)
-		}
+	if w := queue.EvictionWarning(ctx, st); w != "" {
+		fmt.Fprintf(e.stderr, "queue: warning: %s\n", w)
 	}
 	return q, func() { st.Close() }, 0
 }
