@@ -135,10 +135,10 @@ func (m *memQueue) claim(_ context.Context, consumer string, minIdle time.Durati
 	now := time.Now()
 	var out []Entry
 	for _, e := range m.entries {
-		if len(out) == count {
-			break
-		}
 		if e.owner != "" && now.Sub(e.deliveredAt) >= minIdle {
+			if len(out) == count {
+				return "more", out, nil // the next call looks again
+			}
 			x, err := m.deliver(e, consumer, now)
 			if err != nil {
 				return "", nil, err

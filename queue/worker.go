@@ -79,6 +79,7 @@ type worker struct {
 	counts  Counts
 	handled []string // ids of a batch handled, to ack
 	acked   []bool
+	cursor  string // XAUTOCLAIM's, "0-0" at the start of a sweep
 }
 
 func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
@@ -122,14 +123,19 @@ func (w *worker) paceKey() string { return sluice.Key("queue", w.q.name, "pace")
 func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 	// The entry in hand is finished with a context that outlives ctx.
 	work := context.WithoutCancel(ctx)
-	var failingSince time.Time
-	lastClaim := time.Time{}
+	var failingSince, swept time.Time
+	sweeping := true
+	w.cursor = "0-0"
 	for ctx.Err() == nil {
 		var es []Entry
 		var err error
-		if time.Since(lastClaim) >= w.o.Visibility/4 {
-			es, err = w.claimAll(ctx)
-			lastClaim = time.Now()
+		// Sweep for stale entries every quarter of the visibility
+		// timeout, a batch per turn until the cursor is back at the start.
+		if sweeping || time.Since(swept) >= w.o.Visibility/4 {
+			es, sweeping, err = w.claimSome(ctx)
+			if !sweeping {
+				swept = time.Now()
+			}
 		}
 		if err == nil && len(es) == 0 {
 			block := min(w.o.Visibility/4, time.Second)
@@ -155,7 +161,10 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 			}
 		}
 		ok := w.handled[:0]
-		for _, e := range es {
+		for i, e := range es {
+			if i > 0 && ctx.Err() != nil {
+				break // stopping: the rest stay pending, claimed later
+			}
 			done, err := w.handle(ctx, work, h, e)
 			if err != nil {
 				return w.counts, err
@@ -175,38 +184,38 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 	return w.counts, nil
 }
 
-// claimAll follows XAUTOCLAIM's cursor to the end, dead-lettering what
-// was delivered too often, and returns the rest to handle.
-func (w *worker) claimAll(ctx context.Context) ([]Entry, error) {
-	var out []Entry
-	cursor := "0-0"
-	for {
-		next, es, err := w.q.b.claim(ctx, w.o.Consumer, w.o.Visibility, cursor, 100)
-		if err != nil {
-			return out, err
-		}
-		w.counts.Claimed += int64(len(es))
-		for _, e := range es {
-			if e.Deliveries > w.o.MaxDeliveries {
-				msg, err := w.q.b.lastError(ctx, e.ID)
-				if err != nil {
-					return out, err
-				}
-				if msg == "" {
-					msg = fmt.Sprintf("worker lost %d times", e.Deliveries-1)
-				}
-				if err := w.bury(ctx, e, msg); err != nil {
-					return out, err
-				}
-				continue
-			}
-			out = append(out, e)
-		}
-		if next == "0-0" || next == "" {
-			return out, nil
-		}
-		cursor = next
+// claimSome takes up to Batch entries idle past the visibility timeout,
+// from the worker's XAUTOCLAIM cursor on, dead-lettering those delivered
+// too often; sweeping reports whether the cursor has more to look at.
+// Taking a batch at a time, rather than all at once, keeps a worker from
+// holding more than it can handle within the visibility timeout.
+func (w *worker) claimSome(ctx context.Context) (es []Entry, sweeping bool, err error) {
+	next, claimed, err := w.q.b.claim(ctx, w.o.Consumer, w.o.Visibility, w.cursor, w.o.Batch)
+	if err != nil {
+		return nil, true, err
 	}
+	if next == "" {
+		next = "0-0"
+	}
+	w.cursor = next
+	w.counts.Claimed += int64(len(claimed))
+	for _, e := range claimed {
+		if e.Deliveries <= w.o.MaxDeliveries {
+			es = append(es, e)
+			continue
+		}
+		msg, err := w.q.b.lastError(ctx, e.ID)
+		if err != nil {
+			return es, true, err
+		}
+		if msg == "" {
+			msg = fmt.Sprintf("worker lost %d times", e.Deliveries-1)
+		}
+		if err := w.bury(ctx, e, msg); err != nil {
+			return es, true, err
+		}
+	}
+	return es, next != "0-0", nil
 }
 
 // handle paces and runs h; done reports success (the entry is to be
