@@ -257,12 +257,13 @@ func TestCrashBetweenReadAndAck(t *testing.T) {
 		}
 		handled := map[string]int{}
 		var mu sync.Mutex
-		c := drain(t, q, 5, func(_ context.Context, e Entry) error {
+		// Batch 1: the claim follows its cursor over three turns.
+		c := drainWith(t, q, 5, func(_ context.Context, e Entry) error {
 			mu.Lock()
 			handled[e.Fields["i"]]++
 			mu.Unlock()
 			return nil
-		})
+		}, WorkerOptions{Visibility: 200 * time.Millisecond, Batch: 1})
 		if len(handled) != 5 || c.Claimed != 3 {
 			t.Fatalf("handled %v, counts %+v", handled, c)
 		}
