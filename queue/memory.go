@@ -21,6 +21,7 @@ type memQueue struct {
 	members map[string]bool
 
 	admitted, delivered, acked int64
+	capacity                   int                      // of the last admission
 	left                       [drainSeconds + 1]second // entries that left, per second
 }
 
@@ -69,6 +70,7 @@ func (m *memQueue) add(_ context.Context, capacity int, dedup string, fields []b
 		m.dedup[dedup] = id
 	}
 	m.admitted++
+	m.capacity = capacity
 	close(m.ready)
 	m.ready = make(chan struct{})
 	return Added{ID: id, Length: n + 1}, nil
@@ -214,7 +216,7 @@ func (m *memQueue) stats(context.Context) (Stats, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := Stats{Length: int64(len(m.entries)), Consumers: int64(len(m.members)), DeadLetters: int64(len(m.dead)),
-		Admitted: m.admitted, Delivered: m.delivered, Acked: m.acked, DrainRate: m.rate(time.Now())}
+		Admitted: m.admitted, Delivered: m.delivered, Acked: m.acked, DrainRate: m.rate(time.Now()), Capacity: m.capacity}
 	s.Pending = s.Length - int64(len(m.unread))
 	return s, nil
 }

@@ -105,8 +105,10 @@ func (e *FullError) Is(target error) bool { return target == ErrFull }
 
 // Stats describes a queue.
 type Stats struct {
-	Name     string `json:"name"`
-	Capacity int    `json:"capacity"`
+	Name string `json:"name"`
+	// Capacity is the capacity of the last admission (Options.Capacity
+	// of the handle that added it), or this handle's before any.
+	Capacity int `json:"capacity"`
 	// Length counts the entries in the queue: waiting and being handled.
 	Length int64 `json:"length"`
 	// Pending counts the entries delivered to a worker and not yet acked.
@@ -252,7 +254,10 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return s, fmt.Errorf("queue %q: stats: %w", q.name, err)
 	}
-	s.Name, s.Capacity = q.name, q.opts.Capacity
+	s.Name = q.name
+	if s.Capacity == 0 {
+		s.Capacity = q.opts.Capacity
+	}
 	return s, nil
 }
 

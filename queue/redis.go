@@ -321,8 +321,8 @@ func (q *redisQueue) stats(ctx context.Context) (Stats, error) {
 		c.B().Xpending().Key(q.stream).Group(q.group).Build(),
 		c.B().XinfoGroups().Key(q.stream).Build(),
 		c.B().Xlen().Key(q.dead).Build(),
-		c.B().Hmget().Key(q.meta).Field("admitted", "delivered", "acked").Build(),
-		c.B().Time().Build())
+		c.B().Hmget().Key(q.meta).Field("admitted", "delivered", "acked", "capacity").Build(),
+	)
 	for _, r := range rs {
 		if err := r.Error(); err != nil {
 			return Stats{}, err
@@ -346,10 +346,12 @@ func (q *redisQueue) stats(ctx context.Context) (Stats, error) {
 		}
 	}
 	s.DeadLetters, _ = rs[3].AsInt64()
-	if v, err := rs[4].ToArray(); err == nil && len(v) == 3 {
+	if v, err := rs[4].ToArray(); err == nil && len(v) == 4 {
 		s.Admitted, _ = v[0].AsInt64()
 		s.Delivered, _ = v[1].AsInt64()
 		s.Acked, _ = v[2].AsInt64()
+		c, _ := v[3].AsInt64()
+		s.Capacity = int(c)
 	}
 	s.DrainRate, err = q.drainRate(ctx, c)
 	return s, err

@@ -209,7 +209,7 @@ func TestQueueCLI(t *testing.T) {
 	}
 	statsOut, _, err := sluice("queue", "stats", "--store", url, "slow")
 	var s queue.Stats
-	if err != nil || json.Unmarshal([]byte(statsOut), &s) != nil || s.Length != 1 || s.Acked != 1 || s.Capacity == 0 {
+	if err != nil || json.Unmarshal([]byte(statsOut), &s) != nil || s.Length != 1 || s.Acked != 1 || s.Capacity != 2 {
 		t.Fatalf("stats %q %v", statsOut, err)
 	}
 

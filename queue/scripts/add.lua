@@ -2,6 +2,7 @@
 -- KEYS[1] the stream, KEYS[2] the meta hash, KEYS[3] the dedup hash
 --         (dedup id -> entry id of entries still queued)
 -- ARGV[1] capacity, ARGV[2] dedup id ("" for none), ARGV[3] fields (JSON)
+-- The meta hash keeps the capacity of the last admission, for Stats.
 -- Reply: {status, id, length, rate}: status 1 added, 2 duplicate (id is
 -- the queued entry's), 0 full (id ""); rate is the drain rate in
 -- entries/s as a string (0 unless full).
@@ -16,4 +17,5 @@ end
 local id = redis.call('XADD', KEYS[1], '*', 'f', ARGV[3], 'd', ARGV[2])
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], id) end
 redis.call('HINCRBY', KEYS[2], 'admitted', 1)
+redis.call('HSET', KEYS[2], 'capacity', ARGV[1])
 return {1, id, len + 1, '0'}
