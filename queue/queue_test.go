@@ -401,3 +401,48 @@ func TestOnCluster(t *testing.T) {
 		t.Fatalf("stats %+v %v", s, err)
 	}
 }
+
+// TestStuckWorker: a handler that outlasts the visibility timeout loses
+// its entry to a live worker, which handles it too; the first ack wins
+// and the late one is counted as a duplicate.
+func TestStuckWorker(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "stuck", 10)
+		if _, err := q.Add(ctx, map[string]string{"v": "slow"}, ""); err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{})
+		release := make(chan struct{})
+		slowDone := make(chan Counts)
+		slowCtx, stopSlow := context.WithCancel(ctx)
+		defer stopSlow()
+		go func() {
+			c, err := q.Work(slowCtx, func(context.Context, Entry) error {
+				close(started)
+				<-release
+				return nil
+			}, WorkerOptions{Visibility: 100 * time.Millisecond})
+			if err != nil {
+				t.Error(err)
+			}
+			slowDone <- c
+		}()
+		<-started
+		fast := drainWith(t, q, 1, func(_ context.Context, e Entry) error {
+			if e.Deliveries != 2 {
+				t.Errorf("claimed entry delivered %d times, want 2", e.Deliveries)
+			}
+			return nil
+		}, WorkerOptions{Visibility: 100 * time.Millisecond})
+		stopSlow()
+		close(release)
+		slow := <-slowDone
+		if fast.Handled != 1 || fast.Claimed != 1 || slow.Handled != 0 || slow.Duplicates != 1 {
+			t.Fatalf("fast %+v, slow %+v", fast, slow)
+		}
+		if s, _ := q.Stats(ctx); s.Length != 0 || s.Acked != 1 || s.Pending != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+}
