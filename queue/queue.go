@@ -86,6 +86,7 @@ type FullError struct {
 	Wait time.Duration
 }
 
+// Error implements error.
 func (e *FullError) Error() string {
 	if e.Wait <= 0 {
 		return fmt.Sprintf("queue full: length %d, wait unknown (nothing drained lately)", e.Length)

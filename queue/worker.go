@@ -62,8 +62,11 @@ var consumerSeq atomic.Int64
 
 // Work handles the queue's entries with h until ctx is done, then
 // finishes the entry in hand and returns its counts with nil. Entries
-// are handled in this goroutine, one at a time. It returns an error only
-// when the store fails for longer than a visibility timeout.
+// are handled in this goroutine, one at a time. A store failure after a
+// delivery (recording a failure, a dead letter, an ack) is logged and
+// leaves the entry pending, to be claimed again; Work returns an error
+// only when reading from the store fails for longer than a visibility
+// timeout.
 func (q *Queue) Work(ctx context.Context, h Handler, o WorkerOptions) (Counts, error) {
 	w, err := q.newWorker(o)
 	if err != nil {
@@ -141,6 +144,9 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 			block := min(w.o.Visibility/4, time.Second)
 			es, err = w.q.b.read(ctx, w.o.Consumer, w.o.Batch, block)
 		}
+		if c, ok := err.(crash); ok {
+			return w.counts, c.err
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -166,8 +172,12 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 				break // stopping: the rest stay pending, claimed later
 			}
 			done, err := w.handle(ctx, work, h, e)
+			if c, ok := err.(crash); ok {
+				return w.counts, c.err
+			}
 			if err != nil {
-				return w.counts, err
+				// The entry stays pending and is claimed again later.
+				w.o.Log.Warn("queue: store failed after a delivery", "queue", w.q.name, "entry", e.ID, "err", err)
 			}
 			if done {
 				ok = append(ok, e.ID)
@@ -175,7 +185,8 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 		}
 		w.handled = ok
 		if err := w.ackAll(work, ok); err != nil {
-			return w.counts, err
+			// Handled and not acked: delivered again later (a duplicate).
+			w.o.Log.Warn("queue: ack failed", "queue", w.q.name, "err", err)
 		}
 	}
 	if err := w.q.b.leave(work, w.o.Consumer); err != nil {
@@ -288,7 +299,7 @@ func (w *worker) bury(ctx context.Context, e Entry, msg string) error {
 	}
 	if w.q.hooks.afterDeadLetter != nil {
 		if err := w.q.hooks.afterDeadLetter(e); err != nil {
-			return err
+			return crash{err}
 		}
 	}
 	if _, err := w.q.b.ack(ctx, e.ID, true); err != nil {
@@ -297,6 +308,11 @@ func (w *worker) bury(ctx context.Context, e Entry, msg string) error {
 	w.counts.DeadLettered++
 	return nil
 }
+
+// crash is a test hook's error: it stops Work as a crash would.
+type crash struct{ err error }
+
+func (c crash) Error() string { return c.err.Error() }
 
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
