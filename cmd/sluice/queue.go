@@ -35,7 +35,7 @@ const queueUsage = `usage: sluice queue <add|stats|work> [flags] NAME ...
 
 Every command takes --store URL. Processes share a queue only through a
 shared store, so the queue commands need a Redis URL (redis://...); the
-memory store's queue lives inside one process (the Go API and serve).`
+memory store's queue lives inside one process (the Go API).`
 
 func runQueue(ctx context.Context, e env, args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
