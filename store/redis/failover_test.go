@@ -11,19 +11,17 @@ import (
 	"github.com/sluicehq/sluice/store/redis"
 )
 
-// TestSentinelFailover: deciding through three sentinels, the master is
-// killed; the sentinels promote the replica, the client follows, and
-// decisions work again (the promoted replica gets the scripts through the
-// NOSCRIPT fallback). The decisions that erred during the switch are
-// counted and logged.
-func TestSentinelFailover(t *testing.T) {
-	s := redistest.StartSentinels(t)
-	st, err := redis.Open(context.Background(), s.URL(), redis.Options{})
+// failover decides req through the store at url 20 times, runs kill,
+// and decides until 20 decisions succeeded again (within limit, else
+// onTimeout runs and the test fails). It returns how long after kill that
+// took and how many decisions erred meanwhile.
+func failover(t *testing.T, url string, req sluice.Request, kill func(), limit time.Duration, onTimeout func()) (time.Duration, int) {
+	t.Helper()
+	st, err := redis.Open(context.Background(), url, redis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	req := sluice.Request{Key: "failover", Limit: algo.GCRA{Burst: 1 << 20, Count: 1000, Period: time.Second}, Cost: 1}
 	decide := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -35,66 +33,13 @@ func TestSentinelFailover(t *testing.T) {
 			t.Fatalf("before the failover: %v", err)
 		}
 	}
-	old := s.MasterAddr()
-	s.Master.Stop() // SIGKILL
+	kill()
 	killed := time.Now()
 	errs, ok := 0, 0
 	for ok < 20 {
-		if time.Since(killed) > 60*time.Second {
-			t.Fatalf("no decision 60s after the master died (%d errors)", errs)
-		}
-		if err := decide(); err != nil {
-			errs++
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		ok++
-	}
-	if now := s.MasterAddr(); now == old || now != s.Replica.Addr {
-		t.Errorf("master %s after the failover, was %s; the replica is %s", now, old, s.Replica.Addr)
-	}
-	t.Logf("decisions again %v after the master died; %d decisions erred meanwhile", time.Since(killed).Round(time.Millisecond), errs)
-}
-
-// TestClusterFailover: on a Redis Cluster of three masters and three
-// replicas, the master of a key's slot is killed under decisions; its
-// replica is promoted, the client follows the new slot map, and decisions
-// work again (the promoted replica gets the scripts through the NOSCRIPT
-// fallback). The decisions that erred during the switch are counted.
-func TestClusterFailover(t *testing.T) {
-	c := redistest.StartClusterWithReplicas(t)
-	st, err := redis.Open(context.Background(), c.URL(), redis.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	req := sluice.Request{Key: "failover:alex", Tag: "failover:alex", Limit: algo.GCRA{Burst: 1 << 20, Count: 1000, Period: time.Second}, Cost: 1}
-	decide := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		_, err := st.Decide(ctx, req)
-		return err
-	}
-	for range 20 {
-		if err := decide(); err != nil {
-			t.Fatalf("before the failover: %v", err)
-		}
-	}
-	slot := redis.Slot(redis.StateKey(redis.DefaultPrefix, req))
-	master := c.MasterOf(c.Nodes[0], slot)
-	if master == nil {
-		t.Fatal("no master for the key's slot")
-	}
-	master.Stop() // SIGKILL
-	killed := time.Now()
-	errs, ok := 0, 0
-	for ok < 20 {
-		if time.Since(killed) > 20*time.Second {
-			for _, n := range c.Nodes {
-				info, _ := n.Do("CLUSTER", "INFO")
-				t.Logf("%s: %.60q", n.Addr, info)
-			}
-			t.Fatalf("no decision 20s after the master died (%d errors)", errs)
+		if time.Since(killed) > limit {
+			onTimeout()
+			t.Fatalf("no decision %v after the master died (%d errors)", limit, errs)
 		}
 		if err := decide(); err != nil {
 			if errs++; errs%200 == 1 {
@@ -105,6 +50,46 @@ func TestClusterFailover(t *testing.T) {
 		}
 		ok++
 	}
+	return time.Since(killed), errs
+}
+
+var failoverLimit = algo.GCRA{Burst: 1 << 20, Count: 1000, Period: time.Second}
+
+// TestSentinelFailover: deciding through three sentinels, the master is
+// killed; the sentinels promote the replica, the client follows, and
+// decisions work again (the promoted replica gets the scripts through the
+// NOSCRIPT fallback). The decisions that erred during the switch are
+// counted and logged.
+func TestSentinelFailover(t *testing.T) {
+	s := redistest.StartSentinels(t)
+	old := s.MasterAddr()
+	took, errs := failover(t, s.URL(), sluice.Request{Key: "failover", Limit: failoverLimit, Cost: 1},
+		s.Master.Stop /* SIGKILL */, 60*time.Second, func() {})
+	if now := s.MasterAddr(); now == old || now != s.Replica.Addr {
+		t.Errorf("master %s after the failover, was %s; the replica is %s", now, old, s.Replica.Addr)
+	}
+	t.Logf("decisions again %v after the master died; %d decisions erred meanwhile", took.Round(time.Millisecond), errs)
+}
+
+// TestClusterFailover: on a Redis Cluster of three masters and three
+// replicas, the master of a key's slot is killed under decisions; its
+// replica is promoted, the client follows the new slot map, and decisions
+// work again (the promoted replica gets the scripts through the NOSCRIPT
+// fallback). The decisions that erred during the switch are counted.
+func TestClusterFailover(t *testing.T) {
+	c := redistest.StartClusterWithReplicas(t)
+	req := sluice.Request{Key: "failover:alex", Tag: "failover:alex", Limit: failoverLimit, Cost: 1}
+	slot := redis.Slot(redis.StateKey(redis.DefaultPrefix, req))
+	master := c.MasterOf(c.Nodes[0], slot)
+	if master == nil {
+		t.Fatal("no master for the key's slot")
+	}
+	took, errs := failover(t, c.URL(), req, master.Stop /* SIGKILL */, 20*time.Second, func() {
+		for _, n := range c.Nodes {
+			info, _ := n.Do("CLUSTER", "INFO")
+			t.Logf("%s: %.60q", n.Addr, info)
+		}
+	})
 	var alive *redistest.Server
 	for _, n := range c.Nodes {
 		if n != master {
@@ -115,5 +100,5 @@ func TestClusterFailover(t *testing.T) {
 	if now := c.MasterOf(alive, slot); now == nil || now == master {
 		t.Errorf("the slot's master after the failover: %v", now)
 	}
-	t.Logf("decisions again %v after the slot's master died; %d decisions erred meanwhile", time.Since(killed).Round(time.Millisecond), errs)
+	t.Logf("decisions again %v after the slot's master died; %d decisions erred meanwhile", took.Round(time.Millisecond), errs)
 }
