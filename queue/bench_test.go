@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,10 +24,21 @@ func benchStores(b *testing.B, f func(b *testing.B, st sluice.Store)) {
 	})
 	b.Run("redis", func(b *testing.B) {
 		srv := redistest.Start(b)
-		st := openRedisStoreTB(b, srv.URL())
+		st := openRedisStore(b, srv.URL())
 		f(b, st)
+		// Redis's own time per script call, from INFO commandstats.
+		info, err := srv.Do("INFO", "commandstats")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if m := evalshaUsec.FindStringSubmatch(info); m != nil {
+			us, _ := strconv.ParseFloat(m[1], 64)
+			b.ReportMetric(us, "script-µs/call")
+		}
 	})
 }
+
+var evalshaUsec = regexp.MustCompile(`cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([0-9.]+)`)
 
 // BenchmarkAdd: admissions from parallel producers (GOMAXPROCS x 16
 // goroutines) into a queue large enough never to fill; entries/s.

@@ -49,7 +49,8 @@ type Options struct {
 	// Capacity is the most entries the queue holds; Add refuses beyond
 	// it. Default 1000.
 	Capacity int
-	// Group names the consumer group the workers share. Default "workers".
+	// Group names the consumer group the workers share on Redis. Default
+	// "workers". The memory twin has one group and ignores it.
 	Group string
 }
 

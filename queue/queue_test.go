@@ -29,9 +29,7 @@ func stores(t *testing.T, f func(t *testing.T, st sluice.Store)) {
 	})
 }
 
-func openRedisStore(t *testing.T, url string) *redis.Store { return openRedisStoreTB(t, url) }
-
-func openRedisStoreTB(tb testing.TB, url string) *redis.Store {
+func openRedisStore(tb testing.TB, url string) *redis.Store {
 	tb.Helper()
 	st, err := redis.Open(context.Background(), url, redis.Options{})
 	if err != nil {
