@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/overlimit"
 )
 
 // Options configure Open. The embedded store ignores them.
@@ -47,6 +48,10 @@ type Options struct {
 	Background bool
 	// Log receives connection events (nil: slog.Default()).
 	Log *slog.Logger
+	// OverLimitCache, when positive, makes a shared store keep an exact
+	// over-limit cache of about that many keys (see store/overlimit); 0
+	// turns it off.
+	OverLimitCache int
 }
 
 // An Opener opens a store of one scheme.
@@ -140,6 +145,14 @@ type Pinger interface {
 // are ignored. Unknown keys are no error.
 type Resetter interface {
 	Reset(ctx context.Context, reqs []sluice.Request) error
+}
+
+// DenialCache is a store with an over-limit cache (Options.OverLimitCache):
+// OverLimitStats returns its counters, and ClearOverLimit forgets every
+// cached denial (a policy reload).
+type DenialCache interface {
+	OverLimitStats() overlimit.Stats
+	ClearOverLimit()
 }
 
 // Refunder is a store that can give back what a decision admitted: Refund

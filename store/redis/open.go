@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/overlimit"
 )
 
 // DefaultPrefix is the prefix of every key the store writes, unless
@@ -68,6 +69,14 @@ type Options struct {
 	// client's pipeline never holds more than Redis answers in time, and
 	// every call returns by its deadline.
 	MaxInFlight int
+	// OverLimitCache, when positive, keeps an exact over-limit cache of
+	// about that many keys (package store/overlimit): a denial is repeated
+	// without a round trip while it must still hold. Resets and refunds
+	// made through this store forget their keys; ones made by other
+	// clients are seen when the cached denial expires (at the latest its
+	// RetryAfter), so the cache never admits more, but may deny for up to
+	// that long what another client's reset gave back.
+	OverLimitCache int
 }
 
 // DefaultMaxInFlight is Options.MaxInFlight when zero.
@@ -80,6 +89,7 @@ type Store struct {
 	owned    bool
 	prefix   string
 	timeout  time.Duration
+	denials  *overlimit.Cache // nil when off
 
 	stop chan struct{} // ends background connecting
 	done chan struct{} // closed when background connecting has ended
@@ -100,7 +110,7 @@ func init() {
 		return Open(ctx, url, Options{
 			Prefix: o.Prefix, Timeout: o.Timeout, MaxFlushDelay: o.MaxFlushDelay,
 			Username: o.Username, Password: o.Password, TLS: o.TLS,
-			Background: o.Background, Log: o.Log,
+			Background: o.Background, Log: o.Log, OverLimitCache: o.OverLimitCache,
 		})
 	})
 }
@@ -219,8 +229,12 @@ func newStore(opts Options) (*Store, error) {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
-	return &Store{prefix: opts.Prefix, timeout: opts.Timeout, inflight: make(chan struct{}, opts.MaxInFlight),
-		stop: make(chan struct{}), done: make(chan struct{})}, nil
+	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, inflight: make(chan struct{}, opts.MaxInFlight),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if opts.OverLimitCache > 0 {
+		s.denials = overlimit.New(opts.OverLimitCache)
+	}
+	return s, nil
 }
 
 // Client returns the store's Redis client, nil while a store opened with

@@ -239,9 +239,17 @@ func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, er
 // admits more than a limit, and lasts one round trip. All slots decide at
 // one time (one node's TIME, read first, when the requests carry none).
 func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+	if s.denials != nil {
+		return s.decideCached(ctx, reqs, results)
+	}
 	if err := sluice.ValidateAll(reqs, results); err != nil {
 		return false, err
 	}
+	return s.decideAll(ctx, reqs, results)
+}
+
+// decideAll is DecideAll on valid requests, without the over-limit cache.
+func (s *Store) decideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
 	ctx, cancel, err := s.connected(ctx)
 	if err != nil {
 		return false, err

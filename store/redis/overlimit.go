@@ -1,0 +1,89 @@
+package redis
+
+import (
+	"context"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/overlimit"
+)
+
+var _ store.DenialCache = (*Store)(nil)
+
+// decideCached is DecideAll with the over-limit cache (Options.OverLimitCache):
+// when an enforced request has a cached denial, the decision is denied
+// without a round trip. The requests with one report it, aged; the others
+// were not read and report only that they were not the reason: allowed,
+// with their quota as both Quota and Remaining. Otherwise the store
+// decides, and its denials are remembered.
+func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+	var buf [4]algo.Plan
+	plans := buf[:0]
+	if len(reqs) <= len(buf) {
+		plans = buf[:len(reqs)]
+	} else {
+		plans = make([]algo.Plan, len(reqs))
+	}
+	if err := sluice.PlanAll(reqs, results, plans); err != nil {
+		return false, err
+	}
+	now, epoch := overlimit.Now(reqs[0].Time), s.denials.Epoch()
+	hit := false
+	for i := range reqs {
+		if reqs[i].Shadow {
+			continue
+		}
+		res, ok := s.denials.Lookup(reqs[i].Key, &plans[i], reqs[i].Cost, now)
+		results[i] = res // a miss: the zero Result
+		hit = hit || ok
+	}
+	if hit {
+		for i := range reqs {
+			if reqs[i].Shadow || results[i].RetryAfter == 0 { // not a cached denial
+				q, _ := plans[i].Quota()
+				results[i] = algo.Result{Allowed: true, Quota: q, Remaining: q}
+			}
+		}
+		return false, nil
+	}
+	pass, err := s.decideAll(ctx, reqs, results)
+	if err != nil {
+		return false, err
+	}
+	for i, r := range reqs {
+		switch {
+		case r.Shadow:
+		case pass && r.Cost > 0:
+			s.denials.Admitted(r.Key)
+		case !results[i].Allowed:
+			s.denials.Remember(r.Key, &plans[i], r.Cost, now, epoch, results[i])
+		}
+	}
+	return pass, nil
+}
+
+// OverLimitStats implements store.DenialCache (zero when the cache is off).
+func (s *Store) OverLimitStats() overlimit.Stats {
+	if s.denials == nil {
+		return overlimit.Stats{}
+	}
+	return s.denials.Stats()
+}
+
+// ClearOverLimit implements store.DenialCache.
+func (s *Store) ClearOverLimit() {
+	if s.denials != nil {
+		s.denials.Clear()
+	}
+}
+
+// forget drops the cached denials of the requests' keys (a reset or a
+// refund).
+func (s *Store) forget(reqs ...sluice.Request) {
+	if s.denials != nil {
+		for _, r := range reqs {
+			s.denials.Forget(r.Key)
+		}
+	}
+}

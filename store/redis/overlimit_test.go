@@ -1,0 +1,187 @@
+package redis_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// traceLimits are limits of every kind, those whose denials record
+// among them.
+var traceLimits = []algo.Limit{
+	algo.GCRA{Burst: 2, Count: 3, Period: time.Second},
+	algo.TokenBucket{Burst: 4, Rate: 2, Per: time.Second},
+	algo.FixedWindow{Limit: 3, Window: time.Second},
+	algo.Gate{Interval: 300 * time.Millisecond},
+	algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}, {Limit: 5, Window: 3 * time.Second}}, MinGap: 50 * time.Millisecond},
+	algo.SlidingLog{Limits: []algo.Window{{Limit: 4, Window: time.Second}}, Buckets: 4},
+	algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Uniform},
+	algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Nary},
+	algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Limit: 4, Window: time.Second}}},
+}
+
+// TestOverLimitCacheSameDecisions: one random trace, on a store with the
+// over-limit cache and on one without (one Redis, two prefixes), gives the
+// same decisions at every step. With one request of cost 1 at a time the
+// results are the same too; with several levels and costs, a denial from
+// the cache waits no longer than the store's. The cache answers a good
+// share of the trace.
+func TestOverLimitCacheSameDecisions(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	for _, single := range []bool{true, false} {
+		r := rand.New(rand.NewPCG(seed, 5))
+		cached := open(t, srv, redis.Options{Prefix: "c" + strconv.FormatBool(single) + ":", OverLimitCache: 1000})
+		plain := open(t, srv, redis.Options{Prefix: "p" + strconv.FormatBool(single) + ":"})
+		now := time.Unix(1_800_000_000, 0)
+		hits := int64(0)
+		for step := range 3000 {
+			now = now.Add(time.Duration(r.IntN(10_000)) * time.Microsecond)
+			n := 1
+			if !single {
+				n = 1 + r.IntN(3)
+			}
+			reqs := make([]sluice.Request, n)
+			for i := range reqs {
+				l := r.IntN(len(traceLimits))
+				reqs[i] = sluice.Request{Key: "k" + strconv.Itoa(l) + "-" + strconv.Itoa(r.IntN(2)), Limit: traceLimits[l], Cost: 1, Time: now}
+				if !single {
+					reqs[i].Cost = r.Int64N(4)
+					reqs[i].Shadow = r.IntN(8) == 0
+				}
+			}
+			got, want := make([]algo.Result, n), make([]algo.Result, n)
+			gotPass, err1 := cached.DecideAll(ctx, reqs, got)
+			wantPass, err2 := plain.DecideAll(ctx, reqs, want)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			hit := cached.OverLimitStats().Hits > hits
+			hits = cached.OverLimitStats().Hits
+			if gotPass != wantPass {
+				t.Fatalf("single %v step %d %+v: cached store says %v, store %v (cache hit %v)", single, step, reqs, gotPass, wantPass, hit)
+			}
+			if single && got[0] != want[0] {
+				t.Fatalf("step %d %+v: cached store %+v, store %+v (cache hit %v)", step, reqs[0], got[0], want[0], hit)
+			}
+			if !hit {
+				continue
+			}
+			g, w := summary(reqs, got), summary(reqs, want)
+			if g.RetryAfter <= 0 || w.RetryAfter != algo.Never && g.RetryAfter > w.RetryAfter {
+				t.Fatalf("step %d %+v: cached denial waits %v, the store's %v", step, reqs, g.RetryAfter, w.RetryAfter)
+			}
+		}
+		t.Logf("single %v: %d of 3000 decisions from the cache", single, hits)
+		if hits < 300 {
+			t.Fatalf("single %v: only %d decisions from the cache", single, hits)
+		}
+	}
+}
+
+func summary(reqs []sluice.Request, res []algo.Result) algo.Result {
+	levels := make([]sluice.Level, len(reqs))
+	for i := range reqs {
+		levels[i] = sluice.Level{Key: reqs[i].Key, Shadow: reqs[i].Shadow, Result: res[i]}
+	}
+	return sluice.Summarize(levels)
+}
+
+// TestOverLimitCacheSkipsRedis: on Redis's clock, a denied key is denied
+// again without a script call until its retry-after; a reset or a refund
+// through the store forgets it at once.
+func TestOverLimitCacheSkipsRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{OverLimitCache: 100})
+	ctx := context.Background()
+	req := sluice.Request{Key: "alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Cost: 1}
+	decide := func() algo.Result {
+		t.Helper()
+		res, err := st.Decide(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if !decide().Allowed || decide().Allowed {
+		t.Fatal("want allowed, then denied")
+	}
+	before := scriptCalls(t, srv)
+	for range 100 {
+		if res := decide(); res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Hour {
+			t.Fatalf("from the cache: %+v", res)
+		}
+	}
+	if calls := scriptCalls(t, srv) - before; calls != 0 {
+		t.Fatalf("%d script calls for 100 cached denials", calls)
+	}
+	if err := st.Reset(ctx, []sluice.Request{req}); err != nil {
+		t.Fatal(err)
+	}
+	if !decide().Allowed {
+		t.Fatal("denied after a reset")
+	}
+	if err := st.Refund(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if !decide().Allowed || decide().Allowed {
+		t.Fatal("want one admission after one refund, then a denial")
+	}
+	if err := st.Refund(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if !decide().Allowed {
+		t.Fatal("denied after a refund")
+	}
+	st.ClearOverLimit()
+	if n := st.OverLimitStats().Entries; n != 0 {
+		t.Fatalf("%d entries after ClearOverLimit", n)
+	}
+}
+
+// TestOverLimitCacheRace: 100 goroutines race for a key with the cache on;
+// exactly the limit is admitted, and the rest is denied (much of it by the
+// cache).
+func TestOverLimitCacheRace(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{OverLimitCache: 100})
+	req := sluice.Request{Key: "race", Limit: algo.GCRA{Burst: 9, Count: 1, Period: time.Hour}, Cost: 1}
+	allowed := make(chan bool, 100*20)
+	done := make(chan struct{})
+	for range 100 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 20 {
+				res, err := st.Decide(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				allowed <- res.Allowed
+			}
+		}()
+	}
+	for range 100 {
+		<-done
+	}
+	close(allowed)
+	n := 0
+	for a := range allowed {
+		if a {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Fatalf("%d admitted, want 10", n)
+	}
+	t.Logf("%d of 2000 from the cache", st.OverLimitStats().Hits)
+}
