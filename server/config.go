@@ -88,6 +88,13 @@ type RedisConfig struct {
 	// system calls, for the service and for Redis, at a small cost in
 	// latency.
 	MaxFlushDelay algo.Duration `yaml:"max_flush_delay"`
+	// OverLimitCache is how many keys' denials the exact over-limit cache
+	// keeps (default 100000; negative disables): a key denied by Redis is
+	// denied again without a round trip until its retry-after
+	// (store/overlimit). An admin reset and a policy reload clear it;
+	// a reset made by another instance is seen here when the cached
+	// denial expires.
+	OverLimitCache int `yaml:"over_limit_cache"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
 	// checked; InsecureSkipVerify disables verification (tests only).
@@ -127,6 +134,7 @@ const (
 	DefaultConsumersMax    = 20
 	DefaultConsumersTTL    = time.Hour
 	DefaultMaxFlushDelay   = 20 * time.Microsecond
+	DefaultOverLimitCache  = 100_000
 )
 
 // Defaults returns c with every unset field at its default.
@@ -157,6 +165,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Consumers.TTL == 0 {
 		c.Consumers.TTL = algo.Duration(DefaultConsumersTTL)
+	}
+	if c.Redis.OverLimitCache == 0 {
+		c.Redis.OverLimitCache = DefaultOverLimitCache
 	}
 	if c.Redis.MaxFlushDelay == 0 {
 		c.Redis.MaxFlushDelay = algo.Duration(DefaultMaxFlushDelay)
@@ -227,6 +238,7 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_REDIS_USERNAME", "redis.username"},
 	{"SLUICE_REDIS_PASSWORD", "redis.password"},
 	{"SLUICE_REDIS_MAX_FLUSH_DELAY", "redis.max_flush_delay"},
+	{"SLUICE_REDIS_OVER_LIMIT_CACHE", "redis.over_limit_cache"},
 	{"SLUICE_REDIS_TLS_CA_FILE", "redis.tls.ca_file"},
 	{"SLUICE_REDIS_TLS_CERT_FILE", "redis.tls.cert_file"},
 	{"SLUICE_REDIS_TLS_KEY_FILE", "redis.tls.key_file"},
@@ -279,14 +291,16 @@ func (c *Config) Set(field, s string) error {
 	if p, ok := durs[field]; ok {
 		return p.UnmarshalText([]byte(s))
 	}
-	switch field {
-	case "consumers.max":
+	ints := map[string]*int{"consumers.max": &c.Consumers.Max, "redis.over_limit_cache": &c.Redis.OverLimitCache}
+	if p, ok := ints[field]; ok {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			return fmt.Errorf("want an integer, got %q", s)
 		}
-		c.Consumers.Max = n
+		*p = n
 		return nil
+	}
+	switch field {
 	case "redis.tls.insecure_skip_verify":
 		b, err := strconv.ParseBool(s)
 		if err != nil {

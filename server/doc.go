@@ -66,6 +66,9 @@
 //	sluice_queue_admitted_total{queue}
 //	sluice_queue_acked_total{queue}
 //	sluice_queue_drain_rate{queue}
+//	sluice_over_limit_cache_hits_total        checks denied from the over-limit cache (Redis
+//	sluice_over_limit_cache_entries           store, redis.over_limit_cache), and the
+//	                                          denials it holds
 //
 // plus the Go runtime and process collectors.
 //

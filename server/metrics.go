@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice/store"
 )
 
 // metrics are the server's Prometheus metrics; the package documentation
@@ -92,6 +94,18 @@ func newMetrics(ping func(context.Context) error) *metrics {
 	m.httpDuration = m.duration.WithLabelValues("http")
 	m.grpcDuration = m.duration.WithLabelValues("grpc")
 	return m
+}
+
+// registerOverLimit adds the over-limit cache's metrics.
+func (m *metrics) registerOverLimit(dc store.DenialCache) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_over_limit_cache_hits_total", Help: "Decisions denied from the over-limit cache, without a store round trip.",
+		}, func() float64 { return float64(dc.OverLimitStats().Hits) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_over_limit_cache_entries", Help: "Denials the over-limit cache holds.",
+		}, func() float64 { return float64(dc.OverLimitStats().Entries) }),
+	)
 }
 
 func (m *metrics) outcomes(api string) outcomeCounters {

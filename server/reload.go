@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 )
 
 // fileStamp is what the watcher compares to notice a changed file.
@@ -87,6 +88,9 @@ func (s *Server) Reload(reason string) bool {
 		return false
 	}
 	s.holder.Store(p)
+	if dc, ok := s.store.(store.DenialCache); ok {
+		dc.ClearOverLimit() // denials of limits that may have changed
+	}
 	s.m.reloads.WithLabelValues("success").Inc()
 	s.m.loadedAt.SetToCurrentTime()
 	s.log.Info("policy reloaded", "reason", reason, "file", p.Name(), "nodes", len(p.Nodes()))

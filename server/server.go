@@ -103,6 +103,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if len(s.queues) > 0 {
 		s.m.reg.MustRegister(queueCollector{s})
 	}
+	if dc, ok := s.store.(store.DenialCache); ok && cfg.Redis.OverLimitCache > 0 {
+		s.m.registerOverLimit(dc)
+	}
 	return s, nil
 }
 

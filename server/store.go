@@ -23,13 +23,14 @@ import (
 // certificate that does not verify) is.
 func openStore(ctx context.Context, c Config, log *slog.Logger) (sluice.Store, error) {
 	opts := store.Options{
-		Prefix:        c.Redis.Prefix,
-		Timeout:       time.Duration(c.Timeout),
-		Username:      c.Redis.Username,
-		Password:      c.Redis.Password,
-		MaxFlushDelay: time.Duration(c.Redis.MaxFlushDelay),
-		Background:    true,
-		Log:           log,
+		Prefix:         c.Redis.Prefix,
+		Timeout:        time.Duration(c.Timeout),
+		Username:       c.Redis.Username,
+		Password:       c.Redis.Password,
+		MaxFlushDelay:  time.Duration(c.Redis.MaxFlushDelay),
+		OverLimitCache: max(c.Redis.OverLimitCache, 0),
+		Background:     true,
+		Log:            log,
 	}
 	if c.Redis.TLS.enabled() {
 		tc, err := tlsConfig(c.Redis.TLS)

@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestOverLimitCacheInService: on Redis the service's over-limit cache is
+// on by default: repeated denied checks are answered from it (counted in
+// /metrics), an admin reset clears the key at once, and a policy reload
+// clears the cache; redis.over_limit_cache -1 turns it off.
+func TestOverLimitCacheInService(t *testing.T) {
+	policyFile := filepath.Join(t.TempDir(), "limits.yaml")
+	write := func(limit int) {
+		src := "schema:\n  user:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: " + strconv.Itoa(limit) + ", window: 1h}]}\n"
+		if err := os.WriteFile(policyFile, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := redistest.Start(t)
+	for _, size := range []int{0, -1} {
+		write(1)
+		s, err := New(context.Background(), Config{Store: rd.URL(), Policy: policyFile, AdminToken: "tok",
+			Redis: RedisConfig{Prefix: "t" + strconv.Itoa(size) + ":", OverLimitCache: size}},
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		h := s.Handler()
+		do := func(method, path, body string) *httptest.ResponseRecorder {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(method, path, strings.NewReader(body))
+			r.Header.Set("Authorization", "Bearer tok")
+			h.ServeHTTP(w, r)
+			return w
+		}
+		check := func() int { return do("POST", "/v1/check", `{"path": ["user", "alex"]}`).Code }
+		hits := func() string {
+			m := regexp.MustCompile(`(?m)^sluice_over_limit_cache_hits_total (\S+)`).FindStringSubmatch(do("GET", "/metrics", "").Body.String())
+			if m == nil {
+				return "absent"
+			}
+			return m[1]
+		}
+		if size < 0 {
+			if a, b, c := check(), check(), check(); a != 200 || b != 429 || c != 429 || hits() != "absent" {
+				t.Fatalf("cache off: %d %d %d, hits metric %s", a, b, c, hits())
+			}
+			continue
+		}
+		if check() != 200 || check() != 429 || hits() != "0" {
+			t.Fatalf("first two checks; hits %s", hits())
+		}
+		for range 5 {
+			if check() != 429 {
+				t.Fatal("a cached denial was allowed")
+			}
+		}
+		if hits() != "5" {
+			t.Fatalf("hits %s after 5 denials, want 5", hits())
+		}
+		if w := do("DELETE", "/admin/v1/state?path=user&path=alex", ""); w.Code != 200 {
+			t.Fatalf("reset: %d %s", w.Code, w.Body)
+		}
+		if check() != 200 || check() != 429 {
+			t.Fatal("after a reset: want allowed, then denied")
+		}
+		write(3)
+		if !s.Reload("test") {
+			t.Fatal("reload failed")
+		}
+		if code := check(); code != 200 {
+			t.Fatalf("after raising the limit: %d", code)
+		}
+	}
+}
