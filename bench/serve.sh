@@ -40,8 +40,7 @@ trap cleanup EXIT
 (cd cmd/loadgen && go build -o "$TMP/loadgen" .)
 POLICY=$PWD/cmd/loadgen/limits.bench.yaml
 
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-waitport() { for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 not up" >&2; exit 1; }
+. ./lib.sh
 
 RPORT=$(freeport)
 redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &

@@ -14,7 +14,8 @@
 // prints one JSON line: requests per second, p50 and p99 latency, answers
 // by status, and, given -pid, the CPU time (utime+stime from /proc) the
 // process under test used per request, plus the CPU the rest of the
-// machine (neither the target nor loadgen) used meanwhile.
+// machine (neither the target nor loadgen, nor Redis given -redis-pid)
+// used meanwhile.
 package main
 
 import (
@@ -26,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -78,7 +80,10 @@ type Result struct {
 	Errors      int            `json:"errors"`
 	CPUusPerReq float64        `json:"cpu_us_per_req,omitempty"`
 	TargetCPU   float64        `json:"target_cpu_cores,omitempty"`
-	OtherCPU    float64        `json:"other_cpu_cores"`
+	// RedisCPUusPerReq is Redis's CPU per request, given -redis-pid; the
+	// other CPU then leaves Redis out.
+	RedisCPUusPerReq float64 `json:"redis_cpu_us_per_req,omitempty"`
+	OtherCPU         float64 `json:"other_cpu_cores"`
 }
 
 func load(mode string, args []string) error {
@@ -89,10 +94,13 @@ func load(mode string, args []string) error {
 	dur := fs.Duration("d", 10*time.Second, "measured duration")
 	warm := fs.Duration("w", time.Second, "warm-up")
 	pid := fs.Int("pid", 0, "process under test, for CPU per request")
-	keys := fs.Int("keys", 1000, "distinct callers to spread the load over")
+	keys := fs.Int("keys", 1000, "distinct callers; each request picks one at random")
 	name := fs.String("name", mode, "name of the run")
 	path := fs.String("path", "/v1/check", "HTTP path")
 	rate := fs.Float64("rate", 0, "requests per second in all, spread evenly over the workers (0: as fast as answered)")
+	body := fs.String("body", `{"path": ["user", "u{i}", "trade"]}`, "HTTP body: {i} is the caller's number, {ip} its address (10.0.x.y)")
+	redisPid := fs.Int("redis-pid", 0, "Redis, for its CPU per request")
+	domain := fs.String("domain", "edge", "gRPC: the descriptor domain (one entry remote_address=10.0.x.y)")
 	fs.Parse(args)
 	if *addr == "" {
 		return errors.New("-addr is required")
@@ -104,13 +112,12 @@ func load(mode string, args []string) error {
 			c := &rawClient{addr: *addr}
 			bodies := make([][]byte, *keys)
 			for i := range bodies {
-				body := fmt.Sprintf(`{"path": ["user", "u%d", "trade"]}`, i)
+				body := strings.NewReplacer("{i}", strconv.Itoa(i), "{ip}", ip(i)).Replace(*body)
 				bodies[i] = []byte(fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", *path, *addr, len(body), body))
 			}
-			i := w
+			r := rand.New(rand.NewPCG(uint64(w), 1))
 			return func() (string, error) {
-				i++
-				return c.do(bodies[i%len(bodies)])
+				return c.do(bodies[r.IntN(len(bodies))])
 			}, c.close
 		}
 	case "grpc":
@@ -127,13 +134,12 @@ func load(mode string, args []string) error {
 			c := rlv3.NewRateLimitServiceClient(ccs[w%len(ccs)])
 			reqs := make([]*rlv3.RateLimitRequest, *keys)
 			for i := range reqs {
-				reqs[i] = &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{
-					Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("10.0.%d.%d", i/256, i%256)}}}}}
+				reqs[i] = &rlv3.RateLimitRequest{Domain: *domain, Descriptors: []*rlcommon.RateLimitDescriptor{{
+					Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip(i)}}}}}
 			}
-			i := w
+			rnd := rand.New(rand.NewPCG(uint64(w), 1))
 			return func() (string, error) {
-				i++
-				r, err := c.ShouldRateLimit(context.Background(), reqs[i%len(reqs)])
+				r, err := c.ShouldRateLimit(context.Background(), reqs[rnd.IntN(len(reqs))])
 				if err != nil {
 					return "", err
 				}
@@ -191,13 +197,13 @@ func load(mode string, args []string) error {
 		}(w)
 	}
 	time.Sleep(*warm)
-	cpu0, tot0, self0 := procCPU(*pid), machineCPU(), procCPU(os.Getpid())
+	cpu0, tot0, self0, rcpu0 := procCPU(*pid), machineCPU(), procCPU(os.Getpid()), procCPU(*redisPid)
 	t0 := time.Now()
 	measuring.Store(true)
 	time.Sleep(*dur)
 	measuring.Store(false)
 	elapsed := time.Since(t0)
-	cpu1, tot1, self1 := procCPU(*pid), machineCPU(), procCPU(os.Getpid())
+	cpu1, tot1, self1, rcpu1 := procCPU(*pid), machineCPU(), procCPU(os.Getpid()), procCPU(*redisPid)
 	stop.Store(true)
 	wg.Wait()
 
@@ -222,13 +228,19 @@ func load(mode string, args []string) error {
 		res.CPUusPerReq = target * 1e6 / float64(len(all))
 		res.TargetCPU = target / elapsed.Seconds()
 	}
-	others := (tot1 - tot0 - (cpu1 - cpu0) - (self1 - self0)).Seconds() / elapsed.Seconds()
+	if *redisPid > 0 && len(all) > 0 {
+		res.RedisCPUusPerReq = (rcpu1 - rcpu0).Seconds() * 1e6 / float64(len(all))
+	}
+	others := (tot1 - tot0 - (cpu1 - cpu0) - (self1 - self0) - (rcpu1 - rcpu0)).Seconds() / elapsed.Seconds()
 	res.OtherCPU = float64(int(others*100)) / 100
 	if res.Errors > 0 {
 		fmt.Fprintf(os.Stderr, "loadgen: %d errors, the first: %v\n", res.Errors, firstErr.Load())
 	}
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
+
+// ip is caller i's address, 10.0.x.y.
+func ip(i int) string { return fmt.Sprintf("10.0.%d.%d", i/256, i%256) }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()/100) / 10 }
 

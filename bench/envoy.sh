@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Benchmarks `sluice serve` against envoyproxy/ratelimit, Envoy's reference
+# rate limit service (built from its Go module, bench/cmd/envoyrl), on one
+# redis-server, with the same limit, the same requests and the same load
+# generator, in interleaved rounds; prints the tables BENCHMARKS.md quotes
+# ("## Beyond one round trip (issue 13)"):
+#
+#   bench/envoy.sh                          3 rounds of 5s per run, ~6 minutes
+#   ROUNDS=1 DURATION=3s bench/envoy.sh     shorter
+#   SCENARIOS="allow deny" bench/envoy.sh   some of: allow deny hot
+#
+# Every check is one descriptor, domain edge, remote_address=10.0.x.y (a
+# path edge/remote_address/10.0.x.y for sluice), limited by a fixed window
+# of 1 second in both services (Envoy's unit: second), over gRPC (Envoy's
+# RLS v3 ShouldRateLimit, 50 concurrent calls on 4 connections) and HTTP
+# (sluice POST /v1/check, Envoy POST /json; 50 keep-alive connections).
+# The scenarios:
+#   allow  1000 callers, a limit of 1,000,000/s: nothing is denied
+#   deny   1000 callers, a limit of 1/s each: nearly every check is denied
+#          (the share is measured); Envoy with its local over-limit cache
+#          (LOCAL_CACHE_SIZE_IN_BYTES) on and off, sluice with its own
+#          over-limit cache on (the default) and off
+#   hot    one caller, a limit of 100,000,000/s (far from it)
+# Redis is flushed before each run. CPU per check is the service process's
+# utime+stime (/proc) over the measured window divided by the checks
+# answered, and the same for redis-server. Envoy runs with
+# REDIS_PIPELINE_WINDOW=$ENVOY_WINDOW (its README suggests 150-500us;
+# "0" flushes every command at once) and REDIS_POOL_SIZE=$ENVOY_POOL.
+# Needs Go, redis-server and python3.
+set -euo pipefail
+cd "$(dirname "$0")"
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-3}
+SCENARIOS=${SCENARIOS:-allow deny}
+ENVOY_WINDOW=${ENVOY_WINDOW:-150us}
+ENVOY_POOL=${ENVOY_POOL:-10}
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+. ./lib.sh
+
+(cd .. && go build -o "$TMP/sluice" ./cmd/sluice)
+(cd cmd/loadgen && go build -o "$TMP/loadgen" .)
+(cd cmd/envoyrl && go build -o "$TMP/envoyrl" .)
+
+RPORT=$(freeport)
+redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
+RPID=$!; PIDS+=("$RPID"); waitport "$RPORT"
+
+limits() { # scenario -> limit per second
+  case $1 in allow) echo 1000000 ;; deny) echo 1 ;; hot) echo 100000000 ;; esac
+}
+keys() { case $1 in hot) echo 1 ;; *) echo 1000 ;; esac; }
+
+configs() { # scenario: writes the policy of both services
+  local lim; lim=$(limits "$1")
+  mkdir -p "$TMP/rt/ratelimit/config"
+  cat >"$TMP/limits.yaml" <<YAML
+schema:
+  edge:
+    children:
+      remote_address:
+        children:
+          "*":
+            limits: {algorithm: fixed_window, limit: $lim, window: 1s}
+YAML
+  cat >"$TMP/rt/ratelimit/config/edge.yaml" <<YAML
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: $lim}
+YAML
+}
+
+run() { # scenario service api
+  local scenario=$1 service=$2 api=$3 hp gp pid
+  hp=$(freeport); gp=$(freeport)
+  redis-cli -p "$RPORT" flushall >/dev/null
+  case $service in
+    sluice*)
+      local cache=100000
+      [[ $service == *"cache off"* ]] && cache=-1
+      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "$TMP/sluice" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
+        --policy "$TMP/limits.yaml" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
+      ;;
+    envoy*)
+      local cache=0
+      [[ $service == *"cache on"* ]] && cache=104857600
+      env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RPORT" \
+        REDIS_PIPELINE_WINDOW="$ENVOY_WINDOW" REDIS_POOL_SIZE="$ENVOY_POOL" LOCAL_CACHE_SIZE_IN_BYTES=$cache \
+        RUNTIME_ROOT="$TMP/rt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+        HOST=127.0.0.1 PORT="$hp" GRPC_HOST=127.0.0.1 GRPC_PORT="$gp" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(freeport)" \
+        "$TMP/envoyrl" >"$TMP/svc.log" 2>&1 &
+      ;;
+  esac
+  pid=$!; PIDS+=("$pid")
+  local addr args=(-c 50 -d "$DURATION" -pid "$pid" -redis-pid "$RPID" -keys "$(keys "$scenario")")
+  if [ "$api" = http ]; then
+    waitport "$hp"; addr=127.0.0.1:$hp
+    if [[ $service == sluice* ]]; then
+      args+=(-path /v1/check -body '{"path": ["edge", "remote_address", "{ip}"]}')
+    else
+      args+=(-path /json -body '{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "{ip}"}]}]}')
+    fi
+  else
+    waitport "$gp"; addr=127.0.0.1:$gp
+  fi
+  "$TMP/loadgen" idle -max 0.2 -timeout 20s
+  "$TMP/loadgen" "$api" -addr "$addr" -name "$scenario|$service|$api" "${args[@]}" >>"$TMP/results.jsonl"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+
+services() {
+  case $1 in
+    deny) printf '%s\n' "sluice" "sluice (cache off)" "envoy (cache on)" "envoy (cache off)" ;;
+    *) printf '%s\n' sluice envoy ;;
+  esac
+}
+
+for round in $(seq "$ROUNDS"); do
+  for scenario in $SCENARIOS; do
+    configs "$scenario"
+    mapfile -t svcs < <(services "$scenario")
+    for api in grpc http; do
+      for service in "${svcs[@]}"; do run "$scenario" "$service" "$api" </dev/null; done
+    done
+  done
+done
+
+python3 - "$TMP/results.jsonl" "$ROUNDS" "$DURATION" <<'PY'
+import json, sys, statistics as st
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by, order = {}, []
+for r in rows:
+    if r["name"] not in by:
+        order.append(r["name"]); by[r["name"]] = []
+    by[r["name"]].append(r)
+print(f"{sys.argv[2]} rounds of {sys.argv[3]} per run, interleaved; medians over the rounds.")
+scen = None
+for n in order:
+    s, svc, api = n.split("|")
+    if s != scen:
+        scen = s
+        print(f"\n### {s}\n")
+        print("| service | API | checks/s | vs Envoy | p50 | p99 | service CPU per check | Redis CPU per check | denied |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    rs = by[n]
+    med = lambda k, rs=rs: st.median(r.get(k, 0) for r in rs)
+    peer = next((m for m in order if m.startswith(f"{s}|envoy") and m.endswith("|" + api) and "cache off" not in m), None)
+    ratio = f"{med('rps') / st.median(r['rps'] for r in by[peer]):.2f}x" if peer and not svc.startswith("envoy") else ""
+    tot = sum(sum(r["statuses"].values()) for r in rs)
+    denied = sum(r["statuses"].get(k, 0) for r in rs for k in ("429", "OVER_LIMIT"))
+    errs = sum(r.get("errors", 0) for r in rs)
+    print(f"| {svc} | {api} | {med('rps'):,.0f} | {ratio} | {med('p50_us')/1000:.2f} ms | {med('p99_us')/1000:.2f} ms "
+          f"| {med('cpu_us_per_req'):.1f} µs | {med('redis_cpu_us_per_req'):.1f} µs | {100*denied/max(tot,1):.1f}%"
+          + (f" ({errs} errors)" if errs else "") + " |")
+PY
