@@ -73,6 +73,13 @@ type Request struct {
 	// Shadow marks a request of a DecideAll whose denial is reported but
 	// does not block the others: a shadow limit being rolled out.
 	Shadow bool
+	// Lease lets a store that keeps leased quota (the Redis store with
+	// Options.LeaseFor) admit the request from units it took ahead for the
+	// key, without a round trip; only a fixed-window limit on the store's
+	// clock (Time zero) is leased. The window never admits more than its
+	// limit; see store/redis for the bounds. Stores without leases ignore
+	// it.
+	Lease bool
 }
 
 // Validate checks the request's key, cost, time and limit.

@@ -52,6 +52,11 @@ type Options struct {
 	// over-limit cache of about that many keys (see store/overlimit); 0
 	// turns it off.
 	OverLimitCache int
+	// LeaseFor, when positive, lets a shared store admit requests with
+	// Lease set from leased quota that lives at most this long; MaxLease
+	// bounds a lease (the store's default when zero). See store/redis.
+	LeaseFor time.Duration
+	MaxLease int64
 }
 
 // An Opener opens a store of one scheme.

@@ -15,13 +15,7 @@ import (
 // consumersSuffix names a key's consumers list after the key.
 const consumersSuffix = "#consumers"
 
-var consumersScript = func() *rueidis.Lua {
-	src, err := scripts.ReadFile("scripts/consumers.lua")
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	return rueidis.NewLuaScript(string(src))
-}()
+var consumersScript = embeddedScript("consumers.lua")
 
 // ConsumersKey returns the Redis key of a key's consumers list: the key's
 // own name (KeyName) with "#consumers" appended, so that it lives in the

@@ -77,6 +77,13 @@ type Options struct {
 	// RetryAfter), so the cache never admits more, but may deny for up to
 	// that long what another client's reset gave back.
 	OverLimitCache int
+	// LeaseFor, when positive, turns on leased quota for requests with
+	// Lease set (see lease.go's bounds): a lease lives at most this long
+	// (and never past its window), and what it has left is given back
+	// within LeaseFor/2 after. MaxLease bounds a lease's units
+	// (DefaultMaxLease when zero).
+	LeaseFor time.Duration
+	MaxLease int64
 }
 
 // DefaultMaxInFlight is Options.MaxInFlight when zero.
@@ -90,6 +97,7 @@ type Store struct {
 	prefix   string
 	timeout  time.Duration
 	denials  *overlimit.Cache // nil when off
+	leases   *leaser          // nil when off
 
 	stop chan struct{} // ends background connecting
 	done chan struct{} // closed when background connecting has ended
@@ -111,6 +119,7 @@ func init() {
 			Prefix: o.Prefix, Timeout: o.Timeout, MaxFlushDelay: o.MaxFlushDelay,
 			Username: o.Username, Password: o.Password, TLS: o.TLS,
 			Background: o.Background, Log: o.Log, OverLimitCache: o.OverLimitCache,
+			LeaseFor: o.LeaseFor, MaxLease: o.MaxLease,
 		})
 	})
 }
@@ -234,6 +243,13 @@ func newStore(opts Options) (*Store, error) {
 	if opts.OverLimitCache > 0 {
 		s.denials = overlimit.New(opts.OverLimitCache)
 	}
+	if opts.LeaseFor > 0 {
+		if opts.MaxLease <= 0 {
+			opts.MaxLease = DefaultMaxLease
+		}
+		s.leases = newLeaser(opts.LeaseFor, opts.MaxLease)
+		go s.sweep()
+	}
 	return s, nil
 }
 
@@ -294,7 +310,13 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close stops connecting in the background and closes the connection if
 // the store opened it.
 func (s *Store) Close() error {
-	s.once.Do(func() { close(s.stop) })
+	s.once.Do(func() {
+		close(s.stop)
+		if s.leases != nil {
+			close(s.leases.stop) // gives every lease's units back
+			<-s.leases.done
+		}
+	})
 	<-s.done
 	if c := s.conn.Load(); c != nil && s.owned {
 		c.client.Close()

@@ -185,6 +185,20 @@ func (d *driver) compose(set kindSet) string {
 	return b.String()
 }
 
+// embeddedScript is a script made of embedded files, in order.
+func embeddedScript(names ...string) *rueidis.Lua {
+	var b strings.Builder
+	for _, name := range names {
+		src, err := scripts.ReadFile("scripts/" + name)
+		if err != nil {
+			panic(err) // embedded at build time
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return rueidis.NewLuaScript(b.String())
+}
+
 // KeyName returns the Redis key that holds the state of a request's key
 // and tag: prefix + key without a tag, prefix + "{" + tag + "}" + the rest
 // of key with one. '%', '{' and '}' in key are percent-encoded first, so
@@ -239,6 +253,13 @@ func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, er
 // admits more than a limit, and lasts one round trip. All slots decide at
 // one time (one node's TIME, read first, when the requests carry none).
 func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+	if s.leases != nil {
+		for i := range reqs {
+			if _, ok := leasable(&reqs[i]); ok {
+				return s.decideLeased(ctx, reqs, results)
+			}
+		}
+	}
 	if s.denials != nil {
 		return s.decideCached(ctx, reqs, results)
 	}

@@ -1,7 +1,8 @@
 -- fixed_window.lua: a counter per window aligned to the epoch.
 --
--- Key    a hash: e = the end of the counted window (µs), n = its count;
---        it expires when the window ends
+-- Key    a hash: e = the end of the counted window (µs), n = its count,
+--        and the window's lease holders (lease.lua); it expires when the
+--        window ends
 -- Args   a+0: window in µs
 --        a+1: limit
 --        a+2: cost (0 peeks and writes nothing)
@@ -21,6 +22,9 @@ local function f_commit(key, now, a, go, after)
   if not go or ARGV[a + 2] == '0' then return end
   if after == tonumber(ARGV[a + 2]) then
     local e = now - now % ARGV[a] + ARGV[a]
+    if redis.call('HLEN', key) > 2 and tonumber(redis.call('HGET', key, 'e')) ~= e then
+      redis.call('DEL', key) -- another window's lease holders (lease.lua)
+    end
     redis.call('HSET', key, 'e', e, 'n', ARGV[a + 2])
     redis.call('PEXPIRE', key, ttl(e - now))
   else

@@ -1,0 +1,183 @@
+package redis_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// windowCount reads a fixed window's count from Redis.
+func windowCount(t *testing.T, srv *redistest.Server, st *redis.Store, req sluice.Request) int64 {
+	t.Helper()
+	v, err := srv.Do("HGET", redis.StateKey(st.Prefix(), req), "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// TestLeasesRacing: several stores (service instances) with leases race
+// for one fixed window on one Redis, far more attempts than its limit.
+// They never admit more than the limit, they refuse at most instances x
+// MaxLease units that an exact limiter would have admitted, and once they
+// close (giving back what their leases hold) the window's count in Redis
+// is exactly what they admitted.
+func TestLeasesRacing(t *testing.T) {
+	srv := redistest.Start(t)
+	const instances, perInstance, limit, maxLease = 4, 25, 20000, 200
+	req := sluice.Request{Key: "hot", Limit: algo.FixedWindow{Limit: limit, Window: time.Hour}, Cost: 1, Lease: true}
+	stores := make([]*redis.Store, instances)
+	for i := range stores {
+		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{LeaseFor: 20 * time.Millisecond, MaxLease: maxLease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[i] = st
+	}
+	var admitted atomic.Int64
+	before := scriptCalls(t, srv)
+	var wg sync.WaitGroup
+	for _, st := range stores {
+		for range perInstance {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 300 {
+					res, err := st.Decide(context.Background(), req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	got := admitted.Load()
+	// Each denial costs a call (decided exactly), as does each exact
+	// admission and each lease; admissions from leases cost none.
+	calls := int64(scriptCalls(t, srv)-before) - (instances*perInstance*300 - got)
+	t.Logf("admitted %d of %d attempts; %d script calls for the admissions", got, instances*perInstance*300, calls)
+	if got > limit {
+		t.Fatalf("admitted %d, over the limit %d", got, limit)
+	}
+	if got < limit-instances*maxLease {
+		t.Fatalf("admitted %d: more than %d x %d below the limit %d", got, instances, maxLease, limit)
+	}
+	if calls > got/2 {
+		t.Fatalf("%d script calls for %d admissions: leases barely used", calls, got)
+	}
+	for _, st := range stores {
+		st.Close()
+	}
+	if n := windowCount(t, srv, stores[0], req); n != got {
+		t.Fatalf("after closing, the window counts %d, but %d were admitted", n, got)
+	}
+}
+
+// TestLeaseNearTheLimitIsExact: a lease is granted only while the window
+// has room for it for every holder; near the limit decisions are exact,
+// so one store admits exactly the limit.
+func TestLeaseNearTheLimitIsExact(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{LeaseFor: time.Second, MaxLease: 1000})
+	req := sluice.Request{Key: "k", Limit: algo.FixedWindow{Limit: 100, Window: time.Hour}, Cost: 1, Lease: true}
+	n := 0
+	for range 500 {
+		res, err := st.Decide(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			n++
+		}
+	}
+	if n != 100 {
+		t.Fatalf("admitted %d, want exactly 100", n)
+	}
+	if got := windowCount(t, srv, st, req); got != 100 {
+		t.Fatalf("window count %d", got)
+	}
+}
+
+// TestLeaseOnlyWhereAsked: requests without Lease, with their own Time,
+// shadow ones and other algorithms are decided exactly (one script call
+// each); a leased request denied by another level gives its unit back.
+func TestLeaseOnlyWhereAsked(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{LeaseFor: time.Second})
+	fw := algo.FixedWindow{Limit: 1_000_000, Window: time.Hour}
+	ctx := context.Background()
+	for _, req := range []sluice.Request{
+		{Key: "a", Limit: fw, Cost: 1},
+		{Key: "b", Limit: fw, Cost: 1, Lease: true, Time: time.Now()},
+		{Key: "c", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1, Lease: true},
+	} {
+		if _, err := st.Decide(ctx, req); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		before := scriptCalls(t, srv)
+		for range 50 {
+			if _, err := st.Decide(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if calls := scriptCalls(t, srv) - before; calls != 50 {
+			t.Errorf("%s: %d script calls for 50 exact decisions", req.Key, calls)
+		}
+	}
+	// A hot leased key with a denying second level: nothing is recorded.
+	leased := sluice.Request{Key: "d", Limit: fw, Cost: 1, Lease: true}
+	for range 50 {
+		st.Decide(ctx, leased)
+	}
+	if st.LeaseStats().Leased == 0 {
+		t.Fatal("no lease after 50 decisions")
+	}
+	left := st.LeaseStats().Leased
+	deny := sluice.Request{Key: "e", Limit: algo.FixedWindow{Limit: 1, Window: time.Hour}, Cost: 2}
+	res := make([]algo.Result, 2)
+	pass, err := st.DecideAll(ctx, []sluice.Request{leased, deny}, res)
+	if err != nil || pass || !res[0].Allowed || res[0].Admitted != 0 || res[1].Allowed {
+		t.Fatalf("pass %v %v, results %+v", pass, err, res)
+	}
+	if got := st.LeaseStats().Leased; got != left {
+		t.Fatalf("the lease holds %d after a denied batch, %d before", got, left)
+	}
+}
+
+// TestLeaseGivenBack: a lease's units unused at its deadline go back to
+// the window, so another store can use them.
+func TestLeaseGivenBack(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{LeaseFor: 20 * time.Millisecond})
+	req := sluice.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1_000_000, Window: time.Hour}, Cost: 1, Lease: true}
+	admitted := int64(0)
+	for range 200 {
+		if res, _ := st.Decide(context.Background(), req); res.Allowed {
+			admitted++
+		}
+	}
+	if windowCount(t, srv, st, req) <= admitted {
+		t.Fatal("no units leased ahead")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for windowCount(t, srv, st, req) != admitted {
+		if time.Now().After(deadline) {
+			t.Fatalf("window count %d, admitted %d: units not given back", windowCount(t, srv, st, req), admitted)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,62 @@
+-- lease.lua: takes a lease of units from a fixed window's counter (the
+-- hash of fixed_window.lua: e = the end of the counted window in µs, n =
+-- its count), gives back what the holder's last lease left unused, or both
+-- at once. A lease's units count in the window at once, so the holders of
+-- leases can never admit more than the limit together; they admit from
+-- them until the window ends, and no longer.
+--
+-- Every holder that takes a lease in a window is registered in the hash
+-- (field h:<holder>; h counts them). A lease of k units is granted only
+-- while the window has room for k more for every registered holder, this
+-- one included: limit - n >= k * holders; else none is, and the caller
+-- decides exactly. The store composes expire.lua before this file.
+--
+-- KEYS[1]  the fixed window's hash
+-- ARGV[1]  now in µs since the epoch, or "" for Redis TIME
+-- ARGV[2]  the window in µs
+-- ARGV[3]  the limit
+-- ARGV[4]  k, the units wanted (0: only give back, and leave)
+-- ARGV[5]  the holder's id
+-- ARGV[6]  units given back, left of the holder's last lease
+-- ARGV[7]  the window end of that lease (µs); units of another window are
+--          not given back: that window is over
+-- Reply    {now, granted, window end, the window's count after}
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local key, w, limit, k = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local e = now - now % w + w
+local v = redis.call('HMGET', key, 'e', 'n', 'h')
+local n, h = 0, 0
+if tonumber(v[1]) == e then
+  n, h = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+elseif v[1] then
+  redis.call('DEL', key) -- another window's count and holders
+end
+local back = tonumber(ARGV[6])
+if back > 0 and tonumber(ARGV[7]) == e then
+  n = math.max(n - back, 0)
+end
+local field = 'h:' .. ARGV[5]
+local registered = h > 0 and redis.call('HEXISTS', key, field) == 1
+local granted = 0
+if k > 0 then
+  local holders = h
+  if not registered then holders = h + 1 end
+  if limit - n >= k * holders then
+    granted = k
+    n = n + k
+    if not registered then
+      h = h + 1
+      redis.call('HSET', key, field, 1)
+    end
+  end
+elseif registered then
+  h = h - 1
+  redis.call('HDEL', key, field)
+end
+redis.call('HSET', key, 'e', e, 'n', n, 'h', h)
+redis.call('PEXPIRE', key, ttl(e - now))
+return {now, granted, e, n}
