@@ -223,7 +223,7 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, merge bool) {
 				sc.byKey[key] = len(sc.reqs)
 			}
 			sc.index = append(sc.index, len(sc.reqs))
-			sc.reqs = append(sc.reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: l, Cost: pq.Cost, Time: t, Shadow: hit.Shadow})
+			sc.reqs = append(sc.reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: l, Cost: pq.Cost, Time: t, Shadow: hit.Shadow, Lease: hit.Lease})
 		}
 	}
 }

@@ -57,7 +57,7 @@ schema:
 `, []string{
 			`f.yaml:2:12: unmatched: want allow or deny, got "maybe"`,
 			`f.yaml:3:1: extra: unknown field "extra" (want schema, unmatched or definitions)`,
-			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces or shared_counter)`,
+			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter or lease)`,
 			`f.yaml:9:35: schema.user.children.*.limits.brust: unknown field "brust" (want algorithm, burst, count, period, ...`,
 		}},
 		{"wrong types", `
@@ -177,6 +177,16 @@ schema:
 			`f.yaml:9:3: schema.g: empty node: give it limits, children or unlimited: true`,
 			`f.yaml:10:18: schema.h.unlimited: want true or false, got integer 1`,
 		}},
+		{"leases", `
+schema:
+  a: {lease: true, children: {x: {limits: [1, 2, 3]}}}
+  b: {lease: true, limits: [{algorithm: fixed_window, limit: 5, window: 1s}, {algorithm: gcra, burst: 1, count: 1, period: 1s}]}
+  c: {lease: yes, limits: {algorithm: fixed_window, limit: 5, window: 1s}}
+`, []string{
+			`f.yaml:3:7: schema.a.lease: lease needs the node's own limits`,
+			`f.yaml:4:7: schema.b.lease: lease is for fixed_window limits, and limit 1 is gcra: a lease's units count in the window when taken and are used until it ends, which only a window that ends with the lease keeps exact`,
+			`f.yaml:5:14: schema.c.lease: want true or false, got "yes"`,
+		}},
 		{"yaml features", `
 schema:
   a: {limits: *nope}
@@ -189,7 +199,7 @@ schema:
 			`f.yaml:4:6: schema.b: YAML tags (!!map) are not supported`,
 			`f.yaml:5:3: schema: want a name as key, got null`,
 			`f.yaml:6:11: schema.c: a merge key (<<) takes a mapping or a list of mappings, got integer 5`,
-			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces or shared_counter)`,
+			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter or lease)`,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -248,7 +248,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		return nil
 	}
 	nd := &node{pattern: pattern, shadow: shadow}
-	var limits, children, unlimited, shadowed, counter *entry
+	var limits, children, unlimited, shadowed, counter, leased *entry
 	uok, unknown := false, false
 	for _, e := range l.mapping(m, path, "field") {
 		switch e.name {
@@ -274,8 +274,11 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		case "shared_counter":
 			counter = &e
 			nd.sharedCounter, _ = l.boolean(e.value, sub(path, e.name))
+		case "lease":
+			leased = &e
+			nd.lease, _ = l.boolean(e.value, sub(path, e.name))
 		default:
-			l.errorf(e.key, sub(path, e.name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces or shared_counter)", e.name)
+			l.errorf(e.key, sub(path, e.name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter or lease)", e.name)
 			unknown = true
 		}
 	}
@@ -303,8 +306,17 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		l.errorf(counter.key, sub(path, "shared_counter"), "shared_counter is for a child whose name is a pattern with \"*\" (such as \"files/*\"), whose matches may share one counter")
 	case limits == nil && children == nil && !unknown && (unlimited == nil || uok && !nd.unlimited):
 		l.errorf(key, path, "empty node: give it limits, children or unlimited: true")
+	case nd.lease && limits == nil:
+		l.errorf(leased.key, sub(path, "lease"), "lease needs the node's own limits")
+	case nd.lease:
+		for i, sp := range nd.specs {
+			if sp.Algorithm != algo.NameFixedWindow {
+				l.errorf(leased.key, sub(path, "lease"), "lease is for fixed_window limits, and limit %d is %s: a lease's units count in the window when taken and are used until it ends, which only a window that ends with the lease keeps exact", i, sp.Algorithm)
+				break
+			}
+		}
 	}
-	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited}
+	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease}
 	return nd
 }
 

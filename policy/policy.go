@@ -50,6 +50,12 @@
 //   - shadow: true: the limits of the node and of every node below it are
 //     checked and reported but not enforced, for rolling out new limits
 //     (for a path decided Exact, as Envoy matches, the node's own only).
+//   - lease: true, on a node whose limits are all fixed_window: a store
+//     with leased quota (the Redis store's LeaseFor, the service's
+//     redis.lease_for) may admit the node's requests from units it took
+//     ahead for a hot key, without a round trip each; the window still
+//     never admits more than its limit (see store/redis). It also lets the
+//     service grant quota to an Envoy proxy that asks for it.
 //
 // At the top level, schema holds the tree; unmatched: deny denies the
 // requests that no policy matches (see Match.Unmatched); definitions is
@@ -121,6 +127,7 @@ type node struct {
 	// name and replaces: see Hit.Name and Hit.Replaces.
 	name     string
 	replaces []string
+	lease    bool // see Hit.Lease
 }
 
 // child returns the child a segment reaches: the named one, else the
@@ -185,6 +192,8 @@ type Node struct {
 	Shadow bool
 	// Unlimited reports whether the node is unlimited.
 	Unlimited bool
+	// Lease reports whether the node's limits may be leased.
+	Lease bool
 }
 
 // Match is what a request path hits in a policy.
@@ -234,6 +243,9 @@ type Hit struct {
 	// Limits are the node's limits, in the order of the file. The slice is
 	// the policy's own: do not modify it.
 	Limits []algo.Limit
+	// Lease reports whether the node says lease: true: its requests may be
+	// admitted from leased quota (sluice.Request.Lease).
+	Lease bool
 }
 
 // hit returns the Hit of node n; with exact, the node's shadow is its own
@@ -243,7 +255,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

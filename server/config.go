@@ -95,6 +95,12 @@ type RedisConfig struct {
 	// a reset made by another instance is seen here when the cached
 	// denial expires.
 	OverLimitCache int `yaml:"over_limit_cache"`
+	// LeaseFor is how long a lease of quota lives, for the policy nodes
+	// that say lease: true (default 100ms; negative turns leases off):
+	// a hot key's checks are then admitted from units taken ahead, at
+	// most MaxLease at a time per key (default 10000). See store/redis.
+	LeaseFor algo.Duration `yaml:"lease_for"`
+	MaxLease int64         `yaml:"max_lease"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
 	// checked; InsecureSkipVerify disables verification (tests only).
@@ -135,6 +141,7 @@ const (
 	DefaultConsumersTTL    = time.Hour
 	DefaultMaxFlushDelay   = 20 * time.Microsecond
 	DefaultOverLimitCache  = 100_000
+	DefaultLeaseFor        = 100 * time.Millisecond
 )
 
 // Defaults returns c with every unset field at its default.
@@ -166,6 +173,9 @@ func (c Config) Defaults() Config {
 	if c.Consumers.TTL == 0 {
 		c.Consumers.TTL = algo.Duration(DefaultConsumersTTL)
 	}
+	if c.Redis.LeaseFor == 0 {
+		c.Redis.LeaseFor = algo.Duration(DefaultLeaseFor)
+	}
 	if c.Redis.OverLimitCache == 0 {
 		c.Redis.OverLimitCache = DefaultOverLimitCache
 	}
@@ -194,6 +204,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: consumers.ttl must be positive, got %v", time.Duration(c.Consumers.TTL))
 	case c.Consumers.Max > 1000:
 		return fmt.Errorf("config: consumers.max is at most 1000, got %d", c.Consumers.Max)
+	case c.Redis.MaxLease < 0:
+		return fmt.Errorf("config: redis.max_lease must be positive, got %d", c.Redis.MaxLease)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format must be text or json, got %q", c.LogFormat)
 	}
@@ -239,6 +251,8 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_REDIS_PASSWORD", "redis.password"},
 	{"SLUICE_REDIS_MAX_FLUSH_DELAY", "redis.max_flush_delay"},
 	{"SLUICE_REDIS_OVER_LIMIT_CACHE", "redis.over_limit_cache"},
+	{"SLUICE_REDIS_LEASE_FOR", "redis.lease_for"},
+	{"SLUICE_REDIS_MAX_LEASE", "redis.max_lease"},
 	{"SLUICE_REDIS_TLS_CA_FILE", "redis.tls.ca_file"},
 	{"SLUICE_REDIS_TLS_CERT_FILE", "redis.tls.cert_file"},
 	{"SLUICE_REDIS_TLS_KEY_FILE", "redis.tls.key_file"},
@@ -286,7 +300,7 @@ func (c *Config) Set(field, s string) error {
 	durs := map[string]*algo.Duration{
 		"timeout": &c.Timeout, "consumers.ttl": &c.Consumers.TTL,
 		"watch_interval": &c.WatchInterval, "shutdown_timeout": &c.ShutdownTimeout, "shutdown_delay": &c.ShutdownDelay,
-		"redis.max_flush_delay": &c.Redis.MaxFlushDelay,
+		"redis.max_flush_delay": &c.Redis.MaxFlushDelay, "redis.lease_for": &c.Redis.LeaseFor,
 	}
 	if p, ok := durs[field]; ok {
 		return p.UnmarshalText([]byte(s))
@@ -298,6 +312,14 @@ func (c *Config) Set(field, s string) error {
 			return fmt.Errorf("want an integer, got %q", s)
 		}
 		*p = n
+		return nil
+	}
+	if field == "redis.max_lease" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", s)
+		}
+		c.Redis.MaxLease = n
 		return nil
 	}
 	switch field {

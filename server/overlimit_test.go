@@ -85,3 +85,55 @@ func TestOverLimitCacheInService(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasesInService: a node with lease: true on Redis admits a hot key's
+// checks from leased quota (far fewer script calls than checks), and
+// exactly its limit.
+func TestLeasesInService(t *testing.T) {
+	rd := redistest.Start(t)
+	src := "schema:\n  api:\n    lease: true\n    limits: {algorithm: fixed_window, limit: 1500, window: 1h}\n"
+	s, err := New(context.Background(), Config{Store: rd.URL(), PolicyData: []byte(src), PolicyName: "t.yaml"},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := s.Handler()
+	check := func() int {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"path": ["api"]}`)))
+		return w.Code
+	}
+	check() // loads the scripts
+	calls := func() int {
+		info, err := rd.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, m := range regexp.MustCompile(`cmdstat_eval(?:sha)?:calls=(\d+)`).FindAllStringSubmatch(info, -1) {
+			v, _ := strconv.Atoi(m[1])
+			n += v
+		}
+		return n
+	}
+	before, allowed := calls(), 1
+	for range 999 {
+		if check() == 200 {
+			allowed++
+		}
+	}
+	if n := calls() - before; n > 200 {
+		t.Fatalf("%d script calls for 999 checks of a leased node", n)
+	}
+	for range 1000 {
+		if check() == 200 {
+			allowed++
+		}
+	}
+	// One instance uses up every lease it takes, and near the limit it
+	// decides exactly: the limit, no more, no less.
+	if allowed != 1500 {
+		t.Fatalf("%d allowed of a limit of 1500", allowed)
+	}
+}

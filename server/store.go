@@ -29,6 +29,8 @@ func openStore(ctx context.Context, c Config, log *slog.Logger) (sluice.Store, e
 		Password:       c.Redis.Password,
 		MaxFlushDelay:  time.Duration(c.Redis.MaxFlushDelay),
 		OverLimitCache: max(c.Redis.OverLimitCache, 0),
+		LeaseFor:       max(time.Duration(c.Redis.LeaseFor), 0),
+		MaxLease:       c.Redis.MaxLease,
 		Background:     true,
 		Log:            log,
 	}

@@ -23,8 +23,9 @@ import (
 // its deadline is given back to the window (by the next lease's call, or
 // by a sweep every LeaseFor/2). k follows the key's rate as this store
 // sees it (the units it would admit in LeaseFor, at most MaxLease), and
-// lease.lua grants a lease only while the window has room for k more for
-// every holder of a lease in it; otherwise the request is decided exactly.
+// lease.lua grants at most half of what the window has left divided among
+// the stores holding leases in it, so that near the limit leases shrink,
+// and below 2 units none is granted: the requests are decided exactly.
 //
 // The bounds: every unit admitted from a lease was counted in its window
 // before, and is admitted before the window ends, so a window never
@@ -218,7 +219,11 @@ func (s *Store) lease(ctx context.Context, r *sluice.Request, fw algo.FixedWindo
 		kl.left = 0
 	}
 	sh.mu.Unlock()
-	granted, end, count, rnow, err := s.callLease(ctx, r.Key, r.Tag, fw, k, back, backEnd)
+	least := max(2, r.Cost) // a new lease: worth a round trip, and covers r
+	if topUp {
+		least = 1
+	}
+	granted, end, count, rnow, err := s.callLease(ctx, r.Key, r.Tag, fw, k, least, back, backEnd)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	kl.busy = false
@@ -259,14 +264,14 @@ func (s *Store) lease(ctx context.Context, r *sluice.Request, fw algo.FixedWindo
 }
 
 // callLease runs lease.lua.
-func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWindow, k, back, backEnd int64) (granted, end, count, now int64, err error) {
+func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWindow, k, least, back, backEnd int64) (granted, end, count, now int64, err error) {
 	if err := s.acquire(ctx); err != nil {
 		return 0, 0, 0, 0, err
 	}
 	defer s.release()
 	name := s.stateKey(sluice.Request{Key: key, Tag: tag, Limit: fw})
 	v, err := leaseScript.Exec(ctx, s.client(), []string{name}, []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit),
-		itoa(k), s.leases.holder, itoa(back), itoa(backEnd)}).AsIntSlice()
+		itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}).AsIntSlice()
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("redis store: lease: %w", err)
 	}
@@ -426,7 +431,7 @@ func (s *Store) giveBackExpired(now int64, all bool) {
 	for i, o := range out {
 		fw := algo.FixedWindow{Limit: o.limit, Window: time.Duration(o.window) * time.Microsecond}
 		execs[i] = rueidis.LuaExec{Keys: []string{s.stateKey(sluice.Request{Key: o.key, Tag: o.tag, Limit: fw})},
-			Args: []string{"", itoa(o.window), itoa(o.limit), "0", l.holder, itoa(o.units), itoa(o.end)}}
+			Args: []string{"", itoa(o.window), itoa(o.limit), "0", l.holder, itoa(o.units), itoa(o.end), "0"}}
 	}
 	if c := s.client(); c != nil {
 		leaseScript.ExecMulti(ctx, c, execs...) // best effort: units not given back wait for their window's end

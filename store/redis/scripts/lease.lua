@@ -6,10 +6,12 @@
 -- them until the window ends, and no longer.
 --
 -- Every holder that takes a lease in a window is registered in the hash
--- (field h:<holder>; h counts them). A lease of k units is granted only
--- while the window has room for k more for every registered holder, this
--- one included: limit - n >= k * holders; else none is, and the caller
--- decides exactly. The store composes expire.lua before this file.
+-- (field h:<holder>; h counts them). A lease is granted only while what
+-- the window has left is large next to it: at most half of what is left
+-- divided among the registered holders, this one included, so that each
+-- could take as much again. It is the k units asked for, or fewer near the
+-- limit, down to ARGV[8]; below that none are, and the caller decides
+-- exactly. The store composes expire.lua before this file.
 --
 -- KEYS[1]  the fixed window's hash
 -- ARGV[1]  now in µs since the epoch, or "" for Redis TIME
@@ -20,6 +22,7 @@
 -- ARGV[6]  units given back, left of the holder's last lease
 -- ARGV[7]  the window end of that lease (µs); units of another window are
 --          not given back: that window is over
+-- ARGV[8]  the fewest units worth a lease
 -- Reply    {now, granted, window end, the window's count after}
 local now = tonumber(ARGV[1])
 if not now then
@@ -45,9 +48,11 @@ local granted = 0
 if k > 0 then
   local holders = h
   if not registered then holders = h + 1 end
-  if limit - n >= k * holders then
-    granted = k
-    n = n + k
+  granted = math.min(k, math.floor((limit - n) / (2 * holders)))
+  if granted < tonumber(ARGV[8]) then
+    granted = 0
+  else
+    n = n + granted
     if not registered then
       h = h + 1
       redis.call('HSET', key, field, 1)
