@@ -66,6 +66,7 @@
 //	sluice_queue_admitted_total{queue}
 //	sluice_queue_acked_total{queue}
 //	sluice_queue_drain_rate{queue}
+//	sluice_quota_granted_total                requests granted to gRPC clients as quota
 //	sluice_over_limit_cache_hits_total        checks denied from the over-limit cache (Redis
 //	sluice_over_limit_cache_entries           store, redis.over_limit_cache), and the
 //	                                          denials it holds
@@ -136,6 +137,19 @@
 // OK everywhere (fail open) or OVER_LIMIT everywhere (fail closed), within
 // the decision timeout; it is not a gRPC error, so Envoy's own
 // failure_mode_deny does not come into play.
+//
+// Quota: a client that admits requests on its own may ask for quota with
+// the request metadata x-sluice-quota: N (QuotaHeader; Envoy sends it
+// with the rate limit service's grpc_service initial_metadata). When the
+// check is OK, every descriptor's limits are on nodes with lease: true and
+// the store is Redis, the response's quota grants up to N (at most
+// redis.max_lease) more requests of the same descriptor set, valid until
+// no later than redis.lease_for from now and the end of every fixed
+// window involved: they are counted in their windows at once, so the
+// windows never admit more than their limits; what the client leaves
+// unused is lost to the windows until they end. The grant is smaller, or
+// none, when the windows are near their limits (see store/redis).
+// sluice_quota_granted_total counts the requests granted.
 //
 // # Failures and operations
 //

@@ -10,8 +10,10 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -157,6 +159,20 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		resp.Statuses[i] = st
 	}
 	resp.OverallCode = overall
+	if overall == rlv3.RateLimitResponse_OK {
+		if units := quotaAsked(ctx, s.cfg.Redis.MaxLease); units > 0 {
+			sctx, cancel := s.storeCtx(ctx)
+			g, err := s.checker.Grant(sctx, q, units)
+			cancel()
+			if err != nil {
+				s.log.Warn("quota grant failed", "err", err) // the check itself stands
+			} else if g.Units > 0 {
+				s.m.quotaGranted.Add(float64(g.Units))
+				resp.Quota = &rlv3.RateLimitResponse_Quota{Requests: uint32(g.Units),
+					ExpirationSpecifier: &rlv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(g.Until)}}
+			}
+		}
+	}
 	s.countLevels(b.d.Levels)
 	if overall == rlv3.RateLimitResponse_OK {
 		s.m.grpcChecks.allowed.Inc()
@@ -177,6 +193,31 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		}
 	}
 	return resp, nil
+}
+
+// QuotaHeader is the gRPC request metadata by which a client asks for
+// quota (RateLimitResponse.Quota): the number of requests it would admit
+// on its own. An Envoy proxy sends it with the rate limit service's
+// grpc_service initial_metadata.
+const QuotaHeader = "x-sluice-quota"
+
+// quotaAsked returns the units the call's metadata asks for, at most
+// most (0 when it asks for none, or for something that is not a positive
+// number).
+func quotaAsked(ctx context.Context, most int64) int64 {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return 0
+	}
+	v := md.Get(QuotaHeader)
+	if len(v) == 0 {
+		return 0
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return min(n, most)
 }
 
 // retryAfter folds the RetryAfter of denials: the largest, Never winning.

@@ -25,6 +25,8 @@ type metrics struct {
 	reloads     *prometheus.CounterVec
 	loadedAt    prometheus.Gauge
 	dropped     prometheus.Counter
+	// quotaGranted counts the units granted to clients as RLS quota.
+	quotaGranted prometheus.Counter
 
 	// per-API children, looked up once
 	httpChecks, grpcChecks     outcomeCounters
@@ -83,7 +85,10 @@ func newMetrics(ping func(context.Context) error) *metrics {
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_consumers_dropped_total", Help: "Consumer entries dropped (queue full or store error).",
 	})
-	m.reg.MustRegister(m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped, storeUp, build,
+	m.quotaGranted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_quota_granted_total", Help: "Requests granted to gRPC clients as quota (RateLimitResponse.Quota).",
+	})
+	m.reg.MustRegister(m.quotaGranted, m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped, storeUp, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")

@@ -160,6 +160,24 @@ type DenialCache interface {
 	ClearOverLimit()
 }
 
+// Granter is a store that can grant quota to a client that admits
+// requests on its own, such as an Envoy proxy given quota in the rate
+// limit protocol's RateLimitResponse.Quota: Grant counts units more of the
+// requests (each with its Cost, all of them together) in the store at
+// once and returns how many the client may admit, until when. It grants
+// nothing (a zero Grant) for requests it cannot grant for, or near their
+// limits. See store/redis.
+type Granter interface {
+	Grant(ctx context.Context, reqs []sluice.Request, units int64) (Grant, error)
+}
+
+// Grant is quota granted to a client: it may admit Units requests until
+// Until, and never after.
+type Grant struct {
+	Units int64
+	Until time.Time
+}
+
 // Refunder is a store that can give back what a decision admitted: Refund
 // undoes req.Cost of req.Limit on req.Key at req.Time (the zero Time: the
 // store's clock). A limiter handle's Reservation.Cancel needs it; it is

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Leased quota (Options.LeaseFor): for a request with Lease set on a
@@ -464,4 +465,80 @@ func (s *Store) LeaseStats() LeaseStats {
 		sh.mu.Unlock()
 	}
 	return st
+}
+
+var _ store.Granter = (*Store)(nil)
+
+// Grant implements store.Granter with leases (Options.LeaseFor): every
+// request must be leasable (Lease set, a fixed window, the store's clock);
+// otherwise, or with leases off, it grants nothing. Each request's key
+// gets a lease of units x Cost from lease.lua (one pipelined round trip),
+// under the same rule as the store's own leases; the grant is the fewest
+// requests any key granted, and what the others granted beyond it is
+// given back at once. Until is LeaseFor from now at most, and no later
+// than any window's end on the local clock, so the client admits nothing
+// outside the windows the units were counted in: zero over-admission. The
+// client never gives back what it does not use: at most Units are lost to
+// the windows until they end.
+func (s *Store) Grant(ctx context.Context, reqs []sluice.Request, units int64) (store.Grant, error) {
+	if s.leases == nil || units <= 0 || len(reqs) == 0 {
+		return store.Grant{}, nil
+	}
+	fws := make([]algo.FixedWindow, len(reqs))
+	for i := range reqs {
+		fw, ok := leasable(&reqs[i])
+		if !ok {
+			return store.Grant{}, nil
+		}
+		fws[i] = fw
+	}
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	defer cancel()
+	holder := "grants-" + s.leases.holder
+	call := func(i int, k, least, back, end int64) rueidis.LuaExec {
+		fw := fws[i]
+		return rueidis.LuaExec{Keys: []string{s.stateKey(reqs[i])}, Args: []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit),
+			itoa(k), holder, itoa(back), itoa(end), itoa(least)}}
+	}
+	execs := make([]rueidis.LuaExec, len(reqs))
+	for i, r := range reqs {
+		execs[i] = call(i, units*r.Cost, r.Cost, 0, 0)
+	}
+	wall := time.Now()
+	granted, ends := make([]int64, len(reqs)), make([]int64, len(reqs))
+	g, left := units, int64(s.leases.leaseFor)
+	for i, res := range leaseScript.ExecMulti(ctx, s.client(), execs...) {
+		v, err := res.AsIntSlice()
+		if err == nil && len(v) != 4 {
+			err = fmt.Errorf("lease replied %d values", len(v))
+		}
+		if err != nil {
+			return store.Grant{}, fmt.Errorf("redis store: grant: %w", err) // what was granted waits for its window's end
+		}
+		granted[i], ends[i] = v[1], v[2]
+		g = min(g, v[1]/reqs[i].Cost)
+		left = min(left, (v[2]-v[0])*int64(time.Microsecond))
+	}
+	var back []rueidis.LuaExec
+	for i, r := range reqs {
+		if extra := granted[i] - g*r.Cost; extra > 0 {
+			back = append(back, call(i, 0, 0, extra, ends[i]))
+		}
+	}
+	if len(back) > 0 {
+		for _, res := range leaseScript.ExecMulti(ctx, s.client(), back...) {
+			if err := res.Error(); err != nil {
+				return store.Grant{}, fmt.Errorf("redis store: grant: give back: %w", err)
+			}
+		}
+	}
+	if g == 0 {
+		return store.Grant{}, nil
+	}
+	// Redis's now came after wall was read: Until is no later than the
+	// windows' ends.
+	return store.Grant{Units: g, Until: wall.Add(time.Duration(left))}, nil
 }
