@@ -205,11 +205,7 @@ const QuotaHeader = "x-sluice-quota"
 // most (0 when it asks for none, or for something that is not a positive
 // number).
 func quotaAsked(ctx context.Context, most int64) int64 {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return 0
-	}
-	v := md.Get(QuotaHeader)
+	v := metadata.ValueFromIncomingContext(ctx, QuotaHeader)
 	if len(v) == 0 {
 		return 0
 	}
