@@ -72,7 +72,7 @@ type keyLease struct {
 	count         int64         // the window's count after the lease was taken
 	seen          int64         // decisions asked since since
 	since         int64         // local clock (ns)
-	size          int64         // the lease's size when last taken or topped up
+	size          int64         // the units a lease (or a top-up) was last asked to hold
 	refused       int64         // local clock (ns): no lease call before it
 	gen           uint64        // the lease's number, from 1
 	busy          bool          // a lease call is in flight
@@ -159,7 +159,7 @@ func (l *leaser) take(r *sluice.Request, fw algo.FixedWindow, res *algo.Result) 
 		want = k
 	}
 	if want > 0 {
-		kl.busy, kl.ready = true, make(chan struct{})
+		kl.busy, kl.ready, kl.size = true, make(chan struct{}), k
 	}
 	return gen, want, nil, now
 }
@@ -232,7 +232,7 @@ func (s *Store) lease(ctx context.Context, r *sluice.Request, fw algo.FixedWindo
 	if err != nil {
 		return 0, err
 	}
-	kl.seen, kl.since, kl.size = 0, now, k
+	kl.seen, kl.since = 0, now
 	// The window ends end-rnow after Redis's now, which came after the
 	// local now: the local deadline is no later than the window's end.
 	kl.windowEnd = now + (end-rnow)*int64(time.Microsecond)
@@ -304,13 +304,15 @@ func (s *Store) decideLeased(ctx context.Context, reqs []sluice.Request, results
 			continue
 		}
 		gen, want, wait, now := s.leases.take(&reqs[i], fw, &results[i])
-		if wait != nil {
-			// Another caller is taking a lease for the key: wait for it
-			// (no longer than a round trip of our own), then try once more.
+		// While another caller is taking a lease for the key, wait for it
+		// (about a round trip of our own) and try again, a few times
+		// (other waiters may drain it first); then decide exactly.
+		for tries := 0; wait != nil && tries < 4; tries++ {
 			select {
 			case <-wait:
-				gen, want, _, now = s.leases.take(&reqs[i], fw, &results[i])
+				gen, want, wait, now = s.leases.take(&reqs[i], fw, &results[i])
 			case <-ctx.Done():
+				wait = nil
 			}
 		}
 		switch {
