@@ -5,7 +5,7 @@
 # generator, in interleaved rounds; prints the tables BENCHMARKS.md quotes
 # ("## Beyond one round trip (issue 13)"):
 #
-#   bench/envoy.sh                          3 rounds of 5s per run, ~6 minutes
+#   bench/envoy.sh                          3 rounds of 5s per run, ~10 minutes
 #   ROUNDS=1 DURATION=3s bench/envoy.sh     shorter
 #   SCENARIOS="allow deny" bench/envoy.sh   some of: allow deny hot
 #
@@ -20,7 +20,14 @@
 #          (the share is measured); Envoy with its local over-limit cache
 #          (LOCAL_CACHE_SIZE_IN_BYTES) on and off, sluice with its own
 #          over-limit cache on (the default) and off
-#   hot    one caller, a limit of 100,000,000/s (far from it)
+#   hot    one caller, a limit of 100,000,000/s (far from it), the node
+#          with lease: true for sluice; also a gRPC client that asks for
+#          quota (x-sluice-quota) and admits from it as a proxy would, and,
+#          on the library, bench/cmd/hotkey with leases against the same
+#          Redis, next to the ceiling of the exact script on one key
+#          (redis-benchmark replaying the exact EVALSHA, 50 connections,
+#          16 pipelined), and 2 hotkey processes into a limit of 2,000,000
+#          in a 1h window: what they admit is never above it
 # Redis is flushed before each run. CPU per check is the service process's
 # utime+stime (/proc) over the measured window divided by the checks
 # answered, and the same for redis-server. Envoy runs with
@@ -31,7 +38,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 DURATION=${DURATION:-5s}
 ROUNDS=${ROUNDS:-3}
-SCENARIOS=${SCENARIOS:-allow deny}
+SCENARIOS=${SCENARIOS:-allow deny hot}
 ENVOY_WINDOW=${ENVOY_WINDOW:-150us}
 ENVOY_POOL=${ENVOY_POOL:-10}
 TMP=$(mktemp -d)
@@ -47,6 +54,7 @@ trap cleanup EXIT
 (cd .. && go build -o "$TMP/sluice" ./cmd/sluice)
 (cd cmd/loadgen && go build -o "$TMP/loadgen" .)
 (cd cmd/envoyrl && go build -o "$TMP/envoyrl" .)
+go build -o "$TMP/hotkey" ./cmd/hotkey
 
 RPORT=$(freeport)
 redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
@@ -58,7 +66,8 @@ limits() { # scenario -> limit per second
 keys() { case $1 in hot) echo 1 ;; *) echo 1000 ;; esac; }
 
 configs() { # scenario: writes the policy of both services
-  local lim; lim=$(limits "$1")
+  local lim lease=false; lim=$(limits "$1")
+  [ "$1" = hot ] && lease=true
   mkdir -p "$TMP/rt/ratelimit/config"
   cat >"$TMP/limits.yaml" <<YAML
 schema:
@@ -67,6 +76,7 @@ schema:
       remote_address:
         children:
           "*":
+            lease: $lease
             limits: {algorithm: fixed_window, limit: $lim, window: 1s}
 YAML
   cat >"$TMP/rt/ratelimit/config/edge.yaml" <<YAML
@@ -78,7 +88,8 @@ YAML
 }
 
 run() { # scenario service api
-  local scenario=$1 service=$2 api=$3 hp gp pid
+  local scenario=$1 service=$2 api=$3 hp gp pid quota=()
+  [[ $service == *"quota client"* ]] && quota=(-quota 1000)
   hp=$(freeport); gp=$(freeport)
   redis-cli -p "$RPORT" flushall >/dev/null
   case $service in
@@ -111,28 +122,66 @@ run() { # scenario service api
     waitport "$gp"; addr=127.0.0.1:$gp
   fi
   "$TMP/loadgen" idle -max 0.2 -timeout 20s
-  "$TMP/loadgen" "$api" -addr "$addr" -name "$scenario|$service|$api" "${args[@]}" >>"$TMP/results.jsonl"
+  "$TMP/loadgen" "$api" -addr "$addr" -name "$scenario|$service|$api" "${args[@]}" "${quota[@]}" >>"$TMP/results.jsonl"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
-services() {
-  case $1 in
-    deny) printf '%s\n' "sluice" "sluice (cache off)" "envoy (cache on)" "envoy (cache off)" ;;
+services() { # scenario api
+  case $1-$2 in
+    deny-*) printf '%s\n' "sluice" "sluice (cache off)" "envoy (cache on)" "envoy (cache off)" ;;
+    hot-grpc) printf '%s\n' "sluice" "sluice (quota client)" "envoy" ;;
     *) printf '%s\n' sluice envoy ;;
   esac
+}
+
+# The ceiling of the exact script on one key: the EVALSHA that one exact
+# decision sends (seen through MONITOR), replayed by redis-benchmark.
+script_ceiling() {
+  redis-cli -p "$RPORT" flushall >/dev/null
+  redis-cli -p "$RPORT" monitor >"$TMP/monitor.txt" &
+  local mon=$!
+  sleep 0.2
+  "$TMP/hotkey" -redis "127.0.0.1:$RPORT" -lease 0 -once -key ceiling -limit 100000000000
+  sleep 0.2
+  kill "$mon"; wait "$mon" 2>/dev/null || true
+  local cmd
+  cmd=$(grep -m1 '"EVALSHA"' "$TMP/monitor.txt" | python3 -c 'import sys, shlex; l = sys.stdin.read(); print(shlex.join(shlex.split(l[l.index("]") + 1:])))')
+  eval "redis-benchmark -p $RPORT -c 50 -P 16 -n 2000000 --csv $cmd" | tail -1 | python3 -c '
+import sys, csv, json
+row = next(csv.reader(sys.stdin))
+print(json.dumps({"name": "hot|redis-benchmark: the exact script on one key|lib", "decisions_per_s": float(row[1])}))' >>"$TMP/hot.jsonl"
+}
+
+hot_library() {
+  redis-cli -p "$RPORT" flushall >/dev/null
+  "$TMP/hotkey" -redis "127.0.0.1:$RPORT" -d "$DURATION" -c 64 -limit 100000000000 -name "hot|library, leases, 64 goroutines|lib" >>"$TMP/hot.jsonl"
+  "$TMP/hotkey" -redis "127.0.0.1:$RPORT" -d "$DURATION" -c 64 -lease 0 -limit 100000000000 -name "hot|library, exact, 64 goroutines|lib" >>"$TMP/hot.jsonl"
+  redis-cli -p "$RPORT" flushall >/dev/null
+  local a b
+  "$TMP/hotkey" -redis "127.0.0.1:$RPORT" -d "$DURATION" -c 32 -limit 2000000 -window 1h -key capped -name "hot|library, leases, 2 processes into a limit of 2,000,000 (process 1)|lib" >"$TMP/a.json" &
+  a=$!
+  "$TMP/hotkey" -redis "127.0.0.1:$RPORT" -d "$DURATION" -c 32 -limit 2000000 -window 1h -key capped -name "hot|library, leases, 2 processes into a limit of 2,000,000 (process 2)|lib" >"$TMP/b.json" &
+  b=$!
+  wait "$a" "$b"
+  cat "$TMP/a.json" "$TMP/b.json" >>"$TMP/hot.jsonl"
 }
 
 for round in $(seq "$ROUNDS"); do
   for scenario in $SCENARIOS; do
     configs "$scenario"
-    mapfile -t svcs < <(services "$scenario")
     for api in grpc http; do
+      mapfile -t svcs < <(services "$scenario" "$api")
       for service in "${svcs[@]}"; do run "$scenario" "$service" "$api" </dev/null; done
     done
+    if [ "$scenario" = hot ]; then
+      script_ceiling </dev/null
+      hot_library </dev/null
+    fi
   done
 done
 
-python3 - "$TMP/results.jsonl" "$ROUNDS" "$DURATION" <<'PY'
+touch "$TMP/hot.jsonl"
+python3 - "$TMP/results.jsonl" "$ROUNDS" "$DURATION" "$TMP/hot.jsonl" <<'PY'
 import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by, order = {}, []
@@ -159,4 +208,31 @@ for n in order:
     print(f"| {svc} | {api} | {med('rps'):,.0f} | {ratio} | {med('p50_us')/1000:.2f} ms | {med('p99_us')/1000:.2f} ms "
           f"| {med('cpu_us_per_req'):.1f} µs | {med('redis_cpu_us_per_req'):.1f} µs | {100*denied/max(tot,1):.1f}%"
           + (f" ({errs} errors)" if errs else "") + " |")
+hot = [json.loads(l) for l in open(sys.argv[4])]
+if hot:
+    hby, horder = {}, []
+    for r in hot:
+        if r["name"] not in hby:
+            horder.append(r["name"]); hby[r["name"]] = []
+        hby[r["name"]].append(r)
+    ceiling = st.median(r["decisions_per_s"] for r in hby[horder[0]])
+    print("\n### hot: decisions per second against one Redis shard's script ceiling\n")
+    print("| run | decisions/s | × script ceiling | script calls per 1000 decisions | admitted | limit | window count in Redis after |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for n in horder:
+        rs = hby[n]
+        med = lambda k, rs=rs: st.median(r.get(k, 0) for r in rs)
+        calls = f"{1000*med('script_calls')/max(med('decisions'),1):.2f}" if "script_calls" in rs[0] else ""
+        capped = "limit of" in n
+        adm = f"{max(r['admitted'] for r in rs):,}" if capped else ""
+        lim = f"{rs[0]['limit']:,}" if capped else ""
+        wc = f"{max(r['window_count'] for r in rs):,}" if capped else ""
+        print(f"| {n.split('|')[1]} | {med('decisions_per_s'):,.0f} | {med('decisions_per_s')/ceiling:.1f}x | {calls} | {adm} | {lim} | {wc} |")
+    for n in horder:
+        if "process 1" in n:
+            other = n.replace("process 1", "process 2")
+            for a, b in zip(hby[n], hby[other]):
+                tot = a["admitted"] + b["admitted"]
+                print(f"\nInto the limit: the two processes admitted {tot:,} together (limit {a['limit']:,}; the window counts {a['window_count']:,} after both closed)" + (" — OVER THE LIMIT" if tot > a["limit"] else "."))
+    print("\nService runs on the hot key are in the table above (checks/s); the quota client's answers \"OK (quota)\" are admitted from grants without a call.")
 PY

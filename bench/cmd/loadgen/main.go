@@ -42,6 +42,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 func main() {
@@ -101,6 +102,7 @@ func load(mode string, args []string) error {
 	body := fs.String("body", `{"path": ["user", "u{i}", "trade"]}`, "HTTP body: {i} is the caller's number, {ip} its address (10.0.x.y)")
 	redisPid := fs.Int("redis-pid", 0, "Redis, for its CPU per request")
 	domain := fs.String("domain", "edge", "gRPC: the descriptor domain (one entry remote_address=10.0.x.y)")
+	quota := fs.Int("quota", 0, "gRPC: ask for this much quota (x-sluice-quota) and, as a proxy would, admit from what is granted without calling until it runs out or expires (answers \"OK (quota)\")")
 	fs.Parse(args)
 	if *addr == "" {
 		return errors.New("-addr is required")
@@ -138,10 +140,24 @@ func load(mode string, args []string) error {
 					Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip(i)}}}}}
 			}
 			rnd := rand.New(rand.NewPCG(uint64(w), 1))
+			ctx := context.Background()
+			if *quota > 0 {
+				ctx = metadata.AppendToOutgoingContext(ctx, "x-sluice-quota", strconv.Itoa(*quota))
+			}
+			// The quota this worker holds, for its one caller (-keys 1).
+			var left uint32
+			var until time.Time
 			return func() (string, error) {
-				r, err := c.ShouldRateLimit(context.Background(), reqs[rnd.IntN(len(reqs))])
+				if left > 0 && time.Now().Before(until) {
+					left--
+					return "OK (quota)", nil
+				}
+				r, err := c.ShouldRateLimit(ctx, reqs[rnd.IntN(len(reqs))])
 				if err != nil {
 					return "", err
+				}
+				if q := r.GetQuota(); q != nil && *keys == 1 {
+					left, until = q.GetRequests(), q.GetValidUntil().AsTime()
 				}
 				return r.OverallCode.String(), nil
 			}, func() {}
