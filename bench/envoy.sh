@@ -8,6 +8,8 @@
 #   bench/envoy.sh                          3 rounds of 5s per run, ~10 minutes
 #   ROUNDS=1 DURATION=3s bench/envoy.sh     shorter
 #   SCENARIOS="allow deny" bench/envoy.sh   some of: allow deny hot
+#   BASELINE=3e97dd7 bench/envoy.sh         also sluice built at that commit
+#                                           ("sluice @3e97dd7"), in every scenario
 #
 # Every check is one descriptor, domain edge, remote_address=10.0.x.y (a
 # path edge/remote_address/10.0.x.y for sluice), limited by a fixed window
@@ -52,6 +54,11 @@ trap cleanup EXIT
 . ./lib.sh
 
 (cd .. && go build -o "$TMP/sluice" ./cmd/sluice)
+if [ -n "${BASELINE:-}" ]; then
+  git -C .. worktree add -q --detach "$TMP/base" "$BASELINE"
+  (cd "$TMP/base" && go build -o "$TMP/sluice-base" ./cmd/sluice)
+  git -C .. worktree remove --force "$TMP/base"
+fi
 (cd cmd/loadgen && go build -o "$TMP/loadgen" .)
 (cd cmd/envoyrl && go build -o "$TMP/envoyrl" .)
 go build -o "$TMP/hotkey" ./cmd/hotkey
@@ -96,7 +103,9 @@ run() { # scenario service api
     sluice*)
       local cache=100000
       [[ $service == *"cache off"* ]] && cache=-1
-      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "$TMP/sluice" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
+      local bin=$TMP/sluice
+      [[ $service == *"@"* ]] && bin=$TMP/sluice-base
+      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
         --policy "$TMP/limits.yaml" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
       ;;
     envoy*)
@@ -127,6 +136,7 @@ run() { # scenario service api
 }
 
 services() { # scenario api
+  [ -n "${BASELINE:-}" ] && echo "sluice @$BASELINE"
   case $1-$2 in
     deny-*) printf '%s\n' "sluice" "sluice (cache off)" "envoy (cache on)" "envoy (cache off)" ;;
     hot-grpc) printf '%s\n' "sluice" "sluice (quota client)" "envoy" ;;

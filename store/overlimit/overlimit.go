@@ -16,6 +16,9 @@
 // For the cost that was denied the cached answer is the store's own
 // (RetryAfter and ResetAfter aged by the time since), as long as nothing
 // else on this client admitted on the key: an admission forgets the key.
+// Remaining is the store's at the denial, a lower bound: a window may have
+// freed some since without freeing enough (a sliding log denied by its
+// minimum gap).
 // For a larger cost, and when other clients take capacity meanwhile, the
 // RetryAfter it gives is a lower bound of the store's.
 //

@@ -352,9 +352,9 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 		set |= 1 << r.Limit.Kind()
 		args = appendLevel(args, b, r)
 	}
-	v, err := decideDriver.script(set).Exec(ctx, s.client(), keys, args).AsIntSlice()
+	v, err := s.exec(ctx, set, keys, args, len(reqs))
 	if err != nil {
-		return checked{}, fmt.Errorf("redis store: %w", err)
+		return checked{}, err
 	}
 	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, set: set, v: v, at: make([]int, len(reqs)+1)}
 	p := 2

@@ -1,0 +1,70 @@
+package redis_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// TestBatches: concurrent decisions go to Redis in fewer script calls than
+// decisions, each decided on its own: 64 goroutines on 64 keys with a
+// limit of 10 each admit exactly 10 per key. A key whose state Redis cannot
+// read (another type under its name) fails its own decisions only, not
+// those batched with it.
+func TestBatches(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{})
+	ctx := context.Background()
+	lim := algo.FixedWindow{Limit: 10, Window: time.Hour}
+	poisoned := sluice.Request{Key: "poisoned", Limit: lim, Cost: 1}
+	if _, err := srv.Do("SET", redis.StateKey(st.Prefix(), poisoned), "not a hash"); err != nil {
+		t.Fatal(err)
+	}
+	st.Decide(ctx, sluice.Request{Key: "warm", Limit: lim, Cost: 1}) // loads the script
+	before := scriptCalls(t, srv)
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "k" + strconv.Itoa(g)
+			for range 30 {
+				res, err := st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					mu.Lock()
+					admitted[key]++
+					mu.Unlock()
+				}
+				if _, err := st.Decide(ctx, poisoned); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+					t.Errorf("a decision on a key of another type: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for g := range 64 {
+		if n := admitted["k"+strconv.Itoa(g)]; n != 10 {
+			t.Fatalf("key k%d: %d admitted, want 10", g, n)
+		}
+	}
+	calls := scriptCalls(t, srv) - before
+	t.Logf("%d decisions in %d script calls", 64*30*2, calls)
+	if calls >= 64*30*2 {
+		t.Fatalf("%d script calls for %d decisions: nothing batched", calls, 64*30*2)
+	}
+}
