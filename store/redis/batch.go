@@ -3,7 +3,9 @@ package redis
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -11,75 +13,91 @@ import (
 
 // Batching: decide.lua takes several decisions in one call, each all or
 // nothing on its own. On a single Redis server (not a Cluster, whose
-// decisions may lie in different slots) the store sends every decision
-// through a batcher: when fewer than batchSlots calls are in flight, a
-// decision goes out at once, alone; while they all are, decisions queue,
-// and the next call takes up to maxBatch of them. An idle store adds no
-// latency; a busy one pays Redis's per-command cost (reading, parsing,
-// the script call, TIME) once per batch instead of once per decision.
+// decisions may lie in different slots), when fewer than batchSlots calls
+// are in flight a decision goes out at once, alone; while they all are,
+// decisions queue, and a call that ends hands the queue (up to maxBatch)
+// to its first decision, whose caller sends it (on a goroutine of its
+// own, so that no caller waits past its deadline). An idle store adds no
+// latency and no goroutine; a busy one pays Redis's per-command cost
+// (reading, parsing, the script call, TIME) once per batch instead of once
+// per decision.
 
 const (
 	batchSlots = 4
 	maxBatch   = 32
 )
 
-// pending is one decision waiting for its batch: its kinds, keys and
-// decide.lua arguments (now, then its levels), and, once done is closed,
-// its own part of the reply or the batch's error.
+// pending is one decision: its kinds, keys and decide.lua arguments (now,
+// then its levels), and, once done is closed, its own part of the reply
+// or the error. A queued decision may be handed a batch to send (lead).
 type pending struct {
 	set      kindSet
 	keys     []string
 	args     []string
 	levels   int
-	deadline time.Time // its caller's: the batch waits for the latest
+	deadline time.Time // its caller's: a batch waits for the latest
 	reply    []int64
 	err      error
 	done     chan struct{}
+	lead     chan []*pending
 }
 
+// batcher is a store's calls in flight and the decisions waiting for one.
 type batcher struct {
-	s     *Store
-	queue chan *pending
-	slots chan struct{}
+	mu       sync.Mutex
+	inflight int
+	queue    []*pending
 }
 
-func newBatcher(s *Store) *batcher {
-	b := &batcher{s: s, queue: make(chan *pending, cap(s.inflight)), slots: make(chan struct{}, batchSlots)}
-	go b.loop()
-	return b
-}
-
-// loop takes a slot, then as many queued decisions as there are (up to
-// maxBatch), and sends them in one call.
-func (b *batcher) loop() {
-	for {
-		var first *pending
-		select {
-		case first = <-b.queue:
-		case <-b.s.stop:
-			return
-		}
-		b.slots <- struct{}{}
-		batch := []*pending{first}
-	gather:
-		for len(batch) < maxBatch {
-			select {
-			case p := <-b.queue:
-				batch = append(batch, p)
-			default:
-				break gather
-			}
-		}
-		go func() {
-			defer func() { <-b.slots }()
-			b.run(batch)
-		}()
+// batchDo decides p: at once when a call is free, else from the queue.
+func (s *Store) batchDo(ctx context.Context, p *pending) error {
+	b := &s.batch
+	b.mu.Lock()
+	if b.inflight < batchSlots {
+		b.inflight++
+		b.mu.Unlock()
+		s.send([]*pending{p})
+		return p.err
 	}
+	p.lead = make(chan []*pending, 1)
+	b.queue = append(b.queue, p)
+	b.mu.Unlock()
+	select {
+	case batch := <-p.lead:
+		// The batch waits for its latest deadline, p for its own.
+		go s.send(batch)
+		select {
+		case <-p.done:
+			return p.err
+		case <-ctx.Done():
+			return fmt.Errorf("redis store: %w", ctx.Err())
+		}
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	if i := slices.Index(b.queue, p); i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+		b.mu.Unlock()
+		return fmt.Errorf("redis store: %w", ctx.Err())
+	}
+	b.mu.Unlock()
+	// p is in a batch; if it was to send it, the batch goes on without us
+	// (handed over under the lock, so it is in lead by now). As with a
+	// call of our own whose answer comes too late, the decision may still
+	// be applied.
+	select {
+	case batch := <-p.lead:
+		go s.send(batch)
+	default:
+	}
+	return fmt.Errorf("redis store: %w", ctx.Err())
 }
 
-// run sends a batch. A decision that fails in the script fails alone
-// (decide.lua catches its error); a failed call fails them all.
-func (b *batcher) run(batch []*pending) {
+// send runs a batch until the latest of its callers' deadlines, then hands
+// the queue to its first decision, or frees the call.
+func (s *Store) send(batch []*pending) {
 	deadline := batch[0].deadline
 	for _, p := range batch[1:] {
 		if p.deadline.After(deadline) {
@@ -87,15 +105,25 @@ func (b *batcher) run(batch []*pending) {
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	if err := b.s.execBatch(ctx, batch); err != nil {
-		for _, p := range batch {
+	err := s.execBatch(ctx, batch)
+	cancel()
+	for _, p := range batch {
+		if err != nil {
 			p.err = err
 		}
-	}
-	for _, p := range batch {
 		close(p.done)
 	}
+	b := &s.batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.inflight--
+		return
+	}
+	n := min(len(b.queue), maxBatch)
+	next := slices.Clone(b.queue[:n])
+	b.queue = append(b.queue[:0], b.queue[n:]...)
+	next[0].lead <- next
 }
 
 // execBatch runs decide.lua on the decisions of batch and gives each its
@@ -160,27 +188,20 @@ func (s *Store) execBatch(ctx context.Context, batch []*pending) error {
 }
 
 // exec runs one decision (decide.lua's arguments for it: now, then its
-// levels) and returns its reply: through the batcher on a single server,
-// in a call of its own on a Cluster.
+// levels) and returns its reply: batched on a single server, in a call of
+// its own on a Cluster.
 func (s *Store) exec(ctx context.Context, set kindSet, keys, args []string, levels int) ([]int64, error) {
 	p := &pending{set: set, keys: keys, args: args, levels: levels, done: make(chan struct{})}
-	p.deadline, _ = ctx.Deadline() // connected gave ctx one
 	if s.client().Mode() == rueidis.ClientModeCluster {
 		err := s.execBatch(ctx, []*pending{p})
+		if err == nil {
+			err = p.err
+		}
 		return p.reply, err
 	}
-	s.batchOnce.Do(func() { s.batch = newBatcher(s) })
-	select {
-	case s.batch.queue <- p:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("redis store: %w", ctx.Err())
+	p.deadline, _ = ctx.Deadline() // connected gave ctx one
+	if err := s.batchDo(ctx, p); err != nil {
+		return nil, err
 	}
-	select {
-	case <-p.done:
-		return p.reply, p.err
-	case <-ctx.Done():
-		// The batch goes on without us: as with a call of our own whose
-		// answer comes too late, the decision may still have been applied.
-		return nil, fmt.Errorf("redis store: %w", ctx.Err())
-	}
+	return p.reply, nil
 }

@@ -91,15 +91,14 @@ const DefaultMaxInFlight = 4096
 
 // Store is the Redis store.
 type Store struct {
-	conn      atomic.Pointer[conn] // nil until connected
-	inflight  chan struct{}        // a slot per decision in flight
-	owned     bool
-	prefix    string
-	timeout   time.Duration
-	batch     *batcher // made on first use
-	batchOnce sync.Once
-	denials   *overlimit.Cache // nil when off
-	leases    *leaser          // nil when off
+	conn     atomic.Pointer[conn] // nil until connected
+	inflight chan struct{}        // a slot per decision in flight
+	owned    bool
+	prefix   string
+	timeout  time.Duration
+	batch    batcher
+	denials  *overlimit.Cache // nil when off
+	leases   *leaser          // nil when off
 
 	stop chan struct{} // ends background connecting
 	done chan struct{} // closed when background connecting has ended

@@ -44,7 +44,8 @@ local clock
 local reply = {}
 
 -- decide runs the decision whose arguments start at ARGV[i], whose keys
--- follow KEYS[k], writing its reply after reply[base].
+-- follow KEYS[k], writing its reply after reply[base]; it returns the
+-- reply's new length and the index of the next decision's arguments.
 local function decide(i, k, base, levels)
   local now = tonumber(ARGV[i])
   grace = 60000 -- expire.lua: a caller's time
@@ -71,6 +72,7 @@ local function decide(i, k, base, levels)
     reply[p + 1] = val
     a, p = a + 3 + ARGV[a + 2], p + 2 + extra
   end
+  local next, last = a, p - 1
   local pass = reply[base + 2] == 1
   a, p = i + 2, base + 3
   for j = k + 1, k + levels do
@@ -79,19 +81,23 @@ local function decide(i, k, base, levels)
     if pass or not ok then commit[ARGV[a]](KEYS[j], now, a + 3, ok, reply[p + 1], reply, p) end
     a, p = a + 3 + ARGV[a + 2], p + 2 + (code - code % 2) / 2
   end
+  return last, next
 end
 
-local i, k = 2, 0 -- the decision's first argument; the keys before it
+local n, i, k = 0, 2, 0 -- the reply's length; the decision's first argument; the keys before it
 for _ = 1, tonumber(ARGV[1]) do
-  local levels, base = tonumber(ARGV[i + 1]), #reply
-  local ok, err = pcall(decide, i, k, base, levels)
-  if not ok then
-    for q = #reply, base + 1, -1 do reply[q] = nil end
+  local levels = tonumber(ARGV[i + 1])
+  local ok, last, next = pcall(decide, i, k, n, levels)
+  if ok then
+    n, i = last, next
+  else
+    local err = last
+    for q = #reply, n + 1, -1 do reply[q] = nil end
     if type(err) == 'table' then err = err.err end
-    reply[base + 1], reply[base + 2], reply[base + 3] = 0, -1, tostring(err)
+    reply[n + 1], reply[n + 2], reply[n + 3] = 0, -1, tostring(err)
+    n, i = n + 3, i + 2
+    for _ = 1, levels do i = i + 3 + ARGV[i + 2] end
   end
-  local a = i + 2
-  for _ = 1, levels do a = a + 3 + ARGV[a + 2] end
-  i, k = a, k + levels
+  k = k + levels
 end
 return reply
