@@ -11,8 +11,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Batching: decide.lua takes several decisions in one call, each all or
-// nothing on its own. On a single Redis server (not a Cluster, whose
+// Batching: batch.lua takes several decisions in one call, each all or
+// nothing on its own, as decide.lua takes one. On a single Redis server (not a Cluster, whose
 // decisions may lie in different slots), when fewer than batchSlots calls
 // are in flight a decision goes out at once, alone; while they all are,
 // decisions queue, and a call that ends hands the queue (up to maxBatch)
@@ -126,9 +126,18 @@ func (s *Store) send(batch []*pending) {
 	next[0].lead <- next
 }
 
-// execBatch runs decide.lua on the decisions of batch and gives each its
-// part of the reply.
+// execBatch runs the decisions of batch, one alone with decide.lua,
+// several with batch.lua, and gives each its part of the reply.
 func (s *Store) execBatch(ctx context.Context, batch []*pending) error {
+	if len(batch) == 1 {
+		p := batch[0]
+		v, err := decideDriver.script(p.set).Exec(ctx, s.client(), p.keys, p.args).AsIntSlice()
+		if err != nil {
+			return fmt.Errorf("redis store: %w", err)
+		}
+		p.reply = v
+		return nil
+	}
 	var set kindSet
 	nkeys, nargs := 0, 1
 	for _, p := range batch {
@@ -143,7 +152,7 @@ func (s *Store) execBatch(ctx context.Context, batch []*pending) error {
 		args = append(args, p.args[0], strconv.Itoa(p.levels))
 		args = append(args, p.args[1:]...)
 	}
-	msgs, err := decideDriver.script(set).Exec(ctx, s.client(), keys, args).ToArray()
+	msgs, err := batchDriver.script(set).Exec(ctx, s.client(), keys, args).ToArray()
 	if err != nil {
 		return fmt.Errorf("redis store: %w", err)
 	}

@@ -130,6 +130,7 @@ type driver struct {
 
 var (
 	decideDriver = &driver{file: "decide.lua", tables: []string{"check", "commit"}}
+	batchDriver  = &driver{file: "batch.lua", tables: []string{"check", "commit"}}
 	refundDriver = &driver{file: "refund.lua", tables: []string{"undo"}}
 )
 

@@ -13,6 +13,13 @@ import (
 // that command with redis-benchmark measures "the same script" however the
 // store builds its scripts and arguments.
 func capture(addr, key string, send func() error) ([]string, error) {
+	return captureWhere(addr, send, func(args []string) bool {
+		return slices.ContainsFunc(args[3:], func(a string) bool { return isKey(a, key) })
+	})
+}
+
+// captureWhere is capture of the first script command that match accepts.
+func captureWhere(addr string, send func() error, match func(args []string) bool) ([]string, error) {
 	m, err := dial(addr)
 	if err != nil {
 		return nil, err
@@ -28,7 +35,7 @@ func capture(addr, key string, send func() error) ([]string, error) {
 	for i := 0; i < 10000; i++ {
 		line, err := m.rd.ReadString('\n')
 		if err != nil {
-			return nil, fmt.Errorf("MONITOR: no script call on %s seen: %w", key, err)
+			return nil, fmt.Errorf("MONITOR: no such script call seen: %w", err)
 		}
 		line = strings.TrimPrefix(strings.TrimRight(line, "\r\n"), "+")
 		j := strings.Index(line, "] ")
@@ -36,7 +43,7 @@ func capture(addr, key string, send func() error) ([]string, error) {
 			continue // not a client command, or a command the script ran
 		}
 		args, err := unrepr(line[j+2:])
-		if err != nil || len(args) < 3 || !slices.Contains(args[3:], key) {
+		if err != nil || len(args) < 3 || !match(args) {
 			continue
 		}
 		switch strings.ToUpper(args[0]) {
@@ -50,7 +57,7 @@ func capture(addr, key string, send func() error) ([]string, error) {
 			return append([]string{"EVALSHA", sha}, args[2:]...), nil
 		}
 	}
-	return nil, fmt.Errorf("MONITOR: no script call on %s among 10000 lines", key)
+	return nil, fmt.Errorf("MONITOR: no such script call among 10000 lines")
 }
 
 // admin runs one command on a fresh connection and returns a string reply.
@@ -67,11 +74,17 @@ func admin(addr string, args ...string) (string, error) {
 func withKey(cmd []string, old, new string) []string {
 	out := slices.Clone(cmd)
 	for i := 2; i < len(out); i++ {
-		if out[i] == old {
-			out[i] = new
+		if isKey(out[i], old) {
+			out[i] = new + out[i][len(old):]
 		}
 	}
 	return out
+}
+
+// isKey reports whether a is the Redis key of key: key itself, or key
+// with the store's state-shape suffix (redis.StateKey: "%:" and numbers).
+func isKey(a, key string) bool {
+	return a == key || strings.HasPrefix(a, key+"%:")
 }
 
 // quote renders a command for a shell, for the tables.

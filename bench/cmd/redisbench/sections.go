@@ -47,6 +47,48 @@ func (b *bench) captureSluice(ctx context.Context, lim algo.Limit, reqTime bool)
 	return cmd, nil
 }
 
+// captureBatch captures a batch.lua call of GCRA decisions (64 goroutines
+// decide until the store batches some) and makes it a call of n decisions
+// on random keys.
+func (b *bench) captureBatch(ctx context.Context, lim algo.Limit, n int) ([]string, error) {
+	if err := b.reset(); err != nil {
+		return nil, err
+	}
+	d := b.sluice(lim, false)
+	if _, err := d(ctx, "warm"); err != nil {
+		return nil, err
+	}
+	cmd, err := captureWhere(b.srv.addr, func() error {
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					d(ctx, "batch"+strconv.Itoa(g))
+				}
+			}()
+		}
+		wg.Wait()
+		return nil
+	}, func(args []string) bool { return len(args) > 4 && args[2] != "1" && args[2] != "0" })
+	if err != nil {
+		return nil, fmt.Errorf("capture a batch: %w", err)
+	}
+	keys, _ := strconv.Atoi(cmd[2])
+	argv := cmd[3+keys:] // count, then per decision: now, levels, level
+	per := (len(argv) - 1) / keys
+	out := []string{"EVALSHA", cmd[1], strconv.Itoa(n)}
+	for range n {
+		out = append(out, sluiceKey(randKey))
+	}
+	out = append(out, strconv.Itoa(n))
+	for range n {
+		out = append(out, argv[1:1+per]...)
+	}
+	return out, nil
+}
+
 func (b *bench) captureRate(ctx context.Context) ([]string, error) {
 	if err := b.reset(); err != nil {
 		return nil, err
@@ -255,6 +297,7 @@ func (b *bench) cpu(ctx context.Context) error {
 		name   string
 		cmd    []string
 		random bool
+		per    int // decisions per call, for a batch (0: one)
 	}
 	var cases []cpuCase
 	cap := sluiceKey("capture")
@@ -267,21 +310,28 @@ func (b *bench) cpu(ctx context.Context) error {
 		if a.name == "gcra" {
 			gcraCmd = cmd
 		}
-		cases = append(cases, cpuCase{a.name + ", random keys", withKey(cmd, cap, sluiceKey(randKey)), true})
+		cases = append(cases, cpuCase{a.name + ", random keys", withKey(cmd, cap, sluiceKey(randKey)), true, 0})
 		if a.name == "gcra" {
-			cases = append(cases, cpuCase{"gcra, one hot key (limited: no write)", withKey(cmd, cap, sluiceKey("hot")), false})
+			cases = append(cases, cpuCase{"gcra, one hot key (limited: no write)", withKey(cmd, cap, sluiceKey("hot")), false, 0})
 			tcmd, err := b.captureSluice(ctx, a.limit, true)
 			if err != nil {
 				return err
 			}
-			cases = append(cases, cpuCase{"gcra, random keys, Request.Time set (no TIME call)", withKey(tcmd, cap, sluiceKey(randKey)), true})
+			cases = append(cases, cpuCase{"gcra, random keys, Request.Time set (no TIME call)", withKey(tcmd, cap, sluiceKey(randKey)), true, 0})
 		}
 	}
+	// A batch: batch.lua, which the store sends when it gathers concurrent
+	// decisions into one call, made into 8 GCRA decisions on 8 random keys.
+	batch, err := b.captureBatch(ctx, gcra, 8)
+	if err != nil {
+		return err
+	}
+	cases = append(cases, cpuCase{"gcra, random keys, 8 decisions per call (a batch), per decision", batch, true, 8})
 	rCmd, err := b.captureRate(ctx)
 	if err != nil {
 		return err
 	}
-	cases = append(cases, cpuCase{"redis_rate v10 allow_n, random keys", withKey(rCmd, rateLimitPrefix+"capture", rateLimitPrefix+randKey), true})
+	cases = append(cases, cpuCase{"redis_rate v10 allow_n, random keys", withKey(rCmd, rateLimitPrefix+"capture", rateLimitPrefix+randKey), true, 0})
 	// References, given the same key (and, but for the single-purpose
 	// script, the same arguments) as Sluice's GCRA command: the floor of a
 	// script call, and what its Redis commands cost.
@@ -305,7 +355,7 @@ func (b *bench) cpu(ctx context.Context) error {
 		if r.args != nil {
 			cmd = append(cmd[:4], r.args...)
 		}
-		refs = append(refs, cpuCase{r.name + ", random keys", cmd, true})
+		refs = append(refs, cpuCase{r.name + ", random keys", cmd, true, 0})
 	}
 	cases = append(refs, cases...)
 
@@ -361,7 +411,8 @@ func (b *bench) cpu(ctx context.Context) error {
 		for _, s := range samples[i] {
 			lo, hi = min(lo, s.evalUsec), max(hi, s.evalUsec)
 		}
-		fmt.Printf("| %s | %.2f | %.2fx | %.2f–%.2f | %.1f | %s |\n", c.name, m.evalUsec, m.evalUsec/base, lo, hi, m.innerCalls, thousands(m.rate))
+		per := float64(max(c.per, 1))
+		fmt.Printf("| %s | %.2f | %.2fx | %.2f–%.2f | %.1f | %s |\n", c.name, m.evalUsec/per, m.evalUsec/per/base, lo/per, hi/per, m.innerCalls/per, thousands(m.rate*per))
 	}
 	fmt.Printf("\nCommands (PORT is the server's port):\n\n```\n")
 	for _, c := range cases {

@@ -6,8 +6,7 @@
 -- it lives a minute longer, so that state still live at the caller's time
 -- is not dropped on Redis's; a caller whose clock runs more than a minute
 -- behind Redis's between two decisions may find state gone early. ARGV[1]
--- is the call's time in refund.lua and lease.lua; decide.lua, which holds
--- several decisions, sets grace for each.
+-- is the call's time but in batch.lua, which sets grace for each decision.
 local grace = ARGV[1] == '' and 0 or 60000
 local function ttl(us)
   return math.ceil(us / 1000) + grace

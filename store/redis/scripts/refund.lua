@@ -6,11 +6,10 @@
 -- <kind>_undo, ...} and local build = {<kind> = <kind>_kind, ...} first.
 --
 -- KEYS     the levels of one slot, as decide.lua got them
--- ARGV     the decision's arguments as decide.lua got them (its now, then
---          its levels), with the now set to the one decide.lua replied (or
---          "" for Redis TIME: a limiter handle's Cancel); then one value per
---          level: the value decide.lua replied for it, or "" for a level
---          that committed nothing
+-- ARGV     decide.lua's ARGV for those levels, with ARGV[1] set to the now
+--          decide.lua replied (or "" for Redis TIME: a limiter handle's
+--          Cancel); then one value per level: the value decide.lua replied
+--          for it, or "" for a level that committed nothing
 -- Reply    the number of levels refunded
 local now = tonumber(ARGV[1])
 if not now then
