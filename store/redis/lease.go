@@ -118,12 +118,12 @@ func leasable(r *sluice.Request) (algo.FixedWindow, bool) {
 // The clock is read under the key's lock, so that no admission from a
 // lease happens later than the time its deadline was judged by; that time
 // is returned, for lease.
-func (l *leaser) take(r *sluice.Request, fw algo.FixedWindow, res *algo.Result) (gen uint64, want int64, wait <-chan struct{}, now int64) {
+func (l *leaser) take(r *sluice.Request, fw algo.FixedWindow, res *algo.Result) (kl *keyLease, gen uint64, want int64, wait <-chan struct{}, now int64) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now = monoNow()
-	kl := sh.m[r.Key]
+	kl = sh.m[r.Key]
 	window := algo.Micros(fw.Window)
 	if kl == nil || kl.limit != fw.Limit || kl.window != window {
 		if kl == nil && len(sh.m) >= maxLeaseKeys/len(l.shards) {
@@ -143,10 +143,10 @@ func (l *leaser) take(r *sluice.Request, fw algo.FixedWindow, res *algo.Result) 
 		if gen == 0 {
 			wait = kl.ready // a lease call is in flight: wait for it
 		}
-		return gen, 0, wait, now
+		return kl, gen, 0, wait, now
 	}
 	if live && kl.left >= kl.size/2 || now < kl.refused {
-		return gen, 0, nil, now
+		return kl, gen, 0, nil, now
 	}
 	// The lease's size: the units this key would use in LeaseFor at the
 	// rate seen since the last lease call (or since it was first seen).
@@ -161,7 +161,7 @@ func (l *leaser) take(r *sluice.Request, fw algo.FixedWindow, res *algo.Result) 
 	if want > 0 {
 		kl.busy, kl.ready, kl.size = true, make(chan struct{}), k
 	}
-	return gen, want, nil, now
+	return kl, gen, want, nil, now
 }
 
 // evict drops a key with no units leased, or failing that any key (its
@@ -200,19 +200,16 @@ func (l *leaser) giveBack(key string, cost int64, gen uint64) {
 	sh.mu.Unlock()
 }
 
-// lease calls lease.lua for k more units on r's key: a top-up of the live
-// lease, or a new lease, which gives back what the last one left. With
-// r, it admits r's cost from a new lease when granted (a top-up's caller
-// was admitted by take already, or went on without it).
-func (s *Store) lease(ctx context.Context, r *sluice.Request, fw algo.FixedWindow, k int64, now int64, res *algo.Result) (uint64, error) {
+// lease calls lease.lua for k more units on r's key, for kl, which take
+// marked busy: a top-up of the live lease, or a new lease, which gives
+// back what the last one left. With res, it admits r's cost from a new
+// lease when granted (a top-up's caller was admitted by take already, or
+// went on without it). A kl evicted meanwhile still gets its units, which
+// then wait, unused, for the window's end.
+func (s *Store) lease(ctx context.Context, kl *keyLease, r *sluice.Request, fw algo.FixedWindow, k int64, now int64, res *algo.Result) (uint64, error) {
 	l := s.leases
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
-	kl := sh.m[r.Key]
-	if kl == nil { // evicted meanwhile
-		sh.mu.Unlock()
-		return 0, nil
-	}
 	topUp := now < kl.deadline
 	var back, backEnd int64
 	if !topUp {
@@ -303,14 +300,14 @@ func (s *Store) decideLeased(ctx context.Context, reqs []sluice.Request, results
 		if !ok {
 			continue
 		}
-		gen, want, wait, now := s.leases.take(&reqs[i], fw, &results[i])
+		kl, gen, want, wait, now := s.leases.take(&reqs[i], fw, &results[i])
 		// While another caller is taking a lease for the key, wait for it
 		// (about a round trip of our own) and try again, a few times
 		// (other waiters may drain it first); then decide exactly.
 		for tries := 0; wait != nil && tries < 4; tries++ {
 			select {
 			case <-wait:
-				gen, want, wait, now = s.leases.take(&reqs[i], fw, &results[i])
+				kl, gen, want, wait, now = s.leases.take(&reqs[i], fw, &results[i])
 			case <-ctx.Done():
 				wait = nil
 			}
@@ -321,11 +318,11 @@ func (s *Store) decideLeased(ctx context.Context, reqs []sluice.Request, results
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 				defer cancel()
-				s.lease(ctx, &r, fw, want, now, nil)
+				s.lease(ctx, kl, &r, fw, want, now, nil)
 			}()
 		case want > 0:
 			var err error
-			if gen, err = s.lease(ctx, &reqs[i], fw, want, now, &results[i]); err != nil {
+			if gen, err = s.lease(ctx, kl, &reqs[i], fw, want, now, &results[i]); err != nil {
 				s.returnCovered(reqs, covered)
 				return false, err
 			}
