@@ -43,15 +43,8 @@ ROUNDS=${ROUNDS:-3}
 SCENARIOS=${SCENARIOS:-allow deny hot}
 ENVOY_WINDOW=${ENVOY_WINDOW:-150us}
 ENVOY_POOL=${ENVOY_POOL:-10}
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-. ./lib.sh
+
+. ./lib.sh # TMP, PIDS, cleanup on exit, freeport, waitport
 
 (cd .. && go build -o "$TMP/sluice" ./cmd/sluice)
 if [ -n "${BASELINE:-}" ]; then

@@ -27,20 +27,13 @@ DURATION=${DURATION:-5s}
 ROUNDS=${ROUNDS:-3}
 RATE=${RATE:-10000}
 OUT=results.jsonl
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+
+. ./lib.sh # TMP, PIDS, cleanup on exit, freeport, waitport
 
 (cd .. && go build -o "$TMP/sluice" ./cmd/sluice)
 (cd cmd/loadgen && go build -o "$TMP/loadgen" .)
 POLICY=$PWD/cmd/loadgen/limits.bench.yaml
 
-. ./lib.sh
 
 RPORT=$(freeport)
 redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &

@@ -116,13 +116,16 @@ func (c *Cache) Lookup(key string, p *algo.Plan, cost int64, now Time) (algo.Res
 	if !ok || e.explicit != now.explicit || now.ns < e.at || now.ns >= e.end || cost < e.cost || !e.plan.Equal(p) {
 		return algo.Result{}, false
 	}
-	c.hits.Add(1)
 	elapsed := time.Duration(now.ns - e.at)
 	r := e.res
 	r.RetryAfter -= elapsed
 	r.ResetAfter = max(r.ResetAfter-elapsed, r.RetryAfter)
 	return r, true
 }
+
+// Answered counts a decision the cache answered (Stats.Hits), once
+// however many of its levels Lookup found.
+func (c *Cache) Answered() { c.hits.Add(1) }
 
 // Remember caches res, the store's denial of cost on key by the limit p
 // decided at at (taken before the call to the store), unless it cannot be
@@ -207,7 +210,7 @@ func (c *Cache) Clear() {
 type Stats struct {
 	// Entries is how many denials the cache holds (some may have expired).
 	Entries int64
-	// Hits is how many decisions the cache answered.
+	// Hits is how many decisions the cache answered (Answered).
 	Hits int64
 }
 

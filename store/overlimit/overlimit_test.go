@@ -45,6 +45,9 @@ func TestLookup(t *testing.T) {
 		{"the store's clock", "k", p, 2, Now(time.Time{}), false},
 	} {
 		res, hit := c.Lookup(tc.key, tc.p, tc.cost, tc.now)
+		if hit {
+			c.Answered()
+		}
 		if hit != tc.hit {
 			t.Errorf("%s: hit %v, want %v", tc.name, hit, tc.hit)
 		}

@@ -12,8 +12,9 @@ import (
 var _ store.DenialCache = (*Store)(nil)
 
 // decideCached is DecideAll with the over-limit cache (Options.OverLimitCache):
-// when an enforced request has a cached denial, the decision is denied
-// without a round trip. The requests with one report it, aged; the others
+// when an enforced request has a cached denial, and no request's limit
+// records denials (a nary or uniform sliding log, which must see the
+// attempt), the decision is denied without a round trip. The requests with one report it, aged; the others
 // were not read and report only that they were not the reason: allowed,
 // with their quota as both Quota and Remaining. Otherwise the store
 // decides, and its denials are remembered.
@@ -29,9 +30,16 @@ func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results
 		return false, err
 	}
 	now, epoch := overlimit.Now(reqs[0].Time), s.denials.Epoch()
+	// A level whose denials record (a uniform sliding log) must see the
+	// attempt even when another level denies it: such a decision goes to
+	// Redis.
+	cacheable := true
+	for i := range plans {
+		cacheable = cacheable && plans[i].DenialHolds()
+	}
 	hit := false
 	for i := range reqs {
-		if reqs[i].Shadow {
+		if !cacheable || reqs[i].Shadow {
 			continue
 		}
 		res, ok := s.denials.Lookup(reqs[i].Key, &plans[i], reqs[i].Cost, now)
@@ -39,6 +47,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results
 		hit = hit || ok
 	}
 	if hit {
+		s.denials.Answered()
 		for i := range reqs {
 			if reqs[i].Shadow || results[i].RetryAfter == 0 { // not a cached denial
 				q, _ := plans[i].Quota()
