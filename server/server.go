@@ -185,6 +185,9 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 			return err
 		}
 	}
+	// Ready from the start: the listeners are bound, so a request that
+	// comes before its server runs waits for it rather than failing.
+	s.ready.Store(true)
 	errc := make(chan error, 3)
 	serveHTTP := func(ln net.Listener, h http.Handler, name string) *http.Server {
 		srv := &http.Server{
@@ -222,7 +225,6 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 			}
 		}()
 	}
-	s.ready.Store(true)
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})
