@@ -177,6 +177,16 @@ schema:
 			`f.yaml:9:3: schema.g: empty node: give it limits, children or unlimited: true`,
 			`f.yaml:10:18: schema.h.unlimited: want true or false, got integer 1`,
 		}},
+		{"empty name", `
+schema:
+  '':
+    limits: [0, 1, 1]
+  a:
+    children: {"": {limits: [0, 1, 1]}}
+`, []string{
+			`f.yaml:3:3: schema: a child's name may not be empty`,
+			`f.yaml:6:16: schema.a.children: a child's name may not be empty`,
+		}},
 		{"leases", `
 schema:
   a: {lease: true, children: {x: {limits: [1, 2, 3]}}}

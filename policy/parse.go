@@ -209,6 +209,11 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 	var star *node
 	var globs []*node
 	for _, e := range entries {
+		if e.name == "" {
+			// Its pattern would be "" at the top: no pattern at all.
+			l.errorf(e.key, path, "a child's name may not be empty")
+			continue
+		}
 		p := e.name
 		if pattern != "" {
 			p = pattern + "/" + e.name
