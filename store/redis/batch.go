@@ -12,9 +12,10 @@ import (
 )
 
 // Batching: batch.lua takes several decisions in one call, each all or
-// nothing on its own, as decide.lua takes one. On a single Redis server (not a Cluster, whose
-// decisions may lie in different slots), when fewer than batchSlots calls
-// are in flight a decision goes out at once, alone; while they all are,
+// nothing on its own, as decide.lua takes one. On a single Redis server
+// (not a Cluster, whose decisions may lie in different slots), when fewer
+// than batchSlots calls are in flight a decision goes out at once, alone
+// (decide.lua); while they all are,
 // decisions queue, and a call that ends hands the queue (up to maxBatch)
 // to its first decision, whose caller sends it (on a goroutine of its
 // own, so that no caller waits past its deadline). An idle store adds no
