@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestAnswerStatuses: the one mapping of check answers: 200 allowed, 429
@@ -48,7 +50,7 @@ schema:
 }
 
 func TestStoreUpAndBuildInfo(t *testing.T) {
-	s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestStoreUpAndBuildInfo(t *testing.T) {
 }
 
 // TestGrafanaDashboard: every metric docs/grafana-dashboard.json queries is
-// one the service exports.
+// one the service exports (on Redis, which has them all).
 func TestGrafanaDashboard(t *testing.T) {
 	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
 	if err != nil {
@@ -77,7 +79,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := json.Unmarshal(raw, &dash); err != nil || len(dash.Panels) == 0 {
 		t.Fatalf("dashboard: %v", err)
 	}
-	s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
