@@ -10,6 +10,8 @@
 #   SCENARIOS="allow deny" bench/envoy.sh   some of: allow deny hot
 #   BASELINE=3e97dd7 bench/envoy.sh         also sluice built at that commit
 #                                           ("sluice @3e97dd7"), in every scenario
+#   PIN=1 bench/envoy.sh                    the load generator on CPU 0, the service
+#                                           and Redis on CPU 1 (taskset)
 #
 # Every check is one descriptor, domain edge, remote_address=10.0.x.y (a
 # path edge/remote_address/10.0.x.y for sluice), limited by a fixed window
@@ -57,7 +59,9 @@ fi
 go build -o "$TMP/hotkey" ./cmd/hotkey
 
 RPORT=$(freeport)
-redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
+SIDE=() GEN=()
+if [ "${PIN:-}" = 1 ]; then SIDE=(taskset -c 1) GEN=(taskset -c 0); fi
+"${SIDE[@]}" redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
 RPID=$!; PIDS+=("$RPID"); waitport "$RPORT"
 
 limits() { # scenario -> limit per second
@@ -98,7 +102,7 @@ run() { # scenario service api
       [[ $service == *"cache off"* ]] && cache=-1
       local bin=$TMP/sluice
       [[ $service == *"@"* ]] && bin=$TMP/sluice-base
-      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
+      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${SIDE[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
         --policy "$TMP/limits.yaml" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
       ;;
     envoy*)
@@ -108,7 +112,7 @@ run() { # scenario service api
         REDIS_PIPELINE_WINDOW="$ENVOY_WINDOW" REDIS_POOL_SIZE="$ENVOY_POOL" LOCAL_CACHE_SIZE_IN_BYTES=$cache \
         RUNTIME_ROOT="$TMP/rt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
         HOST=127.0.0.1 PORT="$hp" GRPC_HOST=127.0.0.1 GRPC_PORT="$gp" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(freeport)" \
-        "$TMP/envoyrl" >"$TMP/svc.log" 2>&1 &
+        "${SIDE[@]}" "$TMP/envoyrl" >"$TMP/svc.log" 2>&1 &
       ;;
   esac
   pid=$!; PIDS+=("$pid")
@@ -124,7 +128,7 @@ run() { # scenario service api
     waitport "$gp"; addr=127.0.0.1:$gp
   fi
   "$TMP/loadgen" idle -max 0.2 -timeout 20s
-  "$TMP/loadgen" "$api" -addr "$addr" -name "$scenario|$service|$api" "${args[@]}" "${quota[@]}" >>"$TMP/results.jsonl"
+  "${GEN[@]}" "$TMP/loadgen" "$api" -addr "$addr" -name "$scenario|$service|$api" "${args[@]}" "${quota[@]}" >>"$TMP/results.jsonl"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
