@@ -18,15 +18,29 @@ import (
 // 1000 goroutines deciding with 50 ms deadlines for 3 s, far more calls
 // than the client's in-flight queue holds, every call returns by its
 // deadline (with a generous margin for a loaded machine), and decisions
-// work again once Redis continues.
+// work again once Redis continues: exact decisions (batched), and the
+// paths of the over-limit cache and of leases, whose lease calls hang too.
 func TestDeadlineHoldsWhenRedisHangs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts redis.Options
+		req  sluice.Request
+	}{
+		{"exact", redis.Options{}, sluice.Request{Key: "hung", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}},
+		{"over-limit cache", redis.Options{OverLimitCache: 1000}, sluice.Request{Key: "hung", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}},
+		{"leases", redis.Options{LeaseFor: 100 * time.Millisecond}, sluice.Request{Key: "hung", Limit: algo.FixedWindow{Limit: 1e9, Window: time.Hour}, Cost: 1, Lease: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { deadlineHolds(t, tc.opts, tc.req) })
+	}
+}
+
+func deadlineHolds(t *testing.T, opts redis.Options, req sluice.Request) {
 	srv := redistest.Start(t)
-	st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+	st, err := redis.Open(context.Background(), srv.URL(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	req := sluice.Request{Key: "hung", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}
 	syscall.Kill(srv.Pid(), syscall.SIGSTOP)
 	var worst, calls atomic.Int64
 	var wg sync.WaitGroup
