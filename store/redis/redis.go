@@ -1,8 +1,15 @@
 // Package redis is Sluice's Redis store: every decision is one atomic Lua
-// script, run with EVALSHA (and loaded again on NOSCRIPT). The scripts
-// live in scripts/*.lua, embedded in the binary; keys reach them only as
-// KEYS. Time comes from Redis TIME unless the request carries its own, so
-// clients with skewed clocks still agree.
+// script, run with EVALSHA (and loaded again on NOSCRIPT); concurrent
+// decisions on one server share a call (batch.go), each still all or
+// nothing on its own. The scripts live in scripts/*.lua, embedded in the
+// binary; keys reach them only as KEYS. Time comes from Redis TIME unless
+// the request carries its own, so clients with skewed clocks still agree.
+//
+// Two options decide without a round trip, never admitting more than a
+// limit allows (docs/beyond-one-round-trip.md): OverLimitCache repeats a
+// denial while it must hold (package store/overlimit), and LeaseFor admits
+// a hot fixed-window key's requests from units leased ahead (lease.go);
+// Grant gives such units to a client that admits on its own.
 //
 // The scripts return the raw outcome of the algorithm's step (allowed, now
 // and the new state), and the store derives the Result with the same Go
