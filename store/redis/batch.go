@@ -57,8 +57,17 @@ func (s *Store) batchDo(ctx context.Context, p *pending) error {
 	if b.inflight < batchSlots {
 		b.inflight++
 		b.mu.Unlock()
-		s.send([]*pending{p})
-		return p.err
+		// On a goroutine of its own, so that the caller returns by its
+		// deadline even when rueidis does not: a connection it dials on
+		// first use (again after a break) against a Redis that has stopped
+		// answering is closed a second after the handshake fails.
+		go s.send([]*pending{p})
+		select {
+		case <-p.done:
+			return p.err
+		case <-ctx.Done():
+			return fmt.Errorf("redis store: %w", ctx.Err())
+		}
 	}
 	p.lead = make(chan []*pending, 1)
 	b.queue = append(b.queue, p)

@@ -268,8 +268,23 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 	}
 	defer s.release()
 	name := s.stateKey(sluice.Request{Key: key, Tag: tag, Limit: fw})
-	v, err := leaseScript.Exec(ctx, s.client(), []string{name}, []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit),
-		itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}).AsIntSlice()
+	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit), itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}
+	type reply struct {
+		v   []int64
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() { // see batchDo: the caller returns by its deadline whatever rueidis does
+		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
+		ch <- reply{v, err}
+	}()
+	var v []int64
+	select {
+	case r := <-ch:
+		v, err = r.v, r.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("redis store: lease: %w", err)
 	}
