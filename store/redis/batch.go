@@ -212,11 +212,14 @@ func (s *Store) execBatch(ctx context.Context, batch []*pending) error {
 func (s *Store) exec(ctx context.Context, set kindSet, keys, args []string, levels int) ([]int64, error) {
 	p := &pending{set: set, keys: keys, args: args, levels: levels, done: make(chan struct{})}
 	if s.client().Mode() == rueidis.ClientModeCluster {
-		err := s.execBatch(ctx, []*pending{p})
-		if err == nil {
-			err = p.err
+		errc := make(chan error, 1)
+		go func() { errc <- s.execBatch(ctx, []*pending{p}) }() // see batchDo
+		select {
+		case err := <-errc:
+			return p.reply, err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redis store: %w", ctx.Err())
 		}
-		return p.reply, err
 	}
 	p.deadline, _ = ctx.Deadline() // connected gave ctx one
 	if err := s.batchDo(ctx, p); err != nil {
