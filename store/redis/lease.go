@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -273,17 +274,39 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 		v   []int64
 		err error
 	}
+	// The call runs on a goroutine of its own, so that the caller returns
+	// by its deadline whatever rueidis does (see batchDo). A lease granted
+	// after its caller gave up is given back at once, so that no window
+	// holds units that no lease will use.
 	ch := make(chan reply, 1)
-	go func() { // see batchDo: the caller returns by its deadline whatever rueidis does
-		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
-		ch <- reply{v, err}
+	var state atomic.Int32 // 0 waiting, 1 answered, 2 given up
+	go func() {
+		// Not the caller's deadline: the reply must be read to give back
+		// a lease the caller no longer waits for (up to Options.Timeout;
+		// one Redis runs later than that is lost to its window).
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		v, err := leaseScript.Exec(cctx, s.client(), []string{name}, args).AsIntSlice()
+		if state.CompareAndSwap(0, 1) {
+			ch <- reply{v, err}
+			return
+		}
+		if err == nil && len(v) == 4 && v[1] > 0 {
+			back := []string{"", args[1], args[2], "0", args[4], itoa(v[1]), itoa(v[2]), "0"}
+			leaseScript.Exec(cctx, s.client(), []string{name}, back)
+		}
 	}()
 	var v []int64
 	select {
 	case r := <-ch:
 		v, err = r.v, r.err
 	case <-ctx.Done():
-		err = ctx.Err()
+		if state.CompareAndSwap(0, 2) {
+			err = ctx.Err()
+		} else {
+			r := <-ch
+			v, err = r.v, r.err
+		}
 	}
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("redis store: lease: %w", err)

@@ -181,3 +181,41 @@ func TestLeaseGivenBack(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestAbandonedLeaseGivenBack: a lease call that Redis runs after its
+// caller gave up (Redis was busy past the deadline) is given back, so
+// that the window does not count units no lease will use.
+func TestAbandonedLeaseGivenBack(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
+	req := sluice.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1_000_000_000, Window: time.Hour}, Cost: 1, Lease: true}
+	warm := req
+	warm.Key = "warm"
+	if _, err := st.Decide(context.Background(), warm); err != nil { // loads lease.lua
+		t.Fatal(err)
+	}
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		srv.Do("DEBUG", "SLEEP", "0.5")
+	}()
+	time.Sleep(100 * time.Millisecond) // Redis is asleep
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := st.Decide(ctx, req) // its first decision takes a lease, which waits
+	cancel()
+	if err == nil {
+		t.Fatal("decided while Redis slept")
+	}
+	<-busy
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := windowCount(t, srv, st, req)
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the window counts %d for a lease nobody holds", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
