@@ -540,42 +540,81 @@ func (s *Store) Grant(ctx context.Context, reqs []sluice.Request, units int64) (
 		return rueidis.LuaExec{Keys: []string{s.stateKey(reqs[i])}, Args: []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit),
 			itoa(k), holder, itoa(back), itoa(end), itoa(least)}}
 	}
-	execs := make([]rueidis.LuaExec, len(reqs))
-	for i, r := range reqs {
-		execs[i] = call(i, units*r.Cost, r.Cost, 0, 0)
+	type grant struct {
+		g    int64
+		left time.Duration
+		err  error
 	}
+	// On a goroutine of its own, as a lease call: the caller returns by its
+	// deadline, and a grant that comes after the caller gave up (within
+	// Options.Timeout) is given back whole.
+	ch := make(chan grant, 1)
+	var state atomic.Int32 // 0 waiting, 1 answered, 2 given up
 	wall := time.Now()
-	granted, ends := make([]int64, len(reqs)), make([]int64, len(reqs))
-	g, left := units, int64(s.leases.leaseFor)
-	for i, res := range leaseScript.ExecMulti(ctx, s.client(), execs...) {
-		v, err := res.AsIntSlice()
-		if err == nil && len(v) != 4 {
-			err = fmt.Errorf("lease replied %d values", len(v))
+	go func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		execs := make([]rueidis.LuaExec, len(reqs))
+		for i, r := range reqs {
+			execs[i] = call(i, units*r.Cost, r.Cost, 0, 0)
 		}
-		if err != nil {
-			return store.Grant{}, fmt.Errorf("redis store: grant: %w", err) // what was granted waits for its window's end
+		granted, ends := make([]int64, len(reqs)), make([]int64, len(reqs))
+		res := grant{g: units, left: s.leases.leaseFor}
+		for i, r := range leaseScript.ExecMulti(cctx, s.client(), execs...) {
+			v, err := r.AsIntSlice()
+			if err == nil && len(v) != 4 {
+				err = fmt.Errorf("lease replied %d values", len(v))
+			}
+			if err != nil {
+				res.err = fmt.Errorf("redis store: grant: %w", err) // what was granted waits for its window's end
+				continue
+			}
+			granted[i], ends[i] = v[1], v[2]
+			res.g = min(res.g, v[1]/reqs[i].Cost)
+			res.left = min(res.left, time.Duration(v[2]-v[0])*time.Microsecond)
 		}
-		granted[i], ends[i] = v[1], v[2]
-		g = min(g, v[1]/reqs[i].Cost)
-		left = min(left, (v[2]-v[0])*int64(time.Microsecond))
-	}
-	var back []rueidis.LuaExec
-	for i, r := range reqs {
-		if extra := granted[i] - g*r.Cost; extra > 0 {
-			back = append(back, call(i, 0, 0, extra, ends[i]))
+		if res.err != nil {
+			res.g = 0
 		}
-	}
-	if len(back) > 0 {
-		for _, res := range leaseScript.ExecMulti(ctx, s.client(), back...) {
-			if err := res.Error(); err != nil {
-				return store.Grant{}, fmt.Errorf("redis store: grant: give back: %w", err)
+		answered := state.CompareAndSwap(0, 1)
+		keep := res.g
+		if !answered {
+			keep = 0
+		}
+		var back []rueidis.LuaExec
+		for i, r := range reqs {
+			if extra := granted[i] - keep*r.Cost; extra > 0 {
+				back = append(back, call(i, 0, 0, extra, ends[i]))
 			}
 		}
+		if len(back) > 0 {
+			for _, r := range leaseScript.ExecMulti(cctx, s.client(), back...) {
+				if err := r.Error(); err != nil && res.err == nil {
+					res.err = fmt.Errorf("redis store: grant: give back: %w", err)
+				}
+			}
+		}
+		if answered {
+			ch <- res
+		}
+	}()
+	var res grant
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		if state.CompareAndSwap(0, 2) {
+			return store.Grant{}, fmt.Errorf("redis store: grant: %w", ctx.Err())
+		}
+		res = <-ch
 	}
+	if res.err != nil {
+		return store.Grant{}, res.err
+	}
+	g, left := res.g, res.left
 	if g == 0 {
 		return store.Grant{}, nil
 	}
 	// Redis's now came after wall was read: Until is no later than the
 	// windows' ends.
-	return store.Grant{Units: g, Until: wall.Add(time.Duration(left))}, nil
+	return store.Grant{Units: g, Until: wall.Add(left)}, nil
 }

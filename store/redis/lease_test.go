@@ -219,3 +219,34 @@ func TestAbandonedLeaseGivenBack(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAbandonedGrantGivenBack: quota Redis grants after the caller gave up
+// is given back, as a lease is; a grant in time is counted in the window.
+func TestAbandonedGrantGivenBack(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
+	req := sluice.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1_000_000_000, Window: time.Hour}, Cost: 1, Lease: true}
+	g, err := st.Grant(context.Background(), []sluice.Request{req}, 100) // loads lease.lua
+	if err != nil || g.Units != 100 || windowCount(t, srv, st, req) != 100 {
+		t.Fatalf("grant %+v, %v; window %d", g, err, windowCount(t, srv, st, req))
+	}
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		srv.Do("DEBUG", "SLEEP", "0.5")
+	}()
+	time.Sleep(100 * time.Millisecond) // Redis is asleep
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if g, err := st.Grant(ctx, []sluice.Request{req}, 100); err == nil {
+		t.Fatalf("granted %+v while Redis slept", g)
+	}
+	cancel()
+	<-busy
+	deadline := time.Now().Add(5 * time.Second)
+	for windowCount(t, srv, st, req) != 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the window counts %d; want the 100 granted in time", windowCount(t, srv, st, req))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
