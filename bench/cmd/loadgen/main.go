@@ -101,7 +101,6 @@ func load(mode string, args []string) error {
 	rate := fs.Float64("rate", 0, "requests per second in all, spread evenly over the workers (0: as fast as answered)")
 	body := fs.String("body", `{"path": ["user", "u{i}", "trade"]}`, "HTTP body: {i} is the caller's number, {ip} its address (10.0.x.y)")
 	redisPid := fs.Int("redis-pid", 0, "Redis, for its CPU per request")
-	domain := fs.String("domain", "edge", "gRPC: the descriptor domain (one entry remote_address=10.0.x.y)")
 	quota := fs.Int("quota", 0, "gRPC: ask for this much quota (x-sluice-quota) and, as a proxy would, admit from what is granted without calling until it runs out or expires (answers \"OK (quota)\")")
 	fs.Parse(args)
 	if *addr == "" {
@@ -136,7 +135,7 @@ func load(mode string, args []string) error {
 			c := rlv3.NewRateLimitServiceClient(ccs[w%len(ccs)])
 			reqs := make([]*rlv3.RateLimitRequest, *keys)
 			for i := range reqs {
-				reqs[i] = &rlv3.RateLimitRequest{Domain: *domain, Descriptors: []*rlcommon.RateLimitDescriptor{{
+				reqs[i] = &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{
 					Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip(i)}}}}}
 			}
 			rnd := rand.New(rand.NewPCG(uint64(w), 1))
