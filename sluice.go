@@ -93,6 +93,15 @@ func (r Request) Validate() error {
 // ErrBadRequest, or algo.ErrInvalid for the limit. The request does not
 // escape: a limit value in it stays on the caller's stack.
 func (r *Request) Compile(p *algo.Plan) error {
+	if err := r.Check(); err != nil {
+		return err
+	}
+	return p.Compile(r.Limit)
+}
+
+// Check checks the request's key, cost and time, and that it has a limit,
+// but not the limit itself: Compile does. The error wraps ErrBadRequest.
+func (r *Request) Check() error {
 	switch {
 	case r.Key == "":
 		return fmt.Errorf("%w: empty key", ErrBadRequest)
@@ -112,7 +121,7 @@ func (r *Request) Compile(p *algo.Plan) error {
 			return fmt.Errorf("%w: time %s is outside 1970..2255", ErrBadRequest, r.Time.UTC().Format(time.RFC3339Nano))
 		}
 	}
-	return p.Compile(r.Limit)
+	return nil
 }
 
 // ValidateAll checks the requests of a DecideAll: each is valid, all share

@@ -35,37 +35,48 @@ func (f FixedWindow) WindowEnd(now int64) int64 {
 // Decide implements Limit.
 func (f FixedWindow) Decide(s *State, now, cost int64, commit bool) Result {
 	end := f.WindowEnd(now)
+	ok, count := f.step(s, now, end, cost, commit)
+	return f.result(ok, now, end, count, cost)
+}
+
+// step applies a decision in the window ending at end to s: it reports
+// whether the cost is admitted and the window's count after the decision.
+func (f FixedWindow) step(s *State, now, end, cost int64, commit bool) (bool, int64) {
 	var count int64
 	if s.A == end {
 		count = s.B
 	}
 	if cost > f.Limit-count {
-		return f.Result(false, now, count, cost)
+		return false, count
 	}
 	if commit && cost > 0 {
 		s.A, s.B, s.Expire = end, count+cost, end
 	}
-	return f.Result(true, now, count+cost, cost)
+	return true, count + cost
 }
 
 // Result derives a decision's Result from its outcome: count is the
 // window's count after the decision.
 func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
-	r := Result{Allowed: allowed, Quota: f.Limit, Remaining: max(f.Limit-count, 0)}
-	if allowed {
-		r.Admitted = cost
-	}
-	left := dur(f.WindowEnd(now) - now)
+	return f.result(allowed, now, f.WindowEnd(now), count, cost)
+}
+
+func (f FixedWindow) result(allowed bool, now, end, count, cost int64) Result {
+	// One literal from locals: see TAT.result.
+	var admitted int64
+	var retry, reset time.Duration
+	left := dur(end - now)
 	if count > 0 {
-		r.ResetAfter = left
+		reset = left
 	}
-	if !allowed {
-		r.RetryAfter = left
-		if cost > f.Limit {
-			r.RetryAfter = Never
-		}
+	if allowed {
+		admitted = cost
+	} else if cost > f.Limit {
+		retry = Never
+	} else {
+		retry = left
 	}
-	return r
+	return Result{Allowed: allowed, Quota: f.Limit, Remaining: max(f.Limit-count, 0), RetryAfter: retry, ResetAfter: reset, Admitted: admitted}
 }
 
 var fixedWindowKind = kindInfo{

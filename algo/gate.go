@@ -14,15 +14,21 @@ func (g Gate) Validate() error { return positiveSpan("gate interval", g.Interval
 
 // Decide implements Limit.
 func (g Gate) Decide(s *State, now, cost int64, commit bool) Result {
-	open := s.A <= now
-	if cost == 0 || cost > 1 || !open {
-		return g.Result(cost == 0, now, s.A, cost)
+	ok, openAt := g.step(s, now, cost, commit)
+	return g.Result(ok, now, openAt, cost)
+}
+
+// step applies a decision to s: it reports whether the cost is admitted
+// and when the gate opens after the decision.
+func (g Gate) step(s *State, now, cost int64, commit bool) (bool, int64) {
+	if cost == 0 || cost > 1 || s.A > now {
+		return cost == 0, s.A
 	}
 	openAt := now + Micros(g.Interval)
 	if commit {
 		s.A, s.Expire = openAt, openAt
 	}
-	return g.Result(true, now, openAt, cost)
+	return true, openAt
 }
 
 // Result derives a decision's Result from its outcome: openAt is when the

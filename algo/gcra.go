@@ -124,40 +124,59 @@ func newTAT(name string, periodUS, count, limit int64) (TAT, error) {
 
 // Decide applies the virtual-scheduling step; State.A holds the TAT.
 func (p TAT) Decide(s *State, now, cost int64, commit bool) Result {
-	tat := max(s.A, now)
+	ok, tat := p.Step(s, now, cost, commit)
+	return p.Result(ok, now, tat, cost)
+}
+
+// Step is the part of Decide that reads and writes the state: it reports
+// whether the cost is admitted and the tat that Result takes.
+func (p TAT) Step(s *State, now, cost int64, commit bool) (allowed bool, tat int64) {
+	return p.step(s, now, cost, commit)
+}
+
+func (p *TAT) step(s *State, now, cost int64, commit bool) (allowed bool, tat int64) {
+	tat = max(s.A, now)
 	if cost > p.Limit {
-		return p.Result(false, now, tat, cost)
+		return false, tat
 	}
 	newTAT := tat + cost*p.Interval
 	if newTAT-p.Tolerance > now {
-		return p.Result(false, now, tat, cost)
+		return false, tat
 	}
 	if commit && cost > 0 {
 		s.A, s.Expire = newTAT, newTAT
 	}
-	return p.Result(true, now, newTAT, cost)
+	return true, newTAT
 }
 
 // Result derives a decision's Result from its outcome: tat is the new TAT
 // when allowed and max(stored TAT, now) when limited. The Redis store's
 // script reports exactly these values.
 func (p TAT) Result(allowed bool, now, tat, cost int64) Result {
+	return p.result(allowed, now, tat, cost)
+}
+
+// result is Result without copying p. The Result is built in one
+// literal from locals: the compiler keeps a struct of more than four
+// fields in memory, so filling it field by field costs stores and loads.
+func (p *TAT) result(allowed bool, now, tat, cost int64) Result {
 	reset := tat - now
-	r := Result{Allowed: allowed, Quota: p.Limit, ResetAfter: dur(reset)}
-	if allowed {
-		r.Admitted = cost
-	}
-	if rem := (p.Tolerance - reset) / p.Interval; rem > 0 {
-		r.Remaining = rem
+	var remaining int64
+	if n := p.Tolerance - reset; n > 0 { // reset >= 0
+		remaining = n / p.Interval
 	}
 	if !allowed {
-		if cost > p.Limit {
-			r.RetryAfter = Never
-		} else {
-			r.RetryAfter = dur(tat + cost*p.Interval - p.Tolerance - now)
-		}
+		return p.denied(now, tat, cost, remaining)
 	}
-	return r
+	return Result{Allowed: true, Quota: p.Limit, Remaining: remaining, ResetAfter: dur(reset), Admitted: cost}
+}
+
+func (p *TAT) denied(now, tat, cost, remaining int64) Result {
+	retry := Never
+	if cost <= p.Limit {
+		retry = dur(tat + cost*p.Interval - p.Tolerance - now)
+	}
+	return Result{Quota: p.Limit, Remaining: remaining, RetryAfter: retry, ResetAfter: dur(tat - now)}
 }
 
 var gcraKind = kindInfo{

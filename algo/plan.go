@@ -233,18 +233,63 @@ var ErrUnsupported = errors.New("unsupported limit")
 // Decide applies a decision as the plan's limit does (see Limit.Decide).
 func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 	switch p.kind {
-	case KindGCRA, KindTokenBucket:
-		return p.tat.Decide(s, now, cost, commit)
-	case KindFixedWindow:
-		return FixedWindow{Limit: p.a, Window: p.d}.Decide(s, now, cost, commit)
-	case KindGate:
-		return Gate{Interval: p.d}.Decide(s, now, cost, commit)
+	case KindGCRA, KindTokenBucket, KindFixedWindow, KindGate:
+		ok, v := p.Step(s, now, cost, commit)
+		return p.Finish(ok, now, v, cost)
 	case KindSlidingLog:
 		return SlidingLog{Limits: p.ws, MinGap: p.d, Buckets: p.a, Mode: p.mode}.Decide(s, now, cost, commit)
 	case KindWindowCounter:
 		return WindowCounter{Slice: p.d, Limits: p.ws}.Decide(s, now, cost, commit)
 	}
 	panic("algo: Decide on a Plan that Compile did not make")
+}
+
+// Stepwise reports whether the plan decides in two parts, Step and then
+// Finish, so that a store holds a key's lock for Step alone: GCRA, token
+// bucket, fixed window and gate, whose Result follows from the outcome
+// and one number. Decide is Finish(Step(...)) for these.
+func (p *Plan) Stepwise() bool { return p.kind <= KindGate }
+
+// Step applies the part of a Stepwise plan's decision that reads and
+// writes s. It reports whether the cost is admitted, and v for Finish: a
+// TAT (GCRA, token bucket), a window's count after the decision (fixed
+// window), or when the gate opens.
+func (p *Plan) Step(s *State, now, cost int64, commit bool) (allowed bool, v int64) {
+	if p.kind <= KindTokenBucket { // small enough to inline this case
+		return p.tat.step(s, now, cost, commit)
+	}
+	return p.stepOther(s, now, cost, commit)
+}
+
+func (p *Plan) stepOther(s *State, now, cost int64, commit bool) (bool, int64) {
+	switch p.kind {
+	case KindFixedWindow:
+		f := FixedWindow{Limit: p.a, Window: p.d}
+		return f.step(s, now, f.WindowEnd(now), cost, commit)
+	case KindGate:
+		return Gate{Interval: p.d}.step(s, now, cost, commit)
+	}
+	panic("algo: Step on a Plan that is not Stepwise")
+}
+
+// Finish returns the Result of a decision from what Step reported; it
+// reads no state.
+func (p *Plan) Finish(allowed bool, now, v, cost int64) Result {
+	if p.kind <= KindTokenBucket { // small enough to inline this case
+		return p.tat.result(allowed, now, v, cost)
+	}
+	return p.finishOther(allowed, now, v, cost)
+}
+
+func (p *Plan) finishOther(allowed bool, now, v, cost int64) Result {
+	switch p.kind {
+	case KindFixedWindow:
+		f := FixedWindow{Limit: p.a, Window: p.d}
+		return f.result(allowed, now, f.WindowEnd(now), v, cost)
+	case KindGate:
+		return Gate{Interval: p.d}.Result(allowed, now, v, cost)
+	}
+	panic("algo: Finish on a Plan that is not Stepwise")
 }
 
 // InBatch turns the plan into the one to apply in a DecideAll of several

@@ -8,7 +8,9 @@ package memory
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -16,16 +18,16 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-const shardCount = 64 // a power of two
-
-// shrinkAt is the fewest keys a shard must have held before a sweep
-// rebuilds its map to give memory back.
-const shrinkAt = 1024
+const (
+	shardBits  = 6
+	shardCount = 1 << shardBits
+)
 
 // Store is the in-memory store. Its zero value is not usable; call New.
 type Store struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
+	plans  algo.Plans
 	// base is the wall clock at New, and baseUS the same in µs: the
 	// store's clock is base plus the monotonic time since (see now).
 	base       time.Time
@@ -37,20 +39,32 @@ type Store struct {
 	consumers  consumerLists
 }
 
+// A shard holds the keys whose hash ends in its number. Decisions on a
+// key it holds find the entry without its lock; it is taken to add keys,
+// sweep, and for DecideAll.
 type shard struct {
-	mu sync.Mutex
-	m  table
-	// latest is the latest decision time (µs) the shard has seen. The
-	// sweeper judges expiry against latest plus the wall time elapsed since
-	// it first saw that value (sweptLatest at sweptWall), so that callers
-	// that pass their own (possibly virtual) times keep their state, and a
-	// decision with its own time reads no clock.
-	latest                 int64
-	sweptLatest, sweptWall int64
-	// peak is the most keys a sweep has found in the shard since its map
-	// was last rebuilt (Go maps do not shrink).
-	peak int
-	_    [128 - 48]byte // one shard per pair of cache lines
+	mu    sync.Mutex
+	index atomic.Pointer[index]
+	// latest is about the latest decision time (µs) the shard has seen,
+	// moved on at most once a millisecond (see see). The sweeper judges
+	// expiry against latest plus the wall time elapsed since it first saw
+	// that value (sweptLatest at sweptWall), so that callers that pass
+	// their own (possibly virtual) times keep their state, and a decision
+	// with its own time reads no clock.
+	latest                 atomic.Int64
+	sweptLatest, sweptWall int64          // under mu
+	_                      [128 - 48]byte // one shard per pair of cache lines
+}
+
+// seeEvery is how far a decision's time must pass a shard's latest to
+// move it: the sweeper may then judge expiry up to this late, and a shard
+// in steady use is written once a millisecond, not on every decision.
+const seeEvery = 1000
+
+func (sh *shard) see(t int64) {
+	if t > sh.latest.Load()+seeEvery {
+		sh.latest.Store(t)
+	}
 }
 
 // Option configures a Store.
@@ -71,7 +85,7 @@ func New(opts ...Option) *Store {
 		o(s)
 	}
 	for i := range s.shards {
-		s.shards[i].m = table{}
+		s.shards[i].index.Store(newIndex(minSlots))
 	}
 	if s.sweepEvery > 0 {
 		go s.sweeper(s.sweepEvery)
@@ -94,10 +108,15 @@ func init() {
 //
 // The request does not escape: a limit value in it (an algo.GCRA, say)
 // stays on the caller's stack, and a decision on an existing key
-// allocates nothing.
+// allocates nothing. It takes no lock but the key's own, and holds it only
+// while the algorithm reads and writes the state.
 func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, error) {
-	var p algo.Plan
-	if err := req.Compile(&p); err != nil {
+	if err := req.Check(); err != nil {
+		return algo.Result{}, err
+	}
+	var scratch algo.Plan
+	p, err := s.plans.Compile(req.Limit, &scratch)
+	if err != nil {
 		return algo.Result{}, err
 	}
 	var t int64
@@ -108,26 +127,57 @@ func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, erro
 	}
 	h := maphash.String(s.seed, req.Key)
 	sh := &s.shards[h&(shardCount-1)]
-	sh.mu.Lock()
-	if t > sh.latest {
-		sh.latest = t
+	sh.see(t)
+	if e := sh.index.Load().find(h, req.Key); e != nil {
+		e.mu.Lock()
+		if !e.dead {
+			return decideLocked(e, p, t, req.Cost), nil
+		}
+		e.mu.Unlock()
 	}
-	st := sh.m.get(h, req.Key)
-	var r algo.Result
-	if st == nil {
-		fresh := algo.State{Shape: p.Shape()}
-		r = p.Decide(&fresh, t, req.Cost, true)
-		if fresh.Expire > t {
-			sh.m.put(h, req.Key, fresh)
-		}
-	} else {
-		if st.Expire <= t || st.Shape != p.Shape() {
-			*st = algo.State{Log: st.Log[:0], Shape: p.Shape()} // keep the log's capacity
-		}
-		r = p.Decide(st, t, req.Cost, true)
+	// A new key, or one swept or reset since it was found: look again
+	// under the shard's lock, which adding and removing keys take.
+	sh.mu.Lock()
+	if e := sh.index.Load().find(h, req.Key); e != nil {
+		e.mu.Lock() // under the shard's lock, an indexed entry is live
+		sh.mu.Unlock()
+		return decideLocked(e, p, t, req.Cost), nil
+	}
+	fresh := algo.State{Shape: p.Shape()}
+	r := p.Decide(&fresh, t, req.Cost, true)
+	if fresh.Expire > t {
+		sh.add(newEntry(h, req.Key, fresh))
 	}
 	sh.mu.Unlock()
 	return r, nil
+}
+
+// decideLocked decides on e, whose lock the caller holds, and unlocks it:
+// a Stepwise plan's Result is computed after the unlock.
+func decideLocked(e *entry, p *algo.Plan, t, cost int64) algo.Result {
+	st := &e.st
+	if st.Expire <= t || st.Shape != p.Shape() {
+		*st = algo.State{Log: st.Log[:0], Shape: p.Shape()} // keep the log's capacity
+	}
+	if p.Stepwise() {
+		ok, v := p.Step(st, t, cost, true)
+		e.mu.Unlock()
+		return p.Finish(ok, t, v, cost)
+	}
+	r := p.Decide(st, t, cost, true)
+	e.mu.Unlock()
+	return r
+}
+
+// add indexes e, whose key the shard does not hold, growing the index
+// when it would be more than half full. The caller holds sh.mu.
+func (sh *shard) add(e *entry) {
+	x := sh.index.Load()
+	if 2*(x.n+1) > len(x.slots) {
+		x = x.resized(2 * len(x.slots))
+		sh.index.Store(x)
+	}
+	x.add(e)
 }
 
 // now is the store's clock in µs since the epoch: the wall clock at New
@@ -142,7 +192,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.m.len()
+		n += sh.index.Load().n
 		sh.mu.Unlock()
 	}
 	return n
@@ -151,26 +201,37 @@ func (s *Store) Len() int {
 // Sweep forgets every key whose state has expired, judged in each shard
 // against the latest decision time it has seen plus the wall time elapsed
 // since a sweep first saw that time (so at most one sweep interval late),
-// and rebuilds the map of a shard whose live keys fell to a quarter of the
-// most it held, so that memory follows the live keys, not their peak. The
+// and shrinks the index of a shard whose keys fell to an eighth of its
+// size, so that memory follows the live keys, not their peak. The
 // background sweeper calls it; tests may too.
 func (s *Store) Sweep() {
 	wall := s.now()
+	var dead []*entry
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		if sh.latest != sh.sweptLatest {
-			sh.sweptLatest, sh.sweptWall = sh.latest, wall
+		if l := sh.latest.Load(); l != sh.sweptLatest {
+			sh.sweptLatest, sh.sweptWall = l, wall
 		}
-		now := sh.latest + max(wall-sh.sweptWall, 0)
-		before := len(sh.m)
-		sh.m.sweep(now)
-		sh.peak = max(sh.peak, before)
-		// A map keeps the memory of the most keys it ever held: once the
-		// live keys fall to a quarter of that, move them to a new one.
-		if sh.peak >= shrinkAt && len(sh.m) <= sh.peak/4 {
-			sh.m = sh.m.clone()
-			sh.peak = len(sh.m)
+		now := sh.sweptLatest + max(wall-sh.sweptWall, 0)
+		x := sh.index.Load()
+		dead = dead[:0]
+		for j := range x.slots {
+			if e := x.slots[j].Load(); e != nil {
+				e.mu.Lock()
+				if e.st.Expire <= now {
+					e.dead = true
+					dead = append(dead, e)
+				}
+				e.mu.Unlock()
+			}
+		}
+		if live := x.n - len(dead); len(x.slots) > minSlots && 8*live <= len(x.slots) {
+			sh.index.Store(x.resized(slotsFor(live)))
+		} else {
+			for _, e := range dead {
+				x.remove(e)
+			}
 		}
 		sh.mu.Unlock()
 	}
@@ -198,23 +259,25 @@ func (s *Store) Close() error {
 }
 
 // DecideAll implements sluice.Store. It locks every shard the requests
-// touch (in shard order, so concurrent batches cannot deadlock), checks
-// every request, and records the costs only if every request that is not
-// Shadow passes; a denied request may still record its attempt (a uniform
-// sliding log). In a batch of several requests a nary sliding log acts as
-// binary (algo.InBatch); a batch of one is Decide.
+// touch (in shard order, so concurrent batches cannot deadlock) and then
+// the keys' entries, checks every request, and records the costs only if
+// every request that is not Shadow passes; a denied request may still
+// record its attempt (a uniform sliding log). In a batch of several
+// requests a nary sliding log acts as binary (algo.InBatch); a batch of
+// one is Decide.
 func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
 	// Small batches (every policy path in practice) keep their working
 	// slices on the stack.
 	const small = 8
 	var hashBuf [small]uint64
-	var stBuf [small]*algo.State
+	var entBuf [small]*entry
 	var planBuf [small]algo.Plan
-	hs, states, plans := hashBuf[:0], stBuf[:0], planBuf[:0]
+	var lockBuf [small]bool
+	hs, ents, plans, locks := hashBuf[:0], entBuf[:0], planBuf[:0], lockBuf[:0]
 	if len(reqs) > small {
-		hs, states, plans = make([]uint64, 0, len(reqs)), make([]*algo.State, 0, len(reqs)), make([]algo.Plan, 0, len(reqs))
+		hs, ents, plans, locks = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]algo.Plan, 0, len(reqs)), make([]bool, 0, len(reqs))
 	}
-	hs, states, plans = hs[:len(reqs)], states[:len(reqs)], plans[:len(reqs)]
+	hs, ents, plans, locks = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)], locks[:len(reqs)]
 	if err := sluice.PlanAll(reqs, results, plans); err != nil {
 		return false, err
 	}
@@ -233,12 +296,38 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 		if locked&(1<<i) != 0 {
 			sh := &s.shards[i]
 			sh.mu.Lock()
-			if t > sh.latest {
-				sh.latest = t
+			sh.see(t)
+		}
+	}
+	// With the shards locked, indexed entries are live and no other
+	// DecideAll holds them; a Decide may, for its step: lock each entry
+	// once. A key not indexed gets an entry of its own, shared by its
+	// repeats in the batch and added only if its state outlives t.
+	for i, r := range reqs {
+		x := s.shards[hs[i]&(shardCount-1)].index.Load()
+		if e := x.find(hs[i], r.Key); e != nil {
+			ents[i] = e
+			locks[i] = !slices.Contains(ents[:i], e)
+			if locks[i] {
+				e.mu.Lock()
 			}
+			continue
+		}
+		for j := range i {
+			if ents[j].h == hs[i] && ents[j].key == r.Key {
+				ents[i] = ents[j]
+			}
+		}
+		if ents[i] == nil {
+			ents[i] = newEntry(hs[i], r.Key, algo.State{})
 		}
 	}
 	defer func() {
+		for i, e := range ents {
+			if locks[i] {
+				e.mu.Unlock()
+			}
+		}
 		for i := range s.shards {
 			if locked&(1<<i) != 0 {
 				s.shards[i].mu.Unlock()
@@ -253,28 +342,26 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 	}
 	pass := true
 	for i, r := range reqs {
-		st := s.shards[hs[i]&(shardCount-1)].m.get(hs[i], r.Key)
-		if st == nil {
-			st = &algo.State{Shape: plans[i].Shape()}
-		} else if st.Expire <= t || st.Shape != plans[i].Shape() {
+		st := &ents[i].st
+		if st.Expire <= t || st.Shape != plans[i].Shape() {
 			*st = algo.State{Log: st.Log[:0], Shape: plans[i].Shape()}
 		}
-		states[i] = st
 		results[i] = plans[i].Decide(st, t, r.Cost, false)
 		if !results[i].Allowed && !r.Shadow {
 			pass = false
 		}
 	}
 	for i, r := range reqs {
+		e := ents[i]
 		switch {
 		case pass || !results[i].Allowed:
 			// Record the cost, or let the algorithm record a denied attempt.
-			results[i] = plans[i].Decide(states[i], t, r.Cost, true)
+			results[i] = plans[i].Decide(&e.st, t, r.Cost, true)
 		default:
-			results[i] = plans[i].Decide(states[i], t, 0, false)
+			results[i] = plans[i].Decide(&e.st, t, 0, false)
 		}
-		if sh := &s.shards[hs[i]&(shardCount-1)]; states[i].Expire > t && sh.m.get(hs[i], r.Key) == nil {
-			sh.m.put(hs[i], r.Key, *states[i])
+		if sh := &s.shards[e.h&(shardCount-1)]; e.st.Expire > t && sh.index.Load().find(e.h, e.key) == nil {
+			sh.add(e)
 		}
 	}
 	return pass, nil

@@ -16,7 +16,13 @@ func (s *Store) Reset(_ context.Context, reqs []sluice.Request) error {
 		h := maphash.String(s.seed, r.Key)
 		sh := &s.shards[h&(shardCount-1)]
 		sh.mu.Lock()
-		sh.m.del(h, r.Key)
+		x := sh.index.Load()
+		if e := x.find(h, r.Key); e != nil {
+			e.mu.Lock()
+			e.dead = true
+			e.mu.Unlock()
+			x.remove(e)
+		}
 		sh.mu.Unlock()
 	}
 	return nil
@@ -41,8 +47,14 @@ func (s *Store) Refund(_ context.Context, req sluice.Request) error {
 	sh := &s.shards[h&(shardCount-1)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if st := sh.m.get(h, req.Key); st != nil && st.Expire > t && st.Shape == p.Shape() {
-		return p.Undo(st, t, req.Cost)
+	e := sh.index.Load().find(h, req.Key)
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.st.Expire > t && e.st.Shape == p.Shape() {
+		return p.Undo(&e.st, t, req.Cost)
 	}
 	return nil
 }

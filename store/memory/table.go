@@ -2,99 +2,116 @@ package memory
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/algo"
 )
 
-// table holds a shard's keys: a map from a key's 64-bit hash (the one
-// that picked the shard) to its entry, so that a decision hashes its key
-// once and the map compares integers, not strings. Keys whose hashes
-// collide share a chain.
-type table map[uint64]*entry
-
+// An entry is one key's state. Its own lock guards st and dead, so that
+// decisions on one key wait only for each other, and a decision holds it
+// for the algorithm's step alone. h and key never change.
 type entry struct {
+	mu   sync.Mutex
+	dead bool // removed from its shard: a holder looks the key up again
+	h    uint64
 	key  string
 	st   algo.State
-	next *entry // another key with the same hash
 }
 
-// get returns the state of key, whose hash is h, or nil.
-func (t table) get(h uint64, key string) *algo.State {
-	for e := t[h]; e != nil; e = e.next {
-		if e.key == key {
-			return &e.st
+// An index is a shard's open-addressing hash table of entries (linear
+// probing on the key's hash, at most half full), read without locks:
+// slots are atomic, and every change is made under the shard's lock. A
+// reader that misses a key, or finds its entry dead, looks again under the
+// shard's lock (see Store.Decide), so a change in flight can only send a
+// reader the slow way, never to another key's state.
+type index struct {
+	slots []atomic.Pointer[entry]
+	mask  uint64
+	n     int // entries; under the shard's lock
+}
+
+// minSlots is the size of a new index, and the least an index shrinks to.
+const minSlots = 8
+
+func newIndex(slots int) *index {
+	return &index{slots: make([]atomic.Pointer[entry], slots), mask: uint64(slots - 1)}
+}
+
+// home is where the probe for hash h starts; the low bits of h pick the
+// shard, so the index uses the ones above them.
+func (x *index) home(h uint64) uint64 { return (h >> shardBits) & x.mask }
+
+// find returns key's entry, or nil. It takes no lock.
+func (x *index) find(h uint64, key string) *entry {
+	for i := x.home(h); ; i = (i + 1) & x.mask {
+		e := x.slots[i].Load()
+		if e == nil {
+			return nil
 		}
-	}
-	return nil
-}
-
-// put adds key, which the table does not hold, with state st, and returns
-// the state's place. The table keeps its own copy of key, so that the
-// caller's string does not escape.
-func (t table) put(h uint64, key string, st algo.State) *algo.State {
-	e := &entry{key: strings.Clone(key), st: st, next: t[h]}
-	t[h] = e
-	return &e.st
-}
-
-// del forgets key.
-func (t table) del(h uint64, key string) {
-	p := t[h]
-	if p == nil {
-		return
-	}
-	if p.key == key {
-		if p.next == nil {
-			delete(t, h)
-		} else {
-			t[h] = p.next
-		}
-		return
-	}
-	for ; p.next != nil; p = p.next {
-		if p.next.key == key {
-			p.next = p.next.next
-			return
+		if e.h == h && e.key == key {
+			return e
 		}
 	}
 }
 
-// len returns the number of keys.
-func (t table) len() int {
-	n := 0
-	for _, e := range t {
-		for ; e != nil; e = e.next {
-			n++
-		}
+// add places e, which the index does not hold and has room for.
+func (x *index) add(e *entry) {
+	i := x.home(e.h)
+	for x.slots[i].Load() != nil {
+		i = (i + 1) & x.mask
 	}
-	return n
+	x.slots[i].Store(e)
+	x.n++
 }
 
-// sweep forgets every key whose state expires at or before now.
-func (t table) sweep(now int64) {
-	for h, e := range t {
-		var keep *entry
-		for e != nil {
-			next := e.next
-			if e.st.Expire > now {
-				e.next, keep = keep, e
-			}
-			e = next
-		}
-		if keep == nil {
-			delete(t, h)
-		} else {
-			t[h] = keep
-		}
+// remove takes e out, moving the entries after it in its probe run back
+// so that every remaining entry stays reachable from its home.
+func (x *index) remove(e *entry) {
+	i := x.home(e.h)
+	for x.slots[i].Load() != e {
+		i = (i + 1) & x.mask
 	}
+	for j := i; ; {
+		j = (j + 1) & x.mask
+		f := x.slots[j].Load()
+		if f == nil {
+			break
+		}
+		// f may move to the hole at i unless its home lies cyclically in
+		// (i, j].
+		if k := x.home(f.h); (i < j && i < k && k <= j) || (j < i && (i < k || k <= j)) {
+			continue
+		}
+		x.slots[i].Store(f)
+		i = j
+	}
+	x.slots[i].Store(nil)
+	x.n--
 }
 
-// clone returns a new table with the same entries, sized for them: the
-// old one's memory goes back with it.
-func (t table) clone() table {
-	n := make(table, len(t))
-	for h, e := range t {
-		n[h] = e
+// resized returns a new index of the given size holding x's live entries.
+func (x *index) resized(slots int) *index {
+	y := newIndex(slots)
+	for i := range x.slots {
+		if e := x.slots[i].Load(); e != nil && !e.dead {
+			y.add(e)
+		}
 	}
-	return n
+	return y
+}
+
+// slotsFor is the index size for n entries: at most half full.
+func slotsFor(n int) int {
+	s := minSlots
+	for s < 2*n {
+		s *= 2
+	}
+	return s
+}
+
+func newEntry(h uint64, key string, st algo.State) *entry {
+	// The entry keeps its own copy of key, so that the caller's string
+	// does not escape.
+	return &entry{h: h, key: strings.Clone(key), st: st}
 }
