@@ -29,6 +29,8 @@ type Limiter struct {
 	plan *algo.Plan // compiled once, passed as every request's Limit
 	// lim is plan as an algo.Limit, boxed once.
 	lim algo.Limit
+	// allower is st as an Allower, or nil.
+	allower Allower
 }
 
 // NewLimiter returns a Limiter for l on st. An invalid limit is an error
@@ -38,7 +40,8 @@ func NewLimiter(st Store, l algo.Limit) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{st: st, plan: &p, lim: &p}, nil
+	a, _ := st.(Allower)
+	return &Limiter{st: st, plan: &p, lim: &p, allower: a}, nil
 }
 
 // Limit returns the limit the Limiter was made with.
@@ -53,8 +56,20 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // AllowN reports whether n actions for key may happen at t (the zero Time:
 // the store's clock), and consumes them if so.
 func (l *Limiter) AllowN(ctx context.Context, key string, t time.Time, n int64) (bool, error) {
+	if l.allower != nil {
+		return l.allower.AllowN(ctx, key, l.lim, t, n)
+	}
 	r, err := l.DecideN(ctx, key, t, n)
 	return r.Allowed, err
+}
+
+// An Allower is a Store that can report a decision's admission alone, and
+// so skip computing the rest of its Result; Limiter.AllowN uses it. The
+// memory store is one.
+type Allower interface {
+	// AllowN applies Request{Key: key, Limit: l, Cost: n, Time: t} as
+	// Decide does, and reports its Result.Allowed.
+	AllowN(ctx context.Context, key string, l algo.Limit, t time.Time, n int64) (bool, error)
 }
 
 // DecideN decides n actions for key at t (the zero Time: the store's

@@ -102,23 +102,34 @@ func (r *Request) Compile(p *algo.Plan) error {
 // Check checks the request's key, cost and time, and that it has a limit,
 // but not the limit itself: Compile does. The error wraps ErrBadRequest.
 func (r *Request) Check() error {
-	switch {
-	case r.Key == "":
-		return fmt.Errorf("%w: empty key", ErrBadRequest)
-	case len(r.Key) > MaxKeyLen:
-		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrBadRequest, len(r.Key), MaxKeyLen)
-	case r.Cost < 0:
-		return fmt.Errorf("%w: negative cost %d", ErrBadRequest, r.Cost)
-	case r.Limit == nil:
-		return fmt.Errorf("%w: no limit", ErrBadRequest)
-	case !strings.HasPrefix(r.Key, r.Tag):
+	if err := CheckDecision(r.Key, r.Limit, r.Cost, r.Time); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(r.Key, r.Tag) {
 		// Copies of the strings go into the error, so that r (and the
 		// limit in it) does not escape for the sake of an error.
 		return fmt.Errorf("%w: tag %q is not a prefix of key %q", ErrBadRequest, strings.Clone(r.Tag), strings.Clone(r.Key))
 	}
-	if !r.Time.IsZero() {
-		if us := r.Time.UnixMicro(); us < 0 || us > algo.MaxTime {
-			return fmt.Errorf("%w: time %s is outside 1970..2255", ErrBadRequest, r.Time.UTC().Format(time.RFC3339Nano))
+	return nil
+}
+
+// CheckDecision checks the parts of a decision without a Tag as
+// Request.Check does, for a store's entry point that takes them one by
+// one (memory.Store.AllowN). l does not escape.
+func CheckDecision(key string, l algo.Limit, cost int64, t time.Time) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrBadRequest)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrBadRequest, len(key), MaxKeyLen)
+	case cost < 0:
+		return fmt.Errorf("%w: negative cost %d", ErrBadRequest, cost)
+	case l == nil:
+		return fmt.Errorf("%w: no limit", ErrBadRequest)
+	}
+	if !t.IsZero() {
+		if us := t.UnixMicro(); us < 0 || us > algo.MaxTime {
+			return fmt.Errorf("%w: time %s is outside 1970..2255", ErrBadRequest, t.UTC().Format(time.RFC3339Nano))
 		}
 	}
 	return nil

@@ -111,50 +111,77 @@ func init() {
 // allocates nothing. It takes no lock but the key's own, and holds it only
 // while the algorithm reads and writes the state.
 func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, error) {
+	var r algo.Result
 	if err := req.Check(); err != nil {
-		return algo.Result{}, err
+		return r, err
 	}
+	_, err := s.apply(req.Key, req.Limit, s.at(req.Time), req.Cost, &r)
+	return r, err
+}
+
+var _ sluice.Allower = (*Store)(nil)
+
+// AllowN implements sluice.Allower: it decides as Decide does and reports
+// only whether the cost was admitted, which for GCRA, the token bucket,
+// the fixed window and the gate spares computing the rest of the Result.
+func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time, n int64) (bool, error) {
+	if err := sluice.CheckDecision(key, l, n, t); err != nil {
+		return false, err
+	}
+	return s.apply(key, l, s.at(t), n, nil)
+}
+
+// at is a request's time in µs: t, or the store's clock when t is zero.
+func (s *Store) at(t time.Time) int64 {
+	if t.IsZero() {
+		return s.now()
+	}
+	return t.UnixMicro()
+}
+
+// apply decides a checked request at t (µs), reporting whether it was
+// allowed, and sets *r to its Result unless r is nil.
+func (s *Store) apply(key string, l algo.Limit, t, cost int64, r *algo.Result) (bool, error) {
 	var scratch algo.Plan
-	p, err := s.plans.Compile(req.Limit, &scratch)
+	p, err := s.plans.Compile(l, &scratch)
 	if err != nil {
-		return algo.Result{}, err
+		return false, err
 	}
-	var t int64
-	if req.Time.IsZero() {
-		t = s.now()
-	} else {
-		t = req.Time.UnixMicro()
-	}
-	h := maphash.String(s.seed, req.Key)
+	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&(shardCount-1)]
 	sh.see(t)
-	if e := sh.index.Load().find(h, req.Key); e != nil {
+	if e := sh.index.Load().find(h, key); e != nil {
 		e.mu.Lock()
 		if !e.dead {
-			return decideLocked(e, p, t, req.Cost), nil
+			return decideLocked(e, p, t, cost, r), nil
 		}
 		e.mu.Unlock()
 	}
 	// A new key, or one swept or reset since it was found: look again
 	// under the shard's lock, which adding and removing keys take.
 	sh.mu.Lock()
-	if e := sh.index.Load().find(h, req.Key); e != nil {
+	if e := sh.index.Load().find(h, key); e != nil {
 		e.mu.Lock() // under the shard's lock, an indexed entry is live
 		sh.mu.Unlock()
-		return decideLocked(e, p, t, req.Cost), nil
+		return decideLocked(e, p, t, cost, r), nil
 	}
 	fresh := algo.State{Shape: p.Shape()}
-	r := p.Decide(&fresh, t, req.Cost, true)
+	res := p.Decide(&fresh, t, cost, true)
 	if fresh.Expire > t {
-		sh.add(newEntry(h, req.Key, fresh))
+		sh.add(newEntry(h, key, fresh))
 	}
 	sh.mu.Unlock()
-	return r, nil
+	if r != nil {
+		*r = res
+	}
+	return res.Allowed, nil
 }
 
-// decideLocked decides on e, whose lock the caller holds, and unlocks it:
-// a Stepwise plan's Result is computed after the unlock.
-func decideLocked(e *entry, p *algo.Plan, t, cost int64) algo.Result {
+// decideLocked decides on e, whose lock the caller holds, unlocks it, and
+// reports whether the cost was admitted, setting *r to the Result unless r
+// is nil: a Stepwise plan's Result is computed after the unlock, and only
+// then.
+func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) bool {
 	st := &e.st
 	if st.Expire <= t || st.Shape != p.Shape() {
 		*st = algo.State{Log: st.Log[:0], Shape: p.Shape()} // keep the log's capacity
@@ -162,11 +189,17 @@ func decideLocked(e *entry, p *algo.Plan, t, cost int64) algo.Result {
 	if p.Stepwise() {
 		ok, v := p.Step(st, t, cost, true)
 		e.mu.Unlock()
-		return p.Finish(ok, t, v, cost)
+		if r != nil {
+			*r = p.Finish(ok, t, v, cost)
+		}
+		return ok
 	}
-	r := p.Decide(st, t, cost, true)
+	res := p.Decide(st, t, cost, true)
 	e.mu.Unlock()
-	return r
+	if r != nil {
+		*r = res
+	}
+	return res.Allowed
 }
 
 // add indexes e, whose key the shard does not hold, growing the index

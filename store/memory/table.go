@@ -11,12 +11,19 @@ import (
 // An entry is one key's state. Its own lock guards st and dead, so that
 // decisions on one key wait only for each other, and a decision holds it
 // for the algorithm's step alone. h and key never change.
+//
+// An entry is 128 bytes, which the allocator places at a multiple of 128:
+// the first cache line holds all a decision writes (the lock and the state
+// but for a log's length) and the hash it compares, so that decisions on
+// one key from several cores pass one line between them; the second holds
+// what only its creation writes.
 type entry struct {
 	mu   sync.Mutex
 	dead bool // removed from its shard: a holder looks the key up again
 	h    uint64
-	key  string
 	st   algo.State
+	key  string
+	_    [128 - 96]byte
 }
 
 // An index is a shard's open-addressing hash table of entries (linear
