@@ -15,6 +15,8 @@
 //     RateLimitCtx
 //   - sluice-decide: memory.Store.Decide with the limit value in the
 //     request (built from variables, as a configured limit is)
+//   - sluice-allow: memory.Store.AllowN (the admission alone) with the
+//     limit value in the call
 //   - sluice-limiter: a sluice.Limiter handle on the memory store, Allow
 //
 // Sub-benchmarks are named library/algorithm/shape, the shape being
@@ -178,6 +180,29 @@ func BenchmarkPeers(b *testing.B) {
 				d = func(key string) bool {
 					r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: algo.FixedWindow{Limit: burst, Window: time.Hour}, Cost: 1})
 					return err == nil && r.Allowed
+				}
+			}
+			run(b, d)
+		})
+		b.Run("sluice-allow/"+l.name, func(b *testing.B) {
+			st := memory.New()
+			defer st.Close()
+			var d decider
+			switch l.name {
+			case "gcra":
+				d = func(key string) bool {
+					ok, err := st.AllowN(ctx, key, algo.GCRA{Burst: burst, Count: count, Period: period}, time.Time{}, 1)
+					return err == nil && ok
+				}
+			case "token_bucket":
+				d = func(key string) bool {
+					ok, err := st.AllowN(ctx, key, algo.TokenBucket{Burst: burst, Rate: count, Per: period}, time.Time{}, 1)
+					return err == nil && ok
+				}
+			case "fixed_window":
+				d = func(key string) bool {
+					ok, err := st.AllowN(ctx, key, algo.FixedWindow{Limit: burst, Window: time.Hour}, time.Time{}, 1)
+					return err == nil && ok
 				}
 			}
 			run(b, d)

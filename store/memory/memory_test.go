@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"sync"
@@ -177,5 +178,49 @@ func TestMemoryFollowsLiveKeys(t *testing.T) {
 	}
 	if grown, kept := full-base, after-base; kept > grown/4 {
 		t.Errorf("after the sweep %d of the %d bytes the keys took are still held", kept, grown)
+	}
+}
+
+// TestAllowNAgreesWithDecide: on random traces of every kind, with costs
+// 0-3, explicit times and a few keys, AllowN on one store admits exactly
+// what Decide admits on another, and refuses bad input as Decide does.
+func TestAllowNAgreesWithDecide(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range algo.Kinds() {
+		a, d := memory.New(), memory.New()
+		r := rand.New(rand.NewPCG(uint64(k), 3))
+		at := time.UnixMicro(1_800_000_000_000_000)
+		for i := range 2000 {
+			at = at.Add(time.Duration(r.Int64N(int64(2 * time.Second))))
+			key, cost := "k"+strconv.Itoa(r.IntN(3)), r.Int64N(4)
+			want, err := d.Decide(ctx, sluice.Request{Key: key, Limit: k.Example(), Cost: cost, Time: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := a.AllowN(ctx, key, k.Example(), at, cost)
+			if err != nil || got != want.Allowed {
+				t.Fatalf("%v step %d: AllowN %v, %v; Decide %+v", k, i, got, err, want)
+			}
+		}
+		a.Close()
+		d.Close()
+	}
+	st := memory.New()
+	defer st.Close()
+	ok := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
+	for name, c := range map[string]struct {
+		key  string
+		l    algo.Limit
+		cost int64
+		want error
+	}{
+		"empty key":     {"", ok, 1, sluice.ErrBadRequest},
+		"negative cost": {"k", ok, -1, sluice.ErrBadRequest},
+		"no limit":      {"k", nil, 1, sluice.ErrBadRequest},
+		"bad limit":     {"k", algo.GCRA{Count: 0, Period: time.Second}, 1, algo.ErrInvalid},
+	} {
+		if allowed, err := st.AllowN(ctx, c.key, c.l, time.Time{}, c.cost); allowed || !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, %v; want %v", name, allowed, err, c.want)
+		}
 	}
 }
