@@ -80,6 +80,18 @@ type State struct {
 	Log []int64
 }
 
+// Clear makes s the zero State of the given shape (a key never seen),
+// keeping Log's capacity so that a key in steady use allocates nothing. It
+// writes Log only when it holds something: a store that keeps Log apart
+// from what decisions write (the memory store's entries) keeps it
+// unwritten for the algorithms without one.
+func (s *State) Clear(shape uint64) {
+	s.Expire, s.A, s.B, s.Shape = 0, 0, 0, shape
+	if len(s.Log) > 0 {
+		s.Log = s.Log[:0]
+	}
+}
+
 // Micros converts d to whole microseconds, truncating toward zero.
 func Micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 

@@ -1,8 +1,9 @@
-// Package memory is Sluice's embedded store: state lives in this process, in
-// a sharded map whose shards each have their own lock, so decisions on
-// different keys rarely contend. A decision on an existing key allocates
-// nothing. Expired state is swept in the background, so memory stays bounded
-// by the keys that are live.
+// Package memory is Sluice's embedded store: state lives in this process,
+// one entry per key with a lock of its own, found through 64 shards' hash
+// indexes that decisions read without locking, so decisions on different
+// keys do not wait for each other. A decision on an existing key allocates
+// nothing. Expired state is swept in the background, so memory stays
+// bounded by the keys that are live.
 package memory
 
 import (
@@ -184,7 +185,7 @@ func (s *Store) apply(key string, l algo.Limit, t, cost int64, r *algo.Result) (
 func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) bool {
 	st := &e.st
 	if st.Expire <= t || st.Shape != p.Shape() {
-		*st = algo.State{Log: st.Log[:0], Shape: p.Shape()} // keep the log's capacity
+		st.Clear(p.Shape())
 	}
 	if p.Stepwise() {
 		ok, v := p.Step(st, t, cost, true)
@@ -377,7 +378,7 @@ func (s *Store) DecideAll(_ context.Context, reqs []sluice.Request, results []al
 	for i, r := range reqs {
 		st := &ents[i].st
 		if st.Expire <= t || st.Shape != plans[i].Shape() {
-			*st = algo.State{Log: st.Log[:0], Shape: plans[i].Shape()}
+			st.Clear(plans[i].Shape())
 		}
 		results[i] = plans[i].Decide(st, t, r.Cost, false)
 		if !results[i].Allowed && !r.Shadow {

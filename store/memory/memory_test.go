@@ -141,8 +141,8 @@ func TestZeroAllocsOnExistingKey(t *testing.T) {
 }
 
 // TestMemoryFollowsLiveKeys: after 300,000 keys expire and are swept, the
-// heap comes back close to where it started (Go maps do not shrink on
-// their own; the sweep rebuilds them).
+// heap comes back close to where it started (the sweep shrinks an index
+// whose keys fell to an eighth of its size).
 func TestMemoryFollowsLiveKeys(t *testing.T) {
 	if testing.Short() {
 		t.Skip()

@@ -16,7 +16,8 @@ import (
 // the first cache line holds all a decision writes (the lock and the state
 // but for a log's length) and the hash it compares, so that decisions on
 // one key from several cores pass one line between them; the second holds
-// what only its creation writes.
+// the key, and a sliding log's or window counter's length: for the other
+// algorithms only the entry's creation writes it (see algo.State.Clear).
 type entry struct {
 	mu   sync.Mutex
 	dead bool // removed from its shard: a holder looks the key up again
