@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/algo"
 )
@@ -24,7 +25,9 @@ type entry struct {
 	h    uint64
 	st   algo.State
 	key  string
-	_    [128 - 96]byte
+	// inline holds the bytes of a key that fits, which key then points
+	// to: comparing a key reads the entry's second line, not a third.
+	inline [128 - 96]byte
 }
 
 // An index is a shard's open-addressing hash table of entries (linear
@@ -120,6 +123,13 @@ func slotsFor(n int) int {
 
 func newEntry(h uint64, key string, st algo.State) *entry {
 	// The entry keeps its own copy of key, so that the caller's string
-	// does not escape.
-	return &entry{h: h, key: strings.Clone(key), st: st}
+	// does not escape: in the entry when it fits.
+	e := &entry{h: h, st: st}
+	if len(key) <= len(e.inline) {
+		n := copy(e.inline[:], key)
+		e.key = unsafe.String(&e.inline[0], n)
+	} else {
+		e.key = strings.Clone(key)
+	}
+	return e
 }
