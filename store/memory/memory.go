@@ -116,8 +116,17 @@ func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, erro
 	if err := req.Check(); err != nil {
 		return r, err
 	}
-	_, err := s.apply(req.Key, req.Limit, s.at(req.Time), req.Cost, &r)
-	return r, err
+	var scratch algo.Plan
+	p, err := s.plans.Compile(req.Limit, &scratch)
+	if err != nil {
+		return r, err
+	}
+	t := s.at(req.Time)
+	ok, v := s.apply(req.Key, p, t, req.Cost, &r)
+	if p.Stepwise() {
+		return p.Finish(ok, t, v, req.Cost), nil
+	}
+	return r, nil
 }
 
 var _ sluice.Allower = (*Store)(nil)
@@ -129,7 +138,13 @@ func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time,
 	if err := sluice.CheckDecision(key, l, n, t); err != nil {
 		return false, err
 	}
-	return s.apply(key, l, s.at(t), n, nil)
+	var scratch algo.Plan
+	p, err := s.plans.Compile(l, &scratch)
+	if err != nil {
+		return false, err
+	}
+	ok, _ := s.apply(key, p, s.at(t), n, nil)
+	return ok, nil
 }
 
 // at is a request's time in µs: t, or the store's clock when t is zero.
@@ -140,67 +155,62 @@ func (s *Store) at(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-// apply decides a checked request at t (µs), reporting whether it was
-// allowed, and sets *r to its Result unless r is nil.
-func (s *Store) apply(key string, l algo.Limit, t, cost int64, r *algo.Result) (bool, error) {
-	var scratch algo.Plan
-	p, err := s.plans.Compile(l, &scratch)
-	if err != nil {
-		return false, err
-	}
+// apply decides a checked request with plan p at t (µs) and reports
+// whether it was allowed. For a Stepwise plan it returns Step's v, from
+// which the caller may Finish the Result after every lock is released;
+// for the others it sets *r to the Result unless r is nil.
+func (s *Store) apply(key string, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64) {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&(shardCount-1)]
 	sh.see(t)
 	if e := sh.index.Load().find(h, key); e != nil {
 		e.mu.Lock()
 		if !e.dead {
-			return decideLocked(e, p, t, cost, r), nil
+			return decideLocked(e, p, t, cost, r)
 		}
 		e.mu.Unlock()
 	}
 	// A new key, or one swept or reset since it was found: look again
 	// under the shard's lock, which adding and removing keys take.
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if e := sh.index.Load().find(h, key); e != nil {
 		e.mu.Lock() // under the shard's lock, an indexed entry is live
-		sh.mu.Unlock()
-		return decideLocked(e, p, t, cost, r), nil
+		return decideLocked(e, p, t, cost, r)
 	}
+	// A key not held: decide on a fresh state, and keep it only if it
+	// outlives t (a peek or a denial stores nothing).
 	fresh := algo.State{Shape: p.Shape()}
-	res := p.Decide(&fresh, t, cost, true)
+	ok, v := decideState(&fresh, p, t, cost, r)
 	if fresh.Expire > t {
 		sh.add(newEntry(h, key, fresh))
 	}
-	sh.mu.Unlock()
-	if r != nil {
-		*r = res
-	}
-	return res.Allowed, nil
+	return ok, v
 }
 
-// decideLocked decides on e, whose lock the caller holds, unlocks it, and
-// reports whether the cost was admitted, setting *r to the Result unless r
-// is nil: a Stepwise plan's Result is computed after the unlock, and only
-// then.
-func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) bool {
-	st := &e.st
+// decideLocked decides on e, whose lock the caller holds, and unlocks it;
+// see decideState.
+func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64) {
+	ok, v := decideState(&e.st, p, t, cost, r)
+	e.mu.Unlock()
+	return ok, v
+}
+
+// decideState decides on st and reports whether the cost was admitted:
+// for a Stepwise plan with Step's v, and for the others setting *r to the
+// Result unless r is nil.
+func decideState(st *algo.State, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64) {
 	if st.Expire <= t || st.Shape != p.Shape() {
 		st.Clear(p.Shape())
 	}
 	if p.Stepwise() {
-		ok, v := p.Step(st, t, cost, true)
-		e.mu.Unlock()
-		if r != nil {
-			*r = p.Finish(ok, t, v, cost)
-		}
-		return ok
+		return p.Step(st, t, cost, true)
 	}
 	res := p.Decide(st, t, cost, true)
-	e.mu.Unlock()
 	if r != nil {
 		*r = res
 	}
-	return res.Allowed
+	return res.Allowed, 0
 }
 
 // add indexes e, whose key the shard does not hold, growing the index

@@ -224,3 +224,17 @@ func TestAllowNAgreesWithDecide(t *testing.T) {
 		}
 	}
 }
+
+// TestPeekOnUnknownKeyAllocatesNothing: a peek, or a denial, on a key the
+// store does not hold leaves nothing behind and allocates nothing.
+func TestPeekOnUnknownKeyAllocatesNothing(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
+	peek := sluice.Request{Key: "nobody", Limit: lim, Cost: 0}
+	never := sluice.Request{Key: "nobody", Limit: lim, Cost: 3}
+	if n := testing.AllocsPerRun(100, func() { st.Decide(ctx, peek); st.Decide(ctx, never) }); n != 0 || st.Len() != 0 {
+		t.Fatalf("%v allocations, %d keys held", n, st.Len())
+	}
+}
