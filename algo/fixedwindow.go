@@ -36,7 +36,7 @@ func (f FixedWindow) WindowEnd(now int64) int64 {
 func (f FixedWindow) Decide(s *State, now, cost int64, commit bool) Result {
 	end := f.WindowEnd(now)
 	ok, count := f.step(s, now, end, cost, commit)
-	return f.result(ok, now, end, count, cost)
+	return f.numbers(ok, now, end, count, cost).result(ok, cost)
 }
 
 // step applies a decision in the window ending at end to s: it reports
@@ -58,25 +58,23 @@ func (f FixedWindow) step(s *State, now, end, cost int64, commit bool) (bool, in
 // Result derives a decision's Result from its outcome: count is the
 // window's count after the decision.
 func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
-	return f.result(allowed, now, f.WindowEnd(now), count, cost)
+	return f.numbers(allowed, now, f.WindowEnd(now), count, cost).result(allowed, cost)
 }
 
-func (f FixedWindow) result(allowed bool, now, end, count, cost int64) Result {
-	// One literal from locals: see TAT.result.
-	var admitted int64
-	var retry, reset time.Duration
+// numbers are the Result's numbers in the window ending at end.
+func (f FixedWindow) numbers(allowed bool, now, end, count, cost int64) numbers {
 	left := dur(end - now)
+	n := numbers{quota: f.Limit, remaining: max(f.Limit-count, 0)}
 	if count > 0 {
-		reset = left
+		n.reset = left
 	}
-	if allowed {
-		admitted = cost
-	} else if cost > f.Limit {
-		retry = Never
-	} else {
-		retry = left
+	if !allowed {
+		n.retry = left
+		if cost > f.Limit {
+			n.retry = Never
+		}
 	}
-	return Result{Allowed: allowed, Quota: f.Limit, Remaining: max(f.Limit-count, 0), RetryAfter: retry, ResetAfter: reset, Admitted: admitted}
+	return n
 }
 
 var fixedWindowKind = kindInfo{

@@ -34,22 +34,24 @@ func (g Gate) step(s *State, now, cost int64, commit bool) (bool, int64) {
 // Result derives a decision's Result from its outcome: openAt is when the
 // gate opens (again) after the decision.
 func (g Gate) Result(allowed bool, now, openAt, cost int64) Result {
-	r := Result{Allowed: allowed, Quota: 1}
-	if allowed {
-		r.Admitted = cost
-	}
+	return g.numbers(allowed, now, openAt, cost).result(allowed, cost)
+}
+
+// numbers are the Result's numbers.
+func (g Gate) numbers(allowed bool, now, openAt, cost int64) numbers {
+	n := numbers{quota: 1}
 	if wait := openAt - now; wait > 0 {
-		r.ResetAfter = dur(wait)
+		n.reset = dur(wait)
 	} else {
-		r.Remaining = 1
+		n.remaining = 1
 	}
 	if !allowed {
-		r.RetryAfter = r.ResetAfter
+		n.retry = n.reset
 		if cost > 1 {
-			r.RetryAfter = Never
+			n.retry = Never
 		}
 	}
-	return r
+	return n
 }
 
 var gateKind = kindInfo{

@@ -153,30 +153,23 @@ func (p *TAT) step(s *State, now, cost int64, commit bool) (allowed bool, tat in
 // when allowed and max(stored TAT, now) when limited. The Redis store's
 // script reports exactly these values.
 func (p TAT) Result(allowed bool, now, tat, cost int64) Result {
-	return p.result(allowed, now, tat, cost)
+	return p.numbers(allowed, now, tat, cost).result(allowed, cost)
 }
 
-// result is Result without copying p. The Result is built in one
-// literal from locals: the compiler keeps a struct of more than four
-// fields in memory, so filling it field by field costs stores and loads.
-func (p *TAT) result(allowed bool, now, tat, cost int64) Result {
+// numbers are the Result's numbers: see Plan.Finish.
+func (p *TAT) numbers(allowed bool, now, tat, cost int64) numbers {
 	reset := tat - now
-	var remaining int64
-	if n := p.Tolerance - reset; n > 0 { // reset >= 0
-		remaining = n / p.Interval
+	n := numbers{quota: p.Limit, reset: dur(reset)}
+	if r := p.Tolerance - reset; r > 0 { // reset >= 0
+		n.remaining = r / p.Interval
 	}
 	if !allowed {
-		return p.denied(now, tat, cost, remaining)
+		n.retry = Never
+		if cost <= p.Limit {
+			n.retry = dur(tat + cost*p.Interval - p.Tolerance - now)
+		}
 	}
-	return Result{Allowed: true, Quota: p.Limit, Remaining: remaining, ResetAfter: dur(reset), Admitted: cost}
-}
-
-func (p *TAT) denied(now, tat, cost, remaining int64) Result {
-	retry := Never
-	if cost <= p.Limit {
-		retry = dur(tat + cost*p.Interval - p.Tolerance - now)
-	}
-	return Result{Quota: p.Limit, Remaining: remaining, RetryAfter: retry, ResetAfter: dur(tat - now)}
+	return n
 }
 
 var gcraKind = kindInfo{

@@ -275,21 +275,38 @@ func (p *Plan) stepOther(s *State, now, cost int64, commit bool) (bool, int64) {
 // Finish returns the Result of a decision from what Step reported; it
 // reads no state.
 func (p *Plan) Finish(allowed bool, now, v, cost int64) Result {
-	if p.kind <= KindTokenBucket { // small enough to inline this case
-		return p.tat.result(allowed, now, v, cost)
-	}
-	return p.finishOther(allowed, now, v, cost)
-}
-
-func (p *Plan) finishOther(allowed bool, now, v, cost int64) Result {
+	var n numbers
 	switch p.kind {
+	case KindGCRA, KindTokenBucket:
+		n = p.tat.numbers(allowed, now, v, cost)
 	case KindFixedWindow:
 		f := FixedWindow{Limit: p.a, Window: p.d}
-		return f.result(allowed, now, f.WindowEnd(now), v, cost)
+		n = f.numbers(allowed, now, f.WindowEnd(now), v, cost)
 	case KindGate:
-		return Gate{Interval: p.d}.Result(allowed, now, v, cost)
+		n = Gate{Interval: p.d}.numbers(allowed, now, v, cost)
+	default:
+		panic("algo: Finish on a Plan that is not Stepwise")
 	}
-	panic("algo: Finish on a Plan that is not Stepwise")
+	return n.result(allowed, cost)
+}
+
+// numbers are a Stepwise decision's Result but for Allowed and Admitted.
+// With four fields it stays in registers, where a Result (seven) is
+// stored and copied between functions: each algorithm computes its
+// numbers, and one literal builds the Result from them.
+type numbers struct {
+	quota, remaining int64
+	retry, reset     time.Duration
+}
+
+func (n numbers) result(allowed bool, cost int64) Result {
+	var admitted int64
+	if allowed {
+		admitted = cost
+	}
+	// One literal, returned as it is: a Result built and then changed is
+	// copied through memory.
+	return Result{Allowed: allowed, Quota: n.quota, Remaining: n.remaining, RetryAfter: n.retry, ResetAfter: n.reset, Admitted: admitted}
 }
 
 // InBatch turns the plan into the one to apply in a DecideAll of several
