@@ -70,6 +70,9 @@
 //	sluice_over_limit_cache_hits_total        checks denied from the over-limit cache (Redis
 //	sluice_over_limit_cache_entries           store, redis.over_limit_cache), and the
 //	                                          denials it holds
+//	sluice_leased_keys                        keys followed for leases (Redis store,
+//	sluice_leased_units                       redis.lease_for), and the units live
+//	                                          leases hold unused
 //
 // plus the Go runtime and process collectors.
 //

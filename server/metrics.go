@@ -113,6 +113,18 @@ func (m *metrics) registerOverLimit(dc store.DenialCache) {
 	)
 }
 
+// registerLeases adds the leases' metrics.
+func (m *metrics) registerLeases(l store.Leaser) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_leased_keys", Help: "Keys this instance follows for leased quota.",
+		}, func() float64 { return float64(l.LeaseStats().Keys) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_leased_units", Help: "Units this instance's live leases hold unused: counted in the store, not yet admitted.",
+		}, func() float64 { return float64(l.LeaseStats().Leased) }),
+	)
+}
+
 func (m *metrics) outcomes(api string) outcomeCounters {
 	return outcomeCounters{
 		allowed:    m.checks.WithLabelValues(api, "allowed"),

@@ -126,6 +126,21 @@ func TestLeasesInService(t *testing.T) {
 	if n := calls() - before; n > 200 {
 		t.Fatalf("%d script calls for 999 checks of a leased node", n)
 	}
+	// The metrics: one key followed, and what its lease holds unused is
+	// counted in Redis beside what was admitted, within the limit.
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	gauge := func(name string) float64 {
+		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)`).FindStringSubmatch(w.Body.String())
+		if m == nil {
+			t.Fatalf("no %s in /metrics", name)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	if keys, units := gauge("sluice_leased_keys"), gauge("sluice_leased_units"); keys != 1 || units < 0 || int(units)+allowed > 1500 {
+		t.Fatalf("sluice_leased_keys %v, sluice_leased_units %v with %d admitted", keys, units, allowed)
+	}
 	for range 1000 {
 		if check() == 200 {
 			allowed++

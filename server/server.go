@@ -106,6 +106,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if dc, ok := s.store.(store.DenialCache); ok && cfg.Redis.OverLimitCache > 0 {
 		s.m.registerOverLimit(dc)
 	}
+	if l, ok := s.store.(store.Leaser); ok && cfg.Redis.LeaseFor > 0 {
+		s.m.registerLeases(l)
+	}
 	return s, nil
 }
 

@@ -160,6 +160,20 @@ type DenialCache interface {
 	ClearOverLimit()
 }
 
+// Leaser is a store that leases quota ahead of decisions (the Redis
+// store with Options.LeaseFor): LeaseStats returns what its leases hold.
+type Leaser interface {
+	LeaseStats() LeaseStats
+}
+
+// LeaseStats are a Leaser's counters.
+type LeaseStats struct {
+	// Keys is how many keys the store follows; Leased how many units its
+	// live leases hold unused: counted in the store's windows, not yet
+	// admitted, and given back if no request uses them.
+	Keys, Leased int64
+}
+
 // Granter is a store that can grant quota to a client that admits
 // requests on its own, such as an Envoy proxy given quota in the rate
 // limit protocol's RateLimitResponse.Quota: Grant counts units more of the

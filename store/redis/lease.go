@@ -476,16 +476,11 @@ func (s *Store) giveBackExpired(now int64, all bool) {
 	}
 }
 
-// LeaseStats are a store's lease counters.
-type LeaseStats struct {
-	// Keys is how many keys the store follows; Leased how many units its
-	// live leases hold unused.
-	Keys, Leased int64
-}
+var _ store.Leaser = (*Store)(nil)
 
-// LeaseStats returns the store's lease counters (zero when leases are off).
-func (s *Store) LeaseStats() LeaseStats {
-	var st LeaseStats
+// LeaseStats implements store.Leaser (zero when leases are off).
+func (s *Store) LeaseStats() store.LeaseStats {
+	var st store.LeaseStats
 	if s.leases == nil {
 		return st
 	}
