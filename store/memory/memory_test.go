@@ -238,3 +238,86 @@ func TestPeekOnUnknownKeyAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations, %d keys held", n, st.Len())
 	}
 }
+
+// TestExactUnderChurn: while goroutines decide on 2000 keys in random
+// orders (adding them, so the shards' indexes grow), others add keys that
+// expire at once and a sweeper removes them, moving entries within the
+// indexes under the readers; every key still admits exactly its limit.
+func TestExactUnderChurn(t *testing.T) {
+	st := memory.New(memory.WithSweepEvery(0))
+	defer st.Close()
+	ctx := context.Background()
+	const keys, limit, deciders = 2000, 5, 8
+	lim := algo.FixedWindow{Limit: limit, Window: time.Hour}
+	at := time.Unix(1_800_000_000/3600*3600, 0).Add(time.Second) // early in a window
+	var admitted [keys]atomic.Int64
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	churn.Add(2)
+	go func() { // keys that expire at once, and the sweeps that remove them
+		defer churn.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			st.Decide(ctx, sluice.Request{Key: "tmp:" + strconv.Itoa(i%5000), Limit: algo.Gate{Interval: time.Microsecond}, Cost: 1, Time: at})
+			if i%500 == 0 {
+				st.Sweep()
+			}
+		}
+	}()
+	go func() {
+		defer churn.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				st.Sweep()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range deciders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 2 * limit {
+				for _, k := range r.Perm(keys) {
+					key := "k:" + strconv.Itoa(k)
+					var ok bool
+					var err error
+					switch k % 3 {
+					case 0:
+						var res algo.Result
+						res, err = st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1, Time: at})
+						ok = res.Allowed
+					case 1:
+						ok, err = st.AllowN(ctx, key, lim, at, 1)
+					default:
+						res := make([]algo.Result, 1)
+						ok, err = st.DecideAll(ctx, []sluice.Request{{Key: key, Limit: lim, Cost: 1, Time: at}}, res)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok {
+						admitted[k].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	churn.Wait()
+	for k := range admitted {
+		if n := admitted[k].Load(); n != limit {
+			t.Fatalf("key %d admitted %d, want %d", k, n, limit)
+		}
+	}
+}
