@@ -369,7 +369,11 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 			}
 		}
 		if ents[i] == nil {
+			// Locked like the others: once added below, a Decide may find
+			// it before this batch is done with it (a key twice in it).
 			ents[i] = newEntry(hs[i], r.Key, algo.State{})
+			ents[i].mu.Lock()
+			locks[i] = true
 		}
 	}
 	defer func() {

@@ -321,3 +321,42 @@ func TestExactUnderChurn(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchWithANewKeyTwice: a DecideAll that names a key the store does
+// not hold twice, racing Decides on that key, loses no update (and, under
+// -race, shares no state unlocked): the window counts every admitted unit.
+func TestBatchWithANewKeyTwice(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	lim := algo.FixedWindow{Limit: 1 << 40, Window: time.Hour}
+	for i := range 300 {
+		key := "dup:" + strconv.Itoa(i)
+		var wg sync.WaitGroup
+		var admitted atomic.Int64
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if g == 0 {
+					res := make([]algo.Result, 2)
+					req := sluice.Request{Key: key, Limit: lim, Cost: 1}
+					if ok, err := st.DecideAll(ctx, []sluice.Request{req, req}, res); ok && err == nil {
+						admitted.Add(2)
+					}
+					return
+				}
+				for range 5 {
+					if r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1}); r.Allowed && err == nil {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 0})
+		if err != nil || lim.Limit-r.Remaining != admitted.Load() {
+			t.Fatalf("%s: the window counts %d, %d were admitted (%v)", key, lim.Limit-r.Remaining, admitted.Load(), err)
+		}
+	}
+}
