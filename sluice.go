@@ -145,6 +145,12 @@ func ValidateAll(reqs []Request, results []algo.Result) error {
 // plans is not nil (it must then have one element per request), puts each
 // request's Plan in it.
 func PlanAll(reqs []Request, results []algo.Result, plans []algo.Plan) error {
+	return PlanAllWith(nil, reqs, results, plans)
+}
+
+// PlanAllWith is PlanAll compiling the limits through c (nil: none), which
+// knows the limits it has seen: plans[i] gets a copy of a cached plan.
+func PlanAllWith(c *algo.Plans, reqs []Request, results []algo.Result, plans []algo.Plan) error {
 	if len(reqs) == 0 {
 		return fmt.Errorf("%w: no requests", ErrBadRequest)
 	}
@@ -157,7 +163,18 @@ func PlanAll(reqs []Request, results []algo.Result, plans []algo.Plan) error {
 		if plans != nil {
 			p = &plans[i]
 		}
-		if err := reqs[i].Compile(p); err != nil {
+		err := reqs[i].Check()
+		if err == nil {
+			if c == nil {
+				err = p.Compile(reqs[i].Limit)
+			} else {
+				var q *algo.Plan
+				if q, err = c.Compile(reqs[i].Limit, p); err == nil && q != p {
+					*p = *q
+				}
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 		if !reqs[i].Time.Equal(reqs[0].Time) {
@@ -186,7 +203,7 @@ func Key(parts ...string) string {
 // Escape percent-encodes '%', ':', '#', '{' and '}' in s. It returns s itself
 // when there is nothing to escape.
 func Escape(s string) string {
-	if !strings.ContainsAny(s, "%:#{}") {
+	if !needsEscape(s) {
 		return s
 	}
 	var b strings.Builder
@@ -203,6 +220,18 @@ func Escape(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// needsEscape reports whether s holds a byte Escape encodes; a loop over
+// the bytes, where strings.ContainsAny takes a slower general path.
+func needsEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '%', ':', '#', '{', '}':
+			return true
+		}
+	}
+	return false
 }
 
 // Cell renders r as the reply of redis-cell's CL.THROTTLE: limited (0 or 1),

@@ -328,7 +328,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		hs, ents, plans, locks = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]algo.Plan, 0, len(reqs)), make([]bool, 0, len(reqs))
 	}
 	hs, ents, plans, locks = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)], locks[:len(reqs)]
-	if err := sluice.PlanAll(reqs, results, plans); err != nil {
+	if err := sluice.PlanAllWith(&s.plans, reqs, results, plans); err != nil {
 		return false, err
 	}
 	var t int64
