@@ -124,16 +124,12 @@ func newTAT(name string, periodUS, count, limit int64) (TAT, error) {
 
 // Decide applies the virtual-scheduling step; State.A holds the TAT.
 func (p TAT) Decide(s *State, now, cost int64, commit bool) Result {
-	ok, tat := p.Step(s, now, cost, commit)
+	ok, tat := p.step(s, now, cost, commit)
 	return p.Result(ok, now, tat, cost)
 }
 
-// Step is the part of Decide that reads and writes the state: it reports
+// step is the part of Decide that reads and writes the state: it reports
 // whether the cost is admitted and the tat that Result takes.
-func (p TAT) Step(s *State, now, cost int64, commit bool) (allowed bool, tat int64) {
-	return p.step(s, now, cost, commit)
-}
-
 func (p *TAT) step(s *State, now, cost int64, commit bool) (allowed bool, tat int64) {
 	tat = max(s.A, now)
 	if cost > p.Limit {

@@ -82,7 +82,8 @@ func (k params) slot() uint64 {
 
 // Compile returns the plan of l, as the function Compile does: a *Plan
 // itself, a cached plan, or scratch compiled. The plan returned must not
-// be changed. l does not escape.
+// be changed. Compile keeps nothing of l: a limit value in an interface
+// stays on its caller's stack.
 func (c *Plans) Compile(l Limit, scratch *Plan) (*Plan, error) {
 	if p, ok := l.(*Plan); ok && p != nil && p.ok {
 		return p, nil

@@ -17,8 +17,9 @@ import (
 // the first cache line holds all a decision writes (the lock and the state
 // but for a log's length) and the hash it compares, so that decisions on
 // one key from several cores pass one line between them; the second holds
-// the key, and a sliding log's or window counter's length: for the other
-// algorithms only the entry's creation writes it (see algo.State.Clear).
+// the key (its bytes too, when they fit) and a sliding log's or window
+// counter's length: for the other algorithms only the entry's creation
+// writes it (see algo.State.Clear).
 type entry struct {
 	mu   sync.Mutex
 	dead bool // removed from its shard: a holder looks the key up again
@@ -34,7 +35,7 @@ type entry struct {
 // probing on the key's hash, at most half full), read without locks:
 // slots are atomic, and every change is made under the shard's lock. A
 // reader that misses a key, or finds its entry dead, looks again under the
-// shard's lock (see Store.Decide), so a change in flight can only send a
+// shard's lock (see Store.apply), so a change in flight can only send a
 // reader the slow way, never to another key's state.
 type index struct {
 	slots []atomic.Pointer[entry]
