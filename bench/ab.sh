@@ -9,7 +9,7 @@
 #   bench/ab.sh 3f3aa52 HEAD ./policy '^BenchmarkCheck$/memory' 5
 #
 # NEW may be "." for the working tree. Tests that need redis-server find it
-# as usual.
+# as usual. CPU=1,2 runs each benchmark at those GOMAXPROCS (-test.cpu).
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n 2,12p "$0"; exit 2; }
 old=$1 new=$2 pkg=$3 bench=$4 rounds=${5:-5}
@@ -27,7 +27,7 @@ fi
 for r in $(seq "$rounds"); do
   for side in old new; do
     dir=$tmp/old; [ $side = new ] && dir=$newdir
-    (cd "$dir/$pkg" && "$tmp/$side.test" -test.run '^$' -test.bench "$bench" -test.benchmem -test.benchtime 300ms) |
+    (cd "$dir/$pkg" && "$tmp/$side.test" -test.run '^$' -test.bench "$bench" -test.benchmem -test.benchtime 300ms ${CPU:+-test.cpu "$CPU"}) |
       awk -v side=$side '/^Benchmark/ { for (i = 3; i <= NF; i++) { if ($(i+1) == "ns/op") ns = $i; if ($(i+1) == "allocs/op") al = $i } print side, $1, ns, al }' >> "$tmp/all"
   done
 done
