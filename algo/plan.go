@@ -287,7 +287,13 @@ func (p *Plan) Finish(allowed bool, now, v, cost int64) Result {
 	default:
 		panic("algo: Finish on a Plan that is not Stepwise")
 	}
-	return n.result(allowed, cost)
+	// The literal here, not n.result inlined: the inlined call's Result
+	// would be built, then copied through memory.
+	var admitted int64
+	if allowed {
+		admitted = cost
+	}
+	return Result{Allowed: allowed, Quota: n.quota, Remaining: n.remaining, RetryAfter: n.retry, ResetAfter: n.reset, Admitted: admitted}
 }
 
 // numbers are a Stepwise decision's Result but for Allowed and Admitted.
