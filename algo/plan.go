@@ -275,6 +275,22 @@ func (p *Plan) stepOther(s *State, now, cost int64, commit bool) (bool, int64) {
 // Finish returns the Result of a decision from what Step reported; it
 // reads no state.
 func (p *Plan) Finish(allowed bool, now, v, cost int64) Result {
+	q, rem, retry, reset := p.Numbers(allowed, now, v, cost)
+	var admitted int64
+	if allowed {
+		admitted = cost
+	}
+	// The literal here, not a helper's: a Result that a call returns is
+	// copied through memory once more, unlike four numbers.
+	return Result{Allowed: allowed, Quota: q, Remaining: rem, RetryAfter: retry, ResetAfter: reset, Admitted: admitted}
+}
+
+// Numbers returns the numbers of Finish's Result (its Quota, Remaining,
+// RetryAfter and ResetAfter), for a caller that builds the Result itself:
+// the compiler keeps a struct of more than four fields in memory, and a
+// Result returned by a call is stored and copied on its way out, where
+// four numbers stay in registers.
+func (p *Plan) Numbers(allowed bool, now, v, cost int64) (quota, remaining int64, retryAfter, resetAfter time.Duration) {
 	var n numbers
 	switch p.kind {
 	case KindGCRA, KindTokenBucket:
@@ -287,13 +303,7 @@ func (p *Plan) Finish(allowed bool, now, v, cost int64) Result {
 	default:
 		panic("algo: Finish on a Plan that is not Stepwise")
 	}
-	// The literal here, not n.result inlined: the inlined call's Result
-	// would be built, then copied through memory.
-	var admitted int64
-	if allowed {
-		admitted = cost
-	}
-	return Result{Allowed: allowed, Quota: n.quota, Remaining: n.remaining, RetryAfter: n.retry, ResetAfter: n.reset, Admitted: admitted}
+	return n.quota, n.remaining, n.retry, n.reset
 }
 
 // numbers are a Stepwise decision's Result but for Allowed and Admitted.

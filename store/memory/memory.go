@@ -111,22 +111,28 @@ func init() {
 // stays on the caller's stack, and a decision on an existing key
 // allocates nothing. It takes no lock but the key's own, and holds it only
 // while the algorithm reads and writes the state.
-func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, error) {
-	var r algo.Result
-	if err := req.Check(); err != nil {
-		return r, err
+func (s *Store) Decide(_ context.Context, req sluice.Request) (r algo.Result, err error) {
+	if err = req.Check(); err != nil {
+		return
 	}
 	var scratch algo.Plan
 	p, err := s.plans.Compile(req.Limit, &scratch)
 	if err != nil {
-		return r, err
+		return
 	}
 	t := s.at(req.Time)
-	ok, v := s.apply(req.Key, p, t, req.Cost, &r)
-	if p.Stepwise() {
-		return p.Finish(ok, t, v, req.Cost), nil
+	var other algo.Result
+	ok, v := s.apply(req.Key, p, t, req.Cost, &other)
+	if !p.Stepwise() {
+		return other, nil
 	}
-	return r, nil
+	// p.Finish, with the Result built here (see algo.Plan.Numbers).
+	q, rem, retry, reset := p.Numbers(ok, t, v, req.Cost)
+	var admitted int64
+	if ok {
+		admitted = req.Cost
+	}
+	return algo.Result{Allowed: ok, Quota: q, Remaining: rem, RetryAfter: retry, ResetAfter: reset, Admitted: admitted}, nil
 }
 
 var _ sluice.Allower = (*Store)(nil)
