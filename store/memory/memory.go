@@ -337,12 +337,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	if err := sluice.PlanAllWith(&s.plans, reqs, results, plans); err != nil {
 		return false, err
 	}
-	var t int64
-	if reqs[0].Time.IsZero() {
-		t = s.now()
-	} else {
-		t = reqs[0].Time.UnixMicro()
-	}
+	t := s.at(reqs[0].Time)
 	var locked uint64 // bit i: shard i
 	for i, r := range reqs {
 		hs[i] = maphash.String(s.seed, r.Key)
@@ -395,10 +390,8 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		}
 	}()
 
-	if len(reqs) > 1 {
-		for i := range plans {
-			plans[i].InBatch() // a nary log is all or nothing here
-		}
+	for i := range plans {
+		plans[i].InBatch() // several requests: a nary log is all or nothing
 	}
 	pass := true
 	for i, r := range reqs {
