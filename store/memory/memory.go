@@ -54,7 +54,7 @@ type shard struct {
 	// with its own time reads no clock.
 	latest                 atomic.Int64
 	sweptLatest, sweptWall int64          // under mu
-	_                      [128 - 48]byte // one shard per pair of cache lines
+	_                      [128 - 40]byte // one shard per pair of cache lines
 }
 
 // seeEvery is how far a decision's time must pass a shard's latest to
