@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -357,6 +358,27 @@ func TestBatchWithANewKeyTwice(t *testing.T) {
 		r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 0})
 		if err != nil || lim.Limit-r.Remaining != admitted.Load() {
 			t.Fatalf("%s: the window counts %d, %d were admitted (%v)", key, lim.Limit-r.Remaining, admitted.Load(), err)
+		}
+	}
+}
+
+// TestKeysOfEveryLength: keys kept in their entry (up to 32 bytes) and
+// keys kept apart alike find their state again, and two keys that differ
+// only in their last byte never share one.
+func TestKeysOfEveryLength(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	lim := algo.FixedWindow{Limit: 10, Window: time.Hour}
+	for _, n := range []int{1, 31, 32, 33, 100, sluice.MaxKeyLen} {
+		for _, last := range []byte{'a', 'b'} {
+			key := strings.Repeat("k", n-1) + string(last)
+			for i := range 3 {
+				r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1})
+				if err != nil || r.Remaining != int64(9-i) {
+					t.Fatalf("key of %d bytes ending %q, decision %d: %+v, %v", n, last, i, r, err)
+				}
+			}
 		}
 	}
 }
