@@ -399,7 +399,12 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		if st.Expire <= t || st.Shape != plans[i].Shape() {
 			st.Clear(plans[i].Shape())
 		}
-		results[i] = plans[i].Decide(st, t, r.Cost, false)
+		if plans[i].Stepwise() {
+			// Only whether it passes: the loop below makes every Result.
+			results[i].Allowed, _ = plans[i].Step(st, t, r.Cost, false)
+		} else {
+			results[i] = plans[i].Decide(st, t, r.Cost, false)
+		}
 		if !results[i].Allowed && !r.Shadow {
 			pass = false
 		}
