@@ -7,12 +7,14 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -308,13 +310,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// DecideAll implements sluice.Store. It locks every shard the requests
-// touch (in shard order, so concurrent batches cannot deadlock) and then
-// the keys' entries, checks every request, and records the costs only if
-// every request that is not Shadow passes; a denied request may still
-// record its attempt (a uniform sliding log). In a batch of several
-// requests a nary sliding log acts as binary (algo.InBatch); a batch of
-// one is Decide.
+// DecideAll implements sluice.Store. It checks every request, and records
+// the costs only if every request that is not Shadow passes; a denied
+// request may still record its attempt (a uniform sliding log). In a batch
+// of several requests a nary sliding log acts as binary (algo.InBatch); a
+// batch of one is Decide.
+//
+// When the store holds every key, it locks their entries alone. Otherwise
+// it locks every shard the requests touch (in shard order, so concurrent
+// batches cannot deadlock), then the entries, and adds the new keys. Both
+// ways lock entries in the order of their addresses, so a batch holding
+// some entries never waits for one that waits for them.
 func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
 	if len(reqs) == 1 && len(results) == 1 {
 		// A batch of one is Decide, which takes no shard lock.
@@ -326,73 +332,121 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	// slices on the stack.
 	const small = 8
 	var hashBuf [small]uint64
-	var entBuf [small]*entry
+	var entBuf, heldBuf [small]*entry
 	var planBuf [small]algo.Plan
-	var lockBuf [small]bool
-	hs, ents, plans, locks := hashBuf[:0], entBuf[:0], planBuf[:0], lockBuf[:0]
+	hs, ents, held, plans := hashBuf[:0], entBuf[:0], heldBuf[:0], planBuf[:0]
 	if len(reqs) > small {
-		hs, ents, plans, locks = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]algo.Plan, 0, len(reqs)), make([]bool, 0, len(reqs))
+		hs, ents, held, plans = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]algo.Plan, 0, len(reqs))
 	}
-	hs, ents, plans, locks = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)], locks[:len(reqs)]
+	hs, ents, plans = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)]
 	if err := sluice.PlanAllWith(&s.plans, reqs, results, plans); err != nil {
 		return false, err
+	}
+	for i := range plans {
+		plans[i].InBatch() // several requests: a nary log is all or nothing
 	}
 	t := s.at(reqs[0].Time)
 	var locked uint64 // bit i: shard i
 	for i, r := range reqs {
 		hs[i] = maphash.String(s.seed, r.Key)
 		locked |= 1 << (hs[i] & (shardCount - 1))
+		s.shards[hs[i]&(shardCount-1)].see(t)
 	}
+
+	// Every key held: lock the entries alone, unless one of them was swept
+	// or reset meanwhile.
+	if held, ok := s.findAll(reqs, hs, ents, held); ok {
+		lockAll(held)
+		if !slices.ContainsFunc(held, func(e *entry) bool { return e.dead }) {
+			pass := decideAll(reqs, results, plans, ents, t)
+			unlockAll(held)
+			return pass, nil
+		}
+		unlockAll(held)
+	}
+
 	for i := range s.shards {
 		if locked&(1<<i) != 0 {
-			sh := &s.shards[i]
-			sh.mu.Lock()
-			sh.see(t)
-		}
-	}
-	// With the shards locked, indexed entries are live and no other
-	// DecideAll holds them; a Decide may, for its step: lock each entry
-	// once. A key not indexed gets an entry of its own, shared by its
-	// repeats in the batch and added only if its state outlives t.
-	for i, r := range reqs {
-		x := s.shards[hs[i]&(shardCount-1)].index.Load()
-		if e := x.find(hs[i], r.Key); e != nil {
-			ents[i] = e
-			locks[i] = !slices.Contains(ents[:i], e)
-			if locks[i] {
-				e.mu.Lock()
-			}
-			continue
-		}
-		for j := range i {
-			if ents[j].h == hs[i] && ents[j].key == r.Key {
-				ents[i] = ents[j]
-			}
-		}
-		if ents[i] == nil {
-			// Locked like the others: once added below, a Decide may find
-			// it before this batch is done with it (a key twice in it).
-			ents[i] = newEntry(hs[i], r.Key, algo.State{})
-			ents[i].mu.Lock()
-			locks[i] = true
+			s.shards[i].mu.Lock()
 		}
 	}
 	defer func() {
-		for i, e := range ents {
-			if locks[i] {
-				e.mu.Unlock()
-			}
-		}
 		for i := range s.shards {
 			if locked&(1<<i) != 0 {
 				s.shards[i].mu.Unlock()
 			}
 		}
 	}()
-
-	for i := range plans {
-		plans[i].InBatch() // several requests: a nary log is all or nothing
+	// With the shards locked, indexed entries are live. A key not indexed
+	// gets an entry of its own, shared by its repeats in the batch, locked
+	// like the others (once added below, a Decide may find it before the
+	// batch is done with it), and added only if its state outlives t.
+	held = held[:0]
+	for i, r := range reqs {
+		ents[i] = s.shards[hs[i]&(shardCount-1)].index.Load().find(hs[i], r.Key)
+		if ents[i] == nil {
+			for j := range i {
+				if ents[j].h == hs[i] && ents[j].key == r.Key {
+					ents[i] = ents[j]
+				}
+			}
+		}
+		if ents[i] == nil {
+			ents[i] = newEntry(hs[i], r.Key, algo.State{})
+		}
+		if !slices.Contains(held, ents[i]) {
+			held = append(held, ents[i])
+		}
 	}
+	lockAll(held)
+	defer unlockAll(held)
+	pass := decideAll(reqs, results, plans, ents, t)
+	for _, e := range held {
+		if sh := &s.shards[e.h&(shardCount-1)]; e.st.Expire > t && sh.index.Load().find(e.h, e.key) == nil {
+			sh.add(e)
+		}
+	}
+	return pass, nil
+}
+
+// findAll sets ents[i] to the entry of reqs[i], found without locks, and
+// returns the distinct entries appended to held; false when a key is not
+// held.
+func (s *Store) findAll(reqs []sluice.Request, hs []uint64, ents, held []*entry) ([]*entry, bool) {
+	for i, r := range reqs {
+		e := s.shards[hs[i]&(shardCount-1)].index.Load().find(hs[i], r.Key)
+		if e == nil {
+			return held, false
+		}
+		ents[i] = e
+		if !slices.Contains(held, e) {
+			held = append(held, e)
+		}
+	}
+	return held, true
+}
+
+// lockAll locks the entries in the order of their addresses.
+func lockAll(es []*entry) {
+	slices.SortFunc(es, func(a, b *entry) int {
+		return cmp.Compare(uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b)))
+	})
+	for _, e := range es {
+		e.mu.Lock()
+	}
+}
+
+func unlockAll(es []*entry) {
+	for _, e := range es {
+		e.mu.Unlock()
+	}
+}
+
+// decideAll applies a batch to the entries, whose locks the caller holds:
+// every request is checked, then every cost recorded if all that are not
+// Shadow pass; else a denied request may record its attempt, and the
+// others report their state.
+func decideAll(reqs []sluice.Request, results []algo.Result, plans []algo.Plan, ents []*entry, t int64) bool {
 	pass := true
 	for i, r := range reqs {
 		st := &ents[i].st
@@ -410,17 +464,13 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		}
 	}
 	for i, r := range reqs {
-		e := ents[i]
-		switch {
-		case pass || !results[i].Allowed:
+		st := &ents[i].st
+		if pass || !results[i].Allowed {
 			// Record the cost, or let the algorithm record a denied attempt.
-			results[i] = plans[i].Decide(&e.st, t, r.Cost, true)
-		default:
-			results[i] = plans[i].Decide(&e.st, t, 0, false)
-		}
-		if sh := &s.shards[e.h&(shardCount-1)]; e.st.Expire > t && sh.index.Load().find(e.h, e.key) == nil {
-			sh.add(e)
+			results[i] = plans[i].Decide(st, t, r.Cost, true)
+		} else {
+			results[i] = plans[i].Decide(st, t, 0, false)
 		}
 	}
-	return pass, nil
+	return pass
 }

@@ -382,3 +382,70 @@ func TestKeysOfEveryLength(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchesInEveryOrder: batches over the same few keys, in every order,
+// some with keys the store does not hold yet, race single decisions and
+// sweeps; nothing deadlocks, and every key's window counts exactly the
+// units admitted on it.
+func TestBatchesInEveryOrder(t *testing.T) {
+	st := memory.New(memory.WithSweepEvery(0))
+	defer st.Close()
+	ctx := context.Background()
+	lim := algo.FixedWindow{Limit: 1 << 40, Window: time.Hour}
+	at := time.Unix(1_800_000_000/3600*3600, 0).Add(time.Second)
+	const nkeys = 6
+	var admitted [nkeys + 1]atomic.Int64 // the last: keys made fresh in each batch
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(g), 5))
+				for i := range 2000 {
+					switch g % 4 {
+					case 0: // a single decision
+						k := r.IntN(nkeys)
+						if ok, err := st.AllowN(ctx, "k"+strconv.Itoa(k), lim, at, 1); ok && err == nil {
+							admitted[k].Add(1)
+						}
+					case 1:
+						st.Sweep()
+					default: // a batch of 3 held keys in any order, and now and then a new one
+						perm := r.Perm(nkeys)[:3]
+						reqs := make([]sluice.Request, 0, 4)
+						for _, k := range perm {
+							reqs = append(reqs, sluice.Request{Key: "k" + strconv.Itoa(k), Limit: lim, Cost: 1, Time: at})
+						}
+						if i%5 == 0 {
+							reqs = append(reqs, sluice.Request{Key: "new:" + strconv.Itoa(g) + ":" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: at})
+						}
+						res := make([]algo.Result, len(reqs))
+						ok, err := st.DecideAll(ctx, reqs, res)
+						if err != nil || !ok {
+							t.Errorf("batch: %v, %v", ok, err)
+							return
+						}
+						for _, k := range perm {
+							admitted[k].Add(1)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("batches and decisions still running after 2 minutes: a deadlock")
+	}
+	for k := range nkeys {
+		r, err := st.Decide(ctx, sluice.Request{Key: "k" + strconv.Itoa(k), Limit: lim, Cost: 0, Time: at})
+		if err != nil || lim.Limit-r.Remaining != admitted[k].Load() {
+			t.Errorf("k%d: the window counts %d, %d were admitted (%v)", k, lim.Limit-r.Remaining, admitted[k].Load(), err)
+		}
+	}
+}
