@@ -355,14 +355,14 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 
 	// Every key held: lock the entries alone, unless one of them was swept
 	// or reset meanwhile.
-	if held, ok := s.findAll(reqs, hs, ents, held); ok {
-		lockAll(held)
-		if !slices.ContainsFunc(held, func(e *entry) bool { return e.dead }) {
+	if found, ok := s.findAll(reqs, hs, ents, held); ok {
+		lockAll(found)
+		if !slices.ContainsFunc(found, func(e *entry) bool { return e.dead }) {
 			pass := decideAll(reqs, results, plans, ents, t)
-			unlockAll(held)
+			unlockAll(found)
 			return pass, nil
 		}
-		unlockAll(held)
+		unlockAll(found)
 	}
 
 	for i := range s.shards {
