@@ -105,10 +105,16 @@ func (r *Request) Check() error {
 	if err := CheckDecision(r.Key, r.Limit, r.Cost, r.Time); err != nil {
 		return err
 	}
-	if !strings.HasPrefix(r.Key, r.Tag) {
-		// Copies of the strings go into the error, so that r (and the
-		// limit in it) does not escape for the sake of an error.
-		return fmt.Errorf("%w: tag %q is not a prefix of key %q", ErrBadRequest, strings.Clone(r.Tag), strings.Clone(r.Key))
+	return CheckTag(r.Key, r.Tag)
+}
+
+// CheckTag checks a request's tag as Request.Check does: it must be a
+// prefix of the key.
+func CheckTag(key, tag string) error {
+	if !strings.HasPrefix(key, tag) {
+		// Copies of the strings go into the error, so that a request's
+		// key and tag do not escape for the sake of an error.
+		return fmt.Errorf("%w: tag %q is not a prefix of key %q", ErrBadRequest, strings.Clone(tag), strings.Clone(key))
 	}
 	return nil
 }

@@ -73,11 +73,32 @@ func paramsOf(l Limit) (params, bool) {
 	return params{}, false
 }
 
+// slot is where k's plan goes (and the slot next to it, slot^1): a
+// Fibonacci hash, the top 8 bits of one product, of k's fields shifted to
+// set different bits.
 func (k params) slot() uint64 {
-	x := uint64(k.a)*0x9E3779B97F4A7C15 + uint64(k.b)*0xC2B2AE3D27D4EB4F + uint64(k.d)*0x165667B19E3779F9 + uint64(k.kind)
-	x ^= x >> 32
-	x *= 0x9E3779B97F4A7C15
-	return x >> 56 // the top 8 bits: 0..plansSlots-1
+	x := uint64(k.a) ^ uint64(k.b)<<17 ^ uint64(k.d)<<5 ^ uint64(k.kind)<<58
+	return (x * 0x9E3779B97F4A7C15) >> 56 // 0..plansSlots-1
+}
+
+// Lookup returns l itself when it is a compiled *Plan, or l's cached
+// plan, or nil: then Compile l. The plan returned must not be changed.
+func (c *Plans) Lookup(l Limit) *Plan {
+	if p, ok := l.(*Plan); ok && p != nil && p.ok {
+		return p
+	}
+	k, ok := paramsOf(l)
+	if !ok {
+		return nil
+	}
+	i := k.slot()
+	if e := c.slots[i].Load(); e != nil && e.key == k {
+		return &e.plan
+	}
+	if e := c.slots[i^1].Load(); e != nil && e.key == k {
+		return &e.plan
+	}
+	return nil
 }
 
 // Compile returns the plan of l, as the function Compile does: a *Plan
@@ -85,7 +106,7 @@ func (k params) slot() uint64 {
 // be changed. Compile keeps nothing of l: a limit value in an interface
 // stays on its caller's stack.
 func (c *Plans) Compile(l Limit, scratch *Plan) (*Plan, error) {
-	if p, ok := l.(*Plan); ok && p != nil && p.ok {
+	if p := c.Lookup(l); p != nil {
 		return p, nil
 	}
 	k, ok := paramsOf(l)
@@ -93,11 +114,6 @@ func (c *Plans) Compile(l Limit, scratch *Plan) (*Plan, error) {
 		return scratch, scratch.Compile(l)
 	}
 	i := k.slot()
-	for _, j := range [2]uint64{i, i ^ 1} {
-		if e := c.slots[j].Load(); e != nil && e.key == k {
-			return &e.plan, nil
-		}
-	}
 	if err := scratch.Compile(l); err != nil {
 		return scratch, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -31,10 +32,11 @@ type Store struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
 	plans  algo.Plans
-	// base is the wall clock at New, and baseUS the same in µs: the
-	// store's clock is base plus the monotonic time since (see now).
-	base       time.Time
+	// baseUS is the wall clock at New in µs, and baseNS internal/clock's
+	// reading then: the store's clock is baseUS plus the monotonic time
+	// since (see now).
 	baseUS     int64
+	baseNS     int64
 	stop       chan struct{}
 	done       chan struct{}
 	once       sync.Once
@@ -81,8 +83,7 @@ func WithSweepEvery(d time.Duration) Option {
 
 // New returns an empty store. Close stops its sweeper.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), base: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
-	s.baseUS = s.base.UnixMicro()
+	s := &Store{seed: maphash.MakeSeed(), baseUS: time.Now().UnixMicro(), baseNS: clock.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	s.sweepEvery = 10 * time.Second
 	for _, o := range opts {
 		o(s)
@@ -113,26 +114,39 @@ func init() {
 // stays on the caller's stack, and a decision on an existing key
 // allocates nothing. It takes no lock but the key's own, and holds it only
 // while the algorithm reads and writes the state.
-func (s *Store) Decide(_ context.Context, req sluice.Request) (r algo.Result, err error) {
-	if err = req.Check(); err != nil {
+func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, error) {
+	return s.decide(req.Key, req.Limit, req.Cost, req.Time, req.Tag)
+}
+
+// decide is Decide with the request's fields one by one. Decide is small
+// enough to be inlined where it is called on a *Store, and then the fields
+// go to decide in registers: a Request, too large for them, would be built
+// on the stack and copied again for the call, 16 bytes at a time, which
+// the CPU cannot forward from the 8-byte stores that built it (7 ns a call
+// here).
+func (s *Store) decide(key string, l algo.Limit, cost int64, when time.Time, tag string) (r algo.Result, err error) {
+	if err = sluice.CheckDecision(key, l, cost, when); err != nil {
+		return
+	}
+	if err = sluice.CheckTag(key, tag); err != nil {
 		return
 	}
 	var scratch algo.Plan
-	p, err := s.plans.Compile(req.Limit, &scratch)
+	p, err := s.plans.Compile(l, &scratch)
 	if err != nil {
 		return
 	}
-	t := s.at(req.Time)
+	t := s.at(when)
 	var other algo.Result
-	ok, v := s.apply(req.Key, p, t, req.Cost, &other)
+	ok, v := s.apply(key, p, t, cost, &other)
 	if !p.Stepwise() {
 		return other, nil
 	}
 	// p.Finish, with the Result built here (see algo.Plan.Numbers).
-	q, rem, retry, reset := p.Numbers(ok, t, v, req.Cost)
+	q, rem, retry, reset := p.Numbers(ok, t, v, cost)
 	var admitted int64
 	if ok {
-		admitted = req.Cost
+		admitted = cost
 	}
 	return algo.Result{Allowed: ok, Quota: q, Remaining: rem, RetryAfter: retry, ResetAfter: reset, Admitted: admitted}, nil
 }
@@ -233,10 +247,11 @@ func (sh *shard) add(e *entry) {
 }
 
 // now is the store's clock in µs since the epoch: the wall clock at New
-// plus the monotonic time elapsed since, which costs one monotonic clock
-// read (time.Now reads the wall clock too, about twice the cost here), and
-// never goes back when the wall clock is set back.
-func (s *Store) now() int64 { return s.baseUS + int64(time.Since(s.base)/time.Microsecond) }
+// plus the monotonic time elapsed since, read from internal/clock (the
+// CPU's counter where the kernel trusts it: 10 ns here, against 25 for
+// time.Since and 50 for time.Now), so that it does not go back when the
+// wall clock is set back.
+func (s *Store) now() int64 { return s.baseUS + (clock.Now()-s.baseNS)/1000 }
 
 // Len returns the number of keys the store holds, expired or not.
 func (s *Store) Len() int {

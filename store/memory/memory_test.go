@@ -139,6 +139,19 @@ func TestZeroAllocsOnExistingKey(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { st.Decide(ctx, req) }); n != 0 {
 		t.Fatalf("%v allocations per decision on an existing key, want 0", n)
 	}
+	// The natural form, the limit's value written in the call, on the
+	// *Store (where Decide is inlined) and through the interface.
+	if n := testing.AllocsPerRun(1000, func() {
+		st.Decide(ctx, sluice.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1})
+	}); n != 0 {
+		t.Fatalf("%v allocations per decision with the limit in the call, want 0", n)
+	}
+	var store sluice.Store = st
+	if n := testing.AllocsPerRun(1000, func() {
+		store.Decide(ctx, sluice.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1})
+	}); n != 0 {
+		t.Fatalf("%v allocations per decision through sluice.Store, want 0", n)
+	}
 }
 
 // TestMemoryFollowsLiveKeys: after 300,000 keys expire and are swept, the
