@@ -136,9 +136,8 @@ func (s *Store) decide(key string, l algo.Limit, cost int64, when time.Time, tag
 	if err != nil {
 		return
 	}
-	t := s.at(when)
 	var other algo.Result
-	ok, v := s.apply(key, p, t, cost, &other)
+	ok, v, t := s.apply(key, p, when, cost, &other)
 	if !p.Stepwise() {
 		return other, nil
 	}
@@ -165,7 +164,7 @@ func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time,
 	if err != nil {
 		return false, err
 	}
-	ok, _ := s.apply(key, p, s.at(t), n, nil)
+	ok, _, _ := s.apply(key, p, t, n, nil)
 	return ok, nil
 }
 
@@ -177,18 +176,24 @@ func (s *Store) at(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-// apply decides a checked request with plan p at t (µs) and reports
-// whether it was allowed. For a Stepwise plan it returns Step's v, from
-// which the caller may Finish the Result after every lock is released;
-// for the others it sets *r to the Result unless r is nil.
-func (s *Store) apply(key string, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64) {
+// apply decides a checked request with plan p at when (the store's
+// clock when zero) and reports whether it was allowed, and the time it
+// decided at, t (µs). For a Stepwise plan it returns Step's v, from which
+// the caller may Finish the Result after every lock is released; for the
+// others it sets *r to the Result unless r is nil.
+func (s *Store) apply(key string, p *algo.Plan, when time.Time, cost int64, r *algo.Result) (ok bool, v, t int64) {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&(shardCount-1)]
+	e := sh.index.Load().find(h, key)
+	// The clock is read once the key is found: the CPU reads it while
+	// the entry's lock comes from memory.
+	t = s.at(when)
 	sh.see(t)
-	if e := sh.index.Load().find(h, key); e != nil {
+	if e != nil {
 		e.mu.Lock()
 		if !e.dead {
-			return decideLocked(e, p, t, cost, r)
+			ok, v = decideLocked(e, p, t, cost, r)
+			return
 		}
 		e.mu.Unlock()
 	}
@@ -198,16 +203,17 @@ func (s *Store) apply(key string, p *algo.Plan, t, cost int64, r *algo.Result) (
 	defer sh.mu.Unlock()
 	if e := sh.index.Load().find(h, key); e != nil {
 		e.mu.Lock() // under the shard's lock, an indexed entry is live
-		return decideLocked(e, p, t, cost, r)
+		ok, v = decideLocked(e, p, t, cost, r)
+		return
 	}
 	// A key not held: decide on a fresh state, and keep it only if it
 	// outlives t (a peek or a denial stores nothing).
 	fresh := algo.State{Shape: p.Shape()}
-	ok, v := decideState(&fresh, p, t, cost, r)
+	ok, v = decideState(&fresh, p, t, cost, r)
 	if fresh.Expire > t {
 		sh.add(newEntry(h, key, fresh))
 	}
-	return ok, v
+	return
 }
 
 // decideLocked decides on e, whose lock the caller holds, and unlocks it;
