@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/clock"
 )
 
 const numShards = 64
@@ -80,15 +81,14 @@ type Time struct {
 	explicit bool
 }
 
-var start = time.Now()
-
 // Now returns the cache's time of a decision at t: t itself when it is not
-// zero (a request's own Time), else the local monotonic clock now.
+// zero (a request's own Time), else the local monotonic clock now
+// (internal/clock).
 func Now(t time.Time) Time {
 	if !t.IsZero() {
 		return Time{ns: t.UnixNano(), explicit: true}
 	}
-	return Time{ns: int64(time.Since(start))}
+	return Time{ns: clock.Now()}
 }
 
 // Epoch returns a value that changes whenever the cache forgets: read it

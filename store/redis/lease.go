@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -80,9 +81,8 @@ type keyLease struct {
 	ready         chan struct{} // closed when it returns
 }
 
-var leaseEpoch = time.Now()
-
-func monoNow() int64 { return int64(time.Since(leaseEpoch)) }
+// monoNow is the monotonic clock in ns (internal/clock).
+func monoNow() int64 { return clock.Now() }
 
 func newLeaser(leaseFor time.Duration, maxLease int64) *leaser {
 	var id [6]byte
