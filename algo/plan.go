@@ -37,6 +37,7 @@ type Plan struct {
 	a, b int64
 	d    time.Duration
 	ws   []Window
+	win  divisor // fixed_window: d in µs
 }
 
 // Compile validates l and returns its Plan. The error wraps ErrInvalid.
@@ -205,7 +206,11 @@ func (p *Plan) tokenBucket(l TokenBucket) error {
 
 func (p *Plan) fixedWindow(l FixedWindow) error {
 	*p = Plan{kind: KindFixedWindow, a: l.Limit, d: l.Window}
-	return l.Validate()
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	p.win = newDivisor(Micros(l.Window))
+	return nil
 }
 
 func (p *Plan) gate(l Gate) error {
@@ -264,8 +269,7 @@ func (p *Plan) Step(s *State, now, cost int64, commit bool) (allowed bool, v int
 func (p *Plan) stepOther(s *State, now, cost int64, commit bool) (bool, int64) {
 	switch p.kind {
 	case KindFixedWindow:
-		f := FixedWindow{Limit: p.a, Window: p.d}
-		return f.step(s, now, f.WindowEnd(now), cost, commit)
+		return FixedWindow{Limit: p.a, Window: p.d}.step(s, now, p.win.end(now), cost, commit)
 	case KindGate:
 		return Gate{Interval: p.d}.step(s, now, cost, commit)
 	}
@@ -296,8 +300,7 @@ func (p *Plan) Numbers(allowed bool, now, v, cost int64) (quota, remaining int64
 	case KindGCRA, KindTokenBucket:
 		n = p.tat.numbers(allowed, now, v, cost)
 	case KindFixedWindow:
-		f := FixedWindow{Limit: p.a, Window: p.d}
-		n = f.numbers(allowed, now, f.WindowEnd(now), v, cost)
+		n = FixedWindow{Limit: p.a, Window: p.d}.numbers(allowed, now, p.win.end(now), v, cost)
 	case KindGate:
 		n = Gate{Interval: p.d}.numbers(allowed, now, v, cost)
 	default:

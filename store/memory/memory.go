@@ -131,10 +131,14 @@ func (s *Store) decide(key string, l algo.Limit, cost int64, when time.Time, tag
 	if err = sluice.CheckTag(key, tag); err != nil {
 		return
 	}
-	var scratch algo.Plan
-	p, err := s.plans.Compile(l, &scratch)
-	if err != nil {
-		return
+	p := s.plans.Lookup(l)
+	if p == nil {
+		// A limit not in the plan cache, compiled on the stack: declared
+		// here, the Plan is zeroed only on this way.
+		var scratch algo.Plan
+		if p, err = s.plans.Compile(l, &scratch); err != nil {
+			return
+		}
 	}
 	var other algo.Result
 	ok, v, t := s.apply(key, p, when, cost, &other)
@@ -159,10 +163,13 @@ func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time,
 	if err := sluice.CheckDecision(key, l, n, t); err != nil {
 		return false, err
 	}
-	var scratch algo.Plan
-	p, err := s.plans.Compile(l, &scratch)
-	if err != nil {
-		return false, err
+	p := s.plans.Lookup(l)
+	if p == nil {
+		var scratch algo.Plan // zeroed only on this way, as in decide
+		var err error
+		if p, err = s.plans.Compile(l, &scratch); err != nil {
+			return false, err
+		}
 	}
 	ok, _, _ := s.apply(key, p, t, n, nil)
 	return ok, nil
