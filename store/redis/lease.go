@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -81,8 +80,9 @@ type keyLease struct {
 	ready         chan struct{} // closed when it returns
 }
 
-// monoNow is the monotonic clock in ns (internal/clock).
-func monoNow() int64 { return clock.Now() }
+var leaseEpoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(leaseEpoch)) }
 
 func newLeaser(leaseFor time.Duration, maxLease int64) *leaser {
 	var id [6]byte
