@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# Runs bench/peers ROUNDS times (each round every library in turn, so a
-# machine that speeds up or slows down shifts them alike) and prints each
-# benchmark's median ns/op with the lowest and highest round:
+# Runs bench/peers ROUNDS times and prints each benchmark's median ns/op
+# with the lowest and highest round:
 #
 #   bench/peers.sh [ROUNDS] [PATTERN]      (defaults: 7, Peers)
 #
-# On a VM whose two cores are sometimes not both there, a parallel round
-# can take twice as long as the others; the median keeps such rounds out.
+# Each round runs every benchmark the pattern selects once, each in a
+# process of its own, in a new random order: on this VM a long run slows
+# down now and then (a parallel round can take twice as long, its two
+# cores not always both there), and a fixed order would hand those spells
+# to whichever library comes last. The median keeps such rounds out.
 set -euo pipefail
 rounds=${1:-7} pattern=${2:-Peers}
 cd "$(dirname "$0")"
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+go test -c -o "$dir/peers.test" ./peers
+# The benchmarks' names, to run each alone with every level anchored:
+# BenchmarkPeers/go-limiter/... -> ^BenchmarkPeers$/^go-limiter$/...
+"$dir/peers.test" -test.run '^$' -test.bench "$pattern" -test.benchtime 1x | grep '^Benchmark' |
+  awk '{ sub(/-[0-9]+$/, "", $1); print $1 }' >"$dir/names"
+[ -s "$dir/names" ] || { echo "peers.sh: no benchmark matches $pattern" >&2; exit 1; }
 for _ in $(seq "$rounds"); do
-  go test -run '^$' -bench "$pattern" -benchtime 300ms -benchmem -count 1 ./peers | grep '^Benchmark' >> "$out"
+  shuf "$dir/names" | while read -r name; do
+    "$dir/peers.test" -test.run '^$' -test.bench "^${name//\//\$/^}\$" -test.benchtime 300ms -test.benchmem | grep '^Benchmark' >>"$dir/out"
+  done
 done
 awk '
-  { k = $1; n[k]++; v[k, n[k]] = $3; for (i = 4; i <= NF; i++) if ($(i+1) == "allocs/op") al[k] = $i; if (!(k in seen)) { seen[k] = 1; order[++m] = k } }
+  NR == FNR { order[++m] = $1; next } # the names, in the order Go runs them
+  { k = $1; sub(/-[0-9]+$/, "", k); shown[k] = $1; n[k]++; v[k, n[k]] = $3; for (i = 4; i <= NF; i++) if ($(i+1) == "allocs/op") al[k] = $i }
   END {
     printf "| benchmark | median ns/op | lowest | highest | allocs/op |\n|---|--:|--:|--:|--:|\n"
     for (j = 1; j <= m; j++) {
@@ -24,6 +35,6 @@ awk '
       for (i = 1; i <= c; i++) x[i] = v[k, i]
       for (i = 2; i <= c; i++) { t = x[i]; for (h = i - 1; h >= 1 && x[h] > t; h--) x[h+1] = x[h]; x[h+1] = t }
       med = (c % 2) ? x[(c+1)/2] : (x[c/2] + x[c/2+1]) / 2
-      printf "| %s | %.1f | %.1f | %.1f | %s |\n", k, med, x[1], x[c], al[k]
+      printf "| %s | %.1f | %.1f | %.1f | %s |\n", shown[k], med, x[1], x[c], al[k]
     }
-  }' "$out"
+  }' "$dir/names" "$dir/out"
