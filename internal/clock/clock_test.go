@@ -68,6 +68,9 @@ func TestClosesALargeGap(t *testing.T) {
 	follow(t, 30*time.Millisecond) // a first scale
 	waitIdle()
 	s := cur.Load()
+	if s == nil {
+		t.Fatal("no scale after 30 ms")
+	}
 	c := rdtsc()
 	bad := &scale{tsc: c, ns: s.at(c), mult: 2 * s.mult, ticks: s.ticks / 20} // 5 ms at most
 	cur.Store(bad)
@@ -90,6 +93,9 @@ func TestBendsASmallGap(t *testing.T) {
 	follow(t, 30*time.Millisecond)
 	waitIdle()
 	s := cur.Load()
+	if s == nil {
+		t.Fatal("no scale after 30 ms")
+	}
 	c := rdtsc()
 	behind := &scale{tsc: c, ns: s.at(c) - 200*int64(time.Microsecond), mult: s.mult, ticks: s.ticks / 20}
 	cur.Store(behind)
