@@ -12,6 +12,8 @@
 #                                           ("sluice @3e97dd7"), in every scenario
 #   PIN=1 bench/envoy.sh                    the load generator on CPU 0, the service
 #                                           and Redis on CPU 1 (taskset)
+#   PROCS=1 bench/envoy.sh                  both services with GOMAXPROCS=1 (the load
+#                                           generator keeps every core)
 #
 # Every check is one descriptor, domain edge, remote_address=10.0.x.y (a
 # path edge/remote_address/10.0.x.y for sluice), limited by a fixed window
@@ -61,6 +63,8 @@ go build -o "$TMP/hotkey" ./cmd/hotkey
 RPORT=$(freeport)
 SIDE=() GEN=()
 if [ "${PIN:-}" = 1 ]; then SIDE=(taskset -c 1) GEN=(taskset -c 0); fi
+SVC=(env) # how the services start: GOMAXPROCS=$PROCS when set
+if [ -n "${PROCS:-}" ]; then SVC=(env GOMAXPROCS="$PROCS"); fi
 "${SIDE[@]}" redis-server --bind 127.0.0.1 --port "$RPORT" --save '' --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
 RPID=$!; PIDS+=("$RPID"); waitport "$RPORT"
 
@@ -102,7 +106,7 @@ run() { # scenario service api
       [[ $service == *"cache off"* ]] && cache=-1
       local bin=$TMP/sluice
       [[ $service == *"@"* ]] && bin=$TMP/sluice-base
-      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${SIDE[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
+      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
         --policy "$TMP/limits.yaml" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
       ;;
     envoy*)
@@ -112,7 +116,7 @@ run() { # scenario service api
         REDIS_PIPELINE_WINDOW="$ENVOY_WINDOW" REDIS_POOL_SIZE="$ENVOY_POOL" LOCAL_CACHE_SIZE_IN_BYTES=$cache \
         RUNTIME_ROOT="$TMP/rt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
         HOST=127.0.0.1 PORT="$hp" GRPC_HOST=127.0.0.1 GRPC_PORT="$gp" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(freeport)" \
-        "${SIDE[@]}" "$TMP/envoyrl" >"$TMP/svc.log" 2>&1 &
+        "${SIDE[@]}" "${SVC[@]}" "$TMP/envoyrl" >"$TMP/svc.log" 2>&1 &
       ;;
   esac
   pid=$!; PIDS+=("$pid")
