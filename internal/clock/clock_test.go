@@ -159,4 +159,11 @@ func BenchmarkNow(b *testing.B) {
 		}
 		_ = sink
 	})
+	b.Run("time.Now", func(b *testing.B) {
+		var sink int64
+		for b.Loop() {
+			sink += time.Now().UnixNano()
+		}
+		_ = sink
+	})
 }
