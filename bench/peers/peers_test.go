@@ -18,6 +18,8 @@
 //   - sluice-allow: memory.Store.AllowN (the admission alone) with the
 //     limit value in the call
 //   - sluice-limiter: a sluice.Limiter handle on the memory store, Allow
+//   - sluice-store: Decide as sluice-decide, through the sluice.Store
+//     interface (the README's example), where it is not inlined; GCRA
 //
 // Sub-benchmarks are named library/algorithm/shape, the shape being
 // serial (one goroutine), parallel (GOMAXPROCS goroutines over the keys)
@@ -220,4 +222,12 @@ func BenchmarkPeers(b *testing.B) {
 			})
 		})
 	}
+	b.Run("sluice-store/gcra", func(b *testing.B) {
+		var st sluice.Store = memory.New()
+		defer st.Close()
+		run(b, func(key string) bool {
+			r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: algo.GCRA{Burst: burst, Count: count, Period: period}, Cost: 1})
+			return err == nil && r.Allowed
+		})
+	})
 }
