@@ -83,30 +83,32 @@ func Now() int64 {
 	return slow()
 }
 
-// slow reads the monotonic clock, and takes a new anchor when the counter
-// is in use and no other goroutine is taking one.
+// slow takes a new anchor when the counter is in use and no other
+// goroutine is taking one. Otherwise (or when this goroutine was preempted
+// while it read the pair to anchor at) it stays on the old scale a little
+// past its span rather than switch clocks; with no scale, it reads the
+// monotonic clock.
 func slow() int64 {
 	if !useCounter {
 		return mono()
 	}
-	if !busy.CompareAndSwap(false, true) {
-		// Another goroutine is taking an anchor: stay on the old scale
-		// a little past its span rather than switch clocks.
-		if s := cur.Load(); s != nil {
-			if c := rdtsc(); c-s.tsc < 2*s.ticks {
-				return s.at(c)
-			}
+	if busy.CompareAndSwap(false, true) {
+		a := mono()
+		c := rdtsc()
+		b := mono()
+		if b-a <= maxJitter {
+			n := rescale(c, a+(b-a)/2)
+			busy.Store(false)
+			return n
 		}
-		return mono()
+		busy.Store(false)
 	}
-	defer busy.Store(false)
-	a := mono()
-	c := rdtsc()
-	b := mono()
-	if b-a > maxJitter {
-		return b // preempted: no sample to measure from
+	if s := cur.Load(); s != nil {
+		if c := rdtsc(); c-s.tsc < 2*s.ticks {
+			return s.at(c)
+		}
 	}
-	return rescale(c, a+(b-a)/2)
+	return mono()
 }
 
 // rescale publishes a scale anchored at counter c, read at monotonic time
