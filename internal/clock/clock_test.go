@@ -75,12 +75,27 @@ func TestClosesALargeGap(t *testing.T) {
 	bad := &scale{tsc: c, ns: s.at(c), mult: 2 * s.mult, ticks: s.ticks / 20} // 5 ms at most
 	cur.Store(bad)
 	time.Sleep(10 * time.Millisecond)
-	if n, m := Now(), mono(); n < m-tolerance || n > m+tolerance {
-		t.Fatalf("Now() = %d after the fast scale expired, monotonic clock %d", n, m)
+	next := waitNext(t, bad)
+	// The new scale starts at the monotonic clock, not where the fast one
+	// had got to (10 ms ahead and more), and the clock follows it.
+	if v := bad.at(next.tsc); v-next.ns < 5*int64(time.Millisecond) {
+		t.Fatalf("the new scale starts %d ns before the fast one's reading there: it continued from it", v-next.ns)
 	}
-	if cur.Load() == bad {
-		t.Fatal("the fast scale is still in use")
+	follow(t, 10*time.Millisecond)
+}
+
+// waitNext reads the clock until a scale other than old is published,
+// and returns it.
+func waitNext(t *testing.T, old *scale) *scale {
+	t.Helper()
+	for deadline := mono() + int64(time.Second); mono() < deadline; {
+		Now()
+		if s := cur.Load(); s != old {
+			return s
+		}
 	}
+	t.Fatal("no new scale within a second")
+	return nil
 }
 
 // TestBendsASmallGap publishes a scale that is 200 µs behind: the next
@@ -100,11 +115,14 @@ func TestBendsASmallGap(t *testing.T) {
 	behind := &scale{tsc: c, ns: s.at(c) - 200*int64(time.Microsecond), mult: s.mult, ticks: s.ticks / 20}
 	cur.Store(behind)
 	last := Now()
-	for cur.Load() == behind {
-		last = max(last, Now())
+	next := waitNext(t, behind)
+	// The new scale starts where the one behind had the clock, and runs
+	// faster.
+	if d := next.ns - behind.at(next.tsc); d < -int64(time.Microsecond) || d > int64(time.Microsecond) {
+		t.Fatalf("the new scale starts %d ns off the one behind: it stepped instead of continuing", d)
 	}
-	if n, m := Now(), mono(); m-n < 100*int64(time.Microsecond) {
-		t.Fatalf("the next scale is only %d ns behind: it stepped instead of continuing", m-n)
+	if next.mult <= behind.mult {
+		t.Fatalf("the new scale's rate %d is not above the old one's %d", next.mult, behind.mult)
 	}
 	deadline := mono() + 3*interval
 	for {
