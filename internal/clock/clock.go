@@ -18,7 +18,9 @@
 // the one case in which the clock steps back.
 //
 // Until the first 10 ms have been measured, and wherever the counter
-// cannot be trusted, Now is time.Since(start).
+// cannot be trusted, Now is time.Since(start). The kernel is asked again
+// every 64 scales (about 6 s of use): when its watchdog has moved its
+// clock off the counter, this clock leaves it too.
 package clock
 
 import (
@@ -60,16 +62,28 @@ type scale struct {
 func (s *scale) at(c uint64) int64 { return s.ns + int64((c-s.tsc)*s.mult>>32) }
 
 var (
+	// trusted reports whether the kernel keeps its own clock on the
+	// counter: asked at start, and again every recheckEvery scales.
+	trusted = counterTrusted
 	// useCounter is whether Now may read the counter.
-	useCounter = counterTrusted()
+	useCounter atomic.Bool
 	cur        atomic.Pointer[scale]
 	// busy is held by the goroutine taking a new anchor; ref is the
-	// sample (counter, monotonic clock) the next rate is measured from.
+	// sample (counter, monotonic clock) the next rate is measured from,
+	// and scales counts the scales published.
 	busy    atomic.Bool
 	haveRef bool
 	refTSC  uint64
 	refNS   int64
+	scales  int
 )
+
+// recheckEvery is how many scales (of 100 ms) pass between two questions
+// to the kernel: whether its clock is still on the counter. Its watchdog
+// moves it off a counter it finds unstable, and so does this clock then.
+const recheckEvery = 64
+
+func init() { useCounter.Store(trusted()) }
 
 // Now returns the clock: nanoseconds since the process started. It does
 // not go back by more than a few nanoseconds (while a new scale is
@@ -89,7 +103,7 @@ func Now() int64 {
 // past its span rather than switch clocks; with no scale, it reads the
 // monotonic clock.
 func slow() int64 {
-	if !useCounter {
+	if !useCounter.Load() {
 		return mono()
 	}
 	if busy.CompareAndSwap(false, true) {
@@ -152,6 +166,11 @@ func rescale(c uint64, now int64) int64 {
 				mult = uint64(int64(mult) + int64(mult)*gap/interval)
 			}
 		}
+	}
+	if scales++; scales%recheckEvery == 0 && !trusted() {
+		useCounter.Store(false)
+		cur.Store(nil)
+		return now
 	}
 	// interval·2³²/mult ticks (mult > 0, and interval < 2³² ns).
 	hi, lo := bits.Mul64(uint64(interval), 1<<32)

@@ -42,10 +42,10 @@ func follow(t *testing.T, d time.Duration) (scaled int) {
 // the counter.
 func TestFollowsTheMonotonicClock(t *testing.T) {
 	scaled := follow(t, 350*time.Millisecond)
-	if useCounter && scaled == 0 {
+	if useCounter.Load() && scaled == 0 {
 		t.Fatal("the counter is trusted but no read used it")
 	}
-	t.Logf("counter trusted: %v; reads on a scale: %d", useCounter, scaled)
+	t.Logf("counter trusted: %v; reads on a scale: %d", useCounter.Load(), scaled)
 }
 
 // TestConcurrentReads reads from 8 goroutines at once, across anchors
@@ -62,7 +62,7 @@ func TestConcurrentReads(t *testing.T) {
 // counter that jumped would look: once it expires, the clock is back on
 // the monotonic clock at once.
 func TestClosesALargeGap(t *testing.T) {
-	if !useCounter {
+	if !useCounter.Load() {
 		t.Skip("the counter is not in use here")
 	}
 	follow(t, 30*time.Millisecond) // a first scale
@@ -102,7 +102,7 @@ func waitNext(t *testing.T, old *scale) *scale {
 // one continues from it, still behind, and closes the gap over the
 // following interval, never going back.
 func TestBendsASmallGap(t *testing.T) {
-	if !useCounter {
+	if !useCounter.Load() {
 		t.Skip("the counter is not in use here")
 	}
 	follow(t, 30*time.Millisecond)
@@ -143,13 +143,43 @@ func TestBendsASmallGap(t *testing.T) {
 // trusted: the monotonic clock, and no scale.
 func TestWithoutTheCounter(t *testing.T) {
 	waitIdle()
-	saved, old := useCounter, cur.Load()
-	useCounter = false
+	saved, old := useCounter.Load(), cur.Load()
+	useCounter.Store(false)
 	cur.Store(nil)
-	defer func() { useCounter = saved; cur.Store(old) }()
+	defer func() { useCounter.Store(saved); cur.Store(old) }()
 	follow(t, 20*time.Millisecond)
 	if cur.Load() != nil {
 		t.Fatal("a scale was published without the counter")
+	}
+}
+
+// TestLeavesAnUntrustedCounter: when the kernel moves its clock off the
+// counter, the next check (due at the next scale here) takes this clock
+// off it too.
+func TestLeavesAnUntrustedCounter(t *testing.T) {
+	if !useCounter.Load() {
+		t.Skip("the counter is not in use here")
+	}
+	follow(t, 30*time.Millisecond)
+	for !busy.CompareAndSwap(false, true) {
+	}
+	savedTrusted := trusted
+	trusted = func() bool { return false }
+	scales = recheckEvery - 1
+	s := cur.Load()
+	c := rdtsc()
+	cur.Store(&scale{tsc: c, ns: s.at(c), mult: s.mult, ticks: 1}) // expires at once
+	busy.Store(false)
+	defer func() {
+		for !busy.CompareAndSwap(false, true) {
+		}
+		trusted = savedTrusted
+		useCounter.Store(true)
+		busy.Store(false)
+	}()
+	follow(t, 20*time.Millisecond)
+	if useCounter.Load() || cur.Load() != nil {
+		t.Fatalf("still on the counter (in use: %v) after the kernel left it", useCounter.Load())
 	}
 }
 
