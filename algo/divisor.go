@@ -3,9 +3,9 @@ package algo
 import "math/bits"
 
 // A divisor divides decision times by a fixed number of µs with a
-// multiplication instead of a division instruction (whose latency is
-// 4.6 ns on the machine of BENCHMARKS.md, on the way of every fixed-window
-// decision, twice). It is the method of Granlund and Montgomery
+// multiplication instead of a division instruction, which a fixed-window
+// decision waits for twice (BenchmarkWindowEnd: a window's end in 3.0 ns
+// against 4.1 with the instruction, on the machine of BENCHMARKS.md). It is the method of Granlund and Montgomery
 // ("Division by invariant integers using multiplication", 1994, theorem
 // 4.2) for dividends below 2⁵³, which every time a store accepts is
 // (MaxTime is 2⁵²): with l = ⌈log₂ d⌉ and m = ⌊2^(53+l)/d⌋ + 1,

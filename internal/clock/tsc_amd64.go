@@ -5,9 +5,7 @@ import (
 	"os"
 )
 
-// rdtsc returns the CPU's time-stamp counter.
-//
-//go:noescape
+// rdtsc returns the CPU's time-stamp counter (tsc_amd64.s).
 func rdtsc() uint64
 
 // counterTrusted reports whether the kernel keeps its own clock on the
