@@ -194,12 +194,7 @@ func TestAbandonedLeaseGivenBack(t *testing.T) {
 	if _, err := st.Decide(context.Background(), warm); err != nil { // loads lease.lua
 		t.Fatal(err)
 	}
-	busy := make(chan struct{})
-	go func() {
-		defer close(busy)
-		srv.Do("DEBUG", "SLEEP", "0.5")
-	}()
-	time.Sleep(100 * time.Millisecond) // Redis is asleep
+	busy := sleepRedis(srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	_, err := st.Decide(ctx, req) // its first decision takes a lease, which waits
 	cancel()
@@ -230,12 +225,7 @@ func TestAbandonedGrantGivenBack(t *testing.T) {
 	if err != nil || g.Units != 100 || windowCount(t, srv, st, req) != 100 {
 		t.Fatalf("grant %+v, %v; window %d", g, err, windowCount(t, srv, st, req))
 	}
-	busy := make(chan struct{})
-	go func() {
-		defer close(busy)
-		srv.Do("DEBUG", "SLEEP", "0.5")
-	}()
-	time.Sleep(100 * time.Millisecond) // Redis is asleep
+	busy := sleepRedis(srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	if g, err := st.Grant(ctx, []sluice.Request{req}, 100); err == nil {
 		t.Fatalf("granted %+v while Redis slept", g)
@@ -249,4 +239,16 @@ func TestAbandonedGrantGivenBack(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// sleepRedis makes srv sleep for half a second (DEBUG SLEEP) and returns
+// once it sleeps; the channel closes when it wakes.
+func sleepRedis(srv *redistest.Server) <-chan struct{} {
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		srv.Do("DEBUG", "SLEEP", "0.5")
+	}()
+	time.Sleep(100 * time.Millisecond)
+	return busy
 }
