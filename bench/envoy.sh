@@ -21,7 +21,9 @@
 # RLS v3 ShouldRateLimit, 50 concurrent calls on 4 connections) and HTTP
 # (sluice POST /v1/check, Envoy POST /json; 50 keep-alive connections).
 # The scenarios:
-#   allow  1000 callers, a limit of 1,000,000/s: nothing is denied
+#   allow  1000 callers, a limit of 1,000,000/s: nothing is denied; sluice
+#          exact (its default), and with lease: true on the node, with
+#          redis.lease_for at its default (100ms) and at 1s
 #   deny   1000 callers, a limit of 1/s each: nearly every check is denied
 #          (the share is measured); Envoy with its local over-limit cache
 #          (LOCAL_CACHE_SIZE_IN_BYTES) on and off, sluice with its own
@@ -77,16 +79,18 @@ configs() { # scenario: writes the policy of both services
   local lim lease=false; lim=$(limits "$1")
   [ "$1" = hot ] && lease=true
   mkdir -p "$TMP/rt/ratelimit/config"
-  cat >"$TMP/limits.yaml" <<YAML
+  for f in limits:$lease limits-lease:true; do # sluice's policy, and one with leases
+    cat >"$TMP/${f%%:*}.yaml" <<YAML
 schema:
   edge:
     children:
       remote_address:
         children:
           "*":
-            lease: $lease
+            lease: ${f#*:}
             limits: {algorithm: fixed_window, limit: $lim, window: 1s}
 YAML
+  done
   cat >"$TMP/rt/ratelimit/config/edge.yaml" <<YAML
 domain: edge
 descriptors:
@@ -102,12 +106,14 @@ run() { # scenario service api
   redis-cli -p "$RPORT" flushall >/dev/null
   case $service in
     sluice*)
-      local cache=100000
+      local cache=100000 policy=$TMP/limits.yaml leasefor=100ms
       [[ $service == *"cache off"* ]] && cache=-1
+      [[ $service == *"(leases"* ]] && policy=$TMP/limits-lease.yaml
+      [[ $service == *"lease_for 1s"* ]] && leasefor=1s
       local bin=$TMP/sluice
       [[ $service == *"@"* ]] && bin=$TMP/sluice-base
-      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
-        --policy "$TMP/limits.yaml" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
+      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache SLUICE_REDIS_LEASE_FOR=$leasefor "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
+        --policy "$policy" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
       ;;
     envoy*)
       local cache=0
@@ -141,6 +147,7 @@ services() { # scenario api
   case $1-$2 in
     deny-*) printf '%s\n' "sluice" "sluice (cache off)" "envoy (cache on)" "envoy (cache off)" ;;
     hot-grpc) printf '%s\n' "sluice" "sluice (quota client)" "envoy" ;;
+    allow-*) printf '%s\n' "sluice" "sluice (leases)" "sluice (leases, lease_for 1s)" "envoy" ;;
     *) printf '%s\n' sluice envoy ;;
   esac
 }
