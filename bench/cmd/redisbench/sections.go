@@ -320,13 +320,20 @@ func (b *bench) cpu(ctx context.Context) error {
 			cases = append(cases, cpuCase{"gcra, random keys, Request.Time set (no TIME call)", withKey(tcmd, cap, sluiceKey(randKey)), true, 0})
 		}
 	}
-	// A batch: batch.lua, which the store sends when it gathers concurrent
-	// decisions into one call, made into 8 GCRA decisions on 8 random keys.
-	batch, err := b.captureBatch(ctx, gcra, 8)
-	if err != nil {
-		return err
+	// Batches: batch.lua, which the store sends when it gathers concurrent
+	// decisions into one call, made into 8 and into 32 (the most a batch
+	// takes) GCRA decisions on as many random keys.
+	// Each makes 8 times as many decisions as a call alone, on keys of
+	// its own, so that no key is driven into its limit: a denied decision
+	// writes nothing and would flatter the figure.
+	for _, n := range []int{8, 32} {
+		batch, err := b.captureBatch(ctx, gcra, n)
+		if err != nil {
+			return err
+		}
+		batch = withKey(batch, sluiceKey(randKey), sluiceKey(fmt.Sprintf("batch%d:%s", n, randKey)))
+		cases = append(cases, cpuCase{fmt.Sprintf("gcra, random keys, %d decisions per call (a batch), per decision", n), batch, true, n})
 	}
-	cases = append(cases, cpuCase{"gcra, random keys, 8 decisions per call (a batch), per decision", batch, true, 8})
 	rCmd, err := b.captureRate(ctx)
 	if err != nil {
 		return err
@@ -360,13 +367,19 @@ func (b *bench) cpu(ctx context.Context) error {
 	cases = append(refs, cases...)
 
 	const clients, pipeline = 16, 16
+	calls := func(per int) int { // the calls of a case: a batch's make 8x the decisions
+		if per == 0 {
+			return *flagCPURequest
+		}
+		return *flagCPURequest * 8 / per
+	}
 	samples := make([][]sample, len(cases))
 	redo, discarded := *flagRedo, 0
 	for round := 0; round < *flagRounds; round++ {
 		b.quiet()
 		ss := make([]sample, len(cases))
 		for i, c := range cases {
-			s, err := b.loadRB(c.cmd, clients, pipeline, *flagCPURequest, c.random)
+			s, err := b.loadRB(c.cmd, clients, pipeline, calls(c.per), c.random)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -416,7 +429,7 @@ func (b *bench) cpu(ctx context.Context) error {
 	}
 	fmt.Printf("\nCommands (PORT is the server's port):\n\n```\n")
 	for _, c := range cases {
-		fmt.Printf("redis-benchmark %s\n", portless(quote(b.rbArgs(c.cmd, clients, pipeline, *flagCPURequest, c.random)), b.srv.port))
+		fmt.Printf("redis-benchmark %s\n", portless(quote(b.rbArgs(c.cmd, clients, pipeline, calls(c.per), c.random)), b.srv.port))
 	}
 	fmt.Printf("```\n\n")
 	return nil
