@@ -23,13 +23,14 @@
 # The scenarios:
 #   allow  1000 callers, a limit of 1,000,000/s: nothing is denied; sluice
 #          exact (its default), and with lease: true on the node, with
-#          redis.lease_for at its default (100ms) and at 1s
+#          redis.lease_for at its default (1s) and at 100ms
 #   deny   1000 callers, a limit of 1/s each: nearly every check is denied
 #          (the share is measured); Envoy with its local over-limit cache
 #          (LOCAL_CACHE_SIZE_IN_BYTES) on and off, sluice with its own
 #          over-limit cache on (the default) and off
 #   hot    one caller, a limit of 100,000,000/s (far from it), the node
-#          with lease: true for sluice; also a gRPC client that asks for
+#          with lease: true for sluice (lease_for at its default, 1s, and
+#          at 100ms); also a gRPC client that asks for
 #          quota (x-sluice-quota) and admits from it as a proxy would, and,
 #          on the library, bench/cmd/hotkey with leases against the same
 #          Redis, next to the ceiling of the exact script on one key
@@ -106,13 +107,13 @@ run() { # scenario service api
   redis-cli -p "$RPORT" flushall >/dev/null
   case $service in
     sluice*)
-      local cache=100000 policy=$TMP/limits.yaml leasefor=100ms
+      local cache=100000 policy=$TMP/limits.yaml leasefor=()
       [[ $service == *"cache off"* ]] && cache=-1
       [[ $service == *"(leases"* ]] && policy=$TMP/limits-lease.yaml
-      [[ $service == *"lease_for 1s"* ]] && leasefor=1s
+      [[ $service == *"lease_for 100ms"* ]] && leasefor=(SLUICE_REDIS_LEASE_FOR=100ms)
       local bin=$TMP/sluice
       [[ $service == *"@"* ]] && bin=$TMP/sluice-base
-      SLUICE_REDIS_OVER_LIMIT_CACHE=$cache SLUICE_REDIS_LEASE_FOR=$leasefor "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
+      env SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${leasefor[@]}" "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
         --policy "$policy" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
       ;;
     envoy*)
@@ -146,8 +147,9 @@ services() { # scenario api
   [ -n "${BASELINE:-}" ] && echo "sluice @$BASELINE"
   case $1-$2 in
     deny-*) printf '%s\n' "sluice" "sluice (cache off)" "envoy (cache on)" "envoy (cache off)" ;;
-    hot-grpc) printf '%s\n' "sluice" "sluice (quota client)" "envoy" ;;
-    allow-*) printf '%s\n' "sluice" "sluice (leases)" "sluice (leases, lease_for 1s)" "envoy" ;;
+    hot-grpc) printf '%s\n' "sluice" "sluice (lease_for 100ms)" "sluice (quota client)" "envoy" ;;
+    hot-*) printf '%s\n' "sluice" "sluice (lease_for 100ms)" "envoy" ;;
+    allow-*) printf '%s\n' "sluice" "sluice (leases)" "sluice (leases, lease_for 100ms)" "envoy" ;;
     *) printf '%s\n' sluice envoy ;;
   esac
 }

@@ -97,7 +97,7 @@ type RedisConfig struct {
 	// denial expires.
 	OverLimitCache int `yaml:"over_limit_cache"`
 	// LeaseFor is how long a lease of quota lives, for the policy nodes
-	// that say lease: true (default 100ms; negative turns leases off):
+	// that say lease: true (default 1s; negative turns leases off):
 	// a hot key's checks are then admitted from units taken ahead, at
 	// most MaxLease at a time per key (default 10000). See store/redis.
 	LeaseFor algo.Duration `yaml:"lease_for"`
@@ -142,7 +142,7 @@ const (
 	DefaultConsumersTTL    = time.Hour
 	DefaultMaxFlushDelay   = 20 * time.Microsecond
 	DefaultOverLimitCache  = 100_000
-	DefaultLeaseFor        = 100 * time.Millisecond
+	DefaultLeaseFor        = time.Second
 )
 
 // Defaults returns c with every unset field at its default.

@@ -24,10 +24,11 @@ import (
 // it was taken, and never past the window's end. What a lease has left at
 // its deadline is given back to the window (by the next lease's call, or
 // by a sweep every LeaseFor/2). k follows the key's rate as this store
-// sees it (the units it would admit in LeaseFor, at most MaxLease), and
-// lease.lua grants at most half of what the window has left divided among
-// the stores holding leases in it, so that near the limit leases shrink,
-// and below 2 units none is granted: the requests are decided exactly.
+// sees it (the units it would admit in LeaseFor, the rate measured over
+// at least LeaseFor/10; at most MaxLease), and lease.lua grants at most
+// half of what the window has left divided among the stores holding
+// leases in it, so that near the limit leases shrink, and below 2 units
+// none is granted: the requests are decided exactly.
 //
 // The bounds: every unit admitted from a lease was counted in its window
 // before, and is admitted before the window ends, so a window never
@@ -150,8 +151,10 @@ func (l *leaser) take(r *sluice.Request, fw algo.FixedWindow, res *algo.Result) 
 		return kl, gen, 0, nil, now
 	}
 	// The lease's size: the units this key would use in LeaseFor at the
-	// rate seen since the last lease call (or since it was first seen).
-	elapsed := max(now-kl.since, int64(time.Millisecond))
+	// rate seen since the last lease call (or since it was first seen),
+	// over at least a tenth of LeaseFor: a key seen once leases 10 units,
+	// whatever LeaseFor, and a hot key's leases grow at most tenfold a call.
+	elapsed := max(now-kl.since, int64(l.leaseFor)/10, int64(time.Millisecond))
 	k := (kl.seen*int64(l.leaseFor) + elapsed - 1) / elapsed
 	k = min(max(k, kl.size), l.maxLease, fw.Limit)
 	if live {
