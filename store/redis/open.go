@@ -99,6 +99,7 @@ type Store struct {
 	batch    batcher
 	denials  *overlimit.Cache // nil when off
 	leases   *leaser          // nil when off
+	plans    algo.Plans       // the limits' plans, compiled once
 
 	stop chan struct{} // ends background connecting
 	done chan struct{} // closed when background connecting has ended

@@ -26,7 +26,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results
 	} else {
 		plans = make([]algo.Plan, len(reqs))
 	}
-	if err := sluice.PlanAll(reqs, results, plans); err != nil {
+	if err := sluice.PlanAllWith(&s.plans, reqs, results, plans); err != nil {
 		return false, err
 	}
 	now, epoch := overlimit.Now(reqs[0].Time), s.denials.Epoch()

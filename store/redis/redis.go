@@ -229,19 +229,29 @@ var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // that a limit whose algorithm or layout changed (a policy reload) finds
 // no state of another type (no WRONGTYPE) and starts cleanly; the old
 // key expires. A request without a limit (Reset) names the TAT key.
-func StateKey(prefix string, r sluice.Request) string {
+func StateKey(prefix string, r sluice.Request) string { return stateKey(prefix, r, nil) }
+
+// stateKey is StateKey with the limit's plan compiled through plans (nil:
+// compiled here).
+func stateKey(prefix string, r sluice.Request, plans *algo.Plans) string {
 	name := KeyName(prefix, r.Key, r.Tag)
 	if r.Limit == nil {
 		return name
 	}
-	p, err := algo.Compile(r.Limit)
+	var scratch algo.Plan
+	p, err := &scratch, error(nil)
+	if plans != nil {
+		p, err = plans.Compile(r.Limit, &scratch)
+	} else {
+		err = scratch.Compile(r.Limit)
+	}
 	if err != nil {
 		return name
 	}
 	return name + p.ShapeKey()
 }
 
-func (s *Store) stateKey(r sluice.Request) string { return StateKey(s.prefix, r) }
+func (s *Store) stateKey(r sluice.Request) string { return stateKey(s.prefix, r, &s.plans) }
 
 // Decide implements sluice.Store.
 func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, error) {
