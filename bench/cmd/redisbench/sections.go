@@ -322,10 +322,10 @@ func (b *bench) cpu(ctx context.Context) error {
 	}
 	// Batches: batch.lua, which the store sends when it gathers concurrent
 	// decisions into one call, made into 8 and into 32 (the most a batch
-	// takes) GCRA decisions on as many random keys.
-	// Each makes 8 times as many decisions as a call alone, on keys of
-	// its own, so that no key is driven into its limit: a denied decision
-	// writes nothing and would flatter the figure.
+	// takes) GCRA decisions on as many random keys. Each case makes 8
+	// times the decisions of a call alone, on keys of its own, so that no
+	// key is driven into its limit: a denied decision writes nothing and
+	// would flatter the figure.
 	for _, n := range []int{8, 32} {
 		batch, err := b.captureBatch(ctx, gcra, n)
 		if err != nil {
