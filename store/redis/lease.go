@@ -325,7 +325,7 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 // lease, when their key is hot), the others are decided by the store, and
 // if those deny, the units taken go back to their leases.
 func (s *Store) decideLeased(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
-	if err := sluice.ValidateAll(reqs, results); err != nil {
+	if err := s.validate(reqs, results); err != nil {
 		return false, err
 	}
 	var buf [8]uint64

@@ -281,10 +281,16 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	if s.denials != nil {
 		return s.decideCached(ctx, reqs, results)
 	}
-	if err := sluice.ValidateAll(reqs, results); err != nil {
+	if err := s.validate(reqs, results); err != nil {
 		return false, err
 	}
 	return s.decideAll(ctx, reqs, results)
+}
+
+// validate is sluice.ValidateAll with the limits compiled through the
+// store's plans.
+func (s *Store) validate(reqs []sluice.Request, results []algo.Result) error {
+	return sluice.PlanAllWith(&s.plans, reqs, results, nil)
 }
 
 // decideAll is DecideAll on valid requests, without the over-limit cache.
