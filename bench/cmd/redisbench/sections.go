@@ -23,6 +23,12 @@ var (
 	refTimeGet string
 	//go:embed ref/gcra_single.lua
 	refGCRA string
+	//go:embed ref/time_get_set_px.lua
+	refTimeGetSetPX string
+	//go:embed ref/time_get_set_keepttl.lua
+	refTimeGetSetKeepTTL string
+	//go:embed ref/gcra_lean.lua
+	refGCRALean string
 )
 
 // sluiceKey is the Redis key the store uses for a request key.
@@ -351,7 +357,10 @@ func (b *bench) cpu(ctx context.Context) error {
 		{"trivial `return 1`", "return 1", nil},
 		{"reference: TIME", refTime, nil},
 		{"reference: TIME, GET", refTimeGet, nil},
+		{"reference: TIME, GET, SET PX (constants)", refTimeGetSetPX, nil},
+		{"reference: TIME, GET, SET KEEPTTL (constants)", refTimeGetSetKeepTTL, nil},
 		{"reference: single-purpose GCRA script (TIME, GET, SET PX), as of d2d6579", refGCRA, []string{"", "2000000", "32000000"}},
+		{"reference: the leanest GCRA step (TIME, GET, SET PX, a string reply)", refGCRALean, nil},
 	} {
 		sha, err := admin(b.srv.addr, "SCRIPT", "LOAD", r.src)
 		if err != nil {
