@@ -29,6 +29,8 @@ var (
 	refTimeGetSetKeepTTL string
 	//go:embed ref/gcra_lean.lua
 	refGCRALean string
+	//go:embed ref/table_reply.lua
+	refTableReply string
 )
 
 // sluiceKey is the Redis key the store uses for a request key.
@@ -355,6 +357,7 @@ func (b *bench) cpu(ctx context.Context) error {
 		args      []string
 	}{
 		{"trivial `return 1`", "return 1", nil},
+		{"reference: a table reply `return {1, 2, 3}`", refTableReply, nil},
 		{"reference: TIME", refTime, nil},
 		{"reference: TIME, GET", refTimeGet, nil},
 		{"reference: TIME, GET, SET PX (constants)", refTimeGetSetPX, nil},
