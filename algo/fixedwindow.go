@@ -11,6 +11,10 @@ import (
 // expires at end. A decision of cost n is allowed when count+n <= Limit.
 // RetryAfter is end - now (Never when n > Limit); ResetAfter is end - now
 // while the window has a count, else 0.
+//
+// A clock that steps back never reopens a window: a decision at a time
+// before the start of the window the state counts (State.A - W) is taken
+// at that start, in that window (see At).
 type FixedWindow struct {
 	Limit  int64
 	Window time.Duration
@@ -32,8 +36,16 @@ func (f FixedWindow) WindowEnd(now int64) int64 {
 	return now - now%w + w
 }
 
+// At returns the time a decision at now is taken at on s: now, or the
+// start of the window s counts when now is before it (the clock stepped
+// back), so that a key never returns to a window it has left.
+func (f FixedWindow) At(s *State, now int64) int64 {
+	return max(now, s.A-Micros(f.Window))
+}
+
 // Decide implements Limit.
 func (f FixedWindow) Decide(s *State, now, cost int64, commit bool) Result {
+	now = f.At(s, now)
 	end := f.WindowEnd(now)
 	ok, count := f.step(s, now, end, cost, commit)
 	return f.numbers(ok, now, end, count, cost).result(ok, cost)
@@ -41,10 +53,12 @@ func (f FixedWindow) Decide(s *State, now, cost int64, commit bool) Result {
 
 // step applies a decision in the window ending at end to s: it reports
 // whether the cost is admitted and the window's count after the decision.
+// A state of a later window than end's (the clock stepped back) is
+// decided in that window.
 func (f FixedWindow) step(s *State, now, end, cost int64, commit bool) (bool, int64) {
 	var count int64
-	if s.A == end {
-		count = s.B
+	if s.A >= end {
+		end, count = s.A, s.B
 	}
 	if cost > f.Limit-count {
 		return false, count

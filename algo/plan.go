@@ -239,6 +239,7 @@ var ErrUnsupported = errors.New("unsupported limit")
 func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 	switch p.kind {
 	case KindGCRA, KindTokenBucket, KindFixedWindow, KindGate:
+		now = p.At(s, now)
 		ok, v := p.Step(s, now, cost, commit)
 		return p.Finish(ok, now, v, cost)
 	case KindSlidingLog:
@@ -254,6 +255,16 @@ func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 // bucket, fixed window and gate, whose Result follows from the outcome
 // and one number. Decide is Finish(Step(...)) for these.
 func (p *Plan) Stepwise() bool { return p.kind <= KindGate }
+
+// At returns the time a decision at now is taken at on s, which a store
+// passes to Step and Finish: now, except for a fixed window whose state
+// counts a window that starts after now (FixedWindow.At).
+func (p *Plan) At(s *State, now int64) int64 {
+	if p.kind == KindFixedWindow {
+		return max(now, s.A-Micros(p.d))
+	}
+	return now
+}
 
 // Step applies the part of a Stepwise plan's decision that reads and
 // writes s. It reports whether the cost is admitted, and v for Finish: a

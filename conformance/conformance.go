@@ -209,7 +209,101 @@ var Traces = []Trace{
 			{At: 30 * s, Cost: 0, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 3}},
 		},
 	},
+	// The clock steps back 50ms across a window's end (Redis TIME after a
+	// failover to a replica whose clock is behind, a VM restored from a
+	// snapshot, NTP): no algorithm admits beyond its limit, and none
+	// returns to a window it has left. e = 9.665413s is the end of the
+	// 10s window that holds T0. A fixed window decided before the start
+	// of the window its key counts is taken at that start (its times
+	// count from there); the others decide at the earlier time, which
+	// their state already covers.
+	{
+		Name:  "fixed_window/clock-back",
+		Limit: algo.FixedWindow{Limit: 3, Window: 10 * s},
+		Steps: []Step{
+			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 100 * ms}},
+			{At: e, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			// Back 50ms, into the window just left: it stays closed.
+			{At: e - 50*ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 10 * s, ResetAfter: 10 * s}},
+			{At: e - 50*ms, Cost: 0, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			{At: e + 5*s, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 5 * s, ResetAfter: 5 * s}},
+			{At: e + 10*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 10 * s}},
+			// Back 3 windows after a window that admitted once.
+			{At: e - 20*s, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			{At: e - 20*s, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 10 * s, ResetAfter: 10 * s}},
+		},
+	},
+	{
+		// T = 3.333333s, tau = 6.666666s.
+		Name:  "gcra/clock-back",
+		Limit: algo.GCRA{Burst: 2, Count: 3, Period: 10 * s},
+		Steps: []Step{
+			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 9999999 * us}},
+			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9899999 * us, ResetAfter: 9899999 * us}},
+			{At: e - 50*ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 3283333 * us, ResetAfter: 9949999 * us}},
+			{At: e - 50*ms, Cost: 0, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 0, ResetAfter: 9949999 * us}},
+			{At: e + 5*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 0, ResetAfter: 8233332 * us}},
+			{At: e + 10*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 1, ResetAfter: 6566665 * us}},
+		},
+	},
+	{
+		Name:  "token_bucket/clock-back",
+		Limit: algo.TokenBucket{Burst: 3, Rate: 3, Per: 10 * s},
+		Steps: []Step{
+			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 9999999 * us}},
+			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9899999 * us, ResetAfter: 9899999 * us}},
+			{At: e - 50*ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 3283333 * us, ResetAfter: 9949999 * us}},
+			{At: e + 5*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 0, ResetAfter: 8233332 * us}},
+		},
+	},
+	{
+		Name:  "gate/clock-back",
+		Limit: algo.Gate{Interval: 10 * s},
+		Steps: []Step{
+			{At: e - 100*ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 1, Remaining: 0, ResetAfter: 10 * s}},
+			{At: e, Cost: 1, Want: algo.Result{Quota: 1, Remaining: 0, RetryAfter: 9900 * ms, ResetAfter: 9900 * ms}},
+			{At: e - 50*ms, Cost: 1, Want: algo.Result{Quota: 1, Remaining: 0, RetryAfter: 9950 * ms, ResetAfter: 9950 * ms}},
+			{At: e + 5*s, Cost: 1, Want: algo.Result{Quota: 1, Remaining: 0, RetryAfter: 4900 * ms, ResetAfter: 4900 * ms}},
+			{At: e + 10*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 1, Remaining: 0, ResetAfter: 10 * s}},
+		},
+	},
+	{
+		Name:  "sliding_log/clock-back",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: 10 * s}}},
+		Steps: []Step{
+			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9900 * ms, ResetAfter: 9900 * ms, DeniedBy: 1}},
+			{At: e - 50*ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9950 * ms, ResetAfter: 9950 * ms, DeniedBy: 1}},
+			{At: e + 5*s, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 4900 * ms, ResetAfter: 4900 * ms, DeniedBy: 1}},
+			{At: e + 10*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 10 * s}},
+		},
+	},
+	{
+		Name:  "sliding_log/buckets-clock-back",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: 10 * s}}, Buckets: 10},
+		Steps: []Step{
+			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10100 * ms}},
+			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 10 * s, ResetAfter: 10 * s, DeniedBy: 1}},
+			{At: e - 50*ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 10050 * ms, ResetAfter: 10050 * ms, DeniedBy: 1}},
+			{At: e + 5*s, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 5 * s, ResetAfter: 5 * s, DeniedBy: 1}},
+			{At: e + 10*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 11 * s}},
+		},
+	},
+	{
+		Name:  "window_counter/clock-back",
+		Limit: algo.WindowCounter{Limits: []algo.Window{{Limit: 3, Window: 10 * s}}},
+		Steps: []Step{
+			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 9100 * ms}},
+			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9 * s, ResetAfter: 9 * s, DeniedBy: 1}},
+			{At: e - 50*ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9050 * ms, ResetAfter: 9050 * ms, DeniedBy: 1}},
+			{At: e + 5*s, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 4 * s, ResetAfter: 4 * s, DeniedBy: 1}},
+			{At: e + 10*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 10 * s}},
+		},
+	},
 }
+
+// e is the end of the 10s window that holds T0, since T0.
+const e = 9665413 * us
 
 // Run plays every trace against st, under keys that start with ns so
 // that several runs can share one server, and fails t on any result that

@@ -49,20 +49,42 @@ func randomLimit(r *rand.Rand, i int) algo.Limit {
 	}
 }
 
-// TestStoresAgree plays random traces on both stores and requires every
-// result to be identical.
+// TestStoresAgree plays random traces on both stores, with times that
+// sometimes step back (a clock corrected, a failover to a server whose
+// clock is behind), and requires every result to be identical. A time
+// steps back no further than the expiry of a state the memory store may
+// have dropped (see TestWindowedStoresAgree).
 func TestStoresAgree(t *testing.T) {
 	st := stores(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 7))
 	ctx := context.Background()
+	g := newTTLGuard(st)
 	for trace := 0; trace < 40; trace++ {
 		lim := randomLimit(r, trace)
 		at := conformance.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+		key := "agree:" + strconv.Itoa(trace)
+		gen := 0
+		var floor time.Time
 		for step := 0; step < 60; step++ {
-			at = at.Add(time.Duration(r.Int64N(int64(700 * time.Millisecond))))
-			req := sluice.Request{Key: "agree:" + string(rune('a'+trace%26)) + string(rune('0'+trace/26)), Limit: lim, Cost: r.Int64N(4), Time: at}
+			if r.IntN(8) == 0 {
+				at = at.Add(-time.Duration(r.Int64N(int64(1500 * time.Millisecond))))
+				if at.Before(floor) {
+					at = floor
+				}
+			} else {
+				at = at.Add(time.Duration(r.Int64N(int64(700 * time.Millisecond))))
+			}
+			if !g.ok(t, at, sluice.Request{Key: key, Limit: lim}) {
+				gen++
+				key = "agree:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen)
+				floor = time.Time{}
+			}
+			if e, ok := g.expire[key]; ok && !at.Before(e) && e.After(floor) {
+				floor = e
+			}
+			req := sluice.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
 			m, err := st["memory"].Decide(ctx, req)
 			if err != nil {
 				t.Fatal(err)
@@ -72,8 +94,9 @@ func TestStoresAgree(t *testing.T) {
 				t.Fatal(err)
 			}
 			if m != x {
-				t.Fatalf("trace %d step %d %#v cost %d:\nmemory %s\n redis %s", trace, step, lim, req.Cost, conformance.Format(m), conformance.Format(x))
+				t.Fatalf("trace %d step %d %#v cost %d at %v:\nmemory %s\n redis %s", trace, step, lim, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
 			}
+			g.saw(key, at, m)
 		}
 	}
 }

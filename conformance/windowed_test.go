@@ -66,18 +66,18 @@ func newTTLGuard(st map[string]sluice.Store) *ttlGuard {
 	return &ttlGuard{rs: st["redis"].(*redis.Store), expire: map[string]time.Time{}}
 }
 
-// ok reports whether the states of keys that are live at at are still in
-// Redis for at least 50ms more.
-func (g *ttlGuard) ok(t *testing.T, at time.Time, keys ...string) bool {
-	for _, k := range keys {
-		if e, live := g.expire[k]; live && e.After(at) {
+// ok reports whether the states of the requests' keys that are live at at
+// are still in Redis for at least 50ms more.
+func (g *ttlGuard) ok(t *testing.T, at time.Time, reqs ...sluice.Request) bool {
+	for _, r := range reqs {
+		if e, live := g.expire[r.Key]; live && e.After(at) {
 			c := g.rs.Client()
-			ms, err := c.Do(context.Background(), c.B().Pttl().Key(redis.KeyName(redis.DefaultPrefix, k, "")).Build()).AsInt64()
+			ms, err := c.Do(context.Background(), c.B().Pttl().Key(redis.StateKey(redis.DefaultPrefix, r)).Build()).AsInt64()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ms < 50 {
-				t.Logf("key %s: Redis TTL %dms while the trace still counts it; moving to fresh keys", k, ms)
+				t.Logf("key %s: Redis TTL %dms while the trace still counts it; moving to fresh keys", r.Key, ms)
 				return false
 			}
 		}
@@ -85,9 +85,12 @@ func (g *ttlGuard) ok(t *testing.T, at time.Time, keys ...string) bool {
 	return true
 }
 
+// saw notes a decision's result. A state expires at the latest of the
+// times its results reported: a fixed window decided at a time the clock
+// stepped back to reports its times from its window's start, not from at.
 func (g *ttlGuard) saw(key string, at time.Time, r algo.Result) {
-	if r.ResetAfter > 0 {
-		g.expire[key] = at.Add(r.ResetAfter)
+	if e := at.Add(r.ResetAfter); r.ResetAfter > 0 && e.After(g.expire[key]) {
+		g.expire[key] = e
 	}
 }
 
@@ -121,7 +124,7 @@ func TestWindowedStoresAgree(t *testing.T) {
 			default:
 				at = at.Add(grid * time.Duration(r.Int64N(4)))
 			}
-			if !g.ok(t, at, key) {
+			if !g.ok(t, at, sluice.Request{Key: key, Limit: lim}) {
 				gen++
 				key = "windowed:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen)
 				floor = time.Time{}
@@ -182,7 +185,7 @@ func TestWindowedBatchesAgree(t *testing.T) {
 		at := gridStart(r)
 		for step := 0; step < 60; step++ {
 			at = at.Add(grid * time.Duration(r.Int64N(5)))
-			if !g.ok(t, at, keys...) {
+			if !g.ok(t, at, reqs...) {
 				gen++
 				name()
 			}

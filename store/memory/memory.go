@@ -199,7 +199,7 @@ func (s *Store) apply(key string, p *algo.Plan, when time.Time, cost int64, r *a
 	if e != nil {
 		e.mu.Lock()
 		if !e.dead {
-			ok, v = decideLocked(e, p, t, cost, r)
+			ok, v, t = decideLocked(e, p, t, cost, r)
 			return
 		}
 		e.mu.Unlock()
@@ -210,13 +210,13 @@ func (s *Store) apply(key string, p *algo.Plan, when time.Time, cost int64, r *a
 	defer sh.mu.Unlock()
 	if e := sh.index.Load().find(h, key); e != nil {
 		e.mu.Lock() // under the shard's lock, an indexed entry is live
-		ok, v = decideLocked(e, p, t, cost, r)
+		ok, v, t = decideLocked(e, p, t, cost, r)
 		return
 	}
 	// A key not held: decide on a fresh state, and keep it only if it
 	// outlives t (a peek or a denial stores nothing).
 	fresh := algo.State{Shape: p.Shape()}
-	ok, v = decideState(&fresh, p, t, cost, r)
+	ok, v, t = decideState(&fresh, p, t, cost, r)
 	if fresh.Expire > t {
 		sh.add(newEntry(h, key, fresh))
 	}
@@ -225,27 +225,29 @@ func (s *Store) apply(key string, p *algo.Plan, when time.Time, cost int64, r *a
 
 // decideLocked decides on e, whose lock the caller holds, and unlocks it;
 // see decideState.
-func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64) {
-	ok, v := decideState(&e.st, p, t, cost, r)
+func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64, int64) {
+	ok, v, t := decideState(&e.st, p, t, cost, r)
 	e.mu.Unlock()
-	return ok, v
+	return ok, v, t
 }
 
 // decideState decides on st and reports whether the cost was admitted:
-// for a Stepwise plan with Step's v, and for the others setting *r to the
-// Result unless r is nil.
-func decideState(st *algo.State, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64) {
+// for a Stepwise plan with Step's v and the time to Finish at (Plan.At),
+// and for the others setting *r to the Result unless r is nil.
+func decideState(st *algo.State, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64, int64) {
 	if st.Expire <= t || st.Shape != p.Shape() {
 		st.Clear(p.Shape())
 	}
 	if p.Stepwise() {
-		return p.Step(st, t, cost, true)
+		t = p.At(st, t)
+		ok, v := p.Step(st, t, cost, true)
+		return ok, v, t
 	}
 	res := p.Decide(st, t, cost, true)
 	if r != nil {
 		*r = res
 	}
-	return res.Allowed, 0
+	return res.Allowed, 0, t
 }
 
 // add indexes e, whose key the shard does not hold, growing the index

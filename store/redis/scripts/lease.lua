@@ -32,6 +32,9 @@ end
 local key, w, limit, k = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local e = now - now % w + w
 local v = redis.call('HMGET', key, 'e', 'n', 'h')
+if tonumber(v[1]) and tonumber(v[1]) > e then
+  e = tonumber(v[1]) -- the clock stepped back: stay in the later window
+end
 local n, h = 0, 0
 if tonumber(v[1]) == e then
   n, h = tonumber(v[2]) or 0, tonumber(v[3]) or 0
