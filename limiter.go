@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
@@ -90,11 +91,15 @@ var ErrNever = errors.New("sluice: the cost exceeds the limit and can never be a
 
 // Wait blocks until n actions for key are admitted, and consumes them, or
 // until ctx is done. It never waits when the store says the wait would
-// pass ctx's deadline: it returns ErrWouldExceedDeadline at once. Every
+// pass ctx's deadline: it returns ErrWouldExceedDeadline at once, and a
+// context already done returns its error, taking nothing. Every
 // admission is the store's own atomic decision, so many goroutines (and
 // processes, on a shared store) waiting on one key are admitted at exactly
 // the limit's rate; which of them goes first is not ordered.
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return err // a context already done takes nothing
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -136,8 +141,11 @@ type Reservation struct {
 	l     *Limiter
 	key   string
 	n     int64
-	act   time.Time // when the holder may act
+	act   time.Time // when the holder may act, by the store's clock
 	delay time.Duration
+	// given is set by the first Cancel that asks the store to give the
+	// actions back; a pointer, so that copies of a Reservation share it.
+	given *atomic.Bool
 }
 
 // Delay is how long after the reservation the holder may act: 0 when the
@@ -148,10 +156,17 @@ func (r *Reservation) Delay() time.Duration { return r.delay }
 func (r *Reservation) TimeToAct() time.Time { return r.act }
 
 // Cancel gives the reservation's actions back to the limit, if their time
-// has not yet come (after it, they were used or their time has passed, and
-// nothing is given back), as much as the limit still holds them: later
-// reservations keep their places. On Redis the refund is one script call,
-// seen by every instance.
+// has not yet come by the store's clock (after it, they were used or their
+// time has passed, and nothing is given back), as much as the limit still
+// holds them: later reservations keep their places. On Redis the refund
+// is one script call, seen by every instance, after one TIME.
+//
+// A reservation gives back at most once, whatever the number of calls and
+// goroutines: only the first call that reaches the store's refund gives
+// anything back, and every other call returns nil. A call that fails
+// before the refund (the store's clock could not be read) leaves the
+// reservation to a later Cancel; once the refund was asked for, even if
+// it failed (it may have been applied), no later call asks again.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	rf, ok := r.l.st.(interface {
 		Refund(ctx context.Context, req Request) error
@@ -159,10 +174,29 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("sluice: %T cannot give units back", r.l.st)
 	}
-	if !time.Now().Before(r.act) {
+	if !r.given.CompareAndSwap(false, true) {
 		return nil
 	}
-	return rf.Refund(ctx, Request{Key: r.key, Limit: r.l.lim, Cost: r.n})
+	now, err := r.l.now(ctx)
+	if err != nil {
+		r.given.Store(false)
+		return err
+	}
+	if !now.Before(r.act) {
+		return nil
+	}
+	return rf.Refund(ctx, Request{Key: r.key, Limit: r.l.lim, Cost: r.n, Time: now})
+}
+
+// now reads the store's clock (store.Clock), or the local clock for a
+// store without one.
+func (l *Limiter) now(ctx context.Context) (time.Time, error) {
+	if c, ok := l.st.(interface {
+		Now(ctx context.Context) (time.Time, error)
+	}); ok {
+		return c.Now(ctx)
+	}
+	return time.Now(), nil
 }
 
 // Reserve takes n actions for key ahead of their time, as x/time/rate's
@@ -170,16 +204,20 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 // Cancel it. It reserves no later than ctx's deadline allows (a context
 // without one: any wait), and returns ErrWouldExceedDeadline, taking
 // nothing, when the actions could act only after it; ErrNever when n
-// exceeds the limit's burst.
+// exceeds the limit's burst. A context already done takes nothing and
+// returns its error.
 //
 // Reserve is for the limits with a steady refill, GCRA and the token
 // bucket, where capacity taken ahead has a meaning: for the others it
 // returns an error wrapping algo.ErrUnsupported. The store must give units
 // back (store.Refunder) for Cancel: the memory and Redis stores do.
 //
-// The decision is at the store's clock (Redis TIME on Redis), and Delay is
-// relative to it.
+// The decision is at the store's clock (store.Clock: Redis TIME on Redis,
+// read first), and Delay and TimeToAct are by it.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	wait := algo.MaxHorizon
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(time.Until(d), 0)
@@ -191,8 +229,11 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservatio
 	if t, _ := p.TAT(); n > t.Limit {
 		return nil, ErrNever
 	}
-	now := time.Now()
-	r, err := l.st.Decide(ctx, Request{Key: key, Limit: &p, Cost: n})
+	now, err := l.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := l.st.Decide(ctx, Request{Key: key, Limit: &p, Cost: n, Time: now})
 	switch {
 	case err != nil:
 		return nil, err
@@ -202,5 +243,5 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservatio
 		return nil, ErrWouldExceedDeadline
 	}
 	delay := l.plan.ReserveDelay(r)
-	return &Reservation{l: l, key: key, n: n, act: now.Add(delay), delay: delay}, nil
+	return &Reservation{l: l, key: key, n: n, act: now.Add(delay), delay: delay, given: new(atomic.Bool)}, nil
 }

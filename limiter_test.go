@@ -293,3 +293,81 @@ func TestNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelGivesBackOnce: a reservation gives its actions back at most
+// once, however many goroutines cancel it, on both stores (each extra
+// Cancel once gave back one more, up to the whole burst).
+func TestCancelGivesBackOnce(t *testing.T) {
+	stores, _ := limiterStores(t)
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			// 2 at once, then 1 an hour: the reservation's time cannot come
+			// while the test runs, however slow the machine.
+			lim, err := sluice.NewLimiter(st, algo.GCRA{Burst: 1, Count: 1, Period: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if ok, err := lim.Allow(ctx, "k"); !ok || err != nil {
+					t.Fatalf("Allow: %v, %v", ok, err)
+				}
+			}
+			r, err := lim.Reserve(ctx, "k", 1)
+			if err != nil || r.Delay() < 59*time.Minute {
+				t.Fatalf("Reserve: %v, delay %v", err, r.Delay())
+			}
+			var wg sync.WaitGroup
+			for range 100 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := r.Cancel(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			copied := *r
+			if err := copied.Cancel(ctx); err != nil {
+				t.Fatal(err)
+			}
+			admitted := 0
+			for range 10 {
+				if ok, err := lim.Allow(ctx, "k"); err != nil {
+					t.Fatal(err)
+				} else if ok {
+					admitted++
+				}
+			}
+			if admitted != 0 {
+				t.Fatalf("after 101 Cancels of one reservation, %d of 10 admitted; want 0", admitted)
+			}
+		})
+	}
+}
+
+// TestReserveWithADoneContext: a context already cancelled takes nothing,
+// on both stores (the memory store once consumed), for Reserve and Wait.
+func TestReserveWithADoneContext(t *testing.T) {
+	stores, _ := limiterStores(t)
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			lim, err := sluice.NewLimiter(st, algo.GCRA{Burst: 0, Count: 1, Period: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done, cancel := context.WithCancel(context.Background())
+			cancel()
+			if r, err := lim.Reserve(done, "k", 1); !errors.Is(err, context.Canceled) {
+				t.Errorf("Reserve with a done context: %v, %v", r, err)
+			}
+			if err := lim.Wait(done, "k", 1); !errors.Is(err, context.Canceled) {
+				t.Errorf("Wait with a done context: %v", err)
+			}
+			if ok, err := lim.Allow(context.Background(), "k"); !ok || err != nil {
+				t.Errorf("the limit was consumed by a done context: Allow %v, %v", ok, err)
+			}
+		})
+	}
+}

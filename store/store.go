@@ -201,6 +201,14 @@ type Refunder interface {
 	Refund(ctx context.Context, req sluice.Request) error
 }
 
+// Clock is a store that tells the time of its clock: the time a decision
+// without Request.Time is taken at (Redis TIME for the Redis store). A
+// limiter handle's Reserve and Cancel read it, so that a reservation's
+// time to act and its cancellation are judged by one clock.
+type Clock interface {
+	Now(ctx context.Context) (time.Time, error)
+}
+
 // Consumed is one entry for a consumers list: the list of the level whose
 // state is Key (placed by Tag, as the level's state is), and the entry.
 type Consumed struct {

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"time"
 	"hash/maphash"
 
 	"github.com/sluicehq/sluice"
@@ -28,7 +29,14 @@ func (s *Store) Reset(_ context.Context, reqs []sluice.Request) error {
 	return nil
 }
 
-var _ store.Refunder = (*Store)(nil)
+var (
+	_ store.Refunder = (*Store)(nil)
+	_ store.Clock    = (*Store)(nil)
+)
+
+// Now implements store.Clock: the store's monotonic clock, which its
+// decisions without a time use.
+func (s *Store) Now(context.Context) (time.Time, error) { return time.UnixMicro(s.now()), nil }
 
 // Refund implements store.Refunder.
 func (s *Store) Refund(_ context.Context, req sluice.Request) error {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Reset forgets the state of each request's Key, placed by its Tag and
@@ -37,6 +38,11 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 	s.forget(reqs...)
 	return nil
 }
+
+var (
+	_ store.Refunder = (*Store)(nil)
+	_ store.Clock    = (*Store)(nil)
+)
 
 // Refund implements store.Refunder: refund.lua on the request's level,
 // at req.Time or Redis TIME.

@@ -48,16 +48,10 @@ func slotGroups(keys []string) [][]int {
 // Redis TIME, read first, is used for every group.
 func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, keys []string, groups [][]int, results []algo.Result) (bool, error) {
 	if reqs[0].Time.IsZero() {
-		now, err := s.client().Do(ctx, s.client().B().Time().Build()).AsStrSlice()
-		if err != nil || len(now) != 2 {
-			return false, fmt.Errorf("redis store: TIME: %v", err)
+		t, err := s.time(ctx)
+		if err != nil {
+			return false, err
 		}
-		sec, err1 := strconv.ParseInt(now[0], 10, 64)
-		usec, err2 := strconv.ParseInt(now[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			return false, fmt.Errorf("redis store: TIME replied %q", now)
-		}
-		t := time.UnixMicro(sec*1_000_000 + usec)
 		pinned := make([]sluice.Request, len(reqs))
 		for i, r := range reqs {
 			r.Time = t
@@ -134,4 +128,29 @@ func (s *Store) refund(ctx context.Context, keys []string, c checked) error {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	return nil
+}
+
+// Now implements store.Clock: Redis TIME (on Cluster, one node's), the
+// clock of the decisions that carry no time.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer cancel()
+	return s.time(ctx)
+}
+
+// time reads Redis TIME.
+func (s *Store) time(ctx context.Context) (time.Time, error) {
+	now, err := s.client().Do(ctx, s.client().B().Time().Build()).AsStrSlice()
+	if err != nil || len(now) != 2 {
+		return time.Time{}, fmt.Errorf("redis store: TIME: %v", err)
+	}
+	sec, err1 := strconv.ParseInt(now[0], 10, 64)
+	usec, err2 := strconv.ParseInt(now[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, fmt.Errorf("redis store: TIME replied %q", now)
+	}
+	return time.UnixMicro(sec*1_000_000 + usec), nil
 }
