@@ -2,8 +2,8 @@ package memory
 
 import (
 	"context"
-	"time"
 	"hash/maphash"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
