@@ -60,6 +60,8 @@ type Request struct {
 	// Limit is the limiter definition.
 	Limit algo.Limit
 	// Cost is how much the decision consumes; 0 peeks and admits nothing.
+	// It is at most algo.MaxCount; a cost above the limit is denied with
+	// RetryAfter algo.Never.
 	Cost int64
 	// Time is the time of the decision; the zero Time means the store's
 	// clock (Redis TIME for the Redis store), like the t of
@@ -130,6 +132,8 @@ func CheckDecision(key string, l algo.Limit, cost int64, t time.Time) error {
 		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrBadRequest, len(key), MaxKeyLen)
 	case cost < 0:
 		return fmt.Errorf("%w: negative cost %d", ErrBadRequest, cost)
+	case cost > algo.MaxCount:
+		return fmt.Errorf("%w: cost %d exceeds %d (algo.MaxCount)", ErrBadRequest, cost, algo.MaxCount)
 	case l == nil:
 		return fmt.Errorf("%w: no limit", ErrBadRequest)
 	}

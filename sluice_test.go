@@ -1,7 +1,10 @@
 package sluice_test
 
 import (
+	"context"
+	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memory"
 )
 
 func TestKeyIsInjective(t *testing.T) {
@@ -214,4 +218,26 @@ func FuzzKeyInjective(f *testing.F) {
 			t.Fatalf("Key(%q) = Key(%q) = %q", a, b, sluice.Key(a...))
 		}
 	})
+}
+
+// TestBounds: a limit or a cost beyond what both stores count exactly is
+// refused with a clear error, before any store sees it.
+func TestBounds(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	_, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: algo.FixedWindow{Limit: math.MaxInt64, Window: time.Second}, Cost: 1})
+	if !errors.Is(err, algo.ErrInvalid) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
+		t.Errorf("fixed_window limit 2^63-1: %v", err)
+	}
+	_, err = st.Decide(ctx, sluice.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1, Window: time.Second}, Cost: algo.MaxCount + 1})
+	if !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
+		t.Errorf("cost 2^53: %v", err)
+	}
+	if _, err := sluice.NewLimiter(st, algo.FixedWindow{Limit: algo.MaxCount + 1, Window: time.Second}); !errors.Is(err, algo.ErrInvalid) {
+		t.Errorf("NewLimiter with a fixed_window limit of 2^53: %v", err)
+	}
+	if err := (algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit + 1, Window: time.Second}}}).Validate(); !errors.Is(err, algo.ErrInvalid) {
+		t.Errorf("exact sliding_log limit %d: %v", algo.MaxExactLimit+1, err)
+	}
 }

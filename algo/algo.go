@@ -28,6 +28,22 @@ const MaxHorizon = 100 * 365 * 24 * time.Hour
 // value a script computes below 2^53.
 const MaxTime int64 = 1 << 53 / 2
 
+// MaxCount bounds every limit and every cost: 2^53-1, the largest integer
+// that a double (a number in the Redis store's Lua scripts) holds exactly,
+// so that both stores count alike up to it. The algorithms' own bounds are
+// lower where their state needs it:
+//
+//	gcra, token_bucket  limit·T within MaxHorizon: a limit of at most
+//	                    3,153,600,000,000,000 (at T = 1µs)
+//	fixed_window        MaxCount
+//	gate                1
+//	sliding_log         MaxExactLimit (exact), MaxWindowLimit (buckets)
+//	window_counter      MaxWindowLimit
+//
+// A cost above a limit is denied, never to be admitted (Never); a cost
+// above MaxCount is a bad request.
+const MaxCount int64 = 1<<53 - 1
+
 // ErrInvalid is wrapped by every error about a limit's parameters.
 var ErrInvalid = errors.New("invalid limit")
 

@@ -20,12 +20,15 @@ type FixedWindow struct {
 	Window time.Duration
 }
 
-// Validate implements Limit. A Limit of 0 admits nothing but peeks (every
-// cost above 0 is denied, Never to be admitted): envoyproxy/ratelimit's
-// requests_per_unit 0.
+// Validate implements Limit. A Limit is at most MaxCount. A Limit of 0
+// admits nothing but peeks (every cost above 0 is denied, Never to be
+// admitted): envoyproxy/ratelimit's requests_per_unit 0.
 func (f FixedWindow) Validate() error {
 	if f.Limit < 0 {
 		return fmt.Errorf("%w: fixed_window limit must be zero or more, got %d", ErrInvalid, f.Limit)
+	}
+	if f.Limit > MaxCount {
+		return fmt.Errorf("%w: fixed_window limit %d exceeds %d (2^53-1, the largest count both stores hold exactly)", ErrInvalid, f.Limit, MaxCount)
 	}
 	return positiveSpan("fixed_window window", f.Window)
 }

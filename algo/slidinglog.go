@@ -70,7 +70,7 @@ const (
 	MaxWindowLimit = 1_000_000_000
 	// MaxExactLimit bounds the limits of an exact SlidingLog (no
 	// Buckets), which keeps one entry per action.
-	MaxExactLimit = 1_000_000
+	MaxExactLimit = 10_000
 	// MaxBuckets bounds SlidingLog.Buckets, and MaxSlices the slices in a
 	// WindowCounter's longest window.
 	MaxBuckets = 10_000

@@ -300,7 +300,89 @@ var Traces = []Trace{
 			{At: e + 10*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 10 * s}},
 		},
 	},
+	// Each algorithm at its largest limit (algo.MaxCount and the bounds it
+	// lists), with costs up to algo.MaxCount: both stores count exactly to
+	// the last unit (a fixed window of 2^63-1 once failed open on Redis,
+	// its counter overflowing).
+	{
+		// T = 1µs: the limit spans the whole 100-year horizon.
+		Name:  "gcra/edge",
+		Limit: algo.GCRA{Burst: maxTAT - 1, Count: 1_000_000, Period: s},
+		Steps: []Step{
+			{At: 0, Cost: maxTAT - 1, Want: algo.Result{Allowed: true, Admitted: maxTAT - 1, Quota: maxTAT, Remaining: 1, ResetAfter: (maxTAT - 1) * us}},
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: maxTAT, Remaining: 0, ResetAfter: maxTAT * us}},
+			{At: 0, Cost: 1, Want: algo.Result{Quota: maxTAT, Remaining: 0, RetryAfter: us, ResetAfter: maxTAT * us}},
+			{At: 1 * ms, Cost: 0, Want: algo.Result{Allowed: true, Quota: maxTAT, Remaining: 1000, ResetAfter: (maxTAT - 1000) * us}},
+			{At: 1 * ms, Cost: maxTAT, Want: algo.Result{Quota: maxTAT, Remaining: 1000, RetryAfter: (maxTAT - 1000) * us, ResetAfter: (maxTAT - 1000) * us}},
+			{At: 1 * ms, Cost: algo.MaxCount, Want: algo.Result{Quota: maxTAT, Remaining: 1000, RetryAfter: algo.Never, ResetAfter: (maxTAT - 1000) * us}},
+		},
+	},
+	{
+		Name:  "token_bucket/edge",
+		Limit: algo.TokenBucket{Burst: maxTAT, Rate: 1_000_000, Per: s},
+		Steps: []Step{
+			{At: 0, Cost: maxTAT, Want: algo.Result{Allowed: true, Admitted: maxTAT, Quota: maxTAT, Remaining: 0, ResetAfter: maxTAT * us}},
+			{At: 0, Cost: 1, Want: algo.Result{Quota: maxTAT, Remaining: 0, RetryAfter: us, ResetAfter: maxTAT * us}},
+			{At: 0, Cost: algo.MaxCount, Want: algo.Result{Quota: maxTAT, Remaining: 0, RetryAfter: algo.Never, ResetAfter: maxTAT * us}},
+		},
+	},
+	{
+		Name:  "fixed_window/edge",
+		Limit: algo.FixedWindow{Limit: algo.MaxCount, Window: 10 * s},
+		Steps: []Step{
+			{At: 0, Cost: algo.MaxCount - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxCount - 1, Quota: algo.MaxCount, Remaining: 1, ResetAfter: e}},
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxCount, Remaining: 0, ResetAfter: e}},
+			{At: 0, Cost: 1, Want: algo.Result{Quota: algo.MaxCount, Remaining: 0, RetryAfter: e, ResetAfter: e}},
+			{At: 0, Cost: algo.MaxCount, Want: algo.Result{Quota: algo.MaxCount, Remaining: 0, RetryAfter: e, ResetAfter: e}},
+			{At: 0, Key: "once", Cost: algo.MaxCount, Want: algo.Result{Allowed: true, Admitted: algo.MaxCount, Quota: algo.MaxCount, Remaining: 0, ResetAfter: e}},
+			{At: 0, Key: "once", Cost: 1, Want: algo.Result{Quota: algo.MaxCount, Remaining: 0, RetryAfter: e, ResetAfter: e}},
+			{At: e, Key: "once", Cost: algo.MaxCount, Want: algo.Result{Allowed: true, Admitted: algo.MaxCount, Quota: algo.MaxCount, Remaining: 0, ResetAfter: 10 * s}},
+		},
+	},
+	{
+		Name:  "sliding_log/exact-edge",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: 10 * s}}},
+		Steps: []Step{
+			{At: 0, Cost: algo.MaxExactLimit - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxExactLimit - 1, Quota: algo.MaxExactLimit, Remaining: 1, ResetAfter: 10 * s}},
+			{At: 1 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxExactLimit, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 2 * ms, Cost: 1, Want: algo.Result{Quota: algo.MaxExactLimit, Remaining: 0, RetryAfter: 9998 * ms, ResetAfter: 9999 * ms, DeniedBy: 1}},
+			{At: 2 * ms, Cost: algo.MaxCount, Want: algo.Result{Quota: algo.MaxExactLimit, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 9999 * ms, DeniedBy: 1}},
+		},
+	},
+	{
+		Name:  "sliding_log/buckets-edge",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxWindowLimit, Window: 10 * s}}, Buckets: 10},
+		Steps: []Step{
+			{At: 0, Cost: algo.MaxWindowLimit - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxWindowLimit - 1, Quota: algo.MaxWindowLimit, Remaining: 1, ResetAfter: 10665413 * us}},
+			{At: 1 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxWindowLimit, Remaining: 0, ResetAfter: 10664413 * us}},
+			{At: 2 * ms, Cost: 1, Want: algo.Result{Quota: algo.MaxWindowLimit, Remaining: 0, RetryAfter: 10663413 * us, ResetAfter: 10663413 * us, DeniedBy: 1}},
+			{At: 2 * ms, Cost: algo.MaxCount, Want: algo.Result{Quota: algo.MaxWindowLimit, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 10663413 * us, DeniedBy: 1}},
+		},
+	},
+	{
+		Name:  "window_counter/edge",
+		Limit: algo.WindowCounter{Limits: []algo.Window{{Limit: algo.MaxWindowLimit, Window: 10 * s}}},
+		Steps: []Step{
+			{At: 0, Cost: algo.MaxWindowLimit - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxWindowLimit - 1, Quota: algo.MaxWindowLimit, Remaining: 1, ResetAfter: e}},
+			{At: 1 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxWindowLimit, Remaining: 0, ResetAfter: e - ms}},
+			{At: 2 * ms, Cost: 1, Want: algo.Result{Quota: algo.MaxWindowLimit, Remaining: 0, RetryAfter: e - 2*ms, ResetAfter: e - 2*ms, DeniedBy: 1}},
+			{At: 2 * ms, Cost: algo.MaxCount, Want: algo.Result{Quota: algo.MaxWindowLimit, Remaining: 0, RetryAfter: algo.Never, ResetAfter: e - 2*ms, DeniedBy: 1}},
+		},
+	},
+	{
+		Name:  "gate/edge",
+		Limit: algo.Gate{Interval: algo.MaxHorizon},
+		Steps: []Step{
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 1, Remaining: 0, ResetAfter: algo.MaxHorizon}},
+			{At: 0, Cost: 1, Want: algo.Result{Quota: 1, Remaining: 0, RetryAfter: algo.MaxHorizon, ResetAfter: algo.MaxHorizon}},
+			{At: 0, Key: "never", Cost: algo.MaxCount, Want: algo.Result{Quota: 1, Remaining: 1, RetryAfter: algo.Never}},
+		},
+	},
 }
+
+// maxTAT is the largest limit of a GCRA or token bucket: one action per µs
+// over the 100-year horizon (algo.MaxHorizon in µs).
+const maxTAT = 3_153_600_000_000_000
 
 // e is the end of the 10s window that holds T0, since T0.
 const e = 9665413 * us

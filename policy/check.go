@@ -86,7 +86,8 @@ func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost 
 // under unmatched: deny; its Summary folds every level (sluice.Summarize),
 // or is a denial with RetryAfter Never when a path is unmatched under
 // unmatched: deny. Matched is false when some path matched no policy.
-// A negative cost is an error wrapping sluice.ErrBadRequest; a store
+// A cost outside 0..algo.MaxCount is an error wrapping
+// sluice.ErrBadRequest; a store
 // failure is returned as the store gave it, and the paths' Match is set.
 func (c *Checker) Decide(ctx context.Context, q *Query, d *sluice.Decision) error {
 	sc := scratchPool.Get().(*scratch)
@@ -96,8 +97,8 @@ func (c *Checker) Decide(ctx context.Context, q *Query, d *sluice.Decision) erro
 
 func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *scratch) error {
 	for i := range q.Paths {
-		if cost := q.Paths[i].Cost; cost < 0 {
-			return fmt.Errorf("policy: %w: negative cost %d", sluice.ErrBadRequest, cost)
+		if cost := q.Paths[i].Cost; cost < 0 || cost > algo.MaxCount {
+			return fmt.Errorf("policy: %w: cost %d is outside 0..%d", sluice.ErrBadRequest, cost, algo.MaxCount)
 		}
 	}
 	p := c.Policy.Load()

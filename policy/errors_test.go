@@ -107,6 +107,7 @@ schema:
               - [1, 0, 1]
               - [1, 1, 0]
               - [1, 1, 99999999999]
+              - {algorithm: fixed_window, limit: 9223372036854775807, window: 10s}
 `, []string{
 			`f.yaml:6:18: schema.user.children.*.limits.burst: gcra burst must be zero or more, got -1`,
 			`f.yaml:11:42: schema.user.children.*.children.trade.limits[1].burst: gcra burst must be zero or more, got -5`,
@@ -116,6 +117,7 @@ schema:
 			`f.yaml:15:21: schema.user.children.*.children.trade.limits[5].count: gcra count must be positive, got 0`,
 			`f.yaml:16:24: schema.user.children.*.children.trade.limits[6].period: gcra period must be positive, got 0s`,
 			`f.yaml:17:24: schema.user.children.*.children.trade.limits[7].period: 99999999999 seconds is out of range`,
+			`f.yaml:18:50: schema.user.children.*.children.trade.limits[8].limit: fixed_window limit 9223372036854775807 exceeds 9007199254740991 (2^53-1, the largest count both stores hold exactly)`,
 		}},
 		{"algorithm", `
 schema:

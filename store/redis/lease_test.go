@@ -292,3 +292,40 @@ func sleepRedis(srv *redistest.Server) <-chan struct{} {
 	time.Sleep(100 * time.Millisecond)
 	return busy
 }
+
+// TestLeaseAtTheLargestLimit: a leased fixed window of algo.MaxCount counts
+// exactly to its last unit (a limit near 2^63 once failed with "hash value
+// is not an integer": Lua wrote the count as a float).
+func TestLeaseAtTheLargestLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{LeaseFor: time.Second, MaxLease: 1 << 40})
+	ctx := context.Background()
+	lim := algo.FixedWindow{Limit: algo.MaxCount, Window: time.Hour}
+	big := sluice.Request{Key: "k", Limit: lim, Cost: algo.MaxCount - 10}
+	if res, err := st.Decide(ctx, big); err != nil || !res.Allowed {
+		t.Fatalf("cost MaxCount-10: %+v, %v", res, err)
+	}
+	one := sluice.Request{Key: "k", Limit: lim, Cost: 1, Lease: true}
+	n := 0
+	for range 50 {
+		res, err := st.Decide(ctx, one)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Fatalf("admitted %d of the last 10 units", n)
+	}
+	if got := windowCount(t, srv, st, one); got != algo.MaxCount {
+		t.Fatalf("window count %d, want %d", got, algo.MaxCount)
+	}
+	// A fresh key whose leases start far from the limit.
+	for i := range 1000 {
+		if _, err := st.Decide(ctx, sluice.Request{Key: "fresh", Limit: lim, Cost: 1 << 30, Lease: true}); err != nil {
+			t.Fatalf("decision %d: %v", i, err)
+		}
+	}
+}
