@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -83,7 +84,7 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 					level, pattern, shadow = "", "", ""
 				}
 				key := lv.LimitKey(j)
-				name := redis.KeyName(prefix, key, lv.Tag)
+				name := redis.StateKey(prefix, sluice.Request{Key: key, Tag: lv.Tag, Limit: l})
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", level, pattern, quoteIfUnclear(key), quoteIfUnclear(name), redis.Slot(name), shadow, specJSON(l.Spec()))
 			}
 		}

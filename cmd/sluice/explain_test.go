@@ -1,9 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -39,10 +44,10 @@ func TestExplain(t *testing.T) {
 	}{
 		{[]string{"user", "alex", "trade"}, `
 path: user / alex / trade
-LEVEL  PATTERN       KEY                REDIS KEY                   SLOT  SHADOW  LIMIT
-1      user/*        user:alex          sluice:{user:alex}          8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
-2      user/*/trade  user:alex:trade#0  sluice:{user:alex}:trade#0  8291  no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
-                     user:alex:trade#1  sluice:{user:alex}:trade#1  8291          {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
+LEVEL  PATTERN       KEY                REDIS KEY                      SLOT  SHADOW  LIMIT
+1      user/*        user:alex          sluice:{user:alex}             8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
+2      user/*/trade  user:alex:trade#0  sluice:{user:alex}:trade#0%:2  8291  no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
+                     user:alex:trade#1  sluice:{user:alex}:trade#1     8291          {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
 `},
 		{[]string{"user", "alex", "withdrawal", "x"}, `
 path: user / alex / withdrawal / x
@@ -61,9 +66,9 @@ ignored: order / 1 (no child matches at the root)
 `},
 		{[]string{"--prefix=app:", "tigerfeeding", "{bob} x"}, `
 path: tigerfeeding / "{bob} x"
-LEVEL  PATTERN         KEY                         REDIS KEY                             SLOT   SHADOW  LIMIT
-1      tigerfeeding    tigerfeeding                app:{tigerfeeding}                    11442  no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
-2      tigerfeeding/*  "tigerfeeding:%7Bbob%7D x"  "app:{tigerfeeding:%257Bbob%257D x}"  165    no      {"algorithm":"gate","interval":"10s"}
+LEVEL  PATTERN         KEY                         REDIS KEY                                SLOT   SHADOW  LIMIT
+1      tigerfeeding    tigerfeeding                app:{tigerfeeding}%:2                    11442  no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
+2      tigerfeeding/*  "tigerfeeding:%7Bbob%7D x"  "app:{tigerfeeding:%257Bbob%257D x}%:3"  165    no      {"algorithm":"gate","interval":"10s"}
 `},
 		{nil, `
 PATTERN         SHADOW  LIMIT
@@ -132,4 +137,53 @@ func TestExplainErrors(t *testing.T) {
 			t.Errorf("%q: status %d stdout %q stderr %q, want %d and %q", tc.args, status, out, errOut, tc.status, tc.stderr)
 		}
 	}
+}
+
+// TestExplainNamesTheKeyWritten: for every algorithm, the REDIS KEY that
+// explain prints is the key a check through the policy writes in a real
+// Redis (explain once printed the key without its shape suffix).
+func TestExplainNamesTheKeyWritten(t *testing.T) {
+	rd := redistest.Start(t)
+	var src strings.Builder
+	src.WriteString("schema:\n")
+	kinds := algo.Kinds()
+	for _, k := range kinds {
+		spec, err := json.Marshal(k.Example().Spec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&src, "  %s:\n    children:\n      \"*\": {limits: [%s]}\n", k, spec)
+	}
+	file := writeFile(t, "limits.yaml", src.String())
+	for _, k := range kinds {
+		path := []string{k.String(), "{alex}:1"}
+		line, _ := json.Marshal(map[string]any{"path": path})
+		if status, out, errOut := replay(t, string(line)+"\n", "--policy", file, "--store", rd.URL()); status != 0 || !strings.Contains(out, `"allowed":true`) {
+			t.Fatalf("%v: replay status %d: %s %s", k, status, out, errOut)
+		}
+		status, out, errOut := runSluice(t, append([]string{"explain", file}, path...)...)
+		if status != 0 {
+			t.Fatalf("%v: explain status %d: %s", k, status, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 3 {
+			t.Fatalf("%v: explain printed\n%s", k, out)
+		}
+		cols := strings.Fields(lines[2])
+		name, err := strconv.Unquote(cols[3])
+		if err != nil {
+			name = cols[3]
+		}
+		if got, err := rd.Do("EXISTS", name); err != nil || got != "1" {
+			t.Errorf("%v: explain's REDIS KEY %q: EXISTS %q, %v; Redis holds %s", k, name, got, err, keys(t, rd))
+		}
+	}
+}
+
+func keys(t *testing.T, rd *redistest.Server) string {
+	out, err := rd.Do("KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
