@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -51,6 +52,9 @@ func (m *memQueue) add(_ context.Context, capacity int, dedup string, fields []b
 	n := int64(len(m.entries))
 	if dedup != "" {
 		if id, ok := m.dedup[dedup]; ok {
+			if e := m.entries[id]; e != nil && !bytes.Equal(e.fields, fields) {
+				return Added{ID: id, Length: n}, ErrDedupConflict
+			}
 			return Added{ID: id, Duplicate: true, Length: n}, nil
 		}
 	}
@@ -93,7 +97,7 @@ func (m *memQueue) deliver(e *memEntry, consumer string, now time.Time) (Entry, 
 	e.owner, e.deliveredAt = consumer, now
 	m.delivered++
 	f, err := decodeFields(e.fields)
-	return Entry{ID: e.id, Fields: f, Deliveries: e.deliveries}, err
+	return Entry{ID: e.id, Fields: f, Dedup: e.dedup, Deliveries: e.deliveries}, err
 }
 
 func (m *memQueue) read(ctx context.Context, consumer string, count int, block time.Duration) ([]Entry, error) {

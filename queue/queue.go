@@ -23,6 +23,8 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -61,6 +63,11 @@ type Entry struct {
 	ID string
 	// Fields are what the producer added.
 	Fields map[string]string
+	// Dedup is the deduplication id the entry was added with ("" for
+	// none). An id is free again once its entry was handled, so a producer
+	// that retries after that adds the entry again: a handler that must
+	// act once per id checks it here.
+	Dedup string
 	// Deliveries counts how often the entry was handed to a handler,
 	// this time included.
 	Deliveries int64
@@ -98,6 +105,11 @@ func (e *FullError) Error() string {
 // ErrBadEntry matches the errors of entries, dedup ids and names beyond
 // their bounds.
 var ErrBadEntry = errors.New("bad entry")
+
+// ErrDedupConflict is the error of an Add whose dedup id is held by a
+// queued entry with other fields: nothing was added (the IETF
+// Idempotency-Key draft's 422).
+var ErrDedupConflict = errors.New("the dedup id is queued with other fields")
 
 // ErrFull matches every *FullError with errors.Is.
 var ErrFull = errors.New("queue full")
@@ -221,6 +233,15 @@ func checkName(name string) error {
 	return nil
 }
 
+// NewDedupID returns a fresh dedup id, 128 random bits, for a producer
+// that has none of its own: with it, a retry after a failed Add cannot
+// queue the entry twice.
+func NewDedupID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return "sluice-" + hex.EncodeToString(b[:])
+}
+
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
@@ -229,8 +250,15 @@ func (q *Queue) Capacity() int { return q.opts.Capacity }
 
 // Add admits an entry with fields unless the queue is full (a
 // *FullError, matching ErrFull). With a non-empty dedup id, an entry with
-// the same id still in the queue is answered instead of adding another
-// (Added.Duplicate); once that entry was handled the id may be added again.
+// the same id and fields still in the queue is answered instead of adding
+// another (Added.Duplicate), and one with other fields is an error
+// (ErrDedupConflict); once that entry was handled the id may be added
+// again. Fields may be empty (an entry whose arrival is the message);
+// a field's name may not (ErrBadEntry).
+//
+// When Add fails for another reason (the store timed out), the entry may
+// still have been added: retry with the same dedup id, which answers
+// Duplicate if it was.
 func (q *Queue) Add(ctx context.Context, fields map[string]string, dedup string) (Added, error) {
 	if len(dedup) > MaxDedupBytes {
 		return Added{}, fmt.Errorf("queue %q: %w: dedup id of %d bytes (at most %d)", q.name, ErrBadEntry, len(dedup), MaxDedupBytes)

@@ -148,7 +148,8 @@ func TestWorkAcksAndFrees(t *testing.T) {
 	})
 }
 
-// TestDedup: a dedup id still queued answers its entry; once handled the
+// TestDedup: a dedup id still queued answers its entry, and is a
+// conflict with other fields; the handler sees the id; once handled the
 // id is free again.
 func TestDedup(t *testing.T) {
 	stores(t, func(t *testing.T, st sluice.Store) {
@@ -158,11 +159,18 @@ func TestDedup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := q.Add(ctx, map[string]string{"v": "2"}, "order-7")
+		b, err := q.Add(ctx, map[string]string{"v": "1"}, "order-7")
 		if err != nil || !b.Duplicate || b.ID != a.ID || b.Length != 1 {
 			t.Fatalf("second add: %+v %v", b, err)
 		}
-		drain(t, q, 1, func(context.Context, Entry) error { return nil })
+		if c, err := q.Add(ctx, map[string]string{"v": "2"}, "order-7"); !errors.Is(err, ErrDedupConflict) || c.ID != a.ID || c.Duplicate {
+			t.Fatalf("the id with other fields: %+v %v, want ErrDedupConflict", c, err)
+		}
+		var seen string
+		drain(t, q, 1, func(_ context.Context, e Entry) error { seen = e.Dedup; return nil })
+		if seen != "order-7" {
+			t.Errorf("the handler saw dedup id %q", seen)
+		}
 		c, err := q.Add(ctx, nil, "order-7")
 		if err != nil || c.Duplicate || c.ID == a.ID {
 			t.Fatalf("add after handling: %+v %v", c, err)
@@ -347,6 +355,12 @@ func TestBounds(t *testing.T) {
 	q := open(t, st, "b", 10)
 	if _, err := q.Add(context.Background(), map[string]string{"x": string(make([]byte, MaxEntryBytes))}, ""); err == nil {
 		t.Error("large entry accepted")
+	}
+	if _, err := q.Add(context.Background(), map[string]string{"": ""}, ""); !errors.Is(err, ErrBadEntry) {
+		t.Errorf("a field without a name: %v", err)
+	}
+	if _, err := q.Add(context.Background(), map[string]string{}, ""); err != nil {
+		t.Errorf("an entry without fields: %v", err)
 	}
 	if _, err := q.Add(context.Background(), nil, string(make([]byte, MaxDedupBytes+1))); err == nil {
 		t.Error("long dedup id accepted")

@@ -120,6 +120,8 @@ func (q *redisQueue) add(ctx context.Context, capacity int, dedup string, fields
 		return Added{ID: id, Length: length}, nil
 	case 2:
 		return Added{ID: id, Duplicate: true, Length: length}, nil
+	case 3:
+		return Added{ID: id, Length: length}, ErrDedupConflict
 	}
 	rs, _ := v[3].ToString()
 	rate, _ := strconv.ParseFloat(rs, 64)
@@ -171,7 +173,7 @@ func entryOf(id string, fv map[string]string) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("entry %s: %w", id, err)
 	}
-	return Entry{ID: id, Fields: f}, nil
+	return Entry{ID: id, Fields: f, Dedup: fv["d"]}, nil
 }
 
 func (q *redisQueue) claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (string, []Entry, error) {

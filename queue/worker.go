@@ -327,6 +327,9 @@ func encodeFields(f map[string]string) ([]byte, error) {
 	if f == nil {
 		f = map[string]string{}
 	}
+	if _, ok := f[""]; ok {
+		return nil, errors.New("a field has an empty name")
+	}
 	b, err := json.Marshal(f)
 	if err != nil {
 		return nil, err

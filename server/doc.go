@@ -29,13 +29,22 @@
 //
 // POST /v1/queues/{name} admits an entry to an admission queue (package
 // queue) named under queues: in the config, each with its capacity. The
-// body is a JSON object of string fields; an Idempotency-Key header is
-// the entry's dedup id. 201 with a QueueAdded body ({"id", "length"});
-// 200 with the queued entry's id while an entry with the same
-// Idempotency-Key is still queued; 429 with Retry-After (the estimated
-// wait from the drain rate, at least 1 s) when the queue is full; 404 for
-// a queue not configured; 400 for a body that is not such an object; 503
-// with Retry-After: 1 when the store fails. Workers drain the queue with
+// body is a JSON object of string fields (it may be empty, {}: an entry
+// whose arrival is the message; a field may not have an empty name). An
+// Idempotency-Key header (at most 200 bytes) is the entry's dedup id;
+// without one the server makes one, and every answer that may have queued
+// the entry carries it in its Idempotency-Key header. 201 with a
+// QueueAdded body ({"id", "length", "duplicate", "idempotency_key"}); 200
+// with the queued entry's id while an entry with the same Idempotency-Key
+// and fields is still queued; 422 when it is queued with other fields
+// (nothing queued); 429 with Retry-After (the estimated wait from the
+// drain rate, at least 1 s) when the queue is full (nothing queued); 404
+// for a queue not configured (the name shown up to 64 bytes); 400 for a
+// body that is not such an object; 503 with Retry-After: 1 when the store
+// fails. A 503 does not say the entry was not queued (the store may have
+// applied it after the deadline): retry with its Idempotency-Key, which
+// answers 200 if it was. Once an entry was handled its key is free again,
+// and a worker sees it as queue.Entry.Dedup. Workers drain the queue with
 // `sluice queue work` or queue.Queue.Work on the same store, so queues
 // need a Redis store: with the memory store the server refuses to start.
 //

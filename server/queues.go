@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -56,17 +57,34 @@ type QueueAdded struct {
 	ID        string `json:"id"`
 	Length    int64  `json:"length"`
 	Duplicate bool   `json:"duplicate"`
+	// IdempotencyKey is the entry's dedup id: the request's
+	// Idempotency-Key, or one the server made when it had none.
+	IdempotencyKey string `json:"idempotency_key"`
 }
 
+// maxEchoedName bounds how much of an unknown queue's name an answer
+// repeats.
+const maxEchoedName = 64
+
+
 // handleQueueAdd serves POST /v1/queues/{name}: the body is a JSON object
-// of string fields; an Idempotency-Key header is the entry's dedup id.
-// 201 with the id; 200 with the queued entry's id when the dedup id is
-// still queued; 429 with Retry-After when the queue is full; 404 for a
-// queue not in the config; 503 (Retry-After: 1) when the store fails.
+// of string fields; an Idempotency-Key header is the entry's dedup id, and
+// without one the server makes one. Every answer that may have queued the
+// entry carries its Idempotency-Key header. 201 with the id; 200 with the
+// queued entry's id when the key is still queued with the same fields;
+// 422 when it is queued with other fields; 429 with Retry-After when the
+// queue is full (nothing queued); 404 for a queue not in the config; 503
+// (Retry-After: 1) when the store fails: the entry may have been queued,
+// and a retry with the same Idempotency-Key answers 200 if it was.
 func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
-	slot := s.queues[r.PathValue("name")]
+	name := r.PathValue("name")
+	slot := s.queues[name]
 	if slot == nil {
-		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no queue %q: queues are named under queues: in the config", r.PathValue("name")))
+		shown := strconv.Quote(name)
+		if len(name) > maxEchoedName {
+			shown = fmt.Sprintf("%q... (%d bytes)", strings.ToValidUTF8(name[:maxEchoedName], ""), len(name))
+		}
+		writeProblem(w, http.StatusNotFound, "no queue "+shown+": queues are named under queues: in the config")
 		return
 	}
 	body, err := readBody(r, nil)
@@ -87,12 +105,16 @@ func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "the body must be a JSON object of string fields, such as {\"job\": \"resize\", \"id\": \"42\"}")
 		return
 	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		key = queue.NewDedupID()
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
 	q, err := s.openQueue(ctx, slot)
 	var a queue.Added
 	if err == nil {
-		a, err = q.Add(ctx, fields, r.Header.Get("Idempotency-Key"))
+		a, err = q.Add(ctx, fields, key)
 	}
 	var full *queue.FullError
 	switch {
@@ -105,16 +127,21 @@ func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusTooManyRequests, full.Error())
 	case errors.Is(err, queue.ErrBadEntry):
 		writeProblem(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, queue.ErrDedupConflict):
+		writeProblem(w, http.StatusUnprocessableEntity, fmt.Sprintf("Idempotency-Key %q is queued (entry %s) with other fields; nothing was queued", key, a.ID))
 	case err != nil:
 		if n, ok := s.errLog.Allow(time.Now()); ok {
 			s.log.Error("queue add failed", "queue", slot.name, "err", err, "withheld", n)
 		}
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, "the store failed: "+err.Error())
+		w.Header().Set("Idempotency-Key", key)
+		writeProblem(w, http.StatusServiceUnavailable, fmt.Sprintf("the store failed: %v; the entry may have been queued: retry with Idempotency-Key: %s, which answers 200 with duplicate: true if it was", err, key))
 	case a.Duplicate:
-		writeJSON(w, http.StatusOK, QueueAdded{a.ID, a.Length, true})
+		w.Header().Set("Idempotency-Key", key)
+		writeJSON(w, http.StatusOK, QueueAdded{a.ID, a.Length, true, key})
 	default:
-		writeJSON(w, http.StatusCreated, QueueAdded{a.ID, a.Length, false})
+		w.Header().Set("Idempotency-Key", key)
+		writeJSON(w, http.StatusCreated, QueueAdded{a.ID, a.Length, false, key})
 	}
 }
 

@@ -3,13 +3,17 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -53,6 +57,9 @@ func TestQueueEndpoint(t *testing.T) {
 			if resp.StatusCode != 201 || json.Unmarshal([]byte(body), &first) != nil || first.ID == "" || first.Length != 1 {
 				t.Fatalf("first add: %d %s", resp.StatusCode, body)
 			}
+			if resp, body := post("/v1/queues/jobs", `{"job":"crop"}`, "Idempotency-Key", "k1"); resp.StatusCode != 422 {
+				t.Fatalf("the key with another body: %d %s, want 422", resp.StatusCode, body)
+			}
 			resp, body = post("/v1/queues/jobs", `{"job":"resize"}`, "Idempotency-Key", "k1")
 			var dup QueueAdded
 			if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &dup) != nil || dup.ID != first.ID || !dup.Duplicate {
@@ -74,9 +81,11 @@ func TestQueueEndpoint(t *testing.T) {
 				{"/v1/queues/jobs", `{"n": 1}`, 400},
 				{"/v1/queues/jobs", "{\"a\":\"\xff\"}", 400},
 				{"/v1/queues/jobs", `{"a":"` + strings.Repeat("x", MaxBodyBytes) + `"}`, 413},
+				{"/v1/queues/jobs", `{"": ""}`, 400},
+				{"/v1/queues/" + strings.Repeat("n", 5000), `{}`, 404},
 			} {
-				if resp, body := post(c.path, c.body); resp.StatusCode != c.status {
-					t.Errorf("POST %s %.40q: %d %s, want %d", c.path, c.body, resp.StatusCode, body, c.status)
+				if resp, body := post(c.path, c.body); resp.StatusCode != c.status || len(body) > 1000 {
+					t.Errorf("POST %.60s %.40q: %d %.300s (%d bytes), want %d", c.path, c.body, resp.StatusCode, body, len(body), c.status)
 				}
 			}
 			if resp, err := http.Get(srv.URL + "/v1/queues/jobs"); err != nil || resp.StatusCode != 405 {
@@ -95,4 +104,80 @@ func TestQueueEndpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestQueueRetryAfterStoreFailure: entries posted while Redis is stopped
+// (SIGSTOP) answer 503, and may still be queued when Redis continues. The
+// answer carries the Idempotency-Key the server made, and a client that
+// retries with it queues each entry exactly once: the queue then holds one
+// entry per post, however many of the first tries landed.
+func TestQueueRetryAfterStoreFailure(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rd := redistest.Start(t)
+	cfg := Config{Store: rd.URL(), PolicyData: []byte("schema:\n  api: {limits: [1, 1, 1]}\n"), PolicyName: "t.yaml",
+		Queues: map[string]QueueConfig{"jobs": {Capacity: 100}}}
+	s, err := New(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	post := func(body, key string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/queues/jobs", strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, body := post(`{"n": "0"}`, "")
+	var first QueueAdded
+	if resp.StatusCode != 201 || json.Unmarshal([]byte(body), &first) != nil || first.IdempotencyKey == "" || resp.Header.Get("Idempotency-Key") != first.IdempotencyKey {
+		t.Fatalf("first post: %d %s", resp.StatusCode, body)
+	}
+	if err := syscall.Kill(rd.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	keys := make([]string, n)
+	for i := range n {
+		resp, body := post(fmt.Sprintf(`{"n": "%d"}`, i+1), "")
+		keys[i] = resp.Header.Get("Idempotency-Key")
+		if resp.StatusCode != 503 || keys[i] == "" || !strings.Contains(body, "may have been queued") || !strings.Contains(body, keys[i]) {
+			syscall.Kill(rd.Pid(), syscall.SIGCONT)
+			t.Fatalf("post %d with Redis stopped: %d %q %s", i, resp.StatusCode, keys[i], body)
+		}
+	}
+	if err := syscall.Kill(rd.Pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	dups := 0
+	for i := range n {
+		// A retry of a 503 with its key: 200 if the first try landed, 201
+		// if not; the store may still be reconnecting.
+		for try := 0; ; try++ {
+			resp, body := post(fmt.Sprintf(`{"n": "%d"}`, i+1), keys[i])
+			if resp.StatusCode == 503 && try < 100 {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if resp.StatusCode != 200 && resp.StatusCode != 201 {
+				t.Fatalf("retry %d: %d %s", i, resp.StatusCode, body)
+			}
+			if resp.StatusCode == 200 {
+				dups++
+			}
+			break
+		}
+	}
+	if got, err := rd.Do("XLEN", "sluice:{queue:jobs}"); err != nil || got != strconv.Itoa(n+1) {
+		t.Fatalf("the stream holds %s entries (%v), want %d: one per post", got, err, n+1)
+	}
+	t.Logf("%d of %d first tries had landed", dups, n)
 }

@@ -22,14 +22,16 @@ const queueUsage = `usage: sluice queue <add|stats|work> [flags] NAME ...
 
   sluice queue add [--capacity N] [--dedup ID] NAME k=v ...
       admit an entry; print its id, or exit 1 with the length and the
-      estimated wait when the queue is full
+      estimated wait when the queue is full. Without --dedup the entry
+      gets a fresh dedup id; when the store fails, the error names it, so
+      that a retry with it cannot queue the entry twice
   sluice queue stats NAME
       print JSON: length, pending, consumers, dead letters, admitted,
       delivered, acked, drain rate
   sluice queue work [--rate R] [--visibility D] [--max-deliveries N] NAME -- CMD ARGS...
       run CMD once per entry, the entry's fields as a JSON object on its
-      stdin and its id in SLUICE_ENTRY_ID (deliveries in
-      SLUICE_ENTRY_DELIVERIES); exit status 0 acks the entry, anything
+      stdin and its id in SLUICE_ENTRY_ID (its dedup id in
+      SLUICE_ENTRY_DEDUP, deliveries in SLUICE_ENTRY_DELIVERIES); exit status 0 acks the entry, anything
       else is a failed delivery. SIGTERM finishes the entry in hand and
       exits 0, printing what the worker did as JSON on stderr.
 
@@ -137,6 +139,9 @@ func queueAdd(ctx context.Context, e env, q *queue.Queue, kvs []string, dedup st
 		}
 		fields[k] = v
 	}
+	if dedup == "" {
+		dedup = queue.NewDedupID()
+	}
 	a, err := q.Add(ctx, fields, dedup)
 	var full *queue.FullError
 	if errors.As(err, &full) {
@@ -147,8 +152,12 @@ func queueAdd(ctx context.Context, e env, q *queue.Queue, kvs []string, dedup st
 		fmt.Fprintf(e.stderr, "queue add: %s is full: length %d, estimated wait %s\n", q.Name(), full.Length, wait)
 		return 1
 	}
+	if errors.Is(err, queue.ErrDedupConflict) {
+		fmt.Fprintf(e.stderr, "queue add: --dedup %s is queued (entry %s) with other fields; nothing was queued\n", dedup, a.ID)
+		return 1
+	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "queue add: %v\n", err)
+		fmt.Fprintf(e.stderr, "queue add: %v\nthe entry may have been queued: retry with --dedup %s, which prints its id if it was\n", err, dedup)
 		return 1
 	}
 	fmt.Fprintln(e.stdout, a.ID)
@@ -184,7 +193,7 @@ func queueWork(ctx context.Context, e env, q *queue.Queue, argv []string, o queu
 		cmd.Stdout = e.stdout
 		var stderr bytes.Buffer
 		cmd.Stderr = io.MultiWriter(e.stderr, &limited{&stderr, 1024})
-		cmd.Env = append(os.Environ(), "SLUICE_ENTRY_ID="+en.ID, "SLUICE_ENTRY_DELIVERIES="+strconv.FormatInt(en.Deliveries, 10))
+		cmd.Env = append(os.Environ(), "SLUICE_ENTRY_ID="+en.ID, "SLUICE_ENTRY_DEDUP="+en.Dedup, "SLUICE_ENTRY_DELIVERIES="+strconv.FormatInt(en.Deliveries, 10))
 		if err := cmd.Run(); err != nil {
 			if msg := strings.TrimSpace(stderr.String()); msg != "" {
 				return fmt.Errorf("%w: %s", err, msg)
