@@ -1,9 +1,11 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -414,9 +416,10 @@ func TestOnCluster(t *testing.T) {
 	}
 }
 
-// TestStuckWorker: a handler that outlasts the visibility timeout loses
-// its entry to a live worker, which handles it too; the first ack wins
-// and the late one is counted as a duplicate.
+// TestStuckWorker: a handler that ignores its context and outlasts the
+// visibility timeout loses its entry to a live worker, which handles it;
+// the stuck one's late success counts as a failure (its handler timeout
+// passed), and leaves no error behind for the acked entry.
 func TestStuckWorker(t *testing.T) {
 	stores(t, func(t *testing.T, st sluice.Store) {
 		ctx := context.Background()
@@ -450,11 +453,81 @@ func TestStuckWorker(t *testing.T) {
 		stopSlow()
 		close(release)
 		slow := <-slowDone
-		if fast.Handled != 1 || fast.Claimed != 1 || slow.Handled != 0 || slow.Duplicates != 1 {
+		if fast.Handled != 1 || fast.Claimed != 1 || slow.Handled != 0 || slow.Failed != 1 {
 			t.Fatalf("fast %+v, slow %+v", fast, slow)
 		}
-		if s, _ := q.Stats(ctx); s.Length != 0 || s.Acked != 1 || s.Pending != 0 {
+		if s, _ := q.Stats(ctx); s.Length != 0 || s.Acked != 1 || s.Pending != 0 || s.DeadLetters != 0 {
 			t.Fatalf("stats %+v", s)
+		}
+		if rs, ok := st.(*redis.Store); ok {
+			c := rs.Client()
+			if n, err := c.Do(ctx, c.B().Hlen().Key(queueKey(rs.Prefix(), "stuck")+":errors").Build()).AsInt64(); err != nil || n != 0 {
+				t.Fatalf("errors hash holds %d fields (%v) after the entry was acked", n, err)
+			}
+		}
+	})
+}
+
+// TestHandlerTimeout: a handler that hangs past HandlerTimeout has its
+// context cancelled and its delivery counted as failed, logged with the
+// entry's id; with MaxDeliveries 1 it is dead-lettered at once, long
+// before the visibility timeout could hand it to a second worker.
+func TestHandlerTimeout(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "hang", 10)
+		a, err := q.Add(ctx, map[string]string{"v": "hang"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log bytes.Buffer
+		c := drainWith(t, q, 1, func(ctx context.Context, e Entry) error {
+			<-ctx.Done() // hangs until the worker gives up on it
+			return nil
+		}, WorkerOptions{Visibility: time.Minute, HandlerTimeout: 50 * time.Millisecond, MaxDeliveries: 1,
+			Log: slog.New(slog.NewTextHandler(&log, nil))})
+		if c.Failed != 1 || c.DeadLettered != 1 || c.Handled != 0 {
+			t.Fatalf("counts %+v", c)
+		}
+		dl, err := q.DeadLetters(ctx, 10)
+		if err != nil || len(dl) != 1 || !strings.Contains(dl[0].Error, "handler timed out after 50ms") {
+			t.Fatalf("dead letters %+v %v", dl, err)
+		}
+		if !strings.Contains(log.String(), "entry="+a.ID) {
+			t.Errorf("the failure was not logged with the entry's id:\n%s", log.String())
+		}
+		if _, err := q.Work(ctx, nil, WorkerOptions{Visibility: time.Second, HandlerTimeout: time.Second}); err == nil {
+			t.Error("a handler timeout as long as the visibility timeout was accepted")
+		}
+	})
+}
+
+// TestShutdownTimeout: once Work's context is done, the entry in hand
+// runs at most ShutdownTimeout more; then its handler is cancelled and the
+// entry stays pending for a live worker, not counted as failed.
+func TestShutdownTimeout(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "drain", 10)
+		if _, err := q.Add(ctx, map[string]string{"v": "long"}, ""); err != nil {
+			t.Fatal(err)
+		}
+		work, stop := context.WithCancel(ctx)
+		var cause error
+		c, err := q.Work(work, func(hctx context.Context, e Entry) error {
+			stop() // SIGTERM while the entry is in hand
+			<-hctx.Done()
+			cause = context.Cause(hctx)
+			return hctx.Err()
+		}, WorkerOptions{Visibility: time.Hour, HandlerTimeout: 59 * time.Minute, ShutdownTimeout: 50 * time.Millisecond})
+		if err != nil || c.Failed != 0 || c.Handled != 0 {
+			t.Fatalf("Work: %+v %v", c, err)
+		}
+		if cause == nil || !strings.Contains(cause.Error(), "shutdown timeout") {
+			t.Errorf("the handler's context ended with %v", cause)
+		}
+		if s, err := q.Stats(ctx); err != nil || s.Length != 1 || s.Pending != 1 {
+			t.Fatalf("stats %+v %v: want the entry pending", s, err)
 		}
 	})
 }

@@ -23,10 +23,13 @@ var (
 	ackLua string
 	//go:embed scripts/claim.lua
 	claimLua string
+	//go:embed scripts/fail.lua
+	failLua string
 
 	addScript   = rueidis.NewLuaScript(rateLua + addLua)
 	ackScript   = rueidis.NewLuaScript(rateLua + ackLua)
 	claimScript = rueidis.NewLuaScript(claimLua)
+	failScript  = rueidis.NewLuaScript(failLua)
 )
 
 // redisQueue is a queue in a Redis stream. Its keys share one hash tag,
@@ -216,7 +219,7 @@ func (q *redisQueue) fail(ctx context.Context, id, msg string) error {
 	if err != nil {
 		return err
 	}
-	return c.Do(ctx, c.B().Hset().Key(q.errs).FieldValue().FieldValue(id, truncate(msg)).Build()).Error()
+	return failScript.Exec(ctx, c, []string{q.stream, q.errs}, []string{id, truncate(msg)}).Error()
 }
 
 // truncate bounds a handler's error text at 4 KiB.

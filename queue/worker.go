@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,19 @@ type WorkerOptions struct {
 	// MaxDeliveries is how often an entry is delivered before it goes to
 	// the dead-letter list with its last error; default 5.
 	MaxDeliveries int64
+	// HandlerTimeout bounds each handler call: its context is cancelled
+	// then, and the delivery counts as failed (recorded, and dead-lettered
+	// after MaxDeliveries) whatever the handler returns, so that no entry
+	// stays with a hung handler until another worker claims it and runs it
+	// at the same time. It must be below Visibility; default 3/4 of it. A
+	// handler must return when its context is done: Work waits for it.
+	HandlerTimeout time.Duration
+	// ShutdownTimeout, when positive, bounds how long the entry in hand
+	// may still run once Work's context is done: then its handler's
+	// context is cancelled and the entry is left pending, claimed by a
+	// live worker after Visibility (not counted as failed). Zero lets it
+	// run up to HandlerTimeout.
+	ShutdownTimeout time.Duration
 	// Batch is how many entries one read takes; default 1. The entries
 	// of a batch are handled one by one and those that succeeded are
 	// acked together, in one round trip, after the last: Visibility must
@@ -95,6 +109,12 @@ func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
 	}
 	if o.MaxDeliveries <= 0 {
 		o.MaxDeliveries = 5
+	}
+	if o.HandlerTimeout <= 0 {
+		o.HandlerTimeout = o.Visibility * 3 / 4
+	}
+	if o.HandlerTimeout >= o.Visibility {
+		return nil, fmt.Errorf("queue %q: handler timeout %v is not below the visibility timeout %v: a hung handler's entry would be claimed and run twice at once", q.name, o.HandlerTimeout, o.Visibility)
 	}
 	if o.Batch <= 0 {
 		o.Batch = 1
@@ -238,12 +258,17 @@ func (w *worker) handle(ctx, work context.Context, h Handler, e Entry) (done boo
 			return false, nil
 		}
 	}
-	herr := h(work, e)
+	stopped, herr := w.call(ctx, work, h, e)
+	if stopped {
+		w.o.Log.Warn("queue: stopping: handler cancelled after the shutdown timeout; the entry stays pending", "queue", w.q.name, "entry", e.ID, "shutdown_timeout", w.o.ShutdownTimeout)
+		return false, nil
+	}
 	if herr == nil {
 		return true, nil
 	}
 	w.counts.Failed++
 	msg := herr.Error()
+	w.o.Log.Warn("queue: handler failed", "queue", w.q.name, "entry", e.ID, "deliveries", e.Deliveries, "err", msg)
 	// Recorded first, so that a crash before the dead letter leaves the
 	// error for whoever claims the entry.
 	if err := w.q.b.fail(work, e.ID, msg); err != nil {
@@ -253,6 +278,50 @@ func (w *worker) handle(ctx, work context.Context, h Handler, e Entry) (done boo
 		return false, w.bury(work, e, msg)
 	}
 	return false, nil
+}
+
+var (
+	errHandlerTimeout = errors.New("handler timeout")
+	errShutdown       = errors.New("shutdown timeout")
+)
+
+// call runs h on e within the handler timeout, and within the shutdown
+// timeout once ctx is done: stopped reports that the shutdown timeout
+// cancelled it; err is h's error, or a timeout error when the handler
+// timeout passed before h returned.
+func (w *worker) call(ctx, work context.Context, h Handler, e Entry) (stopped bool, err error) {
+	hctx, cancel := context.WithCancelCause(work)
+	defer cancel(nil)
+	tctx, tcancel := context.WithTimeoutCause(hctx, w.o.HandlerTimeout, errHandlerTimeout)
+	defer tcancel()
+	if w.o.ShutdownTimeout > 0 {
+		var mu sync.Mutex
+		var grace *time.Timer
+		stop := context.AfterFunc(ctx, func() {
+			mu.Lock()
+			grace = time.AfterFunc(w.o.ShutdownTimeout, func() { cancel(errShutdown) })
+			mu.Unlock()
+		})
+		defer func() {
+			stop()
+			mu.Lock()
+			if grace != nil {
+				grace.Stop()
+			}
+			mu.Unlock()
+		}()
+	}
+	err = h(tctx, e)
+	switch cause := context.Cause(tctx); {
+	case errors.Is(cause, errShutdown):
+		return true, err
+	case errors.Is(cause, errHandlerTimeout):
+		if err == nil {
+			err = errors.New("the handler returned after its timeout")
+		}
+		return false, fmt.Errorf("handler timed out after %v: %w", w.o.HandlerTimeout, err)
+	}
+	return false, err
 }
 
 // ackAll acks the handled entries of a batch and counts them.

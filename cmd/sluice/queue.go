@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/queue"
@@ -28,11 +29,16 @@ const queueUsage = `usage: sluice queue <add|stats|work> [flags] NAME ...
   sluice queue stats NAME
       print JSON: length, pending, consumers, dead letters, admitted,
       delivered, acked, drain rate
-  sluice queue work [--rate R] [--visibility D] [--max-deliveries N] NAME -- CMD ARGS...
+  sluice queue work [--rate R] [--visibility D] [--max-deliveries N]
+                    [--handler-timeout D] [--shutdown-timeout D] NAME -- CMD ARGS...
       run CMD once per entry, the entry's fields as a JSON object on its
       stdin and its id in SLUICE_ENTRY_ID (its dedup id in
-      SLUICE_ENTRY_DEDUP, deliveries in SLUICE_ENTRY_DELIVERIES); exit status 0 acks the entry, anything
-      else is a failed delivery. SIGTERM finishes the entry in hand and
+      SLUICE_ENTRY_DEDUP, deliveries in SLUICE_ENTRY_DELIVERIES); exit
+      status 0 acks the entry, anything else is a failed delivery, logged
+      with the entry's id. A CMD that runs past --handler-timeout (default
+      3/4 of --visibility) is stopped and its delivery failed. SIGTERM
+      finishes the entry in hand (for at most --shutdown-timeout, 10s;
+      then it stops CMD and leaves the entry for another worker) and
       exits 0, printing what the worker did as JSON on stderr.
 
 Every command takes --store URL. Processes share a queue only through a
@@ -81,6 +87,8 @@ func runQueue(ctx context.Context, e env, args []string) int {
 		fs.DurationVar(&o.Visibility, "visibility", 30*time.Second, "claim entries a worker held longer than this")
 		fs.Int64Var(&o.MaxDeliveries, "max-deliveries", 5, "dead-letter an entry after this many failed deliveries")
 		fs.StringVar(&o.Consumer, "consumer", "", "this worker's name in the group (default host-pid-n)")
+		fs.DurationVar(&o.HandlerTimeout, "handler-timeout", 0, "stop CMD (SIGTERM to its process group, SIGKILL 2s later) after this long and count the delivery as failed; below --visibility (default 3/4 of it)")
+		fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "after SIGTERM, stop the CMD in hand after this long and leave its entry pending for another worker")
 		q, done, code := openQueue(ctx, e, fs, args, &opts, group, 2)
 		if q == nil {
 			return code
@@ -189,6 +197,10 @@ func queueWork(ctx context.Context, e env, q *queue.Queue, argv []string, o queu
 			return err
 		}
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		// Stopped as a group, so that a shell's children go too.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+		cmd.WaitDelay = 2 * time.Second
 		cmd.Stdin = bytes.NewReader(in)
 		cmd.Stdout = e.stdout
 		var stderr bytes.Buffer

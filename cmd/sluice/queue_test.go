@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,5 +232,76 @@ func TestQueueCLI(t *testing.T) {
 	fail.Wait()
 	if s.DeadLetters != 1 || s.Length != 0 {
 		t.Fatalf("after a failing command: %+v\n%s", s, ferr.String())
+	}
+}
+
+// TestQueueWorkTimeouts: a command that hangs past --handler-timeout is
+// stopped and its delivery failed (dead-lettered with --max-deliveries 1),
+// its failure logged with the entry id; SIGTERM stops the command in hand
+// after --shutdown-timeout, leaves its entry pending, and exits 0 without
+// waiting for the command (it once waited 10.8 s for `sleep 30`).
+func TestQueueWorkTimeouts(t *testing.T) {
+	rd := redistest.Start(t)
+	url := rd.URL()
+	sluice := func(args ...string) string {
+		out, err := exec.Command(sluiceBin, args...).Output()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	stats := func(name string) queue.Stats {
+		var s queue.Stats
+		if err := json.Unmarshal([]byte(sluice("queue", "stats", "--store", url, name)), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	id := sluice("queue", "add", "--store", url, "hang", "n=1")
+	w := exec.Command(sluiceBin, "queue", "work", "--store", url, "--visibility", "1m", "--handler-timeout", "200ms",
+		"--max-deliveries", "1", "hang", "--", "sleep", "30")
+	var werr bytes.Buffer
+	w.Stderr = &werr
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for stats("hang").DeadLetters == 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.Process.Signal(syscall.SIGTERM)
+	if err := w.Wait(); err != nil {
+		t.Fatalf("worker: %v\n%s", err, werr.String())
+	}
+	if log := werr.String(); !strings.Contains(log, "handler timed out after 200ms") || !strings.Contains(log, "entry="+id) {
+		t.Errorf("the timeout was not logged with entry %s:\n%s", id, log)
+	}
+
+	dir := t.TempDir()
+	sluice("queue", "add", "--store", url, "long", "n=1")
+	d := exec.Command(sluiceBin, "queue", "work", "--store", url, "--visibility", "1h", "--shutdown-timeout", "100ms",
+		"long", "--", "sh", "-c", `touch "$0/started"; sleep 30; touch "$0/finished"`, dir)
+	var derr bytes.Buffer
+	d.Stderr = &derr
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "started")); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.Process.Signal(syscall.SIGTERM)
+	if err := d.Wait(); err != nil {
+		t.Fatalf("worker after SIGTERM: %v\n%s", err, derr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "finished")); err == nil {
+		t.Fatal("the worker waited for its command to finish")
+	}
+	if s := stats("long"); s.Length != 1 || s.Pending != 1 || s.Acked != 0 || s.DeadLetters != 0 {
+		t.Fatalf("after the bounded drain: %+v, want the entry pending", s)
+	}
+	if !strings.Contains(derr.String(), "shutdown timeout") {
+		t.Errorf("the stop was not logged:\n%s", derr.String())
 	}
 }
