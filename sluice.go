@@ -98,7 +98,23 @@ func (r *Request) Compile(p *algo.Plan) error {
 	if err := r.Check(); err != nil {
 		return err
 	}
-	return p.Compile(r.Limit)
+	if err := p.Compile(r.Limit); err != nil {
+		return err
+	}
+	return CheckCost(p, r.Cost)
+}
+
+// CheckCost checks a cost against the most one decision of the plan's
+// limit takes (algo.Plan.MaxCost); the error wraps ErrBadRequest.
+func CheckCost(p *algo.Plan, cost int64) error {
+	if cost > p.MaxCost() {
+		return costError(p, cost)
+	}
+	return nil
+}
+
+func costError(p *algo.Plan, cost int64) error {
+	return fmt.Errorf("%w: cost %d exceeds %d, the most one %s decision takes (an exact log writes an entry per action: set buckets)", ErrBadRequest, cost, p.MaxCost(), p.Kind())
 }
 
 // Check checks the request's key, cost and time, and that it has a limit,
@@ -183,6 +199,9 @@ func PlanAllWith(c *algo.Plans, reqs []Request, results []algo.Result, plans []a
 					*p = *q
 				}
 			}
+		}
+		if err == nil {
+			err = CheckCost(p, reqs[i].Cost)
 		}
 		if err != nil {
 			return fmt.Errorf("request %d: %w", i, err)

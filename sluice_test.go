@@ -240,4 +240,20 @@ func TestBounds(t *testing.T) {
 	if err := (algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit + 1, Window: time.Second}}}).Validate(); !errors.Is(err, algo.ErrInvalid) {
 		t.Errorf("exact sliding_log limit %d: %v", algo.MaxExactLimit+1, err)
 	}
+	// An exact log writes an entry per action: one decision takes at most
+	// algo.MaxExactCost, in Decide, AllowN and DecideAll alike.
+	exact := algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: time.Second}}}
+	big := sluice.Request{Key: "k", Limit: exact, Cost: algo.MaxExactCost + 1}
+	if _, err := st.Decide(ctx, big); !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 10000") {
+		t.Errorf("Decide, exact log, cost %d: %v", big.Cost, err)
+	}
+	if _, err := st.AllowN(ctx, "k", exact, time.Time{}, big.Cost); !errors.Is(err, sluice.ErrBadRequest) {
+		t.Errorf("AllowN, exact log, cost %d: %v", big.Cost, err)
+	}
+	if _, err := st.DecideAll(ctx, []sluice.Request{big, {Key: "j", Limit: exact, Cost: 1}}, make([]algo.Result, 2)); !errors.Is(err, sluice.ErrBadRequest) {
+		t.Errorf("DecideAll, exact log, cost %d: %v", big.Cost, err)
+	}
+	if r, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: exact, Cost: 0}); err != nil || r.Remaining != algo.MaxExactLimit {
+		t.Errorf("a refused cost took capacity: %+v %v", r, err)
+	}
 }

@@ -41,7 +41,8 @@ const MaxTime int64 = 1 << 53 / 2
 //	window_counter      MaxWindowLimit
 //
 // A cost above a limit is denied, never to be admitted (Never); a cost
-// above MaxCount is a bad request.
+// above MaxCount, or above MaxExactCost on an exact sliding log (which
+// writes an entry per action), is a bad request (Plan.MaxCost).
 const MaxCount int64 = 1<<53 - 1
 
 // ErrInvalid is wrapped by every error about a limit's parameters.

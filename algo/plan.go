@@ -266,6 +266,17 @@ func (p *Plan) At(s *State, now int64) int64 {
 	return now
 }
 
+// MaxCost returns the largest cost one decision of the plan may have:
+// MaxExactCost for an exact sliding log, MaxCount for the others. A larger
+// cost is a bad request (sluice.CheckCost); a cost up to it but above the
+// limit is denied, never to be admitted.
+func (p *Plan) MaxCost() int64 {
+	if p.kind == KindSlidingLog && p.a == 0 {
+		return MaxExactCost
+	}
+	return MaxCount
+}
+
 // Step applies the part of a Stepwise plan's decision that reads and
 // writes s. It reports whether the cost is admitted, and v for Finish: a
 // TAT (GCRA, token bucket), a window's count after the decision (fixed

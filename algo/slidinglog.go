@@ -70,7 +70,12 @@ const (
 	MaxWindowLimit = 1_000_000_000
 	// MaxExactLimit bounds the limits of an exact SlidingLog (no
 	// Buckets), which keeps one entry per action.
-	MaxExactLimit = 10_000
+	MaxExactLimit = 1_000_000
+	// MaxExactCost bounds the cost of one decision on an exact SlidingLog,
+	// which records one entry per action, so that a decision's work stays
+	// small (a cost of 10,000 is one 11 ms script on Redis; 1,000,000 once
+	// ran 1.6 s, stalling Redis). See Plan.MaxCost.
+	MaxExactCost = 10_000
 	// MaxBuckets bounds SlidingLog.Buckets, and MaxSlices the slices in a
 	// WindowCounter's longest window.
 	MaxBuckets = 10_000

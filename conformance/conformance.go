@@ -340,13 +340,25 @@ var Traces = []Trace{
 		},
 	},
 	{
+		// An exact log counts to its last unit; one decision takes at most
+		// algo.MaxExactCost (a larger cost is a bad request).
 		Name:  "sliding_log/exact-edge",
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactCost, Window: 10 * s}}},
+		Steps: []Step{
+			{At: 0, Cost: algo.MaxExactCost - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxExactCost - 1, Quota: algo.MaxExactCost, Remaining: 1, ResetAfter: 10 * s}},
+			{At: 1 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxExactCost, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 2 * ms, Cost: 1, Want: algo.Result{Quota: algo.MaxExactCost, Remaining: 0, RetryAfter: 9998 * ms, ResetAfter: 9999 * ms, DeniedBy: 1}},
+			// The whole log must leave, the action at 1ms last.
+			{At: 2 * ms, Cost: algo.MaxExactCost, Want: algo.Result{Quota: algo.MaxExactCost, Remaining: 0, RetryAfter: 9999 * ms, ResetAfter: 9999 * ms, DeniedBy: 1}},
+		},
+	},
+	{
+		Name:  "sliding_log/exact-largest",
 		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: 10 * s}}},
 		Steps: []Step{
-			{At: 0, Cost: algo.MaxExactLimit - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxExactLimit - 1, Quota: algo.MaxExactLimit, Remaining: 1, ResetAfter: 10 * s}},
-			{At: 1 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxExactLimit, Remaining: 0, ResetAfter: 10 * s}},
-			{At: 2 * ms, Cost: 1, Want: algo.Result{Quota: algo.MaxExactLimit, Remaining: 0, RetryAfter: 9998 * ms, ResetAfter: 9999 * ms, DeniedBy: 1}},
-			{At: 2 * ms, Cost: algo.MaxCount, Want: algo.Result{Quota: algo.MaxExactLimit, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 9999 * ms, DeniedBy: 1}},
+			{At: 0, Cost: algo.MaxExactCost, Want: algo.Result{Allowed: true, Admitted: algo.MaxExactCost, Quota: algo.MaxExactLimit, Remaining: algo.MaxExactLimit - algo.MaxExactCost, ResetAfter: 10 * s}},
+			{At: 1 * ms, Cost: algo.MaxExactCost, Want: algo.Result{Allowed: true, Admitted: algo.MaxExactCost, Quota: algo.MaxExactLimit, Remaining: algo.MaxExactLimit - 2*algo.MaxExactCost, ResetAfter: 10 * s}},
+			{At: 1 * ms, Cost: 0, Want: algo.Result{Allowed: true, Quota: algo.MaxExactLimit, Remaining: algo.MaxExactLimit - 2*algo.MaxExactCost, ResetAfter: 10 * s}},
 		},
 	},
 	{

@@ -140,6 +140,9 @@ func (s *Store) decide(key string, l algo.Limit, cost int64, when time.Time, tag
 			return
 		}
 	}
+	if err = sluice.CheckCost(p, cost); err != nil {
+		return
+	}
 	var other algo.Result
 	ok, v, t := s.apply(key, p, when, cost, &other)
 	if !p.Stepwise() {
@@ -170,6 +173,9 @@ func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time,
 		if p, err = s.plans.Compile(l, &scratch); err != nil {
 			return false, err
 		}
+	}
+	if err := sluice.CheckCost(p, n); err != nil {
+		return false, err
 	}
 	ok, _, _ := s.apply(key, p, t, n, nil)
 	return ok, nil

@@ -10,8 +10,8 @@
 // or on any other client of the store, only take it. So a cached denial
 // never denies what the store would admit; it can only be too early to
 // lift, never too late, when the store's state is changed by a refund or
-// a reset on another client (this client's own refunds and resets forget
-// the key).
+// a reset on another client until that client's store tells this one
+// (Forget; the Redis store does so within its ForgetPoll).
 //
 // For the cost that was denied the cached answer is the store's own
 // (RetryAfter and ResetAfter aged by the time since), as long as nothing

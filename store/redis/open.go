@@ -72,10 +72,12 @@ type Options struct {
 	// OverLimitCache, when positive, keeps an exact over-limit cache of
 	// about that many keys (package store/overlimit): a denial is repeated
 	// without a round trip while it must still hold. Resets and refunds
-	// made through this store forget their keys; ones made by other
-	// clients are seen when the cached denial expires (at the latest its
-	// RetryAfter), so the cache never admits more, but may deny for up to
-	// that long what another client's reset gave back.
+	// made through any store on the same Redis and prefix forget their
+	// keys: this store's at once, another's within ForgetPoll plus a
+	// round trip (forget.go: pub/sub, and a generation counter that
+	// catches lost messages). Other changes to the state (a key deleted by
+	// hand) are seen when the cached denial expires, at the latest its
+	// RetryAfter: the cache never admits more, but may deny that long.
 	OverLimitCache int
 	// LeaseFor, when positive, turns on leased quota for requests with
 	// Lease set (see lease.go's bounds): a lease lives at most this long
@@ -99,6 +101,7 @@ type Store struct {
 	batch    batcher
 	denials  *overlimit.Cache // nil when off
 	leases   *leaser          // nil when off
+	forgets  forgets          // followed when denials is not nil
 	plans    algo.Plans       // the limits' plans, compiled once
 
 	stop chan struct{} // ends background connecting
@@ -244,6 +247,8 @@ func newStore(opts Options) (*Store, error) {
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if opts.OverLimitCache > 0 {
 		s.denials = overlimit.New(opts.OverLimitCache)
+		s.forgets.done = make(chan struct{})
+		go s.watchForgets()
 	}
 	if opts.LeaseFor > 0 {
 		if opts.MaxLease <= 0 {
@@ -320,6 +325,9 @@ func (s *Store) Close() error {
 		}
 	})
 	<-s.done
+	if s.forgets.done != nil {
+		<-s.forgets.done
+	}
 	if c := s.conn.Load(); c != nil && s.owned {
 		c.client.Close()
 	}

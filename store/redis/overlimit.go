@@ -86,13 +86,3 @@ func (s *Store) ClearOverLimit() {
 		s.denials.Clear()
 	}
 }
-
-// forget drops the cached denials of the requests' keys (a reset or a
-// refund).
-func (s *Store) forget(reqs ...sluice.Request) {
-	if s.denials != nil {
-		for _, r := range reqs {
-			s.denials.Forget(r.Key)
-		}
-	}
-}

@@ -193,3 +193,71 @@ func TestOverLimitCacheRace(t *testing.T) {
 	}
 	t.Logf("%d of 2000 from the cache", st.OverLimitStats().Hits)
 }
+
+// TestResetReachesOtherCaches: two stores (service instances) on one
+// Redis, each caching a key's denial of an hour. A reset through one lets
+// the other admit again within redis.ForgetPoll and a round trip (before,
+// it kept its cached denial for the hour), and so does a refund; a forget
+// whose message was lost is caught by the generation counter. The test
+// waits for each without a deadline of its own: it fails by exceeding
+// the whole run's, and logs how long each took.
+func TestResetReachesOtherCaches(t *testing.T) {
+	srv := redistest.Start(t)
+	a := open(t, srv, redis.Options{OverLimitCache: 100})
+	b := open(t, srv, redis.Options{OverLimitCache: 100})
+	ctx := context.Background()
+	req := sluice.Request{Key: "alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Cost: 1}
+	decide := func(st *redis.Store) bool {
+		t.Helper()
+		res, err := st.Decide(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Allowed
+	}
+	// denied fills the key and has both stores cache its denial.
+	denied := func() {
+		t.Helper()
+		decide(a)
+		if decide(a) || decide(b) {
+			t.Fatal("want the key full")
+		}
+		if a.OverLimitStats().Entries != 1 || b.OverLimitStats().Entries != 1 {
+			t.Fatalf("cached denials: %d and %d", a.OverLimitStats().Entries, b.OverLimitStats().Entries)
+		}
+	}
+	// until waits for b to forget its denial, without deciding (which
+	// would cache it again), and reports how long it took.
+	until := func(what string) {
+		t.Helper()
+		start := time.Now()
+		for b.OverLimitStats().Entries != 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Logf("%s reached the other store's cache in %v", what, time.Since(start))
+		if !decide(b) {
+			t.Fatalf("after %s the other store still denies", what)
+		}
+	}
+	denied()
+	if err := a.Reset(ctx, []sluice.Request{req}); err != nil {
+		t.Fatal(err)
+	}
+	until("a reset")
+
+	denied()
+	if err := a.Refund(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	until("a refund")
+
+	// A forget whose message no store received: the counter moves alone.
+	denied()
+	if _, err := srv.Do("DEL", redis.StateKey(redis.DefaultPrefix, req)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do("INCR", redis.DefaultPrefix+"%forget:gen"); err != nil {
+		t.Fatal(err)
+	}
+	until("a lost message")
+}

@@ -35,8 +35,7 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 			return fmt.Errorf("redis store: reset: %w", err)
 		}
 	}
-	s.forget(reqs...)
-	return nil
+	return s.forget(ctx, reqs...)
 }
 
 var (
@@ -71,6 +70,5 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request) error {
 	if err := refundDriver.script(1<<req.Limit.Kind()).Exec(ctx, s.client(), keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}
-	s.forget(req)
-	return nil
+	return s.forget(ctx, req)
 }

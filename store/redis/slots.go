@@ -94,7 +94,7 @@ func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, ke
 				if err := s.refund(ctx, subKeys[g], checks[g]); err != nil && refundErr == nil {
 					refundErr = err
 				}
-				s.forget(sub[g]...) // a denial cached meanwhile may have seen the reservation
+				s.forgetHere(sub[g]...) // a denial cached meanwhile may have seen the reservation
 			}
 		}
 		for _, err := range errs {
