@@ -66,7 +66,6 @@ type QueueAdded struct {
 // repeats.
 const maxEchoedName = 64
 
-
 // handleQueueAdd serves POST /v1/queues/{name}: the body is a JSON object
 // of string fields; an Idempotency-Key header is the entry's dedup id, and
 // without one the server makes one. Every answer that may have queued the
