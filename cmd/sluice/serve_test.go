@@ -1242,3 +1242,46 @@ func TestServeAdminListenerAndShutdownDelay(t *testing.T) {
 		t.Errorf("exit %d", code)
 	}
 }
+
+// TestServeResetReachesEveryInstance: two `sluice serve` on one Redis,
+// each with its over-limit cache (on by default) holding a caller's
+// denial of a day. An admin reset on one lets the other admit again
+// within the store's ForgetPoll and a round trip (before: the other kept
+// its cached denial until the denial would have ended). The test waits
+// without a deadline of its own, and logs how long it took.
+func TestServeResetReachesEveryInstance(t *testing.T) {
+	rd := redistest.Start(t)
+	pol := policyFile(t, testPolicy)
+	const token = "t0ken-for-tests"
+	env := []string{"SLUICE_ADMIN_TOKEN=" + token}
+	a := serve(t, env, append(local, "--store", rd.URL(), "--policy", pol)...)
+	b := serve(t, env, append(local, "--store", rd.URL(), "--policy", pol)...)
+	check := `{"path": ["user", "zoe"]}`
+	for i := range 3 {
+		if r := a.check(check); r.status != 200 {
+			t.Fatalf("check %d: %d %s", i, r.status, r.body)
+		}
+	}
+	for _, p := range []*proc{a, b} {
+		if r := p.check(check); r.status != 429 {
+			t.Fatalf("over the limit: %d %s", r.status, r.body)
+		}
+	}
+	if r := do(t, "DELETE", "http://"+a.http+"/admin/v1/state?path=user&path=zoe", token, ""); r.status != 200 || !strings.Contains(string(r.body), `"user:zoe"`) {
+		t.Fatalf("reset: %d %s", r.status, r.body)
+	}
+	start := time.Now()
+	for try := 0; ; try++ {
+		r := b.check(check) // a cached denial until the reset reaches b
+		if r.status == 200 {
+			break
+		}
+		// Far beyond the bound (a few hundred ms), on however busy a
+		// machine: the cached denial would hold for a day.
+		if r.status != 429 || try == 6000 {
+			t.Fatalf("check on the other instance after %v: %d %s", time.Since(start), r.status, r.body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("the reset reached the other instance in %v", time.Since(start))
+}
