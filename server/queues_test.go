@@ -40,17 +40,7 @@ func TestQueueEndpoint(t *testing.T) {
 			srv := httptest.NewServer(s.Handler())
 			defer srv.Close()
 			post := func(path, body string, h ...string) (*http.Response, string) {
-				req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
-				for i := 0; i+1 < len(h); i += 2 {
-					req.Header.Set(h[i], h[i+1])
-				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				return resp, string(b)
+				return post(t, srv.URL+path, body, h...)
 			}
 			resp, body := post("/v1/queues/jobs", `{"job":"resize"}`, "Idempotency-Key", "k1")
 			var first QueueAdded
@@ -123,20 +113,13 @@ func TestQueueRetryAfterStoreFailure(t *testing.T) {
 	defer s.Close()
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
-	post := func(body, key string) (*http.Response, string) {
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/queues/jobs", strings.NewReader(body))
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
+	add := func(body, key string) (*http.Response, string) {
+		if key == "" {
+			return post(t, srv.URL+"/v1/queues/jobs", body)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(b)
+		return post(t, srv.URL+"/v1/queues/jobs", body, "Idempotency-Key", key)
 	}
-	resp, body := post(`{"n": "0"}`, "")
+	resp, body := add(`{"n": "0"}`, "")
 	var first QueueAdded
 	if resp.StatusCode != 201 || json.Unmarshal([]byte(body), &first) != nil || first.IdempotencyKey == "" || resp.Header.Get("Idempotency-Key") != first.IdempotencyKey {
 		t.Fatalf("first post: %d %s", resp.StatusCode, body)
@@ -147,7 +130,7 @@ func TestQueueRetryAfterStoreFailure(t *testing.T) {
 	const n = 10
 	keys := make([]string, n)
 	for i := range n {
-		resp, body := post(fmt.Sprintf(`{"n": "%d"}`, i+1), "")
+		resp, body := add(fmt.Sprintf(`{"n": "%d"}`, i+1), "")
 		keys[i] = resp.Header.Get("Idempotency-Key")
 		if resp.StatusCode != 503 || keys[i] == "" || !strings.Contains(body, "may have been queued") || !strings.Contains(body, keys[i]) {
 			syscall.Kill(rd.Pid(), syscall.SIGCONT)
@@ -162,7 +145,7 @@ func TestQueueRetryAfterStoreFailure(t *testing.T) {
 		// A retry of a 503 with its key: 200 if the first try landed, 201
 		// if not; the store may still be reconnecting.
 		for try := 0; ; try++ {
-			resp, body := post(fmt.Sprintf(`{"n": "%d"}`, i+1), keys[i])
+			resp, body := add(fmt.Sprintf(`{"n": "%d"}`, i+1), keys[i])
 			if resp.StatusCode == 503 && try < 100 {
 				time.Sleep(10 * time.Millisecond)
 				continue
@@ -180,4 +163,21 @@ func TestQueueRetryAfterStoreFailure(t *testing.T) {
 		t.Fatalf("the stream holds %s entries (%v), want %d: one per post", got, err, n+1)
 	}
 	t.Logf("%d of %d first tries had landed", dups, n)
+}
+
+// post sends body to url with the header pairs h, and returns the answer
+// and its body.
+func post(t *testing.T, url, body string, h ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	for i := 0; i+1 < len(h); i += 2 {
+		req.Header.Set(h[i], h[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
 }
