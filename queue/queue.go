@@ -9,16 +9,16 @@
 // counts entries waiting and entries being handled, and nothing accepted
 // is lost.
 //
-// On Redis (a *redis.Store from store/redis) a queue is a stream with one
-// consumer group; admission is one Lua script (XLEN, XADD), never trimmed
-// with MAXLEN. Workers in any number of processes read with XREADGROUP,
-// ack and delete an entry only after its handler succeeded, and claim the
-// entries a dead or stuck worker held longer than the visibility timeout
-// with XAUTOCLAIM. Delivery is at least once: a handler gets the entry's
-// id to deduplicate. On any other store (the memory store) the queue is an
-// in-process twin with the same API and meaning, shared by every Queue
-// opened on that store with the same name, without recovery across
-// processes.
+// A queue lives in a store that keeps queues (store.Queues). On Redis a
+// queue is a stream with one consumer group; admission is one Lua script
+// (XLEN, XADD), never trimmed with MAXLEN. Workers in any number of
+// processes read with XREADGROUP, ack and delete an entry only after its
+// handler succeeded, and claim the entries a dead or stuck worker held
+// longer than the visibility timeout with XAUTOCLAIM. Delivery is at
+// least once: a handler gets the entry's id to deduplicate. On the memory
+// store the queue lives in process, with the same API and meaning, shared
+// by every Queue opened on that store with the same name, and released by
+// the store's Close.
 package queue
 
 import (
@@ -27,13 +27,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Bounds on what a caller controls.
@@ -149,40 +148,17 @@ type DeadLetter struct {
 	Error string
 }
 
-// backend is what a queue needs from where it lives.
-type backend interface {
-	add(ctx context.Context, capacity int, dedup string, fields []byte) (Added, error)
-	// read hands up to count new entries to consumer, waiting up to block
-	// for one.
-	read(ctx context.Context, consumer string, count int, block time.Duration) ([]Entry, error)
-	// claim hands consumer up to count entries idle for minIdle or more,
-	// from cursor on ("0-0" first); next is "0-0" at the end.
-	claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (next string, es []Entry, err error)
-	// fail records a handler's error for an entry that stays pending.
-	fail(ctx context.Context, id, msg string) error
-	// lastError is the error recorded for an entry.
-	lastError(ctx context.Context, id string) (string, error)
-	// ack removes a handled entry; false when it was already removed.
-	ack(ctx context.Context, id string, dead bool) (bool, error)
-	// ackAll acks handled entries in one round trip: done[i] is ack's
-	// answer for ids[i].
-	ackAll(ctx context.Context, ids []string, done []bool) error
-	// deadLetter appends e to the dead-letter list.
-	deadLetter(ctx context.Context, e Entry, msg string) error
-	deadLetters(ctx context.Context, count int) ([]DeadLetter, error)
-	stats(ctx context.Context) (Stats, error)
-	// leave forgets consumer when it holds no entries.
-	leave(ctx context.Context, consumer string) error
-}
-
 // Queue is a handle on a named queue in a store. It is safe for
 // concurrent use.
 type Queue struct {
 	name  string
 	opts  Options
 	st    sluice.Store
-	b     backend
+	b     store.Queue
 	hooks hooks
+	// closed is closed by Close.
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // hooks inject crashes in tests.
@@ -208,17 +184,53 @@ func Open(ctx context.Context, st sluice.Store, name string, opts Options) (*Que
 	if opts.Group == "" {
 		opts.Group = "workers"
 	}
-	q := &Queue{name: name, opts: opts, st: st}
-	if rs, ok := st.(*redis.Store); ok {
-		b, err := openRedis(ctx, rs, name, opts.Group)
-		if err != nil {
-			return nil, fmt.Errorf("queue %q: %w", name, err)
-		}
-		q.b = b
-	} else {
-		q.b = openMemory(st, name)
+	qs, ok := st.(store.Queues)
+	if !ok {
+		return nil, fmt.Errorf("queue %q: %T keeps no queues (store.Queues)", name, st)
 	}
-	return q, nil
+	b, err := qs.Queue(ctx, name, opts.Group)
+	if err != nil {
+		return nil, fmt.Errorf("queue %q: %w", name, err)
+	}
+	return &Queue{name: name, opts: opts, st: st, b: b, closed: make(chan struct{})}, nil
+}
+
+// ErrClosed is the error of a call on a closed Queue.
+var ErrClosed = errors.New("queue: closed")
+
+// Close closes the handle: its later calls fail with ErrClosed, and its
+// running Work calls finish the entries in hand and return. The queue and
+// its entries stay in the store (the memory store's go when the store is
+// closed).
+func (q *Queue) Close() error {
+	q.closeOnce.Do(func() { close(q.closed) })
+	return nil
+}
+
+// isClosed reports whether Close was called.
+func (q *Queue) isClosed() bool {
+	select {
+	case <-q.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Shared reports whether queues in st are shared between processes (a
+// Redis store), rather than living in this one.
+func Shared(st sluice.Store) bool {
+	qs, ok := st.(store.Queues)
+	return ok && qs.QueuesShared()
+}
+
+// EvictionWarning returns a warning when st may lose queued entries (a
+// Redis whose maxmemory-policy evicts keys), and "" otherwise.
+func EvictionWarning(ctx context.Context, st sluice.Store) string {
+	if qs, ok := st.(store.Queues); ok {
+		return qs.QueueWarning(ctx)
+	}
+	return ""
 }
 
 func checkName(name string) error {
@@ -267,59 +279,80 @@ func (q *Queue) Add(ctx context.Context, fields map[string]string, dedup string)
 	if err != nil {
 		return Added{}, fmt.Errorf("queue %q: %w: %w", q.name, ErrBadEntry, err)
 	}
-	a, err := q.b.add(ctx, q.opts.Capacity, dedup, enc)
-	if err != nil {
-		var full *FullError
-		if errors.As(err, &full) {
-			return a, err
-		}
-		return a, fmt.Errorf("queue %q: add: %w", q.name, err)
+	if q.isClosed() {
+		return Added{}, ErrClosed
 	}
-	return a, nil
+	a, err := q.b.Add(ctx, q.opts.Capacity, dedup, enc)
+	if err != nil {
+		return Added{}, fmt.Errorf("queue %q: add: %w", q.name, err)
+	}
+	switch a.Outcome {
+	case store.QueueNew:
+		return Added{ID: a.ID, Length: a.Length}, nil
+	case store.QueueDuplicate:
+		return Added{ID: a.ID, Duplicate: true, Length: a.Length}, nil
+	case store.QueueConflict:
+		return Added{ID: a.ID, Length: a.Length}, fmt.Errorf("queue %q: %w", q.name, ErrDedupConflict)
+	}
+	return Added{Length: a.Length}, &FullError{Length: a.Length, Wait: estimate(a.Length, int64(q.opts.Capacity), a.DrainRate)}
+}
+
+// estimate is the wait until the queue holds fewer than capacity entries,
+// at rate entries/s; 0 when the rate is unknown.
+func estimate(length, capacity int64, rate float64) time.Duration {
+	if rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(length-capacity+1) / rate * float64(time.Second))
 }
 
 // Stats describes the queue.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
-	s, err := q.b.stats(ctx)
-	if err != nil {
-		return s, fmt.Errorf("queue %q: stats: %w", q.name, err)
+	if q.isClosed() {
+		return Stats{}, ErrClosed
 	}
-	s.Name = q.name
+	s, err := q.b.Stats(ctx)
+	if err != nil {
+		return Stats{}, fmt.Errorf("queue %q: stats: %w", q.name, err)
+	}
 	if s.Capacity == 0 {
 		s.Capacity = q.opts.Capacity
 	}
-	return s, nil
+	return Stats{Name: q.name, Capacity: s.Capacity, Length: s.Length, Pending: s.Pending, Consumers: s.Consumers,
+		DeadLetters: s.DeadLetters, Admitted: s.Admitted, Delivered: s.Delivered, Acked: s.Acked, DrainRate: s.DrainRate}, nil
 }
 
 // DeadLetters returns up to count of the oldest dead letters.
 func (q *Queue) DeadLetters(ctx context.Context, count int) ([]DeadLetter, error) {
-	return q.b.deadLetters(ctx, count)
-}
-
-// memQueues holds the in-process twins, one per (store, name).
-var memQueues struct {
-	sync.Mutex
-	m map[memKey]*memQueue
-}
-
-type memKey struct {
-	st   sluice.Store
-	name string
-}
-
-func openMemory(st sluice.Store, name string) *memQueue {
-	memQueues.Lock()
-	defer memQueues.Unlock()
-	if memQueues.m == nil {
-		memQueues.m = map[memKey]*memQueue{}
+	if q.isClosed() {
+		return nil, ErrClosed
 	}
-	k := memKey{st, name}
-	m := memQueues.m[k]
-	if m == nil {
-		m = newMemQueue()
-		memQueues.m[k] = m
+	ds, err := q.b.DeadLetters(ctx, count)
+	if err != nil {
+		return nil, fmt.Errorf("queue %q: dead letters: %w", q.name, err)
 	}
-	return m
+	out := make([]DeadLetter, len(ds))
+	for i, d := range ds {
+		e, err := entryOf(d.QueueEntry)
+		if err != nil {
+			return nil, fmt.Errorf("queue %q: %w", q.name, err)
+		}
+		out[i] = DeadLetter{Entry: e, Error: d.Error}
+	}
+	return out, nil
 }
 
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+// entryOf decodes an entry as the store keeps it.
+func entryOf(e store.QueueEntry) (Entry, error) {
+	f, err := decodeFields(e.Fields)
+	if err != nil {
+		return Entry{}, fmt.Errorf("entry %s: %w", e.ID, err)
+	}
+	return Entry{ID: e.ID, Fields: f, Dedup: e.Dedup, Deliveries: e.Deliveries}, nil
+}
+
+// raw is e as the store keeps it.
+func raw(e Entry) (store.QueueEntry, error) {
+	f, err := encodeFields(e.Fields)
+	return store.QueueEntry{ID: e.ID, Fields: f, Dedup: e.Dedup, Deliveries: e.Deliveries}, err
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Handler handles one entry. It returns nil when the entry is done (it is
@@ -82,11 +83,55 @@ var consumerSeq atomic.Int64
 // only when reading from the store fails for longer than a visibility
 // timeout.
 func (q *Queue) Work(ctx context.Context, h Handler, o WorkerOptions) (Counts, error) {
+	if q.isClosed() {
+		return Counts{}, ErrClosed
+	}
 	w, err := q.newWorker(o)
 	if err != nil {
 		return Counts{}, err
 	}
+	// Close stops Work as the end of ctx does.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-q.closed:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 	return w.run(ctx, h)
+}
+
+// read takes up to a batch of new entries, waiting up to block for one.
+func (w *worker) read(ctx context.Context, block time.Duration) ([]Entry, error) {
+	raws, err := w.q.b.Read(ctx, w.o.Consumer, w.o.Batch, block)
+	if err != nil {
+		return nil, err
+	}
+	return entries(raws)
+}
+
+// entries decodes entries as the store keeps them.
+func entries(raws []store.QueueEntry) ([]Entry, error) {
+	es := make([]Entry, 0, len(raws))
+	for _, r := range raws {
+		e, err := entryOf(r)
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
+
+// truncate bounds a handler's error text at 4 KiB.
+func truncate(msg string) string {
+	const max = 4 << 10
+	if len(msg) > max {
+		return msg[:max]
+	}
+	return msg
 }
 
 type worker struct {
@@ -162,7 +207,7 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 		}
 		if err == nil && len(es) == 0 {
 			block := min(w.o.Visibility/4, time.Second)
-			es, err = w.q.b.read(ctx, w.o.Consumer, w.o.Batch, block)
+			es, err = w.read(ctx, block)
 		}
 		if c, ok := err.(crash); ok {
 			return w.counts, c.err
@@ -209,7 +254,7 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 			w.o.Log.Warn("queue: ack failed", "queue", w.q.name, "err", err)
 		}
 	}
-	if err := w.q.b.leave(work, w.o.Consumer); err != nil {
+	if err := w.q.b.Leave(work, w.o.Consumer); err != nil {
 		w.o.Log.Warn("queue: leaving the group failed", "queue", w.q.name, "err", err)
 	}
 	return w.counts, nil
@@ -221,7 +266,11 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 // Taking a batch at a time, rather than all at once, keeps a worker from
 // holding more than it can handle within the visibility timeout.
 func (w *worker) claimSome(ctx context.Context) (es []Entry, sweeping bool, err error) {
-	next, claimed, err := w.q.b.claim(ctx, w.o.Consumer, w.o.Visibility, w.cursor, w.o.Batch)
+	next, raws, err := w.q.b.Claim(ctx, w.o.Consumer, w.o.Visibility, w.cursor, w.o.Batch)
+	if err != nil {
+		return nil, true, err
+	}
+	claimed, err := entries(raws)
 	if err != nil {
 		return nil, true, err
 	}
@@ -235,7 +284,7 @@ func (w *worker) claimSome(ctx context.Context) (es []Entry, sweeping bool, err 
 			es = append(es, e)
 			continue
 		}
-		msg, err := w.q.b.lastError(ctx, e.ID)
+		msg, err := w.q.b.LastError(ctx, e.ID)
 		if err != nil {
 			return es, true, err
 		}
@@ -267,11 +316,11 @@ func (w *worker) handle(ctx, work context.Context, h Handler, e Entry) (done boo
 		return true, nil
 	}
 	w.counts.Failed++
-	msg := herr.Error()
+	msg := truncate(herr.Error())
 	w.o.Log.Warn("queue: handler failed", "queue", w.q.name, "entry", e.ID, "deliveries", e.Deliveries, "err", msg)
 	// Recorded first, so that a crash before the dead letter leaves the
 	// error for whoever claims the entry.
-	if err := w.q.b.fail(work, e.ID, msg); err != nil {
+	if err := w.q.b.Fail(work, e.ID, msg); err != nil {
 		return false, fmt.Errorf("queue %q: record failure of %s: %w", w.q.name, e.ID, err)
 	}
 	if e.Deliveries >= w.o.MaxDeliveries {
@@ -330,7 +379,7 @@ func (w *worker) ackAll(ctx context.Context, ids []string) error {
 		return nil
 	}
 	w.acked = append(w.acked[:0], make([]bool, len(ids))...)
-	if err := w.q.b.ackAll(ctx, ids, w.acked); err != nil {
+	if err := w.q.b.AckAll(ctx, ids, w.acked); err != nil {
 		return fmt.Errorf("queue %q: ack %d entries: %w", w.q.name, len(ids), err)
 	}
 	for _, ok := range w.acked {
@@ -363,7 +412,11 @@ func (w *worker) waitPace(ctx context.Context) error {
 // bury writes the dead letter first, then acks: a crash in between makes
 // a duplicate dead letter, never a loss.
 func (w *worker) bury(ctx context.Context, e Entry, msg string) error {
-	if err := w.q.b.deadLetter(ctx, e, msg); err != nil {
+	r, err := raw(e)
+	if err != nil {
+		return fmt.Errorf("queue %q: dead-letter %s: %w", w.q.name, e.ID, err)
+	}
+	if err := w.q.b.DeadLetter(ctx, r, truncate(msg)); err != nil {
 		return fmt.Errorf("queue %q: dead-letter %s: %w", w.q.name, e.ID, err)
 	}
 	if w.q.hooks.afterDeadLetter != nil {
@@ -371,7 +424,7 @@ func (w *worker) bury(ctx context.Context, e Entry, msg string) error {
 			return crash{err}
 		}
 	}
-	if _, err := w.q.b.ack(ctx, e.ID, true); err != nil {
+	if _, err := w.q.b.Ack(ctx, e.ID, true); err != nil {
 		return fmt.Errorf("queue %q: ack dead letter %s: %w", w.q.name, e.ID, err)
 	}
 	w.counts.DeadLettered++

@@ -42,6 +42,7 @@ type Store struct {
 	once       sync.Once
 	sweepEvery time.Duration
 	consumers  consumerLists
+	queues     queues
 }
 
 // A shard holds the keys whose hash ends in its number. Decisions on a
@@ -339,9 +340,13 @@ func (s *Store) sweeper(every time.Duration) {
 	}
 }
 
-// Close stops the sweeper. The store must not be used afterwards.
+// Close stops the sweeper and releases the store's queues. The store must
+// not be used afterwards.
 func (s *Store) Close() error {
-	s.once.Do(func() { close(s.stop) })
+	s.once.Do(func() {
+		close(s.stop)
+		s.closeQueues()
+	})
 	<-s.done
 	return nil
 }

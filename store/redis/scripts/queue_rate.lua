@@ -1,4 +1,4 @@
--- rate.lua: shared by add.lua and ack.lua (prepended to each), no KEYS.
+-- queue_rate.lua: shared by queue_add.lua and queue_ack.lua (prepended to each), no KEYS.
 -- The drain rate counts entries leaving the queue in windows of W µs held
 -- in the meta hash: w0 (start of the current window), n0 (entries left in
 -- it) and r (entries/s of the window before). drain_rate(meta, now)

@@ -1,4 +1,4 @@
--- claim.lua: take over entries idle too long (XAUTOCLAIM), one page.
+-- queue_claim.lua: take over entries idle too long (XAUTOCLAIM), one page.
 -- KEYS[1] the stream, KEYS[2] the meta hash
 -- ARGV[1] group, ARGV[2] consumer, ARGV[3] min idle (ms), ARGV[4] cursor,
 -- ARGV[5] count

@@ -1,4 +1,4 @@
--- fail.lua: records a delivery's error for whoever handles the entry next,
+-- queue_fail.lua: records a delivery's error for whoever handles the entry next,
 -- while the entry is still in the stream: a handler that fails after
 -- another worker acked the entry leaves nothing behind.
 -- KEYS[1] the stream, KEYS[2] the errors hash (entry id -> last error)

@@ -1,4 +1,4 @@
--- add.lua: admit an entry unless the queue is full. Never trims.
+-- queue_add.lua: admit an entry unless the queue is full. Never trims.
 -- KEYS[1] the stream, KEYS[2] the meta hash, KEYS[3] the dedup hash
 --         (dedup id -> entry id of entries still queued)
 -- ARGV[1] capacity, ARGV[2] dedup id ("" for none), ARGV[3] fields (JSON)

@@ -1,4 +1,4 @@
--- ack.lua: an entry leaves the queue: XACK, XDEL, its dedup id and last
+-- queue_ack.lua: an entry leaves the queue: XACK, XDEL, its dedup id and last
 -- error are forgotten, the drain rate counts it.
 -- KEYS[1] the stream, KEYS[2] the meta hash, KEYS[3] the dedup hash,
 -- KEYS[4] the errors hash (entry id -> last error)

@@ -1,0 +1,315 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/store"
+)
+
+// The store's admission queues (store.Queues) live in this process: the
+// same admission, delivery, claim, ack and dead-letter rules as the Redis
+// store's streams, with no recovery across processes. They belong to the
+// store: Close releases them, and wakes the readers waiting on them.
+
+var _ store.Queues = (*Store)(nil)
+
+// queues are the store's queues by name.
+type queues struct {
+	mu     sync.Mutex
+	m      map[string]*queue
+	closed bool
+}
+
+// Queue implements store.Queues. The memory store has one group per queue
+// and ignores group.
+func (s *Store) Queue(_ context.Context, name, _ string) (store.Queue, error) {
+	qs := &s.queues
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.closed {
+		return nil, store.ErrClosed
+	}
+	if qs.m == nil {
+		qs.m = map[string]*queue{}
+	}
+	q := qs.m[name]
+	if q == nil {
+		q = &queue{ready: make(chan struct{}), entries: map[string]*queueEntry{},
+			dedup: map[string]string{}, members: map[string]bool{}}
+		qs.m[name] = q
+	}
+	return q, nil
+}
+
+// QueuesShared implements store.Queues: the queues live in this process.
+func (s *Store) QueuesShared() bool { return false }
+
+// QueueWarning implements store.Queues: nothing evicts entries here.
+func (s *Store) QueueWarning(context.Context) string { return "" }
+
+// closeQueues releases the queues: their operations fail with
+// store.ErrClosed from now on.
+func (s *Store) closeQueues() {
+	qs := &s.queues
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	qs.closed = true
+	for _, q := range qs.m {
+		q.mu.Lock()
+		q.closed = true
+		close(q.ready)
+		q.mu.Unlock()
+	}
+	qs.m = nil
+}
+
+// queue is one queue.
+type queue struct {
+	mu      sync.Mutex
+	closed  bool
+	ready   chan struct{} // closed and replaced when an entry is added
+	lastMs  int64
+	seq     int64
+	entries map[string]*queueEntry
+	unread  []string // ids not yet delivered, oldest first
+	dedup   map[string]string
+	dead    []store.QueueDeadLetter
+	members map[string]bool
+
+	admitted, delivered, acked int64
+	capacity                   int                      // of the last admission
+	left                       [drainSeconds + 1]second // entries that left, per second
+}
+
+type queueEntry struct {
+	id, dedup   string
+	fields      []byte
+	deliveries  int64
+	owner       string
+	deliveredAt time.Time
+	lastErr     string
+}
+
+// drainSeconds is the span the drain rate looks back on.
+const drainSeconds = 10
+
+// second counts the entries that left in one Unix second.
+type second struct{ unix, n int64 }
+
+// lock locks q, or reports that its store was closed.
+func (q *queue) lock() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return store.ErrClosed
+	}
+	return nil
+}
+
+func (q *queue) Add(_ context.Context, capacity int, dedup string, fields []byte) (store.QueueAdded, error) {
+	if err := q.lock(); err != nil {
+		return store.QueueAdded{}, err
+	}
+	defer q.mu.Unlock()
+	n := int64(len(q.entries))
+	if dedup != "" {
+		if id, ok := q.dedup[dedup]; ok {
+			if e := q.entries[id]; e != nil && !bytes.Equal(e.fields, fields) {
+				return store.QueueAdded{Outcome: store.QueueConflict, ID: id, Length: n}, nil
+			}
+			return store.QueueAdded{Outcome: store.QueueDuplicate, ID: id, Length: n}, nil
+		}
+	}
+	if n >= int64(capacity) {
+		return store.QueueAdded{Outcome: store.QueueFull, Length: n, DrainRate: q.rate(time.Now())}, nil
+	}
+	ms := time.Now().UnixMilli()
+	if ms <= q.lastMs {
+		q.seq++
+	} else {
+		q.lastMs, q.seq = ms, 0
+	}
+	id := fmt.Sprintf("%d-%d", q.lastMs, q.seq)
+	q.entries[id] = &queueEntry{id: id, dedup: dedup, fields: bytes.Clone(fields)}
+	q.unread = append(q.unread, id)
+	if dedup != "" {
+		q.dedup[dedup] = id
+	}
+	q.admitted++
+	q.capacity = capacity
+	close(q.ready)
+	q.ready = make(chan struct{})
+	return store.QueueAdded{Outcome: store.QueueNew, ID: id, Length: n + 1}, nil
+}
+
+// rate is entries/s that left in the last drainSeconds full seconds and
+// this one; q.mu held.
+func (q *queue) rate(now time.Time) float64 {
+	var n int64
+	for _, c := range q.left {
+		if now.Unix()-c.unix <= drainSeconds {
+			n += c.n
+		}
+	}
+	return float64(n) / drainSeconds
+}
+
+func (q *queue) deliver(e *queueEntry, consumer string, now time.Time) store.QueueEntry {
+	e.deliveries++
+	e.owner, e.deliveredAt = consumer, now
+	q.delivered++
+	return store.QueueEntry{ID: e.id, Fields: e.fields, Dedup: e.dedup, Deliveries: e.deliveries}
+}
+
+func (q *queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]store.QueueEntry, error) {
+	timer := time.NewTimer(block)
+	defer timer.Stop()
+	for {
+		if err := q.lock(); err != nil {
+			return nil, err
+		}
+		q.members[consumer] = true
+		if len(q.unread) > 0 {
+			var out []store.QueueEntry
+			now := time.Now()
+			for len(q.unread) > 0 && len(out) < count {
+				e := q.entries[q.unread[0]]
+				q.unread = q.unread[1:]
+				out = append(out, q.deliver(e, consumer, now))
+			}
+			q.mu.Unlock()
+			return out, nil
+		}
+		ready := q.ready
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+			return nil, nil
+		case <-ready:
+		}
+	}
+}
+
+func (q *queue) Claim(_ context.Context, consumer string, minIdle time.Duration, _ string, count int) (string, []store.QueueEntry, error) {
+	if err := q.lock(); err != nil {
+		return "", nil, err
+	}
+	defer q.mu.Unlock()
+	q.members[consumer] = true
+	now := time.Now()
+	var out []store.QueueEntry
+	for _, e := range q.entries {
+		if e.owner != "" && now.Sub(e.deliveredAt) >= minIdle {
+			if len(out) == count {
+				return "more", out, nil // the next call looks again
+			}
+			out = append(out, q.deliver(e, consumer, now))
+		}
+	}
+	return "0-0", out, nil
+}
+
+func (q *queue) Fail(_ context.Context, id, msg string) error {
+	if err := q.lock(); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	if e := q.entries[id]; e != nil {
+		e.lastErr = msg
+	}
+	return nil
+}
+
+func (q *queue) LastError(_ context.Context, id string) (string, error) {
+	if err := q.lock(); err != nil {
+		return "", err
+	}
+	defer q.mu.Unlock()
+	if e := q.entries[id]; e != nil {
+		return e.lastErr, nil
+	}
+	return "", nil
+}
+
+func (q *queue) Ack(_ context.Context, id string, dead bool) (bool, error) {
+	if err := q.lock(); err != nil {
+		return false, err
+	}
+	defer q.mu.Unlock()
+	e := q.entries[id]
+	if e == nil || e.owner == "" {
+		return false, nil
+	}
+	delete(q.entries, id)
+	if e.dedup != "" && q.dedup[e.dedup] == id {
+		delete(q.dedup, e.dedup)
+	}
+	if !dead {
+		q.acked++
+	}
+	sec := time.Now().Unix()
+	c := &q.left[sec%int64(len(q.left))]
+	if c.unix != sec {
+		c.unix, c.n = sec, 0
+	}
+	c.n++
+	return true, nil
+}
+
+func (q *queue) AckAll(ctx context.Context, ids []string, done []bool) error {
+	for i, id := range ids {
+		var err error
+		if done[i], err = q.Ack(ctx, id, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q *queue) DeadLetter(_ context.Context, e store.QueueEntry, msg string) error {
+	if err := q.lock(); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	q.dead = append(q.dead, store.QueueDeadLetter{QueueEntry: e, Error: msg})
+	return nil
+}
+
+func (q *queue) DeadLetters(_ context.Context, count int) ([]store.QueueDeadLetter, error) {
+	if err := q.lock(); err != nil {
+		return nil, err
+	}
+	defer q.mu.Unlock()
+	return append([]store.QueueDeadLetter(nil), q.dead[:min(count, len(q.dead))]...), nil
+}
+
+func (q *queue) Stats(context.Context) (store.QueueStats, error) {
+	if err := q.lock(); err != nil {
+		return store.QueueStats{}, err
+	}
+	defer q.mu.Unlock()
+	s := store.QueueStats{Length: int64(len(q.entries)), Consumers: int64(len(q.members)), DeadLetters: int64(len(q.dead)),
+		Admitted: q.admitted, Delivered: q.delivered, Acked: q.acked, DrainRate: q.rate(time.Now()), Capacity: q.capacity}
+	s.Pending = s.Length - int64(len(q.unread))
+	return s, nil
+}
+
+func (q *queue) Leave(_ context.Context, consumer string) error {
+	if err := q.lock(); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	for _, e := range q.entries {
+		if e.owner == consumer {
+			return nil
+		}
+	}
+	delete(q.members, consumer)
+	return nil
+}

@@ -1,0 +1,132 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Queues is a store that keeps admission queues: bounded queues whose
+// entries leave only when a worker handled them (package queue is their
+// API). The Redis store keeps them in Redis Streams, shared by every
+// process on the same Redis; the memory store keeps them in process. A
+// store's queues belong to it: its Close releases them.
+type Queues interface {
+	// Queue returns the insides of the queue name with the consumer group
+	// group, creating them when they do not exist. Every call with the
+	// same name reaches the same queue.
+	Queue(ctx context.Context, name, group string) (Queue, error)
+	// QueuesShared reports whether the store's queues are shared between
+	// processes (Redis), or live in this one (the memory store).
+	QueuesShared() bool
+	// QueueWarning returns a warning about a setting of the store under
+	// which it may lose queued entries (a Redis that evicts keys), or "".
+	QueueWarning(ctx context.Context) string
+}
+
+// ErrClosed is the error of an operation on a queue of a closed store.
+var ErrClosed = errors.New("store: closed")
+
+// A Queue is one queue's insides in a store: the operations package queue
+// builds admission, delivery, claims, acks and dead letters on. Entries'
+// fields are opaque bytes (package queue's JSON). Every operation is
+// atomic in the store.
+type Queue interface {
+	// Add admits an entry of fields unless the queue holds capacity
+	// entries. A non-empty dedup id held by a queued entry answers that
+	// entry (QueueDuplicate when its fields are the same, QueueConflict
+	// when not) and adds nothing.
+	Add(ctx context.Context, capacity int, dedup string, fields []byte) (QueueAdded, error)
+	// Read hands up to count entries never delivered to consumer, waiting
+	// up to block for one.
+	Read(ctx context.Context, consumer string, count int, block time.Duration) ([]QueueEntry, error)
+	// Claim hands consumer up to count entries delivered to a consumer at
+	// least minIdle ago and not acked, looking from cursor on ("0-0"
+	// first); next is "0-0" when it looked at every entry.
+	Claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (next string, es []QueueEntry, err error)
+	// Fail records a delivery's error for an entry still queued.
+	Fail(ctx context.Context, id, msg string) error
+	// LastError returns the error recorded for an entry ("" for none).
+	LastError(ctx context.Context, id string) (string, error)
+	// Ack removes a delivered entry, counting it as handled, or as dead
+	// (dead lettered); false when it had been removed already.
+	Ack(ctx context.Context, id string, dead bool) (bool, error)
+	// AckAll acks handled entries at once: done[i] is Ack's answer for
+	// ids[i].
+	AckAll(ctx context.Context, ids []string, done []bool) error
+	// DeadLetter appends e, with its last error, to the dead-letter list.
+	DeadLetter(ctx context.Context, e QueueEntry, msg string) error
+	// DeadLetters returns up to count of the oldest dead letters.
+	DeadLetters(ctx context.Context, count int) ([]QueueDeadLetter, error)
+	// Stats describes the queue.
+	Stats(ctx context.Context) (QueueStats, error)
+	// Leave forgets consumer, unless it holds entries.
+	Leave(ctx context.Context, consumer string) error
+}
+
+// QueueEntry is an entry as a store keeps it.
+type QueueEntry struct {
+	// ID is unique in its queue and grows with admission
+	// ("milliseconds-sequence", as a Redis stream id).
+	ID string
+	// Fields are the entry's fields, as its producer encoded them.
+	Fields []byte
+	// Dedup is the dedup id it was added with ("" for none).
+	Dedup string
+	// Deliveries counts its deliveries, this one included.
+	Deliveries int64
+}
+
+// QueueOutcome is what an Add did.
+type QueueOutcome int
+
+// The outcomes of an Add.
+const (
+	// QueueNew: the entry was added.
+	QueueNew QueueOutcome = iota
+	// QueueDuplicate: an entry with the same dedup id and fields is
+	// queued (QueueAdded.ID is that entry's); nothing was added.
+	QueueDuplicate
+	// QueueConflict: an entry with the same dedup id and other fields is
+	// queued; nothing was added.
+	QueueConflict
+	// QueueFull: the queue held its capacity; nothing was added.
+	QueueFull
+)
+
+// QueueAdded is the answer of an Add.
+type QueueAdded struct {
+	Outcome QueueOutcome
+	// ID is the entry's id, or the queued entry's for a duplicate or a
+	// conflict ("" when full).
+	ID string
+	// Length is the queue's length after the call.
+	Length int64
+	// DrainRate is the entries that left per second lately, when full.
+	DrainRate float64
+}
+
+// QueueDeadLetter is an entry on the dead-letter list.
+type QueueDeadLetter struct {
+	QueueEntry
+	// Error is its handler's last error.
+	Error string
+}
+
+// QueueStats are a queue's numbers.
+type QueueStats struct {
+	// Capacity is the capacity of the last admission (0 before any).
+	Capacity int
+	// Length counts the entries waiting and being handled; Pending those
+	// delivered and not acked.
+	Length, Pending int64
+	// Consumers counts the workers known to the group; DeadLetters the
+	// entries on the dead-letter list.
+	Consumers, DeadLetters int64
+	// Admitted, Delivered (redeliveries too) and Acked (handled) count
+	// since the queue was created.
+	Admitted, Delivered, Acked int64
+	// DrainRate is the entries that left per second, over the last 10 to
+	// 20 seconds.
+	DrainRate float64
+}
