@@ -3,7 +3,6 @@ package server
 import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/queue"
-	redisstore "github.com/sluicehq/sluice/store/redis"
 
 	"errors"
 	"fmt"
@@ -173,9 +172,6 @@ func (c Config) Defaults() Config {
 	}
 	if c.Consumers.TTL == 0 {
 		c.Consumers.TTL = algo.Duration(DefaultConsumersTTL)
-	}
-	if c.Redis.MaxLease == 0 {
-		c.Redis.MaxLease = redisstore.DefaultMaxLease
 	}
 	if c.Redis.LeaseFor == 0 {
 		c.Redis.LeaseFor = algo.Duration(DefaultLeaseFor)

@@ -160,7 +160,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	}
 	resp.OverallCode = overall
 	if overall == rlv3.RateLimitResponse_OK {
-		if units := quotaAsked(ctx, s.cfg.Redis.MaxLease); units > 0 {
+		if units := quotaAsked(ctx); units > 0 {
 			sctx, cancel := s.storeCtx(ctx)
 			g, err := s.checker.Grant(sctx, q, units)
 			cancel()
@@ -201,10 +201,9 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 // grpc_service initial_metadata.
 const QuotaHeader = "x-sluice-quota"
 
-// quotaAsked returns the units the call's metadata asks for, at most
-// most (0 when it asks for none, or for something that is not a positive
-// number).
-func quotaAsked(ctx context.Context, most int64) int64 {
+// quotaAsked returns the units the call's metadata asks for (0 when it asks
+// for none, or for something that is not a positive number).
+func quotaAsked(ctx context.Context) int64 {
 	v := metadata.ValueFromIncomingContext(ctx, QuotaHeader)
 	if len(v) == 0 {
 		return 0
@@ -213,7 +212,7 @@ func quotaAsked(ctx context.Context, most int64) int64 {
 	if err != nil || n <= 0 {
 		return 0
 	}
-	return min(n, most)
+	return n // the store grants at most its own bound
 }
 
 // retryAfter folds the RetryAfter of denials: the largest, Never winning.

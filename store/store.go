@@ -180,7 +180,7 @@ type LeaseStats struct {
 // requests (each with its Cost, all of them together) in the store at
 // once and returns how many the client may admit, until when. It grants
 // nothing (a zero Grant) for requests it cannot grant for, or near their
-// limits. See store/redis.
+// limits, and at most the store's own bound (store/redis: MaxLease).
 type Granter interface {
 	Grant(ctx context.Context, reqs []sluice.Request, units int64) (Grant, error)
 }

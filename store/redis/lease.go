@@ -510,7 +510,8 @@ var _ store.Granter = (*Store)(nil)
 // gets a lease of units x Cost from lease.lua (one pipelined round trip),
 // under the same rule as the store's own leases; the grant is the fewest
 // requests any key granted, and what the others granted beyond it is
-// given back at once. Until is LeaseFor from now at most, and no later
+// given back at once. A grant is at most MaxLease units. Until is LeaseFor
+// from now at most, and no later
 // than any window's end on the local clock, so the client admits nothing
 // outside the windows the units were counted in: zero over-admission. The
 // client never gives back what it does not use: at most Units are lost to
@@ -519,6 +520,7 @@ func (s *Store) Grant(ctx context.Context, reqs []sluice.Request, units int64) (
 	if s.leases == nil || units <= 0 || len(reqs) == 0 {
 		return store.Grant{}, nil
 	}
+	units = min(units, s.leases.maxLease)
 	fws := make([]algo.FixedWindow, len(reqs))
 	for i := range reqs {
 		fw, ok := leasable(&reqs[i])
