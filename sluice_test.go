@@ -257,3 +257,41 @@ func TestBounds(t *testing.T) {
 		t.Errorf("a refused cost took capacity: %+v %v", r, err)
 	}
 }
+
+// TestStoreBoundary: a store's insides stay in its package. Outside
+// store/redis (and internal/redistest, which starts servers for tests,
+// and the bench module), no code imports the Redis client or asserts a
+// concrete store type: what only some stores can do is a capability in
+// package store.
+func TestStoreBoundary(t *testing.T) {
+	concrete := regexp.MustCompile(`\.\(\*(redis|memory)\.Store\)`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch {
+			case path == "bench" || path == "store/redis" || path == "internal/redistest" || strings.HasPrefix(d.Name(), ".") && path != ".":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), `"github.com/redis/rueidis"`) {
+			t.Errorf("%s imports rueidis: only store/redis speaks to Redis", path)
+		}
+		if m := concrete.Find(b); m != nil {
+			t.Errorf("%s asserts a concrete store type (%s): ask for a capability of package store", path, m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -101,7 +101,13 @@ func memoryStore(t testing.TB) sluice.Store {
 
 func redisStore(t testing.TB, srv *redistest.Server) *redis.Store {
 	t.Helper()
-	st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+	return redisStoreAt(t, srv.URL())
+}
+
+// redisStoreAt opens a Redis store on url, closed when the test ends.
+func redisStoreAt(t testing.TB, url string) *redis.Store {
+	t.Helper()
+	st, err := redis.Open(context.Background(), url, redis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@
 // # Lua limiters
 //
 // NewScriptLimiter runs a user-supplied Lua script in Redis instead of a
-// PathChecker: see package store/userscript for the scripts' contract.
+// PathChecker: see store/redis's UserScript for the scripts' contract.
 package httplimit
 
 import (

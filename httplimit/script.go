@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"github.com/sluicehq/sluice/store/userscript"
-
 	"context"
 	"fmt"
 	"net/http"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // ScriptKeyPrefix is the default ScriptConfig.Prefix.
@@ -31,20 +30,21 @@ type ScriptConfig struct {
 }
 
 type scriptLimit struct {
-	s      *userscript.Script
+	s      store.Script
 	args   []string
 	cost   []int // indexes of CostArg in args
 	prefix string
 }
 
-// NewScriptLimiter returns a Limiter that decides requests with a Lua
-// script instead of a PathChecker. Options work as for New, except that the
+// NewScriptLimiter returns a Limiter that decides requests with a script a
+// store runs (the Redis store's Lua scripts: redis.Store.LoadScript)
+// instead of a PathChecker. Options work as for New, except that the
 // headers are the script's (Options.Headers is ignored), and that
 // OnLimited and OnDecision get a Decision with one Level, named after the
 // script's file, whose RetryAfter is the script's Retry-After header when
 // it sets one in delta-seconds (0, unknown, when not). It panics if s is
 // nil or cfg.Prefix holds a brace.
-func NewScriptLimiter(s *userscript.Script, cfg ScriptConfig, opts Options) *Limiter {
+func NewScriptLimiter(s store.Script, cfg ScriptConfig, opts Options) *Limiter {
 	if s == nil {
 		panic("httplimit: nil Script")
 	}

@@ -1,8 +1,6 @@
 package httplimit_test
 
 import (
-	"github.com/sluicehq/sluice/store/userscript"
-
 	"context"
 	"errors"
 	"net/http"
@@ -12,17 +10,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 var legacyNames = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 
-func loadScript(t *testing.T, c rueidis.Client, file string) *userscript.Script {
+func loadScript(t *testing.T, st *redis.Store, file string) *redis.UserScript {
 	t.Helper()
-	s, err := userscript.Load(context.Background(), c, file, legacyNames)
+	s, err := st.LoadScript(context.Background(), file, legacyNames)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +60,7 @@ func atoi(t *testing.T, s string) int {
 // TestScriptFixedWindow runs examples/window_from_first.lua: 3 per 60 s.
 func TestScriptFixedWindow(t *testing.T) {
 	srv := redistest.Start(t)
-	s := loadScript(t, redistest.Client(t, srv.URL()), "../store/userscript/examples/window_from_first.lua")
+	s := loadScript(t, redisStore(t, srv), "../store/redis/examples/window_from_first.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "60", httplimit.CostArg}}, scriptOptions()).Wrap(okHandler)
 
 	for i := 0; i < 3; i++ {
@@ -123,7 +121,7 @@ func TestScriptFixedWindow(t *testing.T) {
 // TestScriptTokenBucket runs examples/token_bucket.lua: 3 tokens, 1 per 60 s.
 func TestScriptTokenBucket(t *testing.T) {
 	srv := redistest.Start(t)
-	s := loadScript(t, redistest.Client(t, srv.URL()), "../store/userscript/examples/token_bucket.lua")
+	s := loadScript(t, redisStore(t, srv), "../store/redis/examples/token_bucket.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
 	for i := 0; i < 3; i++ {
 		w := do(h, "GET", "/", keyed("alex"), "")
@@ -169,8 +167,8 @@ func TestScriptTokenBucket(t *testing.T) {
 // answers NOSCRIPT and the script is sent again.
 func TestScriptNoScript(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redistest.Client(t, srv.URL())
-	s := loadScript(t, c, "../store/userscript/examples/window_from_first.lua")
+	c := redisStore(t, srv)
+	s := loadScript(t, c, "../store/redis/examples/window_from_first.lua")
 	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"5", "60"}}, scriptOptions()).Wrap(okHandler)
 	if w := do(h, "GET", "/", keyed("a"), ""); w.Code != 200 {
 		t.Fatal(w.Code)
@@ -188,29 +186,29 @@ func TestScriptNoScript(t *testing.T) {
 // lined-up headers and the pairs.
 func TestScriptReplies(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redistest.Client(t, srv.URL())
+	c := redisStore(t, srv)
 	for _, tc := range []struct {
 		name, src string
 		kind      error  // nil: valid
 		where     string // in the error
 	}{
-		{"not an array", `return 1`, userscript.ErrReplyShape, "reply"},
-		{"nil", `return nil`, userscript.ErrReplyShape, "reply"},
-		{"one element", `return {"allow"}`, userscript.ErrReplyShape, "reply"},
-		{"three elements", `return {"allow", {1, 2, 3}, 4}`, userscript.ErrReplyShape, "reply"},
-		{"bad verdict", `return {"maybe", {1, 2, 3}}`, userscript.ErrReplyVerdict, "reply[1]"},
-		{"verdict case", `return {"Allow", {1, 2, 3}}`, userscript.ErrReplyVerdict, "reply[1]"},
-		{"integer verdict", `return {1, {1, 2, 3}}`, userscript.ErrReplyVerdict, "reply[1]"},
-		{"items not an array", `return {"allow", "1,2,3"}`, userscript.ErrReplyValues, "reply[2]"},
-		{"too few values", `return {"allow", {1, 2}}`, userscript.ErrReplyValues, "reply[2]"},
-		{"too many values", `return {"allow", {1, 2, 3, 4}}`, userscript.ErrReplyValues, "reply[2][4]"},
-		{"pair of one", `return {"allow", {1, 2, 3, {"X-A"}}}`, userscript.ErrReplyHeader, "reply[2][4]"},
-		{"pair name not a token", `return {"allow", {1, 2, 3, {"X A", "v"}}}`, userscript.ErrReplyHeader, "reply[2][4][1]"},
-		{"pair name integer", `return {"allow", {1, 2, 3, {7, "v"}}}`, userscript.ErrReplyHeader, "reply[2][4][1]"},
-		{"framing header", `return {"allow", {1, 2, 3, {"content-length", "5"}}}`, userscript.ErrReplyHeader, "reply[2][4][1]"},
-		{"value with newline", `return {"deny", {1, 2, "3\r\nX-Evil: 1"}}`, userscript.ErrReplyHeader, "reply[2][3]"},
-		{"pair value nested", `return {"allow", {1, 2, 3, {"X-A", {1}}}}`, userscript.ErrReplyHeader, "reply[2][4][2]"},
-		{"value false (nil)", `return {"allow", {1, false, 3}}`, userscript.ErrReplyHeader, "reply[2][2]"},
+		{"not an array", `return 1`, redis.ErrReplyShape, "reply"},
+		{"nil", `return nil`, redis.ErrReplyShape, "reply"},
+		{"one element", `return {"allow"}`, redis.ErrReplyShape, "reply"},
+		{"three elements", `return {"allow", {1, 2, 3}, 4}`, redis.ErrReplyShape, "reply"},
+		{"bad verdict", `return {"maybe", {1, 2, 3}}`, redis.ErrReplyVerdict, "reply[1]"},
+		{"verdict case", `return {"Allow", {1, 2, 3}}`, redis.ErrReplyVerdict, "reply[1]"},
+		{"integer verdict", `return {1, {1, 2, 3}}`, redis.ErrReplyVerdict, "reply[1]"},
+		{"items not an array", `return {"allow", "1,2,3"}`, redis.ErrReplyValues, "reply[2]"},
+		{"too few values", `return {"allow", {1, 2}}`, redis.ErrReplyValues, "reply[2]"},
+		{"too many values", `return {"allow", {1, 2, 3, 4}}`, redis.ErrReplyValues, "reply[2][4]"},
+		{"pair of one", `return {"allow", {1, 2, 3, {"X-A"}}}`, redis.ErrReplyHeader, "reply[2][4]"},
+		{"pair name not a token", `return {"allow", {1, 2, 3, {"X A", "v"}}}`, redis.ErrReplyHeader, "reply[2][4][1]"},
+		{"pair name integer", `return {"allow", {1, 2, 3, {7, "v"}}}`, redis.ErrReplyHeader, "reply[2][4][1]"},
+		{"framing header", `return {"allow", {1, 2, 3, {"content-length", "5"}}}`, redis.ErrReplyHeader, "reply[2][4][1]"},
+		{"value with newline", `return {"deny", {1, 2, "3\r\nX-Evil: 1"}}`, redis.ErrReplyHeader, "reply[2][3]"},
+		{"pair value nested", `return {"allow", {1, 2, 3, {"X-A", {1}}}}`, redis.ErrReplyHeader, "reply[2][4][2]"},
+		{"value false (nil)", `return {"allow", {1, false, 3}}`, redis.ErrReplyHeader, "reply[2][2]"},
 		{"valid", `return {"deny", {{"X-Custom", "hi"}, 1, "", 3, {"retry-after", 7}}}`, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,7 +218,7 @@ func TestScriptReplies(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := []userscript.HeaderField{{Name: "X-Ratelimit-Limit", Value: "1"}, {Name: "X-Ratelimit-Reset", Value: "3"}, {Name: "X-Custom", Value: "hi"}, {Name: "Retry-After", Value: "7"}}
+				want := []store.HeaderField{{Name: "X-Ratelimit-Limit", Value: "1"}, {Name: "X-Ratelimit-Reset", Value: "3"}, {Name: "X-Custom", Value: "hi"}, {Name: "Retry-After", Value: "7"}}
 				if rep.Allow || len(rep.Headers) != len(want) {
 					t.Fatalf("reply %+v", rep)
 				}
@@ -231,8 +229,8 @@ func TestScriptReplies(t *testing.T) {
 				}
 				return
 			}
-			var re *userscript.ReplyError
-			if !errors.As(err, &re) || !errors.Is(err, userscript.ErrBadReply) || !errors.Is(err, tc.kind) {
+			var re *redis.ReplyError
+			if !errors.As(err, &re) || !errors.Is(err, redis.ErrBadReply) || !errors.Is(err, tc.kind) {
 				t.Fatalf("err = %v, want a ReplyError of kind %v", err, tc.kind)
 			}
 			if re.Where != tc.where || !strings.Contains(err.Error(), "s.lua") {
@@ -252,14 +250,14 @@ func TestScriptReplies(t *testing.T) {
 		l := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{}, opts)
 		w := do(l.Wrap(okHandler), "GET", "/", keyed("a"), "")
 		want := map[httplimit.FailurePolicy]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}[f]
-		if w.Code != want || l.StoreErrors() != 1 || !errors.Is(seen, userscript.ErrReplyValues) {
+		if w.Code != want || l.StoreErrors() != 1 || !errors.Is(seen, redis.ErrReplyValues) {
 			t.Errorf("policy %d: status %d, StoreErrors %d, error %v", f, w.Code, l.StoreErrors(), seen)
 		}
 	}
 
 	// A runtime error in the script is a store failure naming the script.
 	s = loadScript(t, c, scriptFile(t, "runtime.lua", `return redis.call("NO-SUCH-COMMAND")`))
-	if _, err := s.Run(context.Background(), []string{"k"}, nil); err == nil || !strings.Contains(err.Error(), "runtime.lua") || errors.Is(err, userscript.ErrBadReply) {
+	if _, err := s.Run(context.Background(), []string{"k"}, nil); err == nil || !strings.Contains(err.Error(), "runtime.lua") || errors.Is(err, redis.ErrBadReply) {
 		t.Errorf("runtime error: %v", err)
 	}
 
@@ -280,8 +278,7 @@ func TestScriptReplies(t *testing.T) {
 // cost; KEYS[1] the prefixed key.
 func TestScriptArgs(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redistest.Client(t, srv.URL())
-	s, err := userscript.Load(context.Background(), c,
+	s, err := redisStore(t, srv).LoadScript(context.Background(),
 		scriptFile(t, "echo.lua", `return {"allow", {KEYS[1], table.concat(ARGV, " ")}}`), []string{"X-Key", "X-Args"})
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +302,7 @@ func TestLoadScriptCluster(t *testing.T) {
 	}
 	cl := redistest.StartCluster(t)
 	c := redistest.Client(t, cl.URL())
-	s := loadScript(t, c, "../store/userscript/examples/window_from_first.lua")
+	s := loadScript(t, redisStoreAt(t, cl.URL()), "../store/redis/examples/window_from_first.lua")
 	nodes := c.Nodes()
 	if len(nodes) != len(cl.Nodes) {
 		t.Fatalf("the client knows %d nodes, want %d", len(nodes), len(cl.Nodes))

@@ -5,8 +5,11 @@
 //
 // A store is a sluice.Store. What only some stores can do is behind small
 // interfaces that a caller asks for with a type assertion: Pinger (is the
-// server reachable), Resetter (forget keys) and ConsumerLog (who consumed
-// a key).
+// server reachable), Resetter (forget keys), Refunder (give units back),
+// Clock (the store's time), ConsumerLog (who consumed a key), DenialCache
+// and Leaser and Granter (answers without a round trip), Queues
+// (admission queues) and Script (a user's limiter). A store's insides stay
+// in its package: nothing else asserts a concrete store type.
 package store
 
 import (
@@ -239,4 +242,30 @@ type ConsumerLog interface {
 	// ResetConsumers forgets the lists of the requests' Key (placed by
 	// Tag); the other fields are ignored.
 	ResetConsumers(ctx context.Context, reqs []sluice.Request) error
+}
+
+// Script is a user-supplied limiter that a store runs in place of the
+// algorithms: the httplimit middleware's script limiter
+// (httplimit.NewScriptLimiter). The Redis store runs Lua scripts
+// (store/redis: Store.LoadScript documents their contract).
+type Script interface {
+	// Name names the script in decisions: its file's base name.
+	Name() string
+	// Run decides one request: keys and args are the script's KEYS and
+	// ARGV. A reply that breaks the script's contract is an error, as a
+	// store failure is.
+	Run(ctx context.Context, keys, args []string) (ScriptReply, error)
+}
+
+// ScriptReply is a script's validated reply.
+type ScriptReply struct {
+	Allow bool
+	// Headers are the response headers to set, in order.
+	Headers []HeaderField
+}
+
+// HeaderField is one header a script's reply sets.
+type HeaderField struct {
+	Name  string // canonical
+	Value string
 }

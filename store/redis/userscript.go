@@ -1,9 +1,4 @@
-// Package userscript runs user-supplied Lua limiters in Redis: scripts
-// that answer allow or deny with header values, under the contract that
-// Script documents. The httplimit middleware runs them in place of a
-// policy (httplimit.NewScriptLimiter); the scripts Sluice's own stores run
-// are in store/redis.
-package userscript
+package redis
 
 import (
 	"context"
@@ -18,10 +13,14 @@ import (
 	"strings"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/store"
 )
 
-// A Script is a user-supplied Lua limiter, loaded into Redis at start-up
-// and run with EVALSHA for every request. Its contract:
+// A UserScript is a user-supplied Lua limiter (a store.Script), loaded
+// into Redis at start-up by Store.LoadScript and run with EVALSHA for
+// every request: the scripts Sluice's own algorithms run are in scripts/,
+// embedded. Its contract:
 //
 //   - KEYS[1] is the request's key; the httplimit middleware passes its
 //     ScriptConfig.Prefix followed by the request's policy path joined
@@ -42,17 +41,20 @@ import (
 // it is a failed check (for the middleware: handled by its
 // Options.Failure). examples/window_from_first.lua and
 // examples/token_bucket.lua in this package's directory are examples.
-type Script struct {
-	file   string
-	name   string
-	sha    string
-	names  []string // canonical header names
-	lua    *rueidis.Lua
-	client rueidis.Client
+type UserScript struct {
+	file  string
+	name  string
+	sha   string
+	names []string // canonical header names
+	lua   *rueidis.Lua
+	s     *Store
 }
 
-// Load reads a Lua script file and loads it (SCRIPT LOAD) into every
-// node of client: on Redis Cluster, every node the client knows. A file
+var _ store.Script = (*UserScript)(nil)
+
+// LoadScript reads a Lua script file and loads it (SCRIPT LOAD) into every
+// node of the store's Redis: on Redis Cluster, every node the client
+// knows. A file
 // that cannot be read, or that Redis does not accept (such as a syntax
 // error), is an error naming the file and carrying Redis's message: a
 // start-up error. A node that restarts, or joins later, gets the script
@@ -60,7 +62,11 @@ type Script struct {
 //
 // headerNames are the headers whose values the script's reply gives, in
 // order.
-func Load(ctx context.Context, client rueidis.Client, file string, headerNames []string) (*Script, error) {
+func (s *Store) LoadScript(ctx context.Context, file string, headerNames []string) (*UserScript, error) {
+	client, err := s.queueClient()
+	if err != nil {
+		return nil, fmt.Errorf("userscript: %s: %w", file, err)
+	}
 	names := make([]string, len(headerNames))
 	for i, n := range headerNames {
 		if !validToken(n) {
@@ -86,39 +92,25 @@ func Load(ctx context.Context, client rueidis.Client, file string, headerNames [
 			return nil, fmt.Errorf("userscript: load %s into %s: Redis named it %s, want SHA-1 %s", file, addr, got, sha)
 		}
 	}
-	return &Script{
-		file:   file,
-		name:   filepath.Base(file),
-		sha:    sha,
-		names:  names,
-		lua:    rueidis.NewLuaScript(string(src)),
-		client: client,
+	return &UserScript{
+		file:  file,
+		name:  filepath.Base(file),
+		sha:   sha,
+		names: names,
+		lua:   rueidis.NewLuaScript(string(src)), // the operator's own file
+		s:     s,
 	}, nil
 }
 
 // Name returns the base name of the script's file: the name a check by
 // it goes by.
-func (s *Script) Name() string { return s.name }
+func (u *UserScript) Name() string { return u.name }
 
 // File returns the script's file name, as given to Load.
-func (s *Script) File() string { return s.file }
+func (u *UserScript) File() string { return u.file }
 
 // SHA1 returns the script's SHA-1, the name EVALSHA calls it by.
-func (s *Script) SHA1() string { return s.sha }
-
-// HeaderField is one header a script's reply sets.
-type HeaderField struct {
-	Name  string // canonical
-	Value string
-}
-
-// Reply is a script's validated reply.
-type Reply struct {
-	Allow bool
-	// Headers are the headers to set, the lined-up values first (less the
-	// empty ones), then the pairs, in the order of the reply.
-	Headers []HeaderField
-}
+func (u *UserScript) SHA1() string { return u.sha }
 
 // Errors a ReplyError wraps, one per way a reply can break the contract.
 // Every ReplyError also wraps ErrBadReply.
@@ -155,21 +147,24 @@ func (e *ReplyError) Unwrap() []error { return []error{ErrBadReply, e.Kind} }
 // Run runs the script once with EVALSHA (EVAL after NOSCRIPT) and returns
 // its validated reply. A Redis error, such as a runtime error in the
 // script, names the script.
-func (s *Script) Run(ctx context.Context, keys, args []string) (Reply, error) {
-	res := s.lua.Exec(ctx, s.client, keys, args)
-	m, err := res.ToMessage()
+func (u *UserScript) Run(ctx context.Context, keys, args []string) (store.ScriptReply, error) {
+	c, err := u.s.queueClient()
+	if err != nil {
+		return store.ScriptReply{}, fmt.Errorf("userscript: %s: %w", u.file, err)
+	}
+	m, err := u.lua.Exec(ctx, c, keys, args).ToMessage()
 	if rueidis.IsRedisNil(err) {
-		return Reply{}, &ReplyError{Script: s.file, Where: "reply", Kind: ErrReplyShape, Detail: "got nil (a Lua nil or false)"}
+		return store.ScriptReply{}, &ReplyError{Script: u.file, Where: "reply", Kind: ErrReplyShape, Detail: "got nil (a Lua nil or false)"}
 	}
 	if err != nil {
-		return Reply{}, fmt.Errorf("userscript: %s: %w", s.file, err)
+		return store.ScriptReply{}, fmt.Errorf("userscript: %s: %w", u.file, err)
 	}
-	return s.parseReply(&m)
+	return u.parseReply(&m)
 }
 
-func (s *Script) parseReply(m *rueidis.RedisMessage) (Reply, error) {
-	bad := func(where string, kind error, format string, a ...any) (Reply, error) {
-		return Reply{}, &ReplyError{Script: s.file, Where: where, Kind: kind, Detail: fmt.Sprintf(format, a...)}
+func (u *UserScript) parseReply(m *rueidis.RedisMessage) (store.ScriptReply, error) {
+	bad := func(where string, kind error, format string, a ...any) (store.ScriptReply, error) {
+		return store.ScriptReply{}, &ReplyError{Script: u.file, Where: where, Kind: kind, Detail: fmt.Sprintf(format, a...)}
 	}
 	if !m.IsArray() {
 		return bad("reply", ErrReplyShape, "got %s", describe(m))
@@ -178,7 +173,7 @@ func (s *Script) parseReply(m *rueidis.RedisMessage) (Reply, error) {
 	if len(top) != 2 {
 		return bad("reply", ErrReplyShape, "got an array of %d elements", len(top))
 	}
-	var rep Reply
+	var rep store.ScriptReply
 	switch v, err := top[0].ToString(); {
 	case err != nil:
 		return bad("reply[1]", ErrReplyVerdict, "got %s", describe(&top[0]))
@@ -192,8 +187,8 @@ func (s *Script) parseReply(m *rueidis.RedisMessage) (Reply, error) {
 		return bad("reply[2]", ErrReplyValues, "got %s, want an array", describe(&top[1]))
 	}
 	items, _ := top[1].ToArray()
-	rep.Headers = make([]HeaderField, 0, len(items))
-	var pairs []HeaderField
+	rep.Headers = make([]store.HeaderField, 0, len(items))
+	var pairs []store.HeaderField
 	values := 0
 	for i := range items {
 		it := &items[i]
@@ -215,23 +210,23 @@ func (s *Script) parseReply(m *rueidis.RedisMessage) (Reply, error) {
 			if !ok {
 				return bad(where+"[2]", ErrReplyHeader, "value of %s: %s", name, describeValue(&pair[1]))
 			}
-			pairs = append(pairs, HeaderField{name, value})
+			pairs = append(pairs, store.HeaderField{Name: name, Value: value})
 			continue
 		}
 		value, ok := fieldValue(it)
 		if !ok {
 			return bad(where, ErrReplyHeader, "%s", describeValue(it))
 		}
-		if values >= len(s.names) {
-			return bad(where, ErrReplyValues, "more than the %d header values configured (%s)", len(s.names), strings.Join(s.names, ", "))
+		if values >= len(u.names) {
+			return bad(where, ErrReplyValues, "more than the %d header values configured (%s)", len(u.names), strings.Join(u.names, ", "))
 		}
 		if value != "" {
-			rep.Headers = append(rep.Headers, HeaderField{s.names[values], value})
+			rep.Headers = append(rep.Headers, store.HeaderField{Name: u.names[values], Value: value})
 		}
 		values++
 	}
-	if values != len(s.names) {
-		return bad("reply[2]", ErrReplyValues, "%d header values for the %d header names (%s)", values, len(s.names), strings.Join(s.names, ", "))
+	if values != len(u.names) {
+		return bad("reply[2]", ErrReplyValues, "%d header values for the %d header names (%s)", values, len(u.names), strings.Join(u.names, ", "))
 	}
 	rep.Headers = append(rep.Headers, pairs...)
 	return rep, nil

@@ -1,4 +1,4 @@
-package userscript_test
+package redis_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/store/userscript"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 // scriptFile writes a Lua script to a temporary file.
@@ -24,15 +24,15 @@ func scriptFile(t *testing.T, name, src string) string {
 	return p
 }
 
-// TestLoadErrors: a script that does not load is a start-up error
+// TestLoadScriptErrors: a script that does not load is a start-up error
 // naming the file and carrying Redis's message.
-func TestLoadErrors(t *testing.T) {
+func TestLoadScriptErrors(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redistest.Client(t, srv.URL())
+	st := open(t, srv, redis.Options{})
 	ctx := context.Background()
 
 	bad := scriptFile(t, "broken.lua", "local x = \nreturn {")
-	_, err := userscript.Load(ctx, c, bad, []string{"X-RateLimit-Limit"})
+	_, err := st.LoadScript(ctx, bad, []string{"X-RateLimit-Limit"})
 	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "Error compiling script") {
 		t.Errorf("syntax error: %v", err)
 	}
@@ -41,17 +41,17 @@ func TestLoadErrors(t *testing.T) {
 	}
 
 	missing := filepath.Join(t.TempDir(), "missing.lua")
-	if _, err := userscript.Load(ctx, c, missing, nil); err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
+	if _, err := st.LoadScript(ctx, missing, nil); err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
 
 	good := scriptFile(t, "ok.lua", `return {"allow", {}}`)
 	for _, names := range [][]string{{"X-Ok", "bad name"}, {""}, {"Content-Length"}, {"X-Ok\r\n"}} {
-		if _, err := userscript.Load(ctx, c, good, names); err == nil || !strings.Contains(err.Error(), good) {
+		if _, err := st.LoadScript(ctx, good, names); err == nil || !strings.Contains(err.Error(), good) {
 			t.Errorf("header names %q: %v", names, err)
 		}
 	}
-	if _, err := userscript.Load(ctx, c, good, nil); err != nil {
+	if _, err := st.LoadScript(ctx, good, nil); err != nil {
 		t.Errorf("no header names: %v", err)
 	}
 }
@@ -59,14 +59,14 @@ func TestLoadErrors(t *testing.T) {
 // TestExamplesLoad: every shipped example script loads and answers by
 // the contract.
 func TestExamplesLoad(t *testing.T) {
-	c := redistest.Client(t, redistest.Start(t).URL())
+	st := open(t, redistest.Start(t), redis.Options{})
 	files, err := filepath.Glob("examples/*.lua")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}
 	names := []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 	for _, f := range files {
-		s, err := userscript.Load(context.Background(), c, f, names)
+		s, err := st.LoadScript(context.Background(), f, names)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}

@@ -1,4 +1,4 @@
--- token_bucket.lua: a token-bucket limiter for store/userscript (and the
+-- token_bucket.lua: a token-bucket limiter for Store.LoadScript (and the
 -- httplimit middleware's NewScriptLimiter).
 --
 -- The bucket holds up to ARGV[1] tokens and gains ARGV[2] tokens every

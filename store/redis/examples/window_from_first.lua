@@ -1,4 +1,4 @@
--- window_from_first.lua: a window limiter for store/userscript (and the
+-- window_from_first.lua: a window limiter for Store.LoadScript (and the
 -- httplimit middleware's NewScriptLimiter).
 --
 -- A window starts with its first request and lasts ARGV[2] seconds;
