@@ -100,7 +100,8 @@ var fixedWindowKind = kindInfo{
 	build: func(s Spec) (Limit, error) {
 		return FixedWindow{Limit: s.Limit, Window: time.Duration(s.Window)}, nil
 	},
-	example: FixedWindow{Limit: 100, Window: 10 * time.Second},
+	example:  FixedWindow{Limit: 100, Window: 10 * time.Second},
+	leasable: true,
 }
 
 // Kind implements Limit.

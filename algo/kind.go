@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -44,6 +45,8 @@ type kindInfo struct {
 	// example is a valid limit of the kind, for documentation and for
 	// tests that go over every kind.
 	example Limit
+	// leasable: see Kind.Leasable.
+	leasable bool
 }
 
 // kinds is the registry; each algorithm's file defines its entry.
@@ -63,6 +66,22 @@ func (k Kind) String() string {
 	}
 	return fmt.Sprintf("Kind(%d)", k)
 }
+
+// Leasable reports whether limits of the kind can be leased: a store may
+// count units of them ahead in one call (a lease) and admit from those
+// units locally until the lease ends (store/redis: Options.LeaseFor, and
+// quota granted to a proxy). Only a fixed window can: a lease's units
+// count in the window when taken and are used before the window ends,
+// so the window never admits more than its limit. Every other
+// algorithm's capacity moves with time (it refills or slides), so units
+// taken ahead could be admitted when the algorithm would deny them. This
+// is the one statement of the rule: policy validation and the stores ask
+// it.
+func (k Kind) Leasable() bool { return int(k) < NumKinds && kinds[k].leasable }
+
+// ErrNotLeasable is wrapped by the error of a lease asked for a limit
+// whose kind cannot be leased (Kind.Leasable).
+var ErrNotLeasable = errors.New("only a fixed_window limit can be leased: a lease's units count in the window when taken and are used until it ends, which only a window that ends with the lease keeps exact")
 
 // Example returns a valid limit of the kind.
 func (k Kind) Example() Limit { return kinds[k].example }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/store"
 )
 
 // Checker decides request paths against the policy a Holder holds, on a
@@ -245,29 +244,25 @@ func (sc *scratch) release() {
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-// Grant asks the store for quota for a client that admits q's paths on
-// its own (an Envoy proxy given RLS quota): units more requests of q, as
-// Decide just decided it, each path at its cost on every limit it hit. It
-// grants nothing (a zero Grant, no error) unless the store is a
-// store.Granter and every hit of q enforces limits on a node with lease:
-// true; a shadow hit, or a path that matched nothing, grants nothing
-// either, since the client would not report what it admits.
-func (c *Checker) Grant(ctx context.Context, q *Query, units int64) (store.Grant, error) {
-	g, ok := c.Store.(store.Granter)
-	if !ok || units <= 0 {
-		return store.Grant{}, nil
-	}
-	var reqs []sluice.Request
+// LeaseRequests returns the requests a client that admits q's paths on
+// its own (an Envoy proxy given RLS quota) must have counted ahead, as
+// Decide just decided q: each path at its cost on every limit it hit,
+// costs on one key added, every request with Lease set. ok is false, and
+// nothing may be granted, unless every hit of q enforces limits on a node
+// with lease: true: a shadow hit, or a path that matched nothing, would
+// not be reported by the client. A store that grants (store.Granter)
+// takes them.
+func LeaseRequests(q *Query) (reqs []sluice.Request, ok bool) {
 	byKey := map[string]int{}
 	for i := range q.Paths {
 		pq := &q.Paths[i]
 		if len(pq.Match.Hits) == 0 {
-			return store.Grant{}, nil
+			return nil, false
 		}
 		for h := range pq.Match.Hits {
 			hit := &pq.Match.Hits[h]
 			if !hit.Lease || hit.Shadow {
-				return store.Grant{}, nil
+				return nil, false
 			}
 			for j, l := range hit.Limits {
 				key := hit.LimitKey(j)
@@ -280,5 +275,5 @@ func (c *Checker) Grant(ctx context.Context, q *Query, units int64) (store.Grant
 			}
 		}
 	}
-	return g.Grant(ctx, reqs, units)
+	return reqs, true
 }

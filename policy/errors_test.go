@@ -196,7 +196,7 @@ schema:
   c: {lease: yes, limits: {algorithm: fixed_window, limit: 5, window: 1s}}
 `, []string{
 			`f.yaml:3:7: schema.a.lease: lease needs the node's own limits`,
-			`f.yaml:4:7: schema.b.lease: lease is for fixed_window limits, and limit 1 is gcra: a lease's units count in the window when taken and are used until it ends, which only a window that ends with the lease keeps exact`,
+			`f.yaml:4:7: schema.b.lease: limit 1 is gcra: only a fixed_window limit can be leased: a lease's units count in the window when taken and are used until it ends, which only a window that ends with the lease keeps exact`,
 			`f.yaml:5:14: schema.c.lease: want true or false, got "yes"`,
 		}},
 		{"yaml features", `

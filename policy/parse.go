@@ -314,9 +314,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	case nd.lease && limits == nil:
 		l.errorf(leased.key, sub(path, "lease"), "lease needs the node's own limits")
 	case nd.lease:
-		for i, sp := range nd.specs {
-			if sp.Algorithm != algo.NameFixedWindow {
-				l.errorf(leased.key, sub(path, "lease"), "lease is for fixed_window limits, and limit %d is %s: a lease's units count in the window when taken and are used until it ends, which only a window that ends with the lease keeps exact", i, sp.Algorithm)
+		for i, lim := range nd.limits {
+			if !lim.Kind().Leasable() {
+				l.errorf(leased.key, sub(path, "lease"), "limit %d is %s: %v", i, lim.Kind(), algo.ErrNotLeasable)
 				break
 			}
 		}

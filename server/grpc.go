@@ -18,6 +18,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 )
 
 // rateLimitService is the gRPC service; the package documentation says
@@ -162,7 +164,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	if overall == rlv3.RateLimitResponse_OK {
 		if units := quotaAsked(ctx); units > 0 {
 			sctx, cancel := s.storeCtx(ctx)
-			g, err := s.checker.Grant(sctx, q, units)
+			g, err := s.grant(sctx, q, units)
 			cancel()
 			if err != nil {
 				s.log.Warn("quota grant failed", "err", err) // the check itself stands
@@ -200,6 +202,21 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 // on its own. An Envoy proxy sends it with the rate limit service's
 // grpc_service initial_metadata.
 const QuotaHeader = "x-sluice-quota"
+
+// grant asks the store for quota for a proxy that admits q's paths on its
+// own: units more requests of q (policy.LeaseRequests), or nothing when
+// the store does not grant (store.Granter) or q's limits cannot be leased.
+func (s *Server) grant(ctx context.Context, q *policy.Query, units int64) (store.Grant, error) {
+	g, ok := s.store.(store.Granter)
+	if !ok {
+		return store.Grant{}, nil
+	}
+	reqs, ok := policy.LeaseRequests(q)
+	if !ok {
+		return store.Grant{}, nil
+	}
+	return g.Grant(ctx, reqs, units)
+}
 
 // quotaAsked returns the units the call's metadata asks for (0 when it asks
 // for none, or for something that is not a positive number).

@@ -100,9 +100,11 @@ func (l *leaser) shard(key string) *leaseShard {
 	return &l.shards[maphash.String(l.seed, key)%uint64(len(l.shards))]
 }
 
-// leasable reports whether a request may be admitted from a lease.
+// leasable reports whether a request may be admitted from a lease: it
+// asks for one, is enforced, costs something, is on the store's clock,
+// and its limit can be leased (algo.Kind.Leasable: a fixed window).
 func leasable(r *sluice.Request) (algo.FixedWindow, bool) {
-	if !r.Lease || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Limit == nil || r.Limit.Kind() != algo.KindFixedWindow {
+	if !r.Lease || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Limit == nil || !r.Limit.Kind().Leasable() {
 		return algo.FixedWindow{}, false
 	}
 	b, err := bindingOf(r.Limit)
