@@ -38,6 +38,21 @@ import (
 // MaxLease per store and key at any time, and for no longer than
 // LeaseFor plus the sweep after the lease's deadline.
 
+// This file is the one home of leases; the rest of Sluice only says where
+// they apply and asks for them:
+//
+//   - which limits can be leased: algo.Kind.Leasable (fixed windows), the
+//     one statement of the rule, which policy validation and leasable ask;
+//   - where: a limits.yaml node's lease: true (policy), which sets
+//     sluice.Request.Lease on its requests;
+//   - the capabilities: store.Leaser (LeaseStats, for metrics) and
+//     store.Granter (Grant: quota for a proxy, the same leases given out;
+//     policy.LeaseRequests says what a proxy's quota covers);
+//   - taking units ahead goes through detached, the one state machine for
+//     a call whose caller may give up: leases and grants alike.
+//
+// A next lease-like mechanism belongs here, beside them.
+
 // DefaultMaxLease is Options.MaxLease when zero.
 const DefaultMaxLease = 10_000
 
@@ -275,51 +290,58 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 	defer s.release()
 	name := s.stateKey(sluice.Request{Key: key, Tag: tag, Limit: fw})
 	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit), itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}
-	type reply struct {
-		v   []int64
-		err error
-	}
-	// The call runs on a goroutine of its own, so that the caller returns
-	// by its deadline whatever rueidis does (see batchDo). A lease granted
-	// after its caller gave up is given back at once, so that no window
-	// holds units that no lease will use.
-	ch := make(chan reply, 1)
-	var state atomic.Int32 // 0 waiting, 1 answered, 2 given up
-	go func() {
-		// Not the caller's deadline: the reply must be read to give back
-		// a lease the caller no longer waits for (up to Options.Timeout;
-		// one Redis runs later than that is lost to its window).
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-		defer cancel()
-		v, err := leaseScript.Exec(cctx, s.client(), []string{name}, args).AsIntSlice()
-		if state.CompareAndSwap(0, 1) {
-			ch <- reply{v, err}
-			return
+	v, err := detached(ctx, s.timeout, func(ctx context.Context) ([]int64, error) {
+		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
+		if err == nil && len(v) != 4 {
+			err = fmt.Errorf("lease replied %d values", len(v))
 		}
-		if err == nil && len(v) == 4 && v[1] > 0 {
-			back := []string{"", args[1], args[2], "0", args[4], itoa(v[1]), itoa(v[2]), "0"}
-			leaseScript.Exec(cctx, s.client(), []string{name}, back)
+		return v, err
+	}, func(ctx context.Context, v []int64) {
+		if v[1] > 0 {
+			leaseScript.Exec(ctx, s.client(), []string{name}, []string{"", args[1], args[2], "0", args[4], itoa(v[1]), itoa(v[2]), "0"})
 		}
-	}()
-	var v []int64
-	select {
-	case r := <-ch:
-		v, err = r.v, r.err
-	case <-ctx.Done():
-		if state.CompareAndSwap(0, 2) {
-			err = ctx.Err()
-		} else {
-			r := <-ch
-			v, err = r.v, r.err
-		}
-	}
+	})
 	if err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("redis store: lease: %w", err)
 	}
-	if len(v) != 4 {
-		return 0, 0, 0, 0, fmt.Errorf("redis store: lease replied %d values", len(v))
-	}
 	return v[1], v[2], v[3], v[0], nil
+}
+
+// detached is the one way a store takes units ahead (a lease, a grant):
+// call runs on a goroutine of its own, with a context that outlives ctx
+// by up to timeout, and detached returns its result, or ctx's error by
+// ctx's deadline, whatever the client does. Units that call took after
+// the caller gave up are handed to giveBack, on that goroutine, so that
+// no window keeps units nobody will use; a result that comes later than
+// timeout is lost to its window until the window ends.
+func detached[T any](ctx context.Context, timeout time.Duration, call func(context.Context) (T, error), giveBack func(context.Context, T)) (T, error) {
+	type reply struct {
+		v   T
+		err error
+	}
+	ch := make(chan reply, 1)
+	var state atomic.Int32 // 0 waiting, 1 answered, 2 given up
+	go func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		v, err := call(cctx)
+		if state.CompareAndSwap(0, 1) {
+			ch <- reply{v, err}
+		} else if err == nil {
+			giveBack(cctx, v)
+		}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		if state.CompareAndSwap(0, 2) {
+			var zero T
+			return zero, ctx.Err()
+		}
+		r := <-ch
+		return r.v, r.err
+	}
 }
 
 // decideLeased is DecideAll when leases are on and some request may be
@@ -542,81 +564,75 @@ func (s *Store) Grant(ctx context.Context, reqs []sluice.Request, units int64) (
 		return rueidis.LuaExec{Keys: []string{s.stateKey(reqs[i])}, Args: []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit),
 			itoa(k), holder, itoa(back), itoa(end), itoa(least)}}
 	}
-	type grant struct {
-		g    int64
-		left time.Duration
-		err  error
+	// giveBack returns what each key granted beyond keep requests.
+	giveBack := func(ctx context.Context, g leaseGrant, keep int64) error {
+		var back []rueidis.LuaExec
+		for i, r := range reqs {
+			if extra := g.granted[i] - keep*r.Cost; extra > 0 {
+				back = append(back, call(i, 0, 0, extra, g.ends[i]))
+			}
+		}
+		if len(back) == 0 {
+			return nil
+		}
+		for _, r := range leaseScript.ExecMulti(ctx, s.client(), back...) {
+			if err := r.Error(); err != nil {
+				return fmt.Errorf("redis store: grant: give back: %w", err)
+			}
+		}
+		return nil
 	}
-	// On a goroutine of its own, as a lease call: the caller returns by its
-	// deadline, and a grant that comes after the caller gave up (within
-	// Options.Timeout) is given back whole.
-	ch := make(chan grant, 1)
-	var state atomic.Int32 // 0 waiting, 1 answered, 2 given up
 	wall := time.Now()
-	go func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-		defer cancel()
+	g, err := detached(ctx, s.timeout, func(ctx context.Context) (leaseGrant, error) {
 		execs := make([]rueidis.LuaExec, len(reqs))
 		for i, r := range reqs {
 			execs[i] = call(i, units*r.Cost, r.Cost, 0, 0)
 		}
-		granted, ends := make([]int64, len(reqs)), make([]int64, len(reqs))
-		res := grant{g: units, left: s.leases.leaseFor}
-		for i, r := range leaseScript.ExecMulti(cctx, s.client(), execs...) {
-			v, err := r.AsIntSlice()
-			if err == nil && len(v) != 4 {
-				err = fmt.Errorf("lease replied %d values", len(v))
+		g := leaseGrant{units: units, left: s.leases.leaseFor, granted: make([]int64, len(reqs)), ends: make([]int64, len(reqs))}
+		var err error
+		for i, r := range leaseScript.ExecMulti(ctx, s.client(), execs...) {
+			v, e := r.AsIntSlice()
+			if e == nil && len(v) != 4 {
+				e = fmt.Errorf("lease replied %d values", len(v))
 			}
-			if err != nil {
-				res.err = fmt.Errorf("redis store: grant: %w", err) // what was granted waits for its window's end
+			if e != nil {
+				err = fmt.Errorf("redis store: grant: %w", e) // what was granted waits for its window's end
 				continue
 			}
-			granted[i], ends[i] = v[1], v[2]
-			res.g = min(res.g, v[1]/reqs[i].Cost)
-			res.left = min(res.left, time.Duration(v[2]-v[0])*time.Microsecond)
+			g.granted[i], g.ends[i] = v[1], v[2]
+			g.units = min(g.units, v[1]/reqs[i].Cost)
+			g.left = min(g.left, time.Duration(v[2]-v[0])*time.Microsecond)
 		}
-		if res.err != nil {
-			res.g = 0
+		if err != nil {
+			giveBack(ctx, g, 0)
+			return leaseGrant{}, err
 		}
-		answered := state.CompareAndSwap(0, 1)
-		keep := res.g
-		if !answered {
-			keep = 0
-		}
-		var back []rueidis.LuaExec
-		for i, r := range reqs {
-			if extra := granted[i] - keep*r.Cost; extra > 0 {
-				back = append(back, call(i, 0, 0, extra, ends[i]))
-			}
-		}
-		if len(back) > 0 {
-			for _, r := range leaseScript.ExecMulti(cctx, s.client(), back...) {
-				if err := r.Error(); err != nil && res.err == nil {
-					res.err = fmt.Errorf("redis store: grant: give back: %w", err)
-				}
-			}
-		}
-		if answered {
-			ch <- res
-		}
-	}()
-	var res grant
-	select {
-	case res = <-ch:
-	case <-ctx.Done():
-		if state.CompareAndSwap(0, 2) {
-			return store.Grant{}, fmt.Errorf("redis store: grant: %w", ctx.Err())
-		}
-		res = <-ch
+		return g, nil
+	}, func(ctx context.Context, g leaseGrant) { giveBack(ctx, g, 0) })
+	if err != nil {
+		return store.Grant{}, err
 	}
-	if res.err != nil {
-		return store.Grant{}, res.err
+	// What a key granted beyond the fewest requests any key granted goes
+	// back at once, within the store's timeout, as the call did.
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	err = giveBack(gctx, g, g.units)
+	cancel()
+	if err != nil {
+		return store.Grant{}, err
 	}
-	g, left := res.g, res.left
-	if g == 0 {
+	if g.units == 0 {
 		return store.Grant{}, nil
 	}
 	// Redis's now came after wall was read: Until is no later than the
 	// windows' ends.
-	return store.Grant{Units: g, Until: wall.Add(left)}, nil
+	return store.Grant{Units: g.units, Until: wall.Add(g.left)}, nil
+}
+
+// leaseGrant is what lease.lua granted a grant's keys: granted[i] units
+// of window end ends[i] for request i; units is the fewest requests any
+// key granted, left the shortest time to a window's end.
+type leaseGrant struct {
+	units         int64
+	left          time.Duration
+	granted, ends []int64
 }
