@@ -261,7 +261,7 @@ func (p *Plan) Stepwise() bool { return p.kind <= KindGate }
 // counts a window that starts after now (FixedWindow.At).
 func (p *Plan) At(s *State, now int64) int64 {
 	if p.kind == KindFixedWindow {
-		return max(now, s.A-Micros(p.d))
+		return max(now, s.A-p.win.d)
 	}
 	return now
 }
