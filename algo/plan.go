@@ -129,63 +129,71 @@ func (p *Plan) Shape() uint64 { return p.shape }
 
 // ShapeKey is Shape as text, "" for a TAT: the Redis store appends it to
 // a state's key name, so that a state of another layout is another key.
+// It names the algorithm by its stable name (Spec.Algorithm), then the
+// numbers of the layout: "%:fixed_window", "%:gate", "%:sliding_log" (an
+// exact log), "%:sliding_log-sampled-10-100000" (buckets, then each
+// limit's bucket width), "%:window_counter-1000000-60-2" (slice, slices,
+// limits). It never holds a kind's number, which may change.
 func (p *Plan) ShapeKey() string {
 	if p.shape == 0 {
 		return ""
 	}
 	b := make([]byte, 0, 32)
 	b = append(b, "%:"...)
+	b = append(b, p.kind.String()...)
 	p.shapeParts(func(v int64) {
-		if len(b) > 2 {
-			b = append(b, '-')
-		}
+		b = append(b, '-')
 		b = strconv.AppendInt(b, v, 10)
+	}, func(tag string) {
+		b = append(b, '-')
+		b = append(b, tag...)
 	})
 	return string(b)
 }
 
-// shapeParts calls f with the numbers the state's layout depends on.
-func (p *Plan) shapeParts(f func(int64)) {
+// shapeParts calls num with the numbers the state's layout depends on,
+// beyond its kind, and tag with the words that tell layouts of one kind
+// apart.
+func (p *Plan) shapeParts(num func(int64), tag func(string)) {
 	switch p.kind {
-	case KindGCRA, KindTokenBucket:
-		return
 	case KindSlidingLog:
 		if p.a == 0 {
-			f(int64(p.kind)) // an exact log: times, whatever the limits
-			return
+			return // an exact log: times, whatever the limits
 		}
-		f(int64(p.kind) + 100)
-		f(p.a)
+		tag("sampled")
+		num(p.a)
 		l := SlidingLog{Limits: p.ws, Buckets: p.a}
 		for i := range p.ws {
-			f(l.BucketWidth(i))
+			num(l.BucketWidth(i))
 		}
 	case KindWindowCounter:
 		wc := WindowCounter{Slice: p.d, Limits: p.ws}
-		f(int64(p.kind))
-		f(wc.SliceMicros())
-		f(wc.MaxSlices())
-		f(int64(len(p.ws)))
-	default:
-		f(int64(p.kind))
+		num(wc.SliceMicros())
+		num(wc.MaxSlices())
+		num(int64(len(p.ws)))
 	}
 }
 
-// computeShape is an FNV-1a hash of the shape's numbers, never 0 but for
-// a TAT.
+// computeShape is an FNV-1a hash of the kind and the shape's numbers,
+// never 0 but for a TAT (GCRA and the token bucket share one layout).
 func (p *Plan) computeShape() uint64 {
-	h, n := uint64(14695981039346656037), 0
-	p.shapeParts(func(v int64) {
+	if p.kind == KindGCRA || p.kind == KindTokenBucket {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	mix := func(v int64) {
 		for range 8 {
 			h ^= uint64(v & 0xff)
 			h *= 1099511628211
 			v >>= 8
 		}
-		n++
-	})
-	if n == 0 {
-		return 0
 	}
+	mix(int64(p.kind))
+	p.shapeParts(mix, func(tag string) {
+		for i := 0; i < len(tag); i++ {
+			mix(int64(tag[i]))
+		}
+	})
 	return h | 1
 }
 

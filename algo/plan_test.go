@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+	"strings"
 	"time"
 )
 
@@ -133,5 +134,42 @@ func TestStateClear(t *testing.T) {
 	s.Clear(7)
 	if s.Expire != 0 || s.A != 0 || s.B != 0 || s.Shape != 7 || len(s.Log) != 0 || cap(s.Log) != 8 {
 		t.Fatalf("cleared to %+v (cap %d)", s, cap(s.Log))
+	}
+}
+
+// TestShapeKeysAreStable: the Redis store names a state's key by its
+// algorithm's stable name and layout (Plan.ShapeKey), never by a kind's
+// number, so that a key written today is found by a later version; these
+// names are part of the store's format. Every layout of one kind that a
+// store must keep apart has a key of its own.
+func TestShapeKeysAreStable(t *testing.T) {
+	for _, c := range []struct {
+		l    Limit
+		want string
+	}{
+		{GCRA{Burst: 1, Count: 1, Period: time.Second}, ""},
+		{TokenBucket{Burst: 1, Rate: 1, Per: time.Second}, ""},
+		{FixedWindow{Limit: 5, Window: time.Minute}, "%:fixed_window"},
+		{Gate{Interval: time.Second}, "%:gate"},
+		{SlidingLog{Limits: []Window{{Limit: 5, Window: time.Minute}}}, "%:sliding_log"},
+		{SlidingLog{Limits: []Window{{Limit: 5, Window: time.Minute}, {Limit: 9, Window: time.Hour}}, Buckets: 10}, "%:sliding_log-sampled-10-6000000-360000000"},
+		{WindowCounter{Slice: time.Second, Limits: []Window{{Limit: 5, Window: time.Minute}}}, "%:window_counter-1000000-60-1"},
+	} {
+		p, err := Compile(c.l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.ShapeKey(); got != c.want {
+			t.Errorf("%v: ShapeKey %q, want %q", c.l.Kind(), got, c.want)
+		}
+	}
+	for _, k := range Kinds() {
+		p, err := Compile(k.Example())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key := p.ShapeKey(); key != "" && !strings.HasPrefix(key, "%:"+k.String()) {
+			t.Errorf("%v: ShapeKey %q does not start with the algorithm's name", k, key)
+		}
 	}
 }

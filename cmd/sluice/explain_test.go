@@ -44,10 +44,10 @@ func TestExplain(t *testing.T) {
 	}{
 		{[]string{"user", "alex", "trade"}, `
 path: user / alex / trade
-LEVEL  PATTERN       KEY                REDIS KEY                      SLOT  SHADOW  LIMIT
-1      user/*        user:alex          sluice:{user:alex}             8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
-2      user/*/trade  user:alex:trade#0  sluice:{user:alex}:trade#0%:2  8291  no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
-                     user:alex:trade#1  sluice:{user:alex}:trade#1     8291          {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
+LEVEL  PATTERN       KEY                REDIS KEY                                 SLOT  SHADOW  LIMIT
+1      user/*        user:alex          sluice:{user:alex}                        8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
+2      user/*/trade  user:alex:trade#0  sluice:{user:alex}:trade#0%:fixed_window  8291  no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
+                     user:alex:trade#1  sluice:{user:alex}:trade#1                8291          {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
 `},
 		{[]string{"user", "alex", "withdrawal", "x"}, `
 path: user / alex / withdrawal / x
@@ -66,9 +66,9 @@ ignored: order / 1 (no child matches at the root)
 `},
 		{[]string{"--prefix=app:", "tigerfeeding", "{bob} x"}, `
 path: tigerfeeding / "{bob} x"
-LEVEL  PATTERN         KEY                         REDIS KEY                                SLOT   SHADOW  LIMIT
-1      tigerfeeding    tigerfeeding                app:{tigerfeeding}%:2                    11442  no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
-2      tigerfeeding/*  "tigerfeeding:%7Bbob%7D x"  "app:{tigerfeeding:%257Bbob%257D x}%:3"  165    no      {"algorithm":"gate","interval":"10s"}
+LEVEL  PATTERN         KEY                         REDIS KEY                                   SLOT   SHADOW  LIMIT
+1      tigerfeeding    tigerfeeding                app:{tigerfeeding}%:fixed_window            11442  no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
+2      tigerfeeding/*  "tigerfeeding:%7Bbob%7D x"  "app:{tigerfeeding:%257Bbob%257D x}%:gate"  165    no      {"algorithm":"gate","interval":"10s"}
 `},
 		{nil, `
 PATTERN         SHADOW  LIMIT

@@ -225,7 +225,8 @@ var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // StateKey is the Redis key of a request's state: KeyName, then, for the
 // algorithms whose state is not one TAT, the shape of the limit's state
-// (algo.Plan.ShapeKey, "%:" and numbers, which no escaped key holds), so
+// (algo.Plan.ShapeKey: "%:", the algorithm's name and the layout's
+// numbers, such as "%:fixed_window"; no escaped key holds "%:"), so
 // that a limit whose algorithm or layout changed (a policy reload) finds
 // no state of another type (no WRONGTYPE) and starts cleanly; the old
 // key expires. A request without a limit (Reset) names the TAT key.

@@ -82,7 +82,8 @@ func withKey(cmd []string, old, new string) []string {
 }
 
 // isKey reports whether a is the Redis key of key: key itself, or key
-// with the store's state-shape suffix (redis.StateKey: "%:" and numbers).
+// with the store's state-shape suffix (redis.StateKey: "%:", the
+// algorithm's name and the layout's numbers).
 func isKey(a, key string) bool {
 	return a == key || strings.HasPrefix(a, key+"%:")
 }
