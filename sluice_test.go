@@ -295,3 +295,17 @@ func TestStoreBoundary(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEveryKindDocumented: the README's table of algorithms has a row
+// for every registered kind (algo's checklist for a new algorithm).
+func TestEveryKindDocumented(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range algo.Kinds() {
+		if !strings.Contains(string(readme), "\n| `"+k.String()+"` |") {
+			t.Errorf("the README's table of algorithms has no row for %s", k)
+		}
+	}
+}

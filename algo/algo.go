@@ -7,6 +7,30 @@
 // epoch, and all durations are integer microseconds. Integers stay below
 // 2^53 so that the Redis store's Lua scripts, whose numbers are doubles,
 // compute exactly the same values.
+//
+// # Adding an algorithm
+//
+// The files a new algorithm touches, each guarded by a test that fails
+// while it is missing:
+//
+//   - algo/<name>.go: the Limit type, its Decide, and its kindInfo (name,
+//     Spec fields, build, example, Leasable); algo/kind.go: the Kind
+//     constant and its line in the registry (TestKindsAnswerForThemselves);
+//     algo/spec.go for new Spec fields (TestSpecAppendJSONEveryField).
+//   - algo/plan.go: Plan.Compile's cases by value and by pointer, the
+//     setter, Decide (or Step and Numbers for a Stepwise kind), Limit, and
+//     shapeParts when its state has a layout (TestShapeKeysAreStable);
+//     algo/denial_test.go's randomLimit (TestDenialHolds goes over every
+//     kind).
+//   - store/redis/<name>.go and scripts/<name>.lua, and the bindings table
+//     in store/redis/redis.go; the memory store needs nothing.
+//   - conformance: a hand-checked trace, a race (TestEveryKindCovered), a
+//     clock-back and an edge trace.
+//   - The places that describe the algorithms: the README's table
+//     (TestEveryKindDocumented), `sluice replay -h`
+//     (TestReplayUsageNamesEveryKind), the RateLimit fields' table of q
+//     and w in package headers (TestEveryKindMapped) and the simulator's
+//     windows (sim TestWindowsOfEveryKind).
 package algo
 
 import (

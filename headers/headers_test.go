@@ -1,6 +1,7 @@
 package headers_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,20 @@ func TestEveryKindHasAWindow(t *testing.T) {
 		b, end := headers.AppendDraftFields(nil, []sluice.Level{lv})
 		if pol := string(b[:end]); !strings.Contains(pol, ";w=") {
 			t.Errorf("%v: RateLimit-Policy %q has no window", k, pol)
+		}
+	}
+}
+
+// TestEveryKindMapped: the package documentation's table of what q and w
+// are has a row for every algorithm (algo's checklist for a new one).
+func TestEveryKindMapped(t *testing.T) {
+	src, err := os.ReadFile("headers.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range algo.Kinds() {
+		if !strings.Contains(string(src), "//\t"+k.String()) {
+			t.Errorf("headers.go's table of q and w has no row for %s", k)
 		}
 	}
 }

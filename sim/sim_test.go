@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"image/png"
 	"os"
 	"os/exec"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
 )
 
 func zooStrategies(t testing.TB) []Strategy {
@@ -210,4 +214,23 @@ func BenchmarkRun(b *testing.B) {
 	}
 	decisions := float64(b.N) * float64(events*len(strategies))
 	b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// TestWindowsOfEveryKind: the summary measures the most admitted in a
+// window of each limit's length, for every algorithm (algo's checklist
+// for a new algorithm: windows reads every duration a Spec holds).
+func TestWindowsOfEveryKind(t *testing.T) {
+	for _, k := range algo.Kinds() {
+		spec, err := json.Marshal(k.Example().Spec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := policy.Parse("t.yaml", []byte("schema:\n  a: {limits: ["+string(spec)+"]}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := windows(p); len(w) == 0 {
+			t.Errorf("%v: no window of the limit %s", k, spec)
+		}
+	}
 }

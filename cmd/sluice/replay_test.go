@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -233,4 +234,18 @@ func FuzzParseEvent(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReplayUsageNamesEveryKind: `sluice replay -h` names every
+// algorithm with its fields (algo's checklist for a new algorithm).
+func TestReplayUsageNamesEveryKind(t *testing.T) {
+	status, _, usage := replay(t, "", "-h")
+	if status != 0 {
+		t.Fatalf("replay -h: status %d", status)
+	}
+	for _, k := range algo.Kinds() {
+		if !strings.Contains(usage, k.String()+" {") {
+			t.Errorf("replay -h does not describe %s:\n%s", k, usage)
+		}
+	}
 }
