@@ -20,6 +20,8 @@
 //   - algo/plan.go: Plan.Compile's cases by value and by pointer, the
 //     setter, Decide (or Step and Numbers for a Stepwise kind), Limit, and
 //     shapeParts when its state has a layout (TestShapeKeysAreStable);
+//     algo/plans.go's paramsOf when its parameters are all numbers
+//     (TestPlansCacheEveryNumericKind);
 //     algo/denial_test.go's randomLimit (TestDenialHolds goes over every
 //     kind).
 //   - store/redis/<name>.go and scripts/<name>.lua, and the bindings table

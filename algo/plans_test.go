@@ -56,3 +56,24 @@ func TestPlansCompile(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestPlansCacheEveryNumericKind: every kind whose parameters are all
+// numbers (its Spec has no list of limits) is cached by Plans, so a limit
+// passed by value decides as fast as a limiter handle's (algo's checklist
+// for a new algorithm: paramsOf).
+func TestPlansCacheEveryNumericKind(t *testing.T) {
+	for _, k := range Kinds() {
+		l := k.Example()
+		if len(l.Spec().Limits) > 0 {
+			continue
+		}
+		var c Plans
+		var scratch Plan
+		if _, err := c.Compile(l, &scratch); err != nil {
+			t.Fatal(err)
+		}
+		if c.Lookup(l) == nil {
+			t.Errorf("%v: Plans does not cache it (paramsOf)", k)
+		}
+	}
+}
