@@ -73,6 +73,50 @@ func parse(name string, data []byte) (*Policy, ErrorList) {
 	return pol, nil
 }
 
+// Decode decodes the YAML file name's data into v, a pointer to a struct,
+// as the policy loader decodes limits: keys match the fields' yaml (else
+// json) tags, a field's type may have its own UnmarshalYAML or
+// UnmarshalText, an unknown field is an error, and every problem is
+// reported, each with its position. The error is an ErrorList, in the one
+// format of every file Sluice reads (limits.yaml, sluice.yaml, Envoy's
+// configs): "file:line:col: field: message". An empty file leaves v as it
+// was.
+func Decode(name string, data []byte, v any) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("policy: Decode wants a non-nil pointer, got %T", v)
+	}
+	l := &loader{name: name, seen: map[errKey]bool{}, aliases: map[*ast.AliasNode]ast.Node{}}
+	f, err := parseYAML(data)
+	if err != nil {
+		l.syntax(err)
+		return l.errs
+	}
+	var body ast.Node
+	anchors := map[string]ast.Node{}
+	for i, doc := range f.Docs {
+		if doc == nil {
+			continue
+		}
+		if i == 0 {
+			body = doc.Body
+		} else if doc.Body != nil {
+			l.errorf(doc, "", "more than one YAML document (only one is allowed)")
+		}
+		l.collect(doc.Body, anchors)
+	}
+	if body != nil && len(l.errs) == 0 {
+		if _, null := body.(*ast.NullNode); !null {
+			l.decode(body, rv.Elem(), "")
+		}
+	}
+	if len(l.errs) > 0 {
+		l.errs.sort()
+		return l.errs
+	}
+	return nil
+}
+
 // parseYAML parses data, allowing duplicate keys so that the loader can
 // report them all, each with its position.
 func parseYAML(data []byte) (f *ast.File, err error) {

@@ -1,9 +1,6 @@
 package server
 
 import (
-	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/queue"
-
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goccy/go-yaml"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/queue"
 )
 
 // Config configures a Server. The zero value of a field means its default
@@ -223,16 +222,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// LoadConfigFile reads a sluice.yaml into c; unknown fields are errors.
+// LoadConfigFile reads a sluice.yaml into c. Unknown fields are errors,
+// and every problem is reported as a policy.ErrorList, in the format of a
+// limits.yaml's: "file:line:col: field: message".
 func LoadConfigFile(path string, c *Config) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if err := yaml.UnmarshalWithOptions(data, c, yaml.Strict()); err != nil {
-		return fmt.Errorf("config %s: %s", path, yaml.FormatError(err, false, true))
-	}
-	return nil
+	return policy.Decode(path, data, c)
 }
 
 // EnvVars lists the environment variables ApplyEnv reads, each with the
@@ -246,6 +244,7 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
 	{"SLUICE_ADMIN_TOKEN", "admin_token"},
 	{"SLUICE_ADMIN_TOKEN_FILE", "admin_token_file"},
+	{"SLUICE_ADMIN_HTTP", "admin_http"},
 	{"SLUICE_REDIS_PREFIX", "redis.prefix"},
 	{"SLUICE_REDIS_USERNAME", "redis.username"},
 	{"SLUICE_REDIS_PASSWORD", "redis.password"},
@@ -262,6 +261,7 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_CONSUMERS_TTL", "consumers.ttl"},
 	{"SLUICE_WATCH_INTERVAL", "watch_interval"},
 	{"SLUICE_SHUTDOWN_TIMEOUT", "shutdown_timeout"},
+	{"SLUICE_SHUTDOWN_DELAY", "shutdown_delay"},
 	{"SLUICE_LOG_LEVEL", "log_level"},
 	{"SLUICE_LOG_FORMAT", "log_format"},
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/sluicehq/sluice/store"
-
 	"context"
 	_ "embed"
 	"errors"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store"
 )
 
 // examplePolicy is the policy `sluice serve` uses without --policy.
@@ -24,32 +23,46 @@ import (
 //go:embed limits.example.yaml
 var examplePolicy []byte
 
+// serveFlags are serve's flags, each setting a Config field (by its yaml
+// name, as server.EnvVars names them); every one has its SLUICE_*
+// variable (TestEveryFlagHasItsVariable).
+var serveFlags = []struct{ name, field, usage string }{
+	{"http", "http", "HTTP listen address (default " + server.DefaultHTTP + "; off disables)"},
+	{"grpc", "grpc", "gRPC listen address (default " + server.DefaultGRPC + "; off disables)"},
+	{"store", "store", "store: memory (default), redis://[user:pass@]host:port/db, rediss://..., a Cluster seed list redis://h1:p1?addr=h2:p2, or Sentinel redis://h:26379?master_set=name"},
+	{"policy", "policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)"},
+	{"timeout", "timeout", "decision timeout, store round trip included (default 50ms)"},
+	{"on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)"},
+	{"admin-token", "admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)"},
+	{"admin-token-file", "admin_token_file", "file holding the admin token"},
+	{"admin-http", "admin_http", "serve /admin/ (and health and metrics) on this address of its own, not on --http"},
+	{"shutdown-delay", "shutdown_delay", "after SIGTERM, answer /readyz 503 for this long before closing the listeners (default 0)"},
+	{"redis-prefix", "redis.prefix", "prefix of Redis keys (default sluice:)"},
+	{"redis-tls-ca", "redis.tls.ca_file", "CA file that verifies Redis's TLS certificate (turns TLS on)"},
+	{"redis-tls-cert", "redis.tls.cert_file", "client certificate for Redis TLS"},
+	{"redis-tls-key", "redis.tls.key_file", "client key for Redis TLS"},
+	{"watch-interval", "watch_interval", "how often to poll the policy file for changes (default 1s; -1s disables)"},
+	{"log-level", "log_level", "debug, info (default), warn or error"},
+	{"log-format", "log_format", "text (default) or json"},
+}
+
+// serveFlagField returns the Config field a serve flag sets.
+func serveFlagField(name string) (string, bool) {
+	for _, f := range serveFlags {
+		if f.name == name {
+			return f.field, true
+		}
+	}
+	return "", false
+}
+
 func runServe(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	configFile := fs.String("config", "", "read settings from this sluice.yaml (env and flags override it)")
-	fields := map[string]string{} // flag name -> config field
-	str := func(name, field, usage string) {
-		fs.String(name, "", usage)
-		fields[name] = field
+	for _, f := range serveFlags {
+		fs.String(f.name, "", f.usage)
 	}
-	str("http", "http", "HTTP listen address (default "+server.DefaultHTTP+"; off disables)")
-	str("grpc", "grpc", "gRPC listen address (default "+server.DefaultGRPC+"; off disables)")
-	str("store", "store", "store: memory (default), redis://[user:pass@]host:port/db, rediss://..., a Cluster seed list redis://h1:p1?addr=h2:p2, or Sentinel redis://h:26379?master_set=name")
-	str("policy", "policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)")
-	str("timeout", "timeout", "decision timeout, store round trip included (default 50ms)")
-	str("on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)")
-	str("admin-token", "admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)")
-	str("admin-token-file", "admin_token_file", "file holding the admin token")
-	str("admin-http", "admin_http", "serve /admin/ (and health and metrics) on this address of its own, not on --http")
-	str("shutdown-delay", "shutdown_delay", "after SIGTERM, answer /readyz 503 for this long before closing the listeners (default 0)")
-	str("redis-prefix", "redis.prefix", "prefix of Redis keys (default sluice:)")
-	str("redis-tls-ca", "redis.tls.ca_file", "CA file that verifies Redis's TLS certificate (turns TLS on)")
-	str("redis-tls-cert", "redis.tls.cert_file", "client certificate for Redis TLS")
-	str("redis-tls-key", "redis.tls.key_file", "client key for Redis TLS")
-	str("watch-interval", "watch_interval", "how often to poll the policy file for changes (default 1s; -1s disables)")
-	str("log-level", "log_level", "debug, info (default), warn or error")
-	str("log-format", "log_format", "text (default) or json")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, `usage: sluice serve [flags]
 
@@ -64,7 +77,15 @@ variables, then flags, each overriding the one before:`)
 		for _, v := range server.EnvVars {
 			fmt.Fprintf(e.stderr, "  %-38s %s\n", v.Name, v.Field)
 		}
-		fmt.Fprintln(e.stderr, "\nSIGHUP reloads the policy; SIGTERM or SIGINT drains in-flight requests and exits 0.\n\nflags:")
+		fmt.Fprintln(e.stderr, `
+A sluice.yaml has these fields and more: admission queues (queues: {jobs:
+{capacity: 1000}}, served at POST /v1/queues/{name}) and the consumers
+lists (consumers:); cmd/sluice/sluice.example.yaml in Sluice's source
+shows every field with its default.
+
+SIGHUP reloads the policy; SIGTERM or SIGINT drains in-flight requests and exits 0.
+
+flags:`)
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args); !ok {
@@ -88,7 +109,7 @@ variables, then flags, each overriding the one before:`)
 	}
 	var flagErr error
 	fs.Visit(func(f *flag.Flag) {
-		field, ok := fields[f.Name]
+		field, ok := serveFlagField(f.Name)
 		if !ok {
 			return
 		}

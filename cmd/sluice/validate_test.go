@@ -5,8 +5,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/server"
 )
 
 // sluice runs the command in-process and returns its exit status and output.
@@ -78,5 +81,43 @@ schema:
 	}
 	if status, _, _ = runSluice(t, "validate", "-x", good); status != 2 {
 		t.Errorf("bad flag: status %d", status)
+	}
+}
+
+// TestEveryFlagHasItsVariable: every serve flag has its SLUICE_* variable,
+// every variable sets its field (SLUICE_ADMIN_HTTP and
+// SLUICE_SHUTDOWN_DELAY were once ignored), and `serve -h` lists each.
+func TestEveryFlagHasItsVariable(t *testing.T) {
+	vars := map[string]string{} // field -> variable
+	for _, v := range server.EnvVars {
+		vars[v.Field] = v.Name
+	}
+	for _, f := range serveFlags {
+		if vars[f.field] == "" {
+			t.Errorf("--%s sets %s, which no SLUICE_* variable sets", f.name, f.field)
+		}
+	}
+	_, _, usage := runSluice(t, "serve", "-h")
+	for _, v := range server.EnvVars {
+		if !strings.Contains(usage, v.Name) {
+			t.Errorf("serve -h does not list %s", v.Name)
+		}
+		var cfg server.Config
+		sample := map[string]string{"admin_http": "127.0.0.1:0", "on_store_error": "deny"}[v.Field]
+		if sample == "" {
+			sample = "1"
+		}
+		err := server.ApplyEnv(&cfg, func(name string) string {
+			if name == v.Name {
+				return sample
+			}
+			return ""
+		})
+		if err != nil && strings.Contains(err.Error(), "unknown config field") {
+			t.Errorf("%s: %v", v.Name, err)
+		}
+		if err == nil && reflect.DeepEqual(cfg, server.Config{}) {
+			t.Errorf("%s=%s set nothing", v.Name, sample)
+		}
 	}
 }
