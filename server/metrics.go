@@ -157,19 +157,25 @@ func Version() string {
 		return "unknown"
 	}
 	v := bi.Main.Version
-	var rev, modified string
+	var rev, at, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
 			rev = s.Value
+		case "vcs.time":
+			at = s.Value
 		case "vcs.modified":
 			if s.Value == "true" {
 				modified = "+dirty"
 			}
 		}
 	}
-	if rev != "" {
-		v += " " + rev[:min(len(rev), 12)] + modified
+	if rev == "" {
+		return v + " (no commit recorded: build from a git checkout, without -buildvcs=false)"
+	}
+	v += " " + rev[:min(len(rev), 12)] + modified
+	if at != "" {
+		v += " " + at
 	}
 	return v
 }

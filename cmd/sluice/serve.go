@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -203,8 +204,35 @@ func banner(e env, cfg server.Config, srv *server.Server) {
 		fmt.Fprintf(&b, "  policy     %s (reloads on SIGHUP and on change)\n", cfg.Policy)
 	}
 	if a := srv.HTTPAddr(); a != "" {
-		b.WriteString("Try it (the 4th check within 10s is denied with 429):\n")
-		fmt.Fprintf(&b, "  for i in 1 2 3 4; do curl -s -w ' %%{http_code}\\n' http://%s/v1/check -d '{\"path\": [\"user\", \"alex\", \"trade\"]}'; done\n", a)
+		if cfg.Policy == "" {
+			b.WriteString("Try it (the 4th check within 10s is denied with 429):\n")
+			fmt.Fprintf(&b, "  for i in 1 2 3 4; do curl -s -w ' %%{http_code}\\n' http://%s/v1/check -d '{\"path\": [\"user\", \"alex\", \"trade\"]}'; done\n", a)
+		} else if path := samplePath(srv.Policy()); path != nil {
+			body, _ := json.Marshal(map[string][]string{"path": path})
+			b.WriteString("Try it with a path your policy limits:\n")
+			fmt.Fprintf(&b, "  curl -s -w ' %%{http_code}\\n' http://%s/v1/check -d '%s'\n", a, body)
+		}
 	}
 	fmt.Fprint(e.stdout, b.String())
+}
+
+// samplePath returns a path that the policy limits (its first enforced
+// node with limits, "*" and patterns filled with "alex"), or nil when it
+// limits none.
+func samplePath(p *policy.Policy) []string {
+	for _, n := range p.Nodes() {
+		if n.Shadow || n.Unlimited || len(n.Specs) == 0 {
+			continue
+		}
+		path := strings.Split(n.Pattern, "/")
+		for i, seg := range path {
+			if strings.Contains(seg, "*") {
+				path[i] = strings.ReplaceAll(seg, "*", "alex")
+			}
+		}
+		if m := p.Match(path); !m.Unmatched && len(m.Hits) > 0 {
+			return path
+		}
+	}
+	return nil
 }

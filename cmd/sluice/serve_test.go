@@ -39,6 +39,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -51,7 +52,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	sluiceBin = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", sluiceBin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-buildvcs=auto", "-o", sluiceBin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -1284,4 +1285,28 @@ func TestServeResetReachesEveryInstance(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("the reset reached the other instance in %v", time.Since(start))
+}
+
+// TestBannerPath: the start banner's example path is one the served
+// policy limits (it once suggested user/alex/trade for any policy), and
+// none is suggested for a policy that limits nothing.
+func TestBannerPath(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{"schema:\n  api:\n    children:\n      \"*\": {limits: [1, 1, 60]}\n", `{"path":["api","alex"]}`},
+		{"schema:\n  shadowed: {shadow: true, limits: [1, 1, 60]}\n  b: {limits: [1, 1, 60]}\n", `{"path":["b"]}`},
+		{"schema:\n  free: {unlimited: true}\n", ""},
+	} {
+		p, err := policy.Parse("t.yaml", []byte(c.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if path := samplePath(p); path != nil {
+			b, _ := json.Marshal(map[string][]string{"path": path})
+			got = string(b)
+		}
+		if got != c.want {
+			t.Errorf("%q: sample %s, want %s", c.src, got, c.want)
+		}
+	}
 }
