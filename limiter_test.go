@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -369,5 +370,21 @@ func TestReserveWithADoneContext(t *testing.T) {
 				t.Errorf("the limit was consumed by a done context: Allow %v, %v", ok, err)
 			}
 		})
+	}
+}
+
+// TestReserveUnsupportedSaysWhatToDo: Reserve on a limit that cannot
+// reserve says what to use instead (it once said "fixed_window has no
+// theoretical arrival time").
+func TestReserveUnsupportedSaysWhatToDo(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	lim, err := sluice.NewLimiter(st, algo.FixedWindow{Limit: 5, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lim.Reserve(context.Background(), "k", 1)
+	if !errors.Is(err, algo.ErrUnsupported) || !strings.Contains(err.Error(), "use Allow, or Wait") {
+		t.Fatalf("Reserve on a fixed window: %v", err)
 	}
 }

@@ -416,7 +416,7 @@ func (p *Plan) DeniedBy(by int) string { return p.Limit().DeniedBy(by) }
 // plan; the error wraps ErrUnsupported for the other kinds.
 func (p *Plan) TAT() (TAT, error) {
 	if !p.ok || p.kind != KindGCRA && p.kind != KindTokenBucket {
-		return TAT{}, fmt.Errorf("%w: %v has no theoretical arrival time", ErrUnsupported, p.kind)
+		return TAT{}, fmt.Errorf("%w: %v cannot reserve ahead or give units back (only gcra and token_bucket refill steadily); use Allow, or Wait to block until a cost is admitted", ErrUnsupported, p.kind)
 	}
 	return p.tat, nil
 }
