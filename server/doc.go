@@ -76,6 +76,7 @@
 //	sluice_queue_acked_total{queue}
 //	sluice_queue_drain_rate{queue}
 //	sluice_quota_granted_total                requests granted to gRPC clients as quota
+//	sluice_unmatched_paths_total              paths (and descriptors) that matched no limit
 //	sluice_over_limit_cache_hits_total        checks denied from the over-limit cache (Redis
 //	sluice_over_limit_cache_entries           store, redis.over_limit_cache), and the
 //	                                          denials it holds

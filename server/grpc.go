@@ -101,6 +101,9 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	err := s.checker.Decide(sctx, q, &b.d)
 	cancel()
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
+	if err == nil {
+		s.noteUnmatched(q)
+	}
 	if err != nil {
 		if isBadRequest(err) {
 			s.m.badRequests.WithLabelValues("grpc").Inc()

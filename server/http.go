@@ -129,6 +129,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	pq, err := s.decidePath(r.Context(), req.Path, cost, b)
 	s.m.httpDuration.Observe(time.Since(start).Seconds())
+	if err == nil {
+		s.noteUnmatched(&b.q)
+	}
 	storeErr := ""
 	if err != nil {
 		if isBadRequest(err) {

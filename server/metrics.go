@@ -27,6 +27,8 @@ type metrics struct {
 	dropped     prometheus.Counter
 	// quotaGranted counts the units granted to clients as RLS quota.
 	quotaGranted prometheus.Counter
+	// unmatched counts paths that matched no limit.
+	unmatched prometheus.Counter
 
 	// per-API children, looked up once
 	httpChecks, grpcChecks     outcomeCounters
@@ -88,7 +90,10 @@ func newMetrics(ping func(context.Context) error) *metrics {
 	m.quotaGranted = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_quota_granted_total", Help: "Requests granted to gRPC clients as quota (RateLimitResponse.Quota).",
 	})
-	m.reg.MustRegister(m.quotaGranted, m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped, storeUp, build,
+	m.unmatched = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_unmatched_paths_total", Help: "Paths (and gRPC descriptors) that matched no limit: allowed under unmatched: allow, denied under deny.",
+	})
+	m.reg.MustRegister(m.unmatched, m.quotaGranted, m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped, storeUp, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")

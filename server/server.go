@@ -47,17 +47,18 @@ type Server struct {
 	reloadMu  sync.Mutex
 	fileState fileStamp // of the policy file when last read
 
-	ready    atomic.Bool
-	errLog   ratelog.Limiter // store failures: one line a second
-	httpLn   net.Listener
-	grpcLn   net.Listener
-	adminLn  net.Listener // nil: admin on httpLn
-	httpSrv  *http.Server
-	adminSrv *http.Server
-	grpcSrv  *grpc.Server
-	health   *health.Server
-	inflight sync.WaitGroup
-	queues   map[string]*queueSlot
+	ready     atomic.Bool
+	errLog    ratelog.Limiter // store failures: one line a second
+	unmatched unmatchedLog    // where unmatched paths were logged
+	httpLn    net.Listener
+	grpcLn    net.Listener
+	adminLn   net.Listener // nil: admin on httpLn
+	httpSrv   *http.Server
+	adminSrv  *http.Server
+	grpcSrv   *grpc.Server
+	health    *health.Server
+	inflight  sync.WaitGroup
+	queues    map[string]*queueSlot
 }
 
 // New loads the policy and opens the store the config names. An invalid
