@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/sluicehq/sluice/policy"
 )
@@ -13,13 +17,20 @@ func runValidate(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, `usage: sluice validate FILE...
+		fmt.Fprintln(e.stderr, `usage: sluice validate [--against paths.txt] FILE...
 
 Checks each limits.yaml file. A valid file prints a one-line summary on
 standard output; an invalid one prints every problem on standard error, one
 a line as file:line:col: field: message. The exit status is 1 when any file
-is invalid.`)
+is invalid.
+
+--against paths.txt also matches the paths you expect traffic on, one a
+line (segments joined by "/", or a JSON array of strings; # comments), and
+prints each that matches no limit: under unmatched: allow (the default)
+such a path is not limited at all, which a typo makes easy. The exit
+status is then 1 when any path matches nothing too.`)
 	}
+	against := fs.String("against", "", "a file of paths, one a line, that should each match a limit")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -44,8 +55,75 @@ is invalid.`)
 			continue
 		}
 		fmt.Fprintf(e.stdout, "%s: ok: %s\n", file, summarize(p))
+		if *against != "" {
+			n, err := checkAgainst(e, p, file, *against)
+			if err != nil {
+				fmt.Fprintf(e.stderr, "validate: %v\n", err)
+				return 2
+			}
+			if n > 0 {
+				status = 1
+			}
+		}
 	}
 	return status
+}
+
+// maxPathsLine bounds a line of a --against file.
+const maxPathsLine = 64 << 10
+
+// checkAgainst prints the paths of the file against that match no limit
+// of p, and returns how many.
+func checkAgainst(e env, p *policy.Policy, file, against string) (int, error) {
+	f, err := os.Open(against)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 4096), maxPathsLine)
+	total, unmatched := 0, 0
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		var path []string
+		if strings.HasPrefix(line, "[") {
+			if err := json.Unmarshal([]byte(line), &path); err != nil {
+				return 0, fmt.Errorf("%s:%d: want a JSON array of strings: %v", against, n, err)
+			}
+		} else {
+			path = strings.Split(line, "/")
+		}
+		total++
+		m := p.Match(path)
+		if !m.Unmatched {
+			continue
+		}
+		unmatched++
+		why := "matches no node with limits"
+		switch {
+		case len(m.Hits) > 0:
+			why = "reaches only shadow limits"
+		case m.Depth < len(path):
+			where := "at the root"
+			if m.Pattern != "" {
+				where = "below " + m.Pattern
+			}
+			why = fmt.Sprintf("no child matches %q %s", path[m.Depth], where)
+		}
+		fmt.Fprintf(e.stdout, "%s:%d: %s: unmatched: %s\n", against, n, showPath(path), why)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("%s: %w", against, err)
+	}
+	how := "allowed (unmatched: allow)"
+	if p.DenyUnmatched() {
+		how = "denied (unmatched: deny)"
+	}
+	fmt.Fprintf(e.stdout, "%s: %d of %d %s match no limit in %s, and would be %s\n", against, unmatched, total, plural(total, "path", "paths"), file, how)
+	return unmatched, nil
 }
 
 // summarize describes a valid policy in one line.

@@ -121,3 +121,25 @@ func TestEveryFlagHasItsVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateAgainst: --against lists the expected paths that match no
+// limit (a typo is no limit under unmatched: allow), and exits 1 then.
+func TestValidateAgainst(t *testing.T) {
+	limits := writeFile(t, "limits.yaml", "schema:\n  user:\n    children:\n      \"*\":\n        limits: [1, 1, 60]\n        children:\n          report: {shadow: true, limits: [1, 1, 60]}\n  audit: {shadow: true, limits: [1, 1, 60]}\n")
+	paths := writeFile(t, "paths.txt", "# expected traffic\nuser/alex/trade\nusr/alex\n[\"user\", \"bo\", \"report\"]\naudit/x\n")
+	status, out, errOut := runSluice(t, "validate", "--against", paths, limits)
+	want := paths + ":3: usr / alex: unmatched: no child matches \"usr\" at the root\n" +
+		paths + ":5: audit / x: unmatched: reaches only shadow limits\n" +
+		paths + ": 2 of 4 paths match no limit in " + limits + ", and would be allowed (unmatched: allow)\n"
+	if status != 1 || !strings.HasSuffix(out, want) || errOut != "" {
+		t.Errorf("status %d, stderr %q, stdout:\n%s\nwant it to end:\n%s", status, errOut, out, want)
+	}
+	good := writeFile(t, "good.txt", "user/alex\n")
+	if status, _, _ := runSluice(t, "validate", "--against", good, limits); status != 0 {
+		t.Errorf("every path matched: status %d", status)
+	}
+	bad := writeFile(t, "bad.txt", "[\"user\", 1]\n")
+	if status, _, errOut := runSluice(t, "validate", "--against", bad, limits); status != 2 || !strings.Contains(errOut, bad+":1: want a JSON array of strings") {
+		t.Errorf("a bad line: status %d %q", status, errOut)
+	}
+}
