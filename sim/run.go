@@ -42,6 +42,26 @@ func LimitStrategy(name string, l algo.Limit, each bool) (Strategy, error) {
 	return CompileStrategy(StrategySource{Name: name, Policy: text})
 }
 
+// matchesTraffic refuses a strategy whose policy limits none of the
+// events' paths: it would admit everything, which says nothing (a policy
+// written for other paths than ["caller", c], say).
+func matchesTraffic(s Strategy, events []Event) error {
+	tried := map[string]bool{}
+	for _, ev := range events {
+		if tried[ev.Caller] {
+			continue
+		}
+		tried[ev.Caller] = true
+		if !s.Policy.Match([]string{"caller", ev.Caller}).Unmatched {
+			return nil
+		}
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	return fmt.Errorf("sim: strategy %q limits none of the scenario's requests: a request by caller c is the path caller/c, and no path caller/<c> of its %d callers matches a limit of its policy, so it would admit everything", s.Name, len(tried))
+}
+
 // T0 is the virtual time of a scenario's start.
 var T0 = time.Unix(1_800_000_000, 0)
 
@@ -111,6 +131,11 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 	res.Slices = int((p.Duration + opts.Slice - 1) / opts.Slice)
 	if len(events) > 0 {
 		res.Slices = max(res.Slices, int(events[len(events)-1].At/opts.Slice)+1)
+	}
+	for _, s := range strategies {
+		if err := matchesTraffic(s, events); err != nil {
+			return nil, err
+		}
 	}
 	stores := make([]sluice.Store, len(strategies))
 	checkers := make([]*policy.Checker, len(strategies))

@@ -234,3 +234,17 @@ func TestWindowsOfEveryKind(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusesAPolicyThatMatchesNothing: a strategy whose policy limits
+// none of the scenario's paths (caller/c) is refused with why, instead of
+// admitting 100% without a word.
+func TestRefusesAPolicyThatMatchesNothing(t *testing.T) {
+	other, err := CompileStrategy(StrategySource{Name: "api keys", Policy: "schema:\n  api:\n    children:\n      \"*\": {limits: [1, 1, 60]}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), Scenarios["steady"], 1, Params{}, []Strategy{other}, Options{})
+	if err == nil || !strings.Contains(err.Error(), `strategy "api keys" limits none of the scenario's requests`) {
+		t.Fatalf("Run: %v", err)
+	}
+}
