@@ -48,7 +48,11 @@ const (
 // Options configures a Queue.
 type Options struct {
 	// Capacity is the most entries the queue holds; Add refuses beyond
-	// it. Default 1000.
+	// it. It belongs to the queue's definition, in the store: Open defines
+	// a new queue with it, and refuses a handle that asks an existing
+	// queue for another (ErrCapacity; Define changes it). Zero opens a
+	// queue that exists, with its capacity, and refuses a name never
+	// defined (ErrUnknownQueue), such as a misspelled one.
 	Capacity int
 	// Group names the consumer group the workers share on Redis. Default
 	// "workers". The memory twin has one group and ignores it.
@@ -119,8 +123,7 @@ func (e *FullError) Is(target error) bool { return target == ErrFull }
 // Stats describes a queue.
 type Stats struct {
 	Name string `json:"name"`
-	// Capacity is the capacity of the last admission (Options.Capacity
-	// of the handle that added it), or this handle's before any.
+	// Capacity is the queue's capacity, its definition.
 	Capacity int `json:"capacity"`
 	// Length counts the entries in the queue: waiting and being handled.
 	Length int64 `json:"length"`
@@ -144,6 +147,9 @@ type Stats struct {
 // DeadLetter is an entry moved to the dead-letter list.
 type DeadLetter struct {
 	Entry
+	// DeadID is its id on the dead-letter list: Requeue and Drop take it
+	// (Entry.ID was its id in the queue).
+	DeadID string
 	// Error is the last error of its handler.
 	Error string
 }
@@ -169,14 +175,12 @@ type hooks struct {
 	afterDeadLetter func(e Entry) error
 }
 
-// Open returns the queue name in st, creating it (and on Redis its
-// consumer group) when it does not exist.
+// Open returns the queue name in st. A new queue is defined with
+// opts.Capacity and created (on Redis, its stream and consumer group); an
+// existing one keeps its capacity (see Options.Capacity).
 func Open(ctx context.Context, st sluice.Store, name string, opts Options) (*Queue, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
-	}
-	if opts.Capacity == 0 {
-		opts.Capacity = 1000
 	}
 	if opts.Capacity < 0 {
 		return nil, fmt.Errorf("queue %q: capacity %d is negative", name, opts.Capacity)
@@ -188,12 +192,58 @@ func Open(ctx context.Context, st sluice.Store, name string, opts Options) (*Que
 	if !ok {
 		return nil, fmt.Errorf("queue %q: %T keeps no queues (store.Queues)", name, st)
 	}
-	b, err := qs.Queue(ctx, name, opts.Group)
+	b, err := qs.Queue(ctx, name, opts.Group, opts.Capacity)
+	if errors.Is(err, store.ErrNoQueue) {
+		return nil, fmt.Errorf("queue %q: %w: give a capacity to define it", name, ErrUnknownQueue)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("queue %q: %w", name, err)
 	}
+	defined, err := b.Capacity(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue %q: %w", name, err)
+	}
+	if opts.Capacity > 0 && opts.Capacity != defined {
+		return nil, fmt.Errorf("queue %q: %w: it holds %d, not %d (the capacity belongs to the queue's definition: change it with Define)", name, ErrCapacity, defined, opts.Capacity)
+	}
+	opts.Capacity = defined
 	return &Queue{name: name, opts: opts, st: st, b: b, closed: make(chan struct{})}, nil
 }
+
+// Define sets the capacity of the queue name in st, defining it when it
+// is new. Entries beyond a smaller capacity stay, and are handled; Add
+// refuses until the queue holds fewer. Handles opened before go on with
+// the new capacity, which the store applies.
+func Define(ctx context.Context, st sluice.Store, name string, capacity int) error {
+	if capacity <= 0 {
+		return fmt.Errorf("queue %q: capacity %d must be positive", name, capacity)
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
+	qs, ok := st.(store.Queues)
+	if !ok {
+		return fmt.Errorf("queue %q: %T keeps no queues (store.Queues)", name, st)
+	}
+	b, err := qs.Queue(ctx, name, "workers", capacity)
+	if err == nil {
+		err = b.Define(ctx, capacity)
+	}
+	if err != nil {
+		return fmt.Errorf("queue %q: define: %w", name, err)
+	}
+	return nil
+}
+
+// ErrUnknownQueue is the error of Open for a queue never defined.
+var ErrUnknownQueue = errors.New("no such queue")
+
+// ErrCapacity is the error of Open for a capacity other than the queue's.
+var ErrCapacity = errors.New("the queue has another capacity")
+
+// ErrNoDeadLetter is the error of Requeue and Drop for an id that is on
+// no dead letter.
+var ErrNoDeadLetter = errors.New("no such dead letter")
 
 // ErrClosed is the error of a call on a closed Queue.
 var ErrClosed = errors.New("queue: closed")
@@ -257,7 +307,7 @@ func NewDedupID() string {
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Capacity returns the queue's capacity.
+// Capacity returns the queue's capacity when the handle was opened.
 func (q *Queue) Capacity() int { return q.opts.Capacity }
 
 // Add admits an entry with fields unless the queue is full (a
@@ -282,10 +332,15 @@ func (q *Queue) Add(ctx context.Context, fields map[string]string, dedup string)
 	if q.isClosed() {
 		return Added{}, ErrClosed
 	}
-	a, err := q.b.Add(ctx, q.opts.Capacity, dedup, enc)
+	a, err := q.b.Add(ctx, dedup, enc)
 	if err != nil {
 		return Added{}, fmt.Errorf("queue %q: add: %w", q.name, err)
 	}
+	return q.added(a)
+}
+
+// added is the answer of an Add (or a Requeue) as the store gave it.
+func (q *Queue) added(a store.QueueAdded) (Added, error) {
 	switch a.Outcome {
 	case store.QueueNew:
 		return Added{ID: a.ID, Length: a.Length}, nil
@@ -295,6 +350,39 @@ func (q *Queue) Add(ctx context.Context, fields map[string]string, dedup string)
 		return Added{ID: a.ID, Length: a.Length}, fmt.Errorf("queue %q: %w", q.name, ErrDedupConflict)
 	}
 	return Added{Length: a.Length}, &FullError{Length: a.Length, Wait: estimate(a.Length, int64(q.opts.Capacity), a.DrainRate)}
+}
+
+// Requeue moves the dead letter deadID (DeadLetter.DeadID) back into the
+// queue as a new entry, with its fields and dedup id, as Add admits it: a
+// *FullError when the queue is full, Duplicate when its dedup id is
+// queued meanwhile. The dead letter goes only when the entry was added.
+func (q *Queue) Requeue(ctx context.Context, deadID string) (Added, error) {
+	if q.isClosed() {
+		return Added{}, ErrClosed
+	}
+	a, found, err := q.b.Requeue(ctx, deadID)
+	switch {
+	case err != nil:
+		return Added{}, fmt.Errorf("queue %q: requeue %s: %w", q.name, deadID, err)
+	case !found:
+		return Added{}, fmt.Errorf("queue %q: %w %s", q.name, ErrNoDeadLetter, deadID)
+	}
+	return q.added(a)
+}
+
+// Drop removes the dead letter deadID (DeadLetter.DeadID).
+func (q *Queue) Drop(ctx context.Context, deadID string) error {
+	if q.isClosed() {
+		return ErrClosed
+	}
+	found, err := q.b.Drop(ctx, deadID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("queue %q: drop %s: %w", q.name, deadID, err)
+	case !found:
+		return fmt.Errorf("queue %q: %w %s", q.name, ErrNoDeadLetter, deadID)
+	}
+	return nil
 }
 
 // estimate is the wait until the queue holds fewer than capacity entries,
@@ -315,9 +403,6 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("queue %q: stats: %w", q.name, err)
 	}
-	if s.Capacity == 0 {
-		s.Capacity = q.opts.Capacity
-	}
 	return Stats{Name: q.name, Capacity: s.Capacity, Length: s.Length, Pending: s.Pending, Consumers: s.Consumers,
 		DeadLetters: s.DeadLetters, Admitted: s.Admitted, Delivered: s.Delivered, Acked: s.Acked, DrainRate: s.DrainRate}, nil
 }
@@ -337,7 +422,7 @@ func (q *Queue) DeadLetters(ctx context.Context, count int) ([]DeadLetter, error
 		if err != nil {
 			return nil, fmt.Errorf("queue %q: %w", q.name, err)
 		}
-		out[i] = DeadLetter{Entry: e, Error: d.Error}
+		out[i] = DeadLetter{Entry: e, DeadID: d.DeadID, Error: d.Error}
 	}
 	return out, nil
 }

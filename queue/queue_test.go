@@ -572,3 +572,83 @@ func TestClose(t *testing.T) {
 		t.Errorf("a new store's queue: %+v %v", s, err)
 	}
 }
+
+// TestCapacityIsTheDefinition: a queue's capacity belongs to its
+// definition in the store, not to whoever adds last (a handle with
+// another capacity is refused; one without takes the queue's); Define
+// changes it for every handle; a name never defined is an error, and
+// opening it creates nothing.
+func TestCapacityIsTheDefinition(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "defined", 2)
+		other, err := Open(ctx, st, "defined", Options{})
+		if err != nil || other.Capacity() != 2 {
+			t.Fatalf("open without a capacity: %v, capacity %d", err, other.Capacity())
+		}
+		if _, err := Open(ctx, st, "defined", Options{Capacity: 1000}); !errors.Is(err, ErrCapacity) {
+			t.Fatalf("open with another capacity: %v", err)
+		}
+		for i := range 3 {
+			_, err := other.Add(ctx, map[string]string{"i": strconv.Itoa(i)}, "")
+			if (i < 2) != (err == nil) {
+				t.Fatalf("add %d to a queue of 2: %v", i, err)
+			}
+		}
+		if err := Define(ctx, st, "defined", 3); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Add(ctx, nil, ""); err != nil {
+			t.Fatalf("add after Define(3): %v", err)
+		}
+		if s, err := q.Stats(ctx); err != nil || s.Capacity != 3 || s.Length != 3 {
+			t.Fatalf("stats %+v %v", s, err)
+		}
+		for range 2 {
+			if _, err := Open(ctx, st, "defind", Options{}); !errors.Is(err, ErrUnknownQueue) {
+				t.Fatalf("a misspelled name: %v", err)
+			}
+		}
+	})
+}
+
+// TestDeadLetterRequeueAndDrop: a dead letter can be requeued (a new
+// entry with its fields and dedup id, the dead letter gone) or dropped;
+// unknown ids are errors.
+func TestDeadLetterRequeueAndDrop(t *testing.T) {
+	stores(t, func(t *testing.T, st sluice.Store) {
+		ctx := context.Background()
+		q := open(t, st, "dead", 10)
+		for _, v := range []string{"a", "b"} {
+			if _, err := q.Add(ctx, map[string]string{"v": v}, "order-"+v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		drain(t, q, 2, func(context.Context, Entry) error { return errors.New("broken") })
+		dls, err := q.DeadLetters(ctx, 10)
+		if err != nil || len(dls) != 2 || dls[0].DeadID == "" || dls[0].Fields["v"] != "a" || dls[0].Dedup != "order-a" {
+			t.Fatalf("dead letters %+v %v", dls, err)
+		}
+		a, err := q.Requeue(ctx, dls[0].DeadID)
+		if err != nil || a.ID == "" || a.Duplicate {
+			t.Fatalf("requeue: %+v %v", a, err)
+		}
+		if err := q.Drop(ctx, dls[1].DeadID); err != nil {
+			t.Fatal(err)
+		}
+		if left, err := q.DeadLetters(ctx, 10); err != nil || len(left) != 0 {
+			t.Fatalf("dead letters after: %+v %v", left, err)
+		}
+		var got Entry
+		drain(t, q, 1, func(_ context.Context, e Entry) error { got = e; return nil }) // the dead list is empty now: 1 acked
+		if got.Fields["v"] != "a" || got.Dedup != "order-a" || got.ID != a.ID {
+			t.Fatalf("the requeued entry: %+v", got)
+		}
+		if _, err := q.Requeue(ctx, dls[0].DeadID); !errors.Is(err, ErrNoDeadLetter) {
+			t.Errorf("requeue twice: %v", err)
+		}
+		if err := q.Drop(ctx, "1-1"); !errors.Is(err, ErrNoDeadLetter) {
+			t.Errorf("drop of no dead letter: %v", err)
+		}
+	})
+}

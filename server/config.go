@@ -136,6 +136,7 @@ const (
 	DefaultTimeout         = 50 * time.Millisecond
 	DefaultWatchInterval   = time.Second
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultQueueCapacity   = 1000
 	DefaultConsumersMax    = 20
 	DefaultConsumersTTL    = time.Hour
 	DefaultMaxFlushDelay   = 20 * time.Microsecond
@@ -168,6 +169,12 @@ func (c Config) Defaults() Config {
 	}
 	if c.Consumers.Max == 0 {
 		c.Consumers.Max = DefaultConsumersMax
+	}
+	for name, q := range c.Queues {
+		if q.Capacity == 0 {
+			q.Capacity = DefaultQueueCapacity
+			c.Queues[name] = q
+		}
 	}
 	if c.Consumers.TTL == 0 {
 		c.Consumers.TTL = algo.Duration(DefaultConsumersTTL)

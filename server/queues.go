@@ -40,6 +40,11 @@ func (s *Server) openQueue(ctx context.Context, slot *queueSlot) (*queue.Queue, 
 	if slot.q != nil {
 		return slot.q, nil
 	}
+	// The config is the queue's definition: its capacity is set, for
+	// every producer (the CLI's too), before the queue is opened.
+	if err := queue.Define(ctx, s.store, slot.name, slot.cfg.Capacity); err != nil {
+		return nil, err
+	}
 	q, err := queue.Open(ctx, s.store, slot.name, queue.Options{Capacity: slot.cfg.Capacity})
 	if err != nil {
 		return nil, err

@@ -13,9 +13,13 @@ import (
 // store's queues belong to it: its Close releases them.
 type Queues interface {
 	// Queue returns the insides of the queue name with the consumer group
-	// group, creating them when they do not exist. Every call with the
-	// same name reaches the same queue.
-	Queue(ctx context.Context, name, group string) (Queue, error)
+	// group. A queue's capacity is its definition: with capacity > 0, a
+	// queue that has none yet (a new one) is defined with it and created;
+	// a queue that has one keeps it (Queue.Define changes it). With
+	// capacity 0 the queue must have been defined: else ErrNoQueue, and
+	// nothing is created. Every call with the same name reaches the same
+	// queue.
+	Queue(ctx context.Context, name, group string, capacity int) (Queue, error)
 	// QueuesShared reports whether the store's queues are shared between
 	// processes (Redis), or live in this one (the memory store).
 	QueuesShared() bool
@@ -27,16 +31,24 @@ type Queues interface {
 // ErrClosed is the error of an operation on a queue of a closed store.
 var ErrClosed = errors.New("store: closed")
 
+// ErrNoQueue is the error of Queues.Queue for a queue never defined.
+var ErrNoQueue = errors.New("no such queue")
+
 // A Queue is one queue's insides in a store: the operations package queue
 // builds admission, delivery, claims, acks and dead letters on. Entries'
 // fields are opaque bytes (package queue's JSON). Every operation is
 // atomic in the store.
 type Queue interface {
-	// Add admits an entry of fields unless the queue holds capacity
-	// entries. A non-empty dedup id held by a queued entry answers that
-	// entry (QueueDuplicate when its fields are the same, QueueConflict
-	// when not) and adds nothing.
-	Add(ctx context.Context, capacity int, dedup string, fields []byte) (QueueAdded, error)
+	// Add admits an entry of fields unless the queue holds its capacity.
+	// A non-empty dedup id held by a queued entry answers that entry
+	// (QueueDuplicate when its fields are the same, QueueConflict when
+	// not) and adds nothing.
+	Add(ctx context.Context, dedup string, fields []byte) (QueueAdded, error)
+	// Capacity returns the queue's capacity, its definition.
+	Capacity(ctx context.Context) (int, error)
+	// Define sets the queue's capacity; entries beyond a smaller one stay
+	// and are handled.
+	Define(ctx context.Context, capacity int) error
 	// Read hands up to count entries never delivered to consumer, waiting
 	// up to block for one.
 	Read(ctx context.Context, consumer string, count int, block time.Duration) ([]QueueEntry, error)
@@ -58,6 +70,13 @@ type Queue interface {
 	DeadLetter(ctx context.Context, e QueueEntry, msg string) error
 	// DeadLetters returns up to count of the oldest dead letters.
 	DeadLetters(ctx context.Context, count int) ([]QueueDeadLetter, error)
+	// Requeue moves the dead letter deadID back into the queue as a new
+	// entry, with its fields and dedup id, as Add admits it; the dead
+	// letter goes only if the entry was added. found is false when there
+	// is no such dead letter.
+	Requeue(ctx context.Context, deadID string) (a QueueAdded, found bool, err error)
+	// Drop removes the dead letter deadID; false when there is none.
+	Drop(ctx context.Context, deadID string) (bool, error)
 	// Stats describes the queue.
 	Stats(ctx context.Context) (QueueStats, error)
 	// Leave forgets consumer, unless it holds entries.
@@ -109,13 +128,16 @@ type QueueAdded struct {
 // QueueDeadLetter is an entry on the dead-letter list.
 type QueueDeadLetter struct {
 	QueueEntry
+	// DeadID is its id on the dead-letter list, which Requeue and Drop
+	// take (its entry's ID was the queue's).
+	DeadID string
 	// Error is its handler's last error.
 	Error string
 }
 
 // QueueStats are a queue's numbers.
 type QueueStats struct {
-	// Capacity is the capacity of the last admission (0 before any).
+	// Capacity is the queue's capacity, its definition.
 	Capacity int
 	// Length counts the entries waiting and being handled; Pending those
 	// delivered and not acked.

@@ -15,17 +15,24 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/store"
 )
 
-const queueUsage = `usage: sluice queue <add|stats|work> [flags] NAME ...
+const queueUsage = `usage: sluice queue <define|add|stats|work|dead> [flags] NAME ...
 
+  sluice queue define --capacity N NAME
+      define the queue NAME, or change its capacity. A queue's capacity
+      belongs to its definition in the store: every producer, the CLI's
+      and the service's, admits by it
   sluice queue add [--capacity N] [--dedup ID] NAME k=v ...
       admit an entry; print its id, or exit 1 with the length and the
-      estimated wait when the queue is full. Without --dedup the entry
-      gets a fresh dedup id; when the store fails, the error names it, so
-      that a retry with it cannot queue the entry twice
+      estimated wait when the queue is full. --capacity defines a new
+      queue; for an existing one it must be its capacity, or be left out.
+      A queue never defined is an error (a misspelled name). Without
+      --dedup the entry gets a fresh dedup id; when the store fails, the
+      error names it, so that a retry with it cannot queue the entry twice
   sluice queue stats NAME
       print JSON: length, pending, consumers, dead letters, admitted,
       delivered, acked, drain rate
@@ -41,7 +48,19 @@ const queueUsage = `usage: sluice queue <add|stats|work> [flags] NAME ...
       then it stops CMD and leaves the entry for another worker) and
       exits 0, printing what the worker did as JSON on stderr.
 
-Every command takes --store URL. Processes share a queue only through a
+  sluice queue dead list [--count N] NAME
+      print the oldest dead letters, one JSON object a line: dead_id,
+      id, fields, dedup, deliveries, error
+  sluice queue dead show NAME DEAD_ID
+      print one dead letter
+  sluice queue dead requeue NAME DEAD_ID...
+      move dead letters back into the queue as new entries (with their
+      fields and dedup ids), while it has room; print each new id
+  sluice queue dead drop NAME DEAD_ID...
+      remove dead letters
+
+Every command but add with --capacity and define refuses a queue never
+defined (exit 1). Every command takes --store URL. Processes share a queue only through a
 shared store, so the queue commands need a Redis URL (redis://...); the
 memory store's queue lives inside one process (the Go API).`
 
@@ -61,8 +80,20 @@ func runQueue(ctx context.Context, e env, args []string) int {
 	group := fs.String("group", "workers", "the consumer group")
 	opts := queue.Options{}
 	switch sub {
+	case "define":
+		capacity := fs.Int("capacity", 0, "the most entries the queue holds")
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() != 1 || *capacity <= 0 {
+			fs.Usage()
+			return 2
+		}
+		return queueDefine(ctx, e, fs.Lookup("store").Value.String(), fs.Arg(0), *capacity)
+	case "dead":
+		return runDead(ctx, e, fs, args, &opts, group)
 	case "add":
-		fs.IntVar(&opts.Capacity, "capacity", 1000, "the most entries the queue holds")
+		fs.IntVar(&opts.Capacity, "capacity", 0, "the most entries the queue holds: defines a new queue; an existing one keeps its own")
 		dedup := fs.String("dedup", "", "a deduplication id: while an entry with it is queued, answer that entry")
 		q, done, code := openQueue(ctx, e, fs, args, &opts, group, 1)
 		if q == nil {
@@ -100,6 +131,114 @@ func runQueue(ctx context.Context, e env, args []string) int {
 	return 2
 }
 
+// queueDefine defines the queue name, or changes its capacity.
+func queueDefine(ctx context.Context, e env, url, name string, capacity int) int {
+	st, code := openSharedStore(ctx, e, url)
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	if err := queue.Define(ctx, st, name, capacity); err != nil {
+		fmt.Fprintf(e.stderr, "queue define: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "%s: capacity %d\n", name, capacity)
+	return 0
+}
+
+// runDead serves the dead subcommands: list, show, requeue and drop.
+func runDead(ctx context.Context, e env, fs *flag.FlagSet, args []string, opts *queue.Options, group *string) int {
+	if len(args) == 0 {
+		fs.Usage()
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	count := fs.Int("count", 100, "list: the most dead letters to print")
+	minArgs := map[string]int{"list": 1, "show": 2, "requeue": 2, "drop": 2}[cmd]
+	if minArgs == 0 {
+		fmt.Fprintf(e.stderr, "queue dead: unknown command %q (want list, show, requeue or drop)\n", cmd)
+		return 2
+	}
+	q, done, code := openQueue(ctx, e, fs, args, opts, group, minArgs)
+	if q == nil {
+		return code
+	}
+	defer done()
+	ids := fs.Args()[1:]
+	switch cmd {
+	case "list", "show":
+		n := *count
+		if cmd == "show" {
+			n = maxDeadShown
+		}
+		dls, err := q.DeadLetters(ctx, n)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "queue dead %s: %v\n", cmd, err)
+			return 1
+		}
+		shown := 0
+		for _, d := range dls {
+			if cmd == "show" && d.DeadID != ids[0] {
+				continue
+			}
+			b, _ := json.Marshal(map[string]any{"dead_id": d.DeadID, "id": d.ID, "fields": d.Fields, "dedup": d.Dedup,
+				"deliveries": d.Deliveries, "error": d.Error})
+			fmt.Fprintf(e.stdout, "%s\n", b)
+			shown++
+		}
+		if cmd == "show" && shown == 0 {
+			fmt.Fprintf(e.stderr, "queue dead show: %s: no dead letter %s among the oldest %d\n", q.Name(), ids[0], maxDeadShown)
+			return 1
+		}
+		return 0
+	case "requeue":
+		status := 0
+		for _, id := range ids {
+			a, err := q.Requeue(ctx, id)
+			switch {
+			case err != nil:
+				fmt.Fprintf(e.stderr, "queue dead requeue: %v\n", err)
+				status = 1
+			case a.Duplicate:
+				fmt.Fprintf(e.stdout, "%s: its dedup id is queued as %s; the dead letter stays\n", id, a.ID)
+			default:
+				fmt.Fprintf(e.stdout, "%s: requeued as %s\n", id, a.ID)
+			}
+		}
+		return status
+	default: // drop
+		status := 0
+		for _, id := range ids {
+			if err := q.Drop(ctx, id); err != nil {
+				fmt.Fprintf(e.stderr, "queue dead drop: %v\n", err)
+				status = 1
+				continue
+			}
+			fmt.Fprintf(e.stdout, "%s: dropped\n", id)
+		}
+		return status
+	}
+}
+
+// maxDeadShown bounds the dead letters `queue dead show` looks through.
+const maxDeadShown = 10_000
+
+// openSharedStore opens the store at url, which must share queues between
+// processes (Redis). It returns nil and the exit code when it cannot.
+func openSharedStore(ctx context.Context, e env, url string) (sluice.Store, int) {
+	st, err := store.Open(ctx, url, store.Options{})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "queue: %v\n", err)
+		return nil, 1
+	}
+	if !queue.Shared(st) {
+		st.Close()
+		fmt.Fprintln(e.stderr, "queue: processes share a queue only through Redis: give --store redis://host:port")
+		return nil, 2
+	}
+	return st, 0
+}
+
 // openQueue parses flags and opens the queue named by the first argument
 // in the store; it needs at least minArgs arguments. It returns nil and
 // the exit code when it cannot.
@@ -112,23 +251,19 @@ func openQueue(ctx context.Context, e env, fs *flag.FlagSet, args []string,
 		fs.Usage()
 		return nil, nil, 2
 	}
-	url := fs.Lookup("store").Value.String()
 	fail := func(code int) (*queue.Queue, func(), int) { return nil, nil, code }
-	st, err := store.Open(ctx, url, store.Options{})
-	if err != nil {
-		fmt.Fprintf(e.stderr, "queue: %v\n", err)
-		return fail(1)
-	}
-	if !queue.Shared(st) {
-		st.Close()
-		fmt.Fprintln(e.stderr, "queue: processes share a queue only through Redis: give --store redis://host:port")
-		return fail(2)
+	st, code := openSharedStore(ctx, e, fs.Lookup("store").Value.String())
+	if st == nil {
+		return fail(code)
 	}
 	opts.Group = *group
 	q, err := queue.Open(ctx, st, fs.Arg(0), *opts)
 	if err != nil {
 		st.Close()
 		fmt.Fprintf(e.stderr, "queue: %v\n", err)
+		if errors.Is(err, queue.ErrUnknownQueue) {
+			fmt.Fprintf(e.stderr, "queue: define it with: sluice queue define --store URL --capacity N %s\n", fs.Arg(0))
+		}
 		return fail(1)
 	}
 	if w := queue.EvictionWarning(ctx, st); w != "" {

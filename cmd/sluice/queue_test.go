@@ -257,7 +257,7 @@ func TestQueueWorkTimeouts(t *testing.T) {
 		}
 		return s
 	}
-	id := sluice("queue", "add", "--store", url, "hang", "n=1")
+	id := sluice("queue", "add", "--store", url, "--capacity", "10", "hang", "n=1")
 	w := exec.Command(sluiceBin, "queue", "work", "--store", url, "--visibility", "1m", "--handler-timeout", "200ms",
 		"--max-deliveries", "1", "hang", "--", "sleep", "30")
 	var werr bytes.Buffer
@@ -277,7 +277,7 @@ func TestQueueWorkTimeouts(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	sluice("queue", "add", "--store", url, "long", "n=1")
+	sluice("queue", "add", "--store", url, "--capacity", "10", "long", "n=1")
 	d := exec.Command(sluiceBin, "queue", "work", "--store", url, "--visibility", "1h", "--shutdown-timeout", "100ms",
 		"long", "--", "sh", "-c", `touch "$0/started"; sleep 30; touch "$0/finished"`, dir)
 	var derr bytes.Buffer
@@ -303,5 +303,102 @@ func TestQueueWorkTimeouts(t *testing.T) {
 	}
 	if !strings.Contains(derr.String(), "shutdown timeout") {
 		t.Errorf("the stop was not logged:\n%s", derr.String())
+	}
+}
+
+// TestQueueDefinitionAndDeadLetters: `queue add` without --capacity keeps
+// the queue's capacity (it once reset it to 1000, past the 2 the service
+// was configured with), and with another one is refused; a misspelled
+// name is an error for every command; dead letters are listed, shown,
+// requeued and dropped.
+func TestQueueDefinitionAndDeadLetters(t *testing.T) {
+	rd := redistest.Start(t)
+	url := rd.URL()
+	sluice := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		cmd := exec.Command(sluiceBin, args...)
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	if out, errOut, code := sluice("queue", "define", "--store", url, "--capacity", "2", "jobs"); code != 0 || out != "jobs: capacity 2\n" {
+		t.Fatalf("define: %d %q %q", code, out, errOut)
+	}
+	for i := range 2 {
+		if _, errOut, code := sluice("queue", "add", "--store", url, "jobs", "n="+strconv.Itoa(i)); code != 0 {
+			t.Fatalf("add %d: %d %s", i, code, errOut)
+		}
+	}
+	if _, errOut, code := sluice("queue", "add", "--store", url, "jobs", "n=2"); code != 1 || !strings.Contains(errOut, "is full: length 2") {
+		t.Fatalf("add to the full queue: %d %s", code, errOut)
+	}
+	if _, errOut, code := sluice("queue", "add", "--store", url, "--capacity", "1000", "jobs", "n=2"); code != 1 || !strings.Contains(errOut, "it holds 2, not 1000") {
+		t.Fatalf("add with another capacity: %d %s", code, errOut)
+	}
+	for _, args := range [][]string{{"stats"}, {"add"}, {"work"}, {"dead", "list"}} {
+		cmd := append(append([]string{"queue"}, args...), "--store", url, "jbos")
+		if args[0] == "add" {
+			cmd = append(cmd, "n=1")
+		}
+		if args[0] == "work" {
+			cmd = append(cmd, "--", "true")
+		}
+		if _, errOut, code := sluice(cmd...); code != 1 || !strings.Contains(errOut, `queue "jbos": no such queue`) || !strings.Contains(errOut, "sluice queue define") {
+			t.Errorf("%v on a misspelled queue: %d %s", args, code, errOut)
+		}
+	}
+	if n, _ := rd.Do("EXISTS", "sluice:{queue:jbos}", "sluice:{queue:jbos}:meta"); n != "0" {
+		t.Errorf("a misspelled name created %s keys", n)
+	}
+
+	// Two dead letters: requeue one, drop the other.
+	w := exec.Command(sluiceBin, "queue", "work", "--store", url, "--max-deliveries", "1", "jobs", "--", "sh", "-c", "exit 3")
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var s queue.Stats
+	for s.DeadLetters < 2 {
+		time.Sleep(20 * time.Millisecond)
+		out, _, _ := sluice("queue", "stats", "--store", url, "jobs")
+		json.Unmarshal([]byte(out), &s)
+	}
+	w.Process.Signal(syscall.SIGTERM)
+	w.Wait()
+	out, errOut, code := sluice("queue", "dead", "list", "--store", url, "jobs")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 {
+		t.Fatalf("dead list: %d %q %s", code, out, errOut)
+	}
+	var dl struct {
+		DeadID string            `json:"dead_id"`
+		Fields map[string]string `json:"fields"`
+		Error  string            `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &dl); err != nil || dl.DeadID == "" || dl.Fields["n"] != "0" || !strings.Contains(dl.Error, "exit status 3") {
+		t.Fatalf("dead letter %s: %v", lines[0], err)
+	}
+	if out, _, code := sluice("queue", "dead", "show", "--store", url, "jobs", dl.DeadID); code != 0 || strings.TrimSpace(out) != lines[0] {
+		t.Errorf("dead show: %d %q", code, out)
+	}
+	if out, errOut, code := sluice("queue", "dead", "requeue", "--store", url, "jobs", dl.DeadID); code != 0 || !strings.Contains(out, dl.DeadID+": requeued as ") {
+		t.Errorf("dead requeue: %d %q %s", code, out, errOut)
+	}
+	json.Unmarshal([]byte(lines[1]), &dl)
+	if out, errOut, code := sluice("queue", "dead", "drop", "--store", url, "jobs", dl.DeadID); code != 0 || out != dl.DeadID+": dropped\n" {
+		t.Errorf("dead drop: %d %q %s", code, out, errOut)
+	}
+	if _, errOut, code := sluice("queue", "dead", "drop", "--store", url, "jobs", dl.DeadID); code != 1 || !strings.Contains(errOut, "no such dead letter") {
+		t.Errorf("dead drop again: %d %s", code, errOut)
+	}
+	out, _, _ = sluice("queue", "stats", "--store", url, "jobs")
+	if err := json.Unmarshal([]byte(out), &s); err != nil || s.Length != 1 || s.DeadLetters != 0 || s.Capacity != 2 {
+		t.Errorf("stats after: %s", out)
 	}
 }

@@ -26,19 +26,22 @@ type queues struct {
 
 // Queue implements store.Queues. The memory store has one group per queue
 // and ignores group.
-func (s *Store) Queue(_ context.Context, name, _ string) (store.Queue, error) {
+func (s *Store) Queue(_ context.Context, name, _ string, capacity int) (store.Queue, error) {
 	qs := &s.queues
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if qs.closed {
 		return nil, store.ErrClosed
 	}
-	if qs.m == nil {
-		qs.m = map[string]*queue{}
-	}
 	q := qs.m[name]
 	if q == nil {
-		q = &queue{ready: make(chan struct{}), entries: map[string]*queueEntry{},
+		if capacity <= 0 {
+			return nil, store.ErrNoQueue
+		}
+		if qs.m == nil {
+			qs.m = map[string]*queue{}
+		}
+		q = &queue{capacity: capacity, ready: make(chan struct{}), entries: map[string]*queueEntry{},
 			dedup: map[string]string{}, members: map[string]bool{}}
 		qs.m[name] = q
 	}
@@ -81,7 +84,8 @@ type queue struct {
 	members map[string]bool
 
 	admitted, delivered, acked int64
-	capacity                   int                      // of the last admission
+	capacity                   int                      // the queue's definition
+	deadSeq                    int64                    // the last dead letter's number
 	left                       [drainSeconds + 1]second // entries that left, per second
 }
 
@@ -110,22 +114,27 @@ func (q *queue) lock() error {
 	return nil
 }
 
-func (q *queue) Add(_ context.Context, capacity int, dedup string, fields []byte) (store.QueueAdded, error) {
+func (q *queue) Add(_ context.Context, dedup string, fields []byte) (store.QueueAdded, error) {
 	if err := q.lock(); err != nil {
 		return store.QueueAdded{}, err
 	}
 	defer q.mu.Unlock()
+	return q.admit(dedup, fields), nil
+}
+
+// admit admits an entry as Add does; q.mu held.
+func (q *queue) admit(dedup string, fields []byte) store.QueueAdded {
 	n := int64(len(q.entries))
 	if dedup != "" {
 		if id, ok := q.dedup[dedup]; ok {
 			if e := q.entries[id]; e != nil && !bytes.Equal(e.fields, fields) {
-				return store.QueueAdded{Outcome: store.QueueConflict, ID: id, Length: n}, nil
+				return store.QueueAdded{Outcome: store.QueueConflict, ID: id, Length: n}
 			}
-			return store.QueueAdded{Outcome: store.QueueDuplicate, ID: id, Length: n}, nil
+			return store.QueueAdded{Outcome: store.QueueDuplicate, ID: id, Length: n}
 		}
 	}
-	if n >= int64(capacity) {
-		return store.QueueAdded{Outcome: store.QueueFull, Length: n, DrainRate: q.rate(time.Now())}, nil
+	if n >= int64(q.capacity) {
+		return store.QueueAdded{Outcome: store.QueueFull, Length: n, DrainRate: q.rate(time.Now())}
 	}
 	ms := time.Now().UnixMilli()
 	if ms <= q.lastMs {
@@ -140,10 +149,65 @@ func (q *queue) Add(_ context.Context, capacity int, dedup string, fields []byte
 		q.dedup[dedup] = id
 	}
 	q.admitted++
-	q.capacity = capacity
 	close(q.ready)
 	q.ready = make(chan struct{})
-	return store.QueueAdded{Outcome: store.QueueNew, ID: id, Length: n + 1}, nil
+	return store.QueueAdded{Outcome: store.QueueNew, ID: id, Length: n + 1}
+}
+
+func (q *queue) Capacity(context.Context) (int, error) {
+	if err := q.lock(); err != nil {
+		return 0, err
+	}
+	defer q.mu.Unlock()
+	return q.capacity, nil
+}
+
+func (q *queue) Define(_ context.Context, capacity int) error {
+	if err := q.lock(); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	q.capacity = capacity
+	return nil
+}
+
+func (q *queue) Requeue(_ context.Context, deadID string) (store.QueueAdded, bool, error) {
+	if err := q.lock(); err != nil {
+		return store.QueueAdded{}, false, err
+	}
+	defer q.mu.Unlock()
+	i := q.deadIndex(deadID)
+	if i < 0 {
+		return store.QueueAdded{}, false, nil
+	}
+	d := q.dead[i]
+	a := q.admit(d.Dedup, d.Fields)
+	if a.Outcome == store.QueueNew {
+		q.dead = append(q.dead[:i], q.dead[i+1:]...)
+	}
+	return a, true, nil
+}
+
+func (q *queue) Drop(_ context.Context, deadID string) (bool, error) {
+	if err := q.lock(); err != nil {
+		return false, err
+	}
+	defer q.mu.Unlock()
+	i := q.deadIndex(deadID)
+	if i >= 0 {
+		q.dead = append(q.dead[:i], q.dead[i+1:]...)
+	}
+	return i >= 0, nil
+}
+
+// deadIndex returns the index of the dead letter deadID, or -1; q.mu held.
+func (q *queue) deadIndex(deadID string) int {
+	for i := range q.dead {
+		if q.dead[i].DeadID == deadID {
+			return i
+		}
+	}
+	return -1
 }
 
 // rate is entries/s that left in the last drainSeconds full seconds and
@@ -277,7 +341,8 @@ func (q *queue) DeadLetter(_ context.Context, e store.QueueEntry, msg string) er
 		return err
 	}
 	defer q.mu.Unlock()
-	q.dead = append(q.dead, store.QueueDeadLetter{QueueEntry: e, Error: msg})
+	q.deadSeq++
+	q.dead = append(q.dead, store.QueueDeadLetter{QueueEntry: e, DeadID: fmt.Sprintf("%d-%d", time.Now().UnixMilli(), q.deadSeq), Error: msg})
 	return nil
 }
 

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -23,7 +24,8 @@ import (
 var (
 	_ store.Queues = (*Store)(nil)
 
-	queueAddScript   = embeddedScript("queue_rate.lua", "queue_add.lua")
+	queueAddScript     = embeddedScript("queue_rate.lua", "queue_admit.lua", "queue_add.lua")
+	queueRequeueScript = embeddedScript("queue_rate.lua", "queue_admit.lua", "queue_requeue.lua")
 	queueAckScript   = embeddedScript("queue_rate.lua", "queue_ack.lua")
 	queueClaimScript = embeddedScript("queue_claim.lua")
 	queueFailScript  = embeddedScript("queue_fail.lua")
@@ -44,9 +46,10 @@ func QueueKey(prefix, name string) string {
 	return prefix + "{queue:" + sluice.Escape(name) + "}"
 }
 
-// Queue implements store.Queues: the stream and its group are created
-// when missing.
-func (s *Store) Queue(ctx context.Context, name, group string) (store.Queue, error) {
+// Queue implements store.Queues: the capacity is the meta hash's
+// 'capacity' field, and the stream and its group are created when
+// missing.
+func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (store.Queue, error) {
 	base := QueueKey(s.prefix, name)
 	q := &queue{s: s, group: group, stream: base, dead: base + ":dead", meta: base + ":meta",
 		dedup: base + ":dedup", errs: base + ":errors"}
@@ -54,6 +57,14 @@ func (s *Store) Queue(ctx context.Context, name, group string) (store.Queue, err
 	q.keysAck = []string{q.stream, q.meta, q.dedup, q.errs}
 	q.keysClaim = []string{q.stream, q.meta}
 	c, err := s.queueClient()
+	if err != nil {
+		return nil, err
+	}
+	if capacity > 0 {
+		err = c.Do(ctx, c.B().Hsetnx().Key(q.meta).Field("capacity").Value(strconv.Itoa(capacity)).Build()).Error()
+	} else if _, err = q.Capacity(ctx); errors.Is(err, store.ErrNoQueue) {
+		return nil, err // nothing created for a name never defined
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -93,20 +104,26 @@ func (s *Store) queueClient() (rueidis.Client, error) {
 	return c, nil
 }
 
-func (q *queue) Add(ctx context.Context, capacity int, dedup string, fields []byte) (store.QueueAdded, error) {
+func (q *queue) Add(ctx context.Context, dedup string, fields []byte) (store.QueueAdded, error) {
 	c, err := q.s.queueClient()
 	if err != nil {
 		return store.QueueAdded{}, err
 	}
-	v, err := queueAddScript.Exec(ctx, c, q.keysAdd, []string{strconv.Itoa(capacity), dedup, string(fields)}).ToArray()
+	a, _, err := admitted(queueAddScript.Exec(ctx, c, q.keysAdd, []string{dedup, string(fields)}))
+	return a, err
+}
+
+// admitted reads queue_admit.lua's reply; found is false for a requeue of
+// no dead letter.
+func admitted(r rueidis.RedisResult) (a store.QueueAdded, found bool, err error) {
+	v, err := r.ToArray()
 	if err != nil {
-		return store.QueueAdded{}, err
+		return a, false, err
 	}
 	if len(v) != 4 {
-		return store.QueueAdded{}, fmt.Errorf("queue_add.lua: reply of %d values", len(v))
+		return a, false, fmt.Errorf("queue_admit.lua: reply of %d values", len(v))
 	}
 	status, _ := v[0].AsInt64()
-	a := store.QueueAdded{}
 	a.ID, _ = v[1].ToString()
 	a.Length, _ = v[2].AsInt64()
 	switch status {
@@ -116,12 +133,53 @@ func (q *queue) Add(ctx context.Context, capacity int, dedup string, fields []by
 		a.Outcome = store.QueueDuplicate
 	case 3:
 		a.Outcome = store.QueueConflict
+	case 4:
+		return a, false, store.ErrNoQueue
+	case 5:
+		return a, false, nil
 	default:
 		a.Outcome = store.QueueFull
 		rs, _ := v[3].ToString()
 		a.DrainRate, _ = strconv.ParseFloat(rs, 64)
 	}
-	return a, nil
+	return a, true, nil
+}
+
+func (q *queue) Capacity(ctx context.Context) (int, error) {
+	c, err := q.s.queueClient()
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.Do(ctx, c.B().Hget().Key(q.meta).Field("capacity").Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, store.ErrNoQueue
+	}
+	return int(n), err
+}
+
+func (q *queue) Define(ctx context.Context, capacity int) error {
+	c, err := q.s.queueClient()
+	if err != nil {
+		return err
+	}
+	return c.Do(ctx, c.B().Hset().Key(q.meta).FieldValue().FieldValue("capacity", strconv.Itoa(capacity)).Build()).Error()
+}
+
+func (q *queue) Requeue(ctx context.Context, deadID string) (store.QueueAdded, bool, error) {
+	c, err := q.s.queueClient()
+	if err != nil {
+		return store.QueueAdded{}, false, err
+	}
+	return admitted(queueRequeueScript.Exec(ctx, c, []string{q.stream, q.meta, q.dedup, q.dead}, []string{deadID}))
+}
+
+func (q *queue) Drop(ctx context.Context, deadID string) (bool, error) {
+	c, err := q.s.queueClient()
+	if err != nil {
+		return false, err
+	}
+	n, err := c.Do(ctx, c.B().Xdel().Key(q.dead).Id(deadID).Build()).AsInt64()
+	return n == 1, err
 }
 
 func (q *queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]store.QueueEntry, error) {
@@ -267,7 +325,7 @@ func (q *queue) DeadLetters(ctx context.Context, count int) ([]store.QueueDeadLe
 	out := make([]store.QueueDeadLetter, 0, len(xs))
 	for _, x := range xs {
 		deliveries, _ := strconv.ParseInt(x.FieldValues["deliveries"], 10, 64)
-		out = append(out, store.QueueDeadLetter{QueueEntry: queueEntry(x.FieldValues["id"], x.FieldValues, deliveries), Error: x.FieldValues["error"]})
+		out = append(out, store.QueueDeadLetter{QueueEntry: queueEntry(x.FieldValues["id"], x.FieldValues, deliveries), DeadID: x.ID, Error: x.FieldValues["error"]})
 	}
 	return out, nil
 }

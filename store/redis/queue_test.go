@@ -23,11 +23,11 @@ func TestQueueFailAfterAck(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{})
 	ctx := context.Background()
-	q, err := st.Queue(ctx, "jobs", "workers")
+	q, err := st.Queue(ctx, "jobs", "workers", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := q.Add(ctx, 10, "", []byte(`{}`))
+	a, err := q.Add(ctx, "", []byte(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
