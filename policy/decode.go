@@ -45,6 +45,9 @@ func (l *loader) decode(n ast.Node, v reflect.Value, path string) bool {
 	if !ok {
 		return false
 	}
+	if _, null := n.(*ast.NullNode); null && l.nullIsZero {
+		return true // a field left empty: its zero value
+	}
 	if v.CanAddr() && v.Addr().Type().Implements(yamlUnmarshalerType) {
 		return l.unmarshalYAML(n, v.Addr().Interface().(yamlUnmarshaler), path)
 	}
@@ -190,7 +193,7 @@ func (l *loader) unmarshalYAML(n ast.Node, u yamlUnmarshaler, path string) bool 
 		if rv.Kind() != reflect.Pointer || rv.IsNil() {
 			return fmt.Errorf("unmarshal wants a non-nil pointer, got %T", target)
 		}
-		try := &loader{name: l.name, seen: map[errKey]bool{}, aliases: l.aliases, work: l.work, tooBig: l.tooBig}
+		try := &loader{name: l.name, seen: map[errKey]bool{}, aliases: l.aliases, work: l.work, tooBig: l.tooBig, nullIsZero: l.nullIsZero}
 		ok := try.decode(n, rv.Elem(), path)
 		l.work = try.work
 		if try.tooBig && !l.tooBig {

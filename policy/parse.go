@@ -30,6 +30,9 @@ type loader struct {
 	work    int                         // nodes and values compiled
 	nodes   []Node                      // for Policy.Nodes
 	tooBig  bool
+	// nullIsZero leaves a field whose value is null at its zero value
+	// (Decode), as YAML libraries do; a limits.yaml reports it.
+	nullIsZero bool
 }
 
 type errKey struct {
@@ -76,7 +79,8 @@ func parse(name string, data []byte) (*Policy, ErrorList) {
 // Decode decodes the YAML file name's data into v, a pointer to a struct,
 // as the policy loader decodes limits: keys match the fields' yaml (else
 // json) tags, a field's type may have its own UnmarshalYAML or
-// UnmarshalText, an unknown field is an error, and every problem is
+// UnmarshalText, a null value leaves its field as it was, an unknown
+// field is an error, and every problem is
 // reported, each with its position. The error is an ErrorList, in the one
 // format of every file Sluice reads (limits.yaml, sluice.yaml, Envoy's
 // configs): "file:line:col: field: message". An empty file leaves v as it
@@ -86,7 +90,7 @@ func Decode(name string, data []byte, v any) error {
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("policy: Decode wants a non-nil pointer, got %T", v)
 	}
-	l := &loader{name: name, seen: map[errKey]bool{}, aliases: map[*ast.AliasNode]ast.Node{}}
+	l := &loader{name: name, seen: map[errKey]bool{}, aliases: map[*ast.AliasNode]ast.Node{}, nullIsZero: true}
 	f, err := parseYAML(data)
 	if err != nil {
 		l.syntax(err)

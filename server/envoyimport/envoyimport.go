@@ -43,11 +43,21 @@
 //   - shadow_mode: true is shadow: true, which for Envoy's matching (a
 //     descriptor reaches one node) shadows that node's limits only;
 //   - detailed_metric and value_to_metric shape only Envoy's metrics and
-//     are accepted and ignored (Sluice's metrics are by node pattern).
+//     are accepted and ignored (Sluice's metrics are by node pattern);
+//     metadata is dropped with a warning (Sluice's answers carry none);
+//   - quota_mode: true is a plain limit, with a warning: the same as
+//     Envoy's for a request with one quota_mode descriptor; with several,
+//     Envoy denies only when all are over their limits, Sluice when any
+//     is, so it never admits more than Envoy would;
+//   - a domain without descriptors is a node with unlimited: true, as
+//     Envoy limits nothing in it.
 //
-// Errors name the file, line and field: an unknown field or unit, a
-// missing requests_per_unit, a unit next to unlimited, duplicate
-// descriptors and domains, share_threshold on a value without "*". An
+// Errors name the file, line and field, in the format of a limits.yaml's
+// (policy.Decode): an unknown field or unit, a key that is not a string,
+// a list of something else than mappings, a missing domain or key, a
+// missing requests_per_unit, a unit next to unlimited, an empty replaces
+// name or one that names its own descriptor, duplicate descriptors and
+// domains, share_threshold on a value without "*". An
 // unlimited descriptor with nested descriptors loses its own "unlimited"
 // status (its answer has no limit instead of limit_remaining 2^32-1; both
 // are OK).
@@ -88,28 +98,66 @@ var Units = map[string]time.Duration{
 }
 
 type root struct {
-	Domain      string       `yaml:"domain"`
+	Domain      scalar       `yaml:"domain"`
 	Descriptors []descriptor `yaml:"descriptors"`
 }
 
 type descriptor struct {
-	Key            string       `yaml:"key"`
-	Value          string       `yaml:"value"`
+	Key            scalar       `yaml:"key"`
+	Value          scalar       `yaml:"value"`
 	RateLimit      *rateLimit   `yaml:"rate_limit"`
 	Descriptors    []descriptor `yaml:"descriptors"`
 	ShadowMode     bool         `yaml:"shadow_mode"`
+	QuotaMode      bool         `yaml:"quota_mode"`
 	DetailedMetric bool         `yaml:"detailed_metric"`
 	ValueToMetric  bool         `yaml:"value_to_metric"`
 	ShareThreshold bool         `yaml:"share_threshold"`
+	Metadata       *anything    `yaml:"metadata"`
 }
+
+// scalar is a string field of Envoy's format, which takes any scalar as
+// its text, as Envoy's YAML library does (value: 10 is "10"; a null is "").
+type scalar string
+
+// UnmarshalYAML implements the YAML unmarshaler.
+func (s *scalar) UnmarshalYAML(unmarshal func(any) error) error {
+	var str string
+	if unmarshal(&str) == nil {
+		*s = scalar(str)
+		return nil
+	}
+	var i int64
+	if unmarshal(&i) == nil {
+		*s = scalar(strconv.FormatInt(i, 10))
+		return nil
+	}
+	var f float64
+	if unmarshal(&f) == nil {
+		*s = scalar(strconv.FormatFloat(f, 'g', -1, 64))
+		return nil
+	}
+	var b bool
+	if unmarshal(&b) == nil {
+		*s = scalar(strconv.FormatBool(b))
+		return nil
+	}
+	return errors.New("want a string")
+}
+
+// anything accepts any YAML value: a descriptor's metadata, which Envoy
+// takes as it is.
+type anything struct{}
+
+// UnmarshalYAML implements the YAML unmarshaler: anything goes.
+func (*anything) UnmarshalYAML(func(any) error) error { return nil }
 
 type rateLimit struct {
 	RequestsPerUnit *uint32 `yaml:"requests_per_unit"`
 	Unit            string  `yaml:"unit"`
 	Unlimited       bool    `yaml:"unlimited"`
-	Name            string  `yaml:"name"`
+	Name            scalar  `yaml:"name"`
 	Replaces        []struct {
-		Name string `yaml:"name"`
+		Name scalar `yaml:"name"`
 	} `yaml:"replaces"`
 }
 
@@ -158,21 +206,32 @@ func Convert(files []File) ([]byte, []string, error) {
 		c.file = f
 		c.ast, _ = parser.ParseBytes(f.Data, 0)
 		var r root
-		if err := yaml.UnmarshalWithOptions(f.Data, &r, yaml.Strict()); err != nil {
-			c.errs = append(c.errs, fmt.Sprintf("%s: %s", f.Name, yaml.FormatError(err, false, true)))
+		if err := policy.Decode(f.Name, f.Data, &r); err != nil {
+			var list policy.ErrorList
+			if !errors.As(err, &list) {
+				return nil, c.warnings, err
+			}
+			for _, e := range list {
+				c.errs = append(c.errs, e.Error())
+			}
 			continue
 		}
 		if r.Domain == "" {
-			c.errorf("$", "config file has no domain")
+			c.errorf("$", "config file cannot have an empty domain")
 			continue
 		}
-		d, dup := top.child(r.Domain)
+		d, dup := top.child(string(r.Domain))
 		if dup {
 			c.errorf("$.domain", "domain %q is already defined by another file", r.Domain)
 			continue
 		}
-		d.comments = append(d.comments, "domain "+r.Domain+" ("+f.Name+")")
+		d.comments = append(d.comments, "domain "+string(r.Domain)+" ("+f.Name+")")
 		c.descriptors(d, r.Descriptors, "$.descriptors")
+		if len(r.Descriptors) == 0 {
+			// Envoy loads it and limits nothing in it.
+			d.unlim = true
+			d.comments = append(d.comments, "no descriptors: Envoy limits nothing in this domain")
+		}
 	}
 	if len(c.errs) > 0 {
 		return nil, c.warnings, errors.New(strings.Join(c.errs, "\n"))
@@ -208,11 +267,11 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 			c.errorf(p, "descriptor has no key")
 			continue
 		}
-		value := d.Value
+		value := string(d.Value)
 		if value == "" {
 			value = "*"
 		}
-		k, _ := parent.child(d.Key)
+		k, _ := parent.child(string(d.Key))
 		v, dup := k.child(value)
 		if dup {
 			if d.Value == "" || d.Value == "*" {
@@ -222,19 +281,36 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 			}
 			continue
 		}
+		if d.QuotaMode {
+			c.warnf(p+".quota_mode", "quota_mode is enforced as a plain limit: as Envoy does for a request with one quota_mode descriptor; for a request with several, Envoy denies only when all are over their limits, and Sluice when any is (it never admits more than Envoy)")
+		}
+		if d.Metadata != nil {
+			c.warnf(p+".metadata", "metadata is dropped: Sluice's answers carry no descriptor metadata")
+		}
 		if d.ShareThreshold {
-			if !strings.Contains(d.Value, "*") || d.Value == "*" {
+			if !strings.Contains(string(d.Value), "*") || d.Value == "*" {
 				c.errorf(p+".share_threshold", "share_threshold is for a value with a wildcard such as \"files/*\"")
 				continue
 			}
 			v.shared = true
 		}
 		if rl := d.RateLimit; rl != nil {
-			v.name = rl.Name
-			for _, r := range rl.Replaces {
-				if r.Name != "" {
-					v.replaces = append(v.replaces, r.Name)
+			v.name = string(rl.Name)
+			bad := false
+			for j, r := range rl.Replaces {
+				switch r.Name {
+				case "":
+					c.errorf(fmt.Sprintf("%s.rate_limit.replaces[%d]", p, j), "should not have an empty replaces entry")
+					bad = true
+				case rl.Name:
+					c.errorf(fmt.Sprintf("%s.rate_limit.replaces[%d]", p, j), "replaces should not contain the name of the same descriptor (%q)", rl.Name)
+					bad = true
+				default:
+					v.replaces = append(v.replaces, string(r.Name))
 				}
+			}
+			if bad {
+				continue
 			}
 			if rl.Unlimited {
 				if rl.Unit != "" {
