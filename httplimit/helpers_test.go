@@ -153,3 +153,9 @@ func do(h http.Handler, method, target string, hdr map[string]string, remote str
 	h.ServeHTTP(w, r)
 	return w
 }
+
+// testTimeout bounds checks in tests far beyond any decision's time, so
+// that no test depends on the scheduler meeting DefaultTimeout (50ms) on
+// a busy machine: a check that hit it would fail open and the test with
+// it. Tests of the timeout itself set their own.
+const testTimeout = time.Minute

@@ -111,7 +111,8 @@ func TestIPKey(t *testing.T) {
 func TestSpoofedForwardedFor(t *testing.T) {
 	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), nil)
 	h := httplimit.New(c, httplimit.Options{
-		Key: httplimit.IPKey{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}.Key,
+		Timeout: testTimeout,
+		Key:     httplimit.IPKey{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}.Key,
 		Path: func(r *http.Request, key string, p []string) []string {
 			return append(p, "once", key) // a gate: one request per key
 		},

@@ -121,6 +121,7 @@ func TestTraces(t *testing.T) {
 				clk := &clock{}
 				c := newChecker(mustPolicy(t, testPolicy), open(t), clk)
 				h := httplimit.New(c, httplimit.Options{
+					Timeout: testTimeout,
 					Path:    apiPath,
 					Cost:    costHeader,
 					Headers: style.style,
@@ -203,7 +204,7 @@ func ptr(v int64) *int64 { return &v }
 func TestProblemBody(t *testing.T) {
 	clk := &clock{now: t0}
 	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), clk)
-	h := httplimit.New(c, httplimit.Options{Path: apiPath, Cost: costHeader}).Wrap(okHandler)
+	h := httplimit.New(c, httplimit.Options{Timeout: testTimeout, Path: apiPath, Cost: costHeader}).Wrap(okHandler)
 	for i := 0; i < 3; i++ {
 		do(h, "GET", "/trade", nil, "")
 	}
@@ -255,7 +256,7 @@ func TestUnmatched(t *testing.T) {
 			yaml = "unmatched: deny\n" + yaml
 		}
 		c := newChecker(mustPolicy(t, yaml), memoryStore(t), nil)
-		h := httplimit.New(c, httplimit.Options{}).Wrap(okHandler) // path [ip]: matches nothing
+		h := httplimit.New(c, httplimit.Options{Timeout: testTimeout}).Wrap(okHandler) // path [ip]: matches nothing
 		w := do(h, "GET", "/", nil, "")
 		for _, k := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
 			if v := w.Header().Values(k); v != nil {
@@ -285,7 +286,8 @@ func TestOnDecisionSeesShadow(t *testing.T) {
 	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), clk)
 	var seen []sluice.Level
 	h := httplimit.New(c, httplimit.Options{
-		Path: apiPath,
+		Timeout: testTimeout,
+		Path:    apiPath,
 		OnDecision: func(r *http.Request, d *sluice.Decision) {
 			seen = append(seen[:0], d.Levels...)
 		},
@@ -309,8 +311,9 @@ func TestOnDecisionSeesShadow(t *testing.T) {
 func TestBadRequestNeverFailsOpen(t *testing.T) {
 	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), nil)
 	unbounded := httplimit.New(c, httplimit.Options{
-		Key:  func(r *http.Request) (string, error) { return r.Header.Get("X-Long"), nil },
-		Path: apiPath,
+		Timeout: testTimeout,
+		Key:     func(r *http.Request) (string, error) { return r.Header.Get("X-Long"), nil },
+		Path:    apiPath,
 	})
 	w := do(unbounded.Wrap(okHandler), "GET", "/trade", map[string]string{"X-Long": strings.Repeat("k", 600)}, "")
 	if w.Code != 400 {
@@ -324,8 +327,9 @@ func TestBadRequestNeverFailsOpen(t *testing.T) {
 	}
 
 	l := httplimit.New(c, httplimit.Options{
-		Key:  httplimit.Header("X-API-Key", nil),
-		Path: apiPath,
+		Timeout: testTimeout,
+		Key:     httplimit.Header("X-API-Key", nil),
+		Path:    apiPath,
 	})
 	h := l.Wrap(okHandler)
 	w = do(h, "GET", "/trade", nil, "")
@@ -400,7 +404,7 @@ func TestWindows(t *testing.T) {
 			Pattern: "p", Key: "k", Limit: tc.limit,
 			Result: algo.Result{Allowed: true, Quota: tc.quota, Remaining: tc.quota},
 		}}}}
-		w := do(httplimit.New(st, httplimit.Options{}).Wrap(okHandler), "GET", "/", nil, "")
+		w := do(httplimit.New(st, httplimit.Options{Timeout: testTimeout}).Wrap(okHandler), "GET", "/", nil, "")
 		if got := w.Header().Get("RateLimit-Policy"); got != tc.want {
 			t.Errorf("%+v: got %s, want %s", tc.limit, got, tc.want)
 		}

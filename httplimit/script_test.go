@@ -41,10 +41,11 @@ func keyed(key string) map[string]string { return map[string]string{"X-API-Key":
 
 func scriptOptions() httplimit.Options {
 	return httplimit.Options{
-		Key:    httplimit.Header("X-API-Key", nil),
-		Path:   apiKeyPath,
-		Cost:   costHeader,
-		Logger: discard,
+		Timeout: testTimeout,
+		Key:     httplimit.Header("X-API-Key", nil),
+		Path:    apiKeyPath,
+		Cost:    costHeader,
+		Logger:  discard,
 	}
 }
 

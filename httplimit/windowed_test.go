@@ -41,7 +41,8 @@ func TestWindowedTrace(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			clk := &clock{}
 			h := httplimit.New(newChecker(mustPolicy(t, windowedPolicy), open(t), clk), httplimit.Options{
-				Path: func(r *http.Request, key string, p []string) []string { return append(p, "w", key) },
+				Timeout: testTimeout,
+				Path:    func(r *http.Request, key string, p []string) []string { return append(p, "w", key) },
 			}).Wrap(okHandler)
 			for i, s := range steps {
 				clk.Set(t0.Add(s.at))
