@@ -16,13 +16,13 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
-// Chart sizes: the PNG is ChartWidth × ChartHeight pixels.
+// Chart sizes: the PNG is ChartWidth × ChartHeight(strategies) pixels.
 const (
-	ChartWidth  = 1200
-	ChartHeight = 500
-	chartDPI    = 96
+	ChartWidth = 1200
+	chartDPI   = 96
 )
 
 // WriteCSV writes the series: t_ms,strategy,offered,admitted, one row per
@@ -90,77 +90,205 @@ var palette = []color.RGBA{
 	{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, {R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
 }
 
-// Chart draws admitted per slice, a line per strategy, over the offered
-// requests as a grey band.
-func Chart(r *Result) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s: admitted per %v, by strategy (grey: offered)", r.Scenario, r.Slice)
-	p.X.Label.Text = "time (s)"
-	p.Y.Label.Text = "requests per slice"
-	p.Legend.Top = true
-	if len(r.Strategies) == 0 {
-		return p, nil
-	}
+// chartPanels are the chart's panels, one above the other: the offered
+// requests per slice, then, for each strategy, what it admitted per slice
+// on one scale for them all (admitted traffic on its own scale, not
+// dwarfed by what was offered), titled with the strategy's limits.
+func chartPanels(r *Result) ([]*plot.Plot, error) {
 	secs := r.Slice.Seconds()
-	offered := r.Strategies[0].Offered
-	band := make(plotter.XYs, 0, 2*len(offered)+2)
-	band = append(band, plotter.XY{X: 0, Y: 0})
-	for i, v := range offered {
-		band = append(band, plotter.XY{X: float64(i) * secs, Y: float64(v)}, plotter.XY{X: float64(i+1) * secs, Y: float64(v)})
-	}
-	band = append(band, plotter.XY{X: float64(len(offered)) * secs, Y: 0})
-	poly, err := plotter.NewPolygon(band)
-	if err != nil {
-		return nil, err
-	}
-	poly.Color = color.RGBA{R: 0xdd, G: 0xdd, B: 0xdd, A: 0xff}
-	poly.LineStyle.Width = 0
-	p.Add(poly)
-	p.Legend.Add("offered", poly)
-	for i, s := range r.Strategies {
-		pts := make(plotter.XYs, len(s.Admitted))
-		for j, v := range s.Admitted {
+	series := func(p *plot.Plot, vs []int64, c color.RGBA) error {
+		pts := make(plotter.XYs, len(vs))
+		for j, v := range vs {
 			pts[j] = plotter.XY{X: (float64(j) + 0.5) * secs, Y: float64(v)}
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {
+			return err
+		}
+		l.Color = c
+		l.Width = vg.Points(1.5)
+		p.Add(l, plotter.NewGrid())
+		return nil
+	}
+	panel := func(title string) *plot.Plot {
+		p := plot.New()
+		p.Title.Text = title
+		p.Title.TextStyle.Font.Size = vg.Points(11)
+		p.Y.Label.Text = "per " + r.Slice.String()
+		p.X.Min, p.X.Max = 0, float64(len(r.Strategies[0].Offered))*secs
+		return p
+	}
+	offered := panel(fmt.Sprintf("%s: requests offered per %v (every strategy gets the same)", r.Scenario, r.Slice))
+	offered.Y.Min = 0
+	if err := series(offered, r.Strategies[0].Offered, color.RGBA{R: 0x88, G: 0x88, B: 0x88, A: 0xff}); err != nil {
+		return nil, err
+	}
+	plots := []*plot.Plot{offered}
+	var most int64 = 1
+	for _, s := range r.Strategies {
+		for _, v := range s.Admitted {
+			most = max(most, v)
+		}
+	}
+	for i, s := range r.Strategies {
+		p := panel(fmt.Sprintf("%s: admitted %d of %d (%s)", s.Name, s.Summary.Admitted, s.Summary.Offered, share(s.Summary.Admitted, s.Summary.Offered)))
+		p.Y.Min, p.Y.Max = 0, float64(most)*1.05
+		if err := series(p, s.Admitted, palette[i%len(palette)]); err != nil {
 			return nil, err
 		}
-		l.Color = palette[i%len(palette)]
-		l.Width = vg.Points(1.5)
-		// Strategies that admit alike overlap: dashes let the lines
-		// beneath show through.
-		if i > 0 {
-			l.Dashes = []vg.Length{vg.Points(float64(2 + 2*i)), vg.Points(float64(2 + i))}
+		plots = append(plots, p)
+	}
+	plots[len(plots)-1].X.Label.Text = "time (s)"
+	return plots, nil
+}
+
+// ChartHeight returns the height of chart.png for a result of n
+// strategies: a panel for the offered requests and one per strategy.
+func ChartHeight(n int) int { return chartPanelHeight * (n + 1) }
+
+// chartPanelHeight is the height of one panel, in pixels.
+const chartPanelHeight = 170
+
+// WriteChart writes the chart (chartPanels) in format "png" or "svg".
+func WriteChart(w io.Writer, r *Result, format string) error {
+	if len(r.Strategies) == 0 {
+		return fmt.Errorf("sim: no strategy to chart")
+	}
+	plots, err := chartPanels(r)
+	if err != nil {
+		return err
+	}
+	return drawColumn(w, plots, ChartWidth, ChartHeight(len(r.Strategies)), format)
+}
+
+// drawColumn draws plots one above the other, aligned, on a canvas of
+// width × height pixels.
+func drawColumn(w io.Writer, plots []*plot.Plot, width, height int, format string) error {
+	c, err := draw.NewFormattedCanvas(vg.Length(width)*vg.Inch/chartDPI, vg.Length(height)*vg.Inch/chartDPI, format)
+	if err != nil {
+		return err
+	}
+	rows := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		rows[i] = []*plot.Plot{p}
+	}
+	t := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8), PadY: vg.Points(6)}
+	canvases := plot.Align(rows, t, draw.New(c))
+	for i, p := range plots {
+		p.Draw(canvases[i][0])
+	}
+	_, err = c.WriteTo(w)
+	return err
+}
+
+// CallersChart is who got through: for each strategy, the requests it
+// admitted per caller, on average over each class of callers
+// (Summary.Classes: slow and fast), on the scale of the data.
+func CallersChart(r *Result) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "who got through: requests admitted per caller, on average, by class of caller"
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.Y.Label.Text = "admitted per caller"
+	p.Y.Min = 0
+	names := make([]string, len(r.Strategies))
+	for i, s := range r.Strategies {
+		names[i] = s.Name
+	}
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
+	p.Legend.Top = true
+	var classes []string
+	if len(r.Strategies) > 0 {
+		for _, c := range r.Strategies[0].Summary.Classes {
+			classes = append(classes, c.Name)
 		}
-		p.Add(l)
-		p.Legend.Add(s.Name, l)
+	}
+	width := vg.Points(float64(ChartWidth) / float64(max(1, len(names))) / float64(len(classes)+1) * 0.45)
+	most := 1.0
+	for _, s := range r.Strategies {
+		for _, c := range s.Summary.Classes {
+			if c.Callers > 0 {
+				most = max(most, float64(c.Admitted)/float64(c.Callers))
+			}
+		}
+	}
+	p.Y.Max = most * 1.15
+	for k, class := range classes {
+		vals := make(plotter.Values, len(r.Strategies))
+		for i, s := range r.Strategies {
+			for _, c := range s.Summary.Classes {
+				if c.Name == class && c.Callers > 0 {
+					vals[i] = float64(c.Admitted) / float64(c.Callers)
+				}
+			}
+		}
+		b, err := plotter.NewBarChart(vals, width)
+		if err != nil {
+			return nil, err
+		}
+		b.Color = []color.RGBA{{R: 0x9e, G: 0xca, B: 0xe1, A: 0xff}, {R: 0x31, G: 0x82, B: 0xbd, A: 0xff}, {R: 0x08, G: 0x51, B: 0x9c, A: 0xff}}[k%3]
+		b.LineStyle.Width = 0
+		b.Offset = width * vg.Length(float64(k)-float64(len(classes)-1)/2)
+		p.Add(b)
+		p.Legend.Add(class, b)
 	}
 	p.Add(plotter.NewGrid())
 	return p, nil
 }
 
-// WriteChart writes the chart in format "png" or "svg".
-func WriteChart(w io.Writer, r *Result, format string) error {
-	p, err := Chart(r)
+// WriteCallersChart writes CallersChart in format "png" or "svg".
+func WriteCallersChart(w io.Writer, r *Result, format string) error {
+	p, err := CallersChart(r)
 	if err != nil {
 		return err
 	}
-	wt, err := p.WriterTo(vg.Length(ChartWidth)*vg.Inch/chartDPI, vg.Length(ChartHeight)*vg.Inch/chartDPI, format)
-	if err != nil {
-		return err
+	return drawColumn(w, []*plot.Plot{p}, ChartWidth, CallersChartHeight, format)
+}
+
+// CallersChartHeight is the height of callers.png, in pixels.
+const CallersChartHeight = 320
+
+// share renders a as a share of o.
+func share(a, o int64) string {
+	if o == 0 {
+		return "-"
 	}
-	_, err = wt.WriteTo(w)
-	return err
+	return fmt.Sprintf("%.1f%%", 100*float64(a)/float64(o))
+}
+
+// reading says in a few sentences what the charts show for r, and which
+// strategy suits what.
+func reading(r *Result) []string {
+	var out []string
+	if len(r.Strategies) == 0 {
+		return out
+	}
+	fair, total := 0, 0
+	for i, s := range r.Strategies {
+		if s.Summary.Fairness > r.Strategies[fair].Summary.Fairness {
+			fair = i
+		}
+		if s.Summary.Admitted > r.Strategies[total].Summary.Admitted {
+			total = i
+		}
+	}
+	for _, s := range r.Strategies {
+		line := fmt.Sprintf("%s admitted %s of what was offered", s.Name, share(s.Summary.Admitted, s.Summary.Offered))
+		if len(s.Summary.Classes) == 2 {
+			q, b := s.Summary.Classes[0], s.Summary.Classes[1]
+			line += fmt.Sprintf(": %.1f requests to each of its %d %s on average, %.1f to each of its %d %s", float64(q.Admitted)/float64(q.Callers), q.Callers, q.Name, float64(b.Admitted)/float64(b.Callers), b.Callers, b.Name)
+		}
+		line += fmt.Sprintf("; the greediest caller took %.1f%% of all it admitted (fairness %.2f, 1 is even).", 100*s.Summary.GreediestShare, s.Summary.Fairness)
+		out = append(out, line)
+	}
+	out = append(out,
+		fmt.Sprintf("%s shares what it admits most evenly among callers; %s admits the most.", r.Strategies[fair].Name, r.Strategies[total].Name),
+		"A limit of each caller's own shares capacity evenly but does not bound the total; one limit shared by all bounds the total but lets the fastest callers take most of it; both together bound the total and share it. Choose by what must be protected: the backend (a shared limit) or each caller's fair turn (a per-caller limit), or both.")
+	return out
 }
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"share": func(a, o int64) string {
-		if o == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.1f%%", 100*float64(a)/float64(o))
-	},
+	"share":   share,
 	"percent": func(f float64) float64 { return 100 * f },
 	"windows": func(m map[string]int64) string {
 		keys := make([]string, 0, len(m))
@@ -189,8 +317,9 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 <style>
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1250px; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: right; vertical-align: top; }
+th:first-child, td:first-child, td.limits { text-align: left; }
+td.limits code { display: block; white-space: pre-wrap; font-size: 0.85em; }
 .chart svg { width: 100%; height: auto; }
 .muted { color: #666; }
 </style>
@@ -199,40 +328,64 @@ th:first-child, td:first-child { text-align: left; }
 <h1>sluice sim: {{.S.Scenario}}</h1>
 <p>{{.Description}}</p>
 <p class="muted">{{.S.Events}} requests over {{.Duration}}, seed {{.S.Seed}}, slices of {{.S.SliceMs}} ms.</p>
+<h2>What it shows</h2>
+<ul id="reading">
+{{range .Reading}}<li>{{.}}</li>
+{{end}}</ul>
+<h2>Admitted over time</h2>
+<p class="muted">The top panel is what every strategy was offered; below it, what each admitted, all on one scale.</p>
 <div class="chart" id="chart">{{.SVG}}</div>
+<h2>Who got through</h2>
+<div class="chart" id="callers">{{.Callers}}</div>
+<h2>Summary</h2>
 <table id="summary">
-<thead><tr><th>strategy</th><th>offered</th><th>admitted</th><th>admitted share</th><th>most admitted in a window</th><th>fairness (Jain)</th><th>greediest caller's share</th></tr></thead>
+<thead><tr><th>strategy</th><th>limits</th><th>offered</th><th>admitted</th><th>admitted share</th><th>most admitted in a window</th><th>fairness (Jain)</th><th>greediest caller's share</th></tr></thead>
 <tbody>
-{{range .S.Strategies}}<tr><td>{{.Name}}</td><td>{{.Offered}}</td><td>{{.Admitted}}</td><td>{{share .Admitted .Offered}}</td><td>{{windows .MaxInWindow}}</td><td>{{printf "%.3f" .Fairness}}</td><td>{{printf "%.1f%%" (percent .GreediestShare)}} ({{.GreediestCaller}})</td></tr>
+{{range .S.Strategies}}<tr><td>{{.Name}}</td><td class="limits">{{range .Limits}}<code>{{.}}</code>{{end}}</td><td>{{.Offered}}</td><td>{{.Admitted}}</td><td>{{share .Admitted .Offered}}</td><td>{{windows .MaxInWindow}}</td><td>{{printf "%.3f" .Fairness}}</td><td>{{printf "%.1f%%" (percent .GreediestShare)}} ({{.GreediestCaller}})</td></tr>
 {{end}}</tbody>
 </table>
 </body>
 </html>
 `))
 
-// WriteReport writes one self-contained HTML page: the chart (inline SVG)
-// and the summary table.
-func WriteReport(w io.Writer, r *Result, description string) error {
+// inlineSVG renders a chart as SVG to put inside the page: from <svg on,
+// without the XML prolog.
+func inlineSVG(write func(io.Writer, *Result, string) error, r *Result) (template.HTML, error) {
 	var svg bytes.Buffer
-	if err := WriteChart(&svg, r, "svg"); err != nil {
-		return err
+	if err := write(&svg, r, "svg"); err != nil {
+		return "", err
 	}
-	// The SVG as gonum writes it starts with an XML prolog; inline, it
-	// starts at <svg.
 	b := svg.Bytes()
 	if i := bytes.Index(b, []byte("<svg")); i > 0 {
 		b = b[i:]
+	}
+	return template.HTML(b), nil // gonum's own SVG
+}
+
+// WriteReport writes one self-contained HTML page: a few sentences on what
+// the run shows, the charts (inline SVG) and the summary table with each
+// strategy's limits.
+func WriteReport(w io.Writer, r *Result, description string) error {
+	chart, err := inlineSVG(WriteChart, r)
+	if err != nil {
+		return err
+	}
+	callers, err := inlineSVG(WriteCallersChart, r)
+	if err != nil {
+		return err
 	}
 	return reportTemplate.Execute(w, map[string]any{
 		"S":           NewSummary(r),
 		"Description": description,
 		"Duration":    r.Params.Duration.String(),
-		"SVG":         template.HTML(b), // gonum's own SVG
+		"Reading":     reading(r),
+		"SVG":         chart,
+		"Callers":     callers,
 	})
 }
 
-// WriteDir writes series.csv, summary.json, chart.png, chart.svg and
-// report.html into dir, creating it.
+// WriteDir writes series.csv, summary.json, chart.png, chart.svg,
+// callers.png and report.html into dir, creating it.
 func WriteDir(dir string, r *Result, description string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -256,6 +409,7 @@ func WriteDir(dir string, r *Result, description string) error {
 		}},
 		{"chart.png", func(w io.Writer) error { return WriteChart(w, r, "png") }},
 		{"chart.svg", func(w io.Writer) error { return WriteChart(w, r, "svg") }},
+		{"callers.png", func(w io.Writer) error { return WriteCallersChart(w, r, "png") }},
 		{"report.html", func(w io.Writer) error { return WriteReport(w, r, description) }},
 	}
 	for _, s := range steps {

@@ -114,6 +114,24 @@ type Summary struct {
 	// admitted most.
 	GreediestShare  float64 `json:"greediest_caller_share"`
 	GreediestCaller string  `json:"greediest_caller"`
+	// Limits are the strategy's limits: each node's pattern and its
+	// limits' specs, as JSON.
+	Limits []string `json:"limits"`
+	// Classes are who got through: the callers split by how much they
+	// asked, slow and fast (the same split for every strategy of a run).
+	Classes []CallerClass `json:"caller_classes"`
+}
+
+// CallerClass is the callers of a run that asked alike, and what a
+// strategy admitted of theirs.
+type CallerClass struct {
+	// Name says who they are: "slow callers" and "fast callers", split at
+	// the widest gap in requests offered (at least 2x), or "every caller"
+	// when none asked twice as much as another.
+	Name     string `json:"name"`
+	Callers  int    `json:"callers"`
+	Offered  int64  `json:"offered"`
+	Admitted int64  `json:"admitted"`
 }
 
 // Run fires the scenario's events at every strategy and records what
@@ -202,14 +220,69 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 		}
 	}
 	bar.done(len(events))
+	classes := callerClasses(res.Strategies[0].perCaller)
 	for i, s := range strategies {
-		res.Strategies[i].summarize(s.Policy)
+		res.Strategies[i].summarize(s.Policy, classes)
 	}
 	return res, nil
 }
 
-func (r *StrategyResult) summarize(p *policy.Policy) {
+// callerClasses splits the callers by requests offered (the same for
+// every strategy): at the widest gap between what callers asked, as the
+// ratio of one caller's count to the next, when some asked at least twice
+// as much as others ("slow callers" and "fast callers"), else one class.
+// It maps caller to class.
+func callerClasses(perCaller map[string][2]int64) map[string]string {
+	offered := make([]int64, 0, len(perCaller))
+	for _, pc := range perCaller {
+		offered = append(offered, pc[0])
+	}
+	sort.Slice(offered, func(i, j int) bool { return offered[i] < offered[j] })
+	var cut int64 = -1 // callers who asked more than cut are fast
+	best := 2.0
+	for i := 1; i < len(offered); i++ {
+		if lo := max(offered[i-1], 1); float64(offered[i])/float64(lo) >= best {
+			best, cut = float64(offered[i])/float64(lo), offered[i-1]
+		}
+	}
+	out := make(map[string]string, len(perCaller))
+	for c, pc := range perCaller {
+		switch {
+		case cut < 0:
+			out[c] = "every caller"
+		case pc[0] <= cut:
+			out[c] = "slow callers"
+		default:
+			out[c] = "fast callers"
+		}
+	}
+	return out
+}
+
+func (r *StrategyResult) summarize(p *policy.Policy, classes map[string]string) {
 	s := Summary{MaxInWindow: map[string]int64{}}
+	for _, n := range p.Nodes() {
+		for _, sp := range n.Specs {
+			s.Limits = append(s.Limits, n.Pattern+": "+string(sp.AppendJSON(nil)))
+		}
+	}
+	byClass := map[string]*CallerClass{}
+	for c, pc := range r.perCaller {
+		name := classes[c]
+		cl := byClass[name]
+		if cl == nil {
+			cl = &CallerClass{Name: name}
+			byClass[name] = cl
+		}
+		cl.Callers++
+		cl.Offered += pc[0]
+		cl.Admitted += pc[1]
+	}
+	for _, name := range []string{"every caller", "slow callers", "fast callers"} {
+		if cl := byClass[name]; cl != nil {
+			s.Classes = append(s.Classes, *cl)
+		}
+	}
 	for i := range r.Offered {
 		s.Offered += r.Offered[i]
 		s.Admitted += r.Admitted[i]

@@ -126,8 +126,8 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := img.Bounds(); b.Dx() != ChartWidth || b.Dy() != ChartHeight {
-		t.Errorf("chart.png is %dx%d, want %dx%d", b.Dx(), b.Dy(), ChartWidth, ChartHeight)
+	if b := img.Bounds(); b.Dx() != ChartWidth || b.Dy() != ChartHeight(len(res.Strategies)) {
+		t.Errorf("chart.png is %dx%d, want %dx%d", b.Dx(), b.Dy(), ChartWidth, ChartHeight(len(res.Strategies)))
 	}
 
 	bin, err := exec.LookPath("chromium")
@@ -160,7 +160,9 @@ func TestReport(t *testing.T) {
 		return o.String(), e.String()
 	}
 	dom, logs := chrome("--dump-dom")
-	for _, want := range []string{"<svg", `<table id="summary">`, "gate per caller", "shared window", "<td>both</td>"} {
+	for _, want := range []string{"<svg", `<table id="summary">`, "gate per caller", "shared window", "<td>both</td>",
+		`<div class="chart" id="callers"><svg`, `<ul id="reading">`, "slow callers", "fast callers",
+		`<td class="limits"><code>caller/*: {"algorithm":"gate"`} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the rendered page lacks %q", want)
 		}

@@ -57,12 +57,15 @@ func TestSim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}
-	for _, want := range []string{"each ", "shared ", "both ", "report.html"} {
+	for _, want := range []string{"each ", "shared ", "both ", "wrote " + filepath.Join(out, "report.html")} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
 	}
-	for _, f := range []string{"series.csv", "summary.json", "chart.png", "chart.svg", "report.html"} {
+	if strings.Contains(string(text), "\r") {
+		t.Errorf("a progress bar in output that is not a terminal:\n%q", text)
+	}
+	for _, f := range []string{"series.csv", "summary.json", "chart.png", "chart.svg", "callers.png", "report.html"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -115,7 +117,10 @@ scenarios:`)
 	if len(strategies) == 0 {
 		return fail(fmt.Errorf("scenario %s has no strategies of its own: give --limit or --policy", sc.Name))
 	}
-	opts := sim.Options{Slice: *slice, Progress: e.stderr}
+	opts := sim.Options{Slice: *slice}
+	if isTerminal(e.stderr) {
+		opts.Progress = e.stderr // a bar redrawn in place: for a terminal only
+	}
 	if *storeURL != "memory" && *storeURL != "" {
 		opts.Store = func(strategy string) (sluice.Store, error) {
 			// Each strategy its own keys: a prefix of its own.
@@ -134,9 +139,19 @@ scenarios:`)
 		if err := sim.WriteDir(*out, res, sc.Description); err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(e.stdout, "wrote %s/report.html (and series.csv, summary.json, chart.png, chart.svg)\n", *out)
+		fmt.Fprintf(e.stdout, "wrote %s (and series.csv, summary.json, chart.png, chart.svg)\n", filepath.Join(*out, "report.html"))
 	}
 	return 0
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // limitStrategy reads NAME=each:SPEC or NAME=shared:SPEC.
