@@ -49,23 +49,9 @@ type entry struct {
 
 func parse(name string, data []byte) (*Policy, ErrorList) {
 	l := &loader{name: name, seen: map[errKey]bool{}, aliases: map[*ast.AliasNode]ast.Node{}}
-	f, err := parseYAML(data)
-	if err != nil {
-		l.syntax(err)
+	body, ok := l.document(data)
+	if !ok {
 		return nil, l.errs
-	}
-	var body ast.Node
-	anchors := map[string]ast.Node{}
-	for i, doc := range f.Docs {
-		if doc == nil {
-			continue
-		}
-		if i == 0 {
-			body = doc.Body
-		} else if doc.Body != nil {
-			l.errorf(doc, "", "more than one YAML document (only one is allowed)")
-		}
-		l.collect(doc.Body, anchors)
 	}
 	pol := &Policy{name: name, root: &node{}}
 	l.file(body, pol)
@@ -91,12 +77,31 @@ func Decode(name string, data []byte, v any) error {
 		return fmt.Errorf("policy: Decode wants a non-nil pointer, got %T", v)
 	}
 	l := &loader{name: name, seen: map[errKey]bool{}, aliases: map[*ast.AliasNode]ast.Node{}, nullIsZero: true}
+	body, ok := l.document(data)
+	if !ok {
+		return l.errs
+	}
+	if body != nil && len(l.errs) == 0 {
+		if _, null := body.(*ast.NullNode); !null {
+			l.decode(body, rv.Elem(), "")
+		}
+	}
+	if len(l.errs) > 0 {
+		l.errs.sort()
+		return l.errs
+	}
+	return nil
+}
+
+// document parses data and returns the body of its one document (nil for
+// none), having collected its anchors; a second document is an error.
+// ok is false when data is not YAML.
+func (l *loader) document(data []byte) (body ast.Node, ok bool) {
 	f, err := parseYAML(data)
 	if err != nil {
 		l.syntax(err)
-		return l.errs
+		return nil, false
 	}
-	var body ast.Node
 	anchors := map[string]ast.Node{}
 	for i, doc := range f.Docs {
 		if doc == nil {
@@ -109,16 +114,7 @@ func Decode(name string, data []byte, v any) error {
 		}
 		l.collect(doc.Body, anchors)
 	}
-	if body != nil && len(l.errs) == 0 {
-		if _, null := body.(*ast.NullNode); !null {
-			l.decode(body, rv.Elem(), "")
-		}
-	}
-	if len(l.errs) > 0 {
-		l.errs.sort()
-		return l.errs
-	}
-	return nil
+	return body, true
 }
 
 // parseYAML parses data, allowing duplicate keys so that the loader can
