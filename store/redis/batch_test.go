@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -23,7 +22,7 @@ func TestBatches(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{})
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 10, Window: time.Hour}
+	lim := algo.FixedWindow{Limit: 10, Window: noBoundary}
 	poisoned := sluice.Request{Key: "poisoned", Limit: lim, Cost: 1}
 	if _, err := srv.Do("SET", redis.StateKey(st.Prefix(), poisoned), "not a hash"); err != nil {
 		t.Fatal(err)

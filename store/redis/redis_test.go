@@ -79,7 +79,7 @@ func TestSlot(t *testing.T) {
 func TestScriptReloadedAfterFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{})
-	lim := algo.FixedWindow{Limit: 2, Window: time.Hour}
+	lim := algo.FixedWindow{Limit: 2, Window: noBoundary}
 	ctx := context.Background()
 	if _, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 1}); err != nil {
 		t.Fatal(err)
