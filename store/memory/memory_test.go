@@ -262,7 +262,7 @@ func TestExactUnderChurn(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	const keys, limit, deciders = 2000, 5, 8
-	lim := algo.FixedWindow{Limit: limit, Window: time.Hour}
+	lim := algo.FixedWindow{Limit: limit, Window: algo.MaxHorizon}
 	at := time.Unix(1_800_000_000/3600*3600, 0).Add(time.Second) // early in a window
 	var admitted [keys]atomic.Int64
 	stop := make(chan struct{})
@@ -343,7 +343,7 @@ func TestBatchWithANewKeyTwice(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 1 << 40, Window: time.Hour}
+	lim := algo.FixedWindow{Limit: 1 << 40, Window: algo.MaxHorizon}
 	for i := range 300 {
 		key := "dup:" + strconv.Itoa(i)
 		var wg sync.WaitGroup
@@ -382,7 +382,7 @@ func TestKeysOfEveryLength(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 10, Window: time.Hour}
+	lim := algo.FixedWindow{Limit: 10, Window: algo.MaxHorizon}
 	for _, n := range []int{1, 31, 32, 33, 100, sluice.MaxKeyLen} {
 		for _, last := range []byte{'a', 'b'} {
 			key := strings.Repeat("k", n-1) + string(last)
@@ -404,7 +404,7 @@ func TestBatchesInEveryOrder(t *testing.T) {
 	st := memory.New(memory.WithSweepEvery(0))
 	defer st.Close()
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 1 << 40, Window: time.Hour}
+	lim := algo.FixedWindow{Limit: 1 << 40, Window: algo.MaxHorizon}
 	at := time.Unix(1_800_000_000/3600*3600, 0).Add(time.Second)
 	const nkeys = 6
 	var admitted [nkeys + 1]atomic.Int64 // the last: keys made fresh in each batch

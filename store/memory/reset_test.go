@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -13,7 +12,7 @@ func TestReset(t *testing.T) {
 	s := New()
 	defer s.Close()
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 2, Window: time.Hour}
+	lim := algo.FixedWindow{Limit: 2, Window: algo.MaxHorizon}
 	req := sluice.Request{Key: "a", Limit: lim, Cost: 2}
 	if r, _ := s.Decide(ctx, req); !r.Allowed {
 		t.Fatal("first decision denied")
