@@ -4,8 +4,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
-	"testing"
 	"strings"
+	"testing"
 	"time"
 )
 

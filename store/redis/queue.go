@@ -26,10 +26,10 @@ var (
 
 	queueAddScript     = embeddedScript("queue_rate.lua", "queue_admit.lua", "queue_add.lua")
 	queueRequeueScript = embeddedScript("queue_rate.lua", "queue_admit.lua", "queue_requeue.lua")
-	queueAckScript   = embeddedScript("queue_rate.lua", "queue_ack.lua")
-	queueClaimScript = embeddedScript("queue_claim.lua")
-	queueFailScript  = embeddedScript("queue_fail.lua")
-	queueRateScript  = embeddedScript("queue_rate.lua", "queue_drain_rate.lua")
+	queueAckScript     = embeddedScript("queue_rate.lua", "queue_ack.lua")
+	queueClaimScript   = embeddedScript("queue_claim.lua")
+	queueFailScript    = embeddedScript("queue_fail.lua")
+	queueRateScript    = embeddedScript("queue_rate.lua", "queue_drain_rate.lua")
 )
 
 type queue struct {
