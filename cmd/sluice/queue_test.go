@@ -195,14 +195,27 @@ func TestQueueCLI(t *testing.T) {
 		t.Fatalf("add without a Redis store: %v %q", err, errOut)
 	}
 
-	cmd := exec.Command(sluiceBin, "queue", "work", "--store", url, "slow", "--", "sh", "-c", `cat; sleep 1; echo " $SLUICE_ENTRY_ID"`)
+	// SIGTERM while the first entry is in hand (its command has started
+	// and waits for the test's "go"): the worker finishes it, and takes no
+	// other.
+	marks := t.TempDir()
+	cmd := exec.Command(sluiceBin, "queue", "work", "--store", url, "slow", "--", "sh", "-c",
+		`touch "$0/$SLUICE_ENTRY_ID"; cat; while [ ! -e "$0/go" ]; do sleep 0.01; done; echo " $SLUICE_ENTRY_ID"`, marks)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	for {
+		if es, _ := os.ReadDir(marks); len(es) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
+	if err := os.WriteFile(filepath.Join(marks, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("worker after SIGTERM: %v\n%s", err, errb.String())
 	}
@@ -222,8 +235,7 @@ func TestQueueCLI(t *testing.T) {
 	if err := fail.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for s.DeadLetters == 0 && time.Now().Before(deadline) {
+	for s.DeadLetters == 0 { // bounded by the test's own timeout, not a deadline here
 		time.Sleep(50 * time.Millisecond)
 		statsOut, _, _ = sluice("queue", "stats", "--store", url, "slow")
 		json.Unmarshal([]byte(statsOut), &s)
