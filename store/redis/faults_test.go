@@ -152,7 +152,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	wg.Wait()
 	st.Close()
 	t.Logf("%d decisions, %d failed during the faults", decided.Load(), failed.Load())
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitLimit)
 	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

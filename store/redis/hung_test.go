@@ -71,7 +71,7 @@ func deadlineHolds(t *testing.T, opts redis.Options, req sluice.Request) {
 	if w := time.Duration(worst.Load()); w > time.Second {
 		t.Errorf("a call with a 50ms deadline returned after %v", w)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitLimit)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := st.Decide(ctx, req)
@@ -80,7 +80,7 @@ func deadlineHolds(t *testing.T, opts redis.Options, req sluice.Request) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no decision 5 s after Redis continued: %v", err)
+			t.Fatalf("no decision a minute after Redis continued: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
