@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks `sluice serve` (issue 6) over loopback, next to bare servers
 # under the same load in the same run, and prints the markdown table that
-# BENCHMARKS.md quotes ("## Service (issue 6)"):
+# bench/NOTES.md quotes ("## Service (issue 6)"):
 #
 #   bench/serve.sh                        3 rounds of 5s per run, ~4 minutes
 #   ROUNDS=1 DURATION=3s bench/serve.sh   shorter

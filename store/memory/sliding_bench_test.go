@@ -1,7 +1,7 @@
 package memory_test
 
 // Benchmarks of the windowed algorithms on the memory store (issue 3),
-// reported in BENCHMARKS.md's "Sliding windows (issue 3)" section:
+// reported in bench/NOTES.md's "Sliding windows (issue 3)" section:
 //
 //	go test ./store/memory -run '^$' -bench BenchmarkWindowed -benchtime 2s
 //

@@ -1,7 +1,7 @@
 package redis_test
 
 // Benchmarks of the windowed algorithms on the Redis store (issue 3),
-// reported in BENCHMARKS.md's "Sliding windows (issue 3)" section:
+// reported in bench/NOTES.md's "Sliding windows (issue 3)" section:
 //
 //	go test ./store/redis -run '^$' -bench BenchmarkWindowed -benchtime 3s
 //

@@ -67,7 +67,7 @@ func memoryUsage(t *testing.T, srv *redistest.Server, st *redis.Store, c memoryC
 
 // TestWindowedMemory measures Redis memory per key after 100 and 10,000
 // actions (and 100,000 with SLUICE_MEMORY=full, which also prints the
-// table for BENCHMARKS.md) and requires the sampled logs' and the window
+// table for bench/NOTES.md) and requires the sampled logs' and the window
 // counter's to stay within 2x whatever the traffic: memory bounded by
 // the buckets, not by the actions.
 func TestWindowedMemory(t *testing.T) {
