@@ -56,7 +56,7 @@ func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (st
 	q.keysAdd = []string{q.stream, q.meta, q.dedup}
 	q.keysAck = []string{q.stream, q.meta, q.dedup, q.errs}
 	q.keysClaim = []string{q.stream, q.meta}
-	c, err := s.queueClient()
+	c, err := s.clientOrErr()
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,9 @@ func (s *Store) QueueWarning(ctx context.Context) string {
 	return ""
 }
 
-func (s *Store) queueClient() (rueidis.Client, error) {
+// clientOrErr returns the store's client, or store.ErrNotConnected while
+// a store opened with Options.Background has not connected.
+func (s *Store) clientOrErr() (rueidis.Client, error) {
 	c := s.client()
 	if c == nil {
 		return nil, store.ErrNotConnected
@@ -105,7 +107,7 @@ func (s *Store) queueClient() (rueidis.Client, error) {
 }
 
 func (q *queue) Add(ctx context.Context, dedup string, fields []byte) (store.QueueAdded, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return store.QueueAdded{}, err
 	}
@@ -146,7 +148,7 @@ func admitted(r rueidis.RedisResult) (a store.QueueAdded, found bool, err error)
 }
 
 func (q *queue) Capacity(ctx context.Context) (int, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return 0, err
 	}
@@ -158,7 +160,7 @@ func (q *queue) Capacity(ctx context.Context) (int, error) {
 }
 
 func (q *queue) Define(ctx context.Context, capacity int) error {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return err
 	}
@@ -166,7 +168,7 @@ func (q *queue) Define(ctx context.Context, capacity int) error {
 }
 
 func (q *queue) Requeue(ctx context.Context, deadID string) (store.QueueAdded, bool, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return store.QueueAdded{}, false, err
 	}
@@ -174,7 +176,7 @@ func (q *queue) Requeue(ctx context.Context, deadID string) (store.QueueAdded, b
 }
 
 func (q *queue) Drop(ctx context.Context, deadID string) (bool, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return false, err
 	}
@@ -183,7 +185,7 @@ func (q *queue) Drop(ctx context.Context, deadID string) (bool, error) {
 }
 
 func (q *queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]store.QueueEntry, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +217,7 @@ func queueEntry(id string, fv map[string]string, deliveries int64) store.QueueEn
 }
 
 func (q *queue) Claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (string, []store.QueueEntry, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return "", nil, err
 	}
@@ -246,7 +248,7 @@ func (q *queue) Claim(ctx context.Context, consumer string, minIdle time.Duratio
 }
 
 func (q *queue) Fail(ctx context.Context, id, msg string) error {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return err
 	}
@@ -254,7 +256,7 @@ func (q *queue) Fail(ctx context.Context, id, msg string) error {
 }
 
 func (q *queue) LastError(ctx context.Context, id string) (string, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return "", err
 	}
@@ -266,7 +268,7 @@ func (q *queue) LastError(ctx context.Context, id string) (string, error) {
 }
 
 func (q *queue) Ack(ctx context.Context, id string, dead bool) (bool, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return false, err
 	}
@@ -284,7 +286,7 @@ func (q *queue) AckAll(ctx context.Context, ids []string, done []bool) error {
 		done[0], err = q.Ack(ctx, ids[0], false)
 		return err
 	}
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return err
 	}
@@ -303,7 +305,7 @@ func (q *queue) AckAll(ctx context.Context, ids []string, done []bool) error {
 }
 
 func (q *queue) DeadLetter(ctx context.Context, e store.QueueEntry, msg string) error {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return err
 	}
@@ -314,7 +316,7 @@ func (q *queue) DeadLetter(ctx context.Context, e store.QueueEntry, msg string) 
 }
 
 func (q *queue) DeadLetters(ctx context.Context, count int) ([]store.QueueDeadLetter, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +333,7 @@ func (q *queue) DeadLetters(ctx context.Context, count int) ([]store.QueueDeadLe
 }
 
 func (q *queue) Stats(ctx context.Context) (store.QueueStats, error) {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return store.QueueStats{}, err
 	}
@@ -381,7 +383,7 @@ func (q *queue) Stats(ctx context.Context) (store.QueueStats, error) {
 }
 
 func (q *queue) Leave(ctx context.Context, consumer string) error {
-	c, err := q.s.queueClient()
+	c, err := q.s.clientOrErr()
 	if err != nil {
 		return err
 	}

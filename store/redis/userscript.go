@@ -63,7 +63,7 @@ var _ store.Script = (*UserScript)(nil)
 // headerNames are the headers whose values the script's reply gives, in
 // order.
 func (s *Store) LoadScript(ctx context.Context, file string, headerNames []string) (*UserScript, error) {
-	client, err := s.queueClient()
+	client, err := s.clientOrErr()
 	if err != nil {
 		return nil, fmt.Errorf("userscript: %s: %w", file, err)
 	}
@@ -148,7 +148,7 @@ func (e *ReplyError) Unwrap() []error { return []error{ErrBadReply, e.Kind} }
 // its validated reply. A Redis error, such as a runtime error in the
 // script, names the script.
 func (u *UserScript) Run(ctx context.Context, keys, args []string) (store.ScriptReply, error) {
-	c, err := u.s.queueClient()
+	c, err := u.s.clientOrErr()
 	if err != nil {
 		return store.ScriptReply{}, fmt.Errorf("userscript: %s: %w", u.file, err)
 	}
