@@ -225,7 +225,7 @@ func Define(ctx context.Context, st sluice.Store, name string, capacity int) err
 	if !ok {
 		return fmt.Errorf("queue %q: %T keeps no queues (store.Queues)", name, st)
 	}
-	b, err := qs.Queue(ctx, name, "workers", capacity)
+	b, err := qs.Queue(ctx, name, "", capacity) // no consumer group: Open makes its own
 	if err == nil {
 		err = b.Define(ctx, capacity)
 	}

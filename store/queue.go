@@ -17,8 +17,9 @@ type Queues interface {
 	// queue that has none yet (a new one) is defined with it and created;
 	// a queue that has one keeps it (Queue.Define changes it). With
 	// capacity 0 the queue must have been defined: else ErrNoQueue, and
-	// nothing is created. Every call with the same name reaches the same
-	// queue.
+	// nothing is created. An empty group creates no consumer group (the
+	// handle then only defines and admits). Every call with the same name
+	// reaches the same queue.
 	Queue(ctx context.Context, name, group string, capacity int) (Queue, error)
 	// QueuesShared reports whether the store's queues are shared between
 	// processes (Redis), or live in this one (the memory store).

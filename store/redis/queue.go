@@ -68,6 +68,9 @@ func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (st
 	if err != nil {
 		return nil, err
 	}
+	if group == "" {
+		return q, nil // to define the queue: no group to create
+	}
 	err = c.Do(ctx, c.B().XgroupCreate().Key(q.stream).Group(group).Id("0").Mkstream().Build()).Error()
 	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 		return nil, fmt.Errorf("redis store: create group %q: %w", group, err)
