@@ -11,13 +11,16 @@ import "slices"
 // the state (an over-limit cache). It holds for every algorithm but a
 // sliding log in the nary or uniform mode, whose denials record.
 func (p *Plan) DenialHolds() bool {
-	return p.ok && (p.kind != KindSlidingLog || p.mode == Binary)
+	return p.ok && (p.kind != KindSlidingLog || p.sl.Mode == Binary)
 }
 
 // Equal reports whether p and q decide alike: the same kind and
 // parameters (a window's Name aside).
 func (p *Plan) Equal(q *Plan) bool {
-	return p.kind == q.kind && p.ok == q.ok && p.mode == q.mode && p.tat == q.tat &&
-		p.a == q.a && p.b == q.b && p.d == q.d &&
-		slices.EqualFunc(p.ws, q.ws, func(a, b Window) bool { return a.Limit == b.Limit && a.Window == b.Window })
+	same := func(a, b Window) bool { return a.Limit == b.Limit && a.Window == b.Window }
+	return p.kind == q.kind && p.ok == q.ok && p.tat == q.tat &&
+		p.gcra == q.gcra && p.tb == q.tb && p.fw == q.fw && p.gate == q.gate &&
+		p.sl.MinGap == q.sl.MinGap && p.sl.Buckets == q.sl.Buckets && p.sl.Mode == q.sl.Mode &&
+		slices.EqualFunc(p.sl.Limits, q.sl.Limits, same) &&
+		p.wc.Slice == q.wc.Slice && slices.EqualFunc(p.wc.Limits, q.wc.Limits, same)
 }

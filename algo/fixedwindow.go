@@ -95,8 +95,9 @@ func (f FixedWindow) numbers(allowed bool, now, end, count, cost int64) numbers 
 }
 
 var fixedWindowKind = kindInfo{
-	name:   NameFixedWindow,
-	fields: []string{"limit", "window"},
+	name:     NameFixedWindow,
+	stepwise: true,
+	fields:   []string{"limit", "window"},
 	build: func(s Spec) (Limit, error) {
 		return FixedWindow{Limit: s.Limit, Window: time.Duration(s.Window)}, nil
 	},

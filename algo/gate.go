@@ -55,10 +55,11 @@ func (g Gate) numbers(allowed bool, now, openAt, cost int64) numbers {
 }
 
 var gateKind = kindInfo{
-	name:    NameGate,
-	fields:  []string{"interval"},
-	build:   func(s Spec) (Limit, error) { return Gate{Interval: time.Duration(s.Interval)}, nil },
-	example: Gate{Interval: 10 * time.Second},
+	name:     NameGate,
+	stepwise: true,
+	fields:   []string{"interval"},
+	build:    func(s Spec) (Limit, error) { return Gate{Interval: time.Duration(s.Interval)}, nil },
+	example:  Gate{Interval: 10 * time.Second},
 }
 
 // Kind implements Limit.

@@ -169,8 +169,9 @@ func (p *TAT) numbers(allowed bool, now, tat, cost int64) numbers {
 }
 
 var gcraKind = kindInfo{
-	name:   NameGCRA,
-	fields: []string{"burst", "count", "period"},
+	name:     NameGCRA,
+	stepwise: true,
+	fields:   []string{"burst", "count", "period"},
 	build: func(s Spec) (Limit, error) {
 		return GCRA{Burst: s.Burst, Count: s.Count, Period: time.Duration(s.Period)}, nil
 	},
@@ -195,8 +196,9 @@ func (g GCRA) SteadyRate() (int64, time.Duration) { return g.Count, g.Period }
 func (GCRA) DeniedBy(int) string { return "" }
 
 var tokenBucketKind = kindInfo{
-	name:   NameTokenBucket,
-	fields: []string{"burst", "rate", "per"},
+	name:     NameTokenBucket,
+	stepwise: true,
+	fields:   []string{"burst", "rate", "per"},
 	build: func(s Spec) (Limit, error) {
 		return TokenBucket{Burst: s.Burst, Rate: s.Rate, Per: time.Duration(s.Per)}, nil
 	},

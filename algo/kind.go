@@ -47,6 +47,9 @@ type kindInfo struct {
 	example Limit
 	// leasable: see Kind.Leasable.
 	leasable bool
+	// stepwise: the kind decides in Step and Finish (Plan.Stepwise), and
+	// Plan's Step, Numbers and At know it.
+	stepwise bool
 }
 
 // kinds is the registry; each algorithm's file defines its entry.

@@ -10,34 +10,33 @@ import (
 
 // A Plan is a limit made ready to decide: validated once, with what its
 // algorithm derives from its parameters (GCRA's emission interval and
-// tolerance) computed once. The memory store compiles each request's
-// limit into a Plan; a limiter handle compiles its limit once and passes
-// the *Plan itself as the requests' Limit, which compiles to itself.
+// tolerance, a fixed window's divisor) computed once. The memory store
+// compiles each request's limit into a Plan; a policy compiles its limits
+// when it loads, and a limiter handle when it is made, and they pass the
+// *Plan itself as the requests' Limit, which compiles to itself.
 //
-// Plan.Compile and Plan.Decide reach the algorithm through a switch on its
-// kind, not through an interface method, so that a limit value put in a
-// request (an algo.GCRA in a sluice.Request) does not escape to the heap:
-// deciding it allocates nothing. Compile therefore knows the kinds of this
-// package, by value and by pointer, and no others (ErrUnsupported).
+// A Plan holds its limit in the field of its kind, and each method reaches
+// the algorithm through a switch on the kind, not through an interface
+// method, so that a limit value put in a request (an algo.GCRA in a
+// sluice.Request) does not escape to the heap: deciding it allocates
+// nothing. Compile therefore knows the kinds of this package, by value and
+// by pointer, and no others (ErrUnsupported).
 //
 // The zero Plan is not valid; a *Plan is a Limit.
 type Plan struct {
 	kind  Kind
 	ok    bool   // made by Compile
 	shape uint64 // see Shape
-	mode  Mode   // sliding_log
-	tat   TAT    // gcra, token_bucket
-	// The parameters, by kind:
-	//	gcra          a burst, b count, d period
-	//	token_bucket  a burst, b rate,  d per
-	//	fixed_window  a limit,          d window
-	//	gate                            d interval
-	//	sliding_log   a buckets,        d min gap, ws limits
-	//	window_counter                  d slice,   ws limits
-	a, b int64
-	d    time.Duration
-	ws   []Window
-	win  divisor // fixed_window: d in µs
+	// The limit, in the field of its kind; the others are zero.
+	gcra GCRA
+	tb   TokenBucket
+	fw   FixedWindow
+	gate Gate
+	sl   SlidingLog
+	wc   WindowCounter
+	// What is derived from it.
+	tat TAT     // gcra, token_bucket
+	win divisor // fixed_window: the window in µs
 }
 
 // Compile validates l and returns its Plan. The error wraps ErrInvalid.
@@ -49,6 +48,7 @@ func Compile(l Limit) (Plan, error) {
 
 // Compile makes p the plan of l, validating l; see the function Compile.
 func (p *Plan) Compile(l Limit) error {
+	*p = Plan{}
 	var err error
 	switch l := l.(type) {
 	case *Plan: // first: a limiter handle's every decision
@@ -59,57 +59,35 @@ func (p *Plan) Compile(l Limit) error {
 		*p = *l
 		return nil
 	case GCRA:
-		err = p.gcra(l)
-	case *GCRA:
-		if l == nil {
-			err = errNilLimit
-			break
-		}
-		err = p.gcra(*l)
+		p.kind, p.gcra = KindGCRA, l
+		p.tat, err = l.tat()
 	case TokenBucket:
-		err = p.tokenBucket(l)
-	case *TokenBucket:
-		if l == nil {
-			err = errNilLimit
-			break
-		}
-		err = p.tokenBucket(*l)
+		p.kind, p.tb = KindTokenBucket, l
+		p.tat, err = l.tat()
 	case FixedWindow:
-		err = p.fixedWindow(l)
-	case *FixedWindow:
-		if l == nil {
-			err = errNilLimit
-			break
+		p.kind, p.fw = KindFixedWindow, l
+		if err = l.Validate(); err == nil {
+			p.win = newDivisor(Micros(l.Window))
 		}
-		err = p.fixedWindow(*l)
 	case Gate:
-		err = p.gate(l)
-	case *Gate:
-		if l == nil {
-			err = errNilLimit
-			break
-		}
-		err = p.gate(*l)
+		p.kind, p.gate = KindGate, l
+		err = l.Validate()
 	case SlidingLog:
-		err = p.slidingLog(l)
-	case *SlidingLog:
-		if l == nil {
-			err = errNilLimit
-			break
-		}
-		err = p.slidingLog(*l)
+		p.kind, p.sl = KindSlidingLog, l
+		err = l.Validate()
 	case WindowCounter:
-		err = p.windowCounter(l)
-	case *WindowCounter:
-		if l == nil {
-			err = errNilLimit
-			break
-		}
-		err = p.windowCounter(*l)
+		p.kind, p.wc = KindWindowCounter, l
+		err = l.Validate()
 	case nil:
 		err = errNilLimit
 	default:
-		err = fmt.Errorf("%w: %w: %s is not an algorithm of package algo", ErrInvalid, ErrUnsupported, reflect.TypeOf(l))
+		if v, ok := deref(l); ok {
+			return p.Compile(v) // a pointer to a limit of this package
+		} else if v == nil {
+			err = errNilLimit
+		} else {
+			err = fmt.Errorf("%w: %w: %s is not an algorithm of package algo", ErrInvalid, ErrUnsupported, reflect.TypeOf(l))
+		}
 	}
 	if err != nil {
 		*p = Plan{}
@@ -118,6 +96,42 @@ func (p *Plan) Compile(l Limit) error {
 	p.ok = true
 	p.shape = p.computeShape()
 	return nil
+}
+
+// deref returns the limit a pointer to one of this package's limits
+// points to, and true; nil and false for a nil pointer; l and false for
+// another type. Its result escapes, so Compile reaches it only for
+// pointers, which a caller rarely passes.
+func deref(l Limit) (Limit, bool) {
+	switch l := l.(type) {
+	case *GCRA:
+		if l != nil {
+			return *l, true
+		}
+	case *TokenBucket:
+		if l != nil {
+			return *l, true
+		}
+	case *FixedWindow:
+		if l != nil {
+			return *l, true
+		}
+	case *Gate:
+		if l != nil {
+			return *l, true
+		}
+	case *SlidingLog:
+		if l != nil {
+			return *l, true
+		}
+	case *WindowCounter:
+		if l != nil {
+			return *l, true
+		}
+	default:
+		return l, false
+	}
+	return nil, false
 }
 
 // Shape identifies the layout of the plan's state (State.Shape): 0 for
@@ -157,20 +171,18 @@ func (p *Plan) ShapeKey() string {
 func (p *Plan) shapeParts(num func(int64), tag func(string)) {
 	switch p.kind {
 	case KindSlidingLog:
-		if p.a == 0 {
+		if p.sl.Buckets == 0 {
 			return // an exact log: times, whatever the limits
 		}
 		tag("sampled")
-		num(p.a)
-		l := SlidingLog{Limits: p.ws, Buckets: p.a}
-		for i := range p.ws {
-			num(l.BucketWidth(i))
+		num(p.sl.Buckets)
+		for i := range p.sl.Limits {
+			num(p.sl.BucketWidth(i))
 		}
 	case KindWindowCounter:
-		wc := WindowCounter{Slice: p.d, Limits: p.ws}
-		num(wc.SliceMicros())
-		num(wc.MaxSlices())
-		num(int64(len(p.ws)))
+		num(p.wc.SliceMicros())
+		num(p.wc.MaxSlices())
+		num(int64(len(p.wc.Limits)))
 	}
 }
 
@@ -197,45 +209,6 @@ func (p *Plan) computeShape() uint64 {
 	return h | 1
 }
 
-// Each setter writes the whole Plan, so that a Plan compiled again keeps
-// nothing of its last limit.
-
-func (p *Plan) gcra(l GCRA) error {
-	t, err := l.tat()
-	*p = Plan{kind: KindGCRA, tat: t, a: l.Burst, b: l.Count, d: l.Period}
-	return err
-}
-
-func (p *Plan) tokenBucket(l TokenBucket) error {
-	t, err := l.tat()
-	*p = Plan{kind: KindTokenBucket, tat: t, a: l.Burst, b: l.Rate, d: l.Per}
-	return err
-}
-
-func (p *Plan) fixedWindow(l FixedWindow) error {
-	*p = Plan{kind: KindFixedWindow, a: l.Limit, d: l.Window}
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	p.win = newDivisor(Micros(l.Window))
-	return nil
-}
-
-func (p *Plan) gate(l Gate) error {
-	*p = Plan{kind: KindGate, d: l.Interval}
-	return l.Validate()
-}
-
-func (p *Plan) slidingLog(l SlidingLog) error {
-	*p = Plan{kind: KindSlidingLog, a: l.Buckets, d: l.MinGap, ws: l.Limits, mode: l.Mode}
-	return l.Validate()
-}
-
-func (p *Plan) windowCounter(l WindowCounter) error {
-	*p = Plan{kind: KindWindowCounter, d: l.Slice, ws: l.Limits}
-	return l.Validate()
-}
-
 var errNilLimit = fmt.Errorf("%w: no limit", ErrInvalid)
 
 // ErrUnsupported is wrapped by the error of a limit whose type is not one
@@ -245,15 +218,16 @@ var ErrUnsupported = errors.New("unsupported limit")
 
 // Decide applies a decision as the plan's limit does (see Limit.Decide).
 func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
-	switch p.kind {
-	case KindGCRA, KindTokenBucket, KindFixedWindow, KindGate:
+	if p.Stepwise() {
 		now = p.At(s, now)
 		ok, v := p.Step(s, now, cost, commit)
 		return p.Finish(ok, now, v, cost)
+	}
+	switch p.kind {
 	case KindSlidingLog:
-		return SlidingLog{Limits: p.ws, MinGap: p.d, Buckets: p.a, Mode: p.mode}.Decide(s, now, cost, commit)
+		return p.sl.Decide(s, now, cost, commit)
 	case KindWindowCounter:
-		return WindowCounter{Slice: p.d, Limits: p.ws}.Decide(s, now, cost, commit)
+		return p.wc.Decide(s, now, cost, commit)
 	}
 	panic("algo: Decide on a Plan that Compile did not make")
 }
@@ -261,8 +235,9 @@ func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 // Stepwise reports whether the plan decides in two parts, Step and then
 // Finish, so that a store holds a key's lock for Step alone: GCRA, token
 // bucket, fixed window and gate, whose Result follows from the outcome
-// and one number. Decide is Finish(Step(...)) for these.
-func (p *Plan) Stepwise() bool { return p.kind <= KindGate }
+// and one number (kindInfo.stepwise). Decide is Finish(Step(...)) for
+// these.
+func (p *Plan) Stepwise() bool { return p.ok && kinds[p.kind].stepwise }
 
 // At returns the time a decision at now is taken at on s, which a store
 // passes to Step and Finish: now, except for a fixed window whose state
@@ -279,7 +254,7 @@ func (p *Plan) At(s *State, now int64) int64 {
 // cost is a bad request (sluice.CheckCost); a cost up to it but above the
 // limit is denied, never to be admitted.
 func (p *Plan) MaxCost() int64 {
-	if p.kind == KindSlidingLog && p.a == 0 {
+	if p.kind == KindSlidingLog && p.sl.Buckets == 0 {
 		return MaxExactCost
 	}
 	return MaxCount
@@ -290,7 +265,7 @@ func (p *Plan) MaxCost() int64 {
 // TAT (GCRA, token bucket), a window's count after the decision (fixed
 // window), or when the gate opens.
 func (p *Plan) Step(s *State, now, cost int64, commit bool) (allowed bool, v int64) {
-	if p.kind <= KindTokenBucket { // small enough to inline this case
+	if p.kind == KindGCRA || p.kind == KindTokenBucket { // small enough to inline this case
 		return p.tat.step(s, now, cost, commit)
 	}
 	return p.stepOther(s, now, cost, commit)
@@ -299,9 +274,9 @@ func (p *Plan) Step(s *State, now, cost int64, commit bool) (allowed bool, v int
 func (p *Plan) stepOther(s *State, now, cost int64, commit bool) (bool, int64) {
 	switch p.kind {
 	case KindFixedWindow:
-		return FixedWindow{Limit: p.a, Window: p.d}.step(s, now, p.win.end(now), cost, commit)
+		return p.fw.step(s, now, p.win.end(now), cost, commit)
 	case KindGate:
-		return Gate{Interval: p.d}.step(s, now, cost, commit)
+		return p.gate.step(s, now, cost, commit)
 	}
 	panic("algo: Step on a Plan that is not Stepwise")
 }
@@ -330,9 +305,9 @@ func (p *Plan) Numbers(allowed bool, now, v, cost int64) (quota, remaining int64
 	case KindGCRA, KindTokenBucket:
 		n = p.tat.numbers(allowed, now, v, cost)
 	case KindFixedWindow:
-		n = FixedWindow{Limit: p.a, Window: p.d}.numbers(allowed, now, p.win.end(now), v, cost)
+		n = p.fw.numbers(allowed, now, p.win.end(now), v, cost)
 	case KindGate:
-		n = Gate{Interval: p.d}.numbers(allowed, now, v, cost)
+		n = p.gate.numbers(allowed, now, v, cost)
 	default:
 		panic("algo: Finish on a Plan that is not Stepwise")
 	}
@@ -361,8 +336,8 @@ func (n numbers) result(allowed bool, cost int64) Result {
 // InBatch turns the plan into the one to apply in a DecideAll of several
 // requests (see the function InBatch): a nary sliding log acts as binary.
 func (p *Plan) InBatch() {
-	if p.kind == KindSlidingLog && p.mode == Nary {
-		p.mode = Binary
+	if p.kind == KindSlidingLog && p.sl.Mode == Nary {
+		p.sl.Mode = Binary
 	}
 }
 
@@ -374,17 +349,17 @@ func (p *Plan) Limit() Limit {
 	}
 	switch p.kind {
 	case KindGCRA:
-		return GCRA{Burst: p.a, Count: p.b, Period: p.d}
+		return p.gcra
 	case KindTokenBucket:
-		return TokenBucket{Burst: p.a, Rate: p.b, Per: p.d}
+		return p.tb
 	case KindFixedWindow:
-		return FixedWindow{Limit: p.a, Window: p.d}
+		return p.fw
 	case KindGate:
-		return Gate{Interval: p.d}
+		return p.gate
 	case KindSlidingLog:
-		return SlidingLog{Limits: p.ws, MinGap: p.d, Buckets: p.a, Mode: p.mode}
+		return p.sl
 	case KindWindowCounter:
-		return WindowCounter{Slice: p.d, Limits: p.ws}
+		return p.wc
 	}
 	return nil
 }
