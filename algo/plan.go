@@ -334,7 +334,8 @@ func (n numbers) result(allowed bool, cost int64) Result {
 }
 
 // InBatch turns the plan into the one to apply in a DecideAll of several
-// requests (see the function InBatch): a nary sliding log acts as binary.
+// requests, which is all or nothing: a nary sliding log acts as binary
+// there. Other plans are left as they are.
 func (p *Plan) InBatch() {
 	if p.kind == KindSlidingLog && p.sl.Mode == Nary {
 		p.sl.Mode = Binary

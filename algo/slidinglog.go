@@ -261,26 +261,6 @@ func (l SlidingLog) BucketWidth(i int) int64 {
 	return (w + l.Buckets - 1) / l.Buckets
 }
 
-// InBatch returns the limit to apply in a DecideAll of several requests,
-// which is all or nothing: a nary SlidingLog acts as binary there; changed
-// reports whether it does. Other limits are returned as they are.
-func InBatch(l Limit) (_ Limit, changed bool) {
-	switch s := l.(type) {
-	case SlidingLog:
-		if s.Mode == Nary {
-			s.Mode = Binary
-			return s, true
-		}
-	case *SlidingLog:
-		if s != nil && s.Mode == Nary {
-			c := *s
-			c.Mode = Binary
-			return c, true
-		}
-	}
-	return l, false
-}
-
 // Outcome is what a SlidingLog or WindowCounter decision found, in
 // absolute times; Result turns it into a Result. The Redis store's script
 // computes the same values.

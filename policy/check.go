@@ -210,7 +210,7 @@ type scratch struct {
 func (sc *scratch) add(pq *PathQuery, t time.Time, merge bool) {
 	for h := range pq.Match.Hits {
 		hit := &pq.Match.Hits[h]
-		for j, l := range hit.Limits {
+		for j := range hit.Limits {
 			key := hit.LimitKey(j)
 			if merge {
 				if r, ok := sc.byKey[key]; ok {
@@ -224,7 +224,7 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, merge bool) {
 				sc.byKey[key] = len(sc.reqs)
 			}
 			sc.index = append(sc.index, len(sc.reqs))
-			sc.reqs = append(sc.reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: l, Cost: pq.Cost, Time: t, Shadow: hit.Shadow, Lease: hit.Lease})
+			sc.reqs = append(sc.reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: hit.request(j), Cost: pq.Cost, Time: t, Shadow: hit.Shadow, Lease: hit.Lease})
 		}
 	}
 }
@@ -264,14 +264,14 @@ func LeaseRequests(q *Query) (reqs []sluice.Request, ok bool) {
 			if !hit.Lease || hit.Shadow {
 				return nil, false
 			}
-			for j, l := range hit.Limits {
+			for j := range hit.Limits {
 				key := hit.LimitKey(j)
 				if r, ok := byKey[key]; ok {
 					reqs[r].Cost += pq.Cost
 					continue
 				}
 				byKey[key] = len(reqs)
-				reqs = append(reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: l, Cost: pq.Cost, Lease: true})
+				reqs = append(reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: hit.request(j), Cost: pq.Cost, Lease: true})
 			}
 		}
 	}

@@ -337,8 +337,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		cs := l.limits(limits.value, limits.key, sub(path, "limits"))
 		nd.limits = make([]algo.Limit, len(cs))
 		nd.specs = make([]algo.Spec, len(cs))
+		nd.plans = make([]algo.Plan, len(cs))
 		for i, c := range cs {
-			nd.limits[i], nd.specs[i] = c.limit, c.spec
+			nd.limits[i], nd.specs[i], nd.plans[i] = c.limit, c.spec, c.plan
 		}
 	}
 	if children != nil {
@@ -524,6 +525,10 @@ func (l *loader) plainRate(m *ast.MappingNode) (*ast.MappingNode, string, ast.No
 // names, of those the file sets, or else at the limit.
 func (l *loader) build(spec algo.Spec, fields map[string]ast.Node, at ast.Node, path string) (compiled, bool) {
 	lim, err := spec.Build()
+	var plan algo.Plan
+	if err == nil {
+		plan, err = algo.Compile(lim) // once, for every decision
+	}
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": ")
 		pos, field := at, path
@@ -536,7 +541,7 @@ func (l *loader) build(spec algo.Spec, fields map[string]ast.Node, at ast.Node, 
 		l.add(l.pos(pos), nil, field, msg, err)
 		return compiled{}, false
 	}
-	return compiled{spec: spec, limit: lim}, true
+	return compiled{spec: spec, limit: lim, plan: plan}, true
 }
 
 func notWord(r rune) bool {

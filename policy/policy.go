@@ -114,6 +114,7 @@ type node struct {
 	pattern   string
 	limits    []algo.Limit // shared by every Hit of the node: read-only
 	specs     []algo.Spec  // the limits as written
+	plans     []algo.Plan  // the limits compiled, for the requests: read-only
 	shadow    bool         // the node or an ancestor is shadow
 	ownShadow bool         // the node itself says shadow: true
 	unlimited bool
@@ -178,6 +179,7 @@ func globMatch(pattern, s string) bool {
 type compiled struct {
 	spec  algo.Spec
 	limit algo.Limit
+	plan  algo.Plan // limit, compiled
 }
 
 // Node describes one node of a policy, as listed by Policy.Nodes.
@@ -246,6 +248,19 @@ type Hit struct {
 	// Lease reports whether the node says lease: true: its requests may be
 	// admitted from leased quota (sluice.Request.Lease).
 	Lease bool
+	// plans are Limits compiled when the policy loaded (nil for a Hit made
+	// elsewhere): the requests carry them, so that no store compiles a
+	// policy's limit again.
+	plans []algo.Plan
+}
+
+// request returns the Limit of a request for the hit's limit j: its plan
+// when the policy compiled it, else Limits[j].
+func (h *Hit) request(j int) algo.Limit {
+	if j < len(h.plans) {
+		return &h.plans[j]
+	}
+	return h.Limits[j]
 }
 
 // hit returns the Hit of node n; with exact, the node's shadow is its own
@@ -255,7 +270,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, plans: n.plans}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

@@ -354,7 +354,7 @@ func (s *Store) Close() error {
 // DecideAll implements sluice.Store. It checks every request, and records
 // the costs only if every request that is not Shadow passes; a denied
 // request may still record its attempt (a uniform sliding log). In a batch
-// of several requests a nary sliding log acts as binary (algo.InBatch); a
+// of several requests a nary sliding log acts as binary (algo.Plan.InBatch); a
 // batch of one is Decide.
 //
 // When the store holds every key, it locks their entries alone. Otherwise

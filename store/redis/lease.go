@@ -347,11 +347,9 @@ func detached[T any](ctx context.Context, timeout time.Duration, call func(conte
 // decideLeased is DecideAll when leases are on and some request may be
 // admitted from one: those are taken from their leases (or from a new
 // lease, when their key is hot), the others are decided by the store, and
-// if those deny, the units taken go back to their leases.
+// if those deny, the units taken go back to their leases. The requests
+// are compiled (Store.compile).
 func (s *Store) decideLeased(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
-	if err := s.validate(reqs, results); err != nil {
-		return false, err
-	}
 	var buf [8]uint64
 	covered := buf[:0] // the lease each request was admitted from, 0 for none
 	if len(reqs) <= len(buf) {

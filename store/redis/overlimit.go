@@ -17,17 +17,12 @@ var _ store.DenialCache = (*Store)(nil)
 // attempt), the decision is denied without a round trip. The requests with one report it, aged; the others
 // were not read and report only that they were not the reason: allowed,
 // with their quota as both Quota and Remaining. Otherwise the store
-// decides, and its denials are remembered.
+// decides, and its denials are remembered. The requests are compiled
+// (Store.compile).
 func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
-	var buf [4]algo.Plan
-	plans := buf[:0]
-	if len(reqs) <= len(buf) {
-		plans = buf[:len(reqs)]
-	} else {
-		plans = make([]algo.Plan, len(reqs))
-	}
-	if err := sluice.PlanAllWith(&s.plans, reqs, results, plans); err != nil {
-		return false, err
+	plans := make([]*algo.Plan, len(reqs))
+	for i := range reqs {
+		plans[i] = planOf(&reqs[i])
 	}
 	now, epoch := overlimit.Now(reqs[0].Time), s.denials.Epoch()
 	// A level whose denials record (a uniform sliding log) must see the
@@ -42,7 +37,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results
 		if !cacheable || reqs[i].Shadow {
 			continue
 		}
-		res, ok := s.denials.Lookup(reqs[i].Key, &plans[i], reqs[i].Cost, now)
+		res, ok := s.denials.Lookup(reqs[i].Key, plans[i], reqs[i].Cost, now)
 		results[i] = res // a miss: the zero Result
 		hit = hit || ok
 	}
@@ -66,7 +61,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results
 		case pass && r.Cost > 0:
 			s.denials.Admitted(r.Key)
 		case !results[i].Allowed:
-			s.denials.Remember(r.Key, &plans[i], r.Cost, now, epoch, results[i])
+			s.denials.Remember(r.Key, plans[i], r.Cost, now, epoch, results[i])
 		}
 	}
 	return pass, nil

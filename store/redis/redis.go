@@ -272,6 +272,10 @@ func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, er
 // admits more than a limit, and lasts one round trip. All slots decide at
 // one time (one node's TIME, read first, when the requests carry none).
 func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+	reqs, err := s.compile(reqs, results)
+	if err != nil {
+		return false, err
+	}
 	if s.leases != nil {
 		for i := range reqs {
 			if _, ok := leasable(&reqs[i]); ok {
@@ -282,19 +286,36 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	if s.denials != nil {
 		return s.decideCached(ctx, reqs, results)
 	}
-	if err := s.validate(reqs, results); err != nil {
-		return false, err
-	}
 	return s.decideAll(ctx, reqs, results)
 }
 
-// validate is sluice.ValidateAll with the limits compiled through the
-// store's plans.
-func (s *Store) validate(reqs []sluice.Request, results []algo.Result) error {
-	return sluice.PlanAllWith(&s.plans, reqs, results, nil)
+// compile validates the requests of a DecideAll and returns a copy of
+// them whose every Limit is its *algo.Plan, compiled once (through the
+// store's plans, so a limit seen before is not compiled at all): the
+// functions below DecideAll take such compiled requests, and the key
+// names, the script's arguments and the results read the plan without
+// compiling the limit again. In a batch of several, a nary sliding log
+// acts as binary (algo.Plan.InBatch).
+func (s *Store) compile(reqs []sluice.Request, results []algo.Result) ([]sluice.Request, error) {
+	plans := make([]algo.Plan, len(reqs))
+	if err := sluice.PlanAllWith(&s.plans, reqs, results, plans); err != nil {
+		return nil, err
+	}
+	out := make([]sluice.Request, len(reqs))
+	for i := range reqs {
+		if len(reqs) > 1 {
+			plans[i].InBatch() // a nary log is all or nothing in a batch
+		}
+		out[i] = reqs[i]
+		out[i].Limit = &plans[i]
+	}
+	return out, nil
 }
 
-// decideAll is DecideAll on valid requests, without the over-limit cache.
+// planOf returns the plan of a request that compile made.
+func planOf(r *sluice.Request) *algo.Plan { return r.Limit.(*algo.Plan) }
+
+// decideAll is DecideAll on compiled requests, without the over-limit cache.
 func (s *Store) decideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
 	ctx, cancel, err := s.connected(ctx)
 	if err != nil {
@@ -305,9 +326,6 @@ func (s *Store) decideAll(ctx context.Context, reqs []sluice.Request, results []
 		return false, err
 	}
 	defer s.release()
-	if len(reqs) > 1 {
-		reqs = inBatch(reqs) // a nary log is all or nothing in a batch
-	}
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = s.stateKey(r)
@@ -325,24 +343,6 @@ func (s *Store) decideAll(ctx context.Context, reqs []sluice.Request, results []
 		results[i] = levelResult(r, c.now, c.ok[i], c.val[i], c.extra(i), !c.ok[i] || c.pass)
 	}
 	return c.pass, nil
-}
-
-// inBatch returns reqs with every limit as algo.InBatch gives it, copying
-// reqs only when one changes.
-func inBatch(reqs []sluice.Request) []sluice.Request {
-	var out []sluice.Request
-	for i, r := range reqs {
-		if l, changed := algo.InBatch(r.Limit); changed {
-			if out == nil {
-				out = append([]sluice.Request(nil), reqs...)
-			}
-			out[i].Limit = l
-		}
-	}
-	if out == nil {
-		return reqs
-	}
-	return out
 }
 
 // checked is decide.lua's reply for a group of requests.

@@ -46,9 +46,11 @@ var (
 // Refund implements store.Refunder: refund.lua on the request's level,
 // at req.Time or Redis TIME.
 func (s *Store) Refund(ctx context.Context, req sluice.Request) error {
-	if err := req.Validate(); err != nil {
+	var p algo.Plan
+	if err := req.Compile(&p); err != nil {
 		return err
 	}
+	req.Limit = &p // compiled once
 	if _, ok := tatFor(req.Limit); !ok {
 		return fmt.Errorf("redis store: refund: %w: %v", algo.ErrUnsupported, req.Limit.Kind())
 	}
