@@ -63,25 +63,6 @@ func TestCellRounding(t *testing.T) {
 	}
 }
 
-func TestValidateAll(t *testing.T) {
-	lim := algo.Gate{Interval: time.Second}
-	t0 := time.Unix(1800000000, 0)
-	reqs := []sluice.Request{{Key: "a", Limit: lim, Time: t0}, {Key: "b", Limit: lim, Time: t0.Add(time.Second)}}
-	if err := sluice.ValidateAll(reqs, make([]algo.Result, 2)); err == nil {
-		t.Error("requests with different times were accepted")
-	}
-	reqs[1].Time = t0
-	if err := sluice.ValidateAll(reqs, make([]algo.Result, 1)); err == nil {
-		t.Error("too few results were accepted")
-	}
-	if err := sluice.ValidateAll(reqs, make([]algo.Result, 2)); err != nil {
-		t.Error(err)
-	}
-	if err := sluice.ValidateAll(nil, nil); err == nil {
-		t.Error("an empty batch was accepted")
-	}
-}
-
 func TestSummarize(t *testing.T) {
 	s := time.Second
 	levels := []sluice.Level{

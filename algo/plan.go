@@ -251,7 +251,7 @@ func (p *Plan) At(s *State, now int64) int64 {
 
 // MaxCost returns the largest cost one decision of the plan may have:
 // MaxExactCost for an exact sliding log, MaxCount for the others. A larger
-// cost is a bad request (sluice.CheckCost); a cost up to it but above the
+// cost is a bad request (store.CheckCost); a cost up to it but above the
 // limit is denied, never to be admitted.
 func (p *Plan) MaxCost() int64 {
 	if p.kind == KindSlidingLog && p.sl.Buckets == 0 {

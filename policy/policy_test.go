@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 )
 
 // seed is the example of issue 4, exactly as written there.
@@ -185,7 +186,7 @@ func TestMultipleLimits(t *testing.T) {
 		if r.Cost != 2 || !r.Time.Equal(time.Unix(100, 0)) || r.Tag != "user:alex" || r.Shadow || r.Limit == nil {
 			t.Errorf("request %+v", r)
 		}
-		if err := r.Validate(); err != nil {
+		if err := store.Compile(&r, new(algo.Plan)); err != nil {
 			t.Errorf("request %q: %v", r.Key, err)
 		}
 	}
@@ -278,7 +279,7 @@ func TestEscaping(t *testing.T) {
 						t.Errorf("Match(%q) reaches %q", path, s)
 					}
 				}
-				if err := r.Validate(); err != nil {
+				if err := store.Compile(&r, new(algo.Plan)); err != nil {
 					t.Errorf("Match(%q): %v", path, err)
 				}
 			}

@@ -206,3 +206,39 @@ func TestConsumerLogBytesBound(t *testing.T) {
 		t.Errorf("a list past the bound: %d entries", len(got))
 	}
 }
+
+func TestCompileAll(t *testing.T) {
+	lim := algo.Gate{Interval: time.Second}
+	t0 := time.Unix(1800000000, 0)
+	reqs := []sluice.Request{{Key: "a", Limit: lim, Time: t0}, {Key: "b", Limit: lim, Time: t0.Add(time.Second)}}
+	plans := make([]algo.Plan, 2)
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), plans); !errors.Is(err, sluice.ErrBadRequest) {
+		t.Errorf("requests with different times: %v", err)
+	}
+	reqs[1].Time = t0
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 1), plans); !errors.Is(err, sluice.ErrBadRequest) {
+		t.Errorf("too few results: %v", err)
+	}
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), plans[:1]); err == nil {
+		t.Error("too few plans were accepted")
+	}
+	if err := store.CompileAll(nil, nil, nil, nil); !errors.Is(err, sluice.ErrBadRequest) {
+		t.Errorf("an empty batch: %v", err)
+	}
+	var cache algo.Plans
+	for _, c := range []*algo.Plans{nil, &cache, &cache} { // compiled, then cached
+		clear(plans)
+		if err := store.CompileAll(c, reqs, make([]algo.Result, 2), plans); err != nil {
+			t.Fatal(err)
+		}
+		for i := range plans {
+			if plans[i].Limit() != lim {
+				t.Fatalf("plan %d is of %v", i, plans[i].Limit())
+			}
+		}
+	}
+	reqs[1].Tag = "x"
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), plans); !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
+		t.Errorf("a tag that is not a prefix: %v", err)
+	}
+}

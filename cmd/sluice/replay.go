@@ -195,7 +195,7 @@ func parseEvent(line []byte) (sluice.Request, error) {
 		return sluice.Request{}, fmt.Errorf("limit: %w", err)
 	}
 	req := sluice.Request{Key: ev.Key, Limit: lim, Cost: ev.cost(), Time: ev.time()}
-	if err := req.Validate(); err != nil {
+	if err := store.Compile(&req, new(algo.Plan)); err != nil {
 		return sluice.Request{}, err
 	}
 	return req, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // replay runs `sluice replay` in-process on the given input.
@@ -229,7 +230,7 @@ func FuzzParseEvent(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		req, err := parseEvent(line)
 		if err == nil {
-			if err := req.Validate(); err != nil {
+			if err := store.Compile(&req, new(algo.Plan)); err != nil {
 				t.Fatalf("%q parsed into an invalid request: %v", line, err)
 			}
 		}

@@ -126,10 +126,10 @@ func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, erro
 // the CPU cannot forward from the 8-byte stores that built it (7 ns a call
 // here).
 func (s *Store) decide(key string, l algo.Limit, cost int64, when time.Time, tag string) (r algo.Result, err error) {
-	if err = sluice.CheckDecision(key, l, cost, when); err != nil {
+	if err = store.CheckDecision(key, l, cost, when); err != nil {
 		return
 	}
-	if err = sluice.CheckTag(key, tag); err != nil {
+	if err = store.CheckTag(key, tag); err != nil {
 		return
 	}
 	p := s.plans.Lookup(l)
@@ -141,7 +141,7 @@ func (s *Store) decide(key string, l algo.Limit, cost int64, when time.Time, tag
 			return
 		}
 	}
-	if err = sluice.CheckCost(p, cost); err != nil {
+	if err = store.CheckCost(p, cost); err != nil {
 		return
 	}
 	var other algo.Result
@@ -164,7 +164,7 @@ var _ sluice.Allower = (*Store)(nil)
 // only whether the cost was admitted, which for GCRA, the token bucket,
 // the fixed window and the gate spares computing the rest of the Result.
 func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time, n int64) (bool, error) {
-	if err := sluice.CheckDecision(key, l, n, t); err != nil {
+	if err := store.CheckDecision(key, l, n, t); err != nil {
 		return false, err
 	}
 	p := s.plans.Lookup(l)
@@ -175,7 +175,7 @@ func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time,
 			return false, err
 		}
 	}
-	if err := sluice.CheckCost(p, n); err != nil {
+	if err := store.CheckCost(p, n); err != nil {
 		return false, err
 	}
 	ok, _, _ := s.apply(key, p, t, n, nil)
@@ -380,7 +380,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 		hs, ents, held, plans = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]algo.Plan, 0, len(reqs))
 	}
 	hs, ents, plans = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)]
-	if err := sluice.PlanAllWith(&s.plans, reqs, results, plans); err != nil {
+	if err := store.CompileAll(&s.plans, reqs, results, plans); err != nil {
 		return false, err
 	}
 	for i := range plans {

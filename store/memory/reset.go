@@ -41,7 +41,7 @@ func (s *Store) Now(context.Context) (time.Time, error) { return time.UnixMicro(
 // Refund implements store.Refunder.
 func (s *Store) Refund(_ context.Context, req sluice.Request) error {
 	var p algo.Plan
-	if err := req.Compile(&p); err != nil {
+	if err := store.Compile(&req, &p); err != nil {
 		return err
 	}
 	if _, err := p.TAT(); err != nil {

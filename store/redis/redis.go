@@ -33,6 +33,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 //go:embed scripts/*.lua
@@ -298,7 +299,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 // acts as binary (algo.Plan.InBatch).
 func (s *Store) compile(reqs []sluice.Request, results []algo.Result) ([]sluice.Request, error) {
 	plans := make([]algo.Plan, len(reqs))
-	if err := sluice.PlanAllWith(&s.plans, reqs, results, plans); err != nil {
+	if err := store.CompileAll(&s.plans, reqs, results, plans); err != nil {
 		return nil, err
 	}
 	out := make([]sluice.Request, len(reqs))

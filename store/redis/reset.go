@@ -47,7 +47,7 @@ var (
 // at req.Time or Redis TIME.
 func (s *Store) Refund(ctx context.Context, req sluice.Request) error {
 	var p algo.Plan
-	if err := req.Compile(&p); err != nil {
+	if err := store.Compile(&req, &p); err != nil {
 		return err
 	}
 	req.Limit = &p // compiled once

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// What a store does with a sluice.Request before it decides: check the
+// key, cost, time and tag, and compile the limit into an algo.Plan. A
+// store calls Compile (one request) or CompileAll (a DecideAll), or, for
+// an entry point that takes the parts one by one (memory.Store.AllowN),
+// CheckDecision, CheckTag and CheckCost. Every error wraps
+// sluice.ErrBadRequest, or algo.ErrInvalid for the limit.
+
+// Compile checks the request's key, cost, time and tag, and compiles its
+// limit into p (algo.Plan.Compile): what a store decides with. The
+// request does not escape: a limit value in it stays on the caller's
+// stack.
+func Compile(r *sluice.Request, p *algo.Plan) error {
+	if err := CheckDecision(r.Key, r.Limit, r.Cost, r.Time); err != nil {
+		return err
+	}
+	if err := CheckTag(r.Key, r.Tag); err != nil {
+		return err
+	}
+	if err := p.Compile(r.Limit); err != nil {
+		return err
+	}
+	return CheckCost(p, r.Cost)
+}
+
+// CompileAll checks the requests of a DecideAll as Compile does, and that
+// all share the first one's Time and that there is one result per
+// request, and puts each request's Plan in plans, which has one element
+// per request. It compiles the limits through c when c is not nil, which
+// knows the limits it has seen: plans[i] then gets a copy of a cached
+// plan.
+func CompileAll(c *algo.Plans, reqs []sluice.Request, results []algo.Result, plans []algo.Plan) error {
+	switch {
+	case len(reqs) == 0:
+		return fmt.Errorf("%w: no requests", sluice.ErrBadRequest)
+	case len(results) != len(reqs):
+		return fmt.Errorf("%w: %d results for %d requests", sluice.ErrBadRequest, len(results), len(reqs))
+	case len(plans) != len(reqs):
+		return fmt.Errorf("store: CompileAll: %d plans for %d requests", len(plans), len(reqs))
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		err := CheckDecision(r.Key, r.Limit, r.Cost, r.Time)
+		if err == nil {
+			err = CheckTag(r.Key, r.Tag)
+		}
+		if err == nil {
+			if c == nil {
+				err = plans[i].Compile(r.Limit)
+			} else {
+				var q *algo.Plan
+				if q, err = c.Compile(r.Limit, &plans[i]); err == nil && q != &plans[i] {
+					plans[i] = *q
+				}
+			}
+		}
+		if err == nil {
+			err = CheckCost(&plans[i], r.Cost)
+		}
+		if err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if !r.Time.Equal(reqs[0].Time) {
+			return fmt.Errorf("%w: request %d has another time than request 0", sluice.ErrBadRequest, i)
+		}
+	}
+	return nil
+}
+
+// CheckDecision checks the parts of a decision but its tag and its limit's
+// parameters: a key of 1 to sluice.MaxKeyLen bytes, a cost of 0 to
+// algo.MaxCount, a limit, and a time (when set) within 1970..2255. l does
+// not escape.
+func CheckDecision(key string, l algo.Limit, cost int64, t time.Time) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", sluice.ErrBadRequest)
+	case len(key) > sluice.MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", sluice.ErrBadRequest, len(key), sluice.MaxKeyLen)
+	case cost < 0:
+		return fmt.Errorf("%w: negative cost %d", sluice.ErrBadRequest, cost)
+	case cost > algo.MaxCount:
+		return fmt.Errorf("%w: cost %d exceeds %d (algo.MaxCount)", sluice.ErrBadRequest, cost, algo.MaxCount)
+	case l == nil:
+		return fmt.Errorf("%w: no limit", sluice.ErrBadRequest)
+	}
+	if !t.IsZero() {
+		if us := t.UnixMicro(); us < 0 || us > algo.MaxTime {
+			return fmt.Errorf("%w: time %s is outside 1970..2255", sluice.ErrBadRequest, t.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	return nil
+}
+
+// CheckTag checks a request's tag: it must be a prefix of the key.
+func CheckTag(key, tag string) error {
+	if !strings.HasPrefix(key, tag) {
+		// Copies of the strings go into the error, so that a request's
+		// key and tag do not escape for the sake of an error.
+		return fmt.Errorf("%w: tag %q is not a prefix of key %q", sluice.ErrBadRequest, strings.Clone(tag), strings.Clone(key))
+	}
+	return nil
+}
+
+// CheckCost checks a cost against the most one decision of the plan's
+// limit takes (algo.Plan.MaxCost).
+func CheckCost(p *algo.Plan, cost int64) error {
+	if cost > p.MaxCost() {
+		return fmt.Errorf("%w: cost %d exceeds %d, the most one %s decision takes (an exact log writes an entry per action: set buckets)", sluice.ErrBadRequest, cost, p.MaxCost(), p.Kind())
+	}
+	return nil
+}
