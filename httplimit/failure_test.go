@@ -127,7 +127,7 @@ func TestRedisStalled(t *testing.T) {
 	stallStart := time.Now()
 
 	for _, tc := range []struct {
-		l    *httplimit.Limiter
+		l    *httplimit.Middleware
 		want int
 	}{{open, 200}, {closed, 503}, {open, 200}} {
 		start := time.Now()

@@ -3,7 +3,7 @@
 // policy path such as api / <key> / <route>, checks the path with a
 // PathChecker (a *policy.Checker), and either passes the request on with
 // rate-limit headers or answers 429 Too Many Requests. It works with any
-// router, since a Limiter's Wrap method is a plain
+// router, since a Middleware's Wrap method is a plain
 // func(http.Handler) http.Handler.
 //
 //	l := httplimit.New(checker, httplimit.Options{
@@ -40,7 +40,7 @@
 // context). A failed check is handled by Options.Failure: FailOpen (the
 // default) serves the request without rate-limit headers, logs the error
 // with log/slog (at most one line a second, with a count of those left
-// out) and counts it (Limiter.StoreErrors, Options.OnStoreError);
+// out) and counts it (Middleware.StoreErrors, Options.OnStoreError);
 // FailClosed answers 503 with a problem+json body. Errors that are the
 // request's fault (a KeyFunc's error, or a check error wrapping
 // sluice.ErrBadRequest, such as a key too long for the store) are not
@@ -50,7 +50,7 @@
 //
 // # Lua limiters
 //
-// NewScriptLimiter runs a user-supplied Lua script in Redis instead of a
+// NewScript runs a user-supplied Lua script in Redis instead of a
 // PathChecker: see store/redis's UserScript for the scripts' contract.
 package httplimit
 
@@ -97,7 +97,7 @@ const (
 	FailClosed
 )
 
-// Options configure a Limiter. The zero Options keys requests by the
+// Options configure a Middleware. The zero Options keys requests by the
 // peer's IP address, checks the path [ip] at cost 1, sends the draft's
 // RateLimit headers, and fails open after 50ms.
 type Options struct {
@@ -136,33 +136,28 @@ type Options struct {
 	OnDecision func(r *http.Request, d *sluice.Decision)
 }
 
-// A Limiter is rate-limiting middleware. It is safe for concurrent use.
-type Limiter struct {
+// A Middleware limits the rate of the HTTP requests that go through it. It is safe for concurrent use.
+type Middleware struct {
 	checker PathChecker
 	script  *scriptLimit
 	opts    Options
 	timeout time.Duration
 
 	storeErrors atomic.Uint64
-	logEvery    ratelog.Limiter // store errors: one line a second
+	logEvery    ratelog.Every // store errors: one line a second
 }
 
-// New returns a Limiter that checks requests with c. It panics if c is nil.
-func New(c PathChecker, opts Options) *Limiter {
+// New returns a Middleware that checks requests with c. It panics if c is nil.
+func New(c PathChecker, opts Options) *Middleware {
 	if c == nil {
 		panic("httplimit: nil PathChecker")
 	}
-	l := &Limiter{checker: c}
+	l := &Middleware{checker: c}
 	l.setOptions(opts)
 	return l
 }
 
-// Middleware returns New(c, opts).Wrap.
-func Middleware(c PathChecker, opts Options) func(http.Handler) http.Handler {
-	return New(c, opts).Wrap
-}
-
-func (l *Limiter) setOptions(opts Options) {
+func (l *Middleware) setOptions(opts Options) {
 	if opts.Key == nil {
 		opts.Key = IPKey{}.Key
 	}
@@ -179,12 +174,12 @@ func (l *Limiter) setOptions(opts Options) {
 	l.opts = opts
 }
 
-// StoreErrors returns how many checks have failed since the Limiter was
+// StoreErrors returns how many checks have failed since the Middleware was
 // made.
-func (l *Limiter) StoreErrors() uint64 { return l.storeErrors.Load() }
+func (l *Middleware) StoreErrors() uint64 { return l.storeErrors.Load() }
 
 // Wrap returns next behind the limiter.
-func (l *Limiter) Wrap(next http.Handler) http.Handler {
+func (l *Middleware) Wrap(next http.Handler) http.Handler {
 	if l.script != nil {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serveScript(w, r, next) })
 	}
@@ -209,7 +204,7 @@ type scratch struct {
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
-func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	key, err := l.opts.Key(r)
 	if err != nil {
 		l.opts.OnBadRequest(w, r, err)
@@ -262,7 +257,7 @@ func putScratch(sc *scratch) {
 }
 
 // failed handles a failed check.
-func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+func (l *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
 	if r.Context().Err() != nil {
 		return // the client is gone: nobody to answer
 	}
@@ -284,7 +279,7 @@ func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, next http.Handl
 
 // logFailure logs a store failure, at most once a second, reporting how
 // many were left out since the last line.
-func (l *Limiter) logFailure(r *http.Request, err error) {
+func (l *Middleware) logFailure(r *http.Request, err error) {
 	unlogged, ok := l.logEvery.Allow(time.Now())
 	if !ok {
 		return

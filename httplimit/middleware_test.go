@@ -439,7 +439,7 @@ func (s stubChecker) Check(_ context.Context, _ []string, _ int64, d *sluice.Dec
 	return nil
 }
 
-// TestConcurrent: many goroutines through one Limiter admit exactly the
+// TestConcurrent: many goroutines through one Middleware admit exactly the
 // limit, and every response carries consistent headers.
 func TestConcurrent(t *testing.T) {
 	for name, open := range stores(t) {

@@ -36,7 +36,7 @@ type scriptLimit struct {
 	prefix string
 }
 
-// NewScriptLimiter returns a Limiter that decides requests with a script a
+// NewScript returns a Middleware that decides requests with a script a
 // store runs (the Redis store's Lua scripts: redis.Store.LoadScript)
 // instead of a PathChecker. Options work as for New, except that the
 // headers are the script's (Options.Headers is ignored), and that
@@ -44,7 +44,7 @@ type scriptLimit struct {
 // script's file, whose RetryAfter is the script's Retry-After header when
 // it sets one in delta-seconds (0, unknown, when not). It panics if s is
 // nil or cfg.Prefix holds a brace.
-func NewScriptLimiter(s store.Script, cfg ScriptConfig, opts Options) *Limiter {
+func NewScript(s store.Script, cfg ScriptConfig, opts Options) *Middleware {
 	if s == nil {
 		panic("httplimit: nil Script")
 	}
@@ -60,12 +60,12 @@ func NewScriptLimiter(s store.Script, cfg ScriptConfig, opts Options) *Limiter {
 			sl.cost = append(sl.cost, i)
 		}
 	}
-	l := &Limiter{script: sl}
+	l := &Middleware{script: sl}
 	l.setOptions(opts)
 	return l
 }
 
-func (l *Limiter) serveScript(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (l *Middleware) serveScript(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	sl := l.script
 	key, err := l.opts.Key(r)
 	if err != nil {

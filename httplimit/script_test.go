@@ -62,7 +62,7 @@ func atoi(t *testing.T, s string) int {
 func TestScriptFixedWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	s := loadScript(t, redisStore(t, srv), "../store/redis/examples/window_from_first.lua")
-	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "60", httplimit.CostArg}}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"3", "60", httplimit.CostArg}}, scriptOptions()).Wrap(okHandler)
 
 	for i := 0; i < 3; i++ {
 		w := do(h, "GET", "/", keyed("alex"), "")
@@ -123,7 +123,7 @@ func TestScriptFixedWindow(t *testing.T) {
 func TestScriptTokenBucket(t *testing.T) {
 	srv := redistest.Start(t)
 	s := loadScript(t, redisStore(t, srv), "../store/redis/examples/token_bucket.lua")
-	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
 	for i := 0; i < 3; i++ {
 		w := do(h, "GET", "/", keyed("alex"), "")
 		if w.Code != 200 {
@@ -147,7 +147,7 @@ func TestScriptTokenBucket(t *testing.T) {
 	if n, err := srv.Do("EXISTS", "tb:api:alex"); err != nil || n != "1" {
 		t.Errorf("EXISTS: %q %v", n, err)
 	}
-	withCost := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60", "$cost"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
+	withCost := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60", "$cost"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
 	w = do(withCost, "GET", "/", map[string]string{"X-API-Key": "bob", "X-Cost": "4"}, "")
 	if w.Code != 429 || w.Header().Get("Retry-After") != "" || w.Header().Get("X-RateLimit-Remaining") != "3" {
 		t.Errorf("cost 4: %d %v", w.Code, w.Header())
@@ -170,7 +170,7 @@ func TestScriptNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redisStore(t, srv)
 	s := loadScript(t, c, "../store/redis/examples/window_from_first.lua")
-	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"5", "60"}}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"5", "60"}}, scriptOptions()).Wrap(okHandler)
 	if w := do(h, "GET", "/", keyed("a"), ""); w.Code != 200 {
 		t.Fatal(w.Code)
 	}
@@ -248,7 +248,7 @@ func TestScriptReplies(t *testing.T) {
 		opts.Failure = f
 		var seen error
 		opts.OnStoreError = func(r *http.Request, err error) { seen = err }
-		l := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{}, opts)
+		l := httplimit.NewScript(s, httplimit.ScriptConfig{}, opts)
 		w := do(l.Wrap(okHandler), "GET", "/", keyed("a"), "")
 		want := map[httplimit.FailurePolicy]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}[f]
 		if w.Code != want || l.StoreErrors() != 1 || !errors.Is(seen, redis.ErrReplyValues) {
@@ -265,7 +265,7 @@ func TestScriptReplies(t *testing.T) {
 	// A valid deny through the middleware: the script's headers, 429, and
 	// the problem's retry time from the script's Retry-After.
 	s = loadScript(t, c, scriptFile(t, "deny.lua", `return {"deny", {{"X-Custom", "hi"}, 1, "", 3, {"Retry-After", 7}}}`))
-	w := do(httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{}, scriptOptions()).Wrap(okHandler), "GET", "/", keyed("a"), "")
+	w := do(httplimit.NewScript(s, httplimit.ScriptConfig{}, scriptOptions()).Wrap(okHandler), "GET", "/", keyed("a"), "")
 	if w.Code != 429 || w.Header().Get("Retry-After") != "7" || w.Header().Get("X-Custom") != "hi" ||
 		w.Header().Get("X-RateLimit-Limit") != "1" || w.Header().Values("X-RateLimit-Remaining") != nil {
 		t.Errorf("deny: %d %v", w.Code, w.Header())
@@ -284,7 +284,7 @@ func TestScriptArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"a", httplimit.CostArg, "b c", "$cost"}}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"a", httplimit.CostArg, "b c", "$cost"}}, scriptOptions()).Wrap(okHandler)
 	w := do(h, "GET", "/", map[string]string{"X-API-Key": "alex", "X-Cost": "5"}, "")
 	if w.Header().Get("X-Key") != "sluice:lua:api:alex" || w.Header().Get("X-Args") != "a 5 b c 5" {
 		t.Errorf("%v", w.Header())
@@ -314,7 +314,7 @@ func TestLoadScriptCluster(t *testing.T) {
 			t.Errorf("node %s: SCRIPT EXISTS: %v %v", addr, got, err)
 		}
 	}
-	h := httplimit.NewScriptLimiter(s, httplimit.ScriptConfig{Args: []string{"1", "60"}}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"1", "60"}}, scriptOptions()).Wrap(okHandler)
 	for i := 0; i < 20; i++ { // keys spread over the slots of every node
 		key := "user" + strconv.Itoa(i)
 		if w := do(h, "GET", "/", keyed(key), ""); w.Code != 200 {

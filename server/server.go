@@ -48,7 +48,7 @@ type Server struct {
 	fileState fileStamp // of the policy file when last read
 
 	ready     atomic.Bool
-	errLog    ratelog.Limiter // store failures: one line a second
+	errLog    ratelog.Every // store failures: one line a second
 	unmatched unmatchedLog    // where unmatched paths were logged
 	httpLn    net.Listener
 	grpcLn    net.Listener

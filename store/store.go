@@ -246,7 +246,7 @@ type ConsumerLog interface {
 
 // Script is a user-supplied limiter that a store runs in place of the
 // algorithms: the httplimit middleware's script limiter
-// (httplimit.NewScriptLimiter). The Redis store runs Lua scripts
+// (httplimit.NewScript). The Redis store runs Lua scripts
 // (store/redis: Store.LoadScript documents their contract).
 type Script interface {
 	// Name names the script in decisions: its file's base name.

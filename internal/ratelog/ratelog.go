@@ -7,18 +7,18 @@ import (
 	"time"
 )
 
-// Limiter lets one event through per Every (one second when zero). Its
+// Every lets one event through per Interval (one second when zero). Its
 // zero value is ready to use and it is safe for concurrent use.
-type Limiter struct {
-	Every    time.Duration
+type Every struct {
+	Interval time.Duration
 	last     atomic.Int64 // unix ns of the last event let through
 	withheld atomic.Uint64
 }
 
 // Allow reports whether an event at now may be logged, and if so how many
 // were held back since the last one that was.
-func (l *Limiter) Allow(now time.Time) (withheld uint64, ok bool) {
-	every := l.Every
+func (l *Every) Allow(now time.Time) (withheld uint64, ok bool) {
+	every := l.Interval
 	if every <= 0 {
 		every = time.Second
 	}

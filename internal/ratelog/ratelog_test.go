@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-func TestLimiter(t *testing.T) {
-	var l Limiter
+func TestEvery(t *testing.T) {
+	var l Every
 	t0 := time.Unix(1000, 0)
 	if n, ok := l.Allow(t0); !ok || n != 0 {
 		t.Fatalf("first: %d, %v", n, ok)
