@@ -14,12 +14,15 @@
 // while it is missing:
 //
 //   - algo/<name>.go: the Limit type, its Decide, and its kindInfo (name,
-//     Spec fields, build, example, Leasable); algo/kind.go: the Kind
+//     Spec fields, build, example, leasable, stepwise); algo/kind.go: the Kind
 //     constant and its line in the registry (TestKindsAnswerForThemselves);
-//     algo/spec.go for new Spec fields (TestSpecAppendJSONEveryField).
-//   - algo/plan.go: Plan.Compile's cases by value and by pointer, the
-//     setter, Decide (or Step and Numbers for a Stepwise kind), Limit, and
-//     shapeParts when its state has a layout (TestShapeKeysAreStable);
+//     algo/spec.go for new Spec fields, in AppendJSON and UnmarshalJSON
+//     (TestSpecJSONEveryField).
+//   - algo/plan.go: a field of Plan for the limit, its case in
+//     Plan.Compile and in deref (by pointer), Decide (or, for a kind whose
+//     kindInfo says stepwise, Step, Numbers and At), Limit, Equal in
+//     algo/denial.go, and shapeParts when its state has a layout
+//     (TestShapeKeysAreStable, TestPlanDecidesAsTheLimit);
 //     algo/plans.go's paramsOf when its parameters are all numbers
 //     (TestPlansCacheEveryNumericKind);
 //     algo/denial_test.go's randomLimit (TestDenialHolds goes over every

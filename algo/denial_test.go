@@ -2,6 +2,7 @@ package algo
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -94,5 +95,39 @@ func TestPlanEqual(t *testing.T) {
 	g2, _ := Compile(GCRA{Burst: 4, Count: 1, Period: time.Second})
 	if !a.Equal(&b) || a.Equal(&c) || a.Equal(&d) || g1.Equal(&g2) || !g1.Equal(&g1) || a.Equal(&g1) {
 		t.Fatal("Equal compares the wrong parameters")
+	}
+}
+
+// TestPlanEqualEveryKind: over random limits of every kind, two plans are
+// Equal exactly when their specs are, window names aside, so that a kind
+// whose parameters Equal does not compare fails here.
+func TestPlanEqualEveryKind(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 9))
+	unnamed := func(p *Plan) Spec {
+		s := p.Spec()
+		for i := range s.Limits {
+			s.Limits[i].Name = ""
+		}
+		return s
+	}
+	for _, k := range Kinds() {
+		differ := 0
+		for range 200 {
+			a, err1 := Compile(randomLimit(r, k))
+			b, err2 := Compile(randomLimit(r, k))
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			same := reflect.DeepEqual(unnamed(&a), unnamed(&b))
+			if a.Equal(&b) != same || !a.Equal(&a) {
+				t.Fatalf("%v: %+v Equal %+v is %v", k, a.Limit(), b.Limit(), a.Equal(&b))
+			}
+			if !same {
+				differ++
+			}
+		}
+		if differ < 100 {
+			t.Fatalf("%v: only %d pairs of 200 differ", k, differ)
+		}
 	}
 }

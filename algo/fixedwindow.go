@@ -110,7 +110,7 @@ func (FixedWindow) Kind() Kind { return KindFixedWindow }
 
 // Spec implements Limit.
 func (f FixedWindow) Spec() Spec {
-	return Spec{Algorithm: NameFixedWindow, Limit: f.Limit, Window: Duration(f.Window)}
+	return Spec{Algorithm: NameFixedWindow, Limit: f.Limit, Window: f.Window}
 }
 
 // Quota implements Limit: Limit per Window.

@@ -66,7 +66,7 @@ var gateKind = kindInfo{
 func (Gate) Kind() Kind { return KindGate }
 
 // Spec implements Limit.
-func (g Gate) Spec() Spec { return Spec{Algorithm: NameGate, Interval: Duration(g.Interval)} }
+func (g Gate) Spec() Spec { return Spec{Algorithm: NameGate, Interval: g.Interval} }
 
 // Quota implements Limit: 1 per Interval.
 func (g Gate) Quota() (int64, time.Duration) { return 1, g.Interval }

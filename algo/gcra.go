@@ -183,7 +183,7 @@ func (GCRA) Kind() Kind { return KindGCRA }
 
 // Spec implements Limit.
 func (g GCRA) Spec() Spec {
-	return Spec{Algorithm: NameGCRA, Burst: g.Burst, Count: g.Count, Period: Duration(g.Period)}
+	return Spec{Algorithm: NameGCRA, Burst: g.Burst, Count: g.Count, Period: g.Period}
 }
 
 // Quota implements Limit: Burst+1 in (Burst+1)·T.
@@ -210,7 +210,7 @@ func (TokenBucket) Kind() Kind { return KindTokenBucket }
 
 // Spec implements Limit.
 func (b TokenBucket) Spec() Spec {
-	return Spec{Algorithm: NameTokenBucket, Burst: b.Burst, Rate: b.Rate, Per: Duration(b.Per)}
+	return Spec{Algorithm: NameTokenBucket, Burst: b.Burst, Rate: b.Rate, Per: b.Per}
 }
 
 // Quota implements Limit: Burst in Burst·T.

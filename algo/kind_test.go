@@ -3,7 +3,9 @@ package algo
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestKindsAnswerForThemselves goes over every registered kind: its
@@ -61,13 +63,43 @@ func TestParseKindUnknown(t *testing.T) {
 	}
 }
 
-func TestSpecAppendJSONEveryField(t *testing.T) {
+// TestSpecJSONEveryField: a Spec with every field set goes to JSON
+// (AppendJSON, which MarshalJSON is) and back unchanged, with durations
+// as Go duration strings; a bare number for a duration, and an unknown
+// field, are refused.
+func TestSpecJSONEveryField(t *testing.T) {
 	b := int64(7)
-	s := Spec{Algorithm: "x<y", Burst: 1, Count: 2, Period: 3, Rate: 4, Per: 5, Limit: 6, Window: 7, Interval: 8,
-		Limits: WindowSpecs{{Name: "a\"b", Limit: 1, Window: 9}, {Limit: 2, Window: 10}}, MinGap: 11, Buckets: &b, Mode: "nary", Slice: 12}
-	want, _ := json.Marshal(s)
-	if got := s.AppendJSON(nil); string(got) != string(want) {
-		t.Errorf("AppendJSON = %s, want %s", got, want)
+	s := Spec{Algorithm: "x<y", Burst: 1, Count: 2, Period: 3 * time.Second, Rate: 4, Per: 5 * time.Minute, Limit: 6, Window: 7 * time.Millisecond, Interval: 8 * time.Hour,
+		Limits: WindowSpecs{{Name: "a\"b", Limit: 1, Window: 9 * time.Second}, {Limit: 2, Window: 10 * time.Microsecond}}, MinGap: 11 * time.Second, Buckets: &b, Mode: "nary", Slice: 12 * time.Second}
+	v := reflect.ValueOf(s)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("set Spec.%s here: the round trip below checks every field", v.Type().Field(i).Name)
+		}
+	}
+	out, err := json.Marshal(struct{ S Spec }{s})
+	if err != nil || !json.Valid(out) {
+		t.Fatalf("Marshal: %s, %v", out, err)
+	}
+	for _, want := range []string{`"period":"3s"`, `"per":"5m0s"`, `"window":"7ms"`, `"interval":"8h0m0s"`, `"window":"10µs"`, `"min_gap":"11s"`, `"slice":"12s"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("%s lacks %s", out, want)
+		}
+	}
+	var back struct{ S Spec }
+	if err := json.Unmarshal(out, &back); err != nil || !reflect.DeepEqual(back.S, s) {
+		t.Fatalf("round trip: %+v, %v; want %+v", back.S, err, s)
+	}
+	for _, bad := range []string{
+		`{"algorithm":"gcra","burst":1,"count":2,"period":60}`,
+		`{"algorithm":"gcra","burst":1,"count":2,"period":"60s","perod":"1s"}`,
+		`{"algorithm":"sliding_log","limits":[{"limit":1,"window":1000}]}`,
+		`{"algorithm":"sliding_log","limits":[{"limit":1,"window":"1s","size":1}]}`,
+	} {
+		var got Spec
+		if err := json.Unmarshal([]byte(bad), &got); err == nil {
+			t.Errorf("%s was accepted as %+v", bad, got)
+		}
 	}
 }
 

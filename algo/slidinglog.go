@@ -603,7 +603,7 @@ func (SlidingLog) Kind() Kind { return KindSlidingLog }
 
 // Spec implements Limit. The mode is left out when it is Binary.
 func (l SlidingLog) Spec() Spec {
-	s := Spec{Algorithm: NameSlidingLog, Limits: windowSpecs(l.Limits), MinGap: Duration(l.MinGap)}
+	s := Spec{Algorithm: NameSlidingLog, Limits: windowSpecs(l.Limits), MinGap: l.MinGap}
 	if l.Buckets > 0 {
 		b := l.Buckets
 		s.Buckets = &b
@@ -627,7 +627,7 @@ func (l SlidingLog) DeniedBy(by int) string { return windowsDeniedBy(l.Limits, b
 func windowSpecs(ws []Window) WindowSpecs {
 	out := make(WindowSpecs, len(ws))
 	for i, w := range ws {
-		out[i] = WindowSpec{Name: w.Name, Limit: w.Limit, Window: Duration(w.Window)}
+		out[i] = WindowSpec{Name: w.Name, Limit: w.Limit, Window: w.Window}
 	}
 	return out
 }

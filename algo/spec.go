@@ -18,34 +18,34 @@ import (
 type Spec struct {
 	Algorithm string `json:"algorithm" yaml:"algorithm"`
 	// gcra
-	Burst  int64    `json:"burst,omitempty" yaml:"burst,omitempty"`
-	Count  int64    `json:"count,omitempty" yaml:"count,omitempty"`
-	Period Duration `json:"period,omitempty" yaml:"period,omitempty"`
+	Burst  int64         `json:"burst,omitempty" yaml:"burst,omitempty"`
+	Count  int64         `json:"count,omitempty" yaml:"count,omitempty"`
+	Period time.Duration `json:"period,omitempty" yaml:"period,omitempty"`
 	// token_bucket (also Burst)
-	Rate int64    `json:"rate,omitempty" yaml:"rate,omitempty"`
-	Per  Duration `json:"per,omitempty" yaml:"per,omitempty"`
+	Rate int64         `json:"rate,omitempty" yaml:"rate,omitempty"`
+	Per  time.Duration `json:"per,omitempty" yaml:"per,omitempty"`
 	// fixed_window
-	Limit  int64    `json:"limit,omitempty" yaml:"limit,omitempty"`
-	Window Duration `json:"window,omitempty" yaml:"window,omitempty"`
+	Limit  int64         `json:"limit,omitempty" yaml:"limit,omitempty"`
+	Window time.Duration `json:"window,omitempty" yaml:"window,omitempty"`
 	// gate
-	Interval Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
+	Interval time.Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
 	// sliding_log and window_counter: a list of {limit, window} (each may
 	// have a name), or a mapping from names to {limit, window}, ordered by
 	// window then name.
 	Limits WindowSpecs `json:"limits,omitempty" yaml:"limits,omitempty"`
 	// sliding_log
-	MinGap  Duration `json:"min_gap,omitempty" yaml:"min_gap,omitempty"`
-	Buckets *int64   `json:"buckets,omitempty" yaml:"buckets,omitempty"` // nil: exact log
-	Mode    string   `json:"mode,omitempty" yaml:"mode,omitempty"`       // binary (default), nary or uniform
+	MinGap  time.Duration `json:"min_gap,omitempty" yaml:"min_gap,omitempty"`
+	Buckets *int64        `json:"buckets,omitempty" yaml:"buckets,omitempty"` // nil: exact log
+	Mode    string        `json:"mode,omitempty" yaml:"mode,omitempty"`       // binary (default), nary or uniform
 	// window_counter
-	Slice Duration `json:"slice,omitempty" yaml:"slice,omitempty"` // 0: 1s
+	Slice time.Duration `json:"slice,omitempty" yaml:"slice,omitempty"` // 0: 1s
 }
 
 // WindowSpec is one limit of a sliding_log or window_counter spec.
 type WindowSpec struct {
-	Name   string   `json:"name,omitempty" yaml:"name,omitempty"`
-	Limit  int64    `json:"limit" yaml:"limit"`
-	Window Duration `json:"window" yaml:"window"`
+	Name   string        `json:"name,omitempty" yaml:"name,omitempty"`
+	Limit  int64         `json:"limit" yaml:"limit"`
+	Window time.Duration `json:"window" yaml:"window"`
 }
 
 // WindowSpecs is the limits of a sliding_log or window_counter spec. It
@@ -56,9 +56,7 @@ type WindowSpecs []WindowSpec
 // UnmarshalJSON implements json.Unmarshaler.
 func (ws *WindowSpecs) UnmarshalJSON(b []byte) error {
 	return ws.unmarshal(func(v any) error {
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		return dec.Decode(v)
+		return strictJSON(b, v)
 	}, bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")))
 }
 
@@ -115,7 +113,7 @@ func (ws *WindowSpecs) fromMap(m map[string]WindowSpec) error {
 func (ws WindowSpecs) windows() []Window {
 	out := make([]Window, len(ws))
 	for i, w := range ws {
-		out[i] = Window{Name: w.Name, Limit: w.Limit, Window: time.Duration(w.Window)}
+		out[i] = Window{Name: w.Name, Limit: w.Limit, Window: w.Window}
 	}
 	return out
 }
@@ -188,32 +186,78 @@ func ParseRate(s string) (n int64, per time.Duration, err error) {
 	return n, per, nil
 }
 
-// Duration is a time.Duration written as a Go duration string ("60s",
-// "1h30m") in JSON and YAML: a limit's period, window or interval, and
-// every duration of sluice.yaml.
-type Duration time.Duration
+// MarshalJSON implements json.Marshaler: AppendJSON.
+func (s Spec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil), nil }
 
-// MarshalText implements encoding.TextMarshaler.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
+// UnmarshalJSON implements json.Unmarshaler. It refuses fields the Spec
+// does not have, and takes a duration only as a Go duration string
+// ("60s", "1h30m"): a bare number, whose unit would be a guess, is an
+// error.
+func (s *Spec) UnmarshalJSON(b []byte) error {
+	var j struct {
+		Algorithm string       `json:"algorithm"`
+		Burst     int64        `json:"burst"`
+		Count     int64        `json:"count"`
+		Period    jsonDuration `json:"period"`
+		Rate      int64        `json:"rate"`
+		Per       jsonDuration `json:"per"`
+		Limit     int64        `json:"limit"`
+		Window    jsonDuration `json:"window"`
+		Interval  jsonDuration `json:"interval"`
+		Limits    WindowSpecs  `json:"limits"`
+		MinGap    jsonDuration `json:"min_gap"`
+		Buckets   *int64       `json:"buckets"`
+		Mode      string       `json:"mode"`
+		Slice     jsonDuration `json:"slice"`
+	}
+	if err := strictJSON(b, &j); err != nil {
 		return err
 	}
-	*d = Duration(v)
+	*s = Spec{Algorithm: j.Algorithm, Burst: j.Burst, Count: j.Count, Period: time.Duration(j.Period),
+		Rate: j.Rate, Per: time.Duration(j.Per), Limit: j.Limit, Window: time.Duration(j.Window),
+		Interval: time.Duration(j.Interval), Limits: j.Limits, MinGap: time.Duration(j.MinGap),
+		Buckets: j.Buckets, Mode: j.Mode, Slice: time.Duration(j.Slice)}
 	return nil
 }
 
-// UnmarshalJSON accepts only a duration string, so that a bare number
-// (whose unit would be a guess) is an error.
-func (d *Duration) UnmarshalJSON(b []byte) error {
+// MarshalJSON implements json.Marshaler, with the window as a Go duration
+// string.
+func (w WindowSpec) MarshalJSON() ([]byte, error) { return w.appendJSON(nil), nil }
+
+// UnmarshalJSON implements json.Unmarshaler, as Spec's does.
+func (w *WindowSpec) UnmarshalJSON(b []byte) error {
+	var j struct {
+		Name   string       `json:"name"`
+		Limit  int64        `json:"limit"`
+		Window jsonDuration `json:"window"`
+	}
+	if err := strictJSON(b, &j); err != nil {
+		return err
+	}
+	*w = WindowSpec{Name: j.Name, Limit: j.Limit, Window: time.Duration(j.Window)}
+	return nil
+}
+
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// jsonDuration is a duration in a spec's JSON: a Go duration string.
+type jsonDuration time.Duration
+
+func (d *jsonDuration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("duration must be a string such as \"60s\", got %s", b)
 	}
-	return d.UnmarshalText([]byte(s))
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = jsonDuration(v)
+	return nil
 }
 
 // AppendJSON appends the spec as JSON to b, byte for byte what
@@ -226,11 +270,11 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 		b = append(b, `":`...)
 		return strconv.AppendInt(b, v, 10)
 	}
-	dur := func(b []byte, name string, v Duration) []byte {
+	dur := func(b []byte, name string, v time.Duration) []byte {
 		b = append(b, `,"`...)
 		b = append(b, name...)
 		b = append(b, `":"`...)
-		b = append(b, time.Duration(v).String()...)
+		b = append(b, v.String()...)
 		return append(b, '"')
 	}
 	b = append(b, `{"algorithm":`...)
@@ -248,7 +292,7 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 		switch {
 		case f.v == 0:
 		case f.dur:
-			b = dur(b, f.name, Duration(f.v))
+			b = dur(b, f.name, time.Duration(f.v))
 		default:
 			b = num(b, f.name, f.v)
 		}
@@ -259,16 +303,7 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, '{')
-			if w.Name != "" {
-				b = append(b, `"name":`...)
-				b = jsonenc.AppendString(b, w.Name)
-				b = append(b, ',')
-			}
-			b = append(b, `"limit":`...)
-			b = strconv.AppendInt(b, w.Limit, 10)
-			b = dur(b, "window", w.Window)
-			b = append(b, '}')
+			b = w.appendJSON(b)
 		}
 		b = append(b, ']')
 	}
@@ -286,4 +321,19 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 		b = dur(b, "slice", s.Slice)
 	}
 	return append(b, '}')
+}
+
+// appendJSON appends the window as JSON to b, as Spec.AppendJSON does.
+func (w WindowSpec) appendJSON(b []byte) []byte {
+	b = append(b, '{')
+	if w.Name != "" {
+		b = append(b, `"name":`...)
+		b = jsonenc.AppendString(b, w.Name)
+		b = append(b, ',')
+	}
+	b = append(b, `"limit":`...)
+	b = strconv.AppendInt(b, w.Limit, 10)
+	b = append(b, `,"window":"`...)
+	b = append(b, w.Window.String()...)
+	return append(b, `"}`...)
 }

@@ -194,7 +194,7 @@ func (WindowCounter) Kind() Kind { return KindWindowCounter }
 
 // Spec implements Limit.
 func (wc WindowCounter) Spec() Spec {
-	return Spec{Algorithm: NameWindowCounter, Slice: Duration(wc.Slice), Limits: windowSpecs(wc.Limits)}
+	return Spec{Algorithm: NameWindowCounter, Slice: wc.Slice, Limits: windowSpecs(wc.Limits)}
 }
 
 // Quota implements Limit: the smallest limit, in its window.

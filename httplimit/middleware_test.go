@@ -378,23 +378,22 @@ func TestHeaderKeyFallback(t *testing.T) {
 // defined outside package algo, which answers Quota for itself, through a
 // stub checker.
 func TestWindows(t *testing.T) {
-	dur := func(d time.Duration) algo.Duration { return algo.Duration(d) }
 	for _, tc := range []struct {
 		limit algo.Limit
 		quota int64
 		want  string
 	}{
-		{build(t, algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: dur(time.Minute)}), 16, `"p";q=16;w=32`},
-		{build(t, algo.Spec{Algorithm: "gcra", Burst: 5, Count: 10, Period: dur(time.Second)}), 6, `"p";q=6;w=1`},
-		{build(t, algo.Spec{Algorithm: "gcra", Burst: 0, Count: 1, Period: dur(90 * time.Second)}), 1, `"p";q=1;w=90`},
-		{build(t, algo.Spec{Algorithm: "token_bucket", Burst: 10, Rate: 10, Per: dur(time.Minute)}), 10, `"p";q=10;w=60`},
-		{build(t, algo.Spec{Algorithm: "token_bucket", Burst: 1, Rate: 3, Per: dur(time.Second)}), 1, `"p";q=1;w=1`},
-		{build(t, algo.Spec{Algorithm: "fixed_window", Limit: 1000, Window: dur(time.Hour)}), 1000, `"p";q=1000;w=3600`},
-		{build(t, algo.Spec{Algorithm: "fixed_window", Limit: 7, Window: dur(1500 * time.Millisecond)}), 7, `"p";q=7;w=2`},
-		{build(t, algo.Spec{Algorithm: "gate", Interval: dur(10 * time.Second)}), 1, `"p";q=1;w=10`},
-		{build(t, algo.Spec{Algorithm: "sliding_log", Limits: algo.WindowSpecs{{Limit: 10, Window: dur(time.Second)}, {Limit: 100, Window: dur(time.Minute)}}}), 10, `"p";q=10;w=1`},
-		{build(t, algo.Spec{Algorithm: "window_counter", Limits: algo.WindowSpecs{{Limit: 1000, Window: dur(time.Hour)}, {Limit: 100, Window: dur(time.Minute)}}}), 100, `"p";q=100;w=60`},
-		{build(t, algo.Spec{Algorithm: "sliding_log", MinGap: dur(5 * time.Second), Limits: algo.WindowSpecs{{Limit: 1, Window: dur(5 * time.Second)}}}), 1, `"p";q=1;w=5`},
+		{build(t, algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: time.Minute}), 16, `"p";q=16;w=32`},
+		{build(t, algo.Spec{Algorithm: "gcra", Burst: 5, Count: 10, Period: time.Second}), 6, `"p";q=6;w=1`},
+		{build(t, algo.Spec{Algorithm: "gcra", Burst: 0, Count: 1, Period: 90 * time.Second}), 1, `"p";q=1;w=90`},
+		{build(t, algo.Spec{Algorithm: "token_bucket", Burst: 10, Rate: 10, Per: time.Minute}), 10, `"p";q=10;w=60`},
+		{build(t, algo.Spec{Algorithm: "token_bucket", Burst: 1, Rate: 3, Per: time.Second}), 1, `"p";q=1;w=1`},
+		{build(t, algo.Spec{Algorithm: "fixed_window", Limit: 1000, Window: time.Hour}), 1000, `"p";q=1000;w=3600`},
+		{build(t, algo.Spec{Algorithm: "fixed_window", Limit: 7, Window: 1500 * time.Millisecond}), 7, `"p";q=7;w=2`},
+		{build(t, algo.Spec{Algorithm: "gate", Interval: 10 * time.Second}), 1, `"p";q=1;w=10`},
+		{build(t, algo.Spec{Algorithm: "sliding_log", Limits: algo.WindowSpecs{{Limit: 10, Window: time.Second}, {Limit: 100, Window: time.Minute}}}), 10, `"p";q=10;w=1`},
+		{build(t, algo.Spec{Algorithm: "window_counter", Limits: algo.WindowSpecs{{Limit: 1000, Window: time.Hour}, {Limit: 100, Window: time.Minute}}}), 100, `"p";q=100;w=60`},
+		{build(t, algo.Spec{Algorithm: "sliding_log", MinGap: 5 * time.Second, Limits: algo.WindowSpecs{{Limit: 1, Window: 5 * time.Second}}}), 1, `"p";q=1;w=5`},
 		// A limit from outside package algo, and a level with no limit
 		// (a user script's).
 		{futureLimit{algo.FixedWindow{Limit: 7, Window: 30 * time.Second}}, 7, `"p";q=7;w=30`},

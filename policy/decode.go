@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/token"
@@ -31,9 +32,27 @@ type yamlUnmarshaler interface {
 var (
 	yamlUnmarshalerType = reflect.TypeFor[yamlUnmarshaler]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
-	durationType        = reflect.TypeFor[algo.Duration]()
+	durationType        = reflect.TypeFor[time.Duration]()
 	number              = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
 )
+
+// duration sets the time.Duration v from n, a Go duration string such as
+// "60s" or "1h30m": a bare number, whose unit would be a guess, is an
+// error. Every duration of every file is written so.
+func (l *loader) duration(n ast.Node, v reflect.Value, path string) bool {
+	s, ok := stringValue(n)
+	if !ok {
+		l.errorf(n, path, "want a duration such as \"60s\", got %s", describe(n))
+		return false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		l.add(l.pos(n), nil, path, err.Error(), err)
+		return false
+	}
+	v.SetInt(int64(d))
+	return true
+}
 
 // decode sets v from the node n, reporting problems under path. It returns
 // false if there were any.
@@ -51,14 +70,13 @@ func (l *loader) decode(n ast.Node, v reflect.Value, path string) bool {
 	if v.CanAddr() && v.Addr().Type().Implements(yamlUnmarshalerType) {
 		return l.unmarshalYAML(n, v.Addr().Interface().(yamlUnmarshaler), path)
 	}
+	if v.Type() == durationType {
+		return l.duration(n, v, path)
+	}
 	if v.CanAddr() && v.Addr().Type().Implements(textUnmarshalerType) {
 		s, ok := stringValue(n)
 		if !ok {
-			if v.Type() == durationType {
-				l.errorf(n, path, "want a duration such as \"60s\", got %s", describe(n))
-			} else {
-				l.errorf(n, path, "want a string, got %s", describe(n))
-			}
+			l.errorf(n, path, "want a string, got %s", describe(n))
 			return false
 		}
 		if err := v.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {

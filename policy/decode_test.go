@@ -19,7 +19,7 @@ import (
 type futureSpec struct {
 	Algorithm string        `yaml:"algorithm"`
 	Limits    []windowLimit `json:"limits,omitempty" yaml:"limits,omitempty"`
-	MinGap    algo.Duration `yaml:"min_gap,omitempty"`
+	MinGap    time.Duration `yaml:"min_gap,omitempty"`
 	Buckets   uint16        `json:"buckets"`
 	Ratio     float64
 	Strict    *bool             `yaml:"strict"`
@@ -30,7 +30,7 @@ type futureSpec struct {
 
 type windowLimit struct {
 	Limit  int64         `yaml:"limit"`
-	Window algo.Duration `yaml:"window"`
+	Window time.Duration `yaml:"window"`
 }
 
 func decodeYAML(t *testing.T, src string, v any) ErrorList {
@@ -62,8 +62,8 @@ labels: {team: core}
 	strict := true
 	want := futureSpec{
 		Algorithm: "sliding_log",
-		Limits:    []windowLimit{{1000, algo.Duration(time.Hour)}, {10, algo.Duration(time.Second)}},
-		MinGap:    algo.Duration(10 * time.Millisecond),
+		Limits:    []windowLimit{{1000, time.Hour}, {10, time.Second}},
+		MinGap:    10 * time.Millisecond,
 		Buckets:   60, Ratio: 0.5, Strict: &strict, Labels: map[string]string{"team": "core"},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -130,8 +130,8 @@ func TestDecodeUnmarshaler(t *testing.T) {
 		want windows
 		errs []string
 	}{
-		{src: "w: [{limit: 1, window: 1s}]", want: windows{{1, algo.Duration(time.Second)}}},
-		{src: "w: {b: {limit: 2, window: 2s}, a: {limit: 1, window: 1s}}", want: windows{{1, algo.Duration(time.Second)}, {2, algo.Duration(time.Second * 2)}}},
+		{src: "w: [{limit: 1, window: 1s}]", want: windows{{1, time.Second}}},
+		{src: "w: {b: {limit: 2, window: 2s}, a: {limit: 1, window: 1s}}", want: windows{{1, time.Second}, {2, time.Second * 2}}},
 		{src: "w: [{limit: 1, window: 1s}, {limit: 2, windw: 2s}]", errs: []string{
 			`f.yaml:1:40: limit.w[1].windw: unknown field "windw" (want limit or window)`,
 		}},

@@ -451,7 +451,7 @@ func (l *loader) shorthand(s *ast.SequenceNode, path string) (compiled, bool) {
 				l.errorf(period, path+".period", "%s seconds is out of range", nodeText(period))
 				pok = false
 			} else {
-				spec.Period = algo.Duration(time.Duration(secs) * time.Second)
+				spec.Period = time.Duration(secs) * time.Second
 			}
 		} else if s, isStr := period.(*ast.StringNode); isStr && s.Token != nil && s.Token.Type == token.StringType && number.MatchString(s.Value) {
 			l.errorf(period, path+".period", "%s seconds is out of range", s.Value)
@@ -489,9 +489,9 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 			l.errorf(at, sub(path, "rate"), "%v", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
 			return compiled{}, false
 		case spec.Algorithm == algo.NameGCRA && spec.Count == 0 && spec.Period == 0:
-			spec.Count, spec.Period = n, algo.Duration(per)
+			spec.Count, spec.Period = n, per
 		case spec.Algorithm == algo.NameTokenBucket && spec.Per == 0:
-			spec.Rate, spec.Per = n, algo.Duration(per)
+			spec.Rate, spec.Per = n, per
 		default:
 			l.errorf(at, sub(path, "rate"), "rate: N/duration is for gcra (without count and period) and token_bucket (without per)")
 			return compiled{}, false

@@ -76,7 +76,7 @@ func TestSeedScenario(t *testing.T) {
 	if m.Unmatched || m.Unlimited || m.Pattern != "user/*/trade" || m.Depth != 3 {
 		t.Errorf("match = %+v", m)
 	}
-	want := algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: algo.Duration(time.Minute)}
+	want := algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: time.Minute}
 	if got := m.Hits[0].Limits[0].Spec(); !reflect.DeepEqual(got, want) {
 		t.Errorf("spec = %+v, want %+v", got, want)
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -59,7 +58,7 @@ func BenchmarkDecidePath(b *testing.B) {
 			if st == "redis" {
 				url = redistest.Start(b).URL()
 			}
-			s, err := New(context.Background(), Config{Store: url, PolicyData: []byte(benchPolicy), Timeout: algo.Duration(time.Second)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			s, err := New(context.Background(), Config{Store: url, PolicyData: []byte(benchPolicy), Timeout: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if err != nil {
 				b.Fatal(err)
 			}

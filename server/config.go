@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -37,7 +36,7 @@ type Config struct {
 	PolicyName string `yaml:"-"`
 	// Timeout bounds each decision, store round trip included. Default
 	// 50ms.
-	Timeout algo.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout"`
 	// OnStoreError is what a check answers when the store fails or times
 	// out: "allow" (fail open, the default) or "deny" (fail closed).
 	OnStoreError string `yaml:"on_store_error"`
@@ -56,15 +55,15 @@ type Config struct {
 	// WatchInterval is how often the policy file's modification time and
 	// size are polled for a reload; negative disables polling (SIGHUP
 	// still reloads). Default 1s.
-	WatchInterval algo.Duration `yaml:"watch_interval"`
+	WatchInterval time.Duration `yaml:"watch_interval"`
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 10s.
-	ShutdownTimeout algo.Duration `yaml:"shutdown_timeout"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// ShutdownDelay is how long, after SIGTERM, the service goes on
 	// serving while /readyz answers 503 and the gRPC health service
 	// NOT_SERVING, so that a load balancer stops sending to it before its
 	// listeners close. Default 0.
-	ShutdownDelay algo.Duration `yaml:"shutdown_delay"`
+	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
 	// AdminHTTP, when set, is a listen address that serves the /admin/
 	// endpoints (and health and metrics) on their own; the HTTP listener
 	// then has none. Empty (the default) serves them on the HTTP listener.
@@ -86,7 +85,7 @@ type RedisConfig struct {
 	// write for up to this long (default 20µs; negative disables): fewer
 	// system calls, for the service and for Redis, at a small cost in
 	// latency.
-	MaxFlushDelay algo.Duration `yaml:"max_flush_delay"`
+	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
 	// OverLimitCache is how many keys' denials the exact over-limit cache
 	// keeps (default 100000; negative disables): a key denied by Redis is
 	// denied again without a round trip until its retry-after
@@ -98,7 +97,7 @@ type RedisConfig struct {
 	// that say lease: true (default 1s; negative turns leases off):
 	// a hot key's checks are then admitted from units taken ahead, at
 	// most MaxLease at a time per key (default 10000). See store/redis.
-	LeaseFor algo.Duration `yaml:"lease_for"`
+	LeaseFor time.Duration `yaml:"lease_for"`
 	MaxLease int64         `yaml:"max_lease"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
@@ -126,7 +125,7 @@ type ConsumersConfig struct {
 	// disables recording).
 	Max int `yaml:"max"`
 	// TTL is how long a list lives after its last entry (default 1h).
-	TTL algo.Duration `yaml:"ttl"`
+	TTL time.Duration `yaml:"ttl"`
 }
 
 // Defaults of Config.
@@ -156,16 +155,16 @@ func (c Config) Defaults() Config {
 		c.Store = "memory"
 	}
 	if c.Timeout == 0 {
-		c.Timeout = algo.Duration(DefaultTimeout)
+		c.Timeout = DefaultTimeout
 	}
 	if c.OnStoreError == "" {
 		c.OnStoreError = "allow"
 	}
 	if c.WatchInterval == 0 {
-		c.WatchInterval = algo.Duration(DefaultWatchInterval)
+		c.WatchInterval = DefaultWatchInterval
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = algo.Duration(DefaultShutdownTimeout)
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Consumers.Max == 0 {
 		c.Consumers.Max = DefaultConsumersMax
@@ -177,16 +176,16 @@ func (c Config) Defaults() Config {
 		}
 	}
 	if c.Consumers.TTL == 0 {
-		c.Consumers.TTL = algo.Duration(DefaultConsumersTTL)
+		c.Consumers.TTL = DefaultConsumersTTL
 	}
 	if c.Redis.LeaseFor == 0 {
-		c.Redis.LeaseFor = algo.Duration(DefaultLeaseFor)
+		c.Redis.LeaseFor = DefaultLeaseFor
 	}
 	if c.Redis.OverLimitCache == 0 {
 		c.Redis.OverLimitCache = DefaultOverLimitCache
 	}
 	if c.Redis.MaxFlushDelay == 0 {
-		c.Redis.MaxFlushDelay = algo.Duration(DefaultMaxFlushDelay)
+		c.Redis.MaxFlushDelay = DefaultMaxFlushDelay
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
@@ -304,13 +303,18 @@ func (c *Config) Set(field, s string) error {
 		*p = s
 		return nil
 	}
-	durs := map[string]*algo.Duration{
+	durs := map[string]*time.Duration{
 		"timeout": &c.Timeout, "consumers.ttl": &c.Consumers.TTL,
 		"watch_interval": &c.WatchInterval, "shutdown_timeout": &c.ShutdownTimeout, "shutdown_delay": &c.ShutdownDelay,
 		"redis.max_flush_delay": &c.Redis.MaxFlushDelay, "redis.lease_for": &c.Redis.LeaseFor,
 	}
 	if p, ok := durs[field]; ok {
-		return p.UnmarshalText([]byte(s))
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*p = d
+		return nil
 	}
 	ints := map[string]*int{"consumers.max": &c.Consumers.Max, "redis.over_limit_cache": &c.Redis.OverLimitCache}
 	if p, ok := ints[field]; ok {

@@ -369,14 +369,14 @@ func TestEnvoyLimit(t *testing.T) {
 		rpu  uint32
 		unit rlv3.RateLimitResponse_RateLimit_Unit
 	}{
-		{algo.Spec{Algorithm: "fixed_window", Limit: 500, Window: algo.Duration(time.Second)}, 500, rlv3.RateLimitResponse_RateLimit_SECOND},
-		{algo.Spec{Algorithm: "fixed_window", Limit: 2, Window: algo.Duration(168 * time.Hour)}, 2, rlv3.RateLimitResponse_RateLimit_WEEK},
-		{algo.Spec{Algorithm: "fixed_window", Limit: 5, Window: algo.Duration(10 * time.Second)}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
-		{algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: algo.Duration(time.Minute)}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
-		{algo.Spec{Algorithm: "token_bucket", Burst: 5, Rate: 1, Per: algo.Duration(2 * time.Second)}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
-		{algo.Spec{Algorithm: "gate", Interval: algo.Duration(10 * time.Second)}, 6, rlv3.RateLimitResponse_RateLimit_MINUTE},
-		{algo.Spec{Algorithm: "gate", Interval: algo.Duration(7 * time.Second)}, 86400, rlv3.RateLimitResponse_RateLimit_WEEK},
-		{algo.Spec{Algorithm: "gate", Interval: algo.Duration(13 * time.Second)}, 2425846, rlv3.RateLimitResponse_RateLimit_YEAR},
+		{algo.Spec{Algorithm: "fixed_window", Limit: 500, Window: time.Second}, 500, rlv3.RateLimitResponse_RateLimit_SECOND},
+		{algo.Spec{Algorithm: "fixed_window", Limit: 2, Window: 168 * time.Hour}, 2, rlv3.RateLimitResponse_RateLimit_WEEK},
+		{algo.Spec{Algorithm: "fixed_window", Limit: 5, Window: 10 * time.Second}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
+		{algo.Spec{Algorithm: "gcra", Burst: 15, Count: 30, Period: time.Minute}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
+		{algo.Spec{Algorithm: "token_bucket", Burst: 5, Rate: 1, Per: 2 * time.Second}, 30, rlv3.RateLimitResponse_RateLimit_MINUTE},
+		{algo.Spec{Algorithm: "gate", Interval: 10 * time.Second}, 6, rlv3.RateLimitResponse_RateLimit_MINUTE},
+		{algo.Spec{Algorithm: "gate", Interval: 7 * time.Second}, 86400, rlv3.RateLimitResponse_RateLimit_WEEK},
+		{algo.Spec{Algorithm: "gate", Interval: 13 * time.Second}, 2425846, rlv3.RateLimitResponse_RateLimit_YEAR},
 	}
 	// Every kind has a steady rate to give Envoy.
 	for _, k := range algo.Kinds() {

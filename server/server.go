@@ -49,7 +49,7 @@ type Server struct {
 
 	ready     atomic.Bool
 	errLog    ratelog.Every // store failures: one line a second
-	unmatched unmatchedLog    // where unmatched paths were logged
+	unmatched unmatchedLog  // where unmatched paths were logged
 	httpLn    net.Listener
 	grpcLn    net.Listener
 	adminLn   net.Listener // nil: admin on httpLn

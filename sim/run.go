@@ -323,7 +323,7 @@ func (r *StrategyResult) summarize(p *policy.Policy, classes map[string]string) 
 func windows(p *policy.Policy) []time.Duration {
 	seen := map[time.Duration]bool{}
 	var out []time.Duration
-	add := func(d algo.Duration) {
+	add := func(d time.Duration) {
 		if w := time.Duration(d); w > 0 && !seen[w] {
 			seen[w] = true
 			out = append(out, w)

@@ -37,7 +37,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
@@ -1139,7 +1138,7 @@ func TestExampleConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Store != "redis://127.0.0.1:6379/0" || c.Timeout != algo.Duration(50*time.Millisecond) || c.Consumers.Max != 20 || c.LogFormat != "json" {
+	if c.Store != "redis://127.0.0.1:6379/0" || c.Timeout != 50*time.Millisecond || c.Consumers.Max != 20 || c.LogFormat != "json" {
 		t.Errorf("%+v", c)
 	}
 	// It starts as it is, but for its Redis and ports (a test may not
