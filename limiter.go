@@ -226,7 +226,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservatio
 	if err != nil {
 		return nil, err
 	}
-	if t, _ := p.TAT(); n > t.Limit {
+	if t, _ := p.TAT(); n > t.Quota {
 		return nil, ErrNever
 	}
 	now, err := l.now(ctx)

@@ -103,11 +103,12 @@ func (b TokenBucket) tat() (TAT, error) {
 }
 
 // TAT is the virtual-scheduling core shared by GCRA and TokenBucket: an
-// emission Interval T and a Tolerance τ = T·Limit, both in µs.
+// emission Interval T and a Tolerance τ = T·Quota, both in µs; Quota is the
+// most one decision admits (Result.Quota).
 type TAT struct {
 	Interval  int64
 	Tolerance int64
-	Limit     int64
+	Quota     int64
 }
 
 func newTAT(name string, periodUS, count, limit int64) (TAT, error) {
@@ -119,7 +120,7 @@ func newTAT(name string, periodUS, count, limit int64) (TAT, error) {
 	if hi, lo := bits.Mul64(uint64(limit), uint64(t)); hi != 0 || lo > uint64(Micros(MaxHorizon)) {
 		return TAT{}, fmt.Errorf("%w: %s burst %d spans more than the 100-year horizon", ErrInvalid, name, limit)
 	}
-	return TAT{Interval: t, Tolerance: t * limit, Limit: limit}, nil
+	return TAT{Interval: t, Tolerance: t * limit, Quota: limit}, nil
 }
 
 // Decide applies the virtual-scheduling step; State.A holds the TAT.
@@ -132,7 +133,7 @@ func (p TAT) Decide(s *State, now, cost int64, commit bool) Result {
 // whether the cost is admitted and the tat that Result takes.
 func (p *TAT) step(s *State, now, cost int64, commit bool) (allowed bool, tat int64) {
 	tat = max(s.A, now)
-	if cost > p.Limit {
+	if cost > p.Quota {
 		return false, tat
 	}
 	newTAT := tat + cost*p.Interval
@@ -155,13 +156,13 @@ func (p TAT) Result(allowed bool, now, tat, cost int64) Result {
 // numbers are the Result's numbers: see Plan.Finish.
 func (p *TAT) numbers(allowed bool, now, tat, cost int64) numbers {
 	reset := tat - now
-	n := numbers{quota: p.Limit, reset: dur(reset)}
+	n := numbers{quota: p.Quota, reset: dur(reset)}
 	if r := p.Tolerance - reset; r > 0 { // reset >= 0
 		n.remaining = r / p.Interval
 	}
 	if !allowed {
 		n.retry = Never
-		if cost <= p.Limit {
+		if cost <= p.Quota {
 			n.retry = dur(tat + cost*p.Interval - p.Tolerance - now)
 		}
 	}

@@ -402,7 +402,7 @@ func (p *Plan) TAT() (TAT, error) {
 // records it, so that the caller acts when the time comes (see
 // Plan.ReserveDelay) and later decisions see the capacity as taken. It is
 // the plan's own algorithm with its tolerance τ grown by wait, so a cost
-// above the limit's burst (TAT.Limit) must not be decided with it: the
+// above the limit's burst (TAT.Quota) must not be decided with it: the
 // caller refuses it first (the Redis store's script does not look). The
 // error
 // wraps ErrUnsupported for the other kinds: a window has no notion of
@@ -446,7 +446,7 @@ func (p TAT) Undo(s *State, now, cost int64) {
 	if s.A == 0 {
 		return
 	}
-	back := s.A - min(cost, p.Limit+1)*p.Interval
+	back := s.A - min(cost, p.Quota+1)*p.Interval
 	if back <= now {
 		*s = State{Log: s.Log[:0]}
 		return

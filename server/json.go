@@ -31,10 +31,10 @@ import (
 // matched nothing under unmatched: deny). Levels is [] (never null) when the
 // request hit no level. A level's configured limit is under "spec" (the
 // algo.Spec JSON of replay events and limits.yaml), since "limit" is the
-// result's limit as in the summary.
+// result's Quota (the IETF RateLimit-Policy's q), as in the summary.
 type DecisionJSON struct {
 	Allowed      bool        `json:"allowed"`
-	Limit        int64       `json:"limit"`
+	Quota        int64       `json:"limit"`
 	Remaining    int64       `json:"remaining"`
 	RetryAfterNs int64       `json:"retry_after_ns"`
 	ResetAfterNs int64       `json:"reset_after_ns"`
@@ -53,7 +53,7 @@ type LevelJSON struct {
 	Spec         algo.Spec `json:"spec"`
 	Shadow       bool      `json:"shadow"`
 	Allowed      bool      `json:"allowed"`
-	Limit        int64     `json:"limit"`
+	Quota        int64     `json:"limit"`
 	Remaining    int64     `json:"remaining"`
 	RetryAfterNs int64     `json:"retry_after_ns"`
 	ResetAfterNs int64     `json:"reset_after_ns"`
@@ -67,7 +67,7 @@ type LevelJSON struct {
 func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
 	out := DecisionJSON{
 		Allowed:      d.Allowed,
-		Limit:        d.Summary.Quota,
+		Quota:        d.Summary.Quota,
 		Remaining:    d.Summary.Remaining,
 		RetryAfterNs: int64(d.Summary.RetryAfter),
 		ResetAfterNs: int64(d.Summary.ResetAfter),
@@ -77,7 +77,7 @@ func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
 	for i, l := range d.Levels {
 		out.Levels[i] = LevelJSON{
 			Pattern: l.Pattern, Key: l.Key, Spec: levelSpec(&l), Shadow: l.Shadow,
-			Allowed: l.Result.Allowed, Limit: l.Result.Quota, Remaining: l.Result.Remaining,
+			Allowed: l.Result.Allowed, Quota: l.Result.Quota, Remaining: l.Result.Remaining,
 			RetryAfterNs: int64(l.Result.RetryAfter), ResetAfterNs: int64(l.Result.ResetAfter),
 			DeniedBy: levelDeniedBy(&l),
 		}

@@ -21,17 +21,17 @@ import (
 
 // event is one line of replay input.
 type event struct {
-	TNs   *int64     `json:"t_ns"`
-	Key   string     `json:"key"`
-	Limit *algo.Spec `json:"limit"`
-	Path  []string   `json:"path"` // with --policy, instead of key and limit
-	Cost  *int64     `json:"cost"`
+	TNs  *int64     `json:"t_ns"`
+	Key  string     `json:"key"`
+	Spec *algo.Spec `json:"limit"`
+	Path []string   `json:"path"` // with --policy, instead of key and limit
+	Cost *int64     `json:"cost"`
 }
 
 // resultLine is one line of replay output.
 type resultLine struct {
 	Allowed      bool   `json:"allowed"`
-	Limit        int64  `json:"limit"`
+	Quota        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
 	RetryAfterNs int64  `json:"retry_after_ns"`
 	ResetAfterNs int64  `json:"reset_after_ns"`
@@ -111,7 +111,7 @@ flags:`)
 			if err != nil {
 				return nil, err
 			}
-			if ev.Key != "" || ev.Limit != nil || len(ev.Path) == 0 {
+			if ev.Key != "" || ev.Spec != nil || len(ev.Path) == 0 {
 				return nil, errors.New(`with --policy an event names a "path", not a "key" or "limit"`)
 			}
 			if err := c.CheckAt(ctx, ev.time(), ev.Path, ev.cost(), &d); err != nil {
@@ -187,10 +187,10 @@ func parseEvent(line []byte) (sluice.Request, error) {
 	if ev.Path != nil {
 		return sluice.Request{}, errors.New(`an event with a "path" needs --policy`)
 	}
-	if ev.Limit == nil {
+	if ev.Spec == nil {
 		return sluice.Request{}, errors.New(`missing "limit"`)
 	}
-	lim, err := ev.Limit.Build()
+	lim, err := ev.Spec.Build()
 	if err != nil {
 		return sluice.Request{}, fmt.Errorf("limit: %w", err)
 	}

@@ -596,13 +596,13 @@ func TestServeAdmin(t *testing.T) {
 func TestServeReload(t *testing.T) {
 	pol := policyFile(t, testPolicy)
 	p := serve(t, nil, append(local, "--policy", pol, "--watch-interval", "50ms")...)
-	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Limit != 100 {
+	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Quota != 100 {
 		t.Fatalf("before: %+v", d)
 	}
 	// A good change is picked up by the watcher.
 	writeTestFile(t, pol, strings.Replace(testPolicy, "burst: 100, rate: 100", "burst: 7, rate: 7", 1))
 	p.waitLog("policy reloaded", 10*time.Second)
-	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Limit != 7 {
+	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Quota != 7 {
 		t.Fatalf("after a good change: %+v", d)
 	}
 	// A bad file is logged with its positions and the old policy stays.
@@ -610,7 +610,7 @@ func TestServeReload(t *testing.T) {
 	p.waitLog("policy reload failed", 10*time.Second)
 	p.waitLog("limits.yaml:5:5", 5*time.Second)
 	p.waitLog("limits.yaml:3:", 5*time.Second)
-	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Limit != 7 {
+	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Quota != 7 {
 		t.Fatalf("after a bad change: %+v", d)
 	}
 	// SIGHUP reloads too (here the same bad file: a second failure).
@@ -633,7 +633,7 @@ func TestServeReload(t *testing.T) {
 	writeTestFile(t, pol, testPolicy)
 	p.signal(syscall.SIGHUP)
 	deadline = time.Now().Add(10 * time.Second)
-	for p.check(`{"path": ["shared"]}`).decision(t).Limit != 100 {
+	for p.check(`{"path": ["shared"]}`).decision(t).Quota != 100 {
 		if time.Now().After(deadline) {
 			t.Fatal("the fixed file was not reloaded")
 		}

@@ -31,7 +31,7 @@ func tatFor(l algo.Limit) (algo.TAT, bool) {
 
 func tatArgs(args []string, l algo.Limit, cost int64) []string {
 	p, _ := tatFor(l)
-	n := min(cost, p.Limit+1) // beyond Limit+1 the answer is the same, and n·T cannot overflow
+	n := min(cost, p.Quota+1) // beyond Quota+1 the answer is the same, and n·T cannot overflow
 	return append(args, itoa(n*p.Interval), itoa(p.Tolerance))
 }
 
