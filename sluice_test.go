@@ -290,3 +290,41 @@ func TestEveryKindDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestLayoutNamesEveryPackage: the README's Layout names every package
+// directory of the module (internal/'s are described under internal/).
+func TestLayoutNamesEveryPackage(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(readme), "\n## Layout\n")
+	if !ok {
+		t.Fatal("README has no Layout section")
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(layout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasSuffix(f[0], "/") && !strings.HasPrefix(line, " ") {
+			listed[strings.TrimSuffix(f[0], "/")] = true
+		}
+	}
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (path == "bench" || path != "." && strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		dir := filepath.Dir(path)
+		if dir != "." && !listed[dir] && filepath.Dir(dir) != "internal" {
+			t.Errorf("the README's Layout does not name %s/", dir)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
