@@ -70,23 +70,5 @@ func (s *Store) Consumers(ctx context.Context, key, tag string) ([][]byte, error
 // ResetConsumers implements store.ConsumerLog: the lists' keys are deleted
 // each on its own, in one pipelined round trip.
 func (s *Store) ResetConsumers(ctx context.Context, reqs []sluice.Request) error {
-	if len(reqs) == 0 {
-		return nil
-	}
-	ctx, cancel, err := s.connected(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	c := s.client()
-	cmds := make(rueidis.Commands, len(reqs))
-	for i, r := range reqs {
-		cmds[i] = c.B().Del().Key(ConsumersKey(s.prefix, r.Key, r.Tag)).Build()
-	}
-	for _, res := range c.DoMulti(ctx, cmds...) {
-		if err := res.Error(); err != nil {
-			return fmt.Errorf("redis store: consumers: %w", err)
-		}
-	}
-	return nil
+	return s.deleteEach(ctx, "consumers", reqs, func(r sluice.Request) string { return ConsumersKey(s.prefix, r.Key, r.Tag) })
 }

@@ -21,21 +21,35 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 	if len(reqs) == 0 {
 		return nil
 	}
+	if err := s.deleteEach(ctx, "reset", reqs, s.stateKey); err != nil {
+		return err
+	}
+	return s.forget(ctx, reqs...)
+}
+
+// deleteEach deletes the key name gives each request, each key on its
+// own, in one pipelined round trip (so keys of several Cluster slots may
+// go together); op names the operation in an error.
+func (s *Store) deleteEach(ctx context.Context, op string, reqs []sluice.Request, name func(sluice.Request) string) error {
+	if len(reqs) == 0 {
+		return nil
+	}
 	ctx, cancel, err := s.connected(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
+	c := s.client()
 	cmds := make(rueidis.Commands, len(reqs))
 	for i, r := range reqs {
-		cmds[i] = s.client().B().Del().Key(s.stateKey(r)).Build()
+		cmds[i] = c.B().Del().Key(name(r)).Build()
 	}
-	for _, res := range s.client().DoMulti(ctx, cmds...) {
+	for _, res := range c.DoMulti(ctx, cmds...) {
 		if err := res.Error(); err != nil {
-			return fmt.Errorf("redis store: reset: %w", err)
+			return fmt.Errorf("redis store: %s: %w", op, err)
 		}
 	}
-	return s.forget(ctx, reqs...)
+	return nil
 }
 
 var (
