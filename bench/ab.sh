@@ -7,6 +7,7 @@
 #
 #   bench/ab.sh OLD NEW PACKAGE BENCH [ROUNDS]
 #   bench/ab.sh 3f3aa52 HEAD ./policy '^BenchmarkCheck$/memory' 5
+#   bench/ab.sh 2920a76 . ./bench/peers 'Peers/sluice-allow/gcra' 9
 #
 # NEW may be "." for the working tree. Tests that need redis-server find it
 # as usual. CPU=1,2 runs each benchmark at those GOMAXPROCS (-test.cpu).
@@ -22,8 +23,10 @@ if [ "$new" != . ]; then
   git -C "$top" worktree add -q --detach "$tmp/new" "$new"
   newdir=$tmp/new
 fi
-(cd "$tmp/old" && go test -c -o "$tmp/old.test" "$pkg")
-(cd "$newdir" && go test -c -o "$tmp/new.test" "$pkg")
+# Built from the package's directory, so that a package of the bench
+# module (./bench/peers) builds in its own module.
+(cd "$tmp/old/$pkg" && go test -c -o "$tmp/old.test" .)
+(cd "$newdir/$pkg" && go test -c -o "$tmp/new.test" .)
 for r in $(seq "$rounds"); do
   for side in old new; do
     dir=$tmp/old; [ $side = new ] && dir=$newdir
