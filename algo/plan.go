@@ -24,9 +24,14 @@ import (
 //
 // The zero Plan is not valid; a *Plan is a Limit.
 type Plan struct {
-	kind  Kind
-	ok    bool   // made by Compile
-	shape uint64 // see Shape
+	kind     Kind
+	ok       bool   // made by Compile
+	stepwise bool   // kinds[kind].stepwise, read on every decision
+	shape    uint64 // see Shape
+	// What is derived from the limit, first, beside the fields above that
+	// every decision reads.
+	tat TAT     // gcra, token_bucket
+	win divisor // fixed_window: the window in µs
 	// The limit, in the field of its kind; the others are zero.
 	gcra GCRA
 	tb   TokenBucket
@@ -34,9 +39,6 @@ type Plan struct {
 	gate Gate
 	sl   SlidingLog
 	wc   WindowCounter
-	// What is derived from it.
-	tat TAT     // gcra, token_bucket
-	win divisor // fixed_window: the window in µs
 }
 
 // Compile validates l and returns its Plan. The error wraps ErrInvalid.
@@ -93,7 +95,7 @@ func (p *Plan) Compile(l Limit) error {
 		*p = Plan{}
 		return err
 	}
-	p.ok = true
+	p.ok, p.stepwise = true, kinds[p.kind].stepwise
 	p.shape = p.computeShape()
 	return nil
 }
@@ -237,7 +239,7 @@ func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 // bucket, fixed window and gate, whose Result follows from the outcome
 // and one number (kindInfo.stepwise). Decide is Finish(Step(...)) for
 // these.
-func (p *Plan) Stepwise() bool { return p.ok && kinds[p.kind].stepwise }
+func (p *Plan) Stepwise() bool { return p.stepwise }
 
 // At returns the time a decision at now is taken at on s, which a store
 // passes to Step and Finish: now, except for a fixed window whose state
