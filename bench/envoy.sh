@@ -251,8 +251,13 @@ if hot:
     for n in horder:
         if "process 1" in n:
             other = n.replace("process 1", "process 2")
-            for a, b in zip(hby[n], hby[other]):
-                tot = a["admitted"] + b["admitted"]
-                print(f"\nInto the limit: the two processes admitted {tot:,} together (limit {a['limit']:,}; the window counts {a['window_count']:,} after both closed)" + (" — OVER THE LIMIT" if tot > a["limit"] else "."))
+            # One line for every round: the most the two admitted together.
+            pairs = list(zip(hby[n], hby[other]))
+            tots = [a["admitted"] + b["admitted"] for a, b in pairs]
+            lim = pairs[0][0]["limit"]
+            wc = max(a["window_count"] for a, _ in pairs)
+            over = sum(t > lim for t in tots)
+            print(f"\nInto the limit, in {len(pairs)} rounds: the two processes admitted at most {max(tots):,} together (limit {lim:,}; the window counted at most {wc:,} after both closed)"
+                  + (f" — OVER THE LIMIT in {over} rounds" if over else "."))
     print("\nService runs on the hot key are in the table above (checks/s); the quota client's answers \"OK (quota)\" are admitted from grants without a call.")
 PY
