@@ -54,14 +54,14 @@ func ExampleLimiter() {
 	// pass the context's deadline.
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	fmt.Println(lim.Wait(wctx, "user:alex", 1))
+	fmt.Println(lim.Wait(wctx, "user:alex"))
 
 	// Reserve takes capacity ahead of its time; Cancel gives it back.
-	r, err := lim.Reserve(ctx, "user:bo", 3)
-	fmt.Println(r, err)
-	r, err = lim.Reserve(ctx, "user:bo", 2)
+	r, err := lim.ReserveN(ctx, "user:bo", time.Time{}, 3)
+	fmt.Println(r.OK(), err)
+	r, err = lim.ReserveN(ctx, "user:bo", time.Time{}, 2)
 	fmt.Println(r.Delay() == 0, err)
-	r, err = lim.Reserve(ctx, "user:bo", 1)
+	r, err = lim.Reserve(ctx, "user:bo")
 	fmt.Println(r.Delay() > 900*time.Millisecond, err)
 	fmt.Println(r.Cancel(ctx))
 	// Output:
@@ -69,7 +69,7 @@ func ExampleLimiter() {
 	// true <nil>
 	// false <nil>
 	// sluice: the wait would exceed the context's deadline
-	// <nil> sluice: the cost exceeds the limit and can never be admitted
+	// false sluice: the cost exceeds the limit and can never be admitted
 	// true <nil>
 	// true <nil>
 	// <nil>

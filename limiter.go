@@ -11,8 +11,11 @@ import (
 )
 
 // A Limiter is one limit on a store, compiled once, with the vocabulary of
-// golang.org/x/time/rate's Limiter over many keys: Allow, AllowN, Reserve
-// and Wait. It is safe for concurrent use, and on a shared store (Redis)
+// golang.org/x/time/rate's Limiter over many keys: Allow and AllowN,
+// Reserve and ReserveN, Wait and WaitN, each N form with the key's cost
+// and, where x/time/rate has one, an explicit time (the zero Time: the
+// store's clock) for tests and replays. It is safe for concurrent use, and
+// on a shared store (Redis)
 // every instance of a service that makes the same Limiter shares its keys:
 // a reservation made by one is seen by all.
 //
@@ -89,14 +92,18 @@ var ErrWouldExceedDeadline = errors.New("sluice: the wait would exceed the conte
 // admits at once: no wait can admit it.
 var ErrNever = errors.New("sluice: the cost exceeds the limit and can never be admitted")
 
-// Wait blocks until n actions for key are admitted, and consumes them, or
+// Wait blocks until one action for key is admitted, and consumes it, or
+// until ctx is done: WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN blocks until n actions for key are admitted, and consumes them, or
 // until ctx is done. It never waits when the store says the wait would
 // pass ctx's deadline: it returns ErrWouldExceedDeadline at once, and a
 // context already done returns its error, taking nothing. Every
 // admission is the store's own atomic decision, so many goroutines (and
 // processes, on a shared store) waiting on one key are admitted at exactly
 // the limit's rate; which of them goes first is not ordered.
-func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	if err := ctx.Err(); err != nil {
 		return err // a context already done takes nothing
 	}
@@ -134,10 +141,11 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 }
 
 // A Reservation is n actions for a key taken ahead of their time by
-// Limiter.Reserve: the limit counts them from the moment of the
+// Limiter.ReserveN: the limit counts them from the moment of the
 // reservation, and the holder acts after Delay, or gives them back with
-// Cancel.
+// Cancel. One that could not be made (OK is false) holds nothing.
 type Reservation struct {
+	ok    bool
 	l     *Limiter
 	key   string
 	n     int64
@@ -148,11 +156,22 @@ type Reservation struct {
 	given *atomic.Bool
 }
 
+// OK reports whether the reservation was made: false for one that
+// ReserveN returned with ErrNever or ErrWouldExceedDeadline, and for nil.
+// A reservation that is not OK holds nothing, and its Delay and TimeToAct
+// are zero.
+func (r *Reservation) OK() bool { return r != nil && r.ok }
+
 // Delay is how long after the reservation the holder may act: 0 when the
 // actions were admitted at once.
 func (r *Reservation) Delay() time.Duration { return r.delay }
 
-// TimeToAct is when the holder may act, by the store's clock.
+// DelayFrom is how long after t the holder may act: 0 when t is at or
+// after TimeToAct.
+func (r *Reservation) DelayFrom(t time.Time) time.Duration { return max(r.act.Sub(t), 0) }
+
+// TimeToAct is when the holder may act, by the clock of the reservation:
+// the store's, or the explicit time given to ReserveN.
 func (r *Reservation) TimeToAct() time.Time { return r.act }
 
 // Cancel gives the reservation's actions back to the limit, if their time
@@ -167,7 +186,15 @@ func (r *Reservation) TimeToAct() time.Time { return r.act }
 // before the refund (the store's clock could not be read) leaves the
 // reservation to a later Cancel; once the refund was asked for, even if
 // it failed (it may have been applied), no later call asks again.
-func (r *Reservation) Cancel(ctx context.Context) error {
+func (r *Reservation) Cancel(ctx context.Context) error { return r.CancelAt(ctx, time.Time{}) }
+
+// CancelAt is Cancel at the time t (the zero Time: the store's clock),
+// the twin of ReserveN with an explicit time: the actions go back if t is
+// before TimeToAct. A reservation that is not OK has nothing to give back.
+func (r *Reservation) CancelAt(ctx context.Context, t time.Time) error {
+	if !r.OK() {
+		return nil
+	}
 	rf, ok := r.l.st.(interface {
 		Refund(ctx context.Context, req Request) error
 	})
@@ -177,7 +204,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	if !r.given.CompareAndSwap(false, true) {
 		return nil
 	}
-	now, err := r.l.now(ctx)
+	now, err := r.l.at(ctx, t)
 	if err != nil {
 		r.given.Store(false)
 		return err
@@ -188,9 +215,12 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	return rf.Refund(ctx, Request{Key: r.key, Limit: r.l.lim, Cost: r.n, Time: now})
 }
 
-// now reads the store's clock (store.Clock), or the local clock for a
-// store without one.
-func (l *Limiter) now(ctx context.Context) (time.Time, error) {
+// at returns t, or for the zero Time the store's clock (store.Clock), or
+// the local clock for a store without one.
+func (l *Limiter) at(ctx context.Context, t time.Time) (time.Time, error) {
+	if !t.IsZero() {
+		return t, nil
+	}
 	if c, ok := l.st.(interface {
 		Now(ctx context.Context) (time.Time, error)
 	}); ok {
@@ -199,49 +229,61 @@ func (l *Limiter) now(ctx context.Context) (time.Time, error) {
 	return time.Now(), nil
 }
 
-// Reserve takes n actions for key ahead of their time, as x/time/rate's
-// Reserve does, and returns the Reservation: act after its Delay, or
-// Cancel it. It reserves no later than ctx's deadline allows (a context
-// without one: any wait), and returns ErrWouldExceedDeadline, taking
-// nothing, when the actions could act only after it; ErrNever when n
-// exceeds the limit's burst. A context already done takes nothing and
-// returns its error.
+// Reserve takes one action for key ahead of its time: ReserveN(ctx, key,
+// time.Time{}, 1).
+func (l *Limiter) Reserve(ctx context.Context, key string) (*Reservation, error) {
+	return l.ReserveN(ctx, key, time.Time{}, 1)
+}
+
+// ReserveN takes n actions for key ahead of their time at t (the zero
+// Time: the store's clock), as x/time/rate's ReserveN does, and returns
+// the Reservation: act after its Delay, or Cancel it. It reserves no later
+// than ctx's deadline allows (a context without one: any wait); when the
+// actions could act only after it, it takes nothing and returns a
+// Reservation that is not OK with ErrWouldExceedDeadline, and when n
+// exceeds the limit's burst, one with ErrNever. Any other error returns a
+// nil Reservation; a context already done takes nothing and returns its
+// error.
 //
-// Reserve is for the limits with a steady refill, GCRA and the token
+// ReserveN is for the limits with a steady refill, GCRA and the token
 // bucket, where capacity taken ahead has a meaning: for the others it
 // returns an error wrapping algo.ErrUnsupported. The store must give units
 // back (store.Refunder) for Cancel: the memory and Redis stores do.
 //
-// The decision is at the store's clock (store.Clock: Redis TIME on Redis,
-// read first), and Delay and TimeToAct are by it.
-func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservation, error) {
+// With the zero Time the decision is at the store's clock (store.Clock:
+// Redis TIME on Redis, read first), and Delay and TimeToAct are by it.
+func (l *Limiter) ReserveN(ctx context.Context, key string, t time.Time, n int64) (*Reservation, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now, err := l.at(ctx, t)
+	if err != nil {
 		return nil, err
 	}
 	wait := algo.MaxHorizon
 	if d, ok := ctx.Deadline(); ok {
-		wait = max(time.Until(d), 0)
+		left := time.Until(d) // by the local clock, as the deadline is
+		if !t.IsZero() {
+			left = d.Sub(t)
+		}
+		wait = min(max(left, 0), wait)
 	}
 	p, err := l.plan.Reserving(wait)
 	if err != nil {
 		return nil, err
 	}
 	if t, _ := p.TAT(); n > t.Quota {
-		return nil, ErrNever
-	}
-	now, err := l.now(ctx)
-	if err != nil {
-		return nil, err
+		return &Reservation{}, ErrNever
 	}
 	r, err := l.st.Decide(ctx, Request{Key: key, Limit: &p, Cost: n, Time: now})
 	switch {
 	case err != nil:
 		return nil, err
 	case r.RetryAfter == algo.Never:
-		return nil, ErrNever
+		return &Reservation{}, ErrNever
 	case !r.Allowed:
-		return nil, ErrWouldExceedDeadline
+		return &Reservation{}, ErrWouldExceedDeadline
 	}
 	delay := l.plan.ReserveDelay(r)
-	return &Reservation{l: l, key: key, n: n, act: now.Add(delay), delay: delay, given: new(atomic.Bool)}, nil
+	return &Reservation{ok: true, l: l, key: key, n: n, act: now.Add(delay), delay: delay, given: new(atomic.Bool)}, nil
 }

@@ -107,7 +107,7 @@ func TestLimiterWaitKeepsTheRate(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for {
-						err := lim.Wait(ctx, "wait", 1)
+						err := lim.Wait(ctx, "wait")
 						if err != nil {
 							if !errors.Is(err, sluice.ErrWouldExceedDeadline) && !errors.Is(err, context.DeadlineExceeded) {
 								t.Error(err)
@@ -156,13 +156,13 @@ func TestLimiterWaitHonoursTheDeadline(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := lim.Wait(ctx, "k", 1); err != nil {
+			if err := lim.Wait(ctx, "k"); err != nil {
 				t.Fatal(err)
 			}
-			if err := lim.Wait(ctx, "k", 1); !errors.Is(err, sluice.ErrWouldExceedDeadline) {
+			if err := lim.Wait(ctx, "k"); !errors.Is(err, sluice.ErrWouldExceedDeadline) {
 				t.Errorf("second wait: %v, want ErrWouldExceedDeadline (the next slot is an hour away)", err)
 			}
-			if err := lim.Wait(ctx, "k", 2); !errors.Is(err, sluice.ErrNever) {
+			if err := lim.WaitN(ctx, "k", 2); !errors.Is(err, sluice.ErrNever) {
 				t.Errorf("cost 2 on a limit of 1: %v, want ErrNever", err)
 			}
 			r, err := lim.DecideN(ctx, "k", time.Time{}, 0)
@@ -195,7 +195,7 @@ func TestReserve(t *testing.T) {
 			}
 			var rs []*sluice.Reservation
 			for i := range 3 {
-				r, err := lim.Reserve(ctx, "k", 1)
+				r, err := lim.Reserve(ctx, "k")
 				if err != nil {
 					t.Fatalf("reservation %d: %v", i, err)
 				}
@@ -243,16 +243,20 @@ func TestReserveRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := lim.Reserve(context.Background(), "k", 2); !errors.Is(err, sluice.ErrNever) {
-				t.Errorf("cost over the burst: %v", err)
+			if r, err := lim.ReserveN(context.Background(), "k", time.Time{}, 2); !errors.Is(err, sluice.ErrNever) || r.OK() || r.Delay() != 0 {
+				t.Errorf("cost over the burst: %+v, %v", r, err)
 			}
-			if _, err := lim.Reserve(context.Background(), "k", 1); err != nil {
+			if _, err := lim.Reserve(context.Background(), "k"); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if _, err := lim.Reserve(ctx, "k", 1); !errors.Is(err, sluice.ErrWouldExceedDeadline) {
-				t.Errorf("reservation an hour away with a minute's deadline: %v", err)
+			r, err := lim.Reserve(ctx, "k")
+			if !errors.Is(err, sluice.ErrWouldExceedDeadline) || r.OK() {
+				t.Errorf("reservation an hour away with a minute's deadline: %+v, %v", r, err)
+			}
+			if err := r.Cancel(context.Background()); err != nil {
+				t.Errorf("Cancel of a reservation that is not OK: %v", err)
 			}
 			if r, _ := lim.DecideN(context.Background(), "k", time.Time{}, 0); r.ResetAfter > time.Hour {
 				t.Errorf("a refused reservation took capacity: %+v", r)
@@ -261,7 +265,7 @@ func TestReserveRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := fw.Reserve(context.Background(), "fw", 1); !errors.Is(err, algo.ErrUnsupported) {
+			if _, err := fw.Reserve(context.Background(), "fw"); !errors.Is(err, algo.ErrUnsupported) {
 				t.Errorf("fixed window reservation: %v, want algo.ErrUnsupported", err)
 			}
 		})
@@ -314,7 +318,7 @@ func TestCancelGivesBackOnce(t *testing.T) {
 					t.Fatalf("Allow: %v, %v", ok, err)
 				}
 			}
-			r, err := lim.Reserve(ctx, "k", 1)
+			r, err := lim.Reserve(ctx, "k")
 			if err != nil || r.Delay() < 59*time.Minute {
 				t.Fatalf("Reserve: %v, delay %v", err, r.Delay())
 			}
@@ -360,10 +364,10 @@ func TestReserveWithADoneContext(t *testing.T) {
 			}
 			done, cancel := context.WithCancel(context.Background())
 			cancel()
-			if r, err := lim.Reserve(done, "k", 1); !errors.Is(err, context.Canceled) {
+			if r, err := lim.Reserve(done, "k"); !errors.Is(err, context.Canceled) {
 				t.Errorf("Reserve with a done context: %v, %v", r, err)
 			}
-			if err := lim.Wait(done, "k", 1); !errors.Is(err, context.Canceled) {
+			if err := lim.Wait(done, "k"); !errors.Is(err, context.Canceled) {
 				t.Errorf("Wait with a done context: %v", err)
 			}
 			if ok, err := lim.Allow(context.Background(), "k"); !ok || err != nil {
@@ -383,8 +387,60 @@ func TestReserveUnsupportedSaysWhatToDo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = lim.Reserve(context.Background(), "k", 1)
+	_, err = lim.Reserve(context.Background(), "k")
 	if !errors.Is(err, algo.ErrUnsupported) || !strings.Contains(err.Error(), "use Allow, or Wait") {
 		t.Fatalf("Reserve on a fixed window: %v", err)
+	}
+}
+
+// TestExplicitTimeTwins: ReserveN, DelayFrom and CancelAt at explicit
+// times, as x/time/rate's ReserveN(t, n) and CancelAt(t), on both stores;
+// a context's deadline bounds the time to act on the same timeline.
+func TestExplicitTimeTwins(t *testing.T) {
+	stores, _ := limiterStores(t)
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			lim, err := sluice.NewLimiter(st, algo.GCRA{Burst: 2, Count: 1, Period: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			t0 := time.Now().Add(time.Hour).Truncate(time.Second) // no clock of the test's reads it
+			r, err := lim.ReserveN(ctx, "k", t0, 3)               // the whole burst, at once
+			if err != nil || !r.OK() || r.Delay() != 0 || !r.TimeToAct().Equal(t0) {
+				t.Fatalf("ReserveN(t0, 3) = %+v, %v", r, err)
+			}
+			r, err = lim.ReserveN(ctx, "k", t0, 1)
+			if err != nil || !r.OK() || r.Delay() != time.Second || !r.TimeToAct().Equal(t0.Add(time.Second)) {
+				t.Fatalf("ReserveN(t0, 1) = %+v, %v", r, err)
+			}
+			if d := r.DelayFrom(t0.Add(400 * time.Millisecond)); d != 600*time.Millisecond {
+				t.Errorf("DelayFrom(t0+400ms) = %v", d)
+			}
+			if d := r.DelayFrom(t0.Add(2 * time.Second)); d != 0 {
+				t.Errorf("DelayFrom after the time to act = %v", d)
+			}
+			if err := r.CancelAt(ctx, t0.Add(500*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+			// Given back: the next action may act at t0+1s again, 500ms on.
+			r, err = lim.ReserveN(ctx, "k", t0.Add(500*time.Millisecond), 1)
+			if err != nil || r.Delay() != 500*time.Millisecond {
+				t.Fatalf("after CancelAt: %+v, %v", r, err)
+			}
+			// A deadline 300ms after t0+600ms: the next slot (t0+2s) is beyond it.
+			dctx, cancel := context.WithDeadline(ctx, t0.Add(900*time.Millisecond))
+			defer cancel()
+			if r, err := lim.ReserveN(dctx, "k", t0.Add(600*time.Millisecond), 1); !errors.Is(err, sluice.ErrWouldExceedDeadline) || r.OK() {
+				t.Fatalf("past the deadline: %+v, %v", r, err)
+			}
+			// By t0+2s the limit admits 3 + 2: the 4 reserved, and one more.
+			if ok, err := lim.AllowN(ctx, "k", t0.Add(2*time.Second), 1); err != nil || !ok {
+				t.Errorf("AllowN at t0+2s: %v, %v", ok, err)
+			}
+			if ok, err := lim.AllowN(ctx, "k", t0.Add(2*time.Second), 1); err != nil || ok {
+				t.Errorf("a sixth action by t0+2s: %v, %v", ok, err)
+			}
+		})
 	}
 }

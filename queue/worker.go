@@ -396,7 +396,7 @@ func (w *worker) ackAll(ctx context.Context, ids []string) error {
 // logged and retried.
 func (w *worker) waitPace(ctx context.Context) error {
 	for {
-		err := w.pace.Wait(ctx, w.paceKey(), 1)
+		err := w.pace.Wait(ctx, w.paceKey())
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
