@@ -21,9 +21,9 @@ go test -race -count=1 ./... "$@"
 fuzz_time=${FUZZ_TIME:-3s}
 for target in \
   ".:FuzzKeyInjective" "./policy:FuzzParse" "./server:FuzzParseCheck" "./server:FuzzShouldRateLimit" \
-  "./cmd/sluice:FuzzParseEvent" "./internal/jsonenc:FuzzAppendString" "./internal/sf:FuzzString" "./internal/sf:FuzzList"; do
+  "./cmd/sluice:FuzzParseEvent" "./internal/jsonenc:FuzzAppendString" "./internal/sf:FuzzString"; do
   if ! out=$(go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "$fuzz_time" "${target%%:*}" 2>&1); then
     echo "$out"; echo "fuzz: $target failed" >&2; exit 1
   fi
 done
-echo "fuzz: 8 targets, $fuzz_time each: no failure"
+echo "fuzz: 7 targets, $fuzz_time each: no failure"

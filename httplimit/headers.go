@@ -99,5 +99,3 @@ func (l *Middleware) setHeaders(h http.Header, d *sluice.Decision, vals *[4]stri
 		start = ends[i]
 	}
 }
-
-func itoa(v int) string { return strconv.Itoa(v) }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"strconv"
 	"strings"
 )
 
@@ -171,7 +172,7 @@ func Header(name string, fallback KeyFunc) KeyFunc {
 			return fallback(r)
 		}
 		if v := r.Header[name]; len(v) > 0 && len(v[0]) > MaxHeaderKeyLen {
-			return "", &keyError{"header " + name + " is longer than " + itoa(MaxHeaderKeyLen) + " bytes"}
+			return "", &keyError{"header " + name + " is longer than " + strconv.Itoa(MaxHeaderKeyLen) + " bytes"}
 		}
 		return "", &keyError{"no header " + name}
 	}

@@ -285,16 +285,6 @@ var envoyUnits = []struct {
 	{rlv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
 }
 
-// EnvoyUnit returns the length of an Envoy rate limit unit, 0 for UNKNOWN.
-func EnvoyUnit(u rlv3.RateLimitResponse_RateLimit_Unit) time.Duration {
-	for _, e := range envoyUnits {
-		if e.unit == u {
-			return e.d
-		}
-	}
-	return 0
-}
-
 // EnvoyLimit expresses a limit's steady rate (algo.Limit.SteadyRate) as
 // Envoy's requests per unit: a period of exactly one unit gives n per that
 // unit; otherwise the smallest unit in which the rate is a whole number of
