@@ -40,10 +40,10 @@ const quotaExceededTitle = "Request cannot be satisfied as assigned quota has be
 // from a script that sends no Retry-After).
 //
 // A request denied because it matched no policy (a policy with unmatched:
-// deny) is not over a quota: it gets 403 Forbidden, with an about:blank
-// problem.
+// deny), and by no level, is not over a quota: it gets 403 Forbidden, with
+// an about:blank problem.
 func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
-	if !d.Matched {
+	if problem.Status(d) == http.StatusForbidden {
 		problem.Write(w, http.StatusForbidden, "about:blank", "Forbidden",
 			"The request matches no rate-limit policy, and requests that match none are denied.", nil)
 		return

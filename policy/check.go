@@ -211,22 +211,32 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, merge bool) {
 	for h := range pq.Match.Hits {
 		hit := &pq.Match.Hits[h]
 		for j := range hit.Limits {
-			key := hit.LimitKey(j)
-			if merge {
-				if r, ok := sc.byKey[key]; ok {
-					sc.reqs[r].Cost += pq.Cost
-					sc.index = append(sc.index, r)
-					continue
-				}
-				if sc.byKey == nil {
-					sc.byKey = map[string]int{}
-				}
-				sc.byKey[key] = len(sc.reqs)
+			r := hit.Request(j, pq.Cost)
+			r.Time = t
+			if !merge {
+				sc.index = append(sc.index, len(sc.reqs))
+				sc.reqs = append(sc.reqs, r)
+				continue
 			}
-			sc.index = append(sc.index, len(sc.reqs))
-			sc.reqs = append(sc.reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: hit.request(j), Cost: pq.Cost, Time: t, Shadow: hit.Shadow, Lease: hit.Lease})
+			if sc.byKey == nil {
+				sc.byKey = map[string]int{}
+			}
+			var i int
+			sc.reqs, i = mergeRequest(sc.reqs, sc.byKey, r)
+			sc.index = append(sc.index, i)
 		}
 	}
+}
+
+// mergeRequest appends r to reqs, or adds its cost to the request of its
+// key that byKey finds there, and returns reqs and r's index in it.
+func mergeRequest(reqs []sluice.Request, byKey map[string]int, r sluice.Request) ([]sluice.Request, int) {
+	if i, ok := byKey[r.Key]; ok {
+		reqs[i].Cost += r.Cost
+		return reqs, i
+	}
+	byKey[r.Key] = len(reqs)
+	return append(reqs, r), len(reqs)
 }
 
 // release drops the references the scratch holds and pools it.
@@ -265,13 +275,7 @@ func LeaseRequests(q *Query) (reqs []sluice.Request, ok bool) {
 				return nil, false
 			}
 			for j := range hit.Limits {
-				key := hit.LimitKey(j)
-				if r, ok := byKey[key]; ok {
-					reqs[r].Cost += pq.Cost
-					continue
-				}
-				byKey[key] = len(reqs)
-				reqs = append(reqs, sluice.Request{Key: key, Tag: hit.Tag, Limit: hit.request(j), Cost: pq.Cost, Lease: true})
+				reqs, _ = mergeRequest(reqs, byKey, hit.Request(j, pq.Cost))
 			}
 		}
 	}

@@ -254,13 +254,16 @@ type Hit struct {
 	plans []algo.Plan
 }
 
-// request returns the Limit of a request for the hit's limit j: its plan
-// when the policy compiled it, else Limits[j].
-func (h *Hit) request(j int) algo.Limit {
+// Request returns the request that decides the hit's limit j at cost:
+// its key (LimitKey), the hit's tag, shadow and lease, and the limit as
+// the policy compiled it when it loaded (Limits[j] for a Hit made
+// elsewhere). Its Time is the zero Time.
+func (h *Hit) Request(j int, cost int64) sluice.Request {
+	var l algo.Limit = h.Limits[j]
 	if j < len(h.plans) {
-		return &h.plans[j]
+		l = &h.plans[j]
 	}
-	return h.Limits[j]
+	return sluice.Request{Key: h.LimitKey(j), Tag: h.Tag, Limit: l, Cost: cost, Shadow: h.Shadow, Lease: h.Lease}
 }
 
 // hit returns the Hit of node n; with exact, the node's shadow is its own

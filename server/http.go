@@ -204,23 +204,13 @@ const (
 	hdrRateLimit = "Ratelimit"
 )
 
-// answerStatus is the HTTP status of a check, the one mapping of the
-// service and the middleware (httplimit) alike:
-//
-//	200  allowed (also: the store failed and on_store_error is allow)
-//	429  rate limited: a level denied (Retry-After: when it admits again)
-//	503  the store failed and on_store_error is deny (Retry-After: 1)
-//	403  the path matched no policy and the policy says unmatched: deny
+// answerStatus is the HTTP status of a check: problem.Status, or 503
+// when the store failed and on_store_error is deny (Retry-After: 1).
 func answerStatus(d *sluice.Decision, storeFailed bool) int {
-	switch {
-	case d.Allowed:
-		return http.StatusOK
-	case storeFailed:
+	if !d.Allowed && storeFailed {
 		return http.StatusServiceUnavailable
-	case !d.Matched && sluice.Denier(d.Levels) == nil:
-		return http.StatusForbidden
 	}
-	return http.StatusTooManyRequests
+	return problem.Status(d)
 }
 
 // contentTypeJSON is shared by every answer: net/http only reads it.
@@ -395,8 +385,9 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		}
 		lists = append(lists, sluice.Request{Key: h.Key, Tag: h.Tag})
 		for j := range h.Limits {
-			reqs = append(reqs, sluice.Request{Key: h.LimitKey(j), Tag: h.Tag, Limit: h.Limits[j]})
-			keys = append(keys, h.LimitKey(j))
+			r := h.Request(j, 0)
+			reqs = append(reqs, r)
+			keys = append(keys, r.Key)
 		}
 	}
 	if len(reqs) > 0 {

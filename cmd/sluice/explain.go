@@ -11,7 +11,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -84,7 +83,7 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 					level, pattern, shadow = "", "", ""
 				}
 				key := lv.LimitKey(j)
-				name := redis.StateKey(prefix, sluice.Request{Key: key, Tag: lv.Tag, Limit: l})
+				name := redis.StateKey(prefix, lv.Request(j, 0))
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", level, pattern, quoteIfUnclear(key), quoteIfUnclear(name), redis.Slot(name), shadow, specJSON(l.Spec()))
 			}
 		}

@@ -6,8 +6,29 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/jsonenc"
 )
+
+// Status is the HTTP status of a decision, the one mapping of the
+// service and the middleware (httplimit) alike:
+//
+//	200  allowed
+//	429  rate limited: a level denied (Retry-After: when it admits again)
+//	403  denied because a path matched no policy (unmatched: deny) and no
+//	     level denied: not over a quota
+//
+// The service answers 503 instead when the store failed and its
+// on_store_error is deny.
+func Status(d *sluice.Decision) int {
+	switch {
+	case d.Allowed:
+		return http.StatusOK
+	case !d.Matched && sluice.Denier(d.Levels) == nil:
+		return http.StatusForbidden
+	}
+	return http.StatusTooManyRequests
+}
 
 // Write answers status with a problem details body of the given type,
 // title and detail; ext, if set, appends extension members, each starting

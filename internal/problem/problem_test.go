@@ -5,6 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 )
 
 func TestWrite(t *testing.T) {
@@ -22,5 +26,26 @@ func TestWrite(t *testing.T) {
 	}
 	if p.Type != "about:blank" || p.Title != "I'm a teapot" || p.Status != 418 || p.Detail != `says "no" <now>` || p.Extra != 1 {
 		t.Errorf("body %+v", p)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	denied := sluice.Level{Result: algo.Result{RetryAfter: time.Second}}
+	shadowDenied := sluice.Level{Shadow: true, Result: algo.Result{RetryAfter: time.Second}}
+	allowed := sluice.Level{Result: algo.Result{Allowed: true}}
+	for _, c := range []struct {
+		d    sluice.Decision
+		want int
+	}{
+		{sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{allowed}}, http.StatusOK},
+		{sluice.Decision{Allowed: true, Matched: false}, http.StatusOK}, // unmatched: allow
+		{sluice.Decision{Matched: true, Levels: []sluice.Level{allowed, denied}}, http.StatusTooManyRequests},
+		{sluice.Decision{Matched: false}, http.StatusForbidden},
+		{sluice.Decision{Matched: false, Levels: []sluice.Level{allowed, shadowDenied}}, http.StatusForbidden},
+		{sluice.Decision{Matched: false, Levels: []sluice.Level{denied}}, http.StatusTooManyRequests}, // over a quota too
+	} {
+		if got := Status(&c.d); got != c.want {
+			t.Errorf("Status(%+v) = %d, want %d", c.d, got, c.want)
+		}
 	}
 }
