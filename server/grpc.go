@@ -48,39 +48,88 @@ func DescriptorPath(domain string, entries []*rlcommon.RateLimitDescriptor_Entry
 	return path
 }
 
+// ShouldRateLimit implements Envoy's RLS v3: it reads the request into a
+// query of one exact path per descriptor, decides them together, and
+// answers each descriptor, with the quota a proxy asked for and the
+// RateLimit fields.
 func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest) (*rlv3.RateLimitResponse, error) {
 	s := g.s
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	if req.GetDomain() == "" {
+	b := batchPool.Get().(*batch)
+	defer batchPool.Put(b)
+	q, err := readRequest(req, b)
+	if err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller has gone: decide nothing it would not hear of.
+		return nil, status.FromContextError(err).Err()
+	}
+	start := time.Now()
+	sctx, cancel := s.storeCtx(ctx)
+	err = s.checker.Decide(sctx, q, &b.d)
+	cancel()
+	s.m.grpcDuration.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		s.noteUnmatched(q)
+	case isBadRequest(err):
+		s.m.badRequests.WithLabelValues("grpc").Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	default:
+		s.storeFailed("grpc", err)
+		return g.storeErrorResponse(len(req.Descriptors)), nil
+	}
+	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
+	if !b.d.Allowed {
+		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
+	}
+	denyUnmatched := s.holder.Load().DenyUnmatched()
+	for i := range q.Paths {
+		resp.Statuses[i] = descriptorStatus(&q.Paths[i], denyUnmatched)
+	}
+	if resp.OverallCode == rlv3.RateLimitResponse_OK {
+		s.m.grpcChecks.allowed.Inc()
+		if units := quotaAsked(ctx); units > 0 {
+			resp.Quota = g.quota(ctx, q, units)
+		}
+	} else {
+		s.m.grpcChecks.limited.Inc()
+	}
+	s.countLevels(b.d.Levels)
+	b.buf = addHeaders(resp, &b.d, b.buf)
+	return resp, nil
+}
+
+// readRequest checks an RLS request and reads it into b's query: one
+// exact path per descriptor (domain, then each entry's key and value), at
+// the descriptor's hits_addend or else the request's (at least 1). The
+// error is an InvalidArgument status.
+func readRequest(req *rlv3.RateLimitRequest, b *batch) (*policy.Query, error) {
+	switch n := len(req.GetDescriptors()); {
+	case req.GetDomain() == "":
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	}
-	if len(req.GetDescriptors()) == 0 {
-		s.m.badRequests.WithLabelValues("grpc").Inc()
+	case n == 0:
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	}
-	if n := len(req.GetDescriptors()); n > MaxDescriptors {
-		s.m.badRequests.WithLabelValues("grpc").Inc()
+	case n > MaxDescriptors:
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, MaxDescriptors)
 	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
-	b := batchPool.Get().(*batch)
-	defer batchPool.Put(b)
 	q := b.query(len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		if n := len(d.GetEntries()); n > MaxEntries {
-			s.m.badRequests.WithLabelValues("grpc").Inc()
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, MaxEntries)
 		}
 		if d.GetIsNegativeHits() {
-			s.m.badRequests.WithLabelValues("grpc").Inc()
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported", i)
 		}
 		cost := reqCost
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
-				s.m.badRequests.WithLabelValues("grpc").Inc()
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
 			}
 			cost = int64(h.GetValue())
@@ -91,113 +140,84 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 			pq.Path = DescriptorPath(req.Domain, d.Entries)
 		}
 	}
+	return q, nil
+}
 
-	if err := ctx.Err(); err != nil {
-		// The caller has gone: decide nothing it would not hear of.
-		return nil, status.FromContextError(err).Err()
+// descriptorStatus is a decided path's answer: OK or OVER_LIMIT, with the
+// most restrictive limit of its levels (enforced ones first; with only
+// shadow ones, the shadow one with the least remaining), what remains of
+// it and when it is full again. An unlimited path reports the most that
+// can remain; a path with no level (none matched, or its limit was
+// replaced) is OK, unless it matched nothing and unmatched is deny.
+func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitResponse_DescriptorStatus {
+	mine := pq.Levels
+	switch {
+	case pq.Match.Unlimited:
+		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	case len(mine) == 0 && denyUnmatched && pq.Match.Unmatched:
+		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OVER_LIMIT}
+	case len(mine) == 0:
+		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 	}
-	start := time.Now()
-	sctx, cancel := s.storeCtx(ctx)
-	err := s.checker.Decide(sctx, q, &b.d)
+	sum := sluice.Summarize(mine)
+	st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
+	if !sum.Allowed {
+		st.Code = rlv3.RateLimitResponse_OVER_LIMIT
+	}
+	best := -1
+	for j := range mine {
+		if best < 0 || mine[best].Shadow && !mine[j].Shadow ||
+			mine[best].Shadow == mine[j].Shadow && mine[j].Result.Remaining < mine[best].Result.Remaining {
+			best = j
+		}
+	}
+	r := mine[best].Result
+	if !mine[best].Shadow {
+		r.Remaining, r.ResetAfter = sum.Remaining, sum.ResetAfter
+	}
+	st.CurrentLimit = EnvoyLimit(mine[best].Limit, mine[best].Pattern)
+	st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+	st.DurationUntilReset = durationpb.New(r.ResetAfter)
+	return st
+}
+
+// quota grants a proxy that asked for units of quota what the store
+// gives for q (Server.grant), or nil. A failed grant is logged: the check
+// itself stands.
+func (g *rateLimitService) quota(ctx context.Context, q *policy.Query, units int64) *rlv3.RateLimitResponse_Quota {
+	sctx, cancel := g.s.storeCtx(ctx)
+	gr, err := g.s.grant(sctx, q, units)
 	cancel()
-	s.m.grpcDuration.Observe(time.Since(start).Seconds())
-	if err == nil {
-		s.noteUnmatched(q)
-	}
 	if err != nil {
-		if isBadRequest(err) {
-			s.m.badRequests.WithLabelValues("grpc").Inc()
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		if ctx.Err() != nil {
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-		s.storeFailed("grpc", err)
-		return g.storeErrorResponse(len(req.Descriptors)), nil
+		g.s.log.Warn("quota grant failed", "err", err)
+		return nil
 	}
+	if gr.Units == 0 {
+		return nil
+	}
+	g.s.m.quotaGranted.Add(float64(gr.Units))
+	return &rlv3.RateLimitResponse_Quota{Requests: uint32(gr.Units),
+		ExpirationSpecifier: &rlv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(gr.Until)}}
+}
 
-	resp := &rlv3.RateLimitResponse{Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
-	overall := rlv3.RateLimitResponse_OK
-	if !b.d.Allowed {
-		overall = rlv3.RateLimitResponse_OVER_LIMIT
-	}
-	denyUnmatched := s.holder.Load().DenyUnmatched()
-	var denied retryAfter // over the enforced descriptors that denied, for Retry-After
-	for i := range q.Paths {
-		pq := &q.Paths[i]
-		mine := pq.Levels
-		switch {
-		case pq.Match.Unlimited:
-			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			continue
-		case len(mine) == 0: // no limit, or its limit was replaced
-			st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
-			if denyUnmatched && pq.Match.Unmatched {
-				st.Code = rlv3.RateLimitResponse_OVER_LIMIT
-				denied.add(algo.Never)
-			}
-			resp.Statuses[i] = st
-			continue
-		}
-		sum := sluice.Summarize(mine)
-		st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
-		if !sum.Allowed {
-			st.Code = rlv3.RateLimitResponse_OVER_LIMIT
-			denied.add(sum.RetryAfter)
-		}
-		// The most restrictive limit: enforced ones first; with only
-		// shadow ones, the shadow one with the least remaining.
-		best := -1
-		for j := range mine {
-			if best < 0 || mine[best].Shadow && !mine[j].Shadow ||
-				mine[best].Shadow == mine[j].Shadow && mine[j].Result.Remaining < mine[best].Result.Remaining {
-				best = j
-			}
-		}
-		r := mine[best].Result
-		if !mine[best].Shadow {
-			r.Remaining, r.ResetAfter = sum.Remaining, sum.ResetAfter
-		}
-		st.CurrentLimit = EnvoyLimit(mine[best].Limit, mine[best].Pattern)
-		st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(r.ResetAfter)
-		resp.Statuses[i] = st
-	}
-	resp.OverallCode = overall
-	if overall == rlv3.RateLimitResponse_OK {
-		if units := quotaAsked(ctx); units > 0 {
-			sctx, cancel := s.storeCtx(ctx)
-			g, err := s.grant(sctx, q, units)
-			cancel()
-			if err != nil {
-				s.log.Warn("quota grant failed", "err", err) // the check itself stands
-			} else if g.Units > 0 {
-				s.m.quotaGranted.Add(float64(g.Units))
-				resp.Quota = &rlv3.RateLimitResponse_Quota{Requests: uint32(g.Units),
-					ExpirationSpecifier: &rlv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(g.Until)}}
-			}
-		}
-	}
-	s.countLevels(b.d.Levels)
-	if overall == rlv3.RateLimitResponse_OK {
-		s.m.grpcChecks.allowed.Inc()
-	} else {
-		s.m.grpcChecks.limited.Inc()
-	}
-	fields, end := headers.AppendDraftFields(b.buf[:0], b.d.Levels)
-	b.buf = fields[:0]
+// addHeaders adds the RateLimit fields of the decision's enforced levels
+// to resp, and for a denial its Retry-After (the decision's Summary, as
+// the HTTP answer has it; none when it can never be admitted), built in
+// buf, which it returns for reuse.
+func addHeaders(resp *rlv3.RateLimitResponse, d *sluice.Decision, buf []byte) []byte {
+	fields, end := headers.AppendDraftFields(buf[:0], d.Levels)
 	if end > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: headers.Policy, Value: string(fields[:end])},
 			&corev3.HeaderValue{Key: headers.RateLimit, Value: string(fields[end:])})
 	}
-	if overall == rlv3.RateLimitResponse_OVER_LIMIT {
-		if secs, ok := headers.RetryAfterSeconds(algo.Result{RetryAfter: denied.d}); ok && denied.any {
+	if resp.OverallCode == rlv3.RateLimitResponse_OVER_LIMIT {
+		if secs, ok := headers.RetryAfterSeconds(d.Summary); ok {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
 		}
 	}
-	return resp, nil
+	return fields[:0]
 }
 
 // QuotaHeader is the gRPC request metadata by which a client asks for
@@ -233,24 +253,6 @@ func quotaAsked(ctx context.Context) int64 {
 		return 0
 	}
 	return n // the store grants at most its own bound
-}
-
-// retryAfter folds the RetryAfter of denials: the largest, Never winning.
-type retryAfter struct {
-	d   time.Duration
-	any bool
-}
-
-func (r *retryAfter) add(d time.Duration) {
-	switch {
-	case !r.any:
-		r.d = d
-	case r.d == algo.Never || d == algo.Never:
-		r.d = algo.Never
-	default:
-		r.d = max(r.d, d)
-	}
-	r.any = true
 }
 
 // storeErrorResponse is the answer when the store failed: every
