@@ -20,24 +20,20 @@ var _ store.DenialCache = (*Store)(nil)
 // decides, and its denials are remembered. The requests are compiled
 // (Store.compile).
 func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
-	plans := make([]*algo.Plan, len(reqs))
-	for i := range reqs {
-		plans[i] = planOf(&reqs[i])
-	}
 	now, epoch := overlimit.Now(reqs[0].Time), s.denials.Epoch()
 	// A level whose denials record (a uniform sliding log) must see the
 	// attempt even when another level denies it: such a decision goes to
 	// Redis.
 	cacheable := true
-	for i := range plans {
-		cacheable = cacheable && plans[i].DenialHolds()
+	for i := range reqs {
+		cacheable = cacheable && planOf(&reqs[i]).DenialHolds()
 	}
 	hit := false
 	for i := range reqs {
 		if !cacheable || reqs[i].Shadow {
 			continue
 		}
-		res, ok := s.denials.Lookup(reqs[i].Key, plans[i], reqs[i].Cost, now)
+		res, ok := s.denials.Lookup(reqs[i].Key, planOf(&reqs[i]), reqs[i].Cost, now)
 		results[i] = res // a miss: the zero Result
 		hit = hit || ok
 	}
@@ -45,7 +41,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results
 		s.denials.Answered()
 		for i := range reqs {
 			if reqs[i].Shadow || results[i].RetryAfter == 0 { // not a cached denial
-				q, _ := plans[i].Quota()
+				q, _ := planOf(&reqs[i]).Quota()
 				results[i] = algo.Result{Allowed: true, Quota: q, Remaining: q}
 			}
 		}
@@ -61,7 +57,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results
 		case pass && r.Cost > 0:
 			s.denials.Admitted(r.Key)
 		case !results[i].Allowed:
-			s.denials.Remember(r.Key, plans[i], r.Cost, now, epoch, results[i])
+			s.denials.Remember(r.Key, planOf(&reqs[i]), r.Cost, now, epoch, results[i])
 		}
 	}
 	return pass, nil

@@ -258,7 +258,7 @@ func (s *Store) stateKey(r sluice.Request) string { return stateKey(s.prefix, r,
 // Decide implements sluice.Store.
 func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, error) {
 	var res [1]algo.Result
-	_, err := s.DecideAll(ctx, []sluice.Request{req}, res[:])
+	_, err := s.decide(ctx, []sluice.Request{req}, res[:], true)
 	return res[0], err
 }
 
@@ -273,7 +273,13 @@ func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, er
 // admits more than a limit, and lasts one round trip. All slots decide at
 // one time (one node's TIME, read first, when the requests carry none).
 func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
-	reqs, err := s.compile(reqs, results)
+	return s.decide(ctx, reqs, results, false)
+}
+
+// decide is DecideAll; with own, reqs is the store's own slice (Decide's),
+// which compile may change in place rather than copy.
+func (s *Store) decide(ctx context.Context, reqs []sluice.Request, results []algo.Result, own bool) (bool, error) {
+	reqs, err := s.compile(reqs, results, own)
 	if err != nil {
 		return false, err
 	}
@@ -290,19 +296,22 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	return s.decideAll(ctx, reqs, results)
 }
 
-// compile validates the requests of a DecideAll and returns a copy of
-// them whose every Limit is its *algo.Plan, compiled once (through the
+// compile validates the requests of a DecideAll and returns them (a copy
+// unless own) with every Limit its *algo.Plan, compiled once (through the
 // store's plans, so a limit seen before is not compiled at all): the
 // functions below DecideAll take such compiled requests, and the key
 // names, the script's arguments and the results read the plan without
 // compiling the limit again. In a batch of several, a nary sliding log
 // acts as binary (algo.Plan.InBatch).
-func (s *Store) compile(reqs []sluice.Request, results []algo.Result) ([]sluice.Request, error) {
+func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) ([]sluice.Request, error) {
 	plans := make([]algo.Plan, len(reqs))
 	if err := store.CompileAll(&s.plans, reqs, results, plans); err != nil {
 		return nil, err
 	}
-	out := make([]sluice.Request, len(reqs))
+	out := reqs
+	if !own {
+		out = make([]sluice.Request, len(reqs))
+	}
 	for i := range reqs {
 		if len(reqs) > 1 {
 			plans[i].InBatch() // a nary log is all or nothing in a batch
