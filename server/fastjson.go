@@ -108,7 +108,7 @@ func fastString(b []byte, i int) (string, int, bool) {
 		switch c := b[j]; {
 		case c == '"':
 			return string(b[i+1 : j]), j + 1, true
-		case c == '\\' || c < 0x20 || c >= 0x80:
+		case c == '\\' || c < 0x20 || c >= 0x7f:
 			return "", j, false
 		}
 	}
