@@ -14,6 +14,10 @@ import "math/bits"
 //
 // so ⌊n/d⌋ = ⌊n·m / 2^(53+l)⌋ for 0 ≤ n < 2⁵³; m < 2⁵⁴ + 1 and the
 // product is below 2¹⁰⁸. Other dividends are divided as Go divides.
+// TestDivisor and TestWindowEndByDivisor hold it to Go's division. It
+// stays on a weak case: the library's parallel AllowN on a fixed window
+// is 1.17x–1.18x slower without it, and no serial benchmark gains
+// (bench/NOTES.md, "What each micro-optimisation pays").
 type divisor struct {
 	d     int64  // ≥ 1
 	m     uint64 // ⌊2^(53+l)/d⌋ + 1

@@ -17,6 +17,11 @@ import (
 // checker's first look at the context, which for the sluice checkers is
 // when they call the store, microseconds into the check.
 //
+// It stays because context.WithTimeout per request costs the middleware
+// 1.72x (685 → 1180 ns, 3 → 7 allocations; bench/NOTES.md, "What each
+// micro-optimisation pays"); ctx_test.go holds it to WithTimeout's
+// answers.
+//
 // It lives inside a per-request allocation and is never reused, so a
 // checker that keeps it past Check (it should not) sees a cancelled
 // context rather than another request's.

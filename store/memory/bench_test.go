@@ -34,7 +34,7 @@ package memory_test
 // cache's places, filled and emptied every 4096 misses, cost about 9 B a
 // decision.
 //
-// clock=store leaves Request.Time zero (the store reads internal/clock); clock=req
+// clock=store leaves Request.Time zero (the store reads the monotonic clock); clock=req
 // sets Request.Time, advancing 1µs per decision in each goroutine.
 
 import (

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/sluicehq/sluice/algo"
 )
@@ -17,18 +16,16 @@ import (
 // the first cache line holds all a decision writes (the lock and the state
 // but for a log's length) and the hash it compares, so that decisions on
 // one key from several cores pass one line between them; the second holds
-// the key (its bytes too, when they fit) and a sliding log's or window
-// counter's length: for the other algorithms only the entry's creation
-// writes it (see algo.State.Clear).
+// the key and a sliding log's or window counter's length: for the other
+// algorithms only the entry's creation writes it (see algo.State.Clear).
+// The padding keeps the size class at 128 (TestEntryLayout).
 type entry struct {
 	mu   sync.Mutex
 	dead bool // removed from its shard: a holder looks the key up again
 	h    uint64
 	st   algo.State
 	key  string
-	// inline holds the bytes of a key that fits, which key then points
-	// to: comparing a key reads the entry's second line, not a third.
-	inline [128 - 96]byte
+	_    [128 - 96]byte
 }
 
 // An index is a shard's open-addressing hash table of entries (linear
@@ -124,13 +121,6 @@ func slotsFor(n int) int {
 
 func newEntry(h uint64, key string, st algo.State) *entry {
 	// The entry keeps its own copy of key, so that the caller's string
-	// does not escape: in the entry when it fits.
-	e := &entry{h: h, st: st}
-	if len(key) <= len(e.inline) {
-		n := copy(e.inline[:], key)
-		e.key = unsafe.String(&e.inline[0], n)
-	} else {
-		e.key = strings.Clone(key)
-	}
-	return e
+	// does not escape.
+	return &entry{h: h, st: st, key: strings.Clone(key)}
 }
