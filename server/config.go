@@ -52,6 +52,9 @@ type Config struct {
 	// Queues are the admission queues served at POST /v1/queues/{name},
 	// by name; requests for other names get 404.
 	Queues map[string]QueueConfig `yaml:"queues"`
+	// ForwardAuth maps the requests that nginx, Traefik and Caddy ask
+	// about to policy paths (see ForwardAuthConfig).
+	ForwardAuth ForwardAuthConfig `yaml:"forward_auth"`
 	// WatchInterval is how often the policy file's modification time and
 	// size are polled for a reload; negative disables polling (SIGHUP
 	// still reloads). Default 1s.

@@ -49,6 +49,8 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		})
 	}
 	if check {
+		mux.HandleFunc("/v1/forward-auth", s.handleForwardAuth(false))
+		mux.HandleFunc("/v1/forward-auth/nginx", s.handleForwardAuth(true))
 		mux.HandleFunc("POST /v1/queues/{name}", s.handleQueueAdd)
 		mux.HandleFunc("/v1/queues/{name}", methodNotAllowed("POST"))
 	}
@@ -164,28 +166,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	// Header values live in b.hdr: WriteHeader copies them before the
-	// batch goes back to the pool. net/http adds Content-Length itself
-	// to a small answer.
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
-	if storeErr == "" {
-		fields, end := headers.AppendDraftFields(b.buf[:0], b.d.Levels)
-		b.buf = fields[:0]
-		if end > 0 {
-			both := string(fields) // one allocation for both values
-			b.hdr[0], b.hdr[1] = both[:end], both[end:]
-			h[hdrPolicy] = b.hdr[0:1:1]
-			h[hdrRateLimit] = b.hdr[1:2:2]
-		}
-	}
-	status := answerStatus(&b.d, storeErr != "")
-	if status != http.StatusOK && status != http.StatusForbidden {
-		if secs, ok := headers.RetryAfterSeconds(b.d.Summary); ok {
-			b.hdr[2] = strconv.FormatInt(secs, 10)
-			h["Retry-After"] = b.hdr[2:3:3]
-		}
-	}
+	status := addDecisionHeaders(h, b, storeErr != "")
 	out := AppendDecisionJSON(b.buf[:0], &b.d, storeErr)
 	out = append(out, '\n')
 	b.buf = out[:0]
@@ -195,6 +178,32 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 	w.Write(out)
 	b.hdr = [3]string{}
+}
+
+// addDecisionHeaders sets the RateLimit fields of the decision in b (none
+// when the store failed), and Retry-After when it denies, and returns the
+// answer's status. Header values live in b.hdr: WriteHeader copies them
+// before the batch goes back to the pool, and the caller empties b.hdr
+// then.
+func addDecisionHeaders(h http.Header, b *batch, storeFailed bool) int {
+	if !storeFailed {
+		fields, end := headers.AppendDraftFields(b.buf[:0], b.d.Levels)
+		b.buf = fields[:0]
+		if end > 0 {
+			both := string(fields) // one allocation for both values
+			b.hdr[0], b.hdr[1] = both[:end], both[end:]
+			h[hdrPolicy] = b.hdr[0:1:1]
+			h[hdrRateLimit] = b.hdr[1:2:2]
+		}
+	}
+	status := answerStatus(&b.d, storeFailed)
+	if status != http.StatusOK && status != http.StatusForbidden {
+		if secs, ok := headers.RetryAfterSeconds(b.d.Summary); ok {
+			b.hdr[2] = strconv.FormatInt(secs, 10)
+			h["Retry-After"] = b.hdr[2:3:3]
+		}
+	}
+	return status
 }
 
 // Canonical header names, so that the hot path assigns map entries

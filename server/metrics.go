@@ -31,9 +31,9 @@ type metrics struct {
 	unmatched prometheus.Counter
 
 	// per-API children, looked up once
-	httpChecks, grpcChecks     outcomeCounters
-	httpDuration, grpcDuration prometheus.Observer
-	nodes                      sync.Map // pattern -> *nodeCounters
+	httpChecks, grpcChecks, forwardChecks       outcomeCounters
+	httpDuration, grpcDuration, forwardDuration prometheus.Observer
+	nodes                                       sync.Map // pattern -> *nodeCounters
 }
 
 type outcomeCounters struct {
@@ -99,10 +99,13 @@ func newMetrics(ping func(context.Context) error) *metrics {
 	m.reloads.WithLabelValues("failure")
 	m.badRequests.WithLabelValues("http")
 	m.badRequests.WithLabelValues("grpc")
+	m.badRequests.WithLabelValues("forward_auth")
 	m.httpChecks = m.outcomes("http")
 	m.grpcChecks = m.outcomes("grpc")
+	m.forwardChecks = m.outcomes("forward_auth")
 	m.httpDuration = m.duration.WithLabelValues("http")
 	m.grpcDuration = m.duration.WithLabelValues("grpc")
+	m.forwardDuration = m.duration.WithLabelValues("forward_auth")
 	return m
 }
 

@@ -59,7 +59,16 @@ type Server struct {
 	health    *health.Server
 	inflight  sync.WaitGroup
 	queues    map[string]*queueSlot
+	// forwardAuth is forward_auth compiled; nil when it has no routes.
+	forwardAuth *forwardAuth
 }
+
+// MaxHeaderBytes bounds a request's line and header fields on the HTTP
+// listeners: a request past it gets 431 from net/http. It matches what
+// nginx accepts by default (4 buffers of 8 KiB), so that what nginx
+// forwards Sluice reads, and a proxy that forwards more (Caddy, Traefik)
+// hands its client the 431.
+const MaxHeaderBytes = 32 << 10
 
 // New loads the policy and opens the store the config names. An invalid
 // policy file returns its policy.ErrorList (every error, positioned).
@@ -75,8 +84,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	fa, err := newForwardAuth(cfg.ForwardAuth)
+	if err != nil {
+		return nil, fmt.Errorf("config: forward_auth: %w", err)
+	}
+	if len(fa.routes) == 0 {
+		fa = nil
+	}
 	s := &Server{
-		cfg: cfg, log: log, adminToken: token,
+		forwardAuth: fa,
+		cfg:         cfg, log: log, adminToken: token,
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
 		holder: new(policy.Holder),
 	}
@@ -197,6 +214,7 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 		srv := &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
+			MaxHeaderBytes:    MaxHeaderBytes,
 			ReadTimeout:       30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -349,6 +367,7 @@ type batch struct {
 	buf  []byte
 	body []byte
 	path []string
+	segs []string  // a proxied URI's path segments (forward-auth)
 	hdr  [3]string // backs header values until WriteHeader copies them
 }
 

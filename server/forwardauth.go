@@ -1,0 +1,518 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// The forward-auth endpoint answers a reverse proxy that asks, before it
+// proxies a request, whether the request may go on: nginx (auth_request)
+// at /v1/forward-auth/nginx, Traefik (ForwardAuth) and Caddy
+// (forward_auth) at /v1/forward-auth. The proxied request is read from
+// the proxy's headers, turned into a policy path by the first route of
+// forward_auth.routes that matches it, and decided as a check of that
+// path with cost 1: one proxied request is one decision.
+//
+// An allowed request gets 200 with the RateLimit fields. A denied one gets
+// 429 with the fields and Retry-After, which Traefik and Caddy pass to the
+// client as they are. nginx turns any status but 2xx, 401 and 403 into a
+// 500, so at /v1/forward-auth/nginx every refusal is nginx_deny_status
+// (403 unless set to 401) and the header Sluice-Status carries the status
+// the client should see (429, 400, 414, 431 or 503), which the README's
+// nginx snippet restores.
+
+// Bounds of what the forward-auth endpoint reads of a proxied request.
+const (
+	// MaxForwardURI bounds the proxied request's URI, in bytes: a longer
+	// one is answered 414 (nginx's own buffers refuse one over 8 KiB).
+	MaxForwardURI = 8 << 10
+	// MaxForwardMethod bounds the proxied request's method: a longer one
+	// is answered 400.
+	MaxForwardMethod = 32
+	// MaxRoutes bounds forward_auth.routes, and MaxRouteSegments a route's
+	// match and path.
+	MaxRoutes        = 1000
+	MaxRouteSegments = 32
+)
+
+// ForwardAuthConfig maps a proxied request to a policy path for the
+// forward-auth endpoint. With no routes the endpoint answers 404.
+type ForwardAuthConfig struct {
+	// TrustedProxies are the networks whose forwarding header is believed
+	// for {client_ip}: the proxies in front of Sluice (the one asking, and
+	// any before it). With none, the client is the address the request
+	// came from.
+	TrustedProxies []netip.Prefix `yaml:"trusted_proxies"`
+	// ClientIPHeader is the forwarding header those proxies maintain:
+	// X-Forwarded-For (the default) or Forwarded.
+	ClientIPHeader string `yaml:"client_ip_header"`
+	// NginxDenyStatus is the status of every refusal at
+	// /v1/forward-auth/nginx: 403 (the default) or 401.
+	NginxDenyStatus int `yaml:"nginx_deny_status"`
+	// Routes are tried in order; the first that matches the proxied
+	// request names its path. A request no route matches is allowed and
+	// counted nowhere.
+	Routes []ForwardRoute `yaml:"routes"`
+}
+
+// A ForwardRoute turns the proxied requests it matches into a policy path.
+type ForwardRoute struct {
+	// Match is a pattern of the request's URI path, as net/http's
+	// ServeMux writes them without method or host: "/login" matches that
+	// path only, "/api/" that path and every path below it, "/" every
+	// path, and a segment "{name}" any one segment, which the route's
+	// path can use. The path is percent-decoded and cleaned (dot segments
+	// resolved, repeated slashes merged) before it is matched.
+	Match string `yaml:"match"`
+	// Methods, when set, limits the route to these request methods.
+	Methods []string `yaml:"methods"`
+	// Path is the policy path, a segment per entry: a literal, or one of
+	// "{client_ip}", "{method}", "{host}", "{header:Name}" (the request's
+	// header Name) and "{name}" (a wildcard of Match). A route whose
+	// header is absent or empty does not match, so that the next route
+	// (by client IP, say) can.
+	Path []string `yaml:"path"`
+	// Cost is how much one request costs (default 1).
+	Cost int64 `yaml:"cost"`
+}
+
+// UnmarshalYAML checks the section as it loads, so that an error names its
+// file and line.
+func (c *ForwardAuthConfig) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain ForwardAuthConfig
+	if err := unmarshal((*plain)(c)); err != nil {
+		return err
+	}
+	_, err := newForwardAuth(*c)
+	return err
+}
+
+// UnmarshalYAML checks the route as it loads.
+func (r *ForwardRoute) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain ForwardRoute
+	if err := unmarshal((*plain)(r)); err != nil {
+		return err
+	}
+	_, err := compileRoute(*r)
+	return err
+}
+
+// forwardAuth is a compiled ForwardAuthConfig.
+type forwardAuth struct {
+	ip        httplimit.IPKey
+	nginxDeny int
+	routes    []route
+}
+
+// A route is a compiled ForwardRoute.
+type route struct {
+	pattern []patSeg
+	prefix  bool // the pattern ends in "/": paths below it match too
+	methods []string
+	path    []tmplSeg
+	cost    int64
+}
+
+// A patSeg is a segment of a route's pattern: a literal, or a wildcard.
+type patSeg struct {
+	lit  string
+	name string // the wildcard's name; "" for a literal
+}
+
+// Kinds of a path template's segment.
+const (
+	segLiteral = iota
+	segClientIP
+	segMethod
+	segHost
+	segHeader   // text is the header's canonical name
+	segWildcard // at is the pattern segment it takes
+)
+
+type tmplSeg struct {
+	kind int
+	text string
+	at   int
+}
+
+func newForwardAuth(c ForwardAuthConfig) (*forwardAuth, error) {
+	fa := &forwardAuth{ip: httplimit.IPKey{TrustedProxies: c.TrustedProxies, Header: c.ClientIPHeader}, nginxDeny: c.NginxDenyStatus}
+	switch textproto.CanonicalMIMEHeaderKey(c.ClientIPHeader) {
+	case "", "X-Forwarded-For", "Forwarded":
+	default:
+		return nil, fmt.Errorf("client_ip_header must be X-Forwarded-For or Forwarded, got %q", c.ClientIPHeader)
+	}
+	switch c.NginxDenyStatus {
+	case 0:
+		fa.nginxDeny = http.StatusForbidden
+	case http.StatusUnauthorized, http.StatusForbidden:
+	default:
+		return nil, fmt.Errorf("nginx_deny_status must be 401 or 403 (nginx answers 500 for any other), got %d", c.NginxDenyStatus)
+	}
+	if len(c.Routes) > MaxRoutes {
+		return nil, fmt.Errorf("routes: at most %d, got %d", MaxRoutes, len(c.Routes))
+	}
+	for i, r := range c.Routes {
+		cr, err := compileRoute(r)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d]: %w", i, err)
+		}
+		fa.routes = append(fa.routes, cr)
+	}
+	return fa, nil
+}
+
+func compileRoute(r ForwardRoute) (route, error) {
+	var cr route
+	if !strings.HasPrefix(r.Match, "/") {
+		return cr, fmt.Errorf("match must be a path that starts with /, got %q", r.Match)
+	}
+	text := r.Match[1:]
+	cr.prefix = text == "" || strings.HasSuffix(text, "/")
+	text = strings.TrimSuffix(text, "/")
+	if text != "" {
+		for _, s := range strings.Split(text, "/") {
+			switch {
+			case s == "" || s == "." || s == "..":
+				return cr, fmt.Errorf("match %q: empty, . and .. segments never match a cleaned path", r.Match)
+			case s[0] == '{':
+				name, ok := strings.CutSuffix(s[1:], "}")
+				if !ok || !validName(name) {
+					return cr, fmt.Errorf("match %q: a wildcard is {name} with a name of letters, digits and _, got %q", r.Match, s)
+				}
+				for _, p := range cr.pattern {
+					if p.name == name {
+						return cr, fmt.Errorf("match %q: wildcard {%s} appears twice", r.Match, name)
+					}
+				}
+				cr.pattern = append(cr.pattern, patSeg{name: name})
+			case strings.ContainsAny(s, "{}"):
+				return cr, fmt.Errorf("match %q: a wildcard fills a whole segment, got %q", r.Match, s)
+			default:
+				cr.pattern = append(cr.pattern, patSeg{lit: s})
+			}
+		}
+	}
+	if len(cr.pattern) > MaxRouteSegments {
+		return cr, fmt.Errorf("match %q: at most %d segments", r.Match, MaxRouteSegments)
+	}
+	for _, m := range r.Methods {
+		if m == "" || len(m) > MaxForwardMethod || strings.ContainsAny(m, " \t/{}") {
+			return cr, fmt.Errorf("methods: %q is not a method", m)
+		}
+		cr.methods = append(cr.methods, strings.ToUpper(m))
+	}
+	if len(r.Path) == 0 {
+		return cr, errors.New("path: a route needs a policy path of at least one segment")
+	}
+	if len(r.Path) > MaxRouteSegments {
+		return cr, fmt.Errorf("path: at most %d segments, got %d", MaxRouteSegments, len(r.Path))
+	}
+	for i, s := range r.Path {
+		t, err := compileSeg(s, cr.pattern)
+		if err != nil {
+			return cr, fmt.Errorf("path[%d]: %w", i, err)
+		}
+		cr.path = append(cr.path, t)
+	}
+	switch {
+	case r.Cost < 0:
+		return cr, fmt.Errorf("cost must not be negative, got %d", r.Cost)
+	case r.Cost == 0:
+		cr.cost = 1
+	default:
+		cr.cost = r.Cost
+	}
+	return cr, nil
+}
+
+func compileSeg(s string, pattern []patSeg) (tmplSeg, error) {
+	if s == "" {
+		return tmplSeg{}, errors.New("a segment is never empty")
+	}
+	inner, ok := strings.CutPrefix(s, "{")
+	if !ok {
+		if strings.ContainsAny(s, "{}") {
+			return tmplSeg{}, fmt.Errorf("a placeholder fills a whole segment, got %q", s)
+		}
+		return tmplSeg{kind: segLiteral, text: s}, nil
+	}
+	inner, ok = strings.CutSuffix(inner, "}")
+	if !ok {
+		return tmplSeg{}, fmt.Errorf("%q does not end in }", s)
+	}
+	switch {
+	case inner == "client_ip":
+		return tmplSeg{kind: segClientIP}, nil
+	case inner == "method":
+		return tmplSeg{kind: segMethod}, nil
+	case inner == "host":
+		return tmplSeg{kind: segHost}, nil
+	case strings.HasPrefix(inner, "header:"):
+		name := inner[len("header:"):]
+		if name == "" || strings.ContainsAny(name, " \t:{}") {
+			return tmplSeg{}, fmt.Errorf("%q: want {header:Name}", s)
+		}
+		return tmplSeg{kind: segHeader, text: textproto.CanonicalMIMEHeaderKey(name)}, nil
+	}
+	for i, p := range pattern {
+		if p.name != "" && p.name == inner {
+			return tmplSeg{kind: segWildcard, at: i}, nil
+		}
+	}
+	return tmplSeg{}, fmt.Errorf("%q is none of {client_ip}, {method}, {host}, {header:Name} and the match's wildcards", s)
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// A forwardError is a proxied request the endpoint cannot decide: its
+// status says why.
+type forwardError struct {
+	status int
+	msg    string
+}
+
+func (e *forwardError) Error() string { return e.msg }
+
+// original returns the proxied request's method, URI and host, from the
+// headers of Traefik and Caddy (X-Forwarded-*), else nginx's
+// (X-Original-*), else the request itself.
+func original(r *http.Request) (method, uri, host string) {
+	h := r.Header
+	method = first(h["X-Forwarded-Method"], h["X-Original-Method"], r.Method)
+	uri = first(h["X-Forwarded-Uri"], h["X-Original-Uri"], r.URL.RequestURI())
+	host = first(h["X-Forwarded-Host"], nil, r.Host)
+	return method, uri, host
+}
+
+func first(a, b []string, or string) string {
+	if len(a) > 0 && a[0] != "" {
+		return a[0]
+	}
+	if len(b) > 0 && b[0] != "" {
+		return b[0]
+	}
+	return or
+}
+
+// cleanPath appends to segs the segments of uri's path, percent-decoded,
+// with dot segments resolved and empty ones dropped.
+func cleanPath(uri string, segs []string) ([]string, error) {
+	if len(uri) > MaxForwardURI {
+		return segs, &forwardError{http.StatusRequestURITooLong, fmt.Sprintf("the proxied URI has %d bytes, more than %d", len(uri), MaxForwardURI)}
+	}
+	p := uri
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	if strings.Contains(p, "://") { // an absolute URI: its path
+		if u, err := url.Parse(p); err == nil {
+			p = u.EscapedPath()
+		}
+	}
+	if !strings.HasPrefix(p, "/") {
+		return segs, &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxied URI %.64q is not a path", uri)}
+	}
+	if strings.IndexByte(p, '%') >= 0 {
+		d, err := url.PathUnescape(p)
+		if err != nil {
+			return segs, &forwardError{http.StatusBadRequest, "the proxied URI's path: " + err.Error()}
+		}
+		p = d
+	}
+	for rest := p; rest != ""; {
+		var s string
+		s, rest, _ = strings.Cut(rest, "/")
+		switch s {
+		case "", ".":
+		case "..":
+			if len(segs) > 0 {
+				segs = segs[:len(segs)-1]
+			}
+		default:
+			segs = append(segs, s)
+		}
+	}
+	return segs, nil
+}
+
+// match returns the first route that matches, or nil. segs are the
+// cleaned path's segments.
+func (fa *forwardAuth) match(method string, segs []string, h http.Header) *route {
+next:
+	for i := range fa.routes {
+		rt := &fa.routes[i]
+		if len(segs) < len(rt.pattern) || !rt.prefix && len(segs) != len(rt.pattern) {
+			continue
+		}
+		if len(rt.methods) > 0 {
+			found := false
+			for _, m := range rt.methods {
+				if m == method {
+					found = true
+					break
+				}
+			}
+			if !found {
+				continue
+			}
+		}
+		for j, p := range rt.pattern {
+			if p.name == "" && p.lit != segs[j] {
+				continue next
+			}
+		}
+		for _, t := range rt.path {
+			if t.kind == segHeader {
+				if v := h[t.text]; len(v) == 0 || v[0] == "" {
+					continue next
+				}
+			}
+		}
+		return rt
+	}
+	return nil
+}
+
+// policyPath appends to path the route's policy path for the request.
+func (fa *forwardAuth) policyPath(rt *route, r *http.Request, method, host string, segs, path []string) ([]string, error) {
+	for _, t := range rt.path {
+		switch t.kind {
+		case segLiteral:
+			path = append(path, t.text)
+		case segClientIP:
+			ip, err := fa.ip.Key(r)
+			if err != nil {
+				return path, &forwardError{http.StatusBadRequest, err.Error()}
+			}
+			path = append(path, ip)
+		case segMethod:
+			path = append(path, method)
+		case segHost:
+			path = append(path, host)
+		case segHeader:
+			v := r.Header[t.text][0]
+			if len(v) > httplimit.MaxHeaderKeyLen {
+				return path, &forwardError{http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("header %s has %d bytes, more than the %d a key may have", t.text, len(v), httplimit.MaxHeaderKeyLen)}
+			}
+			path = append(path, v)
+		case segWildcard:
+			path = append(path, segs[t.at])
+		}
+	}
+	return path, nil
+}
+
+// handleForwardAuth is the forward-auth endpoint; nginx is whether it
+// answers nginx (every refusal nginxDeny, the real status in
+// Sluice-Status).
+func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		fa := s.forwardAuth
+		if fa == nil {
+			writeProblem(w, http.StatusNotFound, "forward_auth has no routes in this service's config")
+			return
+		}
+		s.inflight.Add(1)
+		defer s.inflight.Done()
+		b := batchPool.Get().(*batch)
+		defer batchPool.Put(b)
+
+		refuse := func(status int, detail string) {
+			if nginx && status != http.StatusOK {
+				w.Header()["Sluice-Status"] = []string{strconv.Itoa(status)}
+				status = fa.nginxDeny
+			}
+			writeProblem(w, status, detail)
+		}
+		method, uri, host := original(r)
+		if len(method) > MaxForwardMethod {
+			s.m.badRequests.WithLabelValues("forward_auth").Inc()
+			refuse(http.StatusBadRequest, fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), MaxForwardMethod))
+			return
+		}
+		segs, err := cleanPath(uri, b.segs[:0])
+		b.segs = segs[:0]
+		var rt *route
+		if err == nil {
+			if rt = fa.match(method, segs, r.Header); rt == nil {
+				w.WriteHeader(http.StatusOK) // no route: not limited
+				return
+			}
+			var path []string
+			path, err = fa.policyPath(rt, r, method, host, segs, b.path[:0])
+			b.path = path[:0]
+			if err == nil {
+				s.decideForward(w, r, b, path, rt.cost, refuse)
+				return
+			}
+		}
+		var fe *forwardError
+		if errors.As(err, &fe) {
+			s.m.badRequests.WithLabelValues("forward_auth").Inc()
+			refuse(fe.status, fe.msg)
+			return
+		}
+		refuse(http.StatusBadRequest, err.Error())
+	}
+}
+
+// decideForward decides a proxied request's path and answers.
+func (s *Server) decideForward(w http.ResponseWriter, r *http.Request, b *batch, path []string, cost int64, refuse func(int, string)) {
+	start := time.Now()
+	_, err := s.decidePath(r.Context(), path, cost, b)
+	s.m.forwardDuration.Observe(time.Since(start).Seconds())
+	if err == nil {
+		s.noteUnmatched(&b.q)
+	}
+	c := &s.m.forwardChecks
+	if err != nil {
+		if isBadRequest(err) {
+			s.m.badRequests.WithLabelValues("forward_auth").Inc()
+			refuse(http.StatusBadRequest, err.Error())
+			return
+		}
+		if r.Context().Err() != nil {
+			return // the proxy has gone
+		}
+		s.storeFailed("forward_auth", err)
+		if s.failOpen {
+			c.errAllowed.Inc()
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		c.errDenied.Inc()
+		w.Header()["Retry-After"] = []string{"1"}
+		refuse(http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	s.countLevels(b.d.Levels)
+	status := addDecisionHeaders(w.Header(), b, false)
+	defer func() { b.hdr = [3]string{} }()
+	if b.d.Allowed {
+		c.allowed.Inc()
+		w.WriteHeader(status)
+		return
+	}
+	c.limited.Inc()
+	refuse(status, "rate limited")
+}

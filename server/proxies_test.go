@@ -1,0 +1,317 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/proxytest"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// The proxy tests run the configurations of docs/proxies, which the README
+// shows, with only their addresses replaced by free ones: Sluice with
+// sluice.yaml and limits.yaml, in front of it a real nginx or caddy, and
+// behind the proxy a small upstream. They check what a client sees.
+
+const proxiesDir = "../docs/proxies"
+
+// Addresses written in docs/proxies, which the tests replace.
+const (
+	docProxyAddr    = "127.0.0.1:8000"
+	docSluiceAddr   = "127.0.0.1:8080"
+	docUpstreamAddr = "127.0.0.1:9000"
+)
+
+// startProxied starts Sluice with docs/proxies/sluice.yaml on a free port
+// and an upstream that answers "upstream", and returns the config of the
+// named proxy with its addresses replaced, and the proxy's address.
+func startProxied(t *testing.T, confName string, edit func(*Config)) (conf, proxyAddr, sluiceAddr string) {
+	t.Helper()
+	var cfg Config
+	if err := LoadConfigFile(filepath.Join(proxiesDir, "sluice.yaml"), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTP = "127.0.0.1:0"
+	cfg.Policy = filepath.Join(proxiesDir, cfg.Policy)
+	if edit != nil {
+		edit(&cfg)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	s, err := New(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, nil); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; s.Close() })
+
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "upstream")
+	}))
+	t.Cleanup(up.Close)
+
+	data, err := os.ReadFile(filepath.Join(proxiesDir, confName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr = proxytest.FreeAddr(t)
+	conf = strings.NewReplacer(docProxyAddr, proxyAddr, docSluiceAddr, s.HTTPAddr(), docUpstreamAddr, up.Listener.Addr().String()).Replace(string(data))
+	if conf == string(data) {
+		t.Fatalf("%s names none of the addresses the test replaces", confName)
+	}
+	return conf, proxyAddr, s.HTTPAddr()
+}
+
+// clientFrom is an HTTP client whose connections come from the loopback
+// address ip (127.0.0.0/8 is all loopback), so that each test client has
+// an address of its own, none of them the proxy's 127.0.0.1.
+func clientFrom(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+}
+
+type answer struct {
+	status int
+	body   string
+	h      http.Header
+}
+
+func send(t *testing.T, c *http.Client, method, url string, hdr map[string]string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, string(b), resp.Header}
+}
+
+// checkClientView runs what every proxy must show its clients, through
+// the proxy at addr.
+func checkClientView(t *testing.T, proxy *proxytest.Process) {
+	base := "http://" + proxy.Addr
+	a, b, c := clientFrom("127.0.0.2"), clientFrom("127.0.0.3"), clientFrom("127.0.0.4")
+
+	// By client IP: 5 at once, then 429 with the fields and Retry-After.
+	for i := range 5 {
+		got := send(t, a, "GET", base+"/page", nil)
+		if got.status != 200 || got.body != "upstream" {
+			t.Fatalf("request %d: %d %q, want 200 from the upstream\n%s", i+1, got.status, got.body, proxy.Output())
+		}
+		if got.h.Get("RateLimit") == "" || got.h.Get("RateLimit-Policy") == "" {
+			t.Errorf("request %d: allowed without the RateLimit fields: %v", i+1, got.h)
+		}
+	}
+	got := send(t, a, "GET", base+"/page", nil)
+	if got.status != 429 || got.body == "upstream" {
+		t.Fatalf("6th request: %d %q, want 429", got.status, got.body)
+	}
+	if got.h.Get("Retry-After") == "" || !strings.Contains(got.h.Get("RateLimit"), ";r=0") || got.h.Get("RateLimit-Policy") == "" {
+		t.Errorf("429 without Retry-After or RateLimit fields: %v", got.h)
+	}
+
+	// Another client is unaffected.
+	if got := send(t, b, "GET", base+"/page", nil); got.status != 200 {
+		t.Errorf("another client: %d, want 200", got.status)
+	}
+	// A forged X-Forwarded-For names neither the client's key nor another's:
+	// client c claiming a's address is counted as itself, and a claiming
+	// another address is still refused.
+	if got := send(t, c, "GET", base+"/page", map[string]string{"X-Forwarded-For": "127.0.0.2"}); got.status != 200 {
+		t.Errorf("a client forging X-Forwarded-For: %d, want 200 (its own key)", got.status)
+	}
+	if got := send(t, a, "GET", base+"/page", map[string]string{"X-Forwarded-For": "10.9.9.9"}); got.status != 429 {
+		t.Errorf("a limited client forging X-Forwarded-For: %d, want 429", got.status)
+	}
+
+	// By API key, under a tenant: a key of its own, and a header past the
+	// stated bound is a 431, not a way around the limit.
+	for i := range 5 {
+		if got := send(t, b, "GET", base+"/api/acme/orders", map[string]string{"X-Api-Key": "k1"}); got.status != 200 {
+			t.Fatalf("api request %d: %d, want 200", i+1, got.status)
+		}
+	}
+	if got := send(t, c, "GET", base+"/api/acme/orders", map[string]string{"X-Api-Key": "k1"}); got.status != 429 {
+		t.Errorf("the 6th request of key k1 from another client: %d, want 429", got.status)
+	}
+	if got := send(t, b, "GET", base+"/api/acme/orders", map[string]string{"X-Api-Key": strings.Repeat("k", 300)}); got.status != 431 {
+		t.Errorf("a 300-byte API key: %d, want 431", got.status)
+	}
+
+	// Login: POST only, 3 per client.
+	for i := range 3 {
+		if got := send(t, b, "POST", base+"/login", nil); got.status != 200 {
+			t.Fatalf("login %d: %d, want 200", i+1, got.status)
+		}
+	}
+	if got := send(t, b, "POST", base+"/login", nil); got.status != 429 {
+		t.Errorf("4th login: %d, want 429", got.status)
+	}
+
+	// Hostile sizes: a 64 KiB URI and a 64 KiB header get a 4xx, from the
+	// proxy or from Sluice, never a 5xx.
+	for name, h := range map[string]map[string]string{"URI": nil, "header": {"X-Junk": strings.Repeat("j", 64<<10)}} {
+		url := base + "/page"
+		if name == "URI" {
+			url = base + "/" + strings.Repeat("u", 64<<10)
+		}
+		if got := send(t, clientFrom("127.0.0.5"), "GET", url, h); got.status < 400 || got.status >= 500 {
+			t.Errorf("a 64 KiB %s: %d, want a 4xx", name, got.status)
+		}
+	}
+}
+
+// TestNginxForwardAuth runs Debian's nginx with docs/proxies/nginx.conf.
+func TestNginxForwardAuth(t *testing.T) {
+	conf, addr, _ := startProxied(t, "nginx.conf", nil)
+	checkClientView(t, proxytest.Nginx(t, conf, addr))
+}
+
+// TestCaddyForwardAuth runs Debian's caddy with docs/proxies/Caddyfile.
+func TestCaddyForwardAuth(t *testing.T) {
+	conf, addr, _ := startProxied(t, "Caddyfile", nil)
+	checkClientView(t, proxytest.Caddy(t, conf, addr))
+}
+
+// TestTraefikForwardAuthHeaders asks the endpoint as Traefik's
+// ForwardAuth middleware does (Traefik is not packaged for Debian): a GET
+// to the address of docs/proxies/traefik.yml carrying the proxied
+// request in the X-Forwarded-* headers Traefik documents, the client's
+// address last in X-Forwarded-For. Traefik hands any non-2xx answer to the
+// client as it is.
+func TestTraefikForwardAuthHeaders(t *testing.T) {
+	conf, _, sluiceAddr := startProxied(t, "traefik.yml", nil)
+	url := ""
+	for _, line := range strings.Split(conf, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "address: "); ok {
+			url = strings.Trim(v, `"`)
+		}
+	}
+	if !strings.HasPrefix(url, "http://"+sluiceAddr+"/v1/forward-auth") {
+		t.Fatalf("traefik.yml's forwardAuth address is %q", url)
+	}
+	c := clientFrom("127.0.0.1") // Traefik, a trusted proxy
+	traefik := func(method, uri, client string, extra map[string]string) answer {
+		h := map[string]string{
+			"X-Forwarded-Method": method, "X-Forwarded-Proto": "https", "X-Forwarded-Host": "shop.example",
+			"X-Forwarded-Uri": uri, "X-Forwarded-For": client,
+		}
+		for k, v := range extra {
+			h[k] = v
+		}
+		return send(t, c, "GET", url, h)
+	}
+	for i := range 3 {
+		if got := traefik("POST", "/login?next=/cart", "203.0.113.7", nil); got.status != 200 || got.h.Get("RateLimit") == "" {
+			t.Fatalf("login %d: %d %v, want 200 with the RateLimit fields", i+1, got.status, got.h)
+		}
+	}
+	got := traefik("POST", "/login", "203.0.113.7", nil)
+	if got.status != 429 || got.h.Get("Retry-After") == "" || !strings.Contains(got.h.Get("RateLimit"), `"web/login/*";r=0`) {
+		t.Errorf("4th login: %d %v, want 429 with Retry-After and the fields", got.status, got.h)
+	}
+	// The method matters (the route is POST only), so does the client.
+	if got := traefik("GET", "/login", "203.0.113.7", nil); got.status != 200 || !strings.Contains(got.h.Get("RateLimit"), "web/client/") {
+		t.Errorf("GET /login: %d %v, want 200 on the client route", got.status, got.h)
+	}
+	if got := traefik("POST", "/login", "203.0.113.8", nil); got.status != 200 {
+		t.Errorf("another client's login: %d, want 200", got.status)
+	}
+	// The path is cleaned before it is matched: /static/../login is /login.
+	if got := traefik("POST", "/static/../login", "203.0.113.7", nil); got.status != 429 {
+		t.Errorf("POST /static/../login: %d, want 429 (it is /login)", got.status)
+	}
+	if got := traefik("POST", "/%6Cogin", "203.0.113.7", nil); got.status != 429 {
+		t.Errorf("POST /%%6Cogin: %d, want 429 (it is /login)", got.status)
+	}
+	// Bounds: a URI over MaxForwardURI is 414, a bad escape 400, a long
+	// method 400; headers past MaxHeaderBytes are net/http's 431.
+	for _, tc := range []struct {
+		name, method, uri string
+		extra             map[string]string
+		want              int
+	}{
+		{"a 9 KiB URI", "GET", "/" + strings.Repeat("u", 9<<10), nil, 414},
+		{"a bad escape", "GET", "/a%zz", nil, 400},
+		{"a 33-byte method", strings.Repeat("M", 33), "/", nil, 400},
+		{"40 KiB of headers", "GET", "/", map[string]string{"X-Junk": strings.Repeat("j", 40<<10)}, 431},
+	} {
+		if got := traefik(tc.method, tc.uri, "203.0.113.9", tc.extra); got.status != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, got.status, got.body, tc.want)
+		}
+	}
+}
+
+// TestForwardAuthStoreDown kills the Redis the service uses: the endpoint
+// then answers as on_store_error says, and at the nginx endpoint a
+// refusal is nginx_deny_status with Sluice-Status 503.
+func TestForwardAuthStoreDown(t *testing.T) {
+	for _, onErr := range []string{"allow", "deny"} {
+		t.Run(onErr, func(t *testing.T) {
+			r := redistest.Start(t)
+			_, _, sluiceAddr := startProxied(t, "nginx.conf", func(c *Config) {
+				c.Store, c.OnStoreError = r.URL(), onErr
+			})
+			c := clientFrom("127.0.0.1")
+			ask := func(path string) answer {
+				return send(t, c, "GET", "http://"+sluiceAddr+path, map[string]string{"X-Forwarded-Uri": "/page", "X-Forwarded-For": "203.0.113.7"})
+			}
+			if got := ask("/v1/forward-auth"); got.status != 200 {
+				t.Fatalf("with Redis up: %d, want 200", got.status)
+			}
+			r.Stop()
+			plain, nginx := ask("/v1/forward-auth"), ask("/v1/forward-auth/nginx")
+			if onErr == "allow" {
+				if plain.status != 200 || nginx.status != 200 {
+					t.Errorf("store down, allow: %d and %d (nginx), want 200", plain.status, nginx.status)
+				}
+				return
+			}
+			if plain.status != 503 || plain.h.Get("Retry-After") != "1" {
+				t.Errorf("store down, deny: %d %v, want 503 with Retry-After: 1", plain.status, plain.h)
+			}
+			if nginx.status != 403 || nginx.h.Get("Sluice-Status") != "503" {
+				t.Errorf("store down, deny, nginx: %d %v, want 403 with Sluice-Status: 503", nginx.status, nginx.h)
+			}
+		})
+	}
+}
+
+// TestReadmeShowsProxyConfigs: the README shows each file of docs/proxies
+// that the proxy tests run, whole, in a code block.
+func TestReadmeShowsProxyConfigs(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sluice.yaml", "nginx.conf", "Caddyfile", "traefik.yml"} {
+		data, err := os.ReadFile(filepath.Join(proxiesDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(readme), "\n"+string(data)+"```\n") {
+			t.Errorf("the README does not show docs/proxies/%s as it is", name)
+		}
+	}
+}
