@@ -48,6 +48,37 @@ func BenchmarkHandleCheck(b *testing.B) {
 	}
 }
 
+// BenchmarkForwardAuth is BenchmarkHandleCheck's check asked as nginx
+// asks it (auth_request, with the headers of docs/proxies/nginx.conf): the
+// same decision, read from headers rather than a JSON body.
+func BenchmarkForwardAuth(b *testing.B) {
+	s := newTestServer(&testing.T{}, benchPolicy)
+	fa, err := newForwardAuth(ForwardAuthConfig{Routes: []ForwardRoute{{Match: "/trade", Path: []string{"user", "{header:X-Api-Key}", "trade"}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.forwardAuth = fa
+	h := s.Handler()
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("u%d", i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		req := httptest.NewRequest("GET", "/v1/forward-auth/nginx", nil)
+		req.Header["X-Original-Uri"] = []string{"/trade?id=1"}
+		req.Header["X-Original-Method"] = []string{"POST"}
+		req.Header["X-Forwarded-For"] = []string{"203.0.113.7"}
+		req.Header["X-Api-Key"] = keys[i%len(keys) : i%len(keys)+1]
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			b.Fatal(w.Code, w.Body.String())
+		}
+	}
+}
+
 // BenchmarkDecidePath is the decision alone (match, store, summary) on
 // each store, 50 concurrent callers: what a check costs the service
 // beside its transport.

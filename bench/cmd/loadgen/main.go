@@ -2,6 +2,7 @@
 // baselines it is compared with (bench/serve.sh runs them all):
 //
 //	loadgen http -addr 127.0.0.1:8080 -c 50 -d 10s -pid PID   POST /v1/check, 50 connections
+//	loadgen http -method GET -path /page -header 'X-Api-Key: k{i}' ...   GET, a header per caller
 //	loadgen grpc -addr 127.0.0.1:8081 -c 50 -d 10s -pid PID   ShouldRateLimit, 50 concurrent calls
 //	loadgen bare-http -addr 127.0.0.1:9080                    net/http, a fixed JSON body
 //	loadgen bare-grpc -addr 127.0.0.1:9081                    ShouldRateLimit, a fixed OK
@@ -100,6 +101,8 @@ func load(mode string, args []string) error {
 	path := fs.String("path", "/v1/check", "HTTP path")
 	rate := fs.Float64("rate", 0, "requests per second in all, spread evenly over the workers (0: as fast as answered)")
 	body := fs.String("body", `{"path": ["user", "u{i}", "trade"]}`, "HTTP body: {i} is the caller's number, {ip} its address (10.0.x.y)")
+	method := fs.String("method", "POST", "HTTP method; a GET sends no body")
+	header := fs.String("header", "", "HTTP: one more header line, such as \"X-Api-Key: k{i}\" ({i} and {ip} as in -body)")
 	redisPid := fs.Int("redis-pid", 0, "Redis, for its CPU per request")
 	quota := fs.Int("quota", 0, "gRPC: ask for this much quota (x-sluice-quota) and, as a proxy would, admit from what is granted without calling until it runs out or expires (answers \"OK (quota)\")")
 	fs.Parse(args)
@@ -113,8 +116,17 @@ func load(mode string, args []string) error {
 			c := &rawClient{addr: *addr}
 			bodies := make([][]byte, *keys)
 			for i := range bodies {
-				body := strings.NewReplacer("{i}", strconv.Itoa(i), "{ip}", ip(i)).Replace(*body)
-				bodies[i] = []byte(fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", *path, *addr, len(body), body))
+				rp := strings.NewReplacer("{i}", strconv.Itoa(i), "{ip}", ip(i))
+				extra := ""
+				if *header != "" {
+					extra = rp.Replace(*header) + "\r\n"
+				}
+				if *method == "GET" {
+					bodies[i] = []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", *path, *addr, extra))
+					continue
+				}
+				body := rp.Replace(*body)
+				bodies[i] = []byte(fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", *method, *path, *addr, extra, len(body), body))
 			}
 			r := rand.New(rand.NewPCG(uint64(w), 1))
 			return func() (string, error) {
