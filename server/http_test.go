@@ -50,7 +50,8 @@ schema:
 }
 
 func TestStoreUpAndBuildInfo(t *testing.T) {
-	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n"),
+		Queues: map[string]QueueConfig{"jobs": {}}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,8 @@ func TestStoreUpAndBuildInfo(t *testing.T) {
 }
 
 // TestGrafanaDashboard: every metric docs/grafana-dashboard.json queries is
-// one the service exports (on Redis, which has them all).
+// one the service exports (on Redis with a queue, which has them all).
+// TestPrometheusDashboardQueries has a real Prometheus evaluate them.
 func TestGrafanaDashboard(t *testing.T) {
 	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
 	if err != nil {
@@ -79,7 +81,8 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := json.Unmarshal(raw, &dash); err != nil || len(dash.Panels) == 0 {
 		t.Fatalf("dashboard: %v", err)
 	}
-	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n"),
+		Queues: map[string]QueueConfig{"jobs": {}}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

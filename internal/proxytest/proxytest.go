@@ -140,6 +140,17 @@ func Caddy(tb testing.TB, caddyfile, addr string) *Process {
 	return Start(tb, dir, addr, env, "caddy", "run", "--config", path, "--adapter", "caddyfile")
 }
 
+// Prometheus starts prometheus with the configuration promYAML, listening
+// on addr, its database in the test's directory.
+func Prometheus(tb testing.TB, promYAML, addr string) *Process {
+	tb.Helper()
+	dir := tb.TempDir()
+	path := filepath.Join(dir, "prometheus.yml")
+	write(tb, path, promYAML)
+	return Start(tb, dir, addr, nil, "prometheus", "--config.file="+path,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
+}
+
 func write(tb testing.TB, path, s string) {
 	tb.Helper()
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
