@@ -68,19 +68,7 @@ func TestStoreUpAndBuildInfo(t *testing.T) {
 // one the service exports (on Redis with a queue, which has them all).
 // TestPrometheusDashboardQueries has a real Prometheus evaluate them.
 func TestGrafanaDashboard(t *testing.T) {
-	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil || len(dash.Panels) == 0 {
-		t.Fatalf("dashboard: %v", err)
-	}
+	dash := readDashboard(t)
 	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n"),
 		Queues: map[string]QueueConfig{"jobs": {}}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -103,6 +91,27 @@ func TestGrafanaDashboard(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dashboard is what the tests read of docs/grafana-dashboard.json.
+type dashboard struct {
+	Panels []struct {
+		Title   string
+		Targets []struct{ Expr string }
+	}
+}
+
+func readDashboard(t *testing.T) dashboard {
+	t.Helper()
+	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash dashboard
+	if err := json.Unmarshal(raw, &dash); err != nil || len(dash.Panels) == 0 {
+		t.Fatalf("dashboard: %v", err)
+	}
+	return dash
 }
 
 // TestAdminTokenOnlyInTheHeader: a token in the query is no token.

@@ -1,15 +1,12 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,19 +24,7 @@ import (
 // Prometheus's HTTP API until each returns a number. It waits as long as
 // that takes: the test's own timeout is the only bound.
 func TestPrometheusDashboardQueries(t *testing.T) {
-	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatal(err)
-	}
+	dash := readDashboard(t)
 
 	r := redistest.Start(t)
 	cfg := Config{
@@ -56,17 +41,7 @@ schema:
 		Queues:      map[string]QueueConfig{"jobs": {Capacity: 100}},
 		ForwardAuth: ForwardAuthConfig{Routes: []ForwardRoute{{Match: "/", Path: []string{"web", "{header:X-Key}"}}}},
 	}
-	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { s.Serve(ctx, nil); close(served) }()
-	defer func() { cancel(); <-served; s.Close() }()
+	s := serveForTest(t, cfg)
 	base := "http://" + s.HTTPAddr()
 
 	// Load until the queries are answered: allowed and limited checks,
@@ -131,11 +106,11 @@ scrape_configs:
 			// Grafana's $__rate_interval is at least four scrapes.
 			q := strings.ReplaceAll(tg.Expr, "$__rate_interval", "5s")
 			for {
-				n, err := promQuery(addr, q)
+				vals, err := promQuery(addr, q)
 				if err != nil {
 					t.Fatalf("panel %q: %s: %v\n%s", p.Title, q, err, prom.Output())
 				}
-				if n > 0 {
+				if len(vals) > 0 {
 					break
 				}
 				// Bounded in scrapes, not in time: 30 scrapes of a
@@ -152,26 +127,19 @@ scrape_configs:
 // promValue evaluates q now and returns its first sample's value (0 when
 // it has none).
 func promValue(addr, q string) (float64, error) {
-	resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(q))
-	if err != nil {
+	vals, err := promQuery(addr, q)
+	if err != nil || len(vals) == 0 {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Data struct{ Result []struct{ Value [2]any } }
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Data.Result) == 0 {
-		return 0, err
-	}
-	return strconv.ParseFloat(fmt.Sprint(out.Data.Result[0].Value[1]), 64)
+	return vals[0], nil
 }
 
-// promQuery evaluates q now and returns how many of its samples are
-// numbers (not NaN).
-func promQuery(addr, q string) (int, error) {
+// promQuery evaluates q now and returns its samples that are numbers (not
+// NaN).
+func promQuery(addr, q string) ([]float64, error) {
 	resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(q))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var out struct {
@@ -183,33 +151,33 @@ func promQuery(addr, q string) (int, error) {
 		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if out.Status != "success" {
-		return 0, fmt.Errorf("prometheus: %s", out.Error)
+		return nil, fmt.Errorf("prometheus: %s", out.Error)
 	}
-	var vals []string
+	var samples [][2]any
 	switch out.Data.ResultType {
 	case "vector":
 		var v []struct{ Value [2]any }
 		if err := json.Unmarshal(out.Data.Result, &v); err != nil {
-			return 0, err
+			return nil, err
 		}
-		for _, s := range v {
-			vals = append(vals, fmt.Sprint(s.Value[1]))
+		for _, x := range v {
+			samples = append(samples, x.Value)
 		}
 	case "scalar":
-		var s [2]any
-		if err := json.Unmarshal(out.Data.Result, &s); err != nil {
-			return 0, err
+		var x [2]any
+		if err := json.Unmarshal(out.Data.Result, &x); err != nil {
+			return nil, err
 		}
-		vals = append(vals, fmt.Sprint(s[1]))
+		samples = append(samples, x)
 	}
-	n := 0
-	for _, v := range vals {
-		if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(f) {
-			n++
+	var vals []float64
+	for _, x := range samples {
+		if f, err := strconv.ParseFloat(fmt.Sprint(x[1]), 64); err == nil && !math.IsNaN(f) {
+			vals = append(vals, f)
 		}
 	}
-	return n, nil
+	return vals, nil
 }

@@ -44,18 +44,7 @@ func startProxied(t *testing.T, confName string, edit func(*Config)) (conf, prox
 	if edit != nil {
 		edit(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	s, err := New(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Serve(ctx, nil); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; s.Close() })
+	s := serveForTest(t, cfg)
 
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -73,6 +62,23 @@ func startProxied(t *testing.T, confName string, edit func(*Config)) (conf, prox
 		t.Fatalf("%s names none of the addresses the test replaces", confName)
 	}
 	return conf, proxyAddr, s.HTTPAddr()
+}
+
+// serveForTest serves cfg on its listeners until the test ends.
+func serveForTest(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, nil); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; s.Close() })
+	return s
 }
 
 // clientFrom is an HTTP client whose connections come from the loopback
