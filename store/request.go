@@ -33,6 +33,26 @@ func Compile(r *sluice.Request, p *algo.Plan) error {
 	return CheckCost(p, r.Cost)
 }
 
+// Cached checks r as Compile does when its limit has a plan already, the
+// limit itself (an *algo.Plan: a policy's, a Limiter's) or c's copy of a
+// limit value seen before, and returns that plan, shared: read it, never
+// change it. It returns nil and no error when there is none, and the
+// caller compiles.
+func Cached(c *algo.Plans, r *sluice.Request) (*algo.Plan, error) {
+	p := c.Lookup(r.Limit)
+	if p == nil {
+		return nil, nil
+	}
+	err := CheckDecision(r.Key, r.Limit, r.Cost, r.Time)
+	if err == nil {
+		err = CheckTag(r.Key, r.Tag)
+	}
+	if err == nil {
+		err = CheckCost(p, r.Cost)
+	}
+	return p, err
+}
+
 // CompileAll checks the requests of a DecideAll as Compile does, and that
 // all share the first one's Time and that there is one result per
 // request, and puts each request's Plan in plans, which has one element

@@ -242,3 +242,32 @@ func TestCompileAll(t *testing.T) {
 		t.Errorf("a tag that is not a prefix: %v", err)
 	}
 }
+
+// TestCached: a request whose limit has a plan already gets that plan,
+// checked as Compile checks; one without gets none.
+func TestCached(t *testing.T) {
+	var c algo.Plans
+	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
+	r := sluice.Request{Key: "k", Limit: lim, Cost: 1}
+	if p, err := store.Cached(&c, &r); p != nil || err != nil {
+		t.Fatalf("a limit never seen: %v, %v", p, err)
+	}
+	var scratch algo.Plan
+	want, _ := c.Compile(lim, &scratch)
+	if p, err := store.Cached(&c, &r); p != want || err != nil {
+		t.Errorf("a limit seen: %p, %v; want the cache's %p", p, err, want)
+	}
+	own, _ := algo.Compile(lim)
+	r.Limit = &own
+	if p, err := store.Cached(&c, &r); p != &own || err != nil {
+		t.Errorf("a *Plan: %p, %v; want itself", p, err)
+	}
+	r.Cost = -1
+	if _, err := store.Cached(&c, &r); !errors.Is(err, sluice.ErrBadRequest) {
+		t.Errorf("a negative cost: %v", err)
+	}
+	r.Cost, r.Key = 1, ""
+	if _, err := store.Cached(&c, &r); err == nil {
+		t.Error("an empty key was accepted")
+	}
+}

@@ -304,6 +304,23 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, results []alg
 // compiling the limit again. In a batch of several, a nary sliding log
 // acts as binary (algo.Plan.InBatch).
 func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) ([]sluice.Request, error) {
+	if len(reqs) == 1 && len(results) == 1 {
+		// One request whose limit has a plan already decides with that
+		// plan, shared: no plan is allocated while the decision waits for
+		// Redis (224 bytes each, at a million in flight 0.9 GB of RSS).
+		p, err := store.Cached(&s.plans, &reqs[0])
+		if err != nil {
+			return nil, fmt.Errorf("request 0: %w", err)
+		}
+		if p != nil {
+			out := reqs
+			if !own {
+				out = []sluice.Request{reqs[0]}
+			}
+			out[0].Limit = p
+			return out, nil
+		}
+	}
 	plans := make([]algo.Plan, len(reqs))
 	if err := store.CompileAll(&s.plans, reqs, results, plans); err != nil {
 		return nil, err
