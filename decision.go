@@ -20,6 +20,11 @@ type Decision struct {
 	// Levels are the levels the request hit, from the root down; a node
 	// with several limits has one Level per limit.
 	Levels []Level
+	// Listed is the allow or deny list entry of a policy that decided,
+	// such as "deny 203.0.113.0/24 at login/*" (policy.Listed): a path an
+	// allow list matches decides no level; a deny list denies the whole
+	// decision without deciding a level. Empty when no list matched.
+	Listed string
 }
 
 // Level is one limit of one node on a request's path, and its result.

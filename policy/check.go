@@ -110,6 +110,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 				pq.Match.Hits = append(pq.Match.Hits, n.hit(key, tag, shared, pq.Exact))
 			}
 		})
+		pq.Match.applyList()
 		if pq.Exact {
 			m := &pq.Match
 			if m.Depth != len(pq.Path) {
@@ -126,6 +127,28 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 	if replacing && len(q.Paths) > 1 {
 		dropReplaced(q)
 	}
+	// A deny list denies the whole decision, which then counts nothing;
+	// an allow list is named unless a deny list decides.
+	var listed Listed
+	for i := range q.Paths {
+		if l := q.Paths[i].Match.Listed; l.List == "deny" || listed.List == "" {
+			listed = l
+			if l.List == "deny" {
+				break
+			}
+		}
+	}
+	if listed.List == "deny" {
+		for i := range q.Paths {
+			pq := &q.Paths[i]
+			clear(pq.Match.Hits)
+			pq.Match.Hits, pq.Levels = pq.Match.Hits[:0], nil
+		}
+		d.Levels, d.Matched, d.Allowed = d.Levels[:0], true, false
+		d.Listed = listed.String()
+		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
+		return nil
+	}
 	for i := range q.Paths {
 		sc.add(&q.Paths[i], q.Time, len(q.Paths) > 1)
 	}
@@ -140,6 +163,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 	}
 	d.Levels = d.Levels[:0]
 	d.Matched = true
+	d.Listed = listed.String()
 	deny := false
 	k := 0
 	for i := range q.Paths {

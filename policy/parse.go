@@ -298,6 +298,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	}
 	nd := &node{pattern: pattern, shadow: shadow}
 	var limits, children, unlimited, shadowed, counter, leased *entry
+	var listed *entry
 	uok, unknown := false, false
 	for _, e := range l.mapping(m, path, "field") {
 		switch e.name {
@@ -326,8 +327,14 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		case "lease":
 			leased = &e
 			nd.lease, _ = l.boolean(e.value, sub(path, e.name))
+		case "allow":
+			listed = &e
+			nd.allow = l.keyList(e.value, sub(path, e.name))
+		case "deny":
+			listed = &e
+			nd.deny = l.keyList(e.value, sub(path, e.name))
 		default:
-			l.errorf(e.key, sub(path, e.name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter or lease)", e.name)
+			l.errorf(e.key, sub(path, e.name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, allow or deny)", e.name)
 			unknown = true
 		}
 	}
@@ -354,7 +361,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		l.errorf(shadowed.key, sub(path, "shadow"), "an unlimited node cannot be shadow")
 	case counter != nil && !glob:
 		l.errorf(counter.key, sub(path, "shared_counter"), "shared_counter is for a child whose name is a pattern with \"*\" (such as \"files/*\"), whose matches may share one counter")
-	case limits == nil && children == nil && !unknown && (unlimited == nil || uok && !nd.unlimited):
+	case listed != nil && !glob && pattern != Wildcard && !strings.HasSuffix(pattern, "/"+Wildcard):
+		l.errorf(listed.key, sub(path, listed.name), "allow and deny lists are for a \"*\" or pattern child: the segment that reaches %s is always its name", pattern)
+	case limits == nil && children == nil && listed == nil && !unknown && (unlimited == nil || uok && !nd.unlimited):
 		l.errorf(key, path, "empty node: give it limits, children or unlimited: true")
 	case nd.lease && limits == nil:
 		l.errorf(leased.key, sub(path, "lease"), "lease needs the node's own limits")

@@ -56,6 +56,12 @@
 //     ahead for a hot key, without a round trip each; the window still
 //     never admits more than its limit (see store/redis). It also lets the
 //     service grant quota to an Envoy proxy that asks for it.
+//   - allow and deny, on a "*" or pattern child: lists of the segments
+//     reaching it (keys, IP addresses, CIDR ranges; at most
+//     MaxListEntries each) that are never limited (the path decides
+//     nothing, ancestors included) or always denied (the whole decision
+//     is denied and counts nothing). Allow wins over deny; Match.Listed
+//     and sluice.Decision.Listed name the entry (lists.go).
 //
 // At the top level, schema holds the tree; unmatched: deny denies the
 // requests that no policy matches (see Match.Unmatched); definitions is
@@ -129,6 +135,8 @@ type node struct {
 	name     string
 	replaces []string
 	lease    bool // see Hit.Lease
+	// allow and deny are the node's lists (lists.go); nil when it has none.
+	allow, deny *keyList
 }
 
 // child returns the child a segment reaches: the named one, else the
@@ -217,6 +225,11 @@ type Match struct {
 	// reached no unlimited node. An unmatched request is allowed unless
 	// Policy.DenyUnmatched; its shadow hits, if any, are still reported.
 	Unmatched bool
+	// Listed is the allow or deny list entry that a segment of the path
+	// matched (allow wins): then Hits is empty, the path is not
+	// Unmatched, and it is allowed without a decision (allow) or denied
+	// (deny).
+	Listed Listed
 }
 
 // Hit is one node with limits that a request's walk hits.
@@ -331,7 +344,16 @@ func (p *Policy) Match(path []string) Match {
 	p.walk(path, &m, func(n *node, _ int, key, tag string, shared bool) {
 		m.Hits = append(m.Hits, n.hit(key, tag, shared, false))
 	})
+	m.applyList()
 	return m
+}
+
+// applyList empties the hits of a path that a list decided.
+func (m *Match) applyList() {
+	if m.Listed.List != "" {
+		clear(m.Hits)
+		m.Hits, m.Unmatched = m.Hits[:0], false
+	}
 }
 
 // walk walks path from the root, calls visit for every node with limits
@@ -371,6 +393,9 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 		}
 		n = c
 		m.Pattern, m.Depth = c.pattern, i+1
+		if c.allow != nil || c.deny != nil {
+			c.list(seg, m)
+		}
 		if c.unlimited {
 			m.Unlimited = true
 			break

@@ -136,3 +136,35 @@ func TestAdminTokenOnlyInTheHeader(t *testing.T) {
 		t.Errorf("with the header: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestListsAnswer: a deny list's refusal is a 403 that names the entry,
+// with no Retry-After (it never admits); an allow list's pass is a 200 with
+// no RateLimit fields (no level was decided).
+func TestListsAnswer(t *testing.T) {
+	s := newTestServer(t, `
+schema:
+  ip:
+    children:
+      "*":
+        limits: [0, 1, 60]
+        allow: [10.0.0.0/8]
+        deny: [203.0.113.0/24]
+`)
+	ask := func(ip string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(`{"path": ["ip", "`+ip+`"]}`)))
+		return w
+	}
+	w := ask("203.0.113.5")
+	if w.Code != http.StatusForbidden || w.Header().Get("Retry-After") != "" || !strings.Contains(w.Body.String(), `"listed":"deny 203.0.113.0/24 at ip/*"`) {
+		t.Errorf("deny list: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	for range 3 {
+		if w := ask("10.1.1.1"); w.Code != http.StatusOK || w.Header().Get("RateLimit") != "" || !strings.Contains(w.Body.String(), `"listed":"allow 10.0.0.0/8 at ip/*"`) {
+			t.Fatalf("allow list: %d %v %s", w.Code, w.Header(), w.Body)
+		}
+	}
+	if w := ask("192.0.2.1"); w.Code != http.StatusOK || strings.Contains(w.Body.String(), "listed") {
+		t.Errorf("unlisted: %d %s", w.Code, w.Body)
+	}
+}

@@ -40,6 +40,9 @@ type DecisionJSON struct {
 	ResetAfterNs int64       `json:"reset_after_ns"`
 	Matched      bool        `json:"matched"`
 	Levels       []LevelJSON `json:"levels"`
+	// Listed is the allow or deny list entry that decided (see
+	// sluice.Decision.Listed).
+	Listed string `json:"listed,omitempty"`
 	// StoreError is set, and the decision is the configured store-error
 	// policy's (allow or deny), when the store failed or timed out.
 	StoreError string `json:"store_error,omitempty"`
@@ -119,6 +122,10 @@ func AppendDecisionJSON(b []byte, d *sluice.Decision, storeError string) []byte 
 		b = append(b, '}')
 	}
 	b = append(b, ']')
+	if d.Listed != "" {
+		b = append(b, `,"listed":`...)
+		b = jsonenc.AppendString(b, d.Listed)
+	}
 	if storeError != "" {
 		b = append(b, `,"store_error":`...)
 		b = jsonenc.AppendString(b, storeError)

@@ -151,6 +151,11 @@ func checkClientView(t *testing.T, proxy *proxytest.Process) {
 		t.Errorf("a limited client forging X-Forwarded-For: %d, want 429", got.status)
 	}
 
+	// A deny list is a 403, through every proxy.
+	if got := send(t, clientFrom("127.0.0.66"), "GET", base+"/page", nil); got.status != 403 || got.body == "upstream" {
+		t.Errorf("a deny-listed client: %d %q, want 403", got.status, got.body)
+	}
+
 	// By API key, under a tenant: a key of its own, and a header past the
 	// stated bound is a 431, not a way around the limit.
 	for i := range 5 {

@@ -25,8 +25,9 @@ func runExplain(ctx context.Context, e env, args []string) int {
 Shows what a request for the path SEGMENT... hits in the limits.yaml FILE:
 for each level, from the root down, the node's pattern, the state key of
 each limit, its Redis key and Redis Cluster hash slot, whether the level is
-shadow, and the limit. It says when the path is unmatched or reaches an
-unlimited node, and which trailing segments the walk ignored. With no
+shadow, and the limit. It says when the path is unmatched, reaches an
+unlimited node or meets an allow or deny list (and which entry), and which
+trailing segments the walk ignored. With no
 segments it lists the policy's nodes.
 
   sluice explain limits.yaml user alex trade
@@ -90,6 +91,10 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 		tw.Flush()
 	}
 	switch {
+	case m.Listed.List == "allow":
+		fmt.Fprintf(w, "allow list of %s matched %q: the request is never limited; no level is decided\n", m.Listed.Pattern, m.Listed.Entry)
+	case m.Listed.List == "deny":
+		fmt.Fprintf(w, "deny list of %s matched %q: the request is always denied (403); no level is decided\n", m.Listed.Pattern, m.Listed.Entry)
 	case m.Unlimited:
 		fmt.Fprintf(w, "unlimited at %s: nothing from there down limits the request\n", m.Pattern)
 	case m.Unmatched:

@@ -34,6 +34,8 @@ schema:
     children:
       "*":
         limits: {algorithm: gate, interval: 10s}
+        allow: [10.0.0.0/8]
+        deny: [scraper]
 `
 
 func TestExplain(t *testing.T) {
@@ -69,6 +71,14 @@ path: tigerfeeding / "{bob} x"
 LEVEL  PATTERN         KEY                         REDIS KEY                                   SLOT   SHADOW  LIMIT
 1      tigerfeeding    tigerfeeding                app:{tigerfeeding}%:fixed_window            11442  no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
 2      tigerfeeding/*  "tigerfeeding:%7Bbob%7D x"  "app:{tigerfeeding:%257Bbob%257D x}%:gate"  165    no      {"algorithm":"gate","interval":"10s"}
+`},
+		{[]string{"tigerfeeding", "10.2.3.4"}, `
+path: tigerfeeding / 10.2.3.4
+allow list of tigerfeeding/* matched "10.0.0.0/8": the request is never limited; no level is decided
+`},
+		{[]string{"tigerfeeding", "scraper"}, `
+path: tigerfeeding / scraper
+deny list of tigerfeeding/* matched "scraper": the request is always denied (403); no level is decided
 `},
 		{nil, `
 PATTERN         SHADOW  LIMIT

@@ -5,6 +5,7 @@ package problem
 import (
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/jsonenc"
@@ -16,7 +17,7 @@ import (
 //	200  allowed
 //	429  rate limited: a level denied (Retry-After: when it admits again)
 //	403  denied because a path matched no policy (unmatched: deny) and no
-//	     level denied: not over a quota
+//	     level denied, or by a deny list: not over a quota
 //
 // The service answers 503 instead when the store failed and its
 // on_store_error is deny.
@@ -24,7 +25,7 @@ func Status(d *sluice.Decision) int {
 	switch {
 	case d.Allowed:
 		return http.StatusOK
-	case !d.Matched && sluice.Denier(d.Levels) == nil:
+	case strings.HasPrefix(d.Listed, "deny ") || !d.Matched && sluice.Denier(d.Levels) == nil:
 		return http.StatusForbidden
 	}
 	return http.StatusTooManyRequests

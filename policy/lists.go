@@ -1,0 +1,161 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/goccy/go-yaml/ast"
+)
+
+// Allow and deny lists: a node may list the path segments that reach it
+// (keys such as an API key, IP addresses, CIDR ranges) that are never
+// limited (allow) or always denied (deny). A request whose path passes
+// through a node whose allow list holds its segment is not limited at
+// all: nothing of its path is decided or counted. One whose path meets a
+// deny list is denied, and nothing of the whole decision is counted.
+// When both match (on one node or on two), allow wins. Match.Listed says
+// which entry decided.
+
+// MaxListEntries bounds a node's allow list and its deny list, and
+// MaxListKeyBytes an entry that is a key.
+const (
+	MaxListEntries  = 10_000
+	MaxListKeyBytes = 1024
+)
+
+// Listed is the list entry that decided a path, if any.
+type Listed struct {
+	// List is "allow" or "deny" ("" when no list matched).
+	List string
+	// Entry is the entry as the file writes it, such as "10.0.0.0/8".
+	Entry string
+	// Pattern is the node whose list it is.
+	Pattern string
+}
+
+// String describes the entry, such as `allow 10.0.0.0/8 at login/*`, or
+// returns "".
+func (l Listed) String() string {
+	if l.List == "" {
+		return ""
+	}
+	return l.List + " " + l.Entry + " at " + l.Pattern
+}
+
+// A keyList is a node's allow or deny list: segments matched exactly, and
+// address ranges that a segment that is an IP address falls in.
+type keyList struct {
+	keys map[string]string       // segment → entry as written
+	nets map[netip.Prefix]string // masked range → entry as written
+	bits []int                   // the ranges' lengths, longest first
+}
+
+// match returns the entry seg matches.
+func (k *keyList) match(seg string) (string, bool) {
+	if k == nil {
+		return "", false
+	}
+	if e, ok := k.keys[seg]; ok {
+		return e, true
+	}
+	if len(k.bits) == 0 {
+		return "", false
+	}
+	a, err := netip.ParseAddr(seg)
+	if err != nil {
+		return "", false
+	}
+	a = a.Unmap().WithZone("")
+	for _, b := range k.bits {
+		if b > a.BitLen() {
+			continue
+		}
+		p, _ := a.Prefix(b)
+		if e, ok := k.nets[p]; ok {
+			return e, true
+		}
+	}
+	return "", false
+}
+
+// keyList reads an allow or deny list: a list of strings (one string is a
+// list of one), each an IP address, a CIDR range or a key.
+func (l *loader) keyList(n ast.Node, path string) *keyList {
+	v, ok := l.deref(n, path)
+	if !ok {
+		return nil
+	}
+	if seq, isSeq := v.(*ast.SequenceNode); isSeq && len(seq.Values) > MaxListEntries {
+		l.errorf(v, path, "at most %d entries, got %d (keep long lists in a store, not a policy)", MaxListEntries, len(seq.Values))
+		return nil
+	}
+	k := &keyList{}
+	for i, s := range l.strs(v, path) {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case s == "":
+			l.errorf(v, p, "an entry is never empty")
+		case strings.Contains(s, "/"):
+			pfx, err := netip.ParsePrefix(s)
+			if err != nil {
+				l.errorf(v, p, "%q is not a CIDR range: %v", s, err)
+				continue
+			}
+			if pfx.Addr().Is4In6() {
+				pfx = netip.PrefixFrom(pfx.Addr().Unmap(), max(pfx.Bits()-96, 0))
+			}
+			k.addNet(pfx.Masked(), s)
+		default:
+			if a, err := netip.ParseAddr(s); err == nil {
+				a = a.Unmap().WithZone("")
+				k.addNet(netip.PrefixFrom(a, a.BitLen()), s)
+				continue
+			}
+			if len(s) > MaxListKeyBytes {
+				l.errorf(v, p, "a key of %d bytes: at most %d", len(s), MaxListKeyBytes)
+				continue
+			}
+			if k.keys == nil {
+				k.keys = map[string]string{}
+			}
+			k.keys[s] = s
+		}
+	}
+	if k.keys == nil && k.nets == nil {
+		return nil
+	}
+	return k
+}
+
+func (k *keyList) addNet(p netip.Prefix, entry string) {
+	if k.nets == nil {
+		k.nets = map[netip.Prefix]string{}
+	}
+	if _, dup := k.nets[p]; !dup {
+		k.nets[p] = entry
+	}
+	if !slices.Contains(k.bits, p.Bits()) {
+		k.bits = append(k.bits, p.Bits())
+		slices.SortFunc(k.bits, func(a, b int) int { return b - a })
+	}
+}
+
+// list records on m the lists of node c that seg, the segment that
+// reached it, matches: allow wins over deny, and the first of each kind
+// on the walk is kept.
+func (c *node) list(seg string, m *Match) {
+	if m.Listed.List == "allow" {
+		return
+	}
+	if e, ok := c.allow.match(seg); ok {
+		m.Listed = Listed{List: "allow", Entry: e, Pattern: c.pattern}
+		return
+	}
+	if m.Listed.List == "" {
+		if e, ok := c.deny.match(seg); ok {
+			m.Listed = Listed{List: "deny", Entry: e, Pattern: c.pattern}
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+const listsPolicy = `
+schema:
+  login:
+    limits: {algorithm: fixed_window, limit: 3, window: 1h}   # every caller together
+    children:
+      "*":
+        limits: {algorithm: fixed_window, limit: 1, window: 1h}
+        allow: [10.0.0.0/8, "2001:db8::/32", health-checker]
+        deny: [203.0.113.0/24, 10.9.9.9, scraper, 198.51.100.0/24]
+        children:
+          "*":                # login/<ip>/<user>
+            allow: [admin]
+`
+
+// TestLists decides through allow and deny lists: an allowed caller is
+// never limited and counts nowhere, a denied one is refused without a
+// decision, allow wins over deny on one node and across two, and an
+// IPv4-mapped address is its IPv4 address.
+func TestLists(t *testing.T) {
+	p, err := Parse("lists.yaml", []byte(listsPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	defer st.Close()
+	c := &Checker{Policy: NewHolder(p), Store: st}
+	at := time.Unix(1_800_000_000, 0)
+	check := func(segs ...string) sluice.Decision {
+		t.Helper()
+		var d sluice.Decision
+		if err := c.Decide(context.Background(), &Query{Time: at, Paths: []PathQuery{{Path: append([]string{"login"}, segs...), Cost: 1}}}, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		segs   []string
+		listed string
+	}{
+		{[]string{"10.1.2.3"}, "allow 10.0.0.0/8 at login/*"},
+		{[]string{"::ffff:10.1.2.3"}, "allow 10.0.0.0/8 at login/*"},
+		{[]string{"2001:db8::1"}, "allow 2001:db8::/32 at login/*"},
+		{[]string{"health-checker"}, "allow health-checker at login/*"},
+		{[]string{"10.9.9.9"}, "allow 10.0.0.0/8 at login/*"},           // on both lists: allow wins
+		{[]string{"198.51.100.7", "admin"}, "allow admin at login/*/*"}, // a deny above, an allow below
+	} {
+		for i := range 5 { // over both limits, were they counted
+			if d := check(tc.segs...); !d.Allowed || d.Listed != tc.listed || len(d.Levels) != 0 {
+				t.Fatalf("%v, request %d: allowed %v, listed %q, %d levels; want allowed by %q, no level", tc.segs, i+1, d.Allowed, d.Listed, len(d.Levels), tc.listed)
+			}
+		}
+	}
+	for _, tc := range []struct{ seg, listed string }{
+		{"203.0.113.9", "deny 203.0.113.0/24 at login/*"},
+		{"scraper", "deny scraper at login/*"},
+		{"198.51.100.8", "deny 198.51.100.0/24 at login/*"},
+	} {
+		d := check(tc.seg)
+		if d.Allowed || d.Listed != tc.listed || len(d.Levels) != 0 || d.Summary.RetryAfter != algo.Never {
+			t.Errorf("%s: allowed %v, listed %q, %d levels, retry %v; want denied by %q, for good", tc.seg, d.Allowed, d.Listed, len(d.Levels), d.Summary.RetryAfter, tc.listed)
+		}
+	}
+	// Nothing above was counted: the shared limit of 3 still admits 3
+	// unlisted callers, and refuses the 4th.
+	for i := range 4 {
+		d := check(fmt.Sprintf("192.0.2.%d", i))
+		if d.Allowed != (i < 3) || d.Listed != "" {
+			t.Errorf("unlisted caller %d: allowed %v, listed %q", i+1, d.Allowed, d.Listed)
+		}
+	}
+	// explain's view: Match names the entry, and hits nothing.
+	if m := p.Match([]string{"login", "scraper"}); m.Listed.String() != "deny scraper at login/*" || len(m.Hits) != 0 || m.Unmatched {
+		t.Errorf("Match: %+v", m)
+	}
+}
+
+// TestListErrors: bad entries and oversized lists are reported where they
+// are, with the bound.
+func TestListErrors(t *testing.T) {
+	long := "[" + strings.Repeat("a, ", MaxListEntries) + "a]"
+	for _, tc := range []struct{ yaml, want string }{
+		{"schema:\n  \"*\":\n    limits: [1, 1, 1]\n    deny: [10.0.0.0/33]\n", `l.yaml:4:11: schema.*.deny[0]: "10.0.0.0/33" is not a CIDR range`},
+		{"schema:\n  \"*\":\n    limits: [1, 1, 1]\n    allow: [\"\"]\n", `schema.*.allow[0]: an entry is never empty`},
+		{"schema:\n  \"*\":\n    limits: [1, 1, 1]\n    allow: " + long + "\n", fmt.Sprintf("schema.*.allow: at most %d entries, got %d", MaxListEntries, MaxListEntries+1)},
+		{"schema:\n  a:\n    children:\n      \"*\":\n        allow: [" + strings.Repeat("k", MaxListKeyBytes+1) + "]\n", fmt.Sprintf("a key of %d bytes: at most %d", MaxListKeyBytes+1, MaxListKeyBytes)},
+		{"schema:\n  a:\n    limits: [1, 1, 1]\n    allow: [k]\n", `l.yaml:4:5: schema.a.allow: allow and deny lists are for a "*" or pattern child: the segment that reaches a is always its name`},
+	} {
+		_, err := Parse("l.yaml", []byte(tc.yaml))
+		var list ErrorList
+		if !errors.As(err, &list) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%.60q:\n got %v\nwant %s", tc.yaml, err, tc.want)
+		}
+	}
+}
