@@ -20,6 +20,12 @@ type Decision struct {
 	// Levels are the levels the request hit, from the root down; a node
 	// with several limits has one Level per limit.
 	Levels []Level
+	// Delay is how long an allowed request waits before it acts: a policy
+	// node with a delay (delay: {max: ...}) admits a cost its limits
+	// would admit within the delay, its units reserved at once, and the
+	// caller waits Delay (the longest of the levels'). It is 0 for a
+	// request that may act at once, and for a denied one.
+	Delay time.Duration
 	// Listed is the allow or deny list entry of a policy that decided,
 	// such as "deny 203.0.113.0/24 at login/*" (policy.Listed): a path an
 	// allow list matches decides no level; a deny list denies the whole

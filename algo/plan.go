@@ -429,6 +429,23 @@ func (p *Plan) ReserveDelay(r Result) time.Duration {
 	return max(r.ResetAfter-dur(p.tat.Tolerance), 0)
 }
 
+// Unreserved turns the Result of a decision by p, a plan that
+// Reserving(wait) made, into what it means by the plan p was made from:
+// the numbers by the original tolerance (Remaining counts no capacity
+// taken ahead), and how long after the decision an admitted cost may act
+// (ReserveDelay). A denial keeps its RetryAfter: when the cost would be
+// admitted within wait.
+func (p *Plan) Unreserved(r Result, wait time.Duration, cost int64) (Result, time.Duration) {
+	t := p.tat
+	t.Tolerance -= Micros(wait)
+	out := t.Result(r.Allowed, 0, Micros(r.ResetAfter), cost)
+	if !r.Allowed {
+		out.RetryAfter = r.RetryAfter
+		return out, 0
+	}
+	return out, max(r.ResetAfter-dur(t.Tolerance), 0)
+}
+
 // Undo gives back cost admitted at a time no later than now, as the Redis
 // store's refund does: a GCRA or token bucket's TAT moves back by cost·T,
 // and a TAT no later than now is no state. The error wraps ErrUnsupported

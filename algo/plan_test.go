@@ -173,3 +173,40 @@ func TestShapeKeysAreStable(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreserved: a decision by a reserving plan, read by the original:
+// the delay is the wait past the original tolerance, the numbers are the
+// original plan's own, and they match what the original plan says of the
+// same state once the delay has passed.
+func TestUnreserved(t *testing.T) {
+	for _, l := range []Limit{GCRA{Burst: 5, Count: 10, Period: time.Second}, TokenBucket{Burst: 6, Rate: 10, Per: time.Second}} {
+		orig, _ := Compile(l)
+		const wait = 1500 * time.Millisecond
+		res, err := orig.Reserving(wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s State
+		now := int64(1_800_000_000_000_000)
+		for k := 1; k <= 22; k++ { // 22 at one instant: 6 at once, 15 delayed, 1 denied
+			r := res.Decide(&s, now, 1, true)
+			got, delay := res.Unreserved(r, wait, 1)
+			wantDelay := time.Duration(max(k-6, 0)) * 100 * time.Millisecond
+			switch {
+			case k <= 21 && (!got.Allowed || delay != wantDelay):
+				t.Fatalf("%v, request %d: allowed %v after %v, want allowed after %v", l.Kind(), k, got.Allowed, delay, wantDelay)
+			case k == 22 && (got.Allowed || got.RetryAfter != 100*time.Millisecond):
+				t.Fatalf("%v, request 22: %+v, want denied, retry in 100ms", l.Kind(), got)
+			}
+			if k <= 21 {
+				// The original plan's view of the same state at the time to act.
+				var peek State = s
+				at := now + Micros(delay)
+				want := orig.Decide(&peek, at, 0, false)
+				if got.Remaining != want.Remaining || got.Quota != want.Quota {
+					t.Fatalf("%v, request %d: remaining %d of %d, want %d of %d", l.Kind(), k, got.Remaining, got.Quota, want.Remaining, want.Quota)
+				}
+			}
+		}
+	}
+}

@@ -144,13 +144,32 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 			clear(pq.Match.Hits)
 			pq.Match.Hits, pq.Levels = pq.Match.Hits[:0], nil
 		}
-		d.Levels, d.Matched, d.Allowed = d.Levels[:0], true, false
+		d.Levels, d.Matched, d.Allowed, d.Delay = d.Levels[:0], true, false, 0
 		d.Listed = listed.String()
 		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
 		return nil
 	}
 	for i := range q.Paths {
 		sc.add(&q.Paths[i], q.Time, len(q.Paths) > 1)
+	}
+	// A delay node decides with a reserving plan, which must never see a
+	// cost above its limit's burst (algo.Plan.Reserving): such a cost is
+	// never admitted, and nothing is decided.
+	for i, k := 0, 0; i < len(q.Paths); i++ {
+		for _, hit := range q.Paths[i].Match.Hits {
+			for range hit.Limits {
+				r := &sc.reqs[sc.index[k]]
+				k++
+				if hit.Delay == 0 {
+					continue
+				}
+				if t, err := r.Limit.(*algo.Plan).TAT(); err == nil && r.Cost > t.Quota {
+					d.Levels, d.Matched, d.Allowed, d.Listed, d.Delay = d.Levels[:0], true, false, "", 0
+					d.Summary = algo.Result{Allowed: false, Quota: t.Quota, RetryAfter: algo.Never}
+					return nil
+				}
+			}
+		}
 	}
 
 	pass := true
@@ -165,6 +184,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 	d.Matched = true
 	d.Listed = listed.String()
 	deny := false
+	var delay time.Duration
 	k := 0
 	for i := range q.Paths {
 		pq := &q.Paths[i]
@@ -174,7 +194,16 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 			for _, l := range hit.Limits {
 				r := sc.index[k]
 				k++
-				d.Levels = append(d.Levels, sluice.Level{Pattern: hit.Pattern, Key: sc.reqs[r].Key, Limit: l, Shadow: hit.Shadow, Result: sc.results[r]})
+				res := sc.results[r]
+				if hit.Delay > 0 {
+					// The reserving plan's answer, by the limit as written.
+					var wait time.Duration
+					res, wait = sc.reqs[r].Limit.(*algo.Plan).Unreserved(res, hit.Delay, sc.reqs[r].Cost)
+					if !hit.Shadow {
+						delay = max(delay, wait)
+					}
+				}
+				d.Levels = append(d.Levels, sluice.Level{Pattern: hit.Pattern, Key: sc.reqs[r].Key, Limit: l, Shadow: hit.Shadow, Result: res})
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]
@@ -185,6 +214,10 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 	}
 	d.Summary = sluice.Summarize(d.Levels)
 	d.Allowed = pass && !deny
+	d.Delay = 0
+	if d.Allowed {
+		d.Delay = delay
+	}
 	if deny {
 		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
 	}

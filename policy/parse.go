@@ -298,7 +298,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	}
 	nd := &node{pattern: pattern, shadow: shadow}
 	var limits, children, unlimited, shadowed, counter, leased *entry
-	var listed *entry
+	var listed, delayed *entry
 	uok, unknown := false, false
 	for _, e := range l.mapping(m, path, "field") {
 		switch e.name {
@@ -327,6 +327,14 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		case "lease":
 			leased = &e
 			nd.lease, _ = l.boolean(e.value, sub(path, e.name))
+		case "delay":
+			delayed = &e
+			var dc struct {
+				Max time.Duration `yaml:"max"`
+			}
+			if l.decode(e.value, reflect.ValueOf(&dc).Elem(), sub(path, e.name)) {
+				nd.delay = dc.Max
+			}
 		case "allow":
 			listed = &e
 			nd.allow = l.keyList(e.value, sub(path, e.name))
@@ -334,7 +342,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			listed = &e
 			nd.deny = l.keyList(e.value, sub(path, e.name))
 		default:
-			l.errorf(e.key, sub(path, e.name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, allow or deny)", e.name)
+			l.errorf(e.key, sub(path, e.name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, allow or deny)", e.name)
 			unknown = true
 		}
 	}
@@ -375,8 +383,52 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			}
 		}
 	}
-	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease}
+	if delayed != nil {
+		l.delayNode(nd, delayed, limits != nil, sub(path, "delay"))
+	}
+	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Delay: nd.delay}
 	return nd
+}
+
+// delayNode checks a node's delay and makes its plans the reserving ones
+// (algo.Plan.Reserving): a decision then admits a cost that its limits
+// would admit within the delay, reserved, and the caller waits.
+func (l *loader) delayNode(nd *node, e *entry, hasLimits bool, path string) {
+	switch {
+	case nd.delay <= 0 || nd.delay > MaxDelay:
+		l.errorf(e.value, sub(path, "max"), "want a delay above 0 and at most %v, got %v", MaxDelay, nd.delay)
+		nd.delay = 0
+		return
+	case !hasLimits:
+		l.errorf(e.key, path, "delay needs the node's own limits")
+		nd.delay = 0
+		return
+	}
+	for i := range nd.plans {
+		r, err := nd.plans[i].Reserving(nd.delay)
+		if err != nil {
+			l.errorf(e.key, path, "limit %d is %s: delay is for %s, which refill steadily and can reserve ahead", i, nd.plans[i].Kind(), delayableKinds())
+			nd.delay = 0
+			return
+		}
+		nd.plans[i] = r
+	}
+}
+
+// delayableKinds names the kinds a delay can take: those whose plans
+// reserve ahead (algo.Plan.Reserving, the one place that says so).
+func delayableKinds() string {
+	var names []string
+	for _, k := range algo.Kinds() {
+		p, err := algo.Compile(k.Example())
+		if err != nil {
+			continue
+		}
+		if _, err := p.Reserving(0); err == nil {
+			names = append(names, k.String())
+		}
+	}
+	return strings.Join(names, " and ")
 }
 
 // limits compiles a node's limits: a list of limits, each a mapping of

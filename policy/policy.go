@@ -98,6 +98,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -137,7 +138,13 @@ type node struct {
 	lease    bool // see Hit.Lease
 	// allow and deny are the node's lists (lists.go); nil when it has none.
 	allow, deny *keyList
+	// delay is the node's delay: its plans are then the reserving ones
+	// (see Hit.Delay).
+	delay time.Duration
 }
+
+// MaxDelay bounds a node's delay: a request waits at most this long.
+const MaxDelay = time.Minute
 
 // child returns the child a segment reaches: the named one, else the
 // first pattern (in file order) that matches it, else "*".
@@ -204,6 +211,8 @@ type Node struct {
 	Unlimited bool
 	// Lease reports whether the node's limits may be leased.
 	Lease bool
+	// Delay is the node's delay (0: none): see Hit.Delay.
+	Delay time.Duration
 }
 
 // Match is what a request path hits in a policy.
@@ -261,6 +270,11 @@ type Hit struct {
 	// Lease reports whether the node says lease: true: its requests may be
 	// admitted from leased quota (sluice.Request.Lease).
 	Lease bool
+	// Delay is the node's delay (delay: {max: ...}): its requests carry
+	// plans that admit a cost its limits would admit within Delay,
+	// reserved (algo.Plan.Reserving), and the decision's Delay says how
+	// long to wait.
+	Delay time.Duration
 	// plans are Limits compiled when the policy loaded (nil for a Hit made
 	// elsewhere): the requests carry them, so that no store compiles a
 	// policy's limit again.
@@ -286,7 +300,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, plans: n.plans}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

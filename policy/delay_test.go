@@ -1,0 +1,83 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// TestDelayStoresAgree decides one trace with a delay node on the memory
+// store and on a real Redis, at the same explicit times: the same
+// outcomes and the same delays, request by request; and a level above the
+// delay node denies all or nothing as ever.
+func TestDelayStoresAgree(t *testing.T) {
+	p, err := Parse("delay.yaml", []byte(`
+schema:
+  ip:
+    limits: {algorithm: fixed_window, limit: 60, window: 1h}   # all callers together
+    children:
+      "*":
+        limits: {algorithm: gcra, burst: 5, count: 10, period: 1s}
+        delay: {max: 1500ms}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.New()
+	defer mem.Close()
+	rs, err := redis.Open(context.Background(), redistest.Start(t).URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	stores := []*Checker{{Policy: NewHolder(p), Store: mem}, {Policy: NewHolder(p), Store: rs}}
+	t0 := time.Unix(1_800_000_000, 0)
+	var offsets []int
+	for range 25 {
+		offsets = append(offsets, 0)
+	}
+	for i := range 40 {
+		offsets = append(offsets, 1550+37*i)
+	}
+	for i, off := range offsets {
+		var got [2]string
+		for s, c := range stores {
+			var d sluice.Decision
+			if err := c.Decide(context.Background(), &Query{Time: t0.Add(time.Duration(off) * time.Millisecond), Paths: []PathQuery{{Path: []string{"ip", "198.51.100.1"}, Cost: 1}}}, &d); err != nil {
+				t.Fatal(err)
+			}
+			got[s] = fmt.Sprintf("allowed %v delay %v remaining %d/%d", d.Allowed, d.Delay, d.Levels[1].Result.Remaining, d.Levels[0].Result.Remaining)
+		}
+		if got[0] != got[1] {
+			t.Fatalf("request %d at %d ms: memory %s, Redis %s", i, off, got[0], got[1])
+		}
+		if i == 5 && !strings.Contains(got[0], "delay 0s") || i == 6 && !strings.Contains(got[0], "delay 100ms") || i == 21 && !strings.Contains(got[0], "allowed false") {
+			t.Errorf("request %d: %s", i, got[0])
+		}
+	}
+}
+
+// TestDelayErrors: a delay on a kind that cannot reserve, a bad or absurd
+// duration, and a delay without limits are refused where they are written.
+func TestDelayErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"schema:\n  a:\n    limits: {algorithm: fixed_window, limit: 1, window: 1s}\n    delay: {max: 1s}\n", "d.yaml:4:5: schema.a.delay: limit 0 is fixed_window: delay is for gcra and token_bucket, which refill steadily and can reserve ahead"},
+		{"schema:\n  a:\n    limits: [1, 1, 1]\n    delay: {max: -1s}\n", "schema.a.delay.max: want a delay above 0 and at most 1m0s, got -1s"},
+		{"schema:\n  a:\n    limits: [1, 1, 1]\n    delay: {max: 2h}\n", "want a delay above 0 and at most 1m0s, got 2h0m0s"},
+		{"schema:\n  a:\n    limits: [1, 1, 1]\n    delay: {max: 500}\n", `schema.a.delay.max: want a duration such as "60s"`},
+		{"schema:\n  a:\n    limits: [1, 1, 1]\n    delay: {maximum: 1s}\n", `unknown field "maximum"`},
+		{"schema:\n  a:\n    delay: {max: 1s}\n    children: {b: {limits: [1, 1, 1]}}\n", "schema.a.delay: delay needs the node's own limits"},
+	} {
+		_, err := Parse("d.yaml", []byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %v\nwant %s", tc.yaml, err, tc.want)
+		}
+	}
+}
