@@ -79,6 +79,18 @@ type PathChecker interface {
 // DefaultTimeout bounds a check when Options.Timeout is zero.
 const DefaultTimeout = 50 * time.Millisecond
 
+// An Undoer is a PathChecker that can give back what an allowed check
+// took (policy.Checker is one): the middleware calls it for a request
+// that a policy delay holds (sluice.Decision.Delay) whose client goes
+// away, or that finds MaxWaiting requests already waiting.
+type Undoer interface {
+	Undo(ctx context.Context, path []string, cost int64) error
+}
+
+// DefaultMaxWaiting bounds the requests a Middleware holds at once for a
+// policy's delay when Options.MaxWaiting is zero.
+const DefaultMaxWaiting = 1000
+
 // A PathFunc returns the policy path of a request whose key is key, by
 // appending its segments to path (which is empty, with room for 8
 // segments, so that appending usually allocates nothing). Segments are used
@@ -129,6 +141,12 @@ type Options struct {
 	// OnStoreError, if set, is called with every failed check, after it is
 	// counted and before the request is answered.
 	OnStoreError func(r *http.Request, err error)
+	// MaxWaiting bounds the requests held at once for a policy's delay
+	// (a node with delay: {max: ...}): a request that would be the next is
+	// answered at once as limited, its units given back. Zero means
+	// DefaultMaxWaiting; negative, none held (every delayed request is
+	// limited).
+	MaxWaiting int
 	// OnDecision, if set, is called with every decision, allowed or not,
 	// before the request is answered: a place for metrics, and the only
 	// place where denials by shadow levels show. d is valid only during the
@@ -145,7 +163,13 @@ type Middleware struct {
 
 	storeErrors atomic.Uint64
 	logEvery    ratelog.Every // store errors: one line a second
+	waiting     atomic.Int64  // requests held for a delay now
+	maxWaiting  int64
 }
+
+// Waiting returns how many requests the Middleware holds for a policy's
+// delay now.
+func (l *Middleware) Waiting() int64 { return l.waiting.Load() }
 
 // New returns a Middleware that checks requests with c. It panics if c is nil.
 func New(c PathChecker, opts Options) *Middleware {
@@ -170,6 +194,13 @@ func (l *Middleware) setOptions(opts Options) {
 	l.timeout = opts.Timeout
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
+	}
+	l.maxWaiting = int64(opts.MaxWaiting)
+	switch {
+	case opts.MaxWaiting == 0:
+		l.maxWaiting = DefaultMaxWaiting
+	case opts.MaxWaiting < 0:
+		l.maxWaiting = 0
 	}
 	l.opts = opts
 }
@@ -238,6 +269,10 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if l.opts.OnDecision != nil {
 		l.opts.OnDecision(r, d)
 	}
+	if d.Allowed && d.Delay > 0 && !l.wait(r, path, cost, d) {
+		putScratch(sc)
+		return
+	}
 	l.setHeaders(w.Header(), d, &rq.value)
 	if !d.Allowed {
 		l.opts.OnLimited(w, r, d)
@@ -246,6 +281,45 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	putScratch(sc)
 	next.ServeHTTP(w, r)
+}
+
+// wait holds an allowed request for its decision's Delay. It reports
+// false when the client went away meanwhile (nothing is answered); when
+// MaxWaiting requests are already held it makes d a denial, to be retried
+// after the delay, and reports true. Either way the units go back (when
+// the checker is an Undoer).
+func (l *Middleware) wait(r *http.Request, path []string, cost int64, d *sluice.Decision) bool {
+	if l.waiting.Add(1) > l.maxWaiting {
+		l.waiting.Add(-1)
+		l.undo(r, path, cost)
+		d.Allowed = false
+		d.Summary.Allowed, d.Summary.RetryAfter = false, d.Delay
+		return true
+	}
+	defer l.waiting.Add(-1)
+	t := time.NewTimer(d.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		l.undo(r, path, cost)
+		return false
+	}
+}
+
+// undo gives back an allowed check's units, within the check's timeout,
+// whether or not the client is still there.
+func (l *Middleware) undo(r *http.Request, path []string, cost int64) {
+	u, ok := l.checker.(Undoer)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout)
+	defer cancel()
+	if err := u.Undo(ctx, path, cost); err != nil {
+		l.logFailure(r, err)
+	}
 }
 
 func putScratch(sc *scratch) {

@@ -81,3 +81,47 @@ func TestDelayErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDelayUndo: a delayed request given up gives its units back, so the
+// next one waits no longer than if it had never been made; a window above
+// keeps its count.
+func TestDelayUndo(t *testing.T) {
+	p, err := Parse("delay.yaml", []byte(`
+schema:
+  ip:
+    limits: {algorithm: fixed_window, limit: 100, window: 1h}
+    children:
+      "*":
+        limits: {algorithm: gcra, burst: 0, count: 10, period: 1s}
+        delay: {max: 1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	defer st.Close()
+	c := &Checker{Policy: NewHolder(p), Store: st}
+	t0 := time.Unix(1_800_000_000, 0)
+	path := []string{"ip", "a"}
+	check := func() sluice.Decision {
+		var d sluice.Decision
+		if err := c.CheckAt(context.Background(), t0, path, 1, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	check() // at once
+	if d := check(); d.Delay != 100*time.Millisecond {
+		t.Fatalf("second: delay %v, want 100ms", d.Delay)
+	}
+	if err := c.Undo(context.Background(), path, 1); err != nil {
+		t.Fatal(err)
+	}
+	d := check()
+	if d.Delay != 100*time.Millisecond {
+		t.Errorf("after the undo: delay %v, want 100ms again", d.Delay)
+	}
+	if got := d.Levels[0].Result.Remaining; got != 97 {
+		t.Errorf("the window above: %d remaining, want 97 (it keeps the undone request's count)", got)
+	}
+}
