@@ -52,6 +52,10 @@ type Config struct {
 	// Queues are the admission queues served at POST /v1/queues/{name},
 	// by name; requests for other names get 404.
 	Queues map[string]QueueConfig `yaml:"queues"`
+	// MaxWaiting bounds the requests held at once for a policy's delay
+	// (gRPC and forward-auth wait before they answer); beyond it a
+	// delayed request is refused at once. Default 10000, at most 1000000.
+	MaxWaiting int `yaml:"max_waiting"`
 	// ForwardAuth maps the requests that nginx, Traefik and Caddy ask
 	// about to policy paths (see ForwardAuthConfig).
 	ForwardAuth ForwardAuthConfig `yaml:"forward_auth"`
@@ -172,6 +176,9 @@ func (c Config) Defaults() Config {
 	if c.Consumers.Max == 0 {
 		c.Consumers.Max = DefaultConsumersMax
 	}
+	if c.MaxWaiting == 0 {
+		c.MaxWaiting = DefaultMaxWaiting
+	}
 	for name, q := range c.Queues {
 		if q.Capacity == 0 {
 			q.Capacity = DefaultQueueCapacity
@@ -212,6 +219,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: consumers.ttl must be positive, got %v", time.Duration(c.Consumers.TTL))
 	case c.Consumers.Max > 1000:
 		return fmt.Errorf("config: consumers.max is at most 1000, got %d", c.Consumers.Max)
+	case c.MaxWaiting < 0 || c.MaxWaiting > 1_000_000:
+		return fmt.Errorf("config: max_waiting must be 0 to 1000000, got %d", c.MaxWaiting)
 	case c.Redis.MaxLease < 0:
 		return fmt.Errorf("config: redis.max_lease must be positive, got %d", c.Redis.MaxLease)
 	case c.LogFormat != "text" && c.LogFormat != "json":
@@ -268,6 +277,7 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_REDIS_TLS_INSECURE_SKIP_VERIFY", "redis.tls.insecure_skip_verify"},
 	{"SLUICE_CONSUMERS_MAX", "consumers.max"},
 	{"SLUICE_CONSUMERS_TTL", "consumers.ttl"},
+	{"SLUICE_MAX_WAITING", "max_waiting"},
 	{"SLUICE_WATCH_INTERVAL", "watch_interval"},
 	{"SLUICE_SHUTDOWN_TIMEOUT", "shutdown_timeout"},
 	{"SLUICE_SHUTDOWN_DELAY", "shutdown_delay"},
@@ -319,7 +329,7 @@ func (c *Config) Set(field, s string) error {
 		*p = d
 		return nil
 	}
-	ints := map[string]*int{"consumers.max": &c.Consumers.Max, "redis.over_limit_cache": &c.Redis.OverLimitCache}
+	ints := map[string]*int{"consumers.max": &c.Consumers.Max, "redis.over_limit_cache": &c.Redis.OverLimitCache, "max_waiting": &c.MaxWaiting}
 	if p, ok := ints[field]; ok {
 		n, err := strconv.Atoi(s)
 		if err != nil {

@@ -505,6 +505,9 @@ func (s *Server) decideForward(w http.ResponseWriter, r *http.Request, b *batch,
 		refuse(http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 		return
 	}
+	if b.d.Allowed && b.d.Delay > 0 && !s.hold(r.Context(), "forward_auth", &b.q, &b.d) && r.Context().Err() != nil {
+		return // the proxy has gone, and the units are back
+	}
 	s.countLevels(b.d.Levels)
 	status := addDecisionHeaders(w.Header(), b, false)
 	defer func() { b.hdr = [3]string{} }()

@@ -84,6 +84,9 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		s.storeFailed("grpc", err)
 		return g.storeErrorResponse(len(req.Descriptors)), nil
 	}
+	if b.d.Allowed && b.d.Delay > 0 && !s.hold(ctx, "grpc", q, &b.d) && ctx.Err() != nil {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
 	if !b.d.Allowed {
 		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/server/envoyimport"
 )
 
@@ -33,6 +34,12 @@ func (f fixedTime) DecideAll(ctx context.Context, reqs []sluice.Request, res []a
 		reqs[i].Time = f.t
 	}
 	return f.Store.DecideAll(ctx, reqs, res)
+}
+
+// Refund gives back at the fixed time (the memory store refunds).
+func (f fixedTime) Refund(ctx context.Context, req sluice.Request) error {
+	req.Time = f.t
+	return f.Store.(store.Refunder).Refund(ctx, req)
 }
 
 // newTestServer serves policy on the memory store at a fixed time.

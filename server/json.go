@@ -40,6 +40,9 @@ type DecisionJSON struct {
 	ResetAfterNs int64       `json:"reset_after_ns"`
 	Matched      bool        `json:"matched"`
 	Levels       []LevelJSON `json:"levels"`
+	// DelayNs is how long an allowed request waits before it acts (a
+	// policy node's delay; see sluice.Decision.Delay); 0 is omitted.
+	DelayNs int64 `json:"delay_ns,omitempty"`
 	// Listed is the allow or deny list entry that decided (see
 	// sluice.Decision.Listed).
 	Listed string `json:"listed,omitempty"`
@@ -122,6 +125,10 @@ func AppendDecisionJSON(b []byte, d *sluice.Decision, storeError string) []byte 
 		b = append(b, '}')
 	}
 	b = append(b, ']')
+	if d.Delay > 0 {
+		b = append(b, `,"delay_ns":`...)
+		b = strconv.AppendInt(b, int64(d.Delay), 10)
+	}
 	if d.Listed != "" {
 		b = append(b, `,"listed":`...)
 		b = jsonenc.AppendString(b, d.Listed)

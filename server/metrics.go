@@ -29,6 +29,9 @@ type metrics struct {
 	quotaGranted prometheus.Counter
 	// unmatched counts paths that matched no limit.
 	unmatched prometheus.Counter
+	// delayed counts requests held for a policy's delay, and delayRefused
+	// those refused because max_waiting were held.
+	delayed, delayRefused *prometheus.CounterVec
 
 	// per-API children, looked up once
 	httpChecks, grpcChecks, forwardChecks       outcomeCounters
@@ -93,6 +96,13 @@ func newMetrics(ping func(context.Context) error) *metrics {
 	m.unmatched = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_unmatched_paths_total", Help: "Paths (and gRPC descriptors) that matched no limit: allowed under unmatched: allow, denied under deny.",
 	})
+	m.delayed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_delayed_total", Help: "Requests held for a policy's delay before the answer, by API.",
+	}, []string{"api"})
+	m.delayRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_delay_refused_total", Help: "Delayed requests refused at once because max_waiting requests were held, by API.",
+	}, []string{"api"})
+	m.reg.MustRegister(m.delayed, m.delayRefused)
 	m.reg.MustRegister(m.unmatched, m.quotaGranted, m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped, storeUp, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reloads.WithLabelValues("success")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice/queue"
 	"log/slog"
 	"net"
@@ -61,6 +62,8 @@ type Server struct {
 	queues    map[string]*queueSlot
 	// forwardAuth is forward_auth compiled; nil when it has no routes.
 	forwardAuth *forwardAuth
+	// waiting counts the requests held for a policy's delay (delay.go).
+	waiting atomic.Int64
 }
 
 // MaxHeaderBytes bounds a request's line and header fields on the HTTP
@@ -98,6 +101,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		holder: new(policy.Holder),
 	}
 	s.m = newMetrics(s.ping) // s.ping reads s.store when scraped
+	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_delay_waiting", Help: "Requests held now for a policy's delay (gRPC and forward-auth).",
+	}, func() float64 { return float64(s.waiting.Load()) }))
 	p, stamp, err := s.loadPolicy()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+const delayTestPolicy = `
+schema:
+  edge:
+    children:
+      remote_address:
+        children:
+          "*":
+            limits: {algorithm: gcra, burst: 0, count: 1, period: 1s}
+            delay: {max: 5s}
+`
+
+// TestDelayAnswers: the HTTP check answers a delayed request at once with
+// delay_ns; gRPC holds it and answers OK, refuses one whose deadline
+// comes before its delay ends (giving its units back), and refuses one
+// when max_waiting requests are held.
+func TestDelayAnswers(t *testing.T) {
+	s := newTestServer(t, delayTestPolicy) // the store's clock stands still
+	s.cfg.MaxWaiting = 1
+	w := httptest.NewRecorder()
+	body := `{"path": ["edge", "remote_address", "10.0.0.1"]}`
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)))
+	if w.Code != 200 || strings.Contains(w.Body.String(), "delay_ns") {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	w = httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)))
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"delay_ns":1000000000`) {
+		t.Fatalf("second: %d %s, want 200 with delay_ns 1s", w.Code, w.Body)
+	}
+
+	g := &rateLimitService{s: s}
+	ask := func(ctx context.Context) (*rlv3.RateLimitResponse, error) {
+		return g.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("remote_address", "10.0.0.2")}})
+	}
+	if r, err := ask(context.Background()); err != nil || r.OverallCode != rlv3.RateLimitResponse_OK {
+		t.Fatalf("gRPC first: %v %v", r, err)
+	}
+	// A deadline before the delay's end (1s): refused at once, given back.
+	short, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	r, err := ask(short)
+	cancel()
+	if err != nil || r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("gRPC with a short deadline: %v %v, want OVER_LIMIT", r, err)
+	}
+	// Given back: the key's next request would wait 1s, not 2s.
+	w = httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(`{"path": ["edge", "remote_address", "10.0.0.2"], "cost": 0}`)))
+	if !strings.Contains(w.Body.String(), `"reset_after_ns":1000000000`) {
+		t.Errorf("after the refused request, the key's state: %s; want its TAT 1s ahead (given back)", w.Body)
+	}
+	// Held: one at a time; while one is held, the next is refused.
+	ask3 := func() (*rlv3.RateLimitResponse, error) {
+		return g.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("remote_address", "10.0.0.3")}})
+	}
+	if r, err := ask3(); err != nil || r.OverallCode != rlv3.RateLimitResponse_OK {
+		t.Fatalf("gRPC first of 10.0.0.3: %v %v", r, err)
+	}
+	held := make(chan *rlv3.RateLimitResponse)
+	go func() {
+		r, _ := ask3()
+		held <- r
+	}()
+	for s.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if r, err := ask3(); err != nil || r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("gRPC beyond max_waiting: %v %v, want OVER_LIMIT", r, err)
+	}
+	if r := <-held; r.OverallCode != rlv3.RateLimitResponse_OK {
+		t.Errorf("gRPC held: %v, want OK", r)
+	}
+}
