@@ -89,6 +89,11 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 			}
 		}
 		tw.Flush()
+		for _, h := range m.Hits {
+			if h.Delay > 0 {
+				fmt.Fprintf(w, "delay at %s: a request its limits would admit within %v is admitted, held until its time\n", h.Pattern, h.Delay)
+			}
+		}
 	}
 	switch {
 	case m.Listed.List == "allow":

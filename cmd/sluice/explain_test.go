@@ -27,6 +27,9 @@ schema:
           report:
             shadow: true
             limits: [1, 1, 10m]
+          quote:
+            limits: {algorithm: token_bucket, burst: 10, rate: 5, per: 1s}
+            delay: {max: 2s}
       admin:
         unlimited: true
   tigerfeeding:
@@ -56,6 +59,13 @@ path: user / alex / withdrawal / x
 LEVEL  PATTERN  KEY        REDIS KEY           SLOT  SHADOW  LIMIT
 1      user/*   user:alex  sluice:{user:alex}  8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
 ignored: withdrawal / x (no child matches below user/*)
+`},
+		{[]string{"user", "alex", "quote"}, `
+path: user / alex / quote
+LEVEL  PATTERN       KEY              REDIS KEY                 SLOT  SHADOW  LIMIT
+1      user/*        user:alex        sluice:{user:alex}        8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
+2      user/*/quote  user:alex:quote  sluice:{user:alex}:quote  8291  no      {"algorithm":"token_bucket","burst":10,"rate":5,"per":"1s"}
+delay at user/*/quote: a request its limits would admit within 2s is admitted, held until its time
 `},
 		{[]string{"user", "admin", "trade"}, `
 path: user / admin / trade
@@ -87,6 +97,7 @@ user/*          no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s
 user/*/trade    no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
                         {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
 user/*/report   yes     {"algorithm":"gcra","burst":1,"count":1,"period":"10m0s"}
+user/*/quote    no      {"algorithm":"token_bucket","burst":10,"rate":5,"per":"1s"}
 user/admin      no      unlimited
 tigerfeeding    no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
 tigerfeeding/*  no      {"algorithm":"gate","interval":"10s"}
