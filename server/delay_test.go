@@ -84,3 +84,45 @@ func TestDelayAnswers(t *testing.T) {
 		t.Errorf("gRPC held: %v, want OK", r)
 	}
 }
+
+// TestForwardAuthDelay: the forward-auth endpoint holds a delayed request
+// before its 200 (so the proxy in front holds it), and a proxy that gives
+// up gets the units back.
+func TestForwardAuthDelay(t *testing.T) {
+	s := newTestServer(t, delayTestPolicy)
+	fa, err := newForwardAuth(ForwardAuthConfig{Routes: []ForwardRoute{{Match: "/", Path: []string{"edge", "remote_address", "{header:X-Ip}"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.forwardAuth = fa
+	ask := func(ctx context.Context) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/v1/forward-auth", nil).WithContext(ctx)
+		r.Header.Set("X-Forwarded-Uri", "/page")
+		r.Header.Set("X-Ip", "10.0.0.9")
+		s.Handler().ServeHTTP(w, r)
+		return w
+	}
+	if w := ask(context.Background()); w.Code != 200 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	// The proxy gives up while the second is held: nothing is answered
+	// and its units go back.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- ask(ctx) }()
+	for s.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(`{"path": ["edge", "remote_address", "10.0.0.9"], "cost": 0}`)))
+	if !strings.Contains(w.Body.String(), `"reset_after_ns":1000000000`) {
+		t.Errorf("after the proxy gave up: %s; want the TAT 1s ahead (given back)", w.Body)
+	}
+	// Held, then allowed.
+	if w := ask(context.Background()); w.Code != 200 || w.Result().Header.Get("RateLimit") == "" {
+		t.Errorf("held: %d %v, want 200 with the fields", w.Code, w.Result().Header)
+	}
+}
