@@ -153,7 +153,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 			} else if m.Unlimited {
 				m.Hits = m.Hits[:0]
 			}
-			m.Unmatched = len(m.Hits) == 0 && !m.Unlimited
+			m.Unmatched = len(m.Hits) == 0 && !m.Unlimited && m.Listed.List == ""
 		}
 		for h := range pq.Match.Hits {
 			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0

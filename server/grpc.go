@@ -155,7 +155,9 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (*policy.Query, error) {
 func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitResponse_DescriptorStatus {
 	mine := pq.Levels
 	switch {
-	case pq.Match.Unlimited:
+	case pq.Match.Listed.List == "deny":
+		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OVER_LIMIT}
+	case pq.Match.Unlimited || pq.Match.Listed.List == "allow":
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 	case len(mine) == 0 && denyUnmatched && pq.Match.Unmatched:
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OVER_LIMIT}

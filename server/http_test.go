@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"io"
 	"log/slog"
 	"net/http"
@@ -166,5 +168,33 @@ schema:
 	}
 	if w := ask("192.0.2.1"); w.Code != http.StatusOK || strings.Contains(w.Body.String(), "listed") {
 		t.Errorf("unlisted: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestListsOverGRPC: Envoy's descriptors meet the lists too, under
+// unmatched: deny: an allow-listed descriptor is OK (not unmatched), a
+// deny-listed one OVER_LIMIT.
+func TestListsOverGRPC(t *testing.T) {
+	s := newTestServer(t, `
+unmatched: deny
+schema:
+  edge:
+    children:
+      remote_address:
+        children:
+          "*":
+            limits: [0, 1, 60]
+            allow: [10.0.0.0/8]
+            deny: [203.0.113.0/24]
+`)
+	g := &rateLimitService{s: s}
+	for _, tc := range []struct {
+		ip   string
+		want rlv3.RateLimitResponse_Code
+	}{{"10.1.1.1", rlv3.RateLimitResponse_OK}, {"10.1.1.1", rlv3.RateLimitResponse_OK}, {"203.0.113.5", rlv3.RateLimitResponse_OVER_LIMIT}} {
+		r, err := g.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("remote_address", tc.ip)}})
+		if err != nil || r.OverallCode != tc.want || r.Statuses[0].Code != tc.want {
+			t.Errorf("%s: %v %v, want %v", tc.ip, r, err, tc.want)
+		}
 	}
 }
