@@ -103,6 +103,10 @@ func newMetrics(ping func(context.Context) error) *metrics {
 		Name: "sluice_delay_refused_total", Help: "Delayed requests refused at once because max_waiting requests were held, by API.",
 	}, []string{"api"})
 	m.reg.MustRegister(m.delayed, m.delayRefused)
+	for _, api := range []string{"grpc", "forward_auth"} {
+		m.delayed.WithLabelValues(api)
+		m.delayRefused.WithLabelValues(api)
+	}
 	m.reg.MustRegister(m.unmatched, m.quotaGranted, m.checks, m.decisions, m.duration, m.storeErrors, m.badRequests, m.reloads, m.loadedAt, m.dropped, storeUp, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reloads.WithLabelValues("success")
