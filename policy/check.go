@@ -174,14 +174,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 		}
 	}
 	if listed.List == "deny" {
-		for i := range q.Paths {
-			pq := &q.Paths[i]
-			clear(pq.Match.Hits)
-			pq.Match.Hits, pq.Levels = pq.Match.Hits[:0], nil
-		}
-		d.Levels, d.Matched, d.Allowed, d.Delay = d.Levels[:0], true, false, 0
-		d.Listed = listed.String()
-		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
+		refuseAll(q, d, listed.String(), 0)
 		return nil
 	}
 	for i := range q.Paths {
@@ -199,8 +192,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 					continue
 				}
 				if t, err := r.Limit.(*algo.Plan).TAT(); err == nil && r.Cost > t.Quota {
-					d.Levels, d.Matched, d.Allowed, d.Listed, d.Delay = d.Levels[:0], true, false, "", 0
-					d.Summary = algo.Result{Allowed: false, Quota: t.Quota, RetryAfter: algo.Never}
+					refuseAll(q, d, "", t.Quota)
 					return nil
 				}
 			}
@@ -257,6 +249,18 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
 	}
 	return nil
+}
+
+// refuseAll denies the whole of q for good without deciding a level: by
+// the deny list entry listed, or a cost above a delay node's burst quota.
+func refuseAll(q *Query, d *sluice.Decision, listed string, quota int64) {
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		clear(pq.Match.Hits)
+		pq.Match.Hits, pq.Levels = pq.Match.Hits[:0], nil
+	}
+	d.Levels, d.Matched, d.Allowed, d.Listed, d.Delay = d.Levels[:0], true, false, listed, 0
+	d.Summary = algo.Result{Allowed: false, Quota: quota, RetryAfter: algo.Never}
 }
 
 // dropReplaced drops the hits on nodes whose name a hit of another path

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -115,7 +116,7 @@ func TestNginxLimitReqDelay(t *testing.T) {
 		end := int64(msec*1000 + 0.5)
 		arrivals = append(arrivals, arrival{i: i, at: end - int64(took*1000+0.5), took: int64(took*1000 + 0.5), outcome: f[2]})
 	}
-	slices.SortStableFunc(arrivals, func(a, b arrival) int { return int(a.at - b.at) })
+	slices.SortStableFunc(arrivals, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
 
 	p, err := Parse("delay.yaml", []byte(delayPolicy))
 	if err != nil {
@@ -154,8 +155,12 @@ func TestNginxLimitReqDelay(t *testing.T) {
 			theirs = append(theirs, a)
 		}
 		order := map[string]int{"PASSED": 0, "DELAYED": 1, "REJECTED": 2}
-		slices.SortFunc(ours, func(a, b outcome) int { return order[a.kind]*1e6 - order[b.kind]*1e6 + int(a.delay.Milliseconds()-b.delay.Milliseconds()) })
-		slices.SortFunc(theirs, func(a, b arrival) int { return order[a.outcome]*1e6 - order[b.outcome]*1e6 + int(a.took-b.took) })
+		slices.SortFunc(ours, func(a, b outcome) int {
+			return cmp.Or(cmp.Compare(order[a.kind], order[b.kind]), cmp.Compare(a.delay, b.delay))
+		})
+		slices.SortFunc(theirs, func(a, b arrival) int {
+			return cmp.Or(cmp.Compare(order[a.outcome], order[b.outcome]), cmp.Compare(a.took, b.took))
+		})
 		for k := range ours {
 			a := theirs[k]
 			counts[a.outcome]++

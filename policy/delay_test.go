@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
@@ -123,5 +124,36 @@ schema:
 	}
 	if got := d.Levels[0].Result.Remaining; got != 97 {
 		t.Errorf("the window above: %d remaining, want 97 (it keeps the undone request's count)", got)
+	}
+}
+
+// TestDelayCostAboveBurst: a cost above a delay node's burst is never
+// admitted, and decides nothing (the reserving plan must not see it).
+func TestDelayCostAboveBurst(t *testing.T) {
+	p, err := Parse("delay.yaml", []byte(`
+schema:
+  "*":
+    limits: {algorithm: gcra, burst: 5, count: 10, period: 1s}
+    delay: {max: 10s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	defer st.Close()
+	c := &Checker{Policy: NewHolder(p), Store: st}
+	t0 := time.Unix(1_800_000_000, 0)
+	var d sluice.Decision
+	if err := c.CheckAt(context.Background(), t0, []string{"a"}, 7, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.Summary.RetryAfter != algo.Never || d.Summary.Quota != 6 || len(d.Levels) != 0 {
+		t.Fatalf("cost 7 over a burst of 6: %+v", d)
+	}
+	// Nothing was counted: 6 pass at once.
+	for i := range 6 {
+		if err := c.CheckAt(context.Background(), t0, []string{"a"}, 1, &d); err != nil || !d.Allowed || d.Delay != 0 {
+			t.Fatalf("request %d: allowed %v delay %v, %v", i+1, d.Allowed, d.Delay, err)
+		}
 	}
 }

@@ -285,7 +285,8 @@ func validName(s string) bool {
 }
 
 // A forwardError is a proxied request the endpoint cannot decide: its
-// status says why.
+// status says why. The functions that read the request return it typed,
+// never as an error, so that nil is nil.
 type forwardError struct {
 	status int
 	msg    string
@@ -316,7 +317,7 @@ func first(a, b []string, or string) string {
 
 // cleanPath appends to segs the segments of uri's path, percent-decoded,
 // with dot segments resolved and empty ones dropped.
-func cleanPath(uri string, segs []string) ([]string, error) {
+func cleanPath(uri string, segs []string) ([]string, *forwardError) {
 	if len(uri) > MaxForwardURI {
 		return segs, &forwardError{http.StatusRequestURITooLong, fmt.Sprintf("the proxied URI has %d bytes, more than %d", len(uri), MaxForwardURI)}
 	}
@@ -394,7 +395,7 @@ next:
 }
 
 // policyPath appends to path the route's policy path for the request.
-func (fa *forwardAuth) policyPath(rt *route, r *http.Request, method, host string, segs, path []string) ([]string, error) {
+func (fa *forwardAuth) policyPath(rt *route, r *http.Request, method, host string, segs, path []string) ([]string, *forwardError) {
 	for _, t := range rt.path {
 		switch t.kind {
 		case segLiteral:
@@ -445,35 +446,37 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 			writeProblem(w, status, detail)
 		}
 		method, uri, host := original(r)
-		if len(method) > MaxForwardMethod {
-			s.m.badRequests.WithLabelValues("forward_auth").Inc()
-			refuse(http.StatusBadRequest, fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), MaxForwardMethod))
-			return
-		}
-		segs, err := cleanPath(uri, b.segs[:0])
-		b.segs = segs[:0]
-		var rt *route
-		if err == nil {
-			if rt = fa.match(method, segs, r.Header); rt == nil {
-				w.WriteHeader(http.StatusOK) // no route: not limited
-				return
-			}
-			var path []string
-			path, err = fa.policyPath(rt, r, method, host, segs, b.path[:0])
-			b.path = path[:0]
-			if err == nil {
-				s.decideForward(w, r, b, path, rt.cost, refuse)
-				return
-			}
-		}
-		var fe *forwardError
-		if errors.As(err, &fe) {
+		path, rt, fe := fa.read(r, method, uri, host, b)
+		switch {
+		case fe != nil:
 			s.m.badRequests.WithLabelValues("forward_auth").Inc()
 			refuse(fe.status, fe.msg)
-			return
+		case rt == nil:
+			w.WriteHeader(http.StatusOK) // no route: not limited
+		default:
+			s.decideForward(w, r, b, path, rt.cost, refuse)
 		}
-		refuse(http.StatusBadRequest, err.Error())
 	}
+}
+
+// read turns the proxied request into the route that matches it (nil for
+// none) and that route's policy path, in b's buffers.
+func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch) ([]string, *route, *forwardError) {
+	if len(method) > MaxForwardMethod {
+		return nil, nil, &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), MaxForwardMethod)}
+	}
+	segs, fe := cleanPath(uri, b.segs[:0])
+	b.segs = segs[:0]
+	if fe != nil {
+		return nil, nil, fe
+	}
+	rt := fa.match(method, segs, r.Header)
+	if rt == nil {
+		return nil, nil, nil
+	}
+	path, fe := fa.policyPath(rt, r, method, host, segs, b.path[:0])
+	b.path = path[:0]
+	return path, rt, fe
 }
 
 // decideForward decides a proxied request's path and answers.

@@ -18,8 +18,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/server/envoyimport"
+	"github.com/sluicehq/sluice/store"
 )
 
 // fixedTime decides every request at one time, so that fixed windows do
