@@ -21,13 +21,22 @@ import (
 // request does not escape: a limit value in it stays on the caller's
 // stack.
 func Compile(r *sluice.Request, p *algo.Plan) error {
+	return checked(r, func() (*algo.Plan, error) { return p, p.Compile(r.Limit) })
+}
+
+// checked checks r's key, cost, time and tag, then gets its plan from
+// plan (nil: none, and nothing more is checked) and checks r's cost
+// against it: the one order of the checks, for Compile, Cached and
+// CompileAll.
+func checked(r *sluice.Request, plan func() (*algo.Plan, error)) error {
 	if err := CheckDecision(r.Key, r.Limit, r.Cost, r.Time); err != nil {
 		return err
 	}
 	if err := CheckTag(r.Key, r.Tag); err != nil {
 		return err
 	}
-	if err := p.Compile(r.Limit); err != nil {
+	p, err := plan()
+	if err != nil || p == nil {
 		return err
 	}
 	return CheckCost(p, r.Cost)
@@ -43,14 +52,7 @@ func Cached(c *algo.Plans, r *sluice.Request) (*algo.Plan, error) {
 	if p == nil {
 		return nil, nil
 	}
-	err := CheckDecision(r.Key, r.Limit, r.Cost, r.Time)
-	if err == nil {
-		err = CheckTag(r.Key, r.Tag)
-	}
-	if err == nil {
-		err = CheckCost(p, r.Cost)
-	}
-	return p, err
+	return p, checked(r, func() (*algo.Plan, error) { return p, nil })
 }
 
 // CompileAll checks the requests of a DecideAll as Compile does, and that
@@ -70,23 +72,16 @@ func CompileAll(c *algo.Plans, reqs []sluice.Request, results []algo.Result, pla
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		err := CheckDecision(r.Key, r.Limit, r.Cost, r.Time)
-		if err == nil {
-			err = CheckTag(r.Key, r.Tag)
-		}
-		if err == nil {
+		err := checked(r, func() (*algo.Plan, error) {
 			if c == nil {
-				err = plans[i].Compile(r.Limit)
-			} else {
-				var q *algo.Plan
-				if q, err = c.Compile(r.Limit, &plans[i]); err == nil && q != &plans[i] {
-					plans[i] = *q
-				}
+				return &plans[i], plans[i].Compile(r.Limit)
 			}
-		}
-		if err == nil {
-			err = CheckCost(&plans[i], r.Cost)
-		}
+			q, err := c.Compile(r.Limit, &plans[i])
+			if err == nil && q != &plans[i] {
+				plans[i] = *q
+			}
+			return &plans[i], err
+		})
 		if err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
