@@ -9,9 +9,11 @@ import "slices"
 // meanwhile, since only time frees capacity and other decisions only take
 // it. A store may then remember a denial and repeat it without reading
 // the state (an over-limit cache). It holds for every algorithm but a
-// sliding log in the nary or uniform mode, whose denials record.
+// sliding log in the nary or uniform mode, whose denials record, and a
+// concurrency limit, whose slots come back when their holders release
+// them.
 func (p *Plan) DenialHolds() bool {
-	return p.ok && (p.kind != KindSlidingLog || p.sl.Mode == Binary)
+	return p.ok && p.kind != KindConcurrency && (p.kind != KindSlidingLog || p.sl.Mode == Binary)
 }
 
 // Equal reports whether p and q decide alike: the same kind and
@@ -19,7 +21,8 @@ func (p *Plan) DenialHolds() bool {
 func (p *Plan) Equal(q *Plan) bool {
 	same := func(a, b Window) bool { return a.Limit == b.Limit && a.Window == b.Window }
 	return p.kind == q.kind && p.ok == q.ok && p.tat == q.tat &&
-		p.gcra == q.gcra && p.tb == q.tb && p.fw == q.fw && p.gate == q.gate &&
+		p.gcra == q.gcra && p.tb == q.tb && p.fw == q.fw && p.gate == q.gate && p.cc == q.cc &&
+		p.permit == q.permit && p.op == q.op &&
 		p.sl.MinGap == q.sl.MinGap && p.sl.Buckets == q.sl.Buckets && p.sl.Mode == q.sl.Mode &&
 		slices.EqualFunc(p.sl.Limits, q.sl.Limits, same) &&
 		p.wc.Slice == q.wc.Slice && slices.EqualFunc(p.wc.Limits, q.wc.Limits, same)

@@ -23,6 +23,8 @@ func randomLimit(r *rand.Rand, k Kind) Limit {
 		return randomLog(r)
 	case KindWindowCounter:
 		return randomCounter(r)
+	case KindConcurrency:
+		return Concurrency{Limit: 1 + r.Int64N(8), HoldFor: ms(2000)}
 	}
 	panic("randomLimit: add the kind")
 }
@@ -47,6 +49,12 @@ func TestDenialHolds(t *testing.T) {
 		if sl, ok := l.(SlidingLog); ok && sl.Mode != Binary {
 			if p.DenialHolds() {
 				t.Fatalf("%+v: DenialHolds for mode %v", l, sl.Mode)
+			}
+			continue
+		}
+		if k == KindConcurrency { // a release frees slots at any time
+			if p.DenialHolds() {
+				t.Fatalf("%+v: DenialHolds", l)
 			}
 			continue
 		}

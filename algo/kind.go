@@ -20,6 +20,7 @@ const (
 	KindGate
 	KindSlidingLog
 	KindWindowCounter
+	KindConcurrency
 
 	// NumKinds is the number of kinds.
 	NumKinds = iota
@@ -33,6 +34,7 @@ const (
 	NameGate          = "gate"
 	NameSlidingLog    = "sliding_log"
 	NameWindowCounter = "window_counter"
+	NameConcurrency   = "concurrency"
 )
 
 // kindInfo is what the package knows of a kind beside its Limit type.
@@ -60,6 +62,7 @@ var kinds = [NumKinds]kindInfo{
 	KindGate:          gateKind,
 	KindSlidingLog:    slidingLogKind,
 	KindWindowCounter: windowCounterKind,
+	KindConcurrency:   concurrencyKind,
 }
 
 // String returns the kind's name, as used in Spec.Algorithm.

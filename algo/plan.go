@@ -39,6 +39,10 @@ type Plan struct {
 	gate Gate
 	sl   SlidingLog
 	wc   WindowCounter
+	cc   Concurrency
+	// A concurrency plan's permit (ForPermit): its id (0: none) and op.
+	permit int64
+	op     SlotOp
 }
 
 // Compile validates l and returns its Plan. The error wraps ErrInvalid.
@@ -79,6 +83,9 @@ func (p *Plan) Compile(l Limit) error {
 		err = l.Validate()
 	case WindowCounter:
 		p.kind, p.wc = KindWindowCounter, l
+		err = l.Validate()
+	case Concurrency:
+		p.kind, p.cc = KindConcurrency, l
 		err = l.Validate()
 	case nil:
 		err = errNilLimit
@@ -127,6 +134,10 @@ func deref(l Limit) (Limit, bool) {
 			return *l, true
 		}
 	case *WindowCounter:
+		if l != nil {
+			return *l, true
+		}
+	case *Concurrency:
 		if l != nil {
 			return *l, true
 		}
@@ -230,6 +241,8 @@ func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 		return p.sl.Decide(s, now, cost, commit)
 	case KindWindowCounter:
 		return p.wc.Decide(s, now, cost, commit)
+	case KindConcurrency:
+		return p.cc.decide(s, now, cost, commit, p.permit, p.op)
 	}
 	panic("algo: Decide on a Plan that Compile did not make")
 }
@@ -363,6 +376,8 @@ func (p *Plan) Limit() Limit {
 		return p.sl
 	case KindWindowCounter:
 		return p.wc
+	case KindConcurrency:
+		return p.cc
 	}
 	return nil
 }
@@ -445,6 +460,30 @@ func (p *Plan) Unreserved(r Result, wait time.Duration, cost int64) (Result, tim
 	}
 	return out, max(r.ResetAfter-dur(t.Tolerance), 0)
 }
+
+// ForPermit returns the plan of a concurrency limit that decides op for
+// the permit id (see Concurrency): 1 to MaxPermitID, or 0 for the holders
+// without one (an acquire or a release only). The error wraps
+// ErrUnsupported for the other kinds and ErrInvalid for a bad id or op.
+func (p *Plan) ForPermit(id int64, op SlotOp) (Plan, error) {
+	switch {
+	case !p.ok || p.kind != KindConcurrency:
+		return Plan{}, fmt.Errorf("%w: %v has no permits (only a concurrency limit holds slots)", ErrUnsupported, p.kind)
+	case id < 0 || id > MaxPermitID:
+		return Plan{}, fmt.Errorf("%w: permit id %d is outside 1..%d", ErrInvalid, id, int64(MaxPermitID))
+	case op > Release:
+		return Plan{}, fmt.Errorf("%w: %v", ErrInvalid, op)
+	case id == 0 && op == Renew:
+		return Plan{}, fmt.Errorf("%w: a renewal needs a permit id", ErrInvalid)
+	}
+	q := *p
+	q.permit, q.op = id, op
+	return q, nil
+}
+
+// Permit returns the permit id and op of a plan ForPermit made (0 and
+// Acquire for any other).
+func (p *Plan) Permit() (int64, SlotOp) { return p.permit, p.op }
 
 // Undo gives back cost admitted at a time no later than now, as the Redis
 // store's refund does: a GCRA or token bucket's TAT moves back by cost·T,

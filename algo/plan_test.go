@@ -56,6 +56,8 @@ func pointer(l Limit) Limit {
 		return &l
 	case WindowCounter:
 		return &l
+	case Concurrency:
+		return &l
 	}
 	panic("pointer: add the kind")
 }

@@ -56,6 +56,8 @@ func paramsOf(l Limit) (params, bool) {
 		return params{KindFixedWindow, l.Limit, 0, l.Window}, true
 	case Gate:
 		return params{KindGate, 0, 0, l.Interval}, true
+	case Concurrency:
+		return params{KindConcurrency, l.Limit, 0, l.HoldFor}, true
 	case *GCRA:
 		if l != nil {
 			return paramsOf(*l)
@@ -69,6 +71,10 @@ func paramsOf(l Limit) (params, bool) {
 			return paramsOf(*l)
 		}
 	case *Gate:
+		if l != nil {
+			return paramsOf(*l)
+		}
+	case *Concurrency:
 		if l != nil {
 			return paramsOf(*l)
 		}

@@ -29,6 +29,8 @@ type Spec struct {
 	Window time.Duration `json:"window,omitempty" yaml:"window,omitempty"`
 	// gate
 	Interval time.Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
+	// concurrency (also Limit)
+	HoldFor time.Duration `json:"hold_for,omitempty" yaml:"hold_for,omitempty"`
 	// sliding_log and window_counter: a list of {limit, window} (each may
 	// have a name), or a mapping from names to {limit, window}, ordered by
 	// window then name.
@@ -146,6 +148,7 @@ func (s Spec) extra(used []string) string {
 		{"burst", s.Burst != 0}, {"count", s.Count != 0}, {"period", s.Period != 0},
 		{"rate", s.Rate != 0}, {"per", s.Per != 0},
 		{"limit", s.Limit != 0}, {"window", s.Window != 0}, {"interval", s.Interval != 0},
+		{"hold_for", s.HoldFor != 0},
 		{"limits", s.Limits != nil}, {"min_gap", s.MinGap != 0}, {"buckets", s.Buckets != nil},
 		{"mode", s.Mode != ""}, {"slice", s.Slice != 0},
 	}
@@ -204,6 +207,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		Limit     int64        `json:"limit"`
 		Window    jsonDuration `json:"window"`
 		Interval  jsonDuration `json:"interval"`
+		HoldFor   jsonDuration `json:"hold_for"`
 		Limits    WindowSpecs  `json:"limits"`
 		MinGap    jsonDuration `json:"min_gap"`
 		Buckets   *int64       `json:"buckets"`
@@ -215,7 +219,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	}
 	*s = Spec{Algorithm: j.Algorithm, Burst: j.Burst, Count: j.Count, Period: time.Duration(j.Period),
 		Rate: j.Rate, Per: time.Duration(j.Per), Limit: j.Limit, Window: time.Duration(j.Window),
-		Interval: time.Duration(j.Interval), Limits: j.Limits, MinGap: time.Duration(j.MinGap),
+		Interval: time.Duration(j.Interval), HoldFor: time.Duration(j.HoldFor), Limits: j.Limits, MinGap: time.Duration(j.MinGap),
 		Buckets: j.Buckets, Mode: j.Mode, Slice: time.Duration(j.Slice)}
 	return nil
 }
@@ -287,7 +291,7 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 		{"burst", s.Burst, false}, {"count", s.Count, false}, {"period", int64(s.Period), true},
 		{"rate", s.Rate, false}, {"per", int64(s.Per), true},
 		{"limit", s.Limit, false}, {"window", int64(s.Window), true},
-		{"interval", int64(s.Interval), true},
+		{"interval", int64(s.Interval), true}, {"hold_for", int64(s.HoldFor), true},
 	} {
 		switch {
 		case f.v == 0:

@@ -1,0 +1,328 @@
+package algo
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Concurrency bounds how much is in flight at once per key: a key has
+// Limit slots, an admitted cost n holds n of them until its holder
+// releases them, and a holder that neither releases nor renews within
+// HoldFor loses them (its lease ends), so a holder that crashed frees its
+// slots after at most HoldFor.
+//
+// A decision acts for a permit (Plan.ForPermit: an id and an op); a plain
+// decision acquires for no permit. With held the units that holders whose
+// lease has not ended hold at now:
+//
+//	Acquire, cost n   admitted when held + n <= Limit: a holder of n with
+//	                  a lease to now + HoldFor. An id already held is
+//	                  renewed instead (an acquire retried is not taken
+//	                  twice). Denied: RetryAfter is when enough leases end
+//	                  for n, Never for n > Limit. Cost 0 peeks.
+//	Renew             the permit's lease runs to now + HoldFor; denied,
+//	                  with RetryAfter Never, when the id is not held (it
+//	                  was released, its lease ended, or it never was): a
+//	                  permit once lost is never renewed.
+//	Release           the id's units are freed, Admitted says how many (0
+//	                  when it was not held: a release is idempotent). Id 0
+//	                  frees cost units of the holders without an id (a
+//	                  plain acquire, Envoy's hits), the earliest lease
+//	                  first.
+//
+// Remaining is Limit - held after the decision (0 when a lowered Limit
+// is below held), ResetAfter how long until the last lease ends as far as
+// the state knows (a bound: a released holder's lease may have been the
+// last).
+//
+// The state: Log holds the holders, three values each: the permit id (0
+// for none), when its lease ends and its units. A is the units in Log, B
+// a time no lease in Log ends before (0 for none) and Expire one none ends
+// after, so that a decision scans Log only when a lease may have ended (B
+// <= now), when it denies (for RetryAfter) and when it releases.
+type Concurrency struct {
+	// Limit is the number of slots: 1 to MaxSlots.
+	Limit int64
+	// HoldFor is a slot's lease: MinHoldFor to MaxHoldFor.
+	HoldFor time.Duration
+}
+
+// The bounds of a concurrency limit: a state holds at most Limit holders
+// (three numbers each), and a lease is long enough to renew over a network
+// and short enough that a lost holder's slots come back the same day.
+// Renewing does not grow the state, however often.
+const (
+	MaxSlots   = 100_000
+	MinHoldFor = time.Millisecond
+	MaxHoldFor = 24 * time.Hour
+)
+
+// MaxPermitID is the largest permit id: ids are 1 to 2^53-1, numbers the
+// Redis store's scripts hold exactly.
+const MaxPermitID = 1<<53 - 1
+
+// SlotOp is what a decision of a concurrency limit does for its permit
+// (Plan.ForPermit).
+type SlotOp uint8
+
+// The ops; see Concurrency.
+const (
+	Acquire SlotOp = iota
+	Renew
+	Release
+)
+
+// String returns the op's name.
+func (o SlotOp) String() string {
+	switch o {
+	case Acquire:
+		return "acquire"
+	case Renew:
+		return "renew"
+	case Release:
+		return "release"
+	}
+	return fmt.Sprintf("SlotOp(%d)", o)
+}
+
+// Validate implements Limit.
+func (c Concurrency) Validate() error {
+	switch {
+	case c.Limit < 1 || c.Limit > MaxSlots:
+		return fmt.Errorf("%w: concurrency limit must be 1 to %d slots, got %d", ErrInvalid, MaxSlots, c.Limit)
+	case c.HoldFor < MinHoldFor || c.HoldFor > MaxHoldFor:
+		return fmt.Errorf("%w: hold_for must be %v to %v, got %v", ErrInvalid, MinHoldFor, MaxHoldFor, c.HoldFor)
+	}
+	return nil
+}
+
+// Decide implements Limit: an acquire for no permit.
+func (c Concurrency) Decide(s *State, now, cost int64, commit bool) Result {
+	return c.decide(s, now, cost, commit, 0, Acquire)
+}
+
+// decide applies op for the permit id.
+func (c Concurrency) decide(s *State, now, cost int64, commit bool, id int64, op SlotOp) Result {
+	held := c.Held(s, now)
+	at := holderAt(s, id, now)
+	switch {
+	case op == Release:
+		freed := c.release(s, now, id, at, cost, commit)
+		return c.result(true, now, held-freed, s, 0, freed)
+	case op == Renew || op == Acquire && at >= 0 && cost > 0:
+		if at < 0 {
+			return c.result(false, now, held, s, Never, 0)
+		}
+		if commit {
+			c.sweep(s, now)
+			at = holderAt(s, id, now)
+			s.Log[at+1] = now + Micros(c.HoldFor)
+			s.Expire = max(s.Expire, s.Log[at+1])
+		}
+		var admitted int64 // an acquire that renews admits its cost again
+		if op == Acquire {
+			admitted = cost
+		}
+		return c.result(true, now, held, s, 0, admitted)
+	case cost == 0:
+		return c.result(true, now, held, s, 0, 0)
+	case cost > c.Limit:
+		return c.result(false, now, held, s, Never, 0)
+	case held+cost > c.Limit:
+		return c.result(false, now, held, s, dur(c.FreeAt(s, now, held+cost-c.Limit)-now), 0)
+	}
+	if commit {
+		c.sweep(s, now)
+		end := now + Micros(c.HoldFor)
+		s.Log = append(s.Log, id, end, cost)
+		s.A += cost
+		if s.B == 0 || end < s.B {
+			s.B = end
+		}
+		s.Expire = max(s.Expire, end)
+	}
+	return c.result(true, now, held+cost, s, 0, cost)
+}
+
+// result is a decision's Result: held is the units held after it, and
+// admitted the cost taken (Acquire) or the units freed (Release).
+func (c Concurrency) result(ok bool, now, held int64, s *State, retry time.Duration, admitted int64) Result {
+	r := Result{Allowed: ok, Quota: c.Limit, Remaining: max(c.Limit-held, 0), RetryAfter: retry, Admitted: admitted}
+	if held > 0 {
+		r.ResetAfter = dur(max(s.Expire-now, 0))
+	}
+	return r
+}
+
+// Held returns the units held at now: those of the holders whose lease
+// ends after now.
+func (c Concurrency) Held(s *State, now int64) int64 {
+	if s.B == 0 || s.B > now {
+		return s.A
+	}
+	var n int64
+	for i := 0; i+2 < len(s.Log); i += 3 {
+		if s.Log[i+1] > now {
+			n += s.Log[i+2]
+		}
+	}
+	return n
+}
+
+// holderAt returns the index in s.Log of id's holder if its lease ends
+// after now, or -1 (always for id 0).
+func holderAt(s *State, id, now int64) int {
+	if id == 0 {
+		return -1
+	}
+	for i := 0; i+2 < len(s.Log); i += 3 {
+		if s.Log[i] == id {
+			if s.Log[i+1] > now {
+				return i
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
+// sweep drops the holders whose lease has ended by now, if B says one may
+// have, and sets A, B and Expire to what the holders left say; a state
+// left without holders is the zero State (of its shape).
+func (c Concurrency) sweep(s *State, now int64) {
+	if s.B == 0 || s.B > now {
+		return
+	}
+	kept := s.Log[:0]
+	s.A, s.B, s.Expire = 0, 0, 0
+	for i := 0; i+2 < len(s.Log); i += 3 {
+		if end := s.Log[i+1]; end > now {
+			kept = append(kept, s.Log[i], end, s.Log[i+2])
+			s.A += s.Log[i+2]
+			if s.B == 0 || end < s.B {
+				s.B = end
+			}
+			s.Expire = max(s.Expire, end)
+		}
+	}
+	s.Log = kept
+}
+
+// release frees id's units (the holder at index at), or for id 0 up to
+// cost units of the holders without an id, the earliest lease first (the
+// first taken among equal ones), and returns the units freed; with commit
+// false it only counts them.
+func (c Concurrency) release(s *State, now, id int64, at int, cost int64, commit bool) int64 {
+	if id != 0 {
+		if at < 0 {
+			return 0
+		}
+		n := s.Log[at+2]
+		if commit {
+			c.sweep(s, now)
+			at = holderAt(s, id, now)
+			s.Log = slices.Delete(s.Log, at, at+3)
+			c.drop(s, n)
+		}
+		return n
+	}
+	freed := c.freeAnonymous(s, now, cost, false)
+	if commit && freed > 0 {
+		c.sweep(s, now)
+		c.freeAnonymous(s, now, cost, true)
+		kept := s.Log[:0]
+		for i := 0; i+2 < len(s.Log); i += 3 {
+			if s.Log[i+2] > 0 {
+				kept = append(kept, s.Log[i], s.Log[i+1], s.Log[i+2])
+			}
+		}
+		s.Log = kept
+		c.drop(s, freed)
+	}
+	return freed
+}
+
+// freeAnonymous frees up to cost units of the live holders without an id,
+// the earliest lease first (the first taken among equal ones), leaving a
+// holder of 0 units in Log, and returns the units freed; with commit
+// false it only counts them.
+func (c Concurrency) freeAnonymous(s *State, now, cost int64, commit bool) int64 {
+	var anon []int // indexes of the live holders without an id
+	for i := 0; i+2 < len(s.Log); i += 3 {
+		if s.Log[i] == 0 && s.Log[i+1] > now {
+			anon = append(anon, i)
+		}
+	}
+	slices.SortStableFunc(anon, func(a, b int) int { return cmp.Compare(s.Log[a+1], s.Log[b+1]) })
+	var freed int64
+	for _, i := range anon {
+		if freed == cost {
+			break
+		}
+		take := min(s.Log[i+2], cost-freed)
+		freed += take
+		if commit {
+			s.Log[i+2] -= take
+		}
+	}
+	return freed
+}
+
+// drop takes n units off A after a release, making a state without
+// holders the zero State.
+func (c Concurrency) drop(s *State, n int64) {
+	s.A -= n
+	if s.A <= 0 {
+		s.A, s.B, s.Expire, s.Log = 0, 0, 0, s.Log[:0]
+	}
+}
+
+
+// FreeAt returns when need units held at now will have been freed by
+// leases ending (none released or renewed meanwhile): the end of the
+// lease that brings the units freed to need.
+func (c Concurrency) FreeAt(s *State, now, need int64) int64 {
+	type lease struct{ end, n int64 }
+	var ls []lease
+	for i := 0; i+2 < len(s.Log); i += 3 {
+		if s.Log[i+1] > now {
+			ls = append(ls, lease{s.Log[i+1], s.Log[i+2]})
+		}
+	}
+	slices.SortFunc(ls, func(a, b lease) int { return cmp.Compare(a.end, b.end) })
+	var freed int64
+	for _, l := range ls {
+		if freed += l.n; freed >= need {
+			return l.end
+		}
+	}
+	return now
+}
+
+var concurrencyKind = kindInfo{
+	name:    NameConcurrency,
+	fields:  []string{"limit", "hold_for"},
+	build:   func(s Spec) (Limit, error) { return Concurrency{Limit: s.Limit, HoldFor: s.HoldFor}, nil },
+	example: Concurrency{Limit: 10, HoldFor: 30 * time.Second},
+}
+
+// Kind implements Limit.
+func (Concurrency) Kind() Kind { return KindConcurrency }
+
+// Spec implements Limit.
+func (c Concurrency) Spec() Spec {
+	return Spec{Algorithm: NameConcurrency, Limit: c.Limit, HoldFor: c.HoldFor}
+}
+
+// Quota implements Limit: Limit slots, which a holder keeps for HoldFor at
+// most without renewing.
+func (c Concurrency) Quota() (int64, time.Duration) { return c.Limit, c.HoldFor }
+
+// SteadyRate implements Limit: Limit per HoldFor, the most that holders
+// who keep their slots the whole lease start.
+func (c Concurrency) SteadyRate() (int64, time.Duration) { return c.Limit, c.HoldFor }
+
+// DeniedBy implements Limit: a concurrency limit has one limit.
+func (Concurrency) DeniedBy(int) string { return "" }
