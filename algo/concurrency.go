@@ -110,28 +110,28 @@ func (c Concurrency) decide(s *State, now, cost int64, commit bool, id int64, op
 	switch {
 	case op == Release:
 		freed := c.release(s, now, id, at, cost, commit)
-		return c.result(true, now, held-freed, s, 0, freed)
+		return c.Result(true, now, held-freed, s.Expire, 0, freed)
 	case op == Renew || op == Acquire && at >= 0 && cost > 0:
 		if at < 0 {
-			return c.result(false, now, held, s, Never, 0)
+			return c.Result(false, now, held, s.Expire, Never, 0)
 		}
 		if commit {
 			c.sweep(s, now)
 			at = holderAt(s, id, now)
-			s.Log[at+1] = now + Micros(c.HoldFor)
-			s.Expire = max(s.Expire, s.Log[at+1])
+			end := now + Micros(c.HoldFor) // before B after a step back
+			s.Log[at+1], s.B, s.Expire = end, min(s.B, end), max(s.Expire, end)
 		}
 		var admitted int64 // an acquire that renews admits its cost again
 		if op == Acquire {
 			admitted = cost
 		}
-		return c.result(true, now, held, s, 0, admitted)
+		return c.Result(true, now, held, s.Expire, 0, admitted)
 	case cost == 0:
-		return c.result(true, now, held, s, 0, 0)
+		return c.Result(true, now, held, s.Expire, 0, 0)
 	case cost > c.Limit:
-		return c.result(false, now, held, s, Never, 0)
+		return c.Result(false, now, held, s.Expire, Never, 0)
 	case held+cost > c.Limit:
-		return c.result(false, now, held, s, dur(c.FreeAt(s, now, held+cost-c.Limit)-now), 0)
+		return c.Result(false, now, held, s.Expire, dur(c.FreeAt(s, now, held+cost-c.Limit)-now), 0)
 	}
 	if commit {
 		c.sweep(s, now)
@@ -143,15 +143,16 @@ func (c Concurrency) decide(s *State, now, cost int64, commit bool, id int64, op
 		}
 		s.Expire = max(s.Expire, end)
 	}
-	return c.result(true, now, held+cost, s, 0, cost)
+	return c.Result(true, now, held+cost, s.Expire, 0, cost)
 }
 
-// result is a decision's Result: held is the units held after it, and
-// admitted the cost taken (Acquire) or the units freed (Release).
-func (c Concurrency) result(ok bool, now, held int64, s *State, retry time.Duration, admitted int64) Result {
+// Result is a decision's Result: held is the units held after it, end
+// the state's Expire after it (no lease ends later), and admitted the cost
+// taken (Acquire) or the units freed (Release).
+func (c Concurrency) Result(ok bool, now, held, end int64, retry time.Duration, admitted int64) Result {
 	r := Result{Allowed: ok, Quota: c.Limit, Remaining: max(c.Limit-held, 0), RetryAfter: retry, Admitted: admitted}
 	if held > 0 {
-		r.ResetAfter = dur(max(s.Expire-now, 0))
+		r.ResetAfter = dur(max(end-now, 0))
 	}
 	return r
 }
@@ -278,7 +279,6 @@ func (c Concurrency) drop(s *State, n int64) {
 		s.A, s.B, s.Expire, s.Log = 0, 0, 0, s.Log[:0]
 	}
 }
-
 
 // FreeAt returns when need units held at now will have been freed by
 // leases ending (none released or renewed meanwhile): the end of the

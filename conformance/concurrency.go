@@ -25,13 +25,15 @@ type Racer struct {
 }
 
 // CoreRacers are the concurrency cases of GCRA, the token bucket, the
-// fixed window and the gate: 100 goroutines, each limit admitting 37 (the
-// gate 1) and refilling too slowly for a test run to see it.
+// fixed window, the gate and concurrency slots: 100 goroutines, each limit
+// admitting 37 (the gate 1) and refilling (or ending a lease) too slowly for
+// a test run to see it.
 var CoreRacers = []Racer{
 	{Name: "gcra", Limit: algo.GCRA{Burst: 36, Count: 1, Period: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 	{Name: "token_bucket", Limit: algo.TokenBucket{Burst: 37, Rate: 1, Per: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 	{Name: "fixed_window", Limit: algo.FixedWindow{Limit: 37, Window: 1000 * time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 	{Name: "gate", Limit: algo.Gate{Interval: time.Hour}, Cost: 1, Attempts: 1, Want: 1, Goroutines: 100},
+	{Name: "concurrency", Limit: algo.Concurrency{Limit: 37, HoldFor: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 }
 
 // WindowedRacers are the concurrency cases of the windowed algorithms:

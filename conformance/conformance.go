@@ -22,7 +22,12 @@ type Step struct {
 	At   time.Duration // since T0
 	Key  string        // "k" when empty
 	Cost int64
-	Want algo.Result
+	// Permit and Op, on a concurrency limit, make the step decide Op for
+	// the permit id Permit (algo.Plan.ForPermit); left zero, it acquires
+	// for no permit.
+	Permit int64
+	Op     algo.SlotOp
+	Want   algo.Result
 }
 
 // Trace is a named sequence of decisions on one limit.
@@ -300,6 +305,62 @@ var Traces = []Trace{
 			{At: e + 10*s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 10 * s}},
 		},
 	},
+	{
+		// 3 slots, 10s leases. Permit 1 takes 2 at 0 (lease to 10s), a
+		// plain acquire 1 at 1s (to 11s). ResetAfter is when the last
+		// lease the state knows of ends: after permit 1's release at 4s
+		// it still counts permit 1's (to 13s), a bound, until a lease
+		// ends and the state is swept.
+		Name:  "concurrency",
+		Limit: algo.Concurrency{Limit: 3, HoldFor: 10 * s},
+		Steps: []Step{
+			{At: 0, Cost: 2, Permit: 1, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 1, ResetAfter: 10 * s}},
+			// 2 more need permit 1's lease to end.
+			{At: 1 * s, Cost: 2, Permit: 2, Want: algo.Result{Quota: 3, Remaining: 1, RetryAfter: 9 * s, ResetAfter: 9 * s}},
+			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			// Permit 1 acquired again (a retry) renews, taking nothing more.
+			{At: 2 * s, Cost: 2, Permit: 1, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 3 * s, Permit: 1, Op: algo.Renew, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			// 1 more waits for the plain holder's lease (11s), the earliest.
+			{At: 4 * s, Cost: 1, Permit: 2, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 7 * s, ResetAfter: 9 * s}},
+			// A permit never held is never renewed.
+			{At: 4 * s, Permit: 9, Op: algo.Renew, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 9 * s}},
+			{At: 4 * s, Permit: 1, Op: algo.Release, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 2, ResetAfter: 9 * s}},
+			// Released twice: nothing more is freed.
+			{At: 4 * s, Permit: 1, Op: algo.Release, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 2, ResetAfter: 9 * s}},
+			{At: 4 * s, Permit: 1, Op: algo.Renew, Want: algo.Result{Quota: 3, Remaining: 2, RetryAfter: algo.Never, ResetAfter: 9 * s}},
+			{At: 4 * s, Cost: 4, Want: algo.Result{Quota: 3, Remaining: 2, RetryAfter: algo.Never, ResetAfter: 9 * s}},
+			{At: 5 * s, Cost: 0, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 2, ResetAfter: 8 * s}},
+			// At 11s the plain holder's lease has ended: all 3 are free.
+			{At: 11 * s, Cost: 3, Permit: 2, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 12 * s, Cost: 1, Op: algo.Release, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 0, ResetAfter: 9 * s}},
+			{At: 25 * s, Cost: 0, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 3}},
+			// A release without a permit (Envoy's is_negative_hits) frees
+			// plain holders, the earliest lease first, part of one if need
+			// be, and never a permit's.
+			{At: 0, Key: "plain", Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 10 * s}},
+			{At: 1 * s, Key: "plain", Cost: 1, Permit: 7, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 1, ResetAfter: 10 * s}},
+			{At: 2 * s, Key: "plain", Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 3 * s, Key: "plain", Cost: 5, Op: algo.Release, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 2, ResetAfter: 9 * s}},
+			{At: 3 * s, Key: "plain", Cost: 1, Op: algo.Release, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 2, ResetAfter: 9 * s}},
+			{At: 3 * s, Key: "plain", Permit: 7, Op: algo.Release, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 3}},
+		},
+	},
+	{
+		// The clock steps back 50ms after a lease was taken: leases are
+		// times, so the earlier time sees them held, never free.
+		Name:  "concurrency/clock-back",
+		Limit: algo.Concurrency{Limit: 2, HoldFor: 10 * s},
+		Steps: []Step{
+			{At: 10 * s, Cost: 1, Permit: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: 10 * s}},
+			{At: 9950 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: 10050 * ms}},
+			{At: 9900 * ms, Cost: 1, Permit: 2, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: 10050 * ms, ResetAfter: 10100 * ms}},
+			// The plain lease (to 19.95s) has ended, permit 1's (to 20s) not.
+			{At: 19970 * ms, Cost: 2, Permit: 2, Want: algo.Result{Quota: 2, Remaining: 1, RetryAfter: 30 * ms, ResetAfter: 30 * ms}},
+			{At: 19970 * ms, Cost: 1, Permit: 2, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 15 * s, Cost: 1, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: 5 * s, ResetAfter: 14970 * ms}},
+		},
+	},
 	// Each algorithm at its largest limit (algo.MaxCount and the bounds it
 	// lists), with costs up to algo.MaxCount: both stores count exactly to
 	// the last unit (a fixed window of 2^63-1 once failed open on Redis,
@@ -382,6 +443,17 @@ var Traces = []Trace{
 		},
 	},
 	{
+		// The most slots, the largest permit id, the longest lease.
+		Name:  "concurrency/edge",
+		Limit: algo.Concurrency{Limit: algo.MaxSlots, HoldFor: algo.MaxHoldFor},
+		Steps: []Step{
+			{At: 0, Cost: algo.MaxSlots - 1, Permit: algo.MaxPermitID, Want: algo.Result{Allowed: true, Admitted: algo.MaxSlots - 1, Quota: algo.MaxSlots, Remaining: 1, ResetAfter: algo.MaxHoldFor}},
+			{At: 0, Cost: 2, Want: algo.Result{Quota: algo.MaxSlots, Remaining: 1, RetryAfter: algo.MaxHoldFor, ResetAfter: algo.MaxHoldFor}},
+			{At: 0, Cost: algo.MaxCount, Want: algo.Result{Quota: algo.MaxSlots, Remaining: 1, RetryAfter: algo.Never, ResetAfter: algo.MaxHoldFor}},
+			{At: 1 * s, Permit: algo.MaxPermitID, Op: algo.Release, Want: algo.Result{Allowed: true, Admitted: algo.MaxSlots - 1, Quota: algo.MaxSlots, Remaining: algo.MaxSlots}},
+		},
+	},
+	{
 		Name:  "gate/edge",
 		Limit: algo.Gate{Interval: algo.MaxHorizon},
 		Steps: []Step{
@@ -411,12 +483,22 @@ func Run(t *testing.T, st sluice.Store, ns string) {
 					key = "k"
 				}
 				req := sluice.Request{Key: ns + ":" + tr.Name + ":" + key, Limit: tr.Limit, Cost: step.Cost, Time: T0.Add(step.At)}
+				if step.Permit != 0 || step.Op != algo.Acquire {
+					p, err := algo.Compile(tr.Limit)
+					if err == nil {
+						p, err = p.ForPermit(step.Permit, step.Op)
+					}
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					req.Limit = &p
+				}
 				got, err := st.Decide(context.Background(), req)
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
 				if got != step.Want {
-					t.Errorf("step %d (at %v, key %s, cost %d):\n got %s\nwant %s", i, step.At, key, step.Cost, Format(got), Format(step.Want))
+					t.Errorf("step %d (at %v, key %s, cost %d, permit %d %v):\n got %s\nwant %s", i, step.At, key, step.Cost, step.Permit, step.Op, Format(got), Format(step.Want))
 				}
 			}
 		})

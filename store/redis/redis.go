@@ -76,6 +76,7 @@ var bindings = [algo.NumKinds]*binding{
 	algo.KindGate:          &gateBinding,
 	algo.KindSlidingLog:    &slidingLogBinding,
 	algo.KindWindowCounter: &windowCounterBinding,
+	algo.KindConcurrency:   &concurrencyBinding,
 }
 
 // bind makes a binding's functions from functions of the concrete limit

@@ -229,6 +229,8 @@ func pointerTo(l algo.Limit) algo.Limit {
 		return &l
 	case algo.WindowCounter:
 		return &l
+	case algo.Concurrency:
+		return &l
 	}
 	panic(fmt.Sprintf("pointerTo: add %T", l))
 }

@@ -1,0 +1,130 @@
+package conformance_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
+)
+
+// TestConcurrencyStoresAgree plays random traces of acquires, renewals
+// and releases, with permit ids and without, on both stores, alone and in
+// all-or-nothing batches beside a GCRA level, with times that sometimes
+// step back; every result must be identical. Leases are short so that
+// they end within traces.
+func TestConcurrencyStoresAgree(t *testing.T) {
+	st := stores(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 27))
+	ctx := context.Background()
+	g := newTTLGuard(st)
+	ops := map[algo.SlotOp]int{}
+	for trace := range 40 {
+		c := algo.Concurrency{Limit: 1 + r.Int64N(5), HoldFor: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond}
+		base, err := algo.Compile(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A rate level that admits 21 and then denies (the trace's batches
+		// see both), and whose state outlives the trace, so that a time
+		// stepping back never finds it dropped by one store only.
+		rate := algo.GCRA{Burst: 20, Count: 1, Period: time.Hour}
+		at := conformance.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+		key, gen := "slots:"+strconv.Itoa(trace), 0
+		var floor time.Time
+		for step := range 80 {
+			if r.IntN(8) == 0 {
+				at = at.Add(-time.Duration(r.Int64N(int64(500 * time.Millisecond))))
+				if at.Before(floor) {
+					at = floor
+				}
+			} else {
+				at = at.Add(time.Duration(r.Int64N(int64(400 * time.Millisecond))))
+			}
+			if !g.ok(t, at, sluice.Request{Key: key, Limit: c}) {
+				gen++
+				key, floor = "slots:"+strconv.Itoa(trace)+"."+strconv.Itoa(gen), time.Time{}
+			}
+			if e, ok := g.expire[key]; ok && !at.Before(e) && e.After(floor) {
+				floor = e
+			}
+			id, op := r.Int64N(4), algo.SlotOp(r.IntN(3))
+			if op == algo.Renew && id == 0 {
+				id = 1
+			}
+			p, err := base.ForPermit(id, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops[op]++
+			req := sluice.Request{Key: key, Limit: &p, Cost: r.Int64N(4), Time: at}
+			if op != algo.Acquire || r.IntN(2) == 0 {
+				m, err1 := st["memory"].Decide(ctx, req)
+				x, err2 := st["redis"].Decide(ctx, req)
+				if err1 != nil || err2 != nil {
+					t.Fatal(err1, err2)
+				}
+				if m != x {
+					t.Fatalf("trace %d step %d %+v %v permit %d cost %d at %v:\nmemory %s\n redis %s", trace, step, c, op, id, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
+				}
+				saw(g, key, at, m)
+				continue
+			}
+			// An acquire beside a rate level: all or nothing.
+			reqs := []sluice.Request{{Key: key + ":rate", Limit: rate, Cost: 1, Time: at}, req}
+			res := decideAllOnBoth(t, ctx, st, reqs, "trace "+strconv.Itoa(trace)+" step "+strconv.Itoa(step))
+			saw(g, key, at, res[1])
+		}
+	}
+	t.Log(ops)
+}
+
+// TestConcurrencyAllOrNothing: a request denied by a rate level takes no
+// slot, and one denied by a concurrency level consumes no rate.
+func TestConcurrencyAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	slots := algo.Concurrency{Limit: 1, HoldFor: time.Minute}
+	rate := algo.FixedWindow{Limit: 1, Window: time.Hour}
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			at := conformance.T0
+			res := make([]algo.Result, 2)
+			// The rate level denies (its one unit taken first): no slot taken.
+			if r, err := st.Decide(ctx, sluice.Request{Key: "aon:rate", Limit: rate, Cost: 1, Time: at}); err != nil || !r.Allowed {
+				t.Fatal(r, err)
+			}
+			pass, err := st.DecideAll(ctx, []sluice.Request{{Key: "aon:rate", Limit: rate, Cost: 1, Time: at}, {Key: "aon:slots", Limit: slots, Cost: 1, Time: at}}, res)
+			if err != nil || pass || res[1].Remaining != 1 || res[1].Admitted != 0 {
+				t.Fatalf("rate denies: pass %v %v, slots %s", pass, err, conformance.Format(res[1]))
+			}
+			// The slot level denies: the rate level consumes nothing.
+			if r, err := st.Decide(ctx, sluice.Request{Key: "aon:slots2", Limit: slots, Cost: 1, Time: at}); err != nil || !r.Allowed {
+				t.Fatal(r, err)
+			}
+			pass, err = st.DecideAll(ctx, []sluice.Request{{Key: "aon:rate2", Limit: rate, Cost: 1, Time: at}, {Key: "aon:slots2", Limit: slots, Cost: 1, Time: at}}, res)
+			if err != nil || pass || res[0].Remaining != 1 || res[1].Allowed {
+				t.Fatalf("slots deny: pass %v %v, rate %s slots %s", pass, err, conformance.Format(res[0]), conformance.Format(res[1]))
+			}
+			if r, err := st.Decide(ctx, sluice.Request{Key: "aon:rate2", Limit: rate, Cost: 1, Time: at}); err != nil || !r.Allowed {
+				t.Fatalf("the rate level was consumed: %s %v", conformance.Format(r), err)
+			}
+		})
+	}
+}
+
+// saw notes a decision's result as ttlGuard.saw does, except that a key
+// left without holders is no state on either store (the memory store
+// zeroes it, Redis deletes it): it may not be in Redis.
+func saw(g *ttlGuard, key string, at time.Time, r algo.Result) {
+	if r.Remaining == r.Quota {
+		delete(g.expire, key)
+		return
+	}
+	g.saw(key, at, r)
+}
