@@ -31,6 +31,11 @@ type Decision struct {
 	// allow list matches decides no level; a deny list denies the whole
 	// decision without deciding a level. Empty when no list matched.
 	Listed string
+	// Permit is the permit id under which an allowed decision holds slots
+	// of concurrency limits (algo.Concurrency): the holder releases them,
+	// or renews their lease, with it. It is 0 when the decision holds no
+	// slot under an id.
+	Permit int64
 }
 
 // Level is one limit of one node on a request's path, and its result.

@@ -29,6 +29,12 @@ type Query struct {
 	Time time.Time
 	// Paths are the paths to decide together.
 	Paths []PathQuery
+	// Permit and Op are what the paths' concurrency limits decide: Op for
+	// the permit id Permit (algo.Plan.ForPermit; 0: none). An Acquire
+	// decides every limit; a Renew or a Release only the concurrency
+	// limits, and reports only their levels.
+	Permit int64
+	Op     algo.SlotOp
 }
 
 // PathQuery is one path of a Query, and, after Decide, what it hit.
@@ -71,6 +77,27 @@ func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost 
 	defer sc.release()
 	q := &sc.q
 	q.Time = t
+	if len(q.Paths) == 0 {
+		q.Paths = make([]PathQuery, 1)
+	}
+	pq := &q.Paths[0]
+	*pq = PathQuery{Path: path, Cost: cost, Match: Match{Hits: pq.Match.Hits}}
+	return c.decide(ctx, q, d, sc)
+}
+
+// Slots decides op for permit on the concurrency limits of path at time t
+// (the zero Time for the store's clock), and fills d; see
+// algo.Concurrency. An Acquire is CheckAt with the permit: every level is
+// decided, all or nothing, so a request a rate level denies takes no slot.
+// A Renew and a Release decide the concurrency levels alone (cost is what
+// a Release without a permit frees); a Renew is denied, with RetryAfter
+// algo.Never, when a level no longer holds the permit, and renews no
+// level then.
+func (c *Checker) Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *sluice.Decision) error {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	q := &sc.q
+	q.Time, q.Permit, q.Op = t, permit, op
 	if len(q.Paths) == 0 {
 		q.Paths = make([]PathQuery, 1)
 	}
@@ -178,7 +205,9 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 		return nil
 	}
 	for i := range q.Paths {
-		sc.add(&q.Paths[i], q.Time, len(q.Paths) > 1)
+		if err := sc.add(&q.Paths[i], q, len(q.Paths) > 1); err != nil {
+			return err
+		}
 	}
 	// A delay node decides with a reserving plan, which must never see a
 	// cost above its limit's burst (algo.Plan.Reserving): such a cost is
@@ -186,12 +215,12 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 	for i, k := 0, 0; i < len(q.Paths); i++ {
 		for _, hit := range q.Paths[i].Match.Hits {
 			for range hit.Limits {
-				r := &sc.reqs[sc.index[k]]
+				r := sc.index[k]
 				k++
-				if hit.Delay == 0 {
+				if hit.Delay == 0 || r < 0 {
 					continue
 				}
-				if t, err := r.Limit.(*algo.Plan).TAT(); err == nil && r.Cost > t.Quota {
+				if t, err := sc.reqs[r].Limit.(*algo.Plan).TAT(); err == nil && sc.reqs[r].Cost > t.Quota {
 					refuseAll(q, d, "", t.Quota)
 					return nil
 				}
@@ -221,6 +250,9 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 			for _, l := range hit.Limits {
 				r := sc.index[k]
 				k++
+				if r < 0 {
+					continue // not decided: a Renew or Release of a rate limit
+				}
 				res := sc.results[r]
 				if hit.Delay > 0 {
 					// The reserving plan's answer, by the limit as written.
@@ -241,7 +273,10 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 	}
 	d.Summary = sluice.Summarize(d.Levels)
 	d.Allowed = pass && !deny
-	d.Delay = 0
+	d.Delay, d.Permit = 0, 0
+	if d.Allowed && q.Op == algo.Acquire && q.Permit != 0 && slices.ContainsFunc(d.Levels, holdsSlots) {
+		d.Permit = q.Permit
+	}
 	if d.Allowed {
 		d.Delay = delay
 	}
@@ -249,6 +284,11 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
 	}
 	return nil
+}
+
+// holdsSlots reports whether a level took slots of a concurrency limit.
+func holdsSlots(l sluice.Level) bool {
+	return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency && l.Result.Admitted > 0
 }
 
 // refuseAll denies the whole of q for good without deciding a level: by
@@ -259,7 +299,7 @@ func refuseAll(q *Query, d *sluice.Decision, listed string, quota int64) {
 		clear(pq.Match.Hits)
 		pq.Match.Hits, pq.Levels = pq.Match.Hits[:0], nil
 	}
-	d.Levels, d.Matched, d.Allowed, d.Listed, d.Delay = d.Levels[:0], true, false, listed, 0
+	d.Levels, d.Matched, d.Allowed, d.Listed, d.Delay, d.Permit = d.Levels[:0], true, false, listed, 0, 0
 	d.Summary = algo.Result{Allowed: false, Quota: quota, RetryAfter: algo.Never}
 }
 
@@ -301,14 +341,28 @@ type scratch struct {
 	byKey map[string]int
 }
 
-// add appends the requests of a path's hits; with merge, a limit key
-// already requested adds its cost to that request.
-func (sc *scratch) add(pq *PathQuery, t time.Time, merge bool) {
+// add appends the requests of a path's hits, each concurrency limit's
+// for q's permit and op; with merge, a limit key already requested adds
+// its cost to that request. A limit that q's op does not decide (a rate
+// limit when renewing or releasing) gets the index -1.
+func (sc *scratch) add(pq *PathQuery, q *Query, merge bool) error {
 	for h := range pq.Match.Hits {
 		hit := &pq.Match.Hits[h]
 		for j := range hit.Limits {
 			r := hit.Request(j, pq.Cost)
-			r.Time = t
+			r.Time = q.Time
+			if p, ok := r.Limit.(*algo.Plan); ok && p.Kind() == algo.KindConcurrency {
+				if q.Permit != 0 || q.Op != algo.Acquire {
+					fp, err := p.ForPermit(q.Permit, q.Op)
+					if err != nil {
+						return fmt.Errorf("policy: %w: %w", sluice.ErrBadRequest, err)
+					}
+					r.Limit = &fp
+				}
+			} else if q.Op != algo.Acquire {
+				sc.index = append(sc.index, -1)
+				continue
+			}
 			if !merge {
 				sc.index = append(sc.index, len(sc.reqs))
 				sc.reqs = append(sc.reqs, r)
@@ -322,6 +376,7 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, merge bool) {
 			sc.index = append(sc.index, i)
 		}
 	}
+	return nil
 }
 
 // mergeRequest appends r to reqs, or adds its cost to the request of its
@@ -345,6 +400,7 @@ func (sc *scratch) release() {
 		clear(pq.Match.Hits)
 		*pq = PathQuery{Match: Match{Hits: pq.Match.Hits[:0]}}
 	}
+	sc.q.Permit, sc.q.Op = 0, algo.Acquire
 	scratchPool.Put(sc)
 }
 

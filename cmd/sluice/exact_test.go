@@ -31,6 +31,7 @@ schema:
       gate:           {children: {"*": {limits: [{algorithm: gate, interval: 1h}]}}}
       sliding_log:    {children: {"*": {limits: [{algorithm: sliding_log, limits: [{limit: 37, window: 1h}], buckets: 60}]}}}
       window_counter: {children: {"*": {limits: [{algorithm: window_counter, limits: [{limit: 37, window: 1h}], slice: 1m}]}}}
+      concurrency:    {children: {"*": {limits: [{algorithm: concurrency, limit: 37, hold_for: 1h}]}}}
       all:            {children: {"1": {limits: [{algorithm: fixed_window, limit: 1000000, window: 1h}]}}}
 `
 
