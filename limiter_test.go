@@ -46,6 +46,7 @@ func TestLimiterAllowIsExact(t *testing.T) {
 		"gate":           algo.Gate{Interval: time.Hour},
 		"sliding_log":    algo.SlidingLog{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}},
 		"window_counter": algo.WindowCounter{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}},
+		"concurrency":    algo.Concurrency{Limit: 37, HoldFor: time.Hour},
 	}
 	if len(limits) != algo.NumKinds {
 		t.Fatalf("%d limits for %d kinds", len(limits), algo.NumKinds)

@@ -1,0 +1,221 @@
+package sluice
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+)
+
+// NewPermitID returns a random permit id, 1 to algo.MaxPermitID, from
+// crypto/rand: an id that another caller cannot guess, so that only the
+// holder can renew or release its slots.
+func NewPermitID() int64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(err) // crypto/rand.Read does not fail (Go 1.24+)
+		}
+		if id := int64(binary.LittleEndian.Uint64(b[:]) & algo.MaxPermitID); id != 0 {
+			return id
+		}
+	}
+}
+
+// ErrLost is the error of a Permit whose slots are no longer held: a
+// renewal found its lease ended (the holder was paused or cut off from the
+// store for longer than the limit's HoldFor), or the store could not renew
+// it before its lease ran out.
+var ErrLost = errors.New("sluice: permit lost: its lease ended before it was renewed")
+
+// A Permit holds slots of a concurrency limit (algo.Concurrency) for one
+// key, under a random id: Limiter.Acquire takes them, the Permit renews
+// their lease while it is held, and Release gives them back. A holder that
+// dies without releasing frees them when the lease runs out.
+type Permit struct {
+	l   *Limiter
+	key string
+	id  int64
+	n   int64
+	ok  bool
+	res algo.Result
+
+	released atomic.Bool
+	stop     chan struct{} // closed by Release: stops renewing
+	stopOnce sync.Once
+	renewing sync.WaitGroup
+	lost     chan struct{} // closed when the permit is lost
+	lostOnce sync.Once
+}
+
+// ID returns the permit id: the store knows the slots by it.
+func (p *Permit) ID() int64 { return p.id }
+
+// OK reports whether the permit holds slots: false for one that
+// AcquireAt was denied, and for nil.
+func (p *Permit) OK() bool { return p != nil && p.ok }
+
+// Result is the acquire's result: the slots left, and for a denied one
+// when a lease ends (RetryAfter).
+func (p *Permit) Result() algo.Result { return p.res }
+
+// Lost returns a channel closed when a renewing permit (Acquire's) finds
+// its slots no longer held, or cannot renew them before their lease ends:
+// the work it guards may now overlap another holder's. It is never closed
+// for a permit that does not renew, nor by Release.
+func (p *Permit) Lost() <-chan struct{} { return p.lost }
+
+// Acquire waits for one slot for key and takes it: AcquireN(ctx, key, 1).
+func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
+	return l.AcquireN(ctx, key, 1)
+}
+
+// AcquireN waits until n slots are free for key and takes them, all or
+// none, under one new permit id, like Wait: it retries a denied acquire
+// after a short, growing pause (1 ms to 100 ms, never beyond the time a
+// lease ends), since a holder may release at any time. It returns ctx's
+// error if ctx is done first, and ErrNever at once when n exceeds the
+// limit. The Permit renews the lease every third of HoldFor until
+// Release, from its own goroutine; Lost tells when it could not.
+//
+// The limit must be a concurrency limit (others: an error wrapping
+// algo.ErrUnsupported). An acquire whose reply is lost (a store error)
+// may have taken the slots: they are freed when their lease ends.
+func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, error) {
+	id := NewPermitID()
+	plan, err := l.plan.ForPermit(id, algo.Acquire)
+	if err != nil {
+		return nil, err
+	}
+	pause := time.Millisecond
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r, err := l.st.Decide(ctx, Request{Key: key, Limit: &plan, Cost: n})
+		switch {
+		case err != nil:
+			return nil, err
+		case r.Allowed:
+			p := l.permit(key, id, n, r)
+			p.renewing.Add(1)
+			go p.renew(l.plan.Limit().(algo.Concurrency).HoldFor)
+			return p, nil
+		case r.RetryAfter == algo.Never:
+			return nil, ErrNever
+		}
+		wait := min(pause, r.RetryAfter)
+		wait = wait/2 + mrand.N(wait/2+1) // jitter: waiters do not retry in step
+		pause = min(2*pause, 100*time.Millisecond)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// AcquireAt tries once to take n slots for key at t (the zero Time: the
+// store's clock) under a new permit id, the twin of AcquireN for tests and
+// replays: it does not wait and its Permit does not renew (RenewAt does).
+// A denied acquire returns a Permit that is not OK, with its Result.
+func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (*Permit, error) {
+	id := NewPermitID()
+	plan, err := l.plan.ForPermit(id, algo.Acquire)
+	if err != nil {
+		return nil, err
+	}
+	r, err := l.st.Decide(ctx, Request{Key: key, Limit: &plan, Cost: n, Time: t})
+	if err != nil {
+		return nil, err
+	}
+	p := l.permit(key, id, n, r)
+	p.ok = r.Allowed
+	return p, nil
+}
+
+func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {
+	return &Permit{l: l, key: key, id: id, n: n, ok: r.Allowed, res: r, stop: make(chan struct{}), lost: make(chan struct{})}
+}
+
+// renew renews the lease every third of hold until Release, and closes
+// lost when a renewal finds the permit gone, or when none succeeded for
+// a whole lease (the store unreachable).
+func (p *Permit) renew(hold time.Duration) {
+	defer p.renewing.Done()
+	tick := time.NewTicker(hold / 3)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), hold/3)
+		held, err := p.RenewAt(ctx, time.Time{})
+		cancel()
+		switch {
+		case err == nil && held:
+			last = time.Now()
+			continue
+		case err == nil || time.Since(last) >= hold:
+			p.lostOnce.Do(func() { close(p.lost) })
+			return
+		}
+	}
+}
+
+// RenewAt renews the permit's lease at t (the zero Time: the store's
+// clock): it runs HoldFor from t. It reports false when the slots are no
+// longer held (released, or the lease ended): a permit once lost is never
+// renewed.
+func (p *Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
+	if !p.OK() || p.released.Load() {
+		return false, nil
+	}
+	plan, err := p.l.plan.ForPermit(p.id, algo.Renew)
+	if err != nil {
+		return false, err
+	}
+	r, err := p.l.st.Decide(ctx, Request{Key: p.key, Limit: &plan, Time: t})
+	if err != nil {
+		return false, fmt.Errorf("sluice: renew permit: %w", err)
+	}
+	return r.Allowed, nil
+}
+
+// Release gives the permit's slots back and stops renewing it:
+// ReleaseAt(ctx, time.Time{}).
+func (p *Permit) Release(ctx context.Context) error { return p.ReleaseAt(ctx, time.Time{}) }
+
+// ReleaseAt gives the permit's slots back at t (the zero Time: the
+// store's clock) and stops renewing it. It is safe to call more than
+// once, from any goroutine: once a release has succeeded, later calls do
+// nothing; a release of slots no longer held (their lease ended) changes
+// nothing. A release that failed may be called again.
+func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
+	if !p.OK() || p.released.Load() {
+		return nil
+	}
+	p.stopOnce.Do(func() { close(p.stop) })
+	p.renewing.Wait() // no renewal after the release
+	plan, err := p.l.plan.ForPermit(p.id, algo.Release)
+	if err != nil {
+		return err
+	}
+	if _, err := p.l.st.Decide(ctx, Request{Key: p.key, Limit: &plan, Time: t}); err != nil {
+		return fmt.Errorf("sluice: release permit: %w", err)
+	}
+	p.released.Store(true)
+	return nil
+}

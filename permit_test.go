@@ -1,0 +1,269 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// TestAcquireMaxInFlight: 200 goroutines race for 10 slots, each three
+// times, holding a slot while it counts itself in flight: the most ever
+// in flight at once is exactly 10, on both stores. The first holders wait
+// until 10 hold at once, so that the limit is reached whatever the
+// scheduling; no more ever get in.
+func TestAcquireMaxInFlight(t *testing.T) {
+	stores, _ := limiterStores(t)
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			const limit = 10
+			lim, err := sluice.NewLimiter(st, algo.Concurrency{Limit: limit, HoldFor: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inFlight, most, acquired atomic.Int64
+			full := make(chan struct{})
+			var fullOnce sync.Once
+			var wg sync.WaitGroup
+			for range 200 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 3 {
+						p, err := lim.Acquire(context.Background(), "in-flight")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						n := inFlight.Add(1)
+						acquired.Add(1)
+						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+						}
+						if n == limit {
+							fullOnce.Do(func() { close(full) })
+						}
+						<-full
+						inFlight.Add(-1)
+						if err := p.Release(context.Background()); err != nil {
+							t.Error(err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if most.Load() != limit || acquired.Load() != 600 {
+				t.Fatalf("most in flight %d (want %d), %d acquired (want 600)", most.Load(), limit, acquired.Load())
+			}
+			t.Logf("most in flight: %d of %d slots, 200 goroutines", most.Load(), limit)
+		})
+	}
+}
+
+// TestPermitExplicitTime: the explicit-time twins, on both stores: an
+// acquire denied says when the earliest lease ends; a release is safe
+// twice and frees once; a released permit is never renewed; a permit's
+// id is its own (another id releases nothing).
+func TestPermitExplicitTime(t *testing.T) {
+	stores, _ := limiterStores(t)
+	ctx := context.Background()
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			c := algo.Concurrency{Limit: 2, HoldFor: 10 * time.Second}
+			lim, err := sluice.NewLimiter(st, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t0 := conformance.T0
+			a, err := lim.AcquireAt(ctx, "k", t0, 1)
+			if err != nil || !a.OK() || a.ID() == 0 || a.Result().Remaining != 1 {
+				t.Fatalf("acquire a: %+v, %v", a, err)
+			}
+			b, err := lim.AcquireAt(ctx, "k", t0.Add(time.Second), 1)
+			if err != nil || !b.OK() || b.ID() == a.ID() {
+				t.Fatalf("acquire b: %+v, %v", b, err)
+			}
+			x, err := lim.AcquireAt(ctx, "k", t0.Add(2*time.Second), 1)
+			if err != nil || x.OK() || x.Result().RetryAfter != 8*time.Second {
+				t.Fatalf("acquire on a full key: %+v, %v", x.Result(), err)
+			}
+			if _, err := lim.AcquireAt(ctx, "k", t0, 3); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := a.RenewAt(ctx, t0.Add(3*time.Second)); err != nil || !held {
+				t.Fatalf("renew a: %v, %v", held, err)
+			}
+			// A forged id releases nothing: the key stays full.
+			plan, _ := algo.Compile(c)
+			forged, _ := plan.ForPermit(sluice.NewPermitID(), algo.Release)
+			if r, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: &forged, Time: t0.Add(3 * time.Second)}); err != nil || r.Admitted != 0 || r.Remaining != 0 {
+				t.Fatalf("forged release: %+v, %v", r, err)
+			}
+			for range 2 {
+				if err := a.ReleaseAt(ctx, t0.Add(4*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if held, err := a.RenewAt(ctx, t0.Add(4*time.Second)); err != nil || held {
+				t.Fatalf("renew after release: %v, %v", held, err)
+			}
+			y, err := lim.AcquireAt(ctx, "k", t0.Add(4*time.Second), 1)
+			if err != nil || !y.OK() || y.Result().Remaining != 0 {
+				t.Fatalf("acquire after one release: %+v, %v", y.Result(), err)
+			}
+			// b's lease ended at 11s: its slot is free, and b is lost.
+			if held, err := b.RenewAt(ctx, t0.Add(11*time.Second)); err != nil || held {
+				t.Fatalf("renew after the lease: %v, %v", held, err)
+			}
+			if z, err := lim.AcquireAt(ctx, "k", t0.Add(11*time.Second), 1); err != nil || !z.OK() {
+				t.Fatalf("acquire after b's lease: %+v, %v", z.Result(), err)
+			}
+		})
+	}
+}
+
+func TestAcquireRefusals(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	lim, _ := sluice.NewLimiter(st, algo.Concurrency{Limit: 2, HoldFor: time.Second})
+	if _, err := lim.AcquireN(ctx, "k", 3); !errors.Is(err, sluice.ErrNever) {
+		t.Errorf("3 of 2 slots: %v", err)
+	}
+	g, _ := sluice.NewLimiter(st, algo.GCRA{Burst: 1, Count: 1, Period: time.Second})
+	if _, err := g.Acquire(ctx, "k"); !errors.Is(err, algo.ErrUnsupported) {
+		t.Errorf("Acquire on a GCRA: %v", err)
+	}
+	// A waiting acquire gives up when its context is done.
+	p, err := lim.AcquireN(ctx, "full", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() {
+		_, err := lim.Acquire(wctx, "full")
+		done <- err
+	}()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled wait: %v", err)
+	}
+}
+
+// TestAcquireWaitsForARelease: a waiting acquire gets the slot a holder
+// releases.
+func TestAcquireWaitsForARelease(t *testing.T) {
+	stores, _ := limiterStores(t)
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			lim, _ := sluice.NewLimiter(st, algo.Concurrency{Limit: 1, HoldFor: time.Hour})
+			first, err := lim.Acquire(ctx, "one")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *sluice.Permit)
+			go func() {
+				p, err := lim.Acquire(ctx, "one")
+				if err != nil {
+					t.Error(err)
+				}
+				got <- p
+			}()
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			second := <-got
+			if !second.OK() {
+				t.Fatal("no permit")
+			}
+			second.Release(ctx)
+		})
+	}
+}
+
+// steppedClock is a store whose decisions without a time are taken at a
+// clock the test moves by hand: a lease ends only when the test says so.
+type steppedClock struct {
+	sluice.Store
+	mu     sync.Mutex
+	now    time.Time
+	renews chan time.Time // the time of each renewal
+}
+
+func (s *steppedClock) at() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now
+}
+
+func (s *steppedClock) Decide(ctx context.Context, req sluice.Request) (algo.Result, error) {
+	if req.Time.IsZero() {
+		req.Time = s.at()
+	}
+	r, err := s.Store.Decide(ctx, req)
+	if p, ok := req.Limit.(*algo.Plan); ok && err == nil {
+		if _, op := p.Permit(); op == algo.Renew {
+			s.renews <- req.Time
+		}
+	}
+	return r, err
+}
+
+// TestPermitRenewsItself: a permit from Acquire renews its lease while
+// held. The store's clock moves only after a renewal at the current time,
+// by less than a lease each time, until it is five leases on: the slot is
+// still held (a second acquire is denied) and the permit not lost. Then
+// its slots are released behind its back, and the next renewal finds it
+// lost.
+func TestPermitRenewsItself(t *testing.T) {
+	st := &steppedClock{Store: memory.New(), now: conformance.T0, renews: make(chan time.Time)}
+	defer st.Close()
+	ctx := context.Background()
+	c := algo.Concurrency{Limit: 1, HoldFor: 30 * time.Millisecond}
+	lim, _ := sluice.NewLimiter(st, c)
+	p, err := lim.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		for at := <-st.renews; !at.Equal(st.at()); at = <-st.renews {
+		}
+		st.mu.Lock()
+		st.now = st.now.Add(20 * time.Millisecond) // within the lease renewed
+		st.mu.Unlock()
+		if i == 7 {
+			break
+		}
+	}
+	if other, err := lim.AcquireAt(ctx, "k", time.Time{}, 1); err != nil || other.OK() {
+		t.Fatalf("160ms on (5 leases), another acquire: %+v, %v", other.Result(), err)
+	}
+	select {
+	case <-p.Lost():
+		t.Fatal("a renewed permit is lost")
+	default:
+	}
+	plan, _ := algo.Compile(c)
+	gone, _ := plan.ForPermit(p.ID(), algo.Release)
+	if _, err := st.Store.Decide(ctx, sluice.Request{Key: "k", Limit: &gone, Time: st.at()}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range st.renews { // the renewals that find it gone
+		}
+	}()
+	<-p.Lost()
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(st.renews)
+}
