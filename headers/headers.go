@@ -25,8 +25,12 @@
 //	gate            q = 1              w = interval
 //	sliding_log,    q = the smallest   w = that limit's window
 //	window_counter      of limits
+//	concurrency     q = limit          w = hold_for
 //
-// so q/w is the configured rate for gcra and token_bucket. A level has one
+// so q/w is the configured rate for gcra and token_bucket. For a
+// concurrency limit q counts slots: r is the slots free, and t for a
+// level that denied is when the earliest lease ends (a holder may release
+// sooner). A level has one
 // Result, so a spec with several windows is one Item, for its tightest
 // limit (r is still the least remaining over all of its windows). A level
 // with no algo.Limit (a user script's) has no w.

@@ -35,6 +35,12 @@ type Query struct {
 	// limits, and reports only their levels.
 	Permit int64
 	Op     algo.SlotOp
+	// NewPermit, with Op Acquire and Permit 0, takes a new permit id
+	// (sluice.NewPermitID) when a path hits a concurrency limit, so that
+	// the Decision's Permit names the slots it holds; without it such
+	// slots are taken for no permit, and freed by a release without one
+	// or when their lease ends (Envoy's protocol).
+	NewPermit bool
 }
 
 // PathQuery is one path of a Query, and, after Decide, what it hit.
@@ -352,6 +358,9 @@ func (sc *scratch) add(pq *PathQuery, q *Query, merge bool) error {
 			r := hit.Request(j, pq.Cost)
 			r.Time = q.Time
 			if p, ok := r.Limit.(*algo.Plan); ok && p.Kind() == algo.KindConcurrency {
+				if q.NewPermit && q.Permit == 0 && q.Op == algo.Acquire {
+					q.Permit = sluice.NewPermitID()
+				}
 				if q.Permit != 0 || q.Op != algo.Acquire {
 					fp, err := p.ForPermit(q.Permit, q.Op)
 					if err != nil {
@@ -400,7 +409,7 @@ func (sc *scratch) release() {
 		clear(pq.Match.Hits)
 		*pq = PathQuery{Match: Match{Hits: pq.Match.Hits[:0]}}
 	}
-	sc.q.Permit, sc.q.Op = 0, algo.Acquire
+	sc.q.Permit, sc.q.Op, sc.q.NewPermit = 0, algo.Acquire, false
 	scratchPool.Put(sc)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/headers"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/store"
@@ -49,6 +50,10 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		})
 	}
 	if check {
+		mux.HandleFunc("POST /v1/renew", s.handleSlot(algo.Renew))
+		mux.HandleFunc("POST /v1/release", s.handleSlot(algo.Release))
+		mux.HandleFunc("/v1/renew", methodNotAllowed("POST"))
+		mux.HandleFunc("/v1/release", methodNotAllowed("POST"))
 		mux.HandleFunc("/v1/forward-auth", s.handleForwardAuth(false))
 		mux.HandleFunc("/v1/forward-auth/nginx", s.handleForwardAuth(true))
 		mux.HandleFunc("POST /v1/queues/{name}", s.handleQueueAdd)
@@ -129,7 +134,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return // the client has gone: decide nothing it would not hear of
 	}
 	start := time.Now()
-	pq, err := s.decidePath(r.Context(), req.Path, cost, b)
+	// A check that takes slots takes them under a new permit id, which
+	// the answer gives for /v1/renew and /v1/release.
+	pq, err := s.decideSlots(r.Context(), req.Path, cost, 0, algo.Acquire, cost > 0, b)
 	s.m.httpDuration.Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.noteUnmatched(&b.q)
@@ -156,6 +163,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		s.countLevels(b.d.Levels)
+		if b.d.Permit != 0 {
+			s.countSlots("http", algo.Acquire, &b.d)
+		}
 		if b.d.Allowed {
 			s.m.httpChecks.allowed.Inc()
 		} else {

@@ -46,6 +46,14 @@ type DecisionJSON struct {
 	// Listed is the allow or deny list entry that decided (see
 	// sluice.Decision.Listed).
 	Listed string `json:"listed,omitempty"`
+	// Permit is the permit id under which an allowed check holds slots of
+	// concurrency limits (sluice.Decision.Permit), in decimal: renew and
+	// release them with it (POST /v1/renew, /v1/release).
+	Permit string `json:"permit,omitempty"`
+	// Released, in the answer of POST /v1/release, reports whether the
+	// permit held slots that are now free (false: it held none, having
+	// been released before, lost its lease or never been acquired).
+	Released *bool `json:"released,omitempty"`
 	// StoreError is set, and the decision is the configured store-error
 	// policy's (allow or deny), when the store failed or timed out.
 	StoreError string `json:"store_error,omitempty"`
@@ -79,6 +87,11 @@ func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
 		ResetAfterNs: int64(d.Summary.ResetAfter),
 		Matched:      d.Matched,
 		Levels:       make([]LevelJSON, len(d.Levels)),
+		DelayNs:      int64(d.Delay),
+		Listed:       d.Listed,
+	}
+	if d.Permit != 0 {
+		out.Permit = strconv.FormatInt(d.Permit, 10)
 	}
 	for i, l := range d.Levels {
 		out.Levels[i] = LevelJSON{
@@ -132,6 +145,11 @@ func AppendDecisionJSON(b []byte, d *sluice.Decision, storeError string) []byte 
 	if d.Listed != "" {
 		b = append(b, `,"listed":`...)
 		b = jsonenc.AppendString(b, d.Listed)
+	}
+	if d.Permit != 0 {
+		b = append(b, `,"permit":"`...)
+		b = strconv.AppendInt(b, d.Permit, 10)
+		b = append(b, '"')
 	}
 	if storeError != "" {
 		b = append(b, `,"store_error":`...)

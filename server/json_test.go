@@ -31,7 +31,10 @@ func TestAppendDecisionJSONMatchesEncodingJSON(t *testing.T) {
 	if by := NewDecisionJSON(d).Levels[4].DeniedBy; by != "n" {
 		t.Errorf("denied_by of the sliding log = %q, want its limit's name", by)
 	}
-	for _, storeErr := range []string{"", "store unavailable: boom"} {
+	for i, storeErr := range []string{"", "store unavailable: boom"} {
+		if i == 1 { // every optional field of the decision
+			d.Delay, d.Listed, d.Permit = 1500*time.Millisecond, "allow 10.0.0.0/8 at a", algo.MaxPermitID
+		}
 		want := NewDecisionJSON(d)
 		want.StoreError = storeErr
 		wantB, err := json.Marshal(want)

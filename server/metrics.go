@@ -32,6 +32,9 @@ type metrics struct {
 	// delayed counts requests held for a policy's delay, and delayRefused
 	// those refused because max_waiting were held.
 	delayed, delayRefused *prometheus.CounterVec
+	// slots counts units of concurrency limits by API and what became of
+	// them: acquired, released, lost (a renewal found its permit gone).
+	slots *prometheus.CounterVec
 
 	// per-API children, looked up once
 	httpChecks, grpcChecks, forwardChecks       outcomeCounters
@@ -102,7 +105,15 @@ func newMetrics(ping func(context.Context) error) *metrics {
 	m.delayRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_delay_refused_total", Help: "Delayed requests refused at once because max_waiting requests were held, by API.",
 	}, []string{"api"})
-	m.reg.MustRegister(m.delayed, m.delayRefused)
+	m.slots = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_slot_units_total", Help: "Units of concurrency limits (slots) acquired, released, and lost (renewals that found their permit gone), by API.",
+	}, []string{"api", "op"})
+	for _, api := range []string{"http", "grpc"} {
+		for _, op := range []string{"acquired", "released", "lost"} {
+			m.slots.WithLabelValues(api, op)
+		}
+	}
+	m.reg.MustRegister(m.delayed, m.delayRefused, m.slots)
 	for _, api := range []string{"grpc", "forward_auth"} {
 		m.delayed.WithLabelValues(api)
 		m.delayRefused.WithLabelValues(api)

@@ -335,6 +335,7 @@ func windows(p *policy.Policy) []time.Duration {
 			add(s.Per)
 			add(s.Window)
 			add(s.Interval)
+			add(s.HoldFor)
 			for _, w := range s.Limits {
 				add(w.Window)
 			}

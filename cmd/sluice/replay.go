@@ -26,6 +26,19 @@ type event struct {
 	Spec *algo.Spec `json:"limit"`
 	Path []string   `json:"path"` // with --policy, instead of key and limit
 	Cost *int64     `json:"cost"`
+	// A concurrency limit's permit id and op (acquire, renew, release).
+	Permit int64  `json:"permit"`
+	Op     string `json:"op"`
+}
+
+// slotOp returns the event's op (acquire when left out).
+func (ev event) slotOp() (algo.SlotOp, error) {
+	for _, op := range []algo.SlotOp{algo.Acquire, algo.Renew, algo.Release} {
+		if ev.Op == op.String() || ev.Op == "" && op == algo.Acquire {
+			return op, nil
+		}
+	}
+	return 0, fmt.Errorf(`"op" must be acquire, renew or release, got %q`, ev.Op)
 }
 
 // resultLine is one line of replay output.
@@ -56,17 +69,23 @@ out) and cost defaults to 1. Limits: gcra {burst, count, period},
 token_bucket {burst, rate, per}, fixed_window {limit, window}, gate {interval},
 sliding_log {limits: [{limit, window}, ...], min_gap, buckets, mode} (mode
 binary, nary or uniform; limits may also be named: {"hour": {limit, window}}),
-window_counter {slice, limits: [{limit, window}, ...]} (slice defaults to 1s).
+window_counter {slice, limits: [{limit, window}, ...]} (slice defaults to 1s),
+concurrency {limit, hold_for}. A concurrency event may name a permit id and
+an op: {"permit": 7, "op": "acquire"} (the default op), "renew" or "release";
+without a permit an acquire takes slots for no one, and a release frees cost
+such slots.
 Each output line is one result:
   {"allowed": true, "limit": 16, "remaining": 15, "retry_after_ns": 0, "reset_after_ns": 2000000000, "admitted": 1}
 retry_after_ns is -1 when the cost can never be admitted; admitted is how much
 of the cost was admitted (part of it for a nary sliding_log). A denied
 sliding_log or window_counter decision adds "denied_by": the name or window
-of the limit it waits for, or "min_gap". A bad line stops the replay with an
-error naming its line number.
+of the limit it waits for, or "min_gap"; for a release, admitted is the
+slots freed. A bad line stops the replay with an error naming its line
+number.
 
 With --policy, events name a path in the policy tree instead:
   {"t_ns": 1800003000334587000, "path": ["user", "alex", "trade"], "cost": 1}
+(with "permit" and "op" for the path's concurrency limits)
 and each result is the summary plus every level the path hit (the body of
 sluice serve's POST /v1/check):
   {"allowed": true, "limit": 6, "remaining": 5, ..., "matched": true, "levels": [...]}
@@ -114,7 +133,11 @@ flags:`)
 			if ev.Key != "" || ev.Spec != nil || len(ev.Path) == 0 {
 				return nil, errors.New(`with --policy an event names a "path", not a "key" or "limit"`)
 			}
-			if err := c.CheckAt(ctx, ev.time(), ev.Path, ev.cost(), &d); err != nil {
+			op, err := ev.slotOp()
+			if err != nil {
+				return nil, err
+			}
+			if err := c.Slots(ctx, ev.time(), ev.Path, ev.cost(), ev.Permit, op, &d); err != nil {
 				return nil, err
 			}
 			return server.NewDecisionJSON(&d), nil
@@ -195,8 +218,20 @@ func parseEvent(line []byte) (sluice.Request, error) {
 		return sluice.Request{}, fmt.Errorf("limit: %w", err)
 	}
 	req := sluice.Request{Key: ev.Key, Limit: lim, Cost: ev.cost(), Time: ev.time()}
-	if err := store.Compile(&req, new(algo.Plan)); err != nil {
+	p := new(algo.Plan)
+	if err := store.Compile(&req, p); err != nil {
 		return sluice.Request{}, err
+	}
+	if ev.Permit != 0 || ev.Op != "" {
+		op, err := ev.slotOp()
+		if err != nil {
+			return sluice.Request{}, err
+		}
+		fp, err := p.ForPermit(ev.Permit, op)
+		if err != nil {
+			return sluice.Request{}, err
+		}
+		req.Limit = &fp
 	}
 	return req, nil
 }

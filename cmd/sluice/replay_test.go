@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
 )
@@ -247,6 +249,53 @@ func TestReplayUsageNamesEveryKind(t *testing.T) {
 	for _, k := range algo.Kinds() {
 		if !strings.Contains(usage, k.String()+" {") {
 			t.Errorf("replay -h does not describe %s:\n%s", k, usage)
+		}
+	}
+}
+
+// TestReplaySlots: the conformance trace of a concurrency limit, replayed
+// as events with permits and ops, gives its hand-checked results on both
+// stores; a bad op, a permit on another algorithm, a renewal without a
+// permit and an id out of range each stop the replay at their line.
+func TestReplaySlots(t *testing.T) {
+	var tr conformance.Trace
+	for _, c := range conformance.Traces {
+		if c.Name == "concurrency" {
+			tr = c
+		}
+	}
+	spec, err := json.Marshal(tr.Limit.Spec())
+	if err != nil || len(tr.Steps) == 0 {
+		t.Fatal(err)
+	}
+	var in, want strings.Builder
+	for _, s := range tr.Steps {
+		key := s.Key
+		if key == "" {
+			key = "k"
+		}
+		fmt.Fprintf(&in, `{"t_ns": %d, "key": %q, "limit": %s, "cost": %d, "permit": %d, "op": %q}`+"\n", conformance.T0.Add(s.At).UnixNano(), key, spec, s.Cost, s.Permit, s.Op)
+		w := s.Want
+		fmt.Fprintf(&want, `{"allowed":%v,"limit":%d,"remaining":%d,"retry_after_ns":%d,"reset_after_ns":%d,"admitted":%d}`+"\n", w.Allowed, w.Quota, w.Remaining, int64(w.RetryAfter), int64(w.ResetAfter), w.Admitted)
+	}
+	srv := redistest.Start(t)
+	for _, st := range []string{"memory", srv.URL()} {
+		status, out, errOut := replay(t, in.String(), "--store", st)
+		if status != 0 || errOut != "" || out != want.String() {
+			t.Fatalf("%s: status %d, stderr %q\n got %s\nwant %s", st, status, errOut, out, want.String())
+		}
+	}
+	gcra := `{"algorithm": "gcra", "burst": 1, "count": 1, "period": "1s"}`
+	for bad, msg := range map[string]string{
+		`{"key": "a", "limit": ` + string(spec) + `, "permit": 1, "op": "steal"}`:           `"op" must be acquire, renew or release`,
+		`{"key": "a", "limit": ` + gcra + `, "permit": 1}`:                                  "has no permits",
+		`{"key": "a", "limit": ` + string(spec) + `, "op": "renew"}`:                        "a renewal needs a permit id",
+		`{"key": "a", "limit": ` + string(spec) + `, "permit": 9007199254740992}`:           "outside 1..9007199254740991",
+		`{"key": "a", "limit": {"algorithm": "concurrency", "limit": 3, "hold_for": "0s"}}`: "hold_for must be",
+	} {
+		status, _, errOut := replay(t, bad+"\n")
+		if status != 1 || !strings.Contains(errOut, "line 1:") || !strings.Contains(errOut, msg) {
+			t.Errorf("%s: status %d, stderr %q; want line 1 and %q", bad, status, errOut, msg)
 		}
 	}
 }
