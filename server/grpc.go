@@ -58,7 +58,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	defer s.inflight.Done()
 	b := batchPool.Get().(*batch)
 	defer batchPool.Put(b)
-	q, err := readRequest(req, b)
+	q, neg, err := readRequest(req, b)
 	if err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
@@ -66,6 +66,9 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	if err := ctx.Err(); err != nil {
 		// The caller has gone: decide nothing it would not hear of.
 		return nil, status.FromContextError(err).Err()
+	}
+	if neg != 0 {
+		return g.negativeHits(ctx, q, neg)
 	}
 	start := time.Now()
 	sctx, cancel := s.storeCtx(ctx)
@@ -104,36 +107,38 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		s.m.grpcChecks.limited.Inc()
 	}
 	s.countLevels(b.d.Levels)
+	s.countSlots("grpc", algo.Acquire, &b.d)
 	b.buf = addHeaders(resp, &b.d, b.buf)
 	return resp, nil
 }
 
 // readRequest checks an RLS request and reads it into b's query: one
 // exact path per descriptor (domain, then each entry's key and value), at
-// the descriptor's hits_addend or else the request's (at least 1). The
-// error is an InvalidArgument status.
-func readRequest(req *rlv3.RateLimitRequest, b *batch) (*policy.Query, error) {
+// the descriptor's hits_addend or else the request's (at least 1). Bit i
+// of neg is set for descriptor i with is_negative_hits. The error is an
+// InvalidArgument status.
+func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uint64, err error) {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return nil, 0, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	case n == 0:
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return nil, 0, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	case n > MaxDescriptors:
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, MaxDescriptors)
+		return nil, 0, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, MaxDescriptors)
 	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
-	q := b.query(len(req.Descriptors))
+	q = b.query(len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		if n := len(d.GetEntries()); n > MaxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, MaxEntries)
+			return nil, 0, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, MaxEntries)
 		}
 		if d.GetIsNegativeHits() {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported", i)
+			neg |= 1 << i
 		}
 		cost := reqCost
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
+				return nil, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
 			}
 			cost = int64(h.GetValue())
 		}
@@ -143,7 +148,81 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (*policy.Query, error) {
 			pq.Path = DescriptorPath(req.Domain, d.Entries)
 		}
 	}
-	return q, nil
+	return q, neg, nil
+}
+
+// negativeHits answers a request with descriptors that carry
+// is_negative_hits (bit i of neg for descriptor i): Envoy sends them when
+// a stream ends (apply_on_stream_done), to give back what the same
+// descriptors took when it began. Their concurrency limits free
+// hits_addend slots taken for no permit (algo.Concurrency: a release
+// without a permit id), the earliest lease first; their rate limits are
+// left as they are, since a rate limit counts what started. The other
+// descriptors are decided as in any request, all or nothing among them,
+// and the releases happen whatever that decision is. A released
+// descriptor's status is OK, with its slots left.
+func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, neg uint64) (*rlv3.RateLimitResponse, error) {
+	s := g.s
+	rel := &policy.Query{Op: algo.Release}
+	pos := &policy.Query{}
+	for i := range q.Paths {
+		if neg&(1<<i) != 0 {
+			rel.Paths = append(rel.Paths, q.Paths[i])
+		} else {
+			pos.Paths = append(pos.Paths, q.Paths[i])
+		}
+	}
+	var relD, posD sluice.Decision
+	sctx, cancel := s.storeCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	err := s.checker.Decide(sctx, rel, &relD)
+	if err == nil && len(pos.Paths) > 0 {
+		err = s.checker.Decide(sctx, pos, &posD)
+	}
+	s.m.grpcDuration.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+	case isBadRequest(err):
+		s.m.badRequests.WithLabelValues("grpc").Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	default:
+		s.storeFailed("grpc", err)
+		return g.storeErrorResponse(len(q.Paths)), nil
+	}
+	s.countSlots("grpc", algo.Release, &relD)
+	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
+	if len(pos.Paths) > 0 {
+		s.noteUnmatched(pos)
+		s.countLevels(posD.Levels)
+		if posD.Permit == 0 && posD.Allowed {
+			s.countSlots("grpc", algo.Acquire, &posD)
+		}
+		if !posD.Allowed {
+			resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if resp.OverallCode == rlv3.RateLimitResponse_OK {
+		s.m.grpcChecks.allowed.Inc()
+	} else {
+		s.m.grpcChecks.limited.Inc()
+	}
+	denyUnmatched := s.holder.Load().DenyUnmatched()
+	r, p := 0, 0
+	for i := range q.Paths {
+		if neg&(1<<i) != 0 {
+			resp.Statuses[i] = descriptorStatus(&rel.Paths[r], false)
+			resp.Statuses[i].Code = rlv3.RateLimitResponse_OK
+			r++
+		} else {
+			resp.Statuses[i] = descriptorStatus(&pos.Paths[p], denyUnmatched)
+			p++
+		}
+	}
+	addHeaders(resp, &posD, nil)
+	return resp, nil
 }
 
 // descriptorStatus is a decided path's answer: OK or OVER_LIMIT, with the
