@@ -259,7 +259,12 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	*d = sluice.Decision{Levels: d.Levels[:0]}
 	rq := new(request)
 	rq.ctx.init(r.Context(), l.timeout)
-	err = l.checker.Check(&rq.ctx, path, cost, d)
+	sh, holds := l.checker.(SlotHolder)
+	if holds {
+		err = sh.Hold(&rq.ctx, path, cost, d)
+	} else {
+		err = l.checker.Check(&rq.ctx, path, cost, d)
+	}
 	rq.ctx.release()
 	if err != nil {
 		putScratch(sc)
@@ -277,6 +282,13 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !d.Allowed {
 		l.opts.OnLimited(w, r, d)
 		putScratch(sc)
+		return
+	}
+	if holds && d.Permit != 0 {
+		h, hr := l.hold(r, sh, path, d)
+		putScratch(sc)
+		defer h.release(r, sh) // also when next panics
+		next.ServeHTTP(w, hr)
 		return
 	}
 	putScratch(sc)

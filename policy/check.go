@@ -91,6 +91,23 @@ func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost 
 	return c.decide(ctx, q, d, sc)
 }
 
+// Hold is Check for a caller that holds the slots it takes until it
+// releases them: a path that hits concurrency limits takes its slots
+// under a new permit id (Decision.Permit), which Slots renews and releases.
+// A path without one costs what Check does.
+func (c *Checker) Hold(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	q := &sc.q
+	q.Time, q.NewPermit = time.Time{}, true
+	if len(q.Paths) == 0 {
+		q.Paths = make([]PathQuery, 1)
+	}
+	pq := &q.Paths[0]
+	*pq = PathQuery{Path: path, Cost: cost, Match: Match{Hits: pq.Match.Hits}}
+	return c.decide(ctx, q, d, sc)
+}
+
 // Slots decides op for permit on the concurrency limits of path at time t
 // (the zero Time for the store's clock), and fills d; see
 // algo.Concurrency. An Acquire is CheckAt with the permit: every level is

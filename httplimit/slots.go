@@ -1,0 +1,88 @@
+package httplimit
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// A SlotHolder is a PathChecker that can hold slots of concurrency limits
+// (algo.Concurrency) while a request runs; policy.Checker is one. The
+// middleware then checks with Hold: a path that hits a concurrency limit
+// takes its slots under a permit id (sluice.Decision.Permit), which the
+// middleware renews with Slots while the next handler runs and releases
+// when it returns, normally or by a panic. A client that goes away
+// cancels the request's context: a handler that stops then releases at
+// once, one that does not keeps its slots until it returns, since its
+// work is still in flight. Should a renewal find the slots gone (their
+// lease ended while the store was out of reach), the request's context is
+// cancelled with sluice.ErrLost as its cause.
+type SlotHolder interface {
+	PathChecker
+	Hold(ctx context.Context, path []string, cost int64, d *sluice.Decision) error
+	Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *sluice.Decision) error
+}
+
+// holding is a request that holds slots: its path and permit, until the
+// next handler returns.
+type holding struct {
+	l      *Middleware
+	path   []string
+	permit int64
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// hold starts renewing d's permit on path every third of the shortest
+// hold_for of its concurrency levels, and returns the request to serve,
+// whose context the renewer cancels if the slots are lost.
+func (l *Middleware) hold(r *http.Request, sh SlotHolder, path []string, d *sluice.Decision) (*holding, *http.Request) {
+	hold := time.Duration(0)
+	for i := range d.Levels {
+		if lv := &d.Levels[i]; lv.Limit != nil && lv.Limit.Kind() == algo.KindConcurrency {
+			if h := lv.Limit.Spec().HoldFor; hold == 0 || h < hold {
+				hold = h
+			}
+		}
+	}
+	h := &holding{l: l, path: append([]string(nil), path...), permit: d.Permit, stop: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	go func() {
+		defer close(h.done)
+		defer cancel(nil)
+		t := time.NewTicker(hold / 3)
+		defer t.Stop()
+		var rd sluice.Decision
+		for {
+			select {
+			case <-h.stop:
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout)
+			err := sh.Slots(rctx, time.Time{}, h.path, 0, h.permit, algo.Renew, &rd)
+			rcancel()
+			if err == nil && !rd.Allowed {
+				cancel(sluice.ErrLost)
+				return
+			}
+		}
+	}()
+	return h, r.WithContext(ctx)
+}
+
+// release stops renewing and gives the slots back, within the check's
+// timeout, whether or not the client is still there.
+func (h *holding) release(r *http.Request, sh SlotHolder) {
+	close(h.stop)
+	<-h.done
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.l.timeout)
+	defer cancel()
+	var d sluice.Decision
+	if err := sh.Slots(ctx, time.Time{}, h.path, 0, h.permit, algo.Release, &d); err != nil {
+		h.l.logFailure(r, err)
+	}
+}
