@@ -326,3 +326,26 @@ func (c Concurrency) SteadyRate() (int64, time.Duration) { return c.Limit, c.Hol
 
 // DeniedBy implements Limit: a concurrency limit has one limit.
 func (Concurrency) DeniedBy(int) string { return "" }
+
+// Holder is one holder of a concurrency limit's slots.
+type Holder struct {
+	// Permit is the holder's permit id, 0 for slots taken for no permit.
+	Permit int64
+	// Units is how many slots it holds.
+	Units int64
+	// End is when its lease ends (µs since the epoch), unless renewed.
+	End int64
+}
+
+// Holders returns the holders of s whose lease ends after now, the
+// earliest lease first (the first taken among equal ones).
+func (c Concurrency) Holders(s *State, now int64) []Holder {
+	var hs []Holder
+	for i := 0; i+2 < len(s.Log); i += 3 {
+		if s.Log[i+1] > now {
+			hs = append(hs, Holder{Permit: s.Log[i], End: s.Log[i+1], Units: s.Log[i+2]})
+		}
+	}
+	slices.SortStableFunc(hs, func(a, b Holder) int { return cmp.Compare(a.End, b.End) })
+	return hs
+}

@@ -1,7 +1,9 @@
 package conformance_test
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestConcurrencyStoresAgree plays random traces of acquires, renewals
@@ -24,7 +27,7 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 27))
 	ctx := context.Background()
 	g := newTTLGuard(st)
-	ops := map[algo.SlotOp]int{}
+	ops, holders := map[algo.SlotOp]int{}, 0
 	for trace := range 40 {
 		c := algo.Concurrency{Limit: 1 + r.Int64N(5), HoldFor: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond}
 		base, err := algo.Compile(c)
@@ -81,8 +84,25 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 			res := decideAllOnBoth(t, ctx, st, reqs, "trace "+strconv.Itoa(trace)+" step "+strconv.Itoa(step))
 			saw(g, key, at, res[1])
 		}
+		// Both stores list the same holders (store.HolderLister), in an
+		// order that may differ among equal lease ends.
+		var lists [2][]algo.Holder
+		for i, name := range []string{"memory", "redis"} {
+			hs, err := st[name].(store.HolderLister).Holders(ctx, sluice.Request{Key: key, Limit: c, Time: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.SortFunc(hs, func(a, b algo.Holder) int {
+				return cmp.Or(cmp.Compare(a.End, b.End), cmp.Compare(a.Permit, b.Permit), cmp.Compare(a.Units, b.Units))
+			})
+			lists[i] = hs
+		}
+		if !slices.Equal(lists[0], lists[1]) {
+			t.Fatalf("trace %d: holders at %v: memory %+v, redis %+v", trace, at.Sub(conformance.T0), lists[0], lists[1])
+		}
+		holders += len(lists[0])
 	}
-	t.Log(ops)
+	t.Log(ops, holders, "holders listed")
 }
 
 // TestConcurrencyAllOrNothing: a request denied by a rate level takes no

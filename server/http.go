@@ -71,6 +71,8 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		mux.HandleFunc("/admin/v1/state", s.admin(methodNotAllowed("GET, DELETE")))
 		mux.HandleFunc("GET /admin/v1/consumers", s.admin(s.handleConsumers))
 		mux.HandleFunc("/admin/v1/consumers", s.admin(methodNotAllowed("GET")))
+		mux.HandleFunc("GET /admin/v1/holders", s.admin(s.handleHolders))
+		mux.HandleFunc("/admin/v1/holders", s.admin(methodNotAllowed("GET")))
 	}
 	mux.HandleFunc("/", notFound)
 	return mux

@@ -8,7 +8,8 @@
 // server reachable), Resetter (forget keys), Refunder (give units back),
 // Clock (the store's time), ConsumerLog (who consumed a key), DenialCache
 // and Leaser and Granter (answers without a round trip), Queues
-// (admission queues) and Script (a user's limiter). A store's insides stay
+// (admission queues), HolderLister (who holds slots) and Script (a user's
+// limiter). A store's insides stay
 // in its package: nothing else asserts a concrete store type.
 package store
 
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store/overlimit"
 )
 
@@ -242,6 +244,16 @@ type ConsumerLog interface {
 	// ResetConsumers forgets the lists of the requests' Key (placed by
 	// Tag); the other fields are ignored.
 	ResetConsumers(ctx context.Context, reqs []sluice.Request) error
+}
+
+// HolderLister is a store that lists who holds the slots of a
+// concurrency limit's key (the service's admin view): Holders returns the
+// holders of req.Key under req.Limit (placed by req.Tag) whose lease ends
+// after req.Time (the zero Time: the store's clock), the earliest lease
+// first; none for a key never seen. req.Limit must be an
+// algo.Concurrency (others: an error wrapping algo.ErrUnsupported).
+type HolderLister interface {
+	Holders(ctx context.Context, req sluice.Request) ([]algo.Holder, error)
 }
 
 // Script is a user-supplied limiter that a store runs in place of the

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"time"
 
@@ -65,4 +66,30 @@ func (s *Store) Refund(_ context.Context, req sluice.Request) error {
 		return p.Undo(&e.st, t, req.Cost)
 	}
 	return nil
+}
+
+var _ store.HolderLister = (*Store)(nil)
+
+// Holders implements store.HolderLister.
+func (s *Store) Holders(_ context.Context, req sluice.Request) ([]algo.Holder, error) {
+	var p algo.Plan
+	if err := store.Compile(&req, &p); err != nil {
+		return nil, err
+	}
+	c, ok := p.Limit().(algo.Concurrency)
+	if !ok {
+		return nil, fmt.Errorf("memory store: holders: %w: %v has no holders", algo.ErrUnsupported, p.Kind())
+	}
+	t := s.at(req.Time)
+	h := maphash.String(s.seed, req.Key)
+	e := s.shards[h&(shardCount-1)].index.Load().find(h, req.Key)
+	if e == nil {
+		return nil, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead || e.st.Expire <= t || e.st.Shape != p.Shape() {
+		return nil, nil
+	}
+	return c.Holders(&e.st, t), nil
 }

@@ -1,9 +1,17 @@
 package redis
 
 import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Concurrency runs scripts/concurrency.lua with the limit, the lease, the
@@ -41,3 +49,67 @@ var concurrencyBinding = func() binding {
 	}
 	return b
 }()
+
+var _ store.HolderLister = (*Store)(nil)
+
+// Holders implements store.HolderLister: one HGETALL of the key's hash
+// (scripts/concurrency.lua's layout), judged at req.Time or Redis TIME.
+func (s *Store) Holders(ctx context.Context, req sluice.Request) ([]algo.Holder, error) {
+	var p algo.Plan
+	if err := store.Compile(&req, &p); err != nil {
+		return nil, err
+	}
+	c, ok := p.Limit().(algo.Concurrency)
+	if !ok {
+		return nil, fmt.Errorf("redis store: holders: %w: %v has no holders", algo.ErrUnsupported, p.Kind())
+	}
+	req.Limit = &p
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	now := req.Time
+	if now.IsZero() {
+		if now, err = s.time(ctx); err != nil {
+			return nil, err
+		}
+	}
+	h, err := s.client().Do(ctx, s.client().B().Hgetall().Key(s.stateKey(req)).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("redis store: holders: %w", err)
+	}
+	// The hash as the state algo.Concurrency keeps: holders in the order
+	// they were taken, which a number gives those without a permit (the
+	// others' order matters only among equal lease ends).
+	type field struct {
+		seq int64
+		h   algo.Holder
+	}
+	var fs []field
+	for f, v := range h {
+		if f == "A" || f == "B" || f == "E" || f == "S" {
+			continue
+		}
+		end, units, ok := strings.Cut(v, " ")
+		e, err1 := strconv.ParseInt(end, 10, 64)
+		n, err2 := strconv.ParseInt(units, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("redis store: holders: field %q holds %q", f, v)
+		}
+		var x field
+		if seq, anon := strings.CutPrefix(f, "a"); anon {
+			x.seq, _ = strconv.ParseInt(seq, 10, 64)
+		} else if x.h.Permit, err = strconv.ParseInt(f, 10, 64); err != nil {
+			return nil, fmt.Errorf("redis store: holders: field %q", f)
+		}
+		x.h.End, x.h.Units = e, n
+		fs = append(fs, x)
+	}
+	slices.SortFunc(fs, func(a, b field) int { return cmp.Compare(a.seq, b.seq) })
+	st := algo.State{}
+	for _, x := range fs {
+		st.Log = append(st.Log, x.h.Permit, x.h.End, x.h.Units)
+	}
+	return c.Holders(&st, now.UnixMicro()), nil
+}
