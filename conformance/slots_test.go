@@ -3,8 +3,8 @@ package conformance_test
 import (
 	"cmp"
 	"context"
-	"slices"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
