@@ -25,18 +25,19 @@ const (
 	chartDPI   = 96
 )
 
-// WriteCSV writes the series: t_ms,strategy,offered,admitted, one row per
-// slice per strategy, slices in time order, strategies in run order.
+// WriteCSV writes the series: t_ms,strategy,offered,admitted,in_flight,
+// one row per slice per strategy, slices in time order, strategies in run
+// order.
 func WriteCSV(w io.Writer, r *Result) error {
 	var b bytes.Buffer
-	b.WriteString("t_ms,strategy,offered,admitted\n")
+	b.WriteString("t_ms,strategy,offered,admitted,in_flight\n")
 	for i := 0; i < r.Slices; i++ {
 		t := strconv.FormatInt((r.Slice * time.Duration(i)).Milliseconds(), 10)
 		for _, s := range r.Strategies {
 			b.WriteString(t)
 			b.WriteByte(',')
 			b.WriteString(csvField(s.Name))
-			fmt.Fprintf(&b, ",%d,%d\n", s.Offered[i], s.Admitted[i])
+			fmt.Fprintf(&b, ",%d,%d,%d\n", s.Offered[i], s.Admitted[i], s.InFlight[i])
 		}
 	}
 	_, err := w.Write(b.Bytes())
@@ -123,7 +124,25 @@ func chartPanels(r *Result) ([]*plot.Plot, error) {
 	if err := series(offered, r.Strategies[0].Offered, color.RGBA{R: 0x88, G: 0x88, B: 0x88, A: 0xff}); err != nil {
 		return nil, err
 	}
-	plots := []*plot.Plot{offered}
+	// Requests in flight: every strategy on one panel, so that a limit on
+	// starts (which lets work pile up when requests run long) and one on
+	// slots (which holds it at its limit) show side by side.
+	flight := panel(fmt.Sprintf("requests in flight (each admitted request runs %v; most at once per %v)", r.Params.Hold, r.Slice))
+	flight.Y.Min = 0
+	flight.Y.Label.Text = "at once"
+	flight.Legend.Top = true // in the room above the lines (Y.Max below)
+	var mostFlight int64 = 1
+	for _, s := range r.Strategies {
+		mostFlight = max(mostFlight, s.Summary.MaxInFlight)
+	}
+	flight.Y.Max = float64(mostFlight) * (1.2 + 0.15*float64(len(r.Strategies)))
+	for i, s := range r.Strategies {
+		if err := series(flight, s.InFlight, palette[i%len(palette)]); err != nil {
+			return nil, err
+		}
+		flight.Legend.Add(s.Name, flightLegend(palette[i%len(palette)]))
+	}
+	plots := []*plot.Plot{offered, flight}
 	var most int64 = 1
 	for _, s := range r.Strategies {
 		for _, v := range s.Admitted {
@@ -142,9 +161,17 @@ func chartPanels(r *Result) ([]*plot.Plot, error) {
 	return plots, nil
 }
 
+// flightLegend is a legend entry of a strategy's colour.
+func flightLegend(c color.RGBA) plot.Thumbnailer {
+	l, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 0}})
+	l.Color, l.Width = c, vg.Points(1.5)
+	return l
+}
+
 // ChartHeight returns the height of chart.png for a result of n
-// strategies: a panel for the offered requests and one per strategy.
-func ChartHeight(n int) int { return chartPanelHeight * (n + 1) }
+// strategies: a panel for the offered requests, one for the requests in
+// flight and one per strategy.
+func ChartHeight(n int) int { return chartPanelHeight * (n + 2) }
 
 // chartPanelHeight is the height of one panel, in pixels.
 const chartPanelHeight = 170
@@ -278,7 +305,7 @@ func reading(r *Result) []string {
 			q, b := s.Summary.Classes[0], s.Summary.Classes[1]
 			line += fmt.Sprintf(": %.1f requests to each of its %d %s on average, %.1f to each of its %d %s", float64(q.Admitted)/float64(q.Callers), q.Callers, q.Name, float64(b.Admitted)/float64(b.Callers), b.Callers, b.Name)
 		}
-		line += fmt.Sprintf("; the greediest caller took %.1f%% of all it admitted (fairness %.2f, 1 is even).", 100*s.Summary.GreediestShare, s.Summary.Fairness)
+		line += fmt.Sprintf("; the greediest caller took %.1f%% of all it admitted (fairness %.2f, 1 is even); at most %d ran at once.", 100*s.Summary.GreediestShare, s.Summary.Fairness, s.Summary.MaxInFlight)
 		out = append(out, line)
 	}
 	out = append(out,
@@ -333,15 +360,15 @@ td.limits code { display: block; white-space: pre-wrap; font-size: 0.85em; }
 {{range .Reading}}<li>{{.}}</li>
 {{end}}</ul>
 <h2>Admitted over time</h2>
-<p class="muted">The top panel is what every strategy was offered; below it, what each admitted, all on one scale.</p>
+<p class="muted">The top panel is what every strategy was offered; then how many admitted requests ran at once under each (every one runs {{.Hold}}); below, what each admitted, all on one scale.</p>
 <div class="chart" id="chart">{{.SVG}}</div>
 <h2>Who got through</h2>
 <div class="chart" id="callers">{{.Callers}}</div>
 <h2>Summary</h2>
 <table id="summary">
-<thead><tr><th>strategy</th><th>limits</th><th>offered</th><th>admitted</th><th>admitted share</th><th>most admitted in a window</th><th>fairness (Jain)</th><th>greediest caller's share</th></tr></thead>
+<thead><tr><th>strategy</th><th>limits</th><th>offered</th><th>admitted</th><th>admitted share</th><th>most admitted in a window</th><th>most in flight</th><th>fairness (Jain)</th><th>greediest caller's share</th></tr></thead>
 <tbody>
-{{range .S.Strategies}}<tr><td>{{.Name}}</td><td class="limits">{{range .Limits}}<code>{{.}}</code>{{end}}</td><td>{{.Offered}}</td><td>{{.Admitted}}</td><td>{{share .Admitted .Offered}}</td><td>{{windows .MaxInWindow}}</td><td>{{printf "%.3f" .Fairness}}</td><td>{{printf "%.1f%%" (percent .GreediestShare)}} ({{.GreediestCaller}})</td></tr>
+{{range .S.Strategies}}<tr><td>{{.Name}}</td><td class="limits">{{range .Limits}}<code>{{.}}</code>{{end}}</td><td>{{.Offered}}</td><td>{{.Admitted}}</td><td>{{share .Admitted .Offered}}</td><td>{{windows .MaxInWindow}}</td><td>{{.MaxInFlight}}</td><td>{{printf "%.3f" .Fairness}}</td><td>{{printf "%.1f%%" (percent .GreediestShare)}} ({{.GreediestCaller}})</td></tr>
 {{end}}</tbody>
 </table>
 </body>
@@ -378,6 +405,7 @@ func WriteReport(w io.Writer, r *Result, description string) error {
 		"S":           NewSummary(r),
 		"Description": description,
 		"Duration":    r.Params.Duration.String(),
+		"Hold":        r.Params.Hold.String(),
 		"Reading":     reading(r),
 		"SVG":         chart,
 		"Callers":     callers,

@@ -95,9 +95,26 @@ type StrategyResult struct {
 	Name string
 	// Offered and Admitted are the requests (costs) per slice.
 	Offered, Admitted []int64
-	Summary           Summary
-	admittedAt        []time.Duration
-	perCaller         map[string][2]int64 // offered, admitted
+	// InFlight is, per slice, the most admitted requests (costs) running
+	// at once: each runs Params.Hold from its time.
+	InFlight   []int64
+	Summary    Summary
+	admittedAt []time.Duration
+	perCaller  map[string][2]int64 // offered, admitted
+	// running are the admitted requests in time order; ending[ended:] are
+	// those holding slots under a permit, released when they end.
+	running []span
+	ending  []span
+	ended   int
+}
+
+// span is an admitted request: it runs from at for the run's Hold, with
+// cost, under a permit when it holds slots of concurrency limits.
+type span struct {
+	at     time.Duration
+	caller string
+	cost   int64
+	permit int64
 }
 
 // Summary sums up a strategy's run.
@@ -114,6 +131,8 @@ type Summary struct {
 	// admitted most.
 	GreediestShare  float64 `json:"greediest_caller_share"`
 	GreediestCaller string  `json:"greediest_caller"`
+	// MaxInFlight is the most admitted requests (costs) running at once.
+	MaxInFlight int64 `json:"max_in_flight"`
 	// Limits are the strategy's limits: each node's pattern and its
 	// limits' specs, as JSON.
 	Limits []string `json:"limits"`
@@ -199,19 +218,36 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 		if cost == 0 {
 			cost = 1
 		}
-		path[1] = ev.Caller
 		slice := int(ev.At / opts.Slice)
 		for i, c := range checkers {
-			if err := c.CheckAt(ctx, at, path, cost, &d); err != nil {
+			r := &res.Strategies[i]
+			// The requests that have ended by now give their slots back.
+			for ; r.ended < len(r.ending) && r.ending[r.ended].at+p.Hold <= ev.At; r.ended++ {
+				e := r.ending[r.ended]
+				end := time.Time{}
+				if opts.Store == nil {
+					end = T0.Add(e.at + p.Hold)
+				}
+				path[1] = e.caller
+				if err := c.Slots(ctx, end, path, e.cost, e.permit, algo.Release, &d); err != nil {
+					return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
+				}
+			}
+			path[1] = ev.Caller
+			if err := c.Slots(ctx, at, path, cost, int64(n+1), algo.Acquire, &d); err != nil {
 				return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
 			}
-			r := &res.Strategies[i]
 			r.Offered[slice] += cost
 			pc := r.perCaller[ev.Caller]
 			pc[0] += cost
 			if d.Allowed {
 				r.Admitted[slice] += cost
 				pc[1] += cost
+				sp := span{at: ev.At, caller: ev.Caller, cost: cost, permit: d.Permit}
+				r.running = append(r.running, sp)
+				if d.Permit != 0 {
+					r.ending = append(r.ending, sp)
+				}
 				for range cost {
 					r.admittedAt = append(r.admittedAt, ev.At)
 				}
@@ -222,9 +258,46 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 	bar.done(len(events))
 	classes := callerClasses(res.Strategies[0].perCaller)
 	for i, s := range strategies {
-		res.Strategies[i].summarize(s.Policy, classes)
+		r := &res.Strategies[i]
+		r.InFlight, r.Summary.MaxInFlight = inFlight(r.running, p.Hold, opts.Slice, res.Slices)
+		r.summarize(s.Policy, classes)
+		r.running, r.ending = nil, nil
 	}
 	return res, nil
+}
+
+// inFlight returns, per slice, the most of the spans' costs running at
+// once (each from its time for hold, half open), and the most overall.
+func inFlight(spans []span, hold, slice time.Duration, slices int) ([]int64, int64) {
+	type edge struct {
+		at time.Duration
+		d  int64
+	}
+	edges := make([]edge, 0, 2*len(spans))
+	for _, s := range spans {
+		edges = append(edges, edge{s.at, s.cost}, edge{s.at + hold, -s.cost})
+	}
+	// In time order, an end before a start at the same time.
+	sort.SliceStable(edges, func(i, j int) bool {
+		return edges[i].at < edges[j].at || edges[i].at == edges[j].at && edges[i].d < edges[j].d
+	})
+	out := make([]int64, slices)
+	var level, most int64
+	j := 0
+	for i := range out {
+		// The level at the slice's start counts what ends then as ended.
+		for start := slice * time.Duration(i); j < len(edges) && edges[j].at <= start; j++ {
+			level += edges[j].d
+		}
+		m := level
+		for end := slice * time.Duration(i+1); j < len(edges) && edges[j].at < end; j++ {
+			level += edges[j].d
+			m = max(m, level)
+		}
+		out[i] = m
+		most = max(most, m)
+	}
+	return out, most
 }
 
 // callerClasses splits the callers by requests offered (the same for
@@ -260,7 +333,7 @@ func callerClasses(perCaller map[string][2]int64) map[string]string {
 }
 
 func (r *StrategyResult) summarize(p *policy.Policy, classes map[string]string) {
-	s := Summary{MaxInWindow: map[string]int64{}}
+	s := Summary{MaxInWindow: map[string]int64{}, MaxInFlight: r.Summary.MaxInFlight}
 	for _, n := range p.Nodes() {
 		for _, sp := range n.Specs {
 			s.Limits = append(s.Limits, n.Pattern+": "+string(sp.AppendJSON(nil)))

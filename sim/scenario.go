@@ -43,7 +43,15 @@ type Params struct {
 	Duration time.Duration
 	Rate     float64 // requests per second, over all callers
 	Callers  int
+	// Hold is how long an admitted request runs (DefaultHold when zero):
+	// it is in flight from its time for Hold, and holds the slots of a
+	// strategy's concurrency limits as long, releasing them at its end.
+	Hold time.Duration
 }
+
+// DefaultHold is how long an admitted request runs when Params.Hold is
+// zero.
+const DefaultHold = 200 * time.Millisecond
 
 // Scenario is a traffic pattern.
 type Scenario struct {
@@ -75,6 +83,12 @@ func (p Params) or(d Params) Params {
 	}
 	if p.Callers <= 0 {
 		p.Callers = d.Callers
+	}
+	if p.Hold <= 0 {
+		p.Hold = d.Hold
+	}
+	if p.Hold <= 0 {
+		p.Hold = DefaultHold
 	}
 	return p
 }
@@ -196,6 +210,26 @@ var Scenarios = map[string]Scenario{
 			{Name: "gate per caller", Policy: "schema:\n  caller:\n    children:\n      \"*\": {limits: [{algorithm: gate, interval: 10s}]}\n"},
 			{Name: "shared window", Policy: "schema:\n  caller: {limits: [{algorithm: sliding_log, limits: [{limit: 100, window: 10s}]}]}\n"},
 			{Name: "both", Policy: "schema:\n  caller:\n    limits: [{algorithm: sliding_log, limits: [{limit: 100, window: 10s}]}]\n    children:\n      \"*\": {limits: [{algorithm: gate, interval: 10s}]}\n"},
+		},
+	},
+	"backend": {
+		Name: "backend",
+		Description: "10 callers send 40 requests a second in all, caller c0 half of them, to a backend that takes " +
+			"2 s to answer each; a rate of 2 per second per caller (bursts of 6), 5 slots per caller (requests in flight), and both",
+		Defaults: Params{Duration: time.Minute, Rate: 40, Callers: 10, Hold: 2 * time.Second},
+		Events: func(seed uint64, p Params) []Event {
+			r := rand.New(rand.NewPCG(seed, 9))
+			return poisson(r, p, func() int {
+				if r.IntN(2) == 0 {
+					return 0 // caller 0 sends half of all
+				}
+				return r.IntN(p.Callers)
+			})
+		},
+		Strategies: []StrategySource{
+			{Name: "rate per caller", Policy: "schema:\n  caller:\n    children:\n      \"*\": {limits: [{algorithm: gcra, burst: 5, count: 2, period: 1s}]}\n"},
+			{Name: "slots per caller", Policy: "schema:\n  caller:\n    children:\n      \"*\": {limits: [{algorithm: concurrency, limit: 5, hold_for: 30s}]}\n"},
+			{Name: "both", Policy: "schema:\n  caller:\n    children:\n      \"*\": {limits: [{algorithm: gcra, burst: 5, count: 2, period: 1s}, {algorithm: concurrency, limit: 5, hold_for: 30s}]}\n"},
 		},
 	},
 }

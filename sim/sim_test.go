@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"os"
 	"os/exec"
@@ -49,7 +50,7 @@ func TestDeterministic(t *testing.T) {
 	if bytes.Equal(a, c) {
 		t.Error("another seed gave the same series")
 	}
-	if !bytes.HasPrefix(a, []byte("t_ms,strategy,offered,admitted\n0,gate per caller,")) {
+	if !bytes.HasPrefix(a, []byte("t_ms,strategy,offered,admitted,in_flight\n0,gate per caller,")) {
 		t.Errorf("series starts %q", a[:min(80, len(a))])
 	}
 	for _, name := range ScenarioNames() {
@@ -95,7 +96,7 @@ func TestSummaryByHand(t *testing.T) {
 	}
 	var b bytes.Buffer
 	WriteCSV(&b, res)
-	want := "t_ms,strategy,offered,admitted\n0,fw,2,2\n0,gate,2,1\n2000,fw,2,1\n2000,gate,2,1\n"
+	want := "t_ms,strategy,offered,admitted,in_flight\n0,fw,2,2,1\n0,gate,2,1,1\n2000,fw,2,1,1\n2000,gate,2,1,1\n"
 	if b.String() != want {
 		t.Errorf("series:\n%s\nwant\n%s", b.String(), want)
 	}
@@ -162,7 +163,7 @@ func TestReport(t *testing.T) {
 	dom, logs := chrome("--dump-dom")
 	for _, want := range []string{"<svg", `<table id="summary">`, "gate per caller", "shared window", "<td>both</td>",
 		`<div class="chart" id="callers"><svg`, `<ul id="reading">`, "slow callers", "fast callers",
-		`<td class="limits"><code>caller/*: {"algorithm":"gate"`} {
+		`<td class="limits"><code>caller/*: {"algorithm":"gate"`, "<th>most in flight</th>", "requests in flight"} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the rendered page lacks %q", want)
 		}
@@ -248,5 +249,50 @@ func TestRefusesAPolicyThatMatchesNothing(t *testing.T) {
 	_, err = Run(context.Background(), Scenarios["steady"], 1, Params{}, []Strategy{other}, Options{})
 	if err == nil || !strings.Contains(err.Error(), `strategy "api keys" limits none of the scenario's requests`) {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestInFlightByHand: requests that run 1s each, against two slots per
+// caller and against a rate of 2 per second. Caller A asks three times at
+// 0, again at 1s (when the first two end) and at 1.5s; the slots admit 2,
+// then 2 (the two freed at 1s... and so on), never more than 2 at once;
+// the rate admits 2 a second whatever runs.
+func TestInFlightByHand(t *testing.T) {
+	at := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+	sc := Scenario{Name: "hand", Defaults: Params{Duration: 3 * time.Second, Hold: time.Second}, Events: func(uint64, Params) []Event {
+		return []Event{{At: 0, Caller: "A"}, {At: 0, Caller: "A"}, {At: 0, Caller: "A"},
+			{At: at(1000), Caller: "A"}, {At: at(1000), Caller: "A"}, {At: at(1500), Caller: "A"}, {At: at(2000), Caller: "A"}}
+	}}
+	slots, err := LimitStrategy("slots", algo.Concurrency{Limit: 2, HoldFor: time.Minute}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate, err := LimitStrategy("rate", algo.FixedWindow{Limit: 2, Window: time.Second}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), sc, 1, Params{}, []Strategy{slots, rate}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// slots: 0s: 2 of 3; 1s: the two end, 2 of 2; 1.5s: full, denied;
+	// 2s: the two end, 1.
+	if s := res.Strategies[0]; s.Summary.Admitted != 5 || s.Summary.MaxInFlight != 2 || fmt.Sprint(s.InFlight) != "[2 2 1]" {
+		t.Errorf("slots: admitted %d, most in flight %d, series %v", s.Summary.Admitted, s.Summary.MaxInFlight, s.InFlight)
+	}
+	// rate: 2 a second: 0s 2, 1s 2, 1.5s denied, 2s 1; in flight as many.
+	if s := res.Strategies[1]; s.Summary.Admitted != 5 || s.Summary.MaxInFlight != 2 {
+		t.Errorf("rate: admitted %d, most in flight %d, series %v", s.Summary.Admitted, s.Summary.MaxInFlight, s.InFlight)
+	}
+	// Longer requests: a rate lets work pile up, slots do not.
+	res, err = Run(context.Background(), sc, 1, Params{Hold: 2500 * time.Millisecond}, []Strategy{slots, rate}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := res.Strategies[0]; s.Summary.Admitted != 2 || s.Summary.MaxInFlight != 2 {
+		t.Errorf("slots, 2.5s requests: admitted %d, most in flight %d", s.Summary.Admitted, s.Summary.MaxInFlight)
+	}
+	if s := res.Strategies[1]; s.Summary.Admitted != 5 || s.Summary.MaxInFlight != 5 {
+		t.Errorf("rate, 2.5s requests: admitted %d, most in flight %d", s.Summary.Admitted, s.Summary.MaxInFlight)
 	}
 }

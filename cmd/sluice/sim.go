@@ -32,6 +32,7 @@ func runSim(ctx context.Context, e env, args []string) int {
 	duration := fs.Duration("duration", 0, "the scenario's length (its default when 0)")
 	rate := fs.Float64("rate", 0, "requests per second over all callers (the scenario's default when 0)")
 	callers := fs.Int("callers", 0, "how many callers (the scenario's default when 0)")
+	hold := fs.Duration("hold", 0, "how long each admitted request runs: it is in flight, and holds its concurrency slots, that long (the scenario's default, else 200ms, when 0)")
 	slice := fs.Duration("slice", time.Second, "the length of a slice of the series")
 	storeURL := fs.String("store", "memory", "memory (virtual time: as fast as it decides) or redis://... (real time)")
 	out := fs.String("out", "", "write series.csv, summary.json, chart.png, chart.svg and report.html to this directory")
@@ -127,13 +128,13 @@ scenarios:`)
 			return store.Open(ctx, *storeURL, store.Options{Prefix: "sluice:sim:" + sluice.Escape(strategy) + ":"})
 		}
 	}
-	res, err := sim.Run(ctx, sc, *seed, sim.Params{Duration: *duration, Rate: *rate, Callers: *callers}, strategies, opts)
+	res, err := sim.Run(ctx, sc, *seed, sim.Params{Duration: *duration, Rate: *rate, Callers: *callers, Hold: *hold}, strategies, opts)
 	if err != nil {
 		return fail(err)
 	}
 	for _, s := range res.Strategies {
-		fmt.Fprintf(e.stdout, "%-20s offered %7d  admitted %7d  fairness %.3f  greediest %s %.1f%%\n",
-			s.Name, s.Summary.Offered, s.Summary.Admitted, s.Summary.Fairness, s.Summary.GreediestCaller, 100*s.Summary.GreediestShare)
+		fmt.Fprintf(e.stdout, "%-20s offered %7d  admitted %7d  in flight at most %5d  fairness %.3f  greediest %s %.1f%%\n",
+			s.Name, s.Summary.Offered, s.Summary.Admitted, s.Summary.MaxInFlight, s.Summary.Fairness, s.Summary.GreediestCaller, 100*s.Summary.GreediestShare)
 	}
 	if *out != "" {
 		if err := sim.WriteDir(*out, res, sc.Description); err != nil {
