@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -92,6 +93,11 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 		for _, h := range m.Hits {
 			if h.Delay > 0 {
 				fmt.Fprintf(w, "delay at %s: a request its limits would admit within %v is admitted, held until its time\n", h.Pattern, h.Delay)
+			}
+			for _, l := range h.Limits {
+				if c, ok := l.(algo.Concurrency); ok {
+					fmt.Fprintf(w, "slots at %s: at most %d held at once; a check holds its slots under a permit until POST /v1/release (or Envoy's is_negative_hits), and a holder that stops renewing loses them %v after its last renewal\n", h.Pattern, c.Limit, c.HoldFor)
+				}
 			}
 		}
 	}

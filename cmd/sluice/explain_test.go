@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -207,4 +209,46 @@ func keys(t *testing.T, rd *redistest.Server) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestSlotsExplainedAndValidated: explain says what a concurrency level
+// does, and validate names the file, line and field of each bad
+// concurrency limit (a zero limit, a zero or absurd hold_for, a lease, a
+// delay, a field it does not take).
+func TestSlotsExplainedAndValidated(t *testing.T) {
+	dir := t.TempDir()
+	good := dir + "/good.yaml"
+	writeTestFile(t, good, "schema:\n  exports:\n    children:\n      \"*\": {limits: [{algorithm: concurrency, limit: 10, hold_for: 30s}]}\n")
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), env{strings.NewReader(""), &out, &errOut}, []string{"explain", good, "exports", "acme"}); code != 0 ||
+		!strings.Contains(out.String(), "slots at exports/*: at most 10 held at once") || !strings.Contains(out.String(), "loses them 30s after its last renewal") {
+		t.Fatalf("explain: %d\n%s%s", code, out.String(), errOut.String())
+	}
+	bad := dir + "/bad.yaml"
+	writeTestFile(t, bad, `schema:
+  zero: {limits: [{algorithm: concurrency, limit: 0, hold_for: 30s}]}
+  hold: {limits: [{algorithm: concurrency, limit: 3, hold_for: 0s}]}
+  long: {limits: [{algorithm: concurrency, limit: 3, hold_for: 48h}]}
+  many: {limits: [{algorithm: concurrency, limit: 100001, hold_for: 1m}]}
+  lease: {lease: true, limits: [{algorithm: concurrency, limit: 3, hold_for: 1m}]}
+  delay: {delay: {max: 1s}, limits: [{algorithm: concurrency, limit: 3, hold_for: 1m}]}
+  extra: {limits: [{algorithm: concurrency, limit: 3, hold_for: 1m, window: 1s}]}
+`)
+	out.Reset()
+	errOut.Reset()
+	code := run(context.Background(), env{strings.NewReader(""), &out, &errOut}, []string{"validate", bad})
+	for _, want := range []string{
+		bad + ":2:51: schema.zero.limits[0].limit: concurrency limit must be 1 to 100000 slots, got 0",
+		bad + ":3:64: schema.hold.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 0s",
+		bad + ":4:64: schema.long.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 48h0m0s",
+		bad + ":5:51: schema.many.limits[0].limit: concurrency limit must be 1 to 100000 slots, got 100001",
+		"schema.lease.lease: limit 0 is concurrency: only a fixed_window limit can be leased",
+		"schema.delay.delay: limit 0 is concurrency: delay is for gcra and token_bucket",
+		`schema.extra.limits[0].window: concurrency does not take "window"`,
+		bad + ": 7 errors",
+	} {
+		if code != 1 || !strings.Contains(errOut.String(), want) {
+			t.Errorf("validate: %d, stderr lacks %q:\n%s", code, want, errOut.String())
+		}
+	}
 }
