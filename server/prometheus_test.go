@@ -37,6 +37,9 @@ schema:
   hot:
     lease: true
     limits: {algorithm: fixed_window, limit: 1000000, window: 1h}
+  slots:
+    children:
+      "*": {limits: [{algorithm: concurrency, limit: 3, hold_for: 1m}]}
 `),
 		Queues:      map[string]QueueConfig{"jobs": {Capacity: 100}},
 		ForwardAuth: ForwardAuthConfig{Routes: []ForwardRoute{{Match: "/", Path: []string{"web", "{header:X-Key}"}}}},
@@ -45,16 +48,19 @@ schema:
 	base := "http://" + s.HTTPAddr()
 
 	// Load until the queries are answered: allowed and limited checks,
-	// forward-auth, a leased node, malformed bodies, queued entries.
+	// forward-auth, a leased node, malformed bodies, queued entries,
+	// slots acquired, released, and renewed once released (lost).
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		post := func(path, body string) {
+		post := func(path, body string) []byte {
 			resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
-			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+			if err != nil {
+				return nil
 			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return b
 		}
 		for i := 0; ; i++ {
 			select {
@@ -67,6 +73,12 @@ schema:
 			post("/v1/check", `{"path": [`)
 			if i%10 == 0 {
 				post("/v1/queues/jobs", `{"payload": "job"}`)
+			}
+			var held DecisionJSON
+			if json.Unmarshal(post("/v1/check", `{"path": ["slots", "t"]}`), &held) == nil && held.Permit != "" {
+				slot := `{"path": ["slots", "t"], "permit": "` + held.Permit + `"}`
+				post("/v1/release", slot)
+				post("/v1/renew", slot)
 			}
 			req, _ := http.NewRequest("GET", base+"/v1/forward-auth", nil)
 			req.Header.Set("X-Forwarded-Uri", "/page")
