@@ -104,3 +104,35 @@ func Example_store() {
 	// [0 16 15 -1 2]
 	// true <nil>
 }
+
+// ExampleLimiter_Acquire bounds how many exports run at once per tenant.
+func ExampleLimiter_Acquire() {
+	st := memory.New() // on Redis, every process shares the slots
+	defer st.Close()
+
+	// At most 2 exports per tenant at once; a holder that dies without
+	// releasing frees its slot 30s after it last renewed it.
+	lim, err := sluice.NewLimiter(st, algo.Concurrency{Limit: 2, HoldFor: 30 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	a, _ := lim.Acquire(ctx, "tenant:acme") // renews itself while held
+	b, _ := lim.Acquire(ctx, "tenant:acme")
+
+	// A third waits for a slot, here no longer than 50ms.
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = lim.Acquire(wctx, "tenant:acme")
+	fmt.Println(err)
+
+	fmt.Println(a.Release(ctx), a.Release(ctx)) // safe twice
+	c, err := lim.Acquire(ctx, "tenant:acme")
+	fmt.Println(c.Result().Remaining, err)
+	b.Release(ctx)
+	c.Release(ctx)
+	// Output:
+	// context deadline exceeded
+	// <nil> <nil>
+	// 0 <nil>
+}
