@@ -261,3 +261,33 @@ func TestResetReachesOtherCaches(t *testing.T) {
 	}
 	until("a lost message")
 }
+
+// TestOverLimitCacheLeavesSlotsToRedis: a concurrency limit's denial is
+// not cached, since a release frees a slot at any moment: with the cache
+// on, an acquire denied on a full key is admitted as soon as a holder
+// releases, and no decision on the key is answered from the cache.
+func TestOverLimitCacheLeavesSlotsToRedis(t *testing.T) {
+	st := open(t, redistest.Start(t), redis.Options{OverLimitCache: 1000})
+	ctx := context.Background()
+	c := algo.Concurrency{Limit: 1, HoldFor: time.Minute}
+	base, _ := algo.Compile(c)
+	holder, _ := base.ForPermit(7, algo.Acquire)
+	release, _ := base.ForPermit(7, algo.Release)
+	if r, err := st.Decide(ctx, sluice.Request{Key: "slots", Limit: &holder, Cost: 1}); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	for range 3 {
+		if r, err := st.Decide(ctx, sluice.Request{Key: "slots", Limit: c, Cost: 1}); err != nil || r.Allowed {
+			t.Fatal(r, err)
+		}
+	}
+	if r, err := st.Decide(ctx, sluice.Request{Key: "slots", Limit: &release}); err != nil || r.Admitted != 1 {
+		t.Fatal(r, err)
+	}
+	if r, err := st.Decide(ctx, sluice.Request{Key: "slots", Limit: c, Cost: 1}); err != nil || !r.Allowed {
+		t.Fatalf("after the release: %+v, %v", r, err)
+	}
+	if s := st.OverLimitStats(); s.Hits != 0 || s.Entries != 0 {
+		t.Fatalf("the cache answered or kept a slot's denial: %+v", s)
+	}
+}
