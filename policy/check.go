@@ -79,10 +79,16 @@ func (c *Checker) Check(ctx context.Context, path []string, cost int64, d *sluic
 // level is allowed, or denied with RetryAfter Never when the policy says
 // unmatched: deny; its shadow levels are still checked and reported.
 func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost int64, d *sluice.Decision) error {
+	return c.decidePath(ctx, t, path, cost, 0, algo.Acquire, false, d)
+}
+
+// decidePath decides one path as a Query of it with the given time and
+// the Query's Permit, Op and NewPermit.
+func (c *Checker) decidePath(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, newPermit bool, d *sluice.Decision) error {
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	q := &sc.q
-	q.Time = t
+	q.Time, q.Permit, q.Op, q.NewPermit = t, permit, op, newPermit
 	if len(q.Paths) == 0 {
 		q.Paths = make([]PathQuery, 1)
 	}
@@ -96,16 +102,7 @@ func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost 
 // under a new permit id (Decision.Permit), which Slots renews and releases.
 // A path without one costs what Check does.
 func (c *Checker) Hold(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
-	q := &sc.q
-	q.Time, q.NewPermit = time.Time{}, true
-	if len(q.Paths) == 0 {
-		q.Paths = make([]PathQuery, 1)
-	}
-	pq := &q.Paths[0]
-	*pq = PathQuery{Path: path, Cost: cost, Match: Match{Hits: pq.Match.Hits}}
-	return c.decide(ctx, q, d, sc)
+	return c.decidePath(ctx, time.Time{}, path, cost, 0, algo.Acquire, true, d)
 }
 
 // Slots decides op for permit on the concurrency limits of path at time t
@@ -117,16 +114,7 @@ func (c *Checker) Hold(ctx context.Context, path []string, cost int64, d *sluice
 // algo.Never, when a level no longer holds the permit, and renews no
 // level then.
 func (c *Checker) Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *sluice.Decision) error {
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
-	q := &sc.q
-	q.Time, q.Permit, q.Op = t, permit, op
-	if len(q.Paths) == 0 {
-		q.Paths = make([]PathQuery, 1)
-	}
-	pq := &q.Paths[0]
-	*pq = PathQuery{Path: path, Cost: cost, Match: Match{Hits: pq.Match.Hits}}
-	return c.decide(ctx, q, d, sc)
+	return c.decidePath(ctx, t, path, cost, permit, op, false, d)
 }
 
 // Undo gives back what an allowed check of path at cost took, as a

@@ -75,18 +75,10 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	err = s.checker.Decide(sctx, q, &b.d)
 	cancel()
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
-	switch {
-	case err == nil:
-		s.noteUnmatched(q)
-	case isBadRequest(err):
-		s.m.badRequests.WithLabelValues("grpc").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case ctx.Err() != nil:
-		return nil, status.FromContextError(ctx.Err()).Err()
-	default:
-		s.storeFailed("grpc", err)
-		return g.storeErrorResponse(len(req.Descriptors)), nil
+	if err != nil {
+		return g.failed(ctx, err, len(req.Descriptors))
 	}
+	s.noteUnmatched(q)
 	if b.d.Allowed && b.d.Delay > 0 && !s.hold(ctx, "grpc", q, &b.d) && ctx.Err() != nil {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
@@ -110,6 +102,22 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	s.countSlots("grpc", algo.Acquire, &b.d)
 	b.buf = addHeaders(resp, &b.d, b.buf)
 	return resp, nil
+}
+
+// failed answers a request of n descriptors whose decision failed: a bad
+// request is InvalidArgument, a caller gone its context's status, and a
+// store failure the on_store_error answer.
+func (g *rateLimitService) failed(ctx context.Context, err error, n int) (*rlv3.RateLimitResponse, error) {
+	s := g.s
+	switch {
+	case isBadRequest(err):
+		s.m.badRequests.WithLabelValues("grpc").Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	s.storeFailed("grpc", err)
+	return g.storeErrorResponse(n), nil
 }
 
 // readRequest checks an RLS request and reads it into b's query: one
@@ -181,16 +189,8 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 		err = s.checker.Decide(sctx, pos, &posD)
 	}
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
-	switch {
-	case err == nil:
-	case isBadRequest(err):
-		s.m.badRequests.WithLabelValues("grpc").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case ctx.Err() != nil:
-		return nil, status.FromContextError(ctx.Err()).Err()
-	default:
-		s.storeFailed("grpc", err)
-		return g.storeErrorResponse(len(q.Paths)), nil
+	if err != nil {
+		return g.failed(ctx, err, len(q.Paths))
 	}
 	s.countSlots("grpc", algo.Release, &relD)
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}

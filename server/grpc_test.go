@@ -352,7 +352,6 @@ func TestShouldRateLimitSemantics(t *testing.T) {
 	bad := []*rlv3.RateLimitRequest{
 		{Domain: "", Descriptors: []*rlcommon.RateLimitDescriptor{ip}},
 		{Domain: "edge"},
-		{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: ip.Entries, IsNegativeHits: true}}},
 	}
 	for _, b := range bad {
 		if _, err := svc.ShouldRateLimit(ctx, b); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {

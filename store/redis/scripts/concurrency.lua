@@ -17,23 +17,30 @@
 --        holder it added, or minus the number of one without an id; 0 when
 --        it added none.
 
--- c_holders returns the live holders at now: {field, end, units} each,
--- in the order algo.Concurrency keeps them for a release without an id
--- (earliest lease first, then first taken).
-local function c_holders(key, now)
+-- c_all returns every holder in the hash, its lease ended or not:
+-- {field, end, units, number} each, number being 0 for a permit id.
+local function c_all(key)
   local h = redis.call('HGETALL', key)
   local out = {}
   for i = 1, #h, 2 do
     local f = h[i]
     if #f > 1 or (f ~= 'A' and f ~= 'B' and f ~= 'E' and f ~= 'S') then
       local e, n = string.match(h[i + 1], '^(%d+) (%d+)$')
-      e, n = tonumber(e), tonumber(n)
-      if e > now then
-        local seq = 0
-        if string.sub(f, 1, 1) == 'a' then seq = tonumber(string.sub(f, 2)) end
-        out[#out + 1] = {f, e, n, seq}
-      end
+      local seq = 0
+      if string.sub(f, 1, 1) == 'a' then seq = tonumber(string.sub(f, 2)) end
+      out[#out + 1] = {f, tonumber(e), tonumber(n), seq}
     end
+  end
+  return out
+end
+
+-- c_holders returns the live holders at now, in the order
+-- algo.Concurrency keeps them for a release without an id (earliest
+-- lease first, then first taken).
+local function c_holders(key, now)
+  local out = {}
+  for _, hd in ipairs(c_all(key)) do
+    if hd[2] > now then out[#out + 1] = hd end
   end
   table.sort(out, function(x, y)
     if x[2] ~= y[2] then return x[2] < y[2] end
@@ -110,20 +117,14 @@ end
 -- have, and sets A, B and E from those left (s is c_state's table).
 local function c_sweep(key, now, s)
   if s[2] == 0 or s[2] > now then return end
-  local h = redis.call('HGETALL', key)
   local a, b, e = 0, 0, 0
-  for i = 1, #h, 2 do
-    local f = h[i]
-    if #f > 1 or (f ~= 'A' and f ~= 'B' and f ~= 'E' and f ~= 'S') then
-      local fe, fn = string.match(h[i + 1], '^(%d+) (%d+)$')
-      fe, fn = tonumber(fe), tonumber(fn)
-      if fe > now then
-        a = a + fn
-        if b == 0 or fe < b then b = fe end
-        if fe > e then e = fe end
-      else
-        redis.call('HDEL', key, f)
-      end
+  for _, hd in ipairs(c_all(key)) do
+    if hd[2] > now then
+      a = a + hd[3]
+      if b == 0 or hd[2] < b then b = hd[2] end
+      if hd[2] > e then e = hd[2] end
+    else
+      redis.call('HDEL', key, hd[1])
     end
   end
   s[1], s[2], s[3] = a, b, e
