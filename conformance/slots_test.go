@@ -3,8 +3,8 @@ package conformance_test
 import (
 	"cmp"
 	"context"
-	"os"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
