@@ -124,6 +124,8 @@ type State struct {
 	// Log is the variable part of the state: a sliding log's timestamps or
 	// bucket counters, a window counter's slice counters.
 	Log []int64
+	// Block is the key's block, for a limit with one (Blocking).
+	Block BlockState
 }
 
 // Clear makes s the zero State of the given shape (a key never seen),
@@ -132,7 +134,7 @@ type State struct {
 // from what decisions write (the memory store's entries) keeps it
 // unwritten for the algorithms without one.
 func (s *State) Clear(shape uint64) {
-	s.Expire, s.A, s.B, s.Shape = 0, 0, 0, shape
+	s.Expire, s.A, s.B, s.Shape, s.Block = 0, 0, 0, shape, BlockState{}
 	if len(s.Log) > 0 {
 		s.Log = s.Log[:0]
 	}

@@ -43,6 +43,9 @@ type Plan struct {
 	// A concurrency plan's permit (ForPermit): its id (0: none) and op.
 	permit int64
 	op     SlotOp
+	// The limit's block (Blocking), when hasBlock.
+	hasBlock bool
+	blk      Block
 }
 
 // Compile validates l and returns its Plan. The error wraps ErrInvalid.
@@ -87,6 +90,18 @@ func (p *Plan) Compile(l Limit) error {
 	case Concurrency:
 		p.kind, p.cc = KindConcurrency, l
 		err = l.Validate()
+	case Blocking:
+		if err = l.Validate(); err == nil {
+			err = p.Compile(l.Limit)
+		}
+		if err != nil {
+			*p = Plan{}
+			return err
+		}
+		// Blocks decide through Decide, which keeps State.Block: not
+		// stepwise.
+		p.hasBlock, p.blk, p.stepwise = true, l.Block, false
+		return nil
 	case nil:
 		err = errNilLimit
 	default:
@@ -138,6 +153,10 @@ func deref(l Limit) (Limit, bool) {
 			return *l, true
 		}
 	case *Concurrency:
+		if l != nil {
+			return *l, true
+		}
+	case *Blocking:
 		if l != nil {
 			return *l, true
 		}
@@ -231,7 +250,37 @@ var ErrUnsupported = errors.New("unsupported limit")
 
 // Decide applies a decision as the plan's limit does (see Limit.Decide).
 func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
-	if p.Stepwise() {
+	if p.hasBlock {
+		return p.decideBlocking(s, now, cost, commit)
+	}
+	return p.decide(s, now, cost, commit)
+}
+
+// decideBlocking decides for a plan with a block (see Block): a key
+// blocked at now is denied without deciding; a denial that commits starts
+// a block; the state is kept while its block matters.
+func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
+	if s.Block.Blocked(now) {
+		q, _ := p.Quota()
+		return s.Block.Result(now, q)
+	}
+	r := p.decide(s, now, cost, commit)
+	if commit && !r.Allowed {
+		s.Block = p.blk.Start(s.Block, now)
+		r = s.Block.Result(now, r.Quota)
+	}
+	if commit && s.Block.Until != 0 {
+		s.Expire = max(s.Expire, p.blk.Expire(s.Block))
+	}
+	return r
+}
+
+// Blocks returns the plan's block, and whether it has one.
+func (p *Plan) Blocks() (Block, bool) { return p.blk, p.hasBlock }
+
+// decide is Decide without the block.
+func (p *Plan) decide(s *State, now, cost int64, commit bool) Result {
+	if kinds[p.kind].stepwise { // p.stepwise is false for a plan with a block
 		now = p.At(s, now)
 		ok, v := p.Step(s, now, cost, commit)
 		return p.Finish(ok, now, v, cost)
@@ -363,6 +412,15 @@ func (p *Plan) Limit() Limit {
 	if p == nil || !p.ok {
 		return nil
 	}
+	if p.hasBlock {
+		return Blocking{Limit: p.unblocked(), Block: p.blk}
+	}
+	return p.unblocked()
+}
+
+// unblocked returns the limit the plan was compiled from, without its
+// block.
+func (p *Plan) unblocked() Limit {
 	switch p.kind {
 	case KindGCRA:
 		return p.gcra
@@ -506,7 +564,7 @@ func (p TAT) Undo(s *State, now, cost int64) {
 	}
 	back := s.A - min(cost, p.Quota+1)*p.Interval
 	if back <= now {
-		*s = State{Log: s.Log[:0]}
+		*s = State{Log: s.Log[:0], Block: s.Block}
 		return
 	}
 	s.A, s.Expire = back, back

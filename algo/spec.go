@@ -41,6 +41,8 @@ type Spec struct {
 	Mode    string        `json:"mode,omitempty" yaml:"mode,omitempty"`       // binary (default), nary or uniform
 	// window_counter
 	Slice time.Duration `json:"slice,omitempty" yaml:"slice,omitempty"` // 0: 1s
+	// any algorithm: block the keys that go over (Blocking)
+	Block *Block `json:"block,omitempty" yaml:"block,omitempty"`
 }
 
 // WindowSpec is one limit of a sliding_log or window_counter spec.
@@ -133,6 +135,9 @@ func (s Spec) Build() (Limit, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.Block != nil {
+		l = Blocking{Limit: l, Block: *s.Block}
+	}
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -213,6 +218,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		Buckets   *int64       `json:"buckets"`
 		Mode      string       `json:"mode"`
 		Slice     jsonDuration `json:"slice"`
+		Block     *Block       `json:"block"`
 	}
 	if err := strictJSON(b, &j); err != nil {
 		return err
@@ -220,7 +226,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	*s = Spec{Algorithm: j.Algorithm, Burst: j.Burst, Count: j.Count, Period: time.Duration(j.Period),
 		Rate: j.Rate, Per: time.Duration(j.Per), Limit: j.Limit, Window: time.Duration(j.Window),
 		Interval: time.Duration(j.Interval), HoldFor: time.Duration(j.HoldFor), Limits: j.Limits, MinGap: time.Duration(j.MinGap),
-		Buckets: j.Buckets, Mode: j.Mode, Slice: time.Duration(j.Slice)}
+		Buckets: j.Buckets, Mode: j.Mode, Slice: time.Duration(j.Slice), Block: j.Block}
 	return nil
 }
 
@@ -324,7 +330,55 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 	if s.Slice != 0 {
 		b = dur(b, "slice", s.Slice)
 	}
+	if s.Block != nil {
+		b = append(b, `,"block":`...)
+		b = s.Block.appendJSON(b)
+	}
 	return append(b, '}')
+}
+
+// blockJSON is a Block's JSON, durations as Go duration strings.
+type blockJSON struct {
+	For         jsonDuration `json:"for"`
+	Growth      float64      `json:"growth,omitempty"`
+	Max         jsonDuration `json:"max,omitempty"`
+	ForgetAfter jsonDuration `json:"forget_after,omitempty"`
+}
+
+// UnmarshalJSON implements json.Unmarshaler, as Spec's does.
+func (b *Block) UnmarshalJSON(data []byte) error {
+	var j blockJSON
+	if err := strictJSON(data, &j); err != nil {
+		return err
+	}
+	*b = Block{For: time.Duration(j.For), Growth: j.Growth, Max: time.Duration(j.Max), ForgetAfter: time.Duration(j.ForgetAfter)}
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler: appendJSON.
+func (b Block) MarshalJSON() ([]byte, error) { return b.appendJSON(nil), nil }
+
+// appendJSON appends the block as JSON, fields left out when zero (but
+// for), as encoding/json writes it.
+func (b Block) appendJSON(out []byte) []byte {
+	out = append(out, `{"for":"`...)
+	out = append(out, b.For.String()...)
+	out = append(out, '"')
+	if b.Growth != 0 {
+		out = append(out, `,"growth":`...)
+		out = strconv.AppendFloat(out, b.Growth, 'g', -1, 64)
+	}
+	if b.Max != 0 {
+		out = append(out, `,"max":"`...)
+		out = append(out, b.Max.String()...)
+		out = append(out, '"')
+	}
+	if b.ForgetAfter != 0 {
+		out = append(out, `,"forget_after":"`...)
+		out = append(out, b.ForgetAfter.String()...)
+		out = append(out, '"')
+	}
+	return append(out, '}')
 }
 
 // appendJSON appends the window as JSON to b, as Spec.AppendJSON does.

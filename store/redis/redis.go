@@ -101,10 +101,14 @@ func bind[L algo.Limit](b binding, args func([]string, L, int64) []string, extra
 }
 
 // unplan returns the limit an *algo.Plan was compiled from, and any other
-// limit as it is.
+// limit as it is, without a block (algo.Blocking): the driver keeps
+// blocks, the kind's binding decides.
 func unplan(l algo.Limit) algo.Limit {
 	if p, ok := l.(*algo.Plan); ok {
-		return p.Limit()
+		l = p.Limit()
+	}
+	if b, ok := l.(algo.Blocking); ok {
+		return b.Limit
 	}
 	return l
 }

@@ -1,0 +1,178 @@
+package algo
+
+import (
+	"fmt"
+	"time"
+)
+
+// Block is what a limit does to a key that goes over it: the decision
+// that is denied starts a block, and until the block ends every decision
+// on the key is denied, whatever the algorithm would say, its RetryAfter
+// the block's end. Decisions denied during a block do not extend it. A
+// block that starts within ForgetAfter of the end of the key's last one
+// is Growth times as long as that one, up to Max:
+//
+//	n = the blocks in a row (1 for the first, or after ForgetAfter)
+//	length = min(Max, For · Growth^(n-1)), the power taken one factor
+//	         at a time, each product in float64, and the µs truncated
+//
+// so that Go and Lua (whose numbers are the same doubles) compute the
+// same lengths. The count stops at MaxBlockCount: a key blocked more often
+// in a row is blocked for as long as the last.
+type Block struct {
+	// For is the first block's length: MinBlock to MaxBlock.
+	For time.Duration `yaml:"for"`
+	// Growth multiplies each further block in a row: 1 (the default when
+	// 0) to MaxGrowth.
+	Growth float64 `yaml:"growth,omitempty"`
+	// Max bounds a block's length: For (the default when 0) to MaxBlock.
+	Max time.Duration `yaml:"max,omitempty"`
+	// ForgetAfter is how long after a block ends the key's next one
+	// still counts as in a row: DefaultForgetAfter when 0, at most
+	// MaxBlock.
+	ForgetAfter time.Duration `yaml:"forget_after,omitempty"`
+}
+
+// The bounds of a Block.
+const (
+	MinBlock           = time.Millisecond
+	MaxBlock           = 365 * 24 * time.Hour
+	MaxGrowth          = 1000
+	DefaultForgetAfter = 24 * time.Hour
+	// MaxBlockCount is the most blocks in a row a key's state counts.
+	MaxBlockCount = 1000
+)
+
+// BlockState is a key's block: when it ends (µs since the epoch; 0 for
+// none yet) and how many blocks in a row led to it.
+type BlockState struct {
+	Until, Count int64
+}
+
+// DeniedByBlock is the Result.DeniedBy of a decision a block denied.
+const DeniedByBlock = -2
+
+// withDefaults returns b with its defaults set.
+func (b Block) withDefaults() Block {
+	if b.Growth == 0 {
+		b.Growth = 1
+	}
+	if b.Max == 0 {
+		b.Max = b.For
+	}
+	if b.ForgetAfter == 0 {
+		b.ForgetAfter = DefaultForgetAfter
+	}
+	return b
+}
+
+// Validate reports whether the block's parameters are usable, its
+// defaults set. The error wraps ErrInvalid.
+func (b Block) Validate() error {
+	b = b.withDefaults()
+	switch {
+	case b.For < MinBlock || b.For > MaxBlock:
+		return fmt.Errorf("%w: block for must be %v to %v, got %v", ErrInvalid, MinBlock, MaxBlock, b.For)
+	case !(b.Growth >= 1 && b.Growth <= MaxGrowth):
+		return fmt.Errorf("%w: block growth must be 1 to %d, got %v", ErrInvalid, MaxGrowth, b.Growth)
+	case b.Max < b.For || b.Max > MaxBlock:
+		return fmt.Errorf("%w: block max must be from for (%v) to %v, got %v", ErrInvalid, b.For, MaxBlock, b.Max)
+	case b.ForgetAfter < 0 || b.ForgetAfter > MaxBlock:
+		return fmt.Errorf("%w: block forget_after must be 0 (24h) to %v, got %v", ErrInvalid, MaxBlock, b.ForgetAfter)
+	}
+	return nil
+}
+
+// Blocked reports whether st blocks a decision at now.
+func (st BlockState) Blocked(now int64) bool { return now < st.Until }
+
+// Start returns the block a denial at now starts after st.
+func (b Block) Start(st BlockState, now int64) BlockState {
+	b = b.withDefaults()
+	n := int64(1)
+	if st.Until != 0 && now-st.Until <= Micros(b.ForgetAfter) {
+		n = min(st.Count+1, MaxBlockCount)
+	}
+	return BlockState{Until: now + b.Length(n), Count: n}
+}
+
+// Length returns the length in µs of the n-th block in a row.
+func (b Block) Length(n int64) int64 {
+	b = b.withDefaults()
+	d, most := float64(Micros(b.For)), float64(Micros(b.Max))
+	for i := int64(1); i < n && d < most && b.Growth > 1; i++ {
+		d *= b.Growth
+	}
+	return int64(min(d, most))
+}
+
+// Expire returns when a key's block state stops mattering: ForgetAfter
+// after the block ends.
+func (b Block) Expire(st BlockState) int64 {
+	return st.Until + Micros(b.withDefaults().ForgetAfter)
+}
+
+// Result is the Result of a decision that a block denies: nothing is
+// admitted until the block ends (RetryAfter and ResetAfter), and nothing
+// remains meanwhile; quota is the limit's.
+func (st BlockState) Result(now, quota int64) Result {
+	wait := dur(st.Until - now)
+	return Result{Quota: quota, RetryAfter: wait, ResetAfter: wait, DeniedBy: DeniedByBlock}
+}
+
+// Blocking is a limit that blocks the keys that go over it (Block). It
+// decides as its Limit does but for the block, which it keeps in
+// State.Block; a store keeps a key's state while its block matters
+// (Block.Expire).
+type Blocking struct {
+	Limit Limit
+	Block Block
+}
+
+// Kind implements Limit: the kind of the limit it blocks for.
+func (b Blocking) Kind() Kind { return b.Limit.Kind() }
+
+// Validate implements Limit.
+func (b Blocking) Validate() error {
+	if b.Limit == nil {
+		return errNilLimit
+	}
+	if _, ok := b.Limit.(Blocking); ok {
+		return fmt.Errorf("%w: a block of a block", ErrInvalid)
+	}
+	if err := b.Limit.Validate(); err != nil {
+		return err
+	}
+	return b.Block.Validate()
+}
+
+// Decide implements Limit.
+func (b Blocking) Decide(s *State, now, cost int64, commit bool) Result {
+	p, err := Compile(b)
+	if err != nil {
+		panic("algo: Decide on an invalid Blocking: " + err.Error())
+	}
+	return p.Decide(s, now, cost, commit)
+}
+
+// Spec implements Limit: the limit's spec with the block.
+func (b Blocking) Spec() Spec {
+	s := b.Limit.Spec()
+	blk := b.Block
+	s.Block = &blk
+	return s
+}
+
+// Quota implements Limit.
+func (b Blocking) Quota() (int64, time.Duration) { return b.Limit.Quota() }
+
+// SteadyRate implements Limit.
+func (b Blocking) SteadyRate() (int64, time.Duration) { return b.Limit.SteadyRate() }
+
+// DeniedBy implements Limit: "block" for a decision the block denied.
+func (b Blocking) DeniedBy(by int) string {
+	if by == DeniedByBlock {
+		return "block"
+	}
+	return b.Limit.DeniedBy(by)
+}
