@@ -140,6 +140,28 @@ func (s *State) Clear(shape uint64) {
 	}
 }
 
+// Live reports whether the state matters at now: its algorithm's part
+// (Expire) or its block (Block.Expire).
+func (s *State) Live(now int64) bool { return s.Expire > now || s.Block.Expire > now }
+
+// Refresh readies s for a decision at now by a limit of the given shape:
+// a state of another shape is cleared, and one whose algorithm's part has
+// expired is cleared but for a block that still matters (its count goes on
+// for forget_after after it ends).
+func (s *State) Refresh(shape uint64, now int64) {
+	if s.Shape != shape {
+		s.Clear(shape)
+		return
+	}
+	if s.Expire <= now {
+		blk := s.Block
+		s.Clear(shape)
+		if blk.Expire > now {
+			s.Block = blk
+		}
+	}
+}
+
 // Micros converts d to whole microseconds, truncating toward zero.
 func Micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 

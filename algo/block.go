@@ -44,16 +44,17 @@ const (
 )
 
 // BlockState is a key's block: when it ends (µs since the epoch; 0 for
-// none yet) and how many blocks in a row led to it.
+// none yet), how many blocks in a row led to it, and when it stops
+// mattering (Block.Expire: until + forget_after).
 type BlockState struct {
-	Until, Count int64
+	Until, Count, Expire int64
 }
 
 // DeniedByBlock is the Result.DeniedBy of a decision a block denied.
 const DeniedByBlock = -2
 
-// withDefaults returns b with its defaults set.
-func (b Block) withDefaults() Block {
+// WithDefaults returns b with its defaults set.
+func (b Block) WithDefaults() Block {
 	if b.Growth == 0 {
 		b.Growth = 1
 	}
@@ -69,7 +70,7 @@ func (b Block) withDefaults() Block {
 // Validate reports whether the block's parameters are usable, its
 // defaults set. The error wraps ErrInvalid.
 func (b Block) Validate() error {
-	b = b.withDefaults()
+	b = b.WithDefaults()
 	switch {
 	case b.For < MinBlock || b.For > MaxBlock:
 		return fmt.Errorf("%w: block for must be %v to %v, got %v", ErrInvalid, MinBlock, MaxBlock, b.For)
@@ -88,28 +89,23 @@ func (st BlockState) Blocked(now int64) bool { return now < st.Until }
 
 // Start returns the block a denial at now starts after st.
 func (b Block) Start(st BlockState, now int64) BlockState {
-	b = b.withDefaults()
+	b = b.WithDefaults()
 	n := int64(1)
 	if st.Until != 0 && now-st.Until <= Micros(b.ForgetAfter) {
 		n = min(st.Count+1, MaxBlockCount)
 	}
-	return BlockState{Until: now + b.Length(n), Count: n}
+	until := now + b.Length(n)
+	return BlockState{Until: until, Count: n, Expire: until + Micros(b.ForgetAfter)}
 }
 
 // Length returns the length in µs of the n-th block in a row.
 func (b Block) Length(n int64) int64 {
-	b = b.withDefaults()
+	b = b.WithDefaults()
 	d, most := float64(Micros(b.For)), float64(Micros(b.Max))
 	for i := int64(1); i < n && d < most && b.Growth > 1; i++ {
 		d *= b.Growth
 	}
 	return int64(min(d, most))
-}
-
-// Expire returns when a key's block state stops mattering: ForgetAfter
-// after the block ends.
-func (b Block) Expire(st BlockState) int64 {
-	return st.Until + Micros(b.withDefaults().ForgetAfter)
 }
 
 // Result is the Result of a decision that a block denies: nothing is
@@ -123,7 +119,7 @@ func (st BlockState) Result(now, quota int64) Result {
 // Blocking is a limit that blocks the keys that go over it (Block). It
 // decides as its Limit does but for the block, which it keeps in
 // State.Block; a store keeps a key's state while its block matters
-// (Block.Expire).
+// (State.Live, State.Refresh).
 type Blocking struct {
 	Limit Limit
 	Block Block

@@ -41,13 +41,13 @@ func TestBlockingDecides(t *testing.T) {
 	step := func(d time.Duration, cost int64, ok bool, retry time.Duration) {
 		t.Helper()
 		r := p.Decide(&s, at(d), cost, true)
-		if r.Allowed != ok || !ok && r.RetryAfter != retry || s.Expire <= at(d) {
+		if r.Allowed != ok || !ok && r.RetryAfter != retry || !s.Live(at(d)) {
 			t.Fatalf("at %v cost %d: %+v (state %+v), want allowed %v retry %v", d, cost, r, s, ok, retry)
 		}
 	}
 	step(0, 1, true, 0)
 	step(0, 1, true, 0)
-	step(time.Second, 1, false, 10*time.Second) // over: a 10s block, to 11s
+	step(time.Second, 1, false, 10*time.Second)  // over: a 10s block, to 11s
 	step(5*time.Second, 1, false, 6*time.Second) // during: not extended
 	step(5*time.Second, 0, false, 6*time.Second) // even a peek
 	if s.Block.Count != 1 || s.Block.Until != at(11*time.Second) {

@@ -267,10 +267,8 @@ func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
 	r := p.decide(s, now, cost, commit)
 	if commit && !r.Allowed {
 		s.Block = p.blk.Start(s.Block, now)
-		r = s.Block.Result(now, r.Quota)
-	}
-	if commit && s.Block.Until != 0 {
-		s.Expire = max(s.Expire, p.blk.Expire(s.Block))
+		q, _ := p.Quota()
+		r = s.Block.Result(now, q)
 	}
 	return r
 }

@@ -361,6 +361,48 @@ var Traces = []Trace{
 			{At: 15 * s, Cost: 1, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: 5 * s, ResetAfter: 14970 * ms}},
 		},
 	},
+	{
+		// 2 at once, then 1 an hour, blocking for 10s, each block in a row
+		// 3 times longer up to 1m, forgotten 1m after a block ends. A
+		// block denies whatever the algorithm says, is not extended by
+		// the requests it denies, and its RetryAfter is its end.
+		Name: "gcra/block",
+		Limit: algo.Blocking{Limit: algo.GCRA{Burst: 1, Count: 1, Period: time.Hour},
+			Block: algo.Block{For: 10 * s, Growth: 3, Max: time.Minute, ForgetAfter: time.Minute}},
+		Steps: []Step{
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: time.Hour}},
+			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: 2 * time.Hour}},
+			// Over: a first block, to 11s.
+			{At: 1 * s, Cost: 1, Want: algo.Result{Quota: 2, RetryAfter: 10 * s, ResetAfter: 10 * s, DeniedBy: algo.DeniedByBlock}},
+			// During it, denied to its end, a peek too; not extended.
+			{At: 5 * s, Cost: 1, Want: algo.Result{Quota: 2, RetryAfter: 6 * s, ResetAfter: 6 * s, DeniedBy: algo.DeniedByBlock}},
+			{At: 5 * s, Cost: 0, Want: algo.Result{Quota: 2, RetryAfter: 6 * s, ResetAfter: 6 * s, DeniedBy: algo.DeniedByBlock}},
+			// Over again at its end: a second block, 3x.
+			{At: 11 * s, Cost: 1, Want: algo.Result{Quota: 2, RetryAfter: 30 * s, ResetAfter: 30 * s, DeniedBy: algo.DeniedByBlock}},
+			// A third: 90s, capped at 1m.
+			{At: 41 * s, Cost: 1, Want: algo.Result{Quota: 2, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: algo.DeniedByBlock}},
+			// More than a minute after it ended (1m41s): a first block
+			// again; a cost above the limit starts one too.
+			{At: 162 * s, Cost: 5, Want: algo.Result{Quota: 2, RetryAfter: 10 * s, ResetAfter: 10 * s, DeniedBy: algo.DeniedByBlock}},
+			// Another key is not blocked.
+			{At: 162 * s, Key: "other", Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: time.Hour}},
+		},
+	},
+	{
+		// A window's block: 3 per 10s window (T0 0.334587s in), blocking
+		// 5s, growth 2, max 8s; forget_after 24h.
+		Name:  "fixed_window/block",
+		Limit: algo.Blocking{Limit: algo.FixedWindow{Limit: 3, Window: 10 * s}, Block: algo.Block{For: 5 * s, Growth: 2, Max: 8 * s}},
+		Steps: []Step{
+			{At: 0, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: e}},
+			{At: 1 * s, Cost: 1, Want: algo.Result{Quota: 3, RetryAfter: 5 * s, ResetAfter: 5 * s, DeniedBy: algo.DeniedByBlock}},
+			// The block outlasts nothing of the window: at 6s the window
+			// still denies, and the second block is 10s, capped at 8s.
+			{At: 6 * s, Cost: 1, Want: algo.Result{Quota: 3, RetryAfter: 8 * s, ResetAfter: 8 * s, DeniedBy: algo.DeniedByBlock}},
+			// At 14s the block has ended and a new window has begun.
+			{At: 14 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: e + 10*s - 14*s}},
+		},
+	},
 	// Each algorithm at its largest limit (algo.MaxCount and the bounds it
 	// lists), with costs up to algo.MaxCount: both stores count exactly to
 	// the last unit (a fixed window of 2^63-1 once failed open on Redis,

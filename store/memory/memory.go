@@ -224,7 +224,7 @@ func (s *Store) apply(key string, p *algo.Plan, when time.Time, cost int64, r *a
 	// outlives t (a peek or a denial stores nothing).
 	fresh := algo.State{Shape: p.Shape()}
 	ok, v, t = decideState(&fresh, p, t, cost, r)
-	if fresh.Expire > t {
+	if fresh.Live(t) {
 		sh.add(newEntry(h, key, fresh))
 	}
 	return
@@ -242,9 +242,7 @@ func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) (bool, 
 // for a Stepwise plan with Step's v and the time to Finish at (Plan.At),
 // and for the others setting *r to the Result unless r is nil.
 func decideState(st *algo.State, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64, int64) {
-	if st.Expire <= t || st.Shape != p.Shape() {
-		st.Clear(p.Shape())
-	}
+	st.Refresh(p.Shape(), t)
 	if p.Stepwise() {
 		t = p.At(st, t)
 		ok, v := p.Step(st, t, cost, true)
@@ -307,7 +305,7 @@ func (s *Store) Sweep() {
 		for j := range x.slots {
 			if e := x.slots[j].Load(); e != nil {
 				e.mu.Lock()
-				if e.st.Expire <= now {
+				if !e.st.Live(now) {
 					e.dead = true
 					dead = append(dead, e)
 				}
@@ -442,7 +440,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	defer unlockAll(held)
 	pass := decideAll(reqs, results, plans, ents, t)
 	for _, e := range held {
-		if sh := &s.shards[e.h&(shardCount-1)]; e.st.Expire > t && sh.index.Load().find(e.h, e.key) == nil {
+		if sh := &s.shards[e.h&(shardCount-1)]; e.st.Live(t) && sh.index.Load().find(e.h, e.key) == nil {
 			sh.add(e)
 		}
 	}
@@ -490,9 +488,7 @@ func decideAll(reqs []sluice.Request, results []algo.Result, plans []algo.Plan, 
 	pass := true
 	for i, r := range reqs {
 		st := &ents[i].st
-		if st.Expire <= t || st.Shape != plans[i].Shape() {
-			st.Clear(plans[i].Shape())
-		}
+		st.Refresh(plans[i].Shape(), t)
 		if plans[i].Stepwise() {
 			// Only whether it passes: the loop below makes every Result.
 			results[i].Allowed, _ = plans[i].Step(st, t, r.Cost, false)

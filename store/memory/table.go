@@ -25,7 +25,7 @@ type entry struct {
 	h    uint64
 	st   algo.State
 	key  string
-	_    [128 - 112]byte
+	_    [128 - 120]byte
 }
 
 // An index is a shard's open-addressing hash table of entries (linear

@@ -122,6 +122,9 @@ func leasable(r *sluice.Request) (algo.FixedWindow, bool) {
 	if !r.Lease || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Limit == nil || !r.Limit.Kind().Leasable() {
 		return algo.FixedWindow{}, false
 	}
+	if _, blocks := blockOf(r.Limit); blocks {
+		return algo.FixedWindow{}, false // a lease would admit during a block
+	}
 	b, err := bindingOf(r.Limit)
 	if err != nil || b != &fixedWindowBinding {
 		return algo.FixedWindow{}, false

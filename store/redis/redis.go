@@ -179,6 +179,7 @@ func (d *driver) compose(set kindSet) string {
 		}
 	}
 	read("expire.lua")
+	read("block.lua")
 	for _, bd := range used {
 		read(bd.file)
 	}
@@ -384,6 +385,7 @@ type checked struct {
 	ok   []bool
 	val  []int64
 	args []string // the script's ARGV, kept for a refund
+	keys []string // the script's KEYS: each level's, and its block key
 	set  kindSet  // the kinds the levels use: which composed script ran
 	v    []int64  // the reply
 	at   []int    // at[i]: index in v of level i's code; at[len] = len(v)
@@ -409,18 +411,22 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 		set |= 1 << r.Limit.Kind()
 		args = appendLevel(args, b, r)
 	}
+	keys, err := blockKeys(reqs, keys, s.client().Mode() == rueidis.ClientModeCluster)
+	if err != nil {
+		return checked{}, err
+	}
 	v, err := s.exec(ctx, set, keys, args, len(reqs))
 	if err != nil {
 		return checked{}, err
 	}
-	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, set: set, v: v, at: make([]int, len(reqs)+1)}
+	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, keys: keys, set: set, v: v, at: make([]int, len(reqs)+1)}
 	p := 2
 	for i, r := range reqs {
 		if p+1 >= len(v) {
 			return checked{}, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
 		}
 		code := v[p]
-		if b, _ := bindingOf(r.Limit); code < 0 || code>>1 != b.extras(r.Limit) {
+		if b, _ := bindingOf(r.Limit); code < 0 || code>>1 != b.extras(r.Limit)+blockExtras(r.Limit) {
 			return checked{}, fmt.Errorf("redis store: script replied code %d for key %d (%T)", code, i, r.Limit)
 		}
 		c.at[i] = p
@@ -435,17 +441,73 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 }
 
 // appendLevel appends a level's arguments for decide.lua: kind, flag,
-// argument count, arguments.
+// argument count, arguments, then a block's (block.lua).
 func appendLevel(args []string, b *binding, r sluice.Request) []string {
+	blk, blocks := blockOf(r.Limit)
 	flag := "-"
-	if r.Shadow {
+	switch {
+	case r.Shadow && blocks:
+		flag = "sb"
+	case r.Shadow:
 		flag = "s"
+	case blocks:
+		flag = "b"
 	}
 	args = append(args, b.letter, flag, "")
 	n := len(args)
 	args = b.args(args, r.Limit, r.Cost)
 	args[n-1] = strconv.Itoa(len(args) - n)
+	if blocks {
+		blk = blk.WithDefaults()
+		args = append(args, itoa(algo.Micros(blk.For)), strconv.FormatFloat(blk.Growth, 'g', -1, 64),
+			itoa(algo.Micros(blk.Max)), itoa(algo.Micros(blk.ForgetAfter)))
+	}
 	return args
+}
+
+// blockOf returns the block of a compiled request's limit, if it has one.
+func blockOf(l algo.Limit) (algo.Block, bool) {
+	if p, ok := l.(*algo.Plan); ok {
+		return p.Blocks()
+	}
+	return algo.Block{}, false
+}
+
+// blockExtras is the extra value a level with a block replies: when its
+// block ends.
+func blockExtras(l algo.Limit) int64 {
+	if _, ok := blockOf(l); ok {
+		return 1
+	}
+	return 0
+}
+
+// blockKeys returns the script's KEYS for requests whose state keys are
+// keys: each level's key, followed by its block key (the state key +
+// "%:block", in the same slot by the request's Tag) for a level with a
+// block. On Redis Cluster a level with a block needs a Tag, without which
+// the two keys may lie in two slots.
+func blockKeys(reqs []sluice.Request, keys []string, cluster bool) ([]string, error) {
+	var out []string
+	for i, r := range reqs {
+		if _, ok := blockOf(r.Limit); !ok {
+			if out != nil {
+				out = append(out, keys[i])
+			}
+			continue
+		}
+		if cluster && r.Tag == "" {
+			return nil, fmt.Errorf("%w: a limit with a block needs the request's Tag on Redis Cluster (its block key must share the state's slot)", sluice.ErrBadRequest)
+		}
+		if out == nil {
+			out = append(make([]string, 0, len(keys)+1), keys[:i]...)
+		}
+		out = append(out, keys[i], keys[i]+"%:block")
+	}
+	if out == nil {
+		return keys, nil
+	}
+	return out, nil
 }
 
 // windowResult derives a windowed level's Result from the script's extra
@@ -476,6 +538,14 @@ func windowResult(ws []algo.Window, now, cost int64, ok, committed, floor bool, 
 // denied) reports what a peek would: its state without this cost.
 func levelResult(r sluice.Request, now int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
 	b, _ := bindingOf(r.Limit) // check has bound it
+	if _, blocks := blockOf(r.Limit); blocks {
+		st := algo.BlockState{Until: extra[len(extra)-1]}
+		if st.Blocked(now) { // under a block, or its denial started one
+			q, _ := r.Limit.Quota()
+			return st.Result(now, q)
+		}
+		extra = extra[:len(extra)-1]
+	}
 	return b.result(r.Limit, now, r.Cost, ok, val, extra, committed)
 }
 

@@ -91,7 +91,7 @@ func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, ke
 		var refundErr error
 		for g := range groups {
 			if errs[g] == nil && checks[g].pass {
-				if err := s.refund(ctx, subKeys[g], checks[g]); err != nil && refundErr == nil {
+				if err := s.refund(ctx, sub[g], checks[g]); err != nil && refundErr == nil {
 					refundErr = err
 				}
 				s.forgetHere(sub[g]...) // a denial cached meanwhile may have seen the reservation
@@ -116,15 +116,17 @@ func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, ke
 }
 
 // refund gives back what a group committed.
-func (s *Store) refund(ctx context.Context, keys []string, c checked) error {
-	args := append(append([]string(nil), c.args...), make([]string, len(keys))...)
+func (s *Store) refund(ctx context.Context, levels []sluice.Request, c checked) error {
+	args := append(append([]string(nil), c.args...), make([]string, len(c.keys))...)
 	args[0] = strconv.FormatInt(c.now, 10)
-	for j := range keys {
+	k := len(c.args) // the value of level j's key; "" for a block key
+	for j, r := range levels {
 		if c.ok[j] {
-			args[len(c.args)+j] = strconv.FormatInt(c.val[j], 10)
+			args[k] = strconv.FormatInt(c.val[j], 10)
 		}
+		k += 1 + int(blockExtras(r.Limit))
 	}
-	if err := refundDriver.script(c.set).Exec(ctx, s.client(), keys, args).Error(); err != nil {
+	if err := refundDriver.script(c.set).Exec(ctx, s.client(), c.keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	return nil

@@ -10,28 +10,22 @@
 -- fails alone: its part of the reply is {now, -1, the error}, and the
 -- others go on.
 --
--- KEYS     every decision's levels, one key per level, decision by decision
+-- KEYS     every decision's levels, decision by decision, as decide.lua
+--          takes them (a level's key, then its block key if it has one)
 -- ARGV[1]  the number of decisions
 -- ARGV[2..] per decision: now in µs since the epoch or "" to use Redis TIME,
---          its number of levels, then per level, in KEYS order: kind, flag
---          ("s" for shadow, else "-"), the number of the level's own
---          arguments, then those arguments
--- Reply    per decision: now, pass (1 or 0), then per level: code, value,
---          extras... where code = ok (1 or 0) + 2 * the number of extras:
---          for the kinds without extras it is just ok.
+--          its number of levels, then per level what decide.lua takes
+-- Reply    per decision: what decide.lua replies.
 --
--- Every level of a decision is checked first. pass is 1 when every level
--- that is not shadow is ok; then each level is committed, with go = ok, so
--- ok levels record their cost. When pass is 0, only the levels whose own
--- check failed are committed (with go = false), so that an algorithm may
--- record a denied attempt (a uniform sliding log); the others write
--- nothing.
+-- Each decision is decided as decide.lua decides (its description holds
+-- here, blocks included).
 local clock
 local reply = {}
 
 -- decide runs the decision whose arguments start at ARGV[i], whose keys
 -- follow KEYS[k], writing its reply after reply[base]; it returns the
--- reply's new length and the index of the next decision's arguments.
+-- reply's new length, the index of the next decision's arguments and the
+-- keys up to its last.
 local function decide(i, k, base, levels)
   local now = tonumber(ARGV[i])
   grace = 60000 -- expire.lua: a caller's time
@@ -43,47 +37,64 @@ local function decide(i, k, base, levels)
     now, grace = clock, 0
   end
   reply[base + 1], reply[base + 2] = now, 1
-  local a, p = i + 2, base + 3
-  for j = k + 1, k + levels do
+  local blocked = {}
+  local a, p, j = i + 2, base + 3, k + 1
+  for _ = 1, levels do
     reply[p], reply[p + 1] = 0, 0
     local kind = ARGV[a]
     if not check[kind] then
       local built = build[kind]()
       check[kind], commit[kind] = built.check, built.commit
     end
+    local span, keys, b = b_level(a)
     local ok, val, extra = check[kind](KEYS[j], now, a + 3, reply, p)
-    if not ok and ARGV[a + 1] ~= 's' then reply[base + 2] = 0 end
     extra = extra or 0
+    if b then
+      local u = b_until(KEYS[j + 1])
+      reply[p + 2 + extra] = 0
+      if now < u then
+        ok, blocked[p], reply[p + 2 + extra] = false, true, u
+      end
+      extra = extra + 1
+    end
+    if not ok and ARGV[a + 1] ~= 's' and ARGV[a + 1] ~= 'sb' then reply[base + 2] = 0 end
     reply[p] = (ok and 1 or 0) + 2 * extra
     reply[p + 1] = val
-    a, p = a + 3 + ARGV[a + 2], p + 2 + extra
+    a, p, j = a + span, p + 2 + extra, j + keys
   end
   local next, last = a, p - 1
   local pass = reply[base + 2] == 1
-  a, p = i + 2, base + 3
-  for j = k + 1, k + levels do
+  a, p, j = i + 2, base + 3, k + 1
+  for _ = 1, levels do
     local code = reply[p]
     local ok = code % 2 == 1
-    if pass or not ok then commit[ARGV[a]](KEYS[j], now, a + 3, ok, reply[p + 1], reply, p) end
-    a, p = a + 3 + ARGV[a + 2], p + 2 + (code - code % 2) / 2
+    local span, keys, b = b_level(a)
+    local final = p + 1 + (code - code % 2) / 2
+    if not blocked[p] and (pass or not ok) then
+      commit[ARGV[a]](KEYS[j], now, a + 3, ok, reply[p + 1], reply, p)
+      if b and not ok then reply[final] = b_start(KEYS[j + 1], now, b) end
+    end
+    a, p, j = a + span, final + 1, j + keys
   end
-  return last, next
+  return last, next, j - 1
 end
 
 local n, i, k = 0, 2, 0 -- the reply's length; the decision's first argument; the keys before it
 for _ = 1, tonumber(ARGV[1]) do
   local levels = tonumber(ARGV[i + 1])
-  local ok, last, next = pcall(decide, i, k, n, levels)
+  local ok, last, next, keys = pcall(decide, i, k, n, levels)
   if ok then
-    n, i = last, next
+    n, i, k = last, next, keys
   else
     local err = last
     for q = #reply, n + 1, -1 do reply[q] = nil end
     if type(err) == 'table' then err = err.err end
     reply[n + 1], reply[n + 2], reply[n + 3] = 0, -1, tostring(err)
     n, i = n + 3, i + 2
-    for _ = 1, levels do i = i + 3 + ARGV[i + 2] end
+    for _ = 1, levels do
+      local span, nkeys = b_level(i)
+      i, k = i + span, k + nkeys
+    end
   end
-  k = k + levels
 end
 return reply

@@ -8,17 +8,19 @@
 -- KEYS     the levels of one slot, as decide.lua got them
 -- ARGV     decide.lua's ARGV for those levels, with ARGV[1] set to the now
 --          decide.lua replied (or "" for Redis TIME: a limiter handle's
---          Cancel); then one value per level: the value decide.lua replied
---          for it, or "" for a level that committed nothing
+--          Cancel); then one value per key: the value decide.lua replied
+--          for the level, or "" for a level that committed nothing and
+--          for a block key (a refund leaves blocks as they are: only a
+--          denied level starts one, and a denied level is not refunded)
 -- Reply    the number of levels refunded
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local i, v = 2, #ARGV - #KEYS
+local i, v, j = 2, #ARGV - #KEYS, 1
 local n = 0
-for j = 1, #KEYS do
+while j <= #KEYS do
   local val = tonumber(ARGV[v + j])
   if val then
     local kind = ARGV[i]
@@ -26,6 +28,7 @@ for j = 1, #KEYS do
     undo[kind](KEYS[j], now, i + 3, val)
     n = n + 1
   end
-  i = i + 3 + ARGV[i + 2]
+  local span, keys = b_level(i)
+  i, j = i + span, j + keys
 end
 return n

@@ -1,0 +1,81 @@
+package conformance_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
+)
+
+// TestBlocksStoresAgree plays random traces of every algorithm with a
+// random block on both stores, alone and in all-or-nothing batches beside
+// a plain level, and requires every result to be identical. Times only
+// go forward here (a clock stepping back over a block is the hand-checked
+// trace's); blocks are short and forgotten soon, so traces see blocks
+// start, hold, escalate, cap and be forgotten.
+func TestBlocksStoresAgree(t *testing.T) {
+	st := stores(t)
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("SLUICE_SEED"), 10, 64); err == nil {
+		seed = v // replay a failing run
+	}
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 28))
+	ctx := context.Background()
+	blocked := 0
+	for trace := range 48 {
+		var inner algo.Limit
+		switch trace % 6 {
+		case 4:
+			inner = randomWindowed(r, trace)
+		case 5:
+			inner = algo.Concurrency{Limit: 1 + r.Int64N(4), HoldFor: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond}
+		default:
+			inner = randomLimit(r, trace)
+		}
+		blk := algo.Block{For: time.Duration(1+r.IntN(20)) * 50 * time.Millisecond}
+		if r.IntN(2) == 0 {
+			blk.Growth = 1 + float64(r.IntN(30))/10
+			blk.Max = blk.For * time.Duration(1+r.IntN(8))
+		}
+		if r.IntN(2) == 0 {
+			blk.ForgetAfter = time.Duration(1+r.IntN(30)) * 100 * time.Millisecond
+		}
+		lim := algo.Blocking{Limit: inner, Block: blk}
+		plain := algo.GCRA{Burst: 30, Count: 1, Period: time.Hour}
+		at := conformance.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+		key := "blocks:" + strconv.Itoa(trace)
+		for step := range 80 {
+			at = at.Add(time.Duration(r.Int64N(int64(300 * time.Millisecond))))
+			req := sluice.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
+			if r.IntN(3) > 0 {
+				m, err1 := st["memory"].Decide(ctx, req)
+				x, err2 := st["redis"].Decide(ctx, req)
+				if err1 != nil || err2 != nil {
+					t.Fatal(err1, err2)
+				}
+				if m != x {
+					t.Fatalf("trace %d step %d %#v cost %d at %v:\nmemory %s\n redis %s", trace, step, lim, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
+				}
+				if m.DeniedBy == algo.DeniedByBlock {
+					blocked++
+				}
+				continue
+			}
+			res := decideAllOnBoth(t, ctx, st, []sluice.Request{{Key: key + ":plain", Limit: plain, Cost: 1, Time: at}, req}, "trace "+strconv.Itoa(trace)+" step "+strconv.Itoa(step))
+			if res[1].DeniedBy == algo.DeniedByBlock {
+				blocked++
+			}
+		}
+	}
+	if blocked < 300 {
+		t.Fatalf("only %d decisions denied by a block", blocked)
+	}
+	t.Logf("%d decisions denied by a block", blocked)
+}
