@@ -381,6 +381,10 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 				l.errorf(leased.key, sub(path, "lease"), "limit %d is %s: %v", i, lim.Kind(), algo.ErrNotLeasable)
 				break
 			}
+			if _, ok := lim.(algo.Blocking); ok {
+				l.errorf(leased.key, sub(path, "lease"), "limit %d has a block: a lease admits from units taken ahead, which a block that starts meanwhile could not stop", i)
+				break
+			}
 		}
 	}
 	if delayed != nil {
@@ -593,9 +597,13 @@ func (l *loader) build(spec algo.Spec, fields map[string]ast.Node, at ast.Node, 
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": ")
 		pos, field := at, path
-		for _, w := range strings.FieldsFunc(msg, notWord) {
+		words := strings.FieldsFunc(msg, notWord)
+		for i, w := range words {
 			if n, ok := fields[w]; ok {
 				pos, field = n, path+"."+w
+				if w == "block" && i+1 < len(words) {
+					field += "." + words[i+1] // "block for must be ...": block.for
+				}
 				break
 			}
 		}

@@ -95,6 +95,11 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 				fmt.Fprintf(w, "delay at %s: a request its limits would admit within %v is admitted, held until its time\n", h.Pattern, h.Delay)
 			}
 			for _, l := range h.Limits {
+				if b, ok := l.(algo.Blocking); ok {
+					bl := b.Block.WithDefaults()
+					fmt.Fprintf(w, "block at %s: a key that goes over is denied for %v; each further block within %v of the last one's end is %gx longer, up to %v\n", h.Pattern, bl.For, bl.ForgetAfter, bl.Growth, bl.Max)
+					l = b.Limit
+				}
 				if c, ok := l.(algo.Concurrency); ok {
 					fmt.Fprintf(w, "slots at %s: at most %d held at once; a check holds its slots under a permit until POST /v1/release (or Envoy's is_negative_hits), and a holder that stops renewing loses them %v after its last renewal\n", h.Pattern, c.Limit, c.HoldFor)
 				}

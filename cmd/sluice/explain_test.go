@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/redis"
@@ -242,8 +243,8 @@ func TestSlotsExplainedAndValidated(t *testing.T) {
 	code := run(context.Background(), env{strings.NewReader(""), &out, &errOut}, []string{"validate", bad})
 	for _, want := range []string{
 		bad + ":2:51: schema.zero.limits[0].limit: concurrency limit must be 1 to 100000 slots, got 0",
-		bad + ":3:64: schema.hold.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 0s",
-		bad + ":4:64: schema.long.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 48h0m0s",
+		bad + ":3:73: schema.hold.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 0s",
+		bad + ":4:73: schema.long.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 48h0m0s",
 		bad + ":5:51: schema.many.limits[0].limit: concurrency limit must be 1 to 100000 slots, got 100001",
 		"schema.lease.lease: limit 0 is concurrency: only a fixed_window limit can be leased",
 		"schema.delay.delay: limit 0 is concurrency: delay is for gcra and token_bucket",
@@ -252,6 +253,75 @@ func TestSlotsExplainedAndValidated(t *testing.T) {
 	} {
 		if code != 1 || !strings.Contains(errOut.String(), want) {
 			t.Errorf("validate: %d, stderr lacks %q:\n%s", code, want, errOut.String())
+		}
+	}
+}
+
+// TestBlocksExplainedValidatedReplayed: explain says what a block does;
+// validate names the field of each bad block (and refuses a lease with
+// one); replay plays the conformance trace of a blocking GCRA, with
+// "denied_by": "block", on both stores.
+func TestBlocksExplainedValidatedReplayed(t *testing.T) {
+	dir := t.TempDir()
+	good := dir + "/good.yaml"
+	writeTestFile(t, good, "schema:\n  login:\n    children:\n      \"*\": {limits: [{algorithm: sliding_log, limits: [{limit: 5, window: 1m}], block: {for: 30s, growth: 2, max: 1h}}]}\n")
+	status, out, errOut := runSluice(t, "explain", good, "login", "1.2.3.4")
+	if status != 0 || !strings.Contains(out, "block at login/*: a key that goes over is denied for 30s; each further block within 24h0m0s of the last one's end is 2x longer, up to 1h0m0s") {
+		t.Fatalf("explain: %d\n%s%s", status, out, errOut)
+	}
+	bad := dir + "/bad.yaml"
+	writeTestFile(t, bad, `schema:
+  a: {limits: [{algorithm: gcra, burst: 1, count: 1, period: 1s, block: {growth: 2}}]}
+  b: {limits: [{algorithm: gcra, burst: 1, count: 1, period: 1s, block: {for: 1s, growth: 0.5}}]}
+  c: {limits: [{algorithm: gcra, burst: 1, count: 1, period: 1s, block: {for: 10s, max: 1s}}]}
+  d: {limits: [{algorithm: gcra, burst: 1, count: 1, period: 1s, block: {for: 1s, forget_after: 9000h}}]}
+  e: {lease: true, limits: [{algorithm: fixed_window, limit: 5, window: 1m, block: {for: 1s}}]}
+  f: {limits: [{algorithm: gcra, burst: 1, count: 1, period: 1s, block: {for: 1s, growth: 1000000000000000000}}]}
+`)
+	status, _, errOut = runSluice(t, "validate", bad)
+	for _, want := range []string{
+		bad + ":2:73: schema.a.limits[0].block.for: block for must be 1ms to 8760h0m0s, got 0s",
+		bad + ":3:73: schema.b.limits[0].block.growth: block growth must be 1 to 1000, got 0.5",
+		bad + ":4:73: schema.c.limits[0].block.max: block max must be from for (10s) to 8760h0m0s, got 1s",
+		bad + ":5:73: schema.d.limits[0].block.forget_after: block forget_after must be 0 (24h) to 8760h0m0s, got 9000h0m0s",
+		bad + ":6:7: schema.e.lease: limit 0 has a block",
+		bad + ":7:73: schema.f.limits[0].block.growth: block growth must be 1 to 1000, got 1e+18",
+		bad + ": 6 errors",
+	} {
+		if status != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("validate: %d, stderr lacks %q:\n%s", status, want, errOut)
+		}
+	}
+
+	var tr conformance.Trace
+	for _, c := range conformance.Traces {
+		if c.Name == "gcra/block" {
+			tr = c
+		}
+	}
+	spec, err := json.Marshal(tr.Limit.Spec())
+	if err != nil || len(tr.Steps) == 0 {
+		t.Fatal(err)
+	}
+	var in, want strings.Builder
+	for _, s := range tr.Steps {
+		key := s.Key
+		if key == "" {
+			key = "k"
+		}
+		fmt.Fprintf(&in, `{"t_ns": %d, "key": %q, "limit": %s, "cost": %d}`+"\n", conformance.T0.Add(s.At).UnixNano(), key, spec, s.Cost)
+		w := s.Want
+		by := ""
+		if w.DeniedBy == algo.DeniedByBlock {
+			by = `,"denied_by":"block"`
+		}
+		fmt.Fprintf(&want, `{"allowed":%v,"limit":%d,"remaining":%d,"retry_after_ns":%d,"reset_after_ns":%d,"admitted":%d%s}`+"\n", w.Allowed, w.Quota, w.Remaining, int64(w.RetryAfter), int64(w.ResetAfter), w.Admitted, by)
+	}
+	srv := redistest.Start(t)
+	for _, st := range []string{"memory", srv.URL()} {
+		status, out, errOut := replay(t, in.String(), "--store", st)
+		if status != 0 || errOut != "" || out != want.String() {
+			t.Fatalf("%s: status %d, stderr %q\n got %s\nwant %s", st, status, errOut, out, want.String())
 		}
 	}
 }
