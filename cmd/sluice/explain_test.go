@@ -243,8 +243,8 @@ func TestSlotsExplainedAndValidated(t *testing.T) {
 	code := run(context.Background(), env{strings.NewReader(""), &out, &errOut}, []string{"validate", bad})
 	for _, want := range []string{
 		bad + ":2:51: schema.zero.limits[0].limit: concurrency limit must be 1 to 100000 slots, got 0",
-		bad + ":3:73: schema.hold.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 0s",
-		bad + ":4:73: schema.long.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 48h0m0s",
+		bad + ":3:64: schema.hold.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 0s",
+		bad + ":4:64: schema.long.limits[0].hold_for: hold_for must be 1ms to 24h0m0s, got 48h0m0s",
 		bad + ":5:51: schema.many.limits[0].limit: concurrency limit must be 1 to 100000 slots, got 100001",
 		"schema.lease.lease: limit 0 is concurrency: only a fixed_window limit can be leased",
 		"schema.delay.delay: limit 0 is concurrency: delay is for gcra and token_bucket",
