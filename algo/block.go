@@ -25,7 +25,7 @@ type Block struct {
 	// Growth multiplies each further block in a row: 1 (the default when
 	// 0) to MaxGrowth.
 	Growth float64 `yaml:"growth,omitempty"`
-	// Max bounds a block's length: For (the default when 0) to MaxBlock.
+	// Max bounds a block's length: For to MaxBlock (the default when 0).
 	Max time.Duration `yaml:"max,omitempty"`
 	// ForgetAfter is how long after a block ends the key's next one
 	// still counts as in a row: DefaultForgetAfter when 0, at most
@@ -59,7 +59,7 @@ func (b Block) WithDefaults() Block {
 		b.Growth = 1
 	}
 	if b.Max == 0 {
-		b.Max = b.For
+		b.Max = MaxBlock
 	}
 	if b.ForgetAfter == 0 {
 		b.ForgetAfter = DefaultForgetAfter

@@ -291,3 +291,65 @@ func TestOverLimitCacheLeavesSlotsToRedis(t *testing.T) {
 		t.Fatalf("the cache answered or kept a slot's denial: %+v", s)
 	}
 }
+
+// TestOverLimitCacheHonoursBlocks: a blocking limit's trace decided with
+// the cache on and off (two stores on one Redis, each with its own keys)
+// gives the same answers at every step: the cache repeats a block's
+// denial, aged, until the block's end and not after, with no script call
+// while it does; a reset ends the block in Redis and in the cache.
+func TestOverLimitCacheHonoursBlocks(t *testing.T) {
+	srv := redistest.Start(t)
+	cached := open(t, srv, redis.Options{OverLimitCache: 100, Prefix: "cached:"})
+	plain := open(t, srv, redis.Options{Prefix: "plain:"})
+	ctx := context.Background()
+	lim := algo.Blocking{Limit: algo.GCRA{Burst: 1, Count: 1, Period: 2 * time.Second}, Block: algo.Block{For: 10 * time.Second, Growth: 2}}
+	t0 := time.Unix(1_800_000_000, 0)
+	decide := func(st *redis.Store, at time.Duration, cost int64) algo.Result {
+		t.Helper()
+		r, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: lim, Cost: cost, Time: t0.Add(at)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var calls int
+	for i, s := range []struct {
+		at   time.Duration
+		cost int64
+	}{
+		{0, 1}, {0, 1}, {time.Second, 1}, // over: a 10s block to 11s
+		{2 * time.Second, 1}, {5 * time.Second, 1}, {5 * time.Second, 2}, {10 * time.Second, 1}, // in the block
+		{11 * time.Second, 1},                                        // ended; the GCRA admits again
+		{11 * time.Second, 1}, {11 * time.Second, 1}, {12 * time.Second, 1}, // over again: 20s, to 31s
+		{20 * time.Second, 1}, {30 * time.Second, 1}, {31 * time.Second, 1},
+	} {
+		before := scriptCalls(t, srv)
+		c := decide(cached, s.at, s.cost)
+		calls = scriptCalls(t, srv) - before
+		p := decide(plain, s.at, s.cost)
+		if c != p {
+			t.Fatalf("step %d at %v cost %d: cached %+v, plain %+v", i, s.at, s.cost, c, p)
+		}
+		inBlock := c.DeniedBy == algo.DeniedByBlock && i != 2 && i != 9 // not the two that start one
+		if inBlock && s.cost == 1 && calls != 0 {
+			t.Errorf("step %d: a blocked check took %d script calls", i, calls)
+		}
+	}
+	if hits := cached.OverLimitStats().Hits; hits < 4 {
+		t.Fatalf("%d cache hits", hits)
+	}
+	// A reset ends the block, in Redis and in the cache.
+	decide(cached, 40*time.Second, 1)
+	decide(cached, 40*time.Second, 1)
+	for i, at := range []time.Duration{40 * time.Second, 41 * time.Second} { // a third block, 40s, to 80s
+		if r := decide(cached, at, 1); r.DeniedBy != algo.DeniedByBlock || i == 1 && r.RetryAfter != 39*time.Second {
+			t.Fatalf("the third block at %v: %+v", at, r)
+		}
+	}
+	if err := cached.Reset(ctx, []sluice.Request{{Key: "k", Limit: lim}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := decide(cached, 42*time.Second, 1); !r.Allowed {
+		t.Fatalf("after a reset: %+v", r)
+	}
+}

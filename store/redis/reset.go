@@ -13,8 +13,8 @@ import (
 
 // Reset forgets the state of each request's Key, placed by its Tag and
 // named for its Limit's shape as a decision would (a request without a
-// Limit names a GCRA or token bucket's key), as if the key had never been
-// seen; Cost and Time are ignored. Unknown keys are no error. Each key is
+// Limit names a GCRA or token bucket's key), and its block, as if the key
+// had never been seen; Cost and Time are ignored. Unknown keys are no error. Each key is
 // deleted on its own (in one pipelined round trip), so keys of several
 // Cluster slots may be reset together.
 func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
@@ -22,6 +22,11 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 		return nil
 	}
 	if err := s.deleteEach(ctx, "reset", reqs, s.stateKey); err != nil {
+		return err
+	}
+	// And each key's block (a limit with one, algo.Blocking): a reset key
+	// is one never seen.
+	if err := s.deleteEach(ctx, "reset", reqs, func(r sluice.Request) string { return s.stateKey(r) + "%:block" }); err != nil {
 		return err
 	}
 	return s.forget(ctx, reqs...)
