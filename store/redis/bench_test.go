@@ -98,3 +98,42 @@ func benchRedis(b *testing.B, st *redis.Store, lim algo.Limit, keys []string, pa
 		b.ReportMetric(float64(allowed.Load())/float64(n), "allowed/op")
 	}
 }
+
+// BenchmarkBlockedCheck: a check of a key under a block, with the
+// over-limit cache (no round trip: the cache repeats the block's denial)
+// and without it (Redis answers from the block key), next to a check of a
+// key that is not blocked, in one run:
+//
+//	go test -run '^$' -bench BenchmarkBlockedCheck -benchmem ./store/redis
+func BenchmarkBlockedCheck(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	lim := algo.Blocking{Limit: algo.GCRA{Burst: 1_000_000, Count: 1_000_000, Period: time.Second}, Block: algo.Block{For: time.Hour}}
+	for _, c := range []struct {
+		name  string
+		cache int
+		block bool
+	}{{"unblocked", 0, false}, {"blocked/over-limit-cache", 1000, true}, {"blocked/no-cache", 0, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			st, err := redis.Open(ctx, srv.URL(), redis.Options{OverLimitCache: c.cache, Prefix: "bench:" + c.name + ":"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			req := sluice.Request{Key: "k", Limit: lim, Cost: 1}
+			if c.block { // start the block: one cost over the limit
+				if r, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: lim, Cost: 2_000_000}); err != nil || r.DeniedBy != algo.DeniedByBlock {
+					b.Fatal(r, err)
+				}
+			}
+			before := st.OverLimitStats().Hits
+			for b.Loop() {
+				r, err := st.Decide(ctx, req)
+				if err != nil || r.Allowed == c.block {
+					b.Fatal(r, err)
+				}
+			}
+			b.ReportMetric(float64(st.OverLimitStats().Hits-before)/float64(b.N), "cache-hits/op")
+		})
+	}
+}

@@ -319,7 +319,7 @@ func TestOverLimitCacheHonoursBlocks(t *testing.T) {
 	}{
 		{0, 1}, {0, 1}, {time.Second, 1}, // over: a 10s block to 11s
 		{2 * time.Second, 1}, {5 * time.Second, 1}, {5 * time.Second, 2}, {10 * time.Second, 1}, // in the block
-		{11 * time.Second, 1},                                        // ended; the GCRA admits again
+		{11 * time.Second, 1},                                               // ended; the GCRA admits again
 		{11 * time.Second, 1}, {11 * time.Second, 1}, {12 * time.Second, 1}, // over again: 20s, to 31s
 		{20 * time.Second, 1}, {30 * time.Second, 1}, {31 * time.Second, 1},
 	} {
