@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestBlocksStoresAgree plays random traces of every algorithm with a
@@ -78,4 +79,62 @@ func TestBlocksStoresAgree(t *testing.T) {
 		t.Fatalf("only %d decisions denied by a block", blocked)
 	}
 	t.Logf("%d decisions denied by a block", blocked)
+}
+
+// TestAdjustStoresAgree plays random traces of decisions, penalties,
+// rewards, blocks and unblocks (store.Adjuster) on both stores, on
+// blocking GCRA, token bucket and fixed window limits, and requires every
+// decision after them to be identical.
+func TestAdjustStoresAgree(t *testing.T) {
+	st := stores(t)
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("SLUICE_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 29))
+	ctx := context.Background()
+	changes := 0
+	for trace := range 30 {
+		lim := algo.Blocking{Limit: randomLimit(r, trace%3), Block: algo.Block{For: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond, Growth: 2}}
+		at := conformance.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+		key := "adjust:" + strconv.Itoa(trace)
+		for step := range 60 {
+			at = at.Add(time.Duration(r.Int64N(int64(300 * time.Millisecond))))
+			req := sluice.Request{Key: key, Limit: lim, Cost: 1 + r.Int64N(3), Time: at}
+			block, unblock := r.IntN(4) == 0, r.IntN(4) == 0
+			for _, name := range []string{"memory", "redis"} {
+				a := st[name].(store.Adjuster)
+				var err error
+				switch step % 5 {
+				case 1:
+					err = a.Adjust(ctx, req, algo.Penalize)
+				case 2:
+					err = a.Adjust(ctx, req, algo.Reward)
+				case 3:
+					if block {
+						err = a.Block(ctx, req, time.Duration(req.Cost)*200*time.Millisecond)
+					} else if unblock {
+						err = a.Unblock(ctx, req)
+					}
+				}
+				if err != nil {
+					t.Fatalf("trace %d step %d on %s: %v", trace, step, name, err)
+				}
+			}
+			if step%5 != 0 {
+				changes++
+			}
+			req.Cost = r.Int64N(3)
+			m, err1 := st["memory"].Decide(ctx, req)
+			x, err2 := st["redis"].Decide(ctx, req)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if m != x {
+				t.Fatalf("trace %d step %d %#v cost %d at %v:\nmemory %s\n redis %s", trace, step, lim, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
+			}
+		}
+	}
+	t.Logf("%d changes", changes)
 }

@@ -8,8 +8,8 @@
 // server reachable), Resetter (forget keys), Refunder (give units back),
 // Clock (the store's time), ConsumerLog (who consumed a key), DenialCache
 // and Leaser and Granter (answers without a round trip), Queues
-// (admission queues), HolderLister (who holds slots) and Script (a user's
-// limiter). A store's insides stay
+// (admission queues), HolderLister (who holds slots), Adjuster (penalty,
+// reward, block, unblock) and Script (a user's limiter). A store's insides stay
 // in its package: nothing else asserts a concrete store type.
 package store
 
@@ -254,6 +254,18 @@ type ConsumerLog interface {
 // algo.Concurrency (others: an error wrapping algo.ErrUnsupported).
 type HolderLister interface {
 	Holders(ctx context.Context, req sluice.Request) ([]algo.Holder, error)
+}
+
+// Adjuster is a store that changes a key outside a request, for
+// req.Key under req.Limit (placed by req.Tag) at req.Time (the zero Time:
+// the store's clock): Adjust applies a penalty or a reward of req.Cost
+// units (algo.Plan.Adjust), Block blocks the key for d and Unblock ends
+// its block (algo.Plan.BlockFor, Unblock; for a limit with a block). A
+// store with an over-limit cache forgets the key's cached denials.
+type Adjuster interface {
+	Adjust(ctx context.Context, req sluice.Request, op algo.Adjust) error
+	Block(ctx context.Context, req sluice.Request, d time.Duration) error
+	Unblock(ctx context.Context, req sluice.Request) error
 }
 
 // Script is a user-supplied limiter that a store runs in place of the

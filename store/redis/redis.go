@@ -482,6 +482,10 @@ func blockExtras(l algo.Limit) int64 {
 	return 0
 }
 
+// blockKey is the Redis key of the block of the state whose key is
+// state: in its slot, and no escaped key holds "%:".
+func blockKey(state string) string { return state + "%:block" }
+
 // blockKeys returns the script's KEYS for requests whose state keys are
 // keys: each level's key, followed by its block key (the state key +
 // "%:block", in the same slot by the request's Tag) for a level with a
@@ -502,7 +506,7 @@ func blockKeys(reqs []sluice.Request, keys []string, cluster bool) ([]string, er
 		if out == nil {
 			out = append(make([]string, 0, len(keys)+1), keys[:i]...)
 		}
-		out = append(out, keys[i], keys[i]+"%:block")
+		out = append(out, keys[i], blockKey(keys[i]))
 	}
 	if out == nil {
 		return keys, nil

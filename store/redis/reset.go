@@ -26,7 +26,7 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 	}
 	// And each key's block (a limit with one, algo.Blocking): a reset key
 	// is one never seen.
-	if err := s.deleteEach(ctx, "reset", reqs, func(r sluice.Request) string { return s.stateKey(r) + "%:block" }); err != nil {
+	if err := s.deleteEach(ctx, "reset", reqs, func(r sluice.Request) string { return blockKey(s.stateKey(r)) }); err != nil {
 		return err
 	}
 	return s.forget(ctx, reqs...)

@@ -1,0 +1,111 @@
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Adjust is a change to a key's state outside a request (Plan.Adjust):
+// a failed login that costs more, a good one that gives some back.
+type Adjust uint8
+
+// The adjustments.
+const (
+	// Penalize consumes n units more, past the limit if need be: a GCRA
+	// or token bucket key waits n·T longer (its TAT moves on by n·T, at
+	// most MaxHorizon ahead), a fixed window's count grows by n (at most
+	// MaxCount), so the key is denied longer than a request could make
+	// it.
+	Penalize Adjust = iota + 1
+	// Reward gives back n units, never more than the key has consumed:
+	// remaining never rises above the limit (the TAT moves back by n·T,
+	// not before now; a window's count falls by n, not below 0).
+	Reward
+)
+
+// String returns the adjustment's name.
+func (a Adjust) String() string {
+	switch a {
+	case Penalize:
+		return "penalty"
+	case Reward:
+		return "reward"
+	}
+	return fmt.Sprintf("Adjust(%d)", a)
+}
+
+// ErrNotAdjustable is wrapped by the error of a penalty or reward on a
+// limit that has no count to move both ways.
+var ErrNotAdjustable = errors.New("penalty and reward are for gcra, token_bucket and fixed_window: a sliding log or window counter keeps when actions happened, which a penalty would have to invent; a gate holds one action; concurrency slots are released")
+
+// Adjust applies a penalty or a reward of n units (1 to MaxCount) to s at
+// now; see Penalize and Reward. The error wraps ErrInvalid for a bad n or
+// op, and ErrNotAdjustable (and ErrUnsupported) for the other kinds.
+func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
+	if n < 1 || n > MaxCount {
+		return fmt.Errorf("%w: %v of %d units: want 1 to %d", ErrInvalid, op, n, MaxCount)
+	}
+	if op != Penalize && op != Reward {
+		return fmt.Errorf("%w: %v", ErrInvalid, op)
+	}
+	switch p.kind {
+	case KindGCRA, KindTokenBucket:
+		if op == Reward {
+			if s.A <= now || n > (s.A-now)/p.tat.Interval { // all of it back: a full key
+				*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
+				return nil
+			}
+			s.A -= n * p.tat.Interval
+			s.Expire = s.A
+			return nil
+		}
+		tat := max(s.A, now)
+		step := min(n, (now+Micros(MaxHorizon)-tat)/p.tat.Interval)
+		s.A = tat + step*p.tat.Interval
+		s.Expire = s.A
+		return nil
+	case KindFixedWindow:
+		end, count := p.win.end(now), int64(0)
+		if s.A >= end {
+			end, count = s.A, s.B
+		}
+		if op == Penalize {
+			count = min(count+n, MaxCount)
+		} else {
+			count = max(count-n, 0)
+		}
+		s.A, s.B, s.Expire = end, count, end
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %v", ErrUnsupported, ErrNotAdjustable, p.kind)
+}
+
+// ErrNoBlock is wrapped by the error of a block or unblock on a limit
+// without a block (Blocking): its decisions never look at one.
+var ErrNoBlock = errors.New("the limit has no block: give it block: {for: ...} to block its keys")
+
+// BlockFor blocks s from now for d (MinBlock to MaxBlock), whatever its
+// block was: a block an operator sets. It counts as a block in a row for
+// the next one, and is forgotten ForgetAfter after it ends.
+func (p *Plan) BlockFor(s *State, now int64, d time.Duration) error {
+	if !p.hasBlock {
+		return fmt.Errorf("%w: %w", ErrUnsupported, ErrNoBlock)
+	}
+	if d < MinBlock || d > MaxBlock {
+		return fmt.Errorf("%w: a block of %v: want %v to %v", ErrInvalid, d, MinBlock, MaxBlock)
+	}
+	until := now + Micros(d)
+	s.Block = BlockState{Until: until, Count: max(s.Block.Count, 1), Expire: until + Micros(p.blk.WithDefaults().ForgetAfter)}
+	return nil
+}
+
+// Unblock ends s's block and forgets its count: the key is as one never
+// blocked.
+func (p *Plan) Unblock(s *State) error {
+	if !p.hasBlock {
+		return fmt.Errorf("%w: %w", ErrUnsupported, ErrNoBlock)
+	}
+	s.Block = BlockState{}
+	return nil
+}

@@ -1,0 +1,103 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
+)
+
+var _ store.Adjuster = (*Store)(nil)
+
+var adjustScript = embeddedScript("expire.lua", "adjust.lua")
+
+// Adjust implements store.Adjuster: scripts/adjust.lua on the key's
+// state, by the rules of algo.Plan.Adjust.
+func (s *Store) Adjust(ctx context.Context, req sluice.Request, op algo.Adjust) error {
+	p, err := s.compileOne(&req)
+	if err != nil {
+		return err
+	}
+	// The memory store's own Adjust on a scratch state says whether the
+	// change is one algo allows, with its errors.
+	if err := p.Adjust(&algo.State{}, 1, op, req.Cost); err != nil {
+		return err
+	}
+	letter := "t"
+	var args []string
+	switch p.Kind() {
+	case algo.KindGCRA, algo.KindTokenBucket:
+		t, _ := p.TAT()
+		args = []string{itoa(req.Cost), itoa(t.Interval), itoa(algo.Micros(algo.MaxHorizon))}
+	default: // a fixed window: the only other kind Adjust allows
+		letter = "f"
+		fw, _ := unplan(req.Limit).(algo.FixedWindow)
+		args = []string{itoa(req.Cost), itoa(algo.Micros(fw.Window)), itoa(algo.MaxCount)}
+	}
+	code := "p"
+	if op == algo.Reward {
+		code = "r"
+	}
+	return s.adjust(ctx, req, letter+code, args)
+}
+
+// Block implements store.Adjuster.
+func (s *Store) Block(ctx context.Context, req sluice.Request, d time.Duration) error {
+	p, err := s.compileOne(&req)
+	if err != nil {
+		return err
+	}
+	if err := p.BlockFor(&algo.State{}, 1, d); err != nil {
+		return err
+	}
+	b, _ := p.Blocks()
+	return s.adjust(ctx, req, "b", []string{itoa(algo.Micros(d)), itoa(algo.Micros(b.WithDefaults().ForgetAfter))})
+}
+
+// Unblock implements store.Adjuster.
+func (s *Store) Unblock(ctx context.Context, req sluice.Request) error {
+	p, err := s.compileOne(&req)
+	if err != nil {
+		return err
+	}
+	if err := p.Unblock(&algo.State{}); err != nil {
+		return err
+	}
+	return s.adjust(ctx, req, "u", nil)
+}
+
+// compileOne checks and compiles one request, which then carries its
+// plan.
+func (s *Store) compileOne(req *sluice.Request) (*algo.Plan, error) {
+	p := new(algo.Plan)
+	if err := store.Compile(req, p); err != nil {
+		return nil, err
+	}
+	req.Limit = p
+	return p, nil
+}
+
+// adjust runs adjust.lua on the request's key and block key, then drops
+// the key's cached denials here and on the other stores.
+func (s *Store) adjust(ctx context.Context, req sluice.Request, op string, args []string) error {
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	key := s.stateKey(req)
+	if op == "b" || op == "u" {
+		key = blockKey(key)
+	}
+	now := ""
+	if !req.Time.IsZero() {
+		now = itoa(req.Time.UnixMicro())
+	}
+	if err := adjustScript.Exec(ctx, s.client(), []string{key}, append([]string{now, op}, args...)).Error(); err != nil {
+		return fmt.Errorf("redis store: %s: %w", op, err)
+	}
+	return s.forget(ctx, req)
+}
