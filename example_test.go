@@ -136,3 +136,49 @@ func ExampleLimiter_Acquire() {
 	// <nil> <nil>
 	// 0 <nil>
 }
+
+// ExampleLimiter_Penalize guards a login form: 5 tries a minute per
+// account, a failed one costs 2 more, and an account that goes over is
+// blocked for 30s, twice as long each time it does again within a day.
+func ExampleLimiter_Penalize() {
+	st := memory.New()
+	defer st.Close()
+	lim, err := sluice.NewLimiter(st, algo.Blocking{
+		Limit: algo.FixedWindow{Limit: 5, Window: time.Minute},
+		Block: algo.Block{For: 30 * time.Second, Growth: 2},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	login := func(password string) {
+		r, _ := lim.DecideN(ctx, "account:alex", time.Time{}, 1)
+		switch {
+		case r.DeniedBy == algo.DeniedByBlock:
+			fmt.Println("blocked") // r.RetryAfter says until when
+		case !r.Allowed:
+			fmt.Println("denied")
+		case password != "s3cret":
+			fmt.Println("wrong password")
+			lim.Penalize(ctx, "account:alex", 2)
+		default:
+			fmt.Println("welcome")
+			lim.Reward(ctx, "account:alex", 1)
+		}
+	}
+	login("guess")  // 1 + 2
+	login("s3cret") // 1 - 1
+	login("guess2") // 1 + 2: 5 of 5
+	login("s3cret") // over: a 30s block
+	login("s3cret")
+	lim.Unblock(ctx, "account:alex") // an operator lets alex in
+	lim.Reward(ctx, "account:alex", 5)
+	login("s3cret")
+	// Output:
+	// wrong password
+	// welcome
+	// wrong password
+	// blocked
+	// blocked
+	// welcome
+}

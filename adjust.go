@@ -1,0 +1,67 @@
+package sluice
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+)
+
+// adjuster is store.Adjuster, which this package does not import.
+type adjuster interface {
+	Adjust(ctx context.Context, req Request, op algo.Adjust) error
+	Block(ctx context.Context, req Request, d time.Duration) error
+	Unblock(ctx context.Context, req Request) error
+}
+
+func (l *Limiter) adjuster() (adjuster, error) {
+	a, ok := l.st.(adjuster)
+	if !ok {
+		return nil, fmt.Errorf("sluice: %T cannot change keys outside a request", l.st)
+	}
+	return a, nil
+}
+
+// Penalize consumes n more units of key's limit outside a request, past
+// the limit if need be (algo.Penalize): a failed login that costs more.
+// For gcra, token_bucket and fixed_window (others: an error wrapping
+// algo.ErrNotAdjustable); n is 1 to algo.MaxCount.
+func (l *Limiter) Penalize(ctx context.Context, key string, n int64) error {
+	a, err := l.adjuster()
+	if err != nil {
+		return err
+	}
+	return a.Adjust(ctx, Request{Key: key, Limit: l.lim, Cost: n}, algo.Penalize)
+}
+
+// Reward gives n units of key's limit back outside a request, never more
+// than it consumed (algo.Reward): a good login that earns one back. For
+// the limits Penalize takes.
+func (l *Limiter) Reward(ctx context.Context, key string, n int64) error {
+	a, err := l.adjuster()
+	if err != nil {
+		return err
+	}
+	return a.Adjust(ctx, Request{Key: key, Limit: l.lim, Cost: n}, algo.Reward)
+}
+
+// Block blocks key for d from now, whatever its block was, for a limit
+// with a block (algo.Blocking; others: an error wrapping algo.ErrNoBlock).
+func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
+	a, err := l.adjuster()
+	if err != nil {
+		return err
+	}
+	return a.Block(ctx, Request{Key: key, Limit: l.lim}, d)
+}
+
+// Unblock ends key's block and forgets its count, for a limit with a
+// block.
+func (l *Limiter) Unblock(ctx context.Context, key string) error {
+	a, err := l.adjuster()
+	if err != nil {
+		return err
+	}
+	return a.Unblock(ctx, Request{Key: key, Limit: l.lim})
+}

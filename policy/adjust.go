@@ -1,0 +1,98 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// A Change is a change to a path's keys outside a request: a penalty or a
+// reward of Units (Op), or a block for Block, or an unblock (Unblock).
+// One is set: Op, Block or Unblock.
+type Change struct {
+	Op      algo.Adjust
+	Units   int64
+	Block   time.Duration
+	Unblock bool
+	// Shared, when set, changes the levels every caller shares too (such
+	// as login above login/*): a penalty there would hold back everyone.
+	Shared bool
+}
+
+// adjuster is store.Adjuster, which policy does not import.
+type adjuster interface {
+	Adjust(ctx context.Context, req sluice.Request, op algo.Adjust) error
+	Block(ctx context.Context, req sluice.Request, d time.Duration) error
+	Unblock(ctx context.Context, req sluice.Request) error
+}
+
+// ErrNothingToChange is wrapped by Change's error when no level of the
+// path can take the change: none has a limit that counts both ways (a
+// penalty, a reward) or a block (a block, an unblock).
+var ErrNothingToChange = errors.New("no level of the path can take the change")
+
+// Change applies c at time t (the zero Time: the store's clock) to the
+// keys of the path's own levels (its caller's; with c.Shared, every level)
+// whose limit can take it: a penalty or a reward where the limit counts
+// both ways (gcra, token_bucket, fixed_window), a block or an unblock
+// where it has a block. It returns the keys changed, in walk order; an
+// error wrapping ErrNothingToChange (and sluice.ErrBadRequest) when there
+// were none.
+func (c *Checker) Change(ctx context.Context, t time.Time, path []string, ch Change) ([]string, error) {
+	a, ok := c.Store.(adjuster)
+	if !ok {
+		return nil, fmt.Errorf("policy: %w: the store cannot change keys outside a request", algo.ErrUnsupported)
+	}
+	m := c.Policy.Load().Match(path)
+	var keys []string
+	for i := range m.Hits {
+		h := &m.Hits[i]
+		if h.Shared && !ch.Shared {
+			continue
+		}
+		for j := range h.Limits {
+			req := h.Request(j, ch.Units)
+			req.Time = t
+			p := req.Limit.(*algo.Plan)
+			var err error
+			switch {
+			case ch.Unblock || ch.Block > 0:
+				if _, blocks := p.Blocks(); !blocks {
+					continue
+				}
+				if ch.Unblock {
+					err = a.Unblock(ctx, req)
+				} else {
+					err = a.Block(ctx, req, ch.Block)
+				}
+			default:
+				if p.Adjust(&algo.State{}, 1, ch.Op, max(ch.Units, 1)) != nil {
+					continue // a kind without a count to move
+				}
+				err = a.Adjust(ctx, req, ch.Op)
+			}
+			if err != nil {
+				return keys, err
+			}
+			keys = append(keys, req.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("policy: %w: %w: %s", sluice.ErrBadRequest, ErrNothingToChange, ch.need())
+	}
+	return keys, nil
+}
+
+func (ch Change) need() string {
+	switch {
+	case ch.Unblock:
+		return "an unblock needs a level with a block"
+	case ch.Block > 0:
+		return "a block needs a level with a block (block: {for: ...})"
+	}
+	return fmt.Sprintf("a %v needs a level of gcra, token_bucket or fixed_window", ch.Op)
+}
