@@ -6,7 +6,7 @@ import (
 )
 
 // Block is what a limit does to a key that goes over it: the decision
-// that is denied starts a block, and until the block ends every decision
+// that is denied starts a block (a peek, of cost 0, starts none), and until the block ends every decision
 // on the key is denied, whatever the algorithm would say, its RetryAfter
 // the block's end. Decisions denied during a block do not extend it. A
 // block that starts within ForgetAfter of the end of the key's last one

@@ -265,7 +265,7 @@ func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
 		return s.Block.Result(now, q)
 	}
 	r := p.decide(s, now, cost, commit)
-	if commit && !r.Allowed {
+	if commit && !r.Allowed && cost > 0 { // a peek starts nothing
 		s.Block = p.blk.Start(s.Block, now)
 		q, _ := p.Quota()
 		r = s.Block.Result(now, q)

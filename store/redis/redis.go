@@ -460,7 +460,7 @@ func appendLevel(args []string, b *binding, r sluice.Request) []string {
 	if blocks {
 		blk = blk.WithDefaults()
 		args = append(args, itoa(algo.Micros(blk.For)), strconv.FormatFloat(blk.Growth, 'g', -1, 64),
-			itoa(algo.Micros(blk.Max)), itoa(algo.Micros(blk.ForgetAfter)))
+			itoa(algo.Micros(blk.Max)), itoa(algo.Micros(blk.ForgetAfter)), itoa(r.Cost))
 	}
 	return args
 }

@@ -8,7 +8,8 @@
 --        <count>", until in µs since the epoch, count the blocks in a row;
 --        it expires forget_after after until
 -- Args   b+0: for in µs; b+1: growth; b+2: max in µs; b+3: forget_after
---        in µs (defaults applied by the store)
+--        in µs (defaults applied by the store); b+4: the decision's cost
+--        ("0": a peek, which starts no block)
 -- b_until(key) returns until and count (0, 0 for none); b_start(key, now,
 -- b) starts a block and returns its until.
 local function b_until(key)
@@ -20,6 +21,7 @@ end
 
 local function b_start(key, now, b)
   local u, n = b_until(key)
+  if ARGV[b + 4] == '0' then return 0 end
   local forget = tonumber(ARGV[b + 3])
   if u ~= 0 and now - u <= forget then
     n = math.min(n + 1, 1000) -- algo.MaxBlockCount
@@ -45,7 +47,7 @@ end
 local function b_level(a)
   local n = 3 + ARGV[a + 2]
   if string.find(ARGV[a + 1], 'b', 1, true) then
-    return n + 4, 2, a + n
+    return n + 5, 2, a + n
   end
   return n, 1, nil
 end

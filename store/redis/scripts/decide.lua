@@ -23,7 +23,7 @@
 -- ARGV[1]  now in µs since the epoch, or "" to use Redis TIME
 -- ARGV[2..] per level, in KEYS order: kind, flag ("s" for shadow, "b" for
 --          a block, "sb" for both, else "-"), the number of the level's
---          own arguments, then those arguments, then for a block its four
+--          own arguments, then those arguments, then for a block its five
 --          (block.lua)
 -- Reply    {now, pass (1 or 0), then per level: code, value, extras...}
 --          where code = ok (1 or 0) + 2 * the number of extras: for the

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store"
+)
+
+// runChange is sluice penalty, reward, block and unblock: a change to a
+// path's keys outside a request, on a store, by a policy.
+func runChange(kind string) func(ctx context.Context, e env, args []string) int {
+	return func(ctx context.Context, e env, args []string) int {
+		fs := flag.NewFlagSet(kind, flag.ContinueOnError)
+		fs.SetOutput(e.stderr)
+		storeURL := fs.String("store", "memory", "store URL: redis://host:port/db (the memory store forgets at exit)")
+		policyFile := fs.String("policy", "", "the limits.yaml the path is decided by (required)")
+		all := fs.Bool("all-levels", false, "change the levels every caller shares too, not only the path's own")
+		var units int64
+		var d time.Duration
+		switch kind {
+		case "penalty", "reward":
+			fs.Int64Var(&units, "units", 1, "how many units (1 to 2^53-1)")
+		case "block":
+			fs.DurationVar(&d, "for", 0, "how long (1ms to 8760h; required)")
+		}
+		fs.Usage = func() {
+			fmt.Fprintf(e.stderr, "usage: sluice %s --store URL --policy limits.yaml [flags] SEGMENT...\n\n%s\n\nflags:\n", kind, changeHelp[kind])
+			fs.PrintDefaults()
+		}
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		fail := func(err error) int {
+			fmt.Fprintf(e.stderr, "%s: %v\n", kind, err)
+			return 1
+		}
+		if *policyFile == "" || fs.NArg() == 0 {
+			fs.Usage()
+			return 2
+		}
+		var ch policy.Change
+		switch kind {
+		case "penalty", "reward":
+			if units < 1 || units > algo.MaxCount {
+				return fail(fmt.Errorf("--units must be 1 to %d, got %d", algo.MaxCount, units))
+			}
+			ch.Op, ch.Units = algo.Penalize, units
+			if kind == "reward" {
+				ch.Op = algo.Reward
+			}
+		case "block":
+			if d < algo.MinBlock || d > algo.MaxBlock {
+				return fail(fmt.Errorf("--for must be %v to %v, got %v", algo.MinBlock, algo.MaxBlock, d))
+			}
+			ch.Block = d
+		case "unblock":
+			ch.Unblock = true
+		}
+		ch.Shared = *all
+		p, err := policy.Load(*policyFile)
+		if err != nil {
+			return fail(err)
+		}
+		st, err := store.Open(ctx, *storeURL, store.Options{})
+		if err != nil {
+			return fail(err)
+		}
+		defer st.Close()
+		c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+		keys, err := c.Change(ctx, time.Time{}, fs.Args(), ch)
+		if err != nil {
+			return fail(err)
+		}
+		out := server.ChangeJSON{Changed: keys}
+		var dec sluice.Decision
+		if err := c.Check(ctx, fs.Args(), 0, &dec); err != nil {
+			return fail(err)
+		}
+		out.State = server.NewDecisionJSON(&dec)
+		b, _ := json.Marshal(out)
+		fmt.Fprintln(e.stdout, string(b))
+		return 0
+	}
+}
+
+var changeHelp = map[string]string{
+	"penalty": "Consumes --units more of the path's own limits (gcra, token_bucket,\nfixed_window), past the limit if need be: a failed login that costs more.",
+	"reward":  "Gives --units of the path's own limits back, never more than they consumed:\na good login that earns one back.",
+	"block":   "Blocks the path's own keys whose limits have a block (block: {for: ...})\nfor --for, whatever their block was.",
+	"unblock": "Ends the blocks of the path's own keys and forgets their counts.",
+}
+
+var changeSummary = map[string]string{
+	"penalty": "consume units of a path's limits outside a request (a failed login)",
+	"reward":  "give units of a path's limits back outside a request (a good login)",
+	"block":   "block a path's keys for a time (limits with a block)",
+	"unblock": "end the blocks of a path's keys",
+}
+
+func init() {
+	for kind := range changeHelp {
+		commands[kind] = command{changeSummary[kind], runChange(kind)}
+	}
+}
