@@ -403,6 +403,19 @@ var Traces = []Trace{
 			{At: 14 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: e + 10*s - 14*s}},
 		},
 	},
+	{
+		// A block is a time: a clock stepping back 50ms after one started
+		// finds the key blocked, its RetryAfter longer by as much.
+		Name:  "gcra/block-clock-back",
+		Limit: algo.Blocking{Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Block: algo.Block{For: 10 * s}},
+		Steps: []Step{
+			{At: 10 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 1, Remaining: 0, ResetAfter: time.Hour}},
+			{At: 11 * s, Cost: 1, Want: algo.Result{Quota: 1, RetryAfter: 10 * s, ResetAfter: 10 * s, DeniedBy: algo.DeniedByBlock}},
+			{At: 10950 * ms, Cost: 1, Want: algo.Result{Quota: 1, RetryAfter: 10050 * ms, ResetAfter: 10050 * ms, DeniedBy: algo.DeniedByBlock}},
+			// At its end the GCRA still denies: a second block of 10s.
+			{At: 21 * s, Cost: 1, Want: algo.Result{Quota: 1, RetryAfter: 10 * s, ResetAfter: 10 * s, DeniedBy: algo.DeniedByBlock}},
+		},
+	},
 	// Each algorithm at its largest limit (algo.MaxCount and the bounds it
 	// lists), with costs up to algo.MaxCount: both stores count exactly to
 	// the last unit (a fixed window of 2^63-1 once failed open on Redis,

@@ -232,6 +232,30 @@ var Scenarios = map[string]Scenario{
 			{Name: "both", Policy: "schema:\n  caller:\n    children:\n      \"*\": {limits: [{algorithm: gcra, burst: 5, count: 2, period: 1s}, {algorithm: concurrency, limit: 5, hold_for: 30s}]}\n"},
 		},
 	},
+	"bruteforce": {
+		Name: "bruteforce",
+		Description: "a password guesser tries an account 5 times a second, while 20 users log in about once a minute each; " +
+			"5 tries a minute per account, without and with a block (1m, twice as long each time in a row)",
+		Defaults: Params{Duration: 10 * time.Minute, Callers: 21},
+		Events: func(seed uint64, p Params) []Event {
+			r := rand.New(rand.NewPCG(seed, 13))
+			var ev []Event
+			for at := time.Duration(0); at < p.Duration; at += 200 * time.Millisecond {
+				ev = append(ev, Event{At: at, Caller: "attacker"})
+			}
+			for c := 1; c < p.Callers; c++ {
+				for at := time.Duration(r.Int64N(int64(time.Minute))); at < p.Duration; at += time.Duration(40+r.IntN(40)) * time.Second {
+					ev = append(ev, Event{At: at, Caller: callerName(c)})
+				}
+			}
+			sort.SliceStable(ev, func(i, j int) bool { return ev[i].At < ev[j].At })
+			return ev
+		},
+		Strategies: []StrategySource{
+			{Name: "5 a minute", Policy: "schema:\n  caller:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: 5, window: 1m}]}\n"},
+			{Name: "5 a minute, blocking", Policy: "schema:\n  caller:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: 5, window: 1m, block: {for: 1m, growth: 2}}]}\n"},
+		},
+	},
 }
 
 // ScenarioNames lists the built-in scenarios, sorted.

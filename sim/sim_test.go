@@ -296,3 +296,32 @@ func TestInFlightByHand(t *testing.T) {
 		t.Errorf("rate, 2.5s requests: admitted %d, most in flight %d", s.Summary.Admitted, s.Summary.MaxInFlight)
 	}
 }
+
+// TestBruteForceScenario: the guesser against 5 tries a minute, without
+// and with a block. Without, it gets 5 a minute: 50 in 10 minutes. With a
+// block of 1m, twice as long each time: 5 at 0s, blocked at 1s to 61s; 5
+// at 61s, blocked at 62s for 2m to 182s; 5 at 182s, blocked 4m to 423s; 5
+// at 423s, blocked 8m past the end: 20. The users get the same either
+// way.
+func TestBruteForceScenario(t *testing.T) {
+	sc := Scenarios["bruteforce"]
+	var strategies []Strategy
+	for _, src := range sc.Strategies {
+		s, err := CompileStrategy(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		strategies = append(strategies, s)
+	}
+	res, err := Run(context.Background(), sc, 1, Params{}, strategies, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, blocking := res.Strategies[0], res.Strategies[1]
+	if a, b := plain.perCaller["attacker"][1], blocking.perCaller["attacker"][1]; a != 50 || b != 20 {
+		t.Errorf("the guesser got %d tries without a block, %d with one; want 50 and 20", a, b)
+	}
+	if u, v := plain.Summary.Admitted-plain.perCaller["attacker"][1], blocking.Summary.Admitted-blocking.perCaller["attacker"][1]; u != v || u == 0 {
+		t.Errorf("the users got %d without a block, %d with one", u, v)
+	}
+}
