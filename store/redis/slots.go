@@ -121,7 +121,7 @@ func (s *Store) refund(ctx context.Context, levels []sluice.Request, c checked) 
 	args[0] = strconv.FormatInt(c.now, 10)
 	k := len(c.args) // the value of level j's key; "" for a block key
 	for j, r := range levels {
-		if c.ok[j] {
+		if c.ok[j] && r.Cost > 0 { // a peek committed nothing
 			args[k] = strconv.FormatInt(c.val[j], 10)
 		}
 		k += 1 + int(blockExtras(r.Limit))
