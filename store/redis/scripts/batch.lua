@@ -49,15 +49,8 @@ local function decide(i, k, base, levels)
     local span, keys, b = b_level(a)
     local ok, val, extra = check[kind](KEYS[j], now, a + 3, reply, p)
     extra = extra or 0
-    if b then
-      local u = b_until(KEYS[j + 1])
-      reply[p + 2 + extra] = 0
-      if now < u then
-        ok, blocked[p], reply[p + 2 + extra] = false, true, u
-      end
-      extra = extra + 1
-    end
-    if not ok and ARGV[a + 1] ~= 's' and ARGV[a + 1] ~= 'sb' then reply[base + 2] = 0 end
+    if b then ok, extra = b_check(KEYS[j + 1], now, ok, extra, reply, p, blocked) end
+    if not ok and b_enforced(a) then reply[base + 2] = 0 end
     reply[p] = (ok and 1 or 0) + 2 * extra
     reply[p + 1] = val
     a, p, j = a + span, p + 2 + extra, j + keys

@@ -51,3 +51,23 @@ local function b_level(a)
   end
   return n, 1, nil
 end
+
+-- b_check applies a level's block after its kind's check, whose outcome
+-- is ok with extra values at reply[p+2 ...]: it writes the block's end
+-- after them (0 for none) and marks blocked[p] when the key is under a
+-- block, which makes the level not ok. It returns ok and the extras'
+-- count.
+local function b_check(key, now, ok, extra, reply, p, blocked)
+  local u = b_until(key)
+  reply[p + 2 + extra] = 0
+  if now < u then
+    ok, blocked[p], reply[p + 2 + extra] = false, true, u
+  end
+  return ok, extra + 1
+end
+
+-- b_enforced reports whether the level whose arguments start at ARGV[a]
+-- is enforced (its flag is not shadow's).
+local function b_enforced(a)
+  return string.sub(ARGV[a + 1], 1, 1) ~= 's'
+end

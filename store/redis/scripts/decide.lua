@@ -55,15 +55,8 @@ while j <= #KEYS do
   local span, keys, b = b_level(i)
   local ok, val, extra = check[kind](KEYS[j], now, i + 3, reply, p)
   extra = extra or 0
-  if b then
-    local u = b_until(KEYS[j + 1])
-    reply[p + 2 + extra] = 0
-    if now < u then
-      ok, blocked[p], reply[p + 2 + extra] = false, true, u
-    end
-    extra = extra + 1
-  end
-  if not ok and ARGV[i + 1] ~= 's' and ARGV[i + 1] ~= 'sb' then reply[2] = 0 end
+  if b then ok, extra = b_check(KEYS[j + 1], now, ok, extra, reply, p, blocked) end
+  if not ok and b_enforced(i) then reply[2] = 0 end
   reply[p] = (ok and 1 or 0) + 2 * extra
   reply[p + 1] = val
   i, p, j = i + span, p + 2 + extra, j + keys
