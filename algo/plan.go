@@ -507,6 +507,9 @@ func (p *Plan) ReserveDelay(r Result) time.Duration {
 // (ReserveDelay). A denial keeps its RetryAfter: when the cost would be
 // admitted within wait.
 func (p *Plan) Unreserved(r Result, wait time.Duration, cost int64) (Result, time.Duration) {
+	if r.DeniedBy == DeniedByBlock {
+		return r, 0 // a block's denial is the block's, whatever the tolerance
+	}
 	t := p.tat
 	t.Tolerance -= Micros(wait)
 	out := t.Result(r.Allowed, 0, Micros(r.ResetAfter), cost)

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memory"
 )
 
 // TestBlocksOnAPath: a path whose own level blocks, under a shared level,
@@ -64,5 +65,34 @@ schema:
 				t.Fatalf("after a penalty on every level: %+v", d)
 			}
 		})
+	}
+}
+
+// TestBlockOnADelayNode: a node that delays and blocks: what it would
+// admit within its delay it holds; beyond, the denial starts a block,
+// which the answer reports as the block's.
+func TestBlockOnADelayNode(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	c := checker(t, `
+schema:
+  ip:
+    children:
+      "*":
+        limits: {algorithm: gcra, burst: 0, count: 1, period: 1s, block: {for: 1m}}
+        delay: {max: 1500ms}
+`, st)
+	at := conformance.T0
+	var d sluice.Decision
+	for i, want := range []time.Duration{0, time.Second, 0} {
+		if err := c.CheckAt(context.Background(), at, []string{"ip", "a"}, 1, &d); err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 && (!d.Allowed || d.Delay != want) {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+		if i == 2 && (d.Allowed || d.Levels[0].Result.DeniedBy != algo.DeniedByBlock || d.Summary.RetryAfter != time.Minute) {
+			t.Fatalf("request %d, beyond the delay: %+v", i, d)
+		}
 	}
 }
