@@ -89,7 +89,7 @@ var ErrNoBlock = errors.New("the limit has no block: give it block: {for: ...} t
 // block was: a block an operator sets. It counts as a block in a row for
 // the next one, and is forgotten ForgetAfter after it ends.
 func (p *Plan) BlockFor(s *State, now int64, d time.Duration) error {
-	if !p.hasBlock {
+	if p.blk == nil {
 		return fmt.Errorf("%w: %w", ErrUnsupported, ErrNoBlock)
 	}
 	if d < MinBlock || d > MaxBlock {
@@ -103,7 +103,7 @@ func (p *Plan) BlockFor(s *State, now int64, d time.Duration) error {
 // Unblock ends s's block and forgets its count: the key is as one never
 // blocked.
 func (p *Plan) Unblock(s *State) error {
-	if !p.hasBlock {
+	if p.blk == nil {
 		return fmt.Errorf("%w: %w", ErrUnsupported, ErrNoBlock)
 	}
 	s.Block = BlockState{}

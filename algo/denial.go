@@ -22,7 +22,7 @@ func (p *Plan) Equal(q *Plan) bool {
 	same := func(a, b Window) bool { return a.Limit == b.Limit && a.Window == b.Window }
 	return p.kind == q.kind && p.ok == q.ok && p.tat == q.tat &&
 		p.gcra == q.gcra && p.tb == q.tb && p.fw == q.fw && p.gate == q.gate && p.cc == q.cc &&
-		p.permit == q.permit && p.op == q.op && p.hasBlock == q.hasBlock && p.blk == q.blk &&
+		p.permit == q.permit && p.op == q.op && (p.blk == nil) == (q.blk == nil) && (p.blk == nil || *p.blk == *q.blk) &&
 		p.sl.MinGap == q.sl.MinGap && p.sl.Buckets == q.sl.Buckets && p.sl.Mode == q.sl.Mode &&
 		slices.EqualFunc(p.sl.Limits, q.sl.Limits, same) &&
 		p.wc.Slice == q.wc.Slice && slices.EqualFunc(p.wc.Limits, q.wc.Limits, same)

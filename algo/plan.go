@@ -43,9 +43,9 @@ type Plan struct {
 	// A concurrency plan's permit (ForPermit): its id (0: none) and op.
 	permit int64
 	op     SlotOp
-	// The limit's block (Blocking), when hasBlock.
-	hasBlock bool
-	blk      Block
+	// The limit's block (Blocking), nil for none: a pointer, so that a
+	// plan without one (most) is no larger for it.
+	blk *Block
 }
 
 // Compile validates l and returns its Plan. The error wraps ErrInvalid.
@@ -100,7 +100,8 @@ func (p *Plan) Compile(l Limit) error {
 		}
 		// Blocks decide through Decide, which keeps State.Block: not
 		// stepwise.
-		p.hasBlock, p.blk, p.stepwise = true, l.Block, false
+		blk := l.Block
+		p.blk, p.stepwise = &blk, false
 		return nil
 	case nil:
 		err = errNilLimit
@@ -250,7 +251,7 @@ var ErrUnsupported = errors.New("unsupported limit")
 
 // Decide applies a decision as the plan's limit does (see Limit.Decide).
 func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
-	if p.hasBlock {
+	if p.blk != nil {
 		return p.decideBlocking(s, now, cost, commit)
 	}
 	return p.decide(s, now, cost, commit)
@@ -274,7 +275,12 @@ func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
 }
 
 // Blocks returns the plan's block, and whether it has one.
-func (p *Plan) Blocks() (Block, bool) { return p.blk, p.hasBlock }
+func (p *Plan) Blocks() (Block, bool) {
+	if p.blk == nil {
+		return Block{}, false
+	}
+	return *p.blk, true
+}
 
 // decide is Decide without the block.
 func (p *Plan) decide(s *State, now, cost int64, commit bool) Result {
@@ -410,8 +416,8 @@ func (p *Plan) Limit() Limit {
 	if p == nil || !p.ok {
 		return nil
 	}
-	if p.hasBlock {
-		return Blocking{Limit: p.unblocked(), Block: p.blk}
+	if p.blk != nil {
+		return Blocking{Limit: p.unblocked(), Block: *p.blk}
 	}
 	return p.unblocked()
 }

@@ -242,7 +242,9 @@ func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) (bool, 
 // for a Stepwise plan with Step's v and the time to Finish at (Plan.At),
 // and for the others setting *r to the Result unless r is nil.
 func decideState(st *algo.State, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64, int64) {
-	st.Refresh(p.Shape(), t)
+	if st.Expire <= t || st.Shape != p.Shape() { // inline: the usual way does not call
+		st.Refresh(p.Shape(), t)
+	}
 	if p.Stepwise() {
 		t = p.At(st, t)
 		ok, v := p.Step(st, t, cost, true)
@@ -488,7 +490,9 @@ func decideAll(reqs []sluice.Request, results []algo.Result, plans []algo.Plan, 
 	pass := true
 	for i, r := range reqs {
 		st := &ents[i].st
-		st.Refresh(plans[i].Shape(), t)
+		if st.Expire <= t || st.Shape != plans[i].Shape() {
+			st.Refresh(plans[i].Shape(), t)
+		}
 		if plans[i].Stepwise() {
 			// Only whether it passes: the loop below makes every Result.
 			results[i].Allowed, _ = plans[i].Step(st, t, r.Cost, false)
