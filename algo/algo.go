@@ -134,9 +134,20 @@ type State struct {
 // from what decisions write (the memory store's entries) keeps it
 // unwritten for the algorithms without one.
 func (s *State) Clear(shape uint64) {
-	s.Expire, s.A, s.B, s.Shape, s.Block = 0, 0, 0, shape, BlockState{}
+	s.Expire, s.A, s.B, s.Shape = 0, 0, 0, shape
 	if len(s.Log) > 0 {
 		s.Log = s.Log[:0]
+	}
+	s.clearBlock()
+}
+
+// clearBlock forgets the block, writing only when there is one: the block
+// lies past the fields a decision writes (in the memory store, on another
+// cache line), which a key's every decision would otherwise write, and
+// cores deciding one key would pass between them.
+func (s *State) clearBlock() {
+	if s.Block != (BlockState{}) {
+		s.Block = BlockState{}
 	}
 }
 
@@ -154,10 +165,12 @@ func (s *State) Refresh(shape uint64, now int64) {
 		return
 	}
 	if s.Expire <= now {
-		blk := s.Block
-		s.Clear(shape)
-		if blk.Expire > now {
-			s.Block = blk
+		s.Expire, s.A, s.B = 0, 0, 0
+		if len(s.Log) > 0 {
+			s.Log = s.Log[:0]
+		}
+		if s.Block.Expire <= now {
+			s.clearBlock()
 		}
 	}
 }

@@ -91,3 +91,30 @@ func TestBlockBounds(t *testing.T) {
 		t.Error("a block of a block compiled")
 	}
 }
+
+// TestRefreshKeepsALiveBlock: a state whose algorithm's part expired is
+// cleared but for a block that still matters (its count goes on), and a
+// block that stopped mattering is forgotten; another shape clears all.
+// (Refresh and Clear write the block only when there is one: see
+// clearBlock.)
+func TestRefreshKeepsALiveBlock(t *testing.T) {
+	blk := BlockState{Until: 100, Count: 3, Expire: 200}
+	s := State{Expire: 50, A: 7, B: 8, Shape: 1, Log: []int64{1}, Block: blk}
+	s.Refresh(1, 60)
+	if s.Expire != 0 || s.A != 0 || s.B != 0 || len(s.Log) != 0 || s.Block != blk || !s.Live(60) {
+		t.Fatalf("expired state, live block: %+v", s)
+	}
+	s.Refresh(1, 200)
+	if s.Block != (BlockState{}) || s.Live(200) {
+		t.Fatalf("block past its expiry: %+v", s)
+	}
+	s = State{Expire: 500, Shape: 1, Block: blk}
+	s.Refresh(1, 60)
+	if s.Expire != 500 || s.Block != blk {
+		t.Fatalf("a live state changed: %+v", s)
+	}
+	s.Refresh(2, 60)
+	if s.Shape != 2 || s.Expire != 0 || s.Block != (BlockState{}) {
+		t.Fatalf("another shape: %+v", s)
+	}
+}
