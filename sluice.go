@@ -44,7 +44,7 @@ type Store interface {
 	// denied) reports its state without the cost, as a peek would. A
 	// denied uniform sliding log still records its attempt, and in a batch
 	// of several requests a nary sliding log acts as binary (all or
-	// nothing, see algo.Plan.InBatch); a batch of one is Decide.
+	// nothing, see algo.Plan.Batched); a batch of one is Decide.
 	DecideAll(ctx context.Context, reqs []Request, results []algo.Result) (bool, error)
 	// Close releases the store's resources.
 	Close() error

@@ -401,13 +401,19 @@ func (n numbers) result(allowed bool, cost int64) Result {
 	return Result{Allowed: allowed, Quota: n.quota, Remaining: n.remaining, RetryAfter: n.retry, ResetAfter: n.reset, Admitted: admitted}
 }
 
-// InBatch turns the plan into the one to apply in a DecideAll of several
-// requests, which is all or nothing: a nary sliding log acts as binary
-// there. Other plans are left as they are.
-func (p *Plan) InBatch() {
-	if p.kind == KindSlidingLog && p.sl.Mode == Nary {
-		p.sl.Mode = Binary
+// Batched returns the plan to apply in a DecideAll of several requests,
+// which is all or nothing: a nary sliding log acts as binary there, made
+// in scratch from p; any other plan is p itself, unchanged (and so may be
+// a shared plan, never copied).
+func (p *Plan) Batched(scratch *Plan) *Plan {
+	if p.kind != KindSlidingLog || p.sl.Mode != Nary {
+		return p
 	}
+	if scratch != p {
+		*scratch = *p
+	}
+	scratch.sl.Mode = Binary
+	return scratch
 }
 
 // Limit returns the limit the plan was compiled from (nil for a Plan

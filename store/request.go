@@ -57,30 +57,36 @@ func Cached(c *algo.Plans, r *sluice.Request) (*algo.Plan, error) {
 
 // CompileAll checks the requests of a DecideAll as Compile does, and that
 // all share the first one's Time and that there is one result per
-// request, and puts each request's Plan in plans, which has one element
-// per request. It compiles the limits through c when c is not nil, which
-// knows the limits it has seen: plans[i] then gets a copy of a cached
-// plan.
-func CompileAll(c *algo.Plans, reqs []sluice.Request, results []algo.Result, plans []algo.Plan) error {
+// request, and sets plans[i] to request i's Plan: the limit itself when it
+// is a plan (a policy's), c's cached plan of a limit value seen before
+// (when c is not nil), or one compiled into scratch[i]. Those are shared:
+// read them, never change them. With several requests each plan is the
+// one to apply in a batch (algo.Plan.Batched, made in scratch[i] when it
+// differs). plans and scratch have one element per request.
+func CompileAll(c *algo.Plans, reqs []sluice.Request, results []algo.Result, scratch []algo.Plan, plans []*algo.Plan) error {
 	switch {
 	case len(reqs) == 0:
 		return fmt.Errorf("%w: no requests", sluice.ErrBadRequest)
 	case len(results) != len(reqs):
 		return fmt.Errorf("%w: %d results for %d requests", sluice.ErrBadRequest, len(results), len(reqs))
-	case len(plans) != len(reqs):
-		return fmt.Errorf("store: CompileAll: %d plans for %d requests", len(plans), len(reqs))
+	case len(plans) != len(reqs) || len(scratch) != len(reqs):
+		return fmt.Errorf("store: CompileAll: %d plans and %d scratch plans for %d requests", len(plans), len(scratch), len(reqs))
 	}
 	for i := range reqs {
 		r := &reqs[i]
 		err := checked(r, func() (*algo.Plan, error) {
+			var q *algo.Plan
+			var err error
 			if c == nil {
-				return &plans[i], plans[i].Compile(r.Limit)
+				q, err = &scratch[i], scratch[i].Compile(r.Limit)
+			} else {
+				q, err = c.Compile(r.Limit, &scratch[i])
 			}
-			q, err := c.Compile(r.Limit, &plans[i])
-			if err == nil && q != &plans[i] {
-				plans[i] = *q
+			if err == nil && len(reqs) > 1 {
+				q = q.Batched(&scratch[i])
 			}
-			return &plans[i], err
+			plans[i] = q
+			return q, err
 		})
 		if err != nil {
 			return fmt.Errorf("request %d: %w", i, err)

@@ -211,24 +211,24 @@ func TestCompileAll(t *testing.T) {
 	lim := algo.Gate{Interval: time.Second}
 	t0 := time.Unix(1800000000, 0)
 	reqs := []sluice.Request{{Key: "a", Limit: lim, Time: t0}, {Key: "b", Limit: lim, Time: t0.Add(time.Second)}}
-	plans := make([]algo.Plan, 2)
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), plans); !errors.Is(err, sluice.ErrBadRequest) {
+	scratch, plans := make([]algo.Plan, 2), make([]*algo.Plan, 2)
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, sluice.ErrBadRequest) {
 		t.Errorf("requests with different times: %v", err)
 	}
 	reqs[1].Time = t0
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 1), plans); !errors.Is(err, sluice.ErrBadRequest) {
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 1), scratch, plans); !errors.Is(err, sluice.ErrBadRequest) {
 		t.Errorf("too few results: %v", err)
 	}
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), plans[:1]); err == nil {
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans[:1]); err == nil {
 		t.Error("too few plans were accepted")
 	}
-	if err := store.CompileAll(nil, nil, nil, nil); !errors.Is(err, sluice.ErrBadRequest) {
+	if err := store.CompileAll(nil, nil, nil, nil, nil); !errors.Is(err, sluice.ErrBadRequest) {
 		t.Errorf("an empty batch: %v", err)
 	}
 	var cache algo.Plans
 	for _, c := range []*algo.Plans{nil, &cache, &cache} { // compiled, then cached
 		clear(plans)
-		if err := store.CompileAll(c, reqs, make([]algo.Result, 2), plans); err != nil {
+		if err := store.CompileAll(c, reqs, make([]algo.Result, 2), scratch, plans); err != nil {
 			t.Fatal(err)
 		}
 		for i := range plans {
@@ -237,8 +237,19 @@ func TestCompileAll(t *testing.T) {
 			}
 		}
 	}
+	// A plan passed as the limit is used as it is, but for a nary log,
+	// whose batch plan is a binary copy: the plan passed is unchanged.
+	nary, _ := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Nary})
+	gate, _ := algo.Compile(lim)
+	both := []sluice.Request{{Key: "a", Limit: &gate, Time: t0}, {Key: "b", Limit: &nary, Time: t0}}
+	if err := store.CompileAll(&cache, both, make([]algo.Result, 2), scratch, plans); err != nil {
+		t.Fatal(err)
+	}
+	if plans[0] != &gate || plans[1] == &nary || plans[1].Limit().(algo.SlidingLog).Mode != algo.Binary || nary.Limit().(algo.SlidingLog).Mode != algo.Nary {
+		t.Fatalf("batch plans %p %p (gate %p, nary %p): %v, nary now %v", plans[0], plans[1], &gate, &nary, plans[1].Limit(), nary.Limit())
+	}
 	reqs[1].Tag = "x"
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), plans); !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
 		t.Errorf("a tag that is not a prefix: %v", err)
 	}
 }

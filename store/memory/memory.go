@@ -353,7 +353,7 @@ func (s *Store) Close() error {
 // DecideAll implements sluice.Store. It checks every request, and records
 // the costs only if every request that is not Shadow passes; a denied
 // request may still record its attempt (a uniform sliding log). In a batch
-// of several requests a nary sliding log acts as binary (algo.Plan.InBatch); a
+// of several requests a nary sliding log acts as binary (algo.Plan.Batched); a
 // batch of one is Decide.
 //
 // When the store holds every key, it locks their entries alone. Otherwise
@@ -373,17 +373,17 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	const small = 8
 	var hashBuf [small]uint64
 	var entBuf, heldBuf [small]*entry
-	var planBuf [small]algo.Plan
-	hs, ents, held, plans := hashBuf[:0], entBuf[:0], heldBuf[:0], planBuf[:0]
+	var planBuf [small]*algo.Plan
+	var scratchBuf [small]algo.Plan
+	hs, ents, held, plans, scratch := hashBuf[:0], entBuf[:0], heldBuf[:0], planBuf[:0], scratchBuf[:0]
 	if len(reqs) > small {
-		hs, ents, held, plans = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]algo.Plan, 0, len(reqs))
+		hs, ents, held, plans, scratch = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*algo.Plan, 0, len(reqs)), make([]algo.Plan, 0, len(reqs))
 	}
-	hs, ents, plans = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)]
-	if err := store.CompileAll(&s.plans, reqs, results, plans); err != nil {
+	hs, ents, plans, scratch = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)], scratch[:len(reqs)]
+	// Each request's plan, shared where it can be (a policy's, a cached
+	// one), the one to apply in a batch (a nary log is all or nothing).
+	if err := store.CompileAll(&s.plans, reqs, results, scratch, plans); err != nil {
 		return false, err
-	}
-	for i := range plans {
-		plans[i].InBatch() // several requests: a nary log is all or nothing
 	}
 	t := s.at(reqs[0].Time)
 	var locked uint64 // bit i: shard i
@@ -486,7 +486,7 @@ func unlockAll(es []*entry) {
 // every request is checked, then every cost recorded if all that are not
 // Shadow pass; else a denied request may record its attempt, and the
 // others report their state.
-func decideAll(reqs []sluice.Request, results []algo.Result, plans []algo.Plan, ents []*entry, t int64) bool {
+func decideAll(reqs []sluice.Request, results []algo.Result, plans []*algo.Plan, ents []*entry, t int64) bool {
 	pass := true
 	for i, r := range reqs {
 		st := &ents[i].st

@@ -308,7 +308,7 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, results []alg
 // functions below DecideAll take such compiled requests, and the key
 // names, the script's arguments and the results read the plan without
 // compiling the limit again. In a batch of several, a nary sliding log
-// acts as binary (algo.Plan.InBatch).
+// acts as binary (algo.Plan.Batched).
 func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) ([]sluice.Request, error) {
 	if len(reqs) == 1 && len(results) == 1 {
 		// One request whose limit has a plan already decides with that
@@ -327,8 +327,14 @@ func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) 
 			return out, nil
 		}
 	}
-	plans := make([]algo.Plan, len(reqs))
-	if err := store.CompileAll(&s.plans, reqs, results, plans); err != nil {
+	scratch := make([]algo.Plan, len(reqs))
+	var small [8]*algo.Plan // a policy path's levels, on the stack
+	plans := small[:0]
+	if len(reqs) > len(small) {
+		plans = make([]*algo.Plan, 0, len(reqs))
+	}
+	plans = plans[:len(reqs)]
+	if err := store.CompileAll(&s.plans, reqs, results, scratch, plans); err != nil {
 		return nil, err
 	}
 	out := reqs
@@ -336,11 +342,8 @@ func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) 
 		out = make([]sluice.Request, len(reqs))
 	}
 	for i := range reqs {
-		if len(reqs) > 1 {
-			plans[i].InBatch() // a nary log is all or nothing in a batch
-		}
 		out[i] = reqs[i]
-		out[i].Limit = &plans[i]
+		out[i].Limit = plans[i] // a batch's plan: a nary log is all or nothing
 	}
 	return out, nil
 }
