@@ -388,7 +388,6 @@ type checked struct {
 	ok   []bool
 	val  []int64
 	args []string // the script's ARGV, kept for a refund
-	keys []string // the script's KEYS: each level's, and its block key
 	set  kindSet  // the kinds the levels use: which composed script ran
 	v    []int64  // the reply
 	at   []int    // at[i]: index in v of level i's code; at[len] = len(v)
@@ -422,7 +421,7 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 	if err != nil {
 		return checked{}, err
 	}
-	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, keys: keys, set: set, v: v, at: make([]int, len(reqs)+1)}
+	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, set: set, v: v, at: make([]int, len(reqs)+1)}
 	p := 2
 	for i, r := range reqs {
 		if p+1 >= len(v) {

@@ -91,7 +91,7 @@ func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, ke
 		var refundErr error
 		for g := range groups {
 			if errs[g] == nil && checks[g].pass {
-				if err := s.refund(ctx, sub[g], checks[g]); err != nil && refundErr == nil {
+				if err := s.refund(ctx, sub[g], subKeys[g], checks[g]); err != nil && refundErr == nil {
 					refundErr = err
 				}
 				s.forgetHere(sub[g]...) // a denial cached meanwhile may have seen the reservation
@@ -116,8 +116,12 @@ func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, ke
 }
 
 // refund gives back what a group committed.
-func (s *Store) refund(ctx context.Context, levels []sluice.Request, c checked) error {
-	args := append(append([]string(nil), c.args...), make([]string, len(c.keys))...)
+func (s *Store) refund(ctx context.Context, levels []sluice.Request, stateKeys []string, c checked) error {
+	keys, err := blockKeys(levels, stateKeys, true) // the script's KEYS, as check gave them
+	if err != nil {
+		return err
+	}
+	args := append(append([]string(nil), c.args...), make([]string, len(keys))...)
 	args[0] = strconv.FormatInt(c.now, 10)
 	k := len(c.args) // the value of level j's key; "" for a block key
 	for j, r := range levels {
@@ -126,7 +130,7 @@ func (s *Store) refund(ctx context.Context, levels []sluice.Request, c checked) 
 		}
 		k += 1 + int(blockExtras(r.Limit))
 	}
-	if err := refundDriver.script(c.set).Exec(ctx, s.client(), c.keys, args).Error(); err != nil {
+	if err := refundDriver.script(c.set).Exec(ctx, s.client(), keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	return nil
