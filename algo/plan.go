@@ -401,12 +401,16 @@ func (n numbers) result(allowed bool, cost int64) Result {
 	return Result{Allowed: allowed, Quota: n.quota, Remaining: n.remaining, RetryAfter: n.retry, ResetAfter: n.reset, Admitted: admitted}
 }
 
+// ChangesInBatch reports whether the plan to apply in a DecideAll of
+// several requests differs from p (Batched): a nary sliding log's.
+func (p *Plan) ChangesInBatch() bool { return p.kind == KindSlidingLog && p.sl.Mode == Nary }
+
 // Batched returns the plan to apply in a DecideAll of several requests,
 // which is all or nothing: a nary sliding log acts as binary there, made
 // in scratch from p; any other plan is p itself, unchanged (and so may be
 // a shared plan, never copied).
 func (p *Plan) Batched(scratch *Plan) *Plan {
-	if p.kind != KindSlidingLog || p.sl.Mode != Nary {
+	if !p.ChangesInBatch() {
 		return p
 	}
 	if scratch != p {

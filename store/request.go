@@ -59,31 +59,45 @@ func Cached(c *algo.Plans, r *sluice.Request) (*algo.Plan, error) {
 // all share the first one's Time and that there is one result per
 // request, and sets plans[i] to request i's Plan: the limit itself when it
 // is a plan (a policy's), c's cached plan of a limit value seen before
-// (when c is not nil), or one compiled into scratch[i]. Those are shared:
-// read them, never change them. With several requests each plan is the
-// one to apply in a batch (algo.Plan.Batched, made in scratch[i] when it
-// differs). plans and scratch have one element per request.
+// (when c is not nil), or one compiled into scratch[i] (a new Plan when
+// scratch is nil, so that a batch of compiled limits allocates nothing).
+// Those are shared: read them, never change them. With several requests
+// each plan is the one to apply in a batch (algo.Plan.Batched, made in
+// scratch when it differs). plans, and scratch unless nil, have one
+// element per request.
 func CompileAll(c *algo.Plans, reqs []sluice.Request, results []algo.Result, scratch []algo.Plan, plans []*algo.Plan) error {
 	switch {
 	case len(reqs) == 0:
 		return fmt.Errorf("%w: no requests", sluice.ErrBadRequest)
 	case len(results) != len(reqs):
 		return fmt.Errorf("%w: %d results for %d requests", sluice.ErrBadRequest, len(results), len(reqs))
-	case len(plans) != len(reqs) || len(scratch) != len(reqs):
+	case len(plans) != len(reqs) || scratch != nil && len(scratch) != len(reqs):
 		return fmt.Errorf("store: CompileAll: %d plans and %d scratch plans for %d requests", len(plans), len(scratch), len(reqs))
+	}
+	spare := func(i int) *algo.Plan {
+		if scratch == nil {
+			return new(algo.Plan)
+		}
+		return &scratch[i]
 	}
 	for i := range reqs {
 		r := &reqs[i]
 		err := checked(r, func() (*algo.Plan, error) {
 			var q *algo.Plan
-			var err error
-			if c == nil {
-				q, err = &scratch[i], scratch[i].Compile(r.Limit)
-			} else {
-				q, err = c.Compile(r.Limit, &scratch[i])
+			if c != nil {
+				q = c.Lookup(r.Limit)
 			}
-			if err == nil && len(reqs) > 1 {
-				q = q.Batched(&scratch[i])
+			var err error
+			if q == nil {
+				q = spare(i)
+				if c == nil {
+					err = q.Compile(r.Limit)
+				} else {
+					q, err = c.Compile(r.Limit, q)
+				}
+			}
+			if err == nil && len(reqs) > 1 && q.ChangesInBatch() {
+				q = q.Batched(spare(i)) // a nary log: a binary copy
 			}
 			plans[i] = q
 			return q, err

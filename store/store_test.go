@@ -242,11 +242,14 @@ func TestCompileAll(t *testing.T) {
 	nary, _ := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Nary})
 	gate, _ := algo.Compile(lim)
 	both := []sluice.Request{{Key: "a", Limit: &gate, Time: t0}, {Key: "b", Limit: &nary, Time: t0}}
-	if err := store.CompileAll(&cache, both, make([]algo.Result, 2), scratch, plans); err != nil {
-		t.Fatal(err)
-	}
-	if plans[0] != &gate || plans[1] == &nary || plans[1].Limit().(algo.SlidingLog).Mode != algo.Binary || nary.Limit().(algo.SlidingLog).Mode != algo.Nary {
-		t.Fatalf("batch plans %p %p (gate %p, nary %p): %v, nary now %v", plans[0], plans[1], &gate, &nary, plans[1].Limit(), nary.Limit())
+	for _, sc := range [][]algo.Plan{scratch, nil} { // nil: a new plan where one is needed
+		clear(plans)
+		if err := store.CompileAll(&cache, both, make([]algo.Result, 2), sc, plans); err != nil {
+			t.Fatal(err)
+		}
+		if plans[0] != &gate || plans[1] == &nary || plans[1].Limit().(algo.SlidingLog).Mode != algo.Binary || nary.Limit().(algo.SlidingLog).Mode != algo.Nary {
+			t.Fatalf("batch plans %p %p (gate %p, nary %p): %v, nary now %v", plans[0], plans[1], &gate, &nary, plans[1].Limit(), nary.Limit())
+		}
 	}
 	reqs[1].Tag = "x"
 	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {

@@ -374,15 +374,15 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 	var hashBuf [small]uint64
 	var entBuf, heldBuf [small]*entry
 	var planBuf [small]*algo.Plan
-	var scratchBuf [small]algo.Plan
-	hs, ents, held, plans, scratch := hashBuf[:0], entBuf[:0], heldBuf[:0], planBuf[:0], scratchBuf[:0]
+	hs, ents, held, plans := hashBuf[:0], entBuf[:0], heldBuf[:0], planBuf[:0]
 	if len(reqs) > small {
-		hs, ents, held, plans, scratch = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*algo.Plan, 0, len(reqs)), make([]algo.Plan, 0, len(reqs))
+		hs, ents, held, plans = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*algo.Plan, 0, len(reqs))
 	}
-	hs, ents, plans, scratch = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)], scratch[:len(reqs)]
+	hs, ents, plans = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)]
 	// Each request's plan, shared where it can be (a policy's, a cached
-	// one), the one to apply in a batch (a nary log is all or nothing).
-	if err := store.CompileAll(&s.plans, reqs, results, scratch, plans); err != nil {
+	// one: then nothing is allocated), the one to apply in a batch (a nary
+	// log is all or nothing).
+	if err := store.CompileAll(&s.plans, reqs, results, nil, plans); err != nil {
 		return false, err
 	}
 	t := s.at(reqs[0].Time)
