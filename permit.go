@@ -106,7 +106,8 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 		case r.Allowed:
 			p := l.permit(key, id, n, r)
 			p.renewing.Add(1)
-			go p.renew(l.plan.Limit().(algo.Concurrency).HoldFor)
+			c, _ := l.plan.Concurrency() // ForPermit made a plan: one of a concurrency limit
+			go p.renew(c.HoldFor)
 			return p, nil
 		case r.RetryAfter == algo.Never:
 			return nil, ErrNever

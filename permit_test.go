@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -266,4 +267,43 @@ func TestPermitRenewsItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(st.renews)
+}
+
+// TestSlotsWithABlock: a concurrency limit may block too: a holder
+// acquires and renews as usual, a denied acquire starts a block, and the
+// holders are listed, on both stores.
+func TestSlotsWithABlock(t *testing.T) {
+	stores, _ := limiterStores(t)
+	ctx := context.Background()
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			lim, err := sluice.NewLimiter(st, algo.Blocking{Limit: algo.Concurrency{Limit: 1, HoldFor: time.Minute}, Block: algo.Block{For: time.Hour}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := lim.Acquire(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x, err := lim.AcquireAt(ctx, "k", time.Time{}, 1); err != nil || x.OK() || x.Result().DeniedBy != algo.DeniedByBlock {
+				t.Fatalf("a second acquire: %+v, %v", x.Result(), err)
+			}
+			hs, err := st.(store.HolderLister).Holders(ctx, sluice.Request{Key: "k", Limit: lim.Limit()})
+			if err != nil || len(hs) != 1 || hs[0].Permit != p.ID() {
+				t.Fatalf("holders: %+v, %v", hs, err)
+			}
+			if err := p.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if x, _ := lim.AcquireAt(ctx, "k", time.Time{}, 1); x.OK() {
+				t.Fatal("admitted during the block")
+			}
+			if err := lim.Unblock(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			if x, err := lim.AcquireAt(ctx, "k", time.Time{}, 1); err != nil || !x.OK() {
+				t.Fatalf("after the unblock: %+v, %v", x.Result(), err)
+			}
+		})
+	}
 }

@@ -251,7 +251,7 @@ var ErrUnsupported = errors.New("unsupported limit")
 
 // Decide applies a decision as the plan's limit does (see Limit.Decide).
 func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
-	if p.blk != nil {
+	if p.blk != nil && p.op == Acquire { // a block stops no renewal or release of slots held
 		return p.decideBlocking(s, now, cost, commit)
 	}
 	return p.decide(s, now, cost, commit)
@@ -274,9 +274,11 @@ func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
 	return r
 }
 
-// Blocks returns the plan's block, and whether it has one.
+// Blocks returns the plan's block, and whether it has one that its
+// decisions meet: not a renewal or release of concurrency slots, which a
+// block never stops (the holder's slots would outlive their use).
 func (p *Plan) Blocks() (Block, bool) {
-	if p.blk == nil {
+	if p.blk == nil || p.op != Acquire {
 		return Block{}, false
 	}
 	return *p.blk, true
@@ -555,6 +557,10 @@ func (p *Plan) ForPermit(id int64, op SlotOp) (Plan, error) {
 	q.permit, q.op = id, op
 	return q, nil
 }
+
+// Concurrency returns the concurrency limit of a plan of one (with a
+// block or not), and false for the other kinds.
+func (p *Plan) Concurrency() (Concurrency, bool) { return p.cc, p.ok && p.kind == KindConcurrency }
 
 // Permit returns the permit id and op of a plan ForPermit made (0 and
 // Acquire for any other).

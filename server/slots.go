@@ -202,12 +202,12 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 	out := HoldersJSON{Levels: []LevelHoldersJSON{}}
 	m := s.holder.Load().Match(path)
 	for _, h := range m.Hits {
-		for j, l := range h.Limits {
-			c, ok := l.(algo.Concurrency)
+		for j := range h.Limits {
+			req := h.Request(j, 0)
+			c, ok := req.Limit.(*algo.Plan).Concurrency()
 			if !ok {
 				continue
 			}
-			req := h.Request(j, 0)
 			req.Time = now
 			hs, err := hl.Holders(ctx, req)
 			if err != nil {

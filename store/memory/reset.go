@@ -76,7 +76,7 @@ func (s *Store) Holders(_ context.Context, req sluice.Request) ([]algo.Holder, e
 	if err := store.Compile(&req, &p); err != nil {
 		return nil, err
 	}
-	c, ok := p.Limit().(algo.Concurrency)
+	c, ok := p.Concurrency()
 	if !ok {
 		return nil, fmt.Errorf("memory store: holders: %w: %v has no holders", algo.ErrUnsupported, p.Kind())
 	}

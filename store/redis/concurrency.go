@@ -59,7 +59,7 @@ func (s *Store) Holders(ctx context.Context, req sluice.Request) ([]algo.Holder,
 	if err := store.Compile(&req, &p); err != nil {
 		return nil, err
 	}
-	c, ok := p.Limit().(algo.Concurrency)
+	c, ok := p.Concurrency()
 	if !ok {
 		return nil, fmt.Errorf("redis store: holders: %w: %v has no holders", algo.ErrUnsupported, p.Kind())
 	}
