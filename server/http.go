@@ -50,6 +50,8 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		})
 	}
 	if check {
+		mux.HandleFunc("POST /v1/acquire", s.handleAcquire)
+		mux.HandleFunc("/v1/acquire", methodNotAllowed("POST"))
 		mux.HandleFunc("POST /v1/renew", s.handleSlot(algo.Renew))
 		mux.HandleFunc("POST /v1/release", s.handleSlot(algo.Release))
 		mux.HandleFunc("/v1/renew", methodNotAllowed("POST"))

@@ -231,3 +231,64 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// handleAcquire serves POST /v1/acquire: a check (the body of POST
+// /v1/check) of a path that must hit a concurrency limit, whose answer
+// holds the slots under "permit" for /v1/renew and /v1/release. It
+// answers as a check does (200, or 429 with Retry-After when no slot is
+// free or a rate level denies), and 400 for a path with no concurrency
+// limit, where a check would take no slot.
+func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	body, err := readBody(r, nil)
+	if err != nil {
+		s.m.badRequests.WithLabelValues("http").Inc()
+		status := http.StatusBadRequest
+		if errors.Is(err, errTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeProblem(w, status, err.Error())
+		return
+	}
+	req, err := ParseCheckRequest(body)
+	if err == nil && req.Cost != nil && *req.Cost < 1 {
+		err = bodyErrorf(`"cost" of an acquire must be at least 1 slot, got %d`, *req.Cost)
+	}
+	if err != nil {
+		s.m.badRequests.WithLabelValues("http").Inc()
+		writeProblem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	b := new(batch)
+	if _, err := s.decideSlots(r.Context(), req.Path, cost, 0, algo.Acquire, true, b); err != nil {
+		if isBadRequest(err) {
+			s.m.badRequests.WithLabelValues("http").Inc()
+			writeProblem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		s.storeFailed("http", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	slots := false
+	for i := range b.d.Levels {
+		if l := b.d.Levels[i].Limit; l != nil && l.Kind() == algo.KindConcurrency {
+			slots = true
+		}
+	}
+	if !slots {
+		s.m.badRequests.WithLabelValues("http").Inc()
+		writeProblem(w, http.StatusBadRequest, "the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)")
+		return
+	}
+	s.countLevels(b.d.Levels)
+	s.countSlots("http", algo.Acquire, &b.d)
+	status := addDecisionHeaders(w.Header(), b, false)
+	writeJSON(w, status, NewDecisionJSON(&b.d))
+}

@@ -93,10 +93,26 @@ func TestSlotsOverHTTP(t *testing.T) {
 	if w, d := do("/v1/release", slot(b.Permit)); w.Code != 200 || !*d.Released || d.Remaining != 2 {
 		t.Fatalf("release b: %d %s", w.Code, w.Body)
 	}
-	if got := testutil.ToFloat64(s.m.slots.WithLabelValues("http", "acquired")); got != 2 {
+	// POST /v1/acquire: a check that must take a slot.
+	w, acq := do("/v1/acquire", `{"path": ["exports", "acme"], "cost": 2}`)
+	if w.Code != 200 || acq.Permit == "" || acq.Remaining != 0 {
+		t.Fatalf("acquire 2: %d %s", w.Code, w.Body)
+	}
+	if w, _ := do("/v1/acquire", check); w.Code != 429 || w.Header.Get("Retry-After") == "" {
+		t.Fatalf("acquire on a full key: %d %v %s", w.Code, w.Header, w.Body)
+	}
+	for _, bad := range []string{`{"path": ["rate", "acme"]}`, `{"path": ["exports", "acme"], "cost": 0}`, `{"path": []}`} {
+		if w, _ := do("/v1/acquire", bad); w.Code != 400 {
+			t.Errorf("acquire %s: %d %s", bad, w.Code, w.Body)
+		}
+	}
+	if w, d := do("/v1/release", slot(acq.Permit)); w.Code != 200 || !*d.Released || d.Remaining != 2 {
+		t.Fatalf("release the acquire: %d %s", w.Code, w.Body)
+	}
+	if got := testutil.ToFloat64(s.m.slots.WithLabelValues("http", "acquired")); got != 4 {
 		t.Errorf("acquired %v", got)
 	}
-	if got := testutil.ToFloat64(s.m.slots.WithLabelValues("http", "released")); got != 2 {
+	if got := testutil.ToFloat64(s.m.slots.WithLabelValues("http", "released")); got != 4 {
 		t.Errorf("released %v", got)
 	}
 	if got := testutil.ToFloat64(s.m.slots.WithLabelValues("http", "lost")); got != 1 {
