@@ -68,6 +68,7 @@ const MaxTime int64 = 1 << 53 / 2
 //	gate                1
 //	sliding_log         MaxExactLimit (exact), MaxWindowLimit (buckets)
 //	window_counter      MaxWindowLimit
+//	concurrency         MaxSlots (a state holds a holder per slot at most)
 //
 // A cost above a limit is denied, never to be admitted (Never); a cost
 // above MaxCount, or above MaxExactCost on an exact sliding log (which
