@@ -139,9 +139,7 @@ func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int6
 	if err != nil {
 		return nil, err
 	}
-	p := l.permit(key, id, n, r)
-	p.ok = r.Allowed
-	return p, nil
+	return l.permit(key, id, n, r), nil
 }
 
 func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {

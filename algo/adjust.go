@@ -43,11 +43,8 @@ var ErrNotAdjustable = errors.New("penalty and reward are for gcra, token_bucket
 // now; see Penalize and Reward. The error wraps ErrInvalid for a bad n or
 // op, and ErrNotAdjustable (and ErrUnsupported) for the other kinds.
 func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
-	if n < 1 || n > MaxCount {
-		return fmt.Errorf("%w: %v of %d units: want 1 to %d", ErrInvalid, op, n, MaxCount)
-	}
-	if op != Penalize && op != Reward {
-		return fmt.Errorf("%w: %v", ErrInvalid, op)
+	if err := p.CheckAdjust(op, n); err != nil {
+		return err
 	}
 	switch p.kind {
 	case KindGCRA, KindTokenBucket:
@@ -78,22 +75,36 @@ func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
 		s.A, s.B, s.Expire = end, count, end
 		return nil
 	}
-	return fmt.Errorf("%w: %w: %v", ErrUnsupported, ErrNotAdjustable, p.kind)
+	panic("algo: Adjust on a plan CheckAdjust refuses")
+}
+
+// CheckAdjust reports whether Adjust would take op of n units: an error
+// wrapping ErrInvalid for a bad n or op, and ErrNotAdjustable (and
+// ErrUnsupported) for a kind without a count to move both ways.
+func (p *Plan) CheckAdjust(op Adjust, n int64) error {
+	switch {
+	case n < 1 || n > MaxCount:
+		return fmt.Errorf("%w: %v of %d units: want 1 to %d", ErrInvalid, op, n, MaxCount)
+	case op != Penalize && op != Reward:
+		return fmt.Errorf("%w: %v", ErrInvalid, op)
+	case p.kind != KindGCRA && p.kind != KindTokenBucket && p.kind != KindFixedWindow:
+		return fmt.Errorf("%w: %w: %v", ErrUnsupported, ErrNotAdjustable, p.kind)
+	}
+	return nil
 }
 
 // ErrNoBlock is wrapped by the error of a block or unblock on a limit
 // without a block (Blocking): its decisions never look at one.
 var ErrNoBlock = errors.New("the limit has no block: give it block: {for: ...} to block its keys")
 
+var noBlock = fmt.Errorf("%w: %w", ErrUnsupported, ErrNoBlock)
+
 // BlockFor blocks s from now for d (MinBlock to MaxBlock), whatever its
 // block was: a block an operator sets. It counts as a block in a row for
 // the next one, and is forgotten ForgetAfter after it ends.
 func (p *Plan) BlockFor(s *State, now int64, d time.Duration) error {
-	if p.blk == nil {
-		return fmt.Errorf("%w: %w", ErrUnsupported, ErrNoBlock)
-	}
-	if d < MinBlock || d > MaxBlock {
-		return fmt.Errorf("%w: a block of %v: want %v to %v", ErrInvalid, d, MinBlock, MaxBlock)
+	if err := p.CheckBlock(d); err != nil {
+		return err
 	}
 	until := now + Micros(d)
 	s.Block = BlockState{Until: until, Count: max(s.Block.Count, 1), Expire: until + Micros(p.blk.WithDefaults().ForgetAfter)}
@@ -104,8 +115,21 @@ func (p *Plan) BlockFor(s *State, now int64, d time.Duration) error {
 // blocked.
 func (p *Plan) Unblock(s *State) error {
 	if p.blk == nil {
-		return fmt.Errorf("%w: %w", ErrUnsupported, ErrNoBlock)
+		return noBlock
 	}
 	s.Block = BlockState{}
+	return nil
+}
+
+// CheckBlock reports whether BlockFor would take a block of d: an error
+// wrapping ErrNoBlock (and ErrUnsupported) for a limit without a block
+// (Unblock's only error), ErrInvalid for d outside MinBlock..MaxBlock.
+func (p *Plan) CheckBlock(d time.Duration) error {
+	switch {
+	case p.blk == nil:
+		return noBlock
+	case d < MinBlock || d > MaxBlock:
+		return fmt.Errorf("%w: a block of %v: want %v to %v", ErrInvalid, d, MinBlock, MaxBlock)
+	}
 	return nil
 }

@@ -70,8 +70,10 @@ func (c *Checker) Change(ctx context.Context, t time.Time, path []string, ch Cha
 					err = a.Block(ctx, req, ch.Block)
 				}
 			default:
-				if p.Adjust(&algo.State{}, 1, ch.Op, max(ch.Units, 1)) != nil {
+				if err := p.CheckAdjust(ch.Op, ch.Units); errors.Is(err, algo.ErrNotAdjustable) {
 					continue // a kind without a count to move
+				} else if err != nil {
+					return keys, fmt.Errorf("policy: %w: %w", sluice.ErrBadRequest, err)
 				}
 				err = a.Adjust(ctx, req, ch.Op)
 			}

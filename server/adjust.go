@@ -38,9 +38,8 @@ type ChangeJSON struct {
 // 503 when the store fails.
 func (s *Server) handleChange(kind string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := readBody(r, nil)
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, err.Error())
+		body, ok := s.readBodyOrRefuse(w, r, nil)
+		if !ok {
 			return
 		}
 		var req ChangeRequest

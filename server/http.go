@@ -108,26 +108,21 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	b := batchPool.Get().(*batch)
 	defer batchPool.Put(b)
 
-	body, err := readBody(r, b.body[:0])
+	body, ok := s.readBodyOrRefuse(w, r, b.body[:0])
 	b.body = body[:0]
-	if err != nil {
-		s.m.badRequests.WithLabelValues("http").Inc()
-		status := http.StatusBadRequest
-		if errors.Is(err, errTooLarge) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeProblem(w, status, err.Error())
+	if !ok {
 		return
 	}
 	var req CheckRequest
-	path, cost, hasCost, ok := parseCheckFast(body, b.path[:0])
+	path, cost, hasCost, fast := parseCheckFast(body, b.path[:0])
 	b.path = path[:0]
-	if ok {
+	if fast {
 		req.Path = path
 		if !hasCost {
 			cost = 1
 		}
 	} else {
+		var err error
 		if req, err = ParseCheckRequest(body); err != nil {
 			s.m.badRequests.WithLabelValues("http").Inc()
 			writeProblem(w, http.StatusBadRequest, err.Error())
@@ -245,6 +240,23 @@ var contentTypeJSON = []string{"application/json"}
 
 // errTooLarge is readBody's error for a body over MaxBodyBytes: a 413.
 var errTooLarge = errors.New("the body is too large")
+
+// readBodyOrRefuse reads the body into buf (readBody), or answers 413 for
+// one over MaxBodyBytes and 400 for one that cannot be read, counts the
+// bad request and reports false.
+func (s *Server) readBodyOrRefuse(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, bool) {
+	body, err := readBody(r, buf)
+	if err != nil {
+		s.m.badRequests.WithLabelValues("http").Inc()
+		status := http.StatusBadRequest
+		if errors.Is(err, errTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeProblem(w, status, err.Error())
+		return body, false
+	}
+	return body, true
+}
 
 // readBody reads at most MaxBodyBytes of the body into buf.
 func readBody(r *http.Request, buf []byte) ([]byte, error) {

@@ -91,13 +91,8 @@ func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "no queue "+shown+": queues are named under queues: in the config")
 		return
 	}
-	body, err := readBody(r, nil)
-	if err != nil {
-		status := http.StatusBadRequest
-		if errors.Is(err, errTooLarge) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeProblem(w, status, err.Error())
+	body, ok := s.readBodyOrRefuse(w, r, nil)
+	if !ok {
 		return
 	}
 	var fields map[string]string

@@ -70,37 +70,22 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.inflight.Add(1)
 		defer s.inflight.Done()
-		body, err := readBody(r, nil)
-		if err != nil {
-			s.m.badRequests.WithLabelValues("http").Inc()
-			status := http.StatusBadRequest
-			if errors.Is(err, errTooLarge) {
-				status = http.StatusRequestEntityTooLarge
-			}
-			writeProblem(w, status, err.Error())
+		body, ok := s.readBodyOrRefuse(w, r, nil)
+		if !ok {
 			return
 		}
 		path, permit, err := ParseSlotRequest(body)
 		if err != nil {
-			s.m.badRequests.WithLabelValues("http").Inc()
-			writeProblem(w, http.StatusBadRequest, err.Error())
+			s.badSlotRequest(w, err)
 			return
 		}
 		b := new(batch)
 		if _, err := s.decideSlots(r.Context(), path, 0, permit, op, false, b); err != nil {
-			if isBadRequest(err) {
-				s.m.badRequests.WithLabelValues("http").Inc()
-				writeProblem(w, http.StatusBadRequest, err.Error())
-				return
-			}
-			s.storeFailed("http", err)
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+			s.slotFailed(w, err)
 			return
 		}
-		if len(b.d.Levels) == 0 {
-			s.m.badRequests.WithLabelValues("http").Inc()
-			writeProblem(w, http.StatusBadRequest, "the path has no concurrency limit: nothing holds slots there")
+		if !hasSlotLevel(&b.d) {
+			s.badSlotRequest(w, errors.New("the path has no concurrency limit: nothing holds slots there"))
 			return
 		}
 		s.countSlots("http", op, &b.d)
@@ -123,11 +108,43 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 func slotUnits(d *sluice.Decision) int64 {
 	var n int64
 	for i := range d.Levels {
-		if l := &d.Levels[i]; l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency {
+		if l := &d.Levels[i]; isSlotLevel(l) {
 			n = max(n, l.Result.Admitted)
 		}
 	}
 	return n
+}
+
+// isSlotLevel reports whether a level is a concurrency limit's.
+func isSlotLevel(l *sluice.Level) bool { return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency }
+
+// hasSlotLevel reports whether a decision has a concurrency level.
+func hasSlotLevel(d *sluice.Decision) bool {
+	for i := range d.Levels {
+		if isSlotLevel(&d.Levels[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// badSlotRequest answers 400 for a slot request that is the caller's
+// fault, and counts it.
+func (s *Server) badSlotRequest(w http.ResponseWriter, err error) {
+	s.m.badRequests.WithLabelValues("http").Inc()
+	writeProblem(w, http.StatusBadRequest, err.Error())
+}
+
+// slotFailed answers a slot request whose decision failed: 400 when the
+// request was bad, else 503 with Retry-After (the store failed).
+func (s *Server) slotFailed(w http.ResponseWriter, err error) {
+	if isBadRequest(err) {
+		s.badSlotRequest(w, err)
+		return
+	}
+	s.storeFailed("http", err)
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
 }
 
 // countSlots counts a decision's slot units in the metrics.
@@ -241,14 +258,8 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	body, err := readBody(r, nil)
-	if err != nil {
-		s.m.badRequests.WithLabelValues("http").Inc()
-		status := http.StatusBadRequest
-		if errors.Is(err, errTooLarge) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeProblem(w, status, err.Error())
+	body, ok := s.readBodyOrRefuse(w, r, nil)
+	if !ok {
 		return
 	}
 	req, err := ParseCheckRequest(body)
@@ -256,8 +267,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		err = bodyErrorf(`"cost" of an acquire must be at least 1 slot, got %d`, *req.Cost)
 	}
 	if err != nil {
-		s.m.badRequests.WithLabelValues("http").Inc()
-		writeProblem(w, http.StatusBadRequest, err.Error())
+		s.badSlotRequest(w, err)
 		return
 	}
 	cost := int64(1)
@@ -266,25 +276,11 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	b := new(batch)
 	if _, err := s.decideSlots(r.Context(), req.Path, cost, 0, algo.Acquire, true, b); err != nil {
-		if isBadRequest(err) {
-			s.m.badRequests.WithLabelValues("http").Inc()
-			writeProblem(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		s.storeFailed("http", err)
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		s.slotFailed(w, err)
 		return
 	}
-	slots := false
-	for i := range b.d.Levels {
-		if l := b.d.Levels[i].Limit; l != nil && l.Kind() == algo.KindConcurrency {
-			slots = true
-		}
-	}
-	if !slots {
-		s.m.badRequests.WithLabelValues("http").Inc()
-		writeProblem(w, http.StatusBadRequest, "the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)")
+	if !hasSlotLevel(&b.d) {
+		s.badSlotRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
 	s.countLevels(b.d.Levels)

@@ -42,6 +42,20 @@ func checked(r *sluice.Request, plan func() (*algo.Plan, error)) error {
 	return CheckCost(p, r.Cost)
 }
 
+// CompileHolders checks r as Compile does for a HolderLister, whose limit
+// must be a concurrency limit (else an error wrapping
+// algo.ErrUnsupported), and returns that limit.
+func CompileHolders(r *sluice.Request, p *algo.Plan) (algo.Concurrency, error) {
+	if err := Compile(r, p); err != nil {
+		return algo.Concurrency{}, err
+	}
+	c, ok := p.Concurrency()
+	if !ok {
+		return c, fmt.Errorf("store: holders: %w: %v has no holders (only a concurrency limit does)", algo.ErrUnsupported, p.Kind())
+	}
+	return c, nil
+}
+
 // Cached checks r as Compile does when its limit has a plan already, the
 // limit itself (an *algo.Plan: a policy's, a Limiter's) or c's copy of a
 // limit value seen before, and returns that plan, shared: read it, never

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"time"
 
@@ -73,12 +72,9 @@ var _ store.HolderLister = (*Store)(nil)
 // Holders implements store.HolderLister.
 func (s *Store) Holders(_ context.Context, req sluice.Request) ([]algo.Holder, error) {
 	var p algo.Plan
-	if err := store.Compile(&req, &p); err != nil {
+	c, err := store.CompileHolders(&req, &p)
+	if err != nil {
 		return nil, err
-	}
-	c, ok := p.Concurrency()
-	if !ok {
-		return nil, fmt.Errorf("memory store: holders: %w: %v has no holders", algo.ErrUnsupported, p.Kind())
 	}
 	t := s.at(req.Time)
 	h := maphash.String(s.seed, req.Key)

@@ -21,9 +21,7 @@ func (s *Store) Adjust(ctx context.Context, req sluice.Request, op algo.Adjust) 
 	if err != nil {
 		return err
 	}
-	// The memory store's own Adjust on a scratch state says whether the
-	// change is one algo allows, with its errors.
-	if err := p.Adjust(&algo.State{}, 1, op, req.Cost); err != nil {
+	if err := p.CheckAdjust(op, req.Cost); err != nil {
 		return err
 	}
 	letter := "t"
@@ -50,7 +48,7 @@ func (s *Store) Block(ctx context.Context, req sluice.Request, d time.Duration) 
 	if err != nil {
 		return err
 	}
-	if err := p.BlockFor(&algo.State{}, 1, d); err != nil {
+	if err := p.CheckBlock(d); err != nil {
 		return err
 	}
 	b, _ := p.Blocks()
@@ -63,7 +61,7 @@ func (s *Store) Unblock(ctx context.Context, req sluice.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Unblock(&algo.State{}); err != nil {
+	if err := p.Unblock(new(algo.State)); err != nil { // only says whether there is a block
 		return err
 	}
 	return s.adjust(ctx, req, "u", nil)

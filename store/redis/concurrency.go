@@ -56,12 +56,9 @@ var _ store.HolderLister = (*Store)(nil)
 // (scripts/concurrency.lua's layout), judged at req.Time or Redis TIME.
 func (s *Store) Holders(ctx context.Context, req sluice.Request) ([]algo.Holder, error) {
 	var p algo.Plan
-	if err := store.Compile(&req, &p); err != nil {
+	c, err := store.CompileHolders(&req, &p)
+	if err != nil {
 		return nil, err
-	}
-	c, ok := p.Concurrency()
-	if !ok {
-		return nil, fmt.Errorf("redis store: holders: %w: %v has no holders", algo.ErrUnsupported, p.Kind())
 	}
 	req.Limit = &p
 	ctx, cancel, err := s.connected(ctx)
