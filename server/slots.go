@@ -116,7 +116,9 @@ func slotUnits(d *sluice.Decision) int64 {
 }
 
 // isSlotLevel reports whether a level is a concurrency limit's.
-func isSlotLevel(l *sluice.Level) bool { return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency }
+func isSlotLevel(l *sluice.Level) bool {
+	return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency
+}
 
 // hasSlotLevel reports whether a decision has a concurrency level.
 func hasSlotLevel(d *sluice.Decision) bool {
