@@ -2,8 +2,7 @@ package conformance_test
 
 import (
 	"context"
-	"math/rand/v2"
-	"os"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -22,12 +21,7 @@ import (
 // start, hold, escalate, cap and be forgotten.
 func TestBlocksStoresAgree(t *testing.T) {
 	st := stores(t)
-	seed := uint64(time.Now().UnixNano())
-	if v, err := strconv.ParseUint(os.Getenv("SLUICE_SEED"), 10, 64); err == nil {
-		seed = v // replay a failing run
-	}
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 28))
+	r := randomSource(t, 28)
 	ctx := context.Background()
 	blocked := 0
 	for trace := range 48 {
@@ -56,14 +50,7 @@ func TestBlocksStoresAgree(t *testing.T) {
 			at = at.Add(time.Duration(r.Int64N(int64(300 * time.Millisecond))))
 			req := sluice.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
 			if r.IntN(3) > 0 {
-				m, err1 := st["memory"].Decide(ctx, req)
-				x, err2 := st["redis"].Decide(ctx, req)
-				if err1 != nil || err2 != nil {
-					t.Fatal(err1, err2)
-				}
-				if m != x {
-					t.Fatalf("trace %d step %d %#v cost %d at %v:\nmemory %s\n redis %s", trace, step, lim, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
-				}
+				m := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 				if m.DeniedBy == algo.DeniedByBlock {
 					blocked++
 				}
@@ -87,12 +74,7 @@ func TestBlocksStoresAgree(t *testing.T) {
 // decision after them to be identical.
 func TestAdjustStoresAgree(t *testing.T) {
 	st := stores(t)
-	seed := uint64(time.Now().UnixNano())
-	if v, err := strconv.ParseUint(os.Getenv("SLUICE_SEED"), 10, 64); err == nil {
-		seed = v
-	}
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 29))
+	r := randomSource(t, 29)
 	ctx := context.Background()
 	changes := 0
 	for trace := range 30 {
@@ -126,14 +108,7 @@ func TestAdjustStoresAgree(t *testing.T) {
 				changes++
 			}
 			req.Cost = r.Int64N(3)
-			m, err1 := st["memory"].Decide(ctx, req)
-			x, err2 := st["redis"].Decide(ctx, req)
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
-			}
-			if m != x {
-				t.Fatalf("trace %d step %d %#v cost %d at %v:\nmemory %s\n redis %s", trace, step, lim, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
-			}
+			decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 		}
 	}
 	t.Logf("%d changes", changes)

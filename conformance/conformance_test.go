@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -33,6 +34,37 @@ func TestTraces(t *testing.T) {
 	}
 }
 
+// randomSource returns a test's random numbers, from a seed it logs: the
+// clock's, or SLUICE_SEED's to replay a failing run. stream tells the
+// tests' sequences apart.
+func randomSource(t *testing.T, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("SLUICE_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, stream))
+}
+
+// decideOnBoth decides req on the memory store and on Redis and fails t,
+// saying where, unless both give the same result, which it returns.
+func decideOnBoth(t *testing.T, ctx context.Context, st map[string]sluice.Store, req sluice.Request, where string) algo.Result {
+	t.Helper()
+	m, err := st["memory"].Decide(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := st["redis"].Decide(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m != x {
+		t.Fatalf("%s %+v cost %d at %v:\nmemory %s\n redis %s", where, req.Limit, req.Cost, req.Time.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
+	}
+	return m
+}
+
 // randomLimit returns a limit of each algorithm in turn with random,
 // small parameters so that traces cross their boundaries often.
 func randomLimit(r *rand.Rand, i int) algo.Limit {
@@ -56,9 +88,7 @@ func randomLimit(r *rand.Rand, i int) algo.Limit {
 // have dropped (see TestWindowedStoresAgree).
 func TestStoresAgree(t *testing.T) {
 	st := stores(t)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 7))
+	r := randomSource(t, 7)
 	ctx := context.Background()
 	g := newTTLGuard(st)
 	for trace := 0; trace < 40; trace++ {
@@ -85,17 +115,7 @@ func TestStoresAgree(t *testing.T) {
 				floor = e
 			}
 			req := sluice.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
-			m, err := st["memory"].Decide(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			x, err := st["redis"].Decide(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m != x {
-				t.Fatalf("trace %d step %d %#v cost %d at %v:\nmemory %s\n redis %s", trace, step, lim, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
-			}
+			m := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 			g.saw(key, at, m)
 		}
 	}
@@ -118,9 +138,7 @@ func TestCell(t *testing.T) {
 // results and outcomes.
 func TestStoresAgreeOnBatches(t *testing.T) {
 	st := stores(t)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 11))
+	r := randomSource(t, 11)
 	ctx := context.Background()
 	for trace := 0; trace < 30; trace++ {
 		n := 1 + r.IntN(4)

@@ -3,8 +3,7 @@ package conformance_test
 import (
 	"cmp"
 	"context"
-	"math/rand/v2"
-	"os"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -23,12 +22,7 @@ import (
 // they end within traces.
 func TestConcurrencyStoresAgree(t *testing.T) {
 	st := stores(t)
-	seed := uint64(time.Now().UnixNano())
-	if v, err := strconv.ParseUint(os.Getenv("SLUICE_SEED"), 10, 64); err == nil {
-		seed = v // replay a failing run
-	}
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 27))
+	r := randomSource(t, 27)
 	ctx := context.Background()
 	g := newTTLGuard(st)
 	ops, holders := map[algo.SlotOp]int{}, 0
@@ -82,14 +76,7 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 			}
 			req := sluice.Request{Key: key, Limit: &p, Cost: r.Int64N(4), Time: at}
 			if op != algo.Acquire || r.IntN(2) == 0 {
-				m, err1 := st["memory"].Decide(ctx, req)
-				x, err2 := st["redis"].Decide(ctx, req)
-				if err1 != nil || err2 != nil {
-					t.Fatal(err1, err2)
-				}
-				if m != x {
-					t.Fatalf("trace %d step %d %+v %v permit %d cost %d at %v:\nmemory %s\n redis %s", trace, step, c, op, id, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
-				}
+				m := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 				seen(m)
 				continue
 			}

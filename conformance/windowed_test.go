@@ -101,9 +101,7 @@ func (g *ttlGuard) saw(key string, at time.Time, r algo.Result) {
 // would still have it.
 func TestWindowedStoresAgree(t *testing.T) {
 	st := stores(t)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 13))
+	r := randomSource(t, 13)
 	ctx := context.Background()
 	g := newTTLGuard(st)
 	for trace := 0; trace < 80; trace++ {
@@ -136,17 +134,7 @@ func TestWindowedStoresAgree(t *testing.T) {
 			if r.IntN(20) == 0 {
 				req.Cost = 5 + r.Int64N(10) // often more than a limit
 			}
-			m, err := st["memory"].Decide(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			x, err := st["redis"].Decide(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m != x {
-				t.Fatalf("trace %d step %d %+v cost %d at %v:\nmemory %s\n redis %s", trace, step, lim, req.Cost, at.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
-			}
+			m := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 			g.saw(key, at, m)
 		}
 	}
@@ -156,9 +144,7 @@ func TestWindowedStoresAgree(t *testing.T) {
 // windowed algorithms with the others, some levels shadow, on both stores.
 func TestWindowedBatchesAgree(t *testing.T) {
 	st := stores(t)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 17))
+	r := randomSource(t, 17)
 	ctx := context.Background()
 	g := newTTLGuard(st)
 	for trace := 0; trace < 40; trace++ {
