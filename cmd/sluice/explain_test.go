@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/redis"
@@ -293,35 +292,5 @@ func TestBlocksExplainedValidatedReplayed(t *testing.T) {
 		}
 	}
 
-	var tr conformance.Trace
-	for _, c := range conformance.Traces {
-		if c.Name == "gcra/block" {
-			tr = c
-		}
-	}
-	spec, err := json.Marshal(tr.Limit.Spec())
-	if err != nil || len(tr.Steps) == 0 {
-		t.Fatal(err)
-	}
-	var in, want strings.Builder
-	for _, s := range tr.Steps {
-		key := s.Key
-		if key == "" {
-			key = "k"
-		}
-		fmt.Fprintf(&in, `{"t_ns": %d, "key": %q, "limit": %s, "cost": %d}`+"\n", conformance.T0.Add(s.At).UnixNano(), key, spec, s.Cost)
-		w := s.Want
-		by := ""
-		if w.DeniedBy == algo.DeniedByBlock {
-			by = `,"denied_by":"block"`
-		}
-		fmt.Fprintf(&want, `{"allowed":%v,"limit":%d,"remaining":%d,"retry_after_ns":%d,"reset_after_ns":%d,"admitted":%d%s}`+"\n", w.Allowed, w.Quota, w.Remaining, int64(w.RetryAfter), int64(w.ResetAfter), w.Admitted, by)
-	}
-	srv := redistest.Start(t)
-	for _, st := range []string{"memory", srv.URL()} {
-		status, out, errOut := replay(t, in.String(), "--store", st)
-		if status != 0 || errOut != "" || out != want.String() {
-			t.Fatalf("%s: status %d, stderr %q\n got %s\nwant %s", st, status, errOut, out, want.String())
-		}
-	}
+	replayTrace(t, "gcra/block")
 }

@@ -253,20 +253,23 @@ func TestReplayUsageNamesEveryKind(t *testing.T) {
 	}
 }
 
-// TestReplaySlots: the conformance trace of a concurrency limit, replayed
-// as events with permits and ops, gives its hand-checked results on both
-// stores; a bad op, a permit on another algorithm, a renewal without a
-// permit and an id out of range each stop the replay at their line.
-func TestReplaySlots(t *testing.T) {
+// replayTrace replays the conformance trace of that name on the memory
+// store and on Redis, as events (with a step's permit and op if it has
+// them), and
+// fails t unless each prints the trace's hand-checked results (with
+// "denied_by": "block" for a block's). It returns the trace's limit as
+// JSON.
+func replayTrace(t *testing.T, name string) string {
+	t.Helper()
 	var tr conformance.Trace
 	for _, c := range conformance.Traces {
-		if c.Name == "concurrency" {
+		if c.Name == name {
 			tr = c
 		}
 	}
 	spec, err := json.Marshal(tr.Limit.Spec())
 	if err != nil || len(tr.Steps) == 0 {
-		t.Fatal(err)
+		t.Fatalf("trace %s: %v", name, err)
 	}
 	var in, want strings.Builder
 	for _, s := range tr.Steps {
@@ -274,23 +277,40 @@ func TestReplaySlots(t *testing.T) {
 		if key == "" {
 			key = "k"
 		}
-		fmt.Fprintf(&in, `{"t_ns": %d, "key": %q, "limit": %s, "cost": %d, "permit": %d, "op": %q}`+"\n", conformance.T0.Add(s.At).UnixNano(), key, spec, s.Cost, s.Permit, s.Op)
+		slot := ""
+		if s.Permit != 0 || s.Op != algo.Acquire {
+			slot = fmt.Sprintf(`, "permit": %d, "op": %q`, s.Permit, s.Op)
+		}
+		fmt.Fprintf(&in, `{"t_ns": %d, "key": %q, "limit": %s, "cost": %d%s}`+"\n", conformance.T0.Add(s.At).UnixNano(), key, spec, s.Cost, slot)
 		w := s.Want
-		fmt.Fprintf(&want, `{"allowed":%v,"limit":%d,"remaining":%d,"retry_after_ns":%d,"reset_after_ns":%d,"admitted":%d}`+"\n", w.Allowed, w.Quota, w.Remaining, int64(w.RetryAfter), int64(w.ResetAfter), w.Admitted)
+		by := ""
+		if w.DeniedBy == algo.DeniedByBlock {
+			by = `,"denied_by":"block"`
+		}
+		fmt.Fprintf(&want, `{"allowed":%v,"limit":%d,"remaining":%d,"retry_after_ns":%d,"reset_after_ns":%d,"admitted":%d%s}`+"\n", w.Allowed, w.Quota, w.Remaining, int64(w.RetryAfter), int64(w.ResetAfter), w.Admitted, by)
 	}
 	srv := redistest.Start(t)
 	for _, st := range []string{"memory", srv.URL()} {
 		status, out, errOut := replay(t, in.String(), "--store", st)
 		if status != 0 || errOut != "" || out != want.String() {
-			t.Fatalf("%s: status %d, stderr %q\n got %s\nwant %s", st, status, errOut, out, want.String())
+			t.Fatalf("%s on %s: status %d, stderr %q\n got %s\nwant %s", name, st, status, errOut, out, want.String())
 		}
 	}
+	return string(spec)
+}
+
+// TestReplaySlots: the conformance trace of a concurrency limit, replayed
+// as events with permits and ops, gives its hand-checked results on both
+// stores; a bad op, a permit on another algorithm, a renewal without a
+// permit and an id out of range each stop the replay at their line.
+func TestReplaySlots(t *testing.T) {
+	spec := replayTrace(t, "concurrency")
 	gcra := `{"algorithm": "gcra", "burst": 1, "count": 1, "period": "1s"}`
 	for bad, msg := range map[string]string{
-		`{"key": "a", "limit": ` + string(spec) + `, "permit": 1, "op": "steal"}`:           `"op" must be acquire, renew or release`,
+		`{"key": "a", "limit": ` + spec + `, "permit": 1, "op": "steal"}`:                   `"op" must be acquire, renew or release`,
 		`{"key": "a", "limit": ` + gcra + `, "permit": 1}`:                                  "has no permits",
-		`{"key": "a", "limit": ` + string(spec) + `, "op": "renew"}`:                        "a renewal needs a permit id",
-		`{"key": "a", "limit": ` + string(spec) + `, "permit": 9007199254740992}`:           "outside 1..9007199254740991",
+		`{"key": "a", "limit": ` + spec + `, "op": "renew"}`:                                "a renewal needs a permit id",
+		`{"key": "a", "limit": ` + spec + `, "permit": 9007199254740992}`:                   "outside 1..9007199254740991",
 		`{"key": "a", "limit": {"algorithm": "concurrency", "limit": 3, "hold_for": "0s"}}`: "hold_for must be",
 	} {
 		status, _, errOut := replay(t, bad+"\n")
