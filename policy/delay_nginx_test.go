@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/proxytest"
-	"github.com/sluicehq/sluice/store/memory"
 )
 
 // The anchor of delay: nginx's limit_req with burst and delay, and the
@@ -118,13 +117,7 @@ func TestNginxLimitReqDelay(t *testing.T) {
 	}
 	slices.SortStableFunc(arrivals, func(a, b arrival) int { return cmp.Compare(a.at, b.at) })
 
-	p, err := Parse("delay.yaml", []byte(delayPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New()
-	defer st.Close()
-	c := &Checker{Policy: NewHolder(p), Store: st}
+	c := memoryChecker(t, delayPolicy)
 	type outcome struct {
 		kind  string
 		delay time.Duration

@@ -87,7 +87,7 @@ func TestDelayErrors(t *testing.T) {
 // next one waits no longer than if it had never been made; a window above
 // keeps its count.
 func TestDelayUndo(t *testing.T) {
-	p, err := Parse("delay.yaml", []byte(`
+	c := memoryChecker(t, `
 schema:
   ip:
     limits: {algorithm: fixed_window, limit: 100, window: 1h}
@@ -95,13 +95,7 @@ schema:
       "*":
         limits: {algorithm: gcra, burst: 0, count: 10, period: 1s}
         delay: {max: 1s}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New()
-	defer st.Close()
-	c := &Checker{Policy: NewHolder(p), Store: st}
+`)
 	t0 := time.Unix(1_800_000_000, 0)
 	path := []string{"ip", "a"}
 	check := func() sluice.Decision {
@@ -130,18 +124,12 @@ schema:
 // TestDelayCostAboveBurst: a cost above a delay node's burst is never
 // admitted, and decides nothing (the reserving plan must not see it).
 func TestDelayCostAboveBurst(t *testing.T) {
-	p, err := Parse("delay.yaml", []byte(`
+	c := memoryChecker(t, `
 schema:
   "*":
     limits: {algorithm: gcra, burst: 5, count: 10, period: 1s}
     delay: {max: 10s}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New()
-	defer st.Close()
-	c := &Checker{Policy: NewHolder(p), Store: st}
+`)
 	t0 := time.Unix(1_800_000_000, 0)
 	var d sluice.Decision
 	if err := c.CheckAt(context.Background(), t0, []string{"a"}, 7, &d); err != nil {
@@ -156,4 +144,17 @@ schema:
 			t.Fatalf("request %d: allowed %v delay %v, %v", i+1, d.Allowed, d.Delay, err)
 		}
 	}
+}
+
+// memoryChecker is a Checker of the policy src on a memory store of its
+// own, closed when the test ends.
+func memoryChecker(t *testing.T, src string) *Checker {
+	t.Helper()
+	p, err := Parse("delay.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	return &Checker{Policy: NewHolder(p), Store: st}
 }
