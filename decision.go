@@ -38,6 +38,15 @@ type Decision struct {
 	Permit int64
 }
 
+// Withdraw makes a decision that was allowed after its Delay a denial, to
+// be retried after that delay: the answer of a caller that will not hold
+// the request for it (too many held already, or a deadline too close),
+// having given its units back.
+func (d *Decision) Withdraw() {
+	d.Allowed = false
+	d.Summary.Allowed, d.Summary.RetryAfter = false, d.Delay
+}
+
 // Level is one limit of one node on a request's path, and its result.
 type Level struct {
 	// Pattern is the policy node, e.g. "user/*/trade".

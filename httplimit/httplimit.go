@@ -304,8 +304,7 @@ func (l *Middleware) wait(r *http.Request, path []string, cost int64, d *sluice.
 	if l.waiting.Add(1) > l.maxWaiting {
 		l.waiting.Add(-1)
 		l.undo(r, path, cost)
-		d.Allowed = false
-		d.Summary.Allowed, d.Summary.RetryAfter = false, d.Delay
+		d.Withdraw()
 		return true
 	}
 	defer l.waiting.Add(-1)

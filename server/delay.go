@@ -61,6 +61,5 @@ func (s *Server) giveBack(ctx context.Context, q *policy.Query, d *sluice.Decisi
 			}
 		}
 	}
-	d.Allowed = false
-	d.Summary.Allowed, d.Summary.RetryAfter = false, d.Delay
+	d.Withdraw()
 }
