@@ -76,7 +76,7 @@ func TestAdjustStoresAgree(t *testing.T) {
 	st := stores(t)
 	r := randomSource(t, 29)
 	ctx := context.Background()
-	changes := 0
+	blocks := 0
 	for trace := range 30 {
 		lim := algo.Blocking{Limit: randomLimit(r, trace%3), Block: algo.Block{For: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond, Growth: 2}}
 		at := conformance.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
@@ -104,12 +104,22 @@ func TestAdjustStoresAgree(t *testing.T) {
 					t.Fatalf("trace %d step %d on %s: %v", trace, step, name, err)
 				}
 			}
-			if step%5 != 0 {
-				changes++
-			}
 			req.Cost = r.Int64N(3)
-			decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
+			res := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
+			switch blocked := res.DeniedBy == algo.DeniedByBlock; {
+			case step%5 == 3 && block && !blocked:
+				t.Fatalf("trace %d step %d: not blocked right after a block: %s", trace, step, conformance.Format(res))
+			case step%5 == 3 && !block && unblock && blocked && res.RetryAfter != lim.Block.For:
+				// A denial may start a block again, a first one (the
+				// unblock forgot the count); no older block remains.
+				t.Fatalf("trace %d step %d: an older block right after an unblock: %s", trace, step, conformance.Format(res))
+			case step%5 == 3 && block:
+				blocks++
+			}
 		}
 	}
-	t.Logf("%d changes", changes)
+	if blocks == 0 {
+		t.Fatal("no trace blocked a key by hand")
+	}
+	t.Logf("%d blocks by hand", blocks)
 }

@@ -103,6 +103,9 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 		}
 		holders += len(lists[0])
 	}
+	if holders == 0 || ops[algo.Renew] == 0 || ops[algo.Release] == 0 {
+		t.Fatalf("the traces listed %d holders, with ops %v: too few to compare", holders, ops)
+	}
 	t.Log(ops, holders, "holders listed")
 }
 
