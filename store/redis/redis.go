@@ -327,14 +327,15 @@ func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) 
 			return out, nil
 		}
 	}
-	scratch := make([]algo.Plan, len(reqs))
 	var small [8]*algo.Plan // a policy path's levels, on the stack
 	plans := small[:0]
 	if len(reqs) > len(small) {
 		plans = make([]*algo.Plan, 0, len(reqs))
 	}
 	plans = plans[:len(reqs)]
-	if err := store.CompileAll(&s.plans, reqs, results, scratch, plans); err != nil {
+	// A plan is made only for a limit without one (a policy's levels
+	// have theirs): nothing is allocated for the plans of a policy path.
+	if err := store.CompileAll(&s.plans, reqs, results, nil, plans); err != nil {
 		return nil, err
 	}
 	out := reqs
