@@ -1,11 +1,8 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -43,17 +40,11 @@ func (s *Server) handleChange(kind string) http.HandlerFunc {
 			return
 		}
 		var req ChangeRequest
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeProblem(w, http.StatusBadRequest, describeJSONError(body, err).Error())
-			return
+		err := decodeBody(body, &req)
+		var ch policy.Change
+		if err == nil {
+			ch, err = req.change(kind)
 		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-			writeProblem(w, http.StatusBadRequest, "malformed JSON: more than one value in the body")
-			return
-		}
-		ch, err := req.change(kind)
 		if err == nil && (len(req.Path) == 0 || len(req.Path) > MaxPathSegments) {
 			err = fmt.Errorf(`"path" must have 1 to %d segments`, MaxPathSegments)
 		}

@@ -222,19 +222,28 @@ func bodyErrorf(format string, args ...any) error {
 	return &errBody{fmt.Sprintf(format, args...)}
 }
 
+// decodeBody decodes a request body into v: one JSON value, with no
+// field v does not have; the error says what is wrong with the body.
+func decodeBody(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return describeJSONError(body, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return bodyErrorf("malformed JSON: more than one value in the body")
+	}
+	return nil
+}
+
 // ParseCheckRequest decodes and validates a check request body: one JSON
 // object with no unknown fields, a non-empty path of at most
 // MaxPathSegments segments, a cost that is not negative, and a meta that is
 // an object of at most MaxMetaBytes. The error says what is wrong.
 func ParseCheckRequest(body []byte) (CheckRequest, error) {
 	var req CheckRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, describeJSONError(body, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, bodyErrorf("malformed JSON: more than one value in the body")
+	if err := decodeBody(body, &req); err != nil {
+		return req, err
 	}
 	switch {
 	case len(req.Path) == 0:

@@ -1,11 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -27,13 +24,8 @@ type SlotRequest struct {
 // in decimal, 1 to algo.MaxPermitID.
 func ParseSlotRequest(body []byte) (path []string, permit int64, err error) {
 	var req SlotRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, 0, describeJSONError(body, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, 0, bodyErrorf("malformed JSON: more than one value in the body")
+	if err := decodeBody(body, &req); err != nil {
+		return nil, 0, err
 	}
 	switch {
 	case len(req.Path) == 0:
