@@ -47,6 +47,20 @@ func randomSource(t *testing.T, stream uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, stream))
 }
 
+// nextTime returns the next time of a trace after at: one time in eight
+// up to back earlier, but no earlier than floor (a clock stepping back),
+// else up to fwd later.
+func nextTime(r *rand.Rand, at, floor time.Time, back, fwd time.Duration) time.Time {
+	if r.IntN(8) == 0 {
+		at = at.Add(-time.Duration(r.Int64N(int64(back))))
+		if at.Before(floor) {
+			at = floor
+		}
+		return at
+	}
+	return at.Add(time.Duration(r.Int64N(int64(fwd))))
+}
+
 // decideOnBoth decides req on the memory store and on Redis and fails t,
 // saying where, unless both give the same result, which it returns.
 func decideOnBoth(t *testing.T, ctx context.Context, st map[string]sluice.Store, req sluice.Request, where string) algo.Result {
@@ -98,14 +112,7 @@ func TestStoresAgree(t *testing.T) {
 		gen := 0
 		var floor time.Time
 		for step := 0; step < 60; step++ {
-			if r.IntN(8) == 0 {
-				at = at.Add(-time.Duration(r.Int64N(int64(1500 * time.Millisecond))))
-				if at.Before(floor) {
-					at = floor
-				}
-			} else {
-				at = at.Add(time.Duration(r.Int64N(int64(700 * time.Millisecond))))
-			}
+			at = nextTime(r, at, floor, 1500*time.Millisecond, 700*time.Millisecond)
 			if !g.ok(t, at, sluice.Request{Key: key, Limit: lim}) {
 				gen++
 				key = "agree:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen)

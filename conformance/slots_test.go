@@ -40,14 +40,7 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 		key, gen := "slots:"+strconv.Itoa(trace), 0
 		var floor time.Time
 		for step := range 80 {
-			if r.IntN(8) == 0 {
-				at = at.Add(-time.Duration(r.Int64N(int64(500 * time.Millisecond))))
-				if at.Before(floor) {
-					at = floor
-				}
-			} else {
-				at = at.Add(time.Duration(r.Int64N(int64(400 * time.Millisecond))))
-			}
+			at = nextTime(r, at, floor, 500*time.Millisecond, 400*time.Millisecond)
 			if !g.ok(t, at, sluice.Request{Key: key, Limit: c}) {
 				gen++
 				key, floor = "slots:"+strconv.Itoa(trace)+"."+strconv.Itoa(gen), time.Time{}
