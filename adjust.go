@@ -6,17 +6,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
-// adjuster is store.Adjuster, which this package does not import.
-type adjuster interface {
-	Adjust(ctx context.Context, req Request, op algo.Adjust) error
-	Block(ctx context.Context, req Request, d time.Duration) error
-	Unblock(ctx context.Context, req Request) error
-}
-
-func (l *Limiter) adjuster() (adjuster, error) {
-	a, ok := l.st.(adjuster)
+func (l *Limiter) adjuster() (store.Adjuster, error) {
+	a, ok := l.st.(store.Adjuster)
 	if !ok {
 		return nil, fmt.Errorf("sluice: %T cannot change keys outside a request", l.st)
 	}
@@ -32,7 +26,7 @@ func (l *Limiter) Penalize(ctx context.Context, key string, n int64) error {
 	if err != nil {
 		return err
 	}
-	return a.Adjust(ctx, Request{Key: key, Limit: l.lim, Cost: n}, algo.Penalize)
+	return a.Adjust(ctx, store.Request{Key: key, Limit: l.lim, Cost: n}, algo.Penalize)
 }
 
 // Reward gives n units of key's limit back outside a request, never more
@@ -43,7 +37,7 @@ func (l *Limiter) Reward(ctx context.Context, key string, n int64) error {
 	if err != nil {
 		return err
 	}
-	return a.Adjust(ctx, Request{Key: key, Limit: l.lim, Cost: n}, algo.Reward)
+	return a.Adjust(ctx, store.Request{Key: key, Limit: l.lim, Cost: n}, algo.Reward)
 }
 
 // Block blocks key for d from now, whatever its block was, for a limit
@@ -53,7 +47,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	if err != nil {
 		return err
 	}
-	return a.Block(ctx, Request{Key: key, Limit: l.lim}, d)
+	return a.Block(ctx, store.Request{Key: key, Limit: l.lim}, d)
 }
 
 // Unblock ends key's block and forgets its count, for a limit with a
@@ -63,5 +57,5 @@ func (l *Limiter) Unblock(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	return a.Unblock(ctx, Request{Key: key, Limit: l.lim})
+	return a.Unblock(ctx, store.Request{Key: key, Limit: l.lim})
 }

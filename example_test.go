@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -19,18 +20,18 @@ func Example() {
 	lim := algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}
 	now := time.Unix(1800003000, 0)
 	for i := 0; i < 17; i++ {
-		r, err := st.Decide(context.Background(), sluice.Request{Key: sluice.Key("user", "user123"), Limit: lim, Cost: 1, Time: now})
+		r, err := st.Decide(context.Background(), store.Request{Key: sluice.Key("user", "user123"), Limit: lim, Cost: 1, Time: now})
 		if err != nil {
 			panic(err)
 		}
 		if i == 0 || i >= 15 {
-			fmt.Println(r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, sluice.Cell(r))
+			fmt.Println(r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter)
 		}
 	}
 	// Output:
-	// true 15 0s 2s [0 16 15 -1 2]
-	// true 0 0s 32s [0 16 0 -1 32]
-	// false 0 2s 32s [1 16 0 2 32]
+	// true 15 0s 2s
+	// true 0 0s 32s
+	// false 0 2s 32s
 }
 
 // A Limiter is one limit on a store, compiled once, with x/time/rate's
@@ -77,8 +78,8 @@ func ExampleLimiter() {
 
 // allow decides one action for a user on any store: the README's first
 // library example.
-func allow(ctx context.Context, st sluice.Store, userID string) (bool, error) {
-	res, err := st.Decide(ctx, sluice.Request{
+func allow(ctx context.Context, st store.Store, userID string) (bool, error) {
+	res, err := st.Decide(ctx, store.Request{
 		Key:   sluice.Key("user", userID), // parts are escaped: no id can forge another key
 		Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
 		Cost:  1,
@@ -86,7 +87,7 @@ func allow(ctx context.Context, st sluice.Store, userID string) (bool, error) {
 	if err != nil {
 		return false, err // bad input, or the store failed within ctx's deadline
 	}
-	fmt.Println(sluice.Cell(res)) // redis-cell's 5-tuple
+	fmt.Println(res.Quota, res.Remaining, res.ResetAfter) // CL.THROTTLE's numbers
 	if !res.Allowed {
 		return false, nil // res.RetryAfter says when (algo.Never: the cost exceeds res.Quota)
 	}
@@ -101,7 +102,7 @@ func Example_store() {
 	ok, err := allow(ctx, st, "alex")
 	fmt.Println(ok, err)
 	// Output:
-	// [0 16 15 -1 2]
+	// 16 15 2s
 	// true <nil>
 }
 

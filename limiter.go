@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // A Limiter is one limit on a store, compiled once, with the vocabulary of
@@ -29,22 +30,22 @@ import (
 // decision does no more than the store's own work; on the memory store it
 // allocates nothing.
 type Limiter struct {
-	st   Store
+	st   store.Store
 	plan *algo.Plan // compiled once, passed as every request's Limit
 	// lim is plan as an algo.Limit, boxed once.
 	lim algo.Limit
 	// allower is st as an Allower, or nil.
-	allower Allower
+	allower store.Allower
 }
 
 // NewLimiter returns a Limiter for l on st. An invalid limit is an error
 // wrapping algo.ErrInvalid.
-func NewLimiter(st Store, l algo.Limit) (*Limiter, error) {
+func NewLimiter(st store.Store, l algo.Limit) (*Limiter, error) {
 	p, err := algo.Compile(l)
 	if err != nil {
 		return nil, err
 	}
-	a, _ := st.(Allower)
+	a, _ := st.(store.Allower)
 	return &Limiter{st: st, plan: &p, lim: &p, allower: a}, nil
 }
 
@@ -67,20 +68,11 @@ func (l *Limiter) AllowN(ctx context.Context, key string, t time.Time, n int64) 
 	return r.Allowed, err
 }
 
-// An Allower is a Store that can report a decision's admission alone, and
-// so skip computing the rest of its Result; Limiter.AllowN uses it. The
-// memory store is one.
-type Allower interface {
-	// AllowN applies Request{Key: key, Limit: l, Cost: n, Time: t} as
-	// Decide does, and reports its Result.Allowed.
-	AllowN(ctx context.Context, key string, l algo.Limit, t time.Time, n int64) (bool, error)
-}
-
 // DecideN decides n actions for key at t (the zero Time: the store's
 // clock) and returns the whole Result: what AllowN reports, and how much
 // remains and how long to wait.
 func (l *Limiter) DecideN(ctx context.Context, key string, t time.Time, n int64) (algo.Result, error) {
-	return l.st.Decide(ctx, Request{Key: key, Limit: l.lim, Cost: n, Time: t})
+	return l.st.Decide(ctx, store.Request{Key: key, Limit: l.lim, Cost: n, Time: t})
 }
 
 // ErrWouldExceedDeadline is returned by Wait when the actions would be
@@ -195,9 +187,7 @@ func (r *Reservation) CancelAt(ctx context.Context, t time.Time) error {
 	if !r.OK() {
 		return nil
 	}
-	rf, ok := r.l.st.(interface {
-		Refund(ctx context.Context, req Request) error
-	})
+	rf, ok := r.l.st.(store.Refunder)
 	if !ok {
 		return fmt.Errorf("sluice: %T cannot give units back", r.l.st)
 	}
@@ -212,7 +202,7 @@ func (r *Reservation) CancelAt(ctx context.Context, t time.Time) error {
 	if !now.Before(r.act) {
 		return nil
 	}
-	return rf.Refund(ctx, Request{Key: r.key, Limit: r.l.lim, Cost: r.n, Time: now})
+	return rf.Refund(ctx, store.Request{Key: r.key, Limit: r.l.lim, Cost: r.n, Time: now})
 }
 
 // at returns t, or for the zero Time the store's clock (store.Clock), or
@@ -221,9 +211,7 @@ func (l *Limiter) at(ctx context.Context, t time.Time) (time.Time, error) {
 	if !t.IsZero() {
 		return t, nil
 	}
-	if c, ok := l.st.(interface {
-		Now(ctx context.Context) (time.Time, error)
-	}); ok {
+	if c, ok := l.st.(store.Clock); ok {
 		return c.Now(ctx)
 	}
 	return time.Now(), nil
@@ -275,7 +263,7 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, t time.Time, n int64
 	if t, _ := p.TAT(); n > t.Quota {
 		return &Reservation{}, ErrNever
 	}
-	r, err := l.st.Decide(ctx, Request{Key: key, Limit: &p, Cost: n, Time: now})
+	r, err := l.st.Decide(ctx, store.Request{Key: key, Limit: &p, Cost: n, Time: now})
 	switch {
 	case err != nil:
 		return nil, err

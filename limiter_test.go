@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -19,10 +20,10 @@ import (
 // limiterStores returns a fresh memory store and a store on a fresh Redis,
 // and a second Redis store on the same server (another instance of a
 // service).
-func limiterStores(t *testing.T) (stores map[string]sluice.Store, twin sluice.Store) {
+func limiterStores(t *testing.T) (stores map[string]store.Store, twin store.Store) {
 	t.Helper()
 	srv := redistest.Start(t)
-	open := func() sluice.Store {
+	open := func() store.Store {
 		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -32,7 +33,7 @@ func limiterStores(t *testing.T) (stores map[string]sluice.Store, twin sluice.St
 	}
 	m := memory.New()
 	t.Cleanup(func() { m.Close() })
-	return map[string]sluice.Store{"memory": m, "redis": open()}, open()
+	return map[string]store.Store{"memory": m, "redis": open()}, open()
 }
 
 // TestLimiterAllowIsExact: 100 goroutines racing on one key are admitted
@@ -286,10 +287,10 @@ func TestNoAllocs(t *testing.T) {
 	}
 	for name, f := range map[string]func(){
 		"Decide with a GCRA value": func() {
-			st.Decide(ctx, sluice.Request{Key: "a", Limit: algo.GCRA{Burst: burst, Count: count, Period: time.Second}, Cost: 1})
+			st.Decide(ctx, store.Request{Key: "a", Limit: algo.GCRA{Burst: burst, Count: count, Period: time.Second}, Cost: 1})
 		},
 		"Decide with a fixed window value": func() {
-			st.Decide(ctx, sluice.Request{Key: "b", Limit: algo.FixedWindow{Limit: burst, Window: time.Hour}, Cost: 1})
+			st.Decide(ctx, store.Request{Key: "b", Limit: algo.FixedWindow{Limit: burst, Window: time.Hour}, Cost: 1})
 		},
 		"Limiter.Allow": func() { lim.Allow(ctx, "c") },
 	} {

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -34,7 +35,7 @@ func BenchmarkSlots(b *testing.B) {
 	gcra := algo.GCRA{Burst: 1 << 30, Count: 1_000_000, Period: time.Second}
 	for _, st := range []struct {
 		name string
-		s    sluice.Store
+		s    store.Store
 	}{{"memory", ms}, {"redis", rs}} {
 		sl, err := sluice.NewLimiter(st.s, slots)
 		if err != nil {

@@ -103,7 +103,7 @@ func TestPermitExplicitTime(t *testing.T) {
 			// A forged id releases nothing: the key stays full.
 			plan, _ := algo.Compile(c)
 			forged, _ := plan.ForPermit(sluice.NewPermitID(), algo.Release)
-			if r, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: &forged, Time: t0.Add(3 * time.Second)}); err != nil || r.Admitted != 0 || r.Remaining != 0 {
+			if r, err := st.Decide(ctx, store.Request{Key: "k", Limit: &forged, Time: t0.Add(3 * time.Second)}); err != nil || r.Admitted != 0 || r.Remaining != 0 {
 				t.Fatalf("forged release: %+v, %v", r, err)
 			}
 			for range 2 {
@@ -194,7 +194,7 @@ func TestAcquireWaitsForARelease(t *testing.T) {
 // steppedClock is a store whose decisions without a time are taken at a
 // clock the test moves by hand: a lease ends only when the test says so.
 type steppedClock struct {
-	sluice.Store
+	store.Store
 	mu     sync.Mutex
 	now    time.Time
 	renews chan time.Time // the time of each renewal
@@ -206,7 +206,7 @@ func (s *steppedClock) at() time.Time {
 	return s.now
 }
 
-func (s *steppedClock) Decide(ctx context.Context, req sluice.Request) (algo.Result, error) {
+func (s *steppedClock) Decide(ctx context.Context, req store.Request) (algo.Result, error) {
 	if req.Time.IsZero() {
 		req.Time = s.at()
 	}
@@ -255,7 +255,7 @@ func TestPermitRenewsItself(t *testing.T) {
 	}
 	plan, _ := algo.Compile(c)
 	gone, _ := plan.ForPermit(p.ID(), algo.Release)
-	if _, err := st.Store.Decide(ctx, sluice.Request{Key: "k", Limit: &gone, Time: st.at()}); err != nil {
+	if _, err := st.Store.Decide(ctx, store.Request{Key: "k", Limit: &gone, Time: st.at()}); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -288,7 +288,7 @@ func TestSlotsWithABlock(t *testing.T) {
 			if x, err := lim.AcquireAt(ctx, "k", time.Time{}, 1); err != nil || x.OK() || x.Result().DeniedBy != algo.DeniedByBlock {
 				t.Fatalf("a second acquire: %+v, %v", x.Result(), err)
 			}
-			hs, err := st.(store.HolderLister).Holders(ctx, sluice.Request{Key: "k", Limit: lim.Limit()})
+			hs, err := st.(store.HolderLister).Holders(ctx, store.Request{Key: "k", Limit: lim.Limit()})
 			if err != nil || len(hs) != 1 || hs[0].Permit != p.ID() {
 				t.Fatalf("holders: %+v, %v", hs, err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -47,54 +48,6 @@ func TestKeyIsInjective(t *testing.T) {
 	}
 }
 
-func TestCellRounding(t *testing.T) {
-	for _, c := range []struct {
-		r    algo.Result
-		want [5]int64
-	}{
-		{algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second}, [5]int64{0, 16, 15, -1, 2}},
-		{algo.Result{Allowed: false, Quota: 16, RetryAfter: 2*time.Second + 999*time.Microsecond, ResetAfter: 31*time.Second + time.Millisecond}, [5]int64{1, 16, 0, 2, 32}},
-		{algo.Result{Allowed: false, Quota: 16, RetryAfter: algo.Never, ResetAfter: 0}, [5]int64{1, 16, 0, -1, 0}},
-		{algo.Result{Allowed: false, Quota: 1, RetryAfter: 1500 * time.Millisecond, ResetAfter: 1500 * time.Millisecond}, [5]int64{1, 1, 0, 2, 2}},
-	} {
-		if got := sluice.Cell(c.r); got != c.want {
-			t.Errorf("Cell(%+v) = %v, want %v", c.r, got, c.want)
-		}
-	}
-}
-
-func TestSummarize(t *testing.T) {
-	s := time.Second
-	levels := []sluice.Level{
-		{Key: "user:alex", Result: algo.Result{Allowed: true, Quota: 16, Remaining: 9, ResetAfter: 14 * s}},
-		{Key: "user:alex:trade", Result: algo.Result{Allowed: false, Quota: 6, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 15 * s}},
-		{Key: "user:alex:eu", Result: algo.Result{Allowed: false, Quota: 3, Remaining: 1, RetryAfter: 7 * s, ResetAfter: 8 * s}},
-		{Key: "shadow", Shadow: true, Result: algo.Result{Allowed: false, Quota: 1, Remaining: 0, RetryAfter: algo.Never, ResetAfter: time.Hour}},
-	}
-	// Denied: the summary is the level that holds the request back
-	// longest (eu, 7s), not the one with the least remaining (trade).
-	levels[2].Result.DeniedBy = 2
-	want := algo.Result{Allowed: false, Quota: 3, Remaining: 1, RetryAfter: 7 * s, ResetAfter: 15 * s, DeniedBy: 2}
-	if got := sluice.Summarize(levels); got != want {
-		t.Fatalf("Summarize = %+v, want %+v", got, want)
-	}
-	// Allowed: the level with the least remaining.
-	allowed := []sluice.Level{levels[0], {Result: algo.Result{Allowed: true, Quota: 6, Remaining: 2, ResetAfter: s}}}
-	if got := sluice.Summarize(allowed); got != (algo.Result{Allowed: true, Quota: 6, Remaining: 2, ResetAfter: 14 * s}) {
-		t.Fatalf("allowed summary = %+v", got)
-	}
-	levels[2].Result.RetryAfter = algo.Never
-	if got := sluice.Summarize(levels); got.RetryAfter != algo.Never {
-		t.Fatalf("Never did not win: %+v", got)
-	}
-	if got := sluice.Summarize(levels[3:]); got != (algo.Result{Allowed: true}) {
-		t.Fatalf("shadow-only summary = %+v, want allowed and empty", got)
-	}
-}
-
-// TestReadmeGoBlocks: every Go block of the README is code that go test
-// compiles and runs: its lines, trimmed, are consecutive lines of a test
-// file (an Example) or of a program under examples/.
 func TestReadmeGoBlocks(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -207,12 +160,12 @@ func TestBounds(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	_, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: algo.FixedWindow{Limit: math.MaxInt64, Window: time.Second}, Cost: 1})
+	_, err := st.Decide(ctx, store.Request{Key: "k", Limit: algo.FixedWindow{Limit: math.MaxInt64, Window: time.Second}, Cost: 1})
 	if !errors.Is(err, algo.ErrInvalid) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
 		t.Errorf("fixed_window limit 2^63-1: %v", err)
 	}
-	_, err = st.Decide(ctx, sluice.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1, Window: time.Second}, Cost: algo.MaxCount + 1})
-	if !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
+	_, err = st.Decide(ctx, store.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1, Window: time.Second}, Cost: algo.MaxCount + 1})
+	if !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
 		t.Errorf("cost 2^53: %v", err)
 	}
 	if _, err := sluice.NewLimiter(st, algo.FixedWindow{Limit: algo.MaxCount + 1, Window: time.Second}); !errors.Is(err, algo.ErrInvalid) {
@@ -224,17 +177,17 @@ func TestBounds(t *testing.T) {
 	// An exact log writes an entry per action: one decision takes at most
 	// algo.MaxExactCost, in Decide, AllowN and DecideAll alike.
 	exact := algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: time.Second}}}
-	big := sluice.Request{Key: "k", Limit: exact, Cost: algo.MaxExactCost + 1}
-	if _, err := st.Decide(ctx, big); !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 10000") {
+	big := store.Request{Key: "k", Limit: exact, Cost: algo.MaxExactCost + 1}
+	if _, err := st.Decide(ctx, big); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 10000") {
 		t.Errorf("Decide, exact log, cost %d: %v", big.Cost, err)
 	}
-	if _, err := st.AllowN(ctx, "k", exact, time.Time{}, big.Cost); !errors.Is(err, sluice.ErrBadRequest) {
+	if _, err := st.AllowN(ctx, "k", exact, time.Time{}, big.Cost); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("AllowN, exact log, cost %d: %v", big.Cost, err)
 	}
-	if _, err := st.DecideAll(ctx, []sluice.Request{big, {Key: "j", Limit: exact, Cost: 1}}, make([]algo.Result, 2)); !errors.Is(err, sluice.ErrBadRequest) {
+	if _, err := st.DecideAll(ctx, []store.Request{big, {Key: "j", Limit: exact, Cost: 1}}, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("DecideAll, exact log, cost %d: %v", big.Cost, err)
 	}
-	if r, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: exact, Cost: 0}); err != nil || r.Remaining != algo.MaxExactLimit {
+	if r, err := st.Decide(ctx, store.Request{Key: "k", Limit: exact, Cost: 0}); err != nil || r.Remaining != algo.MaxExactLimit {
 		t.Errorf("a refused cost took capacity: %+v %v", r, err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 // A Plan holds its limit in the field of its kind, and each method reaches
 // the algorithm through a switch on the kind, not through an interface
 // method, so that a limit value put in a request (an algo.GCRA in a
-// sluice.Request) does not escape to the heap: deciding it allocates
+// store.Request) does not escape to the heap: deciding it allocates
 // nothing. Compile therefore knows the kinds of this package, by value and
 // by pointer, and no others (ErrUnsupported).
 //

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Racer is a concurrency case: Goroutines each make Attempts decisions of
@@ -67,11 +67,11 @@ var WindowedRacers = func() []Racer {
 // RunConcurrency races every case of racers on st, once at a fixed
 // request time and once under the store's clock, under keys that start
 // with ns.
-func RunConcurrency(t *testing.T, st sluice.Store, ns string, racers []Racer) {
+func RunConcurrency(t *testing.T, st store.Store, ns string, racers []Racer) {
 	for _, rc := range racers {
 		for _, clock := range []string{"fixed", "store"} {
 			t.Run(rc.Name+"/"+clock, func(t *testing.T) {
-				req := sluice.Request{Key: ns + ":race:" + rc.Name + ":" + clock, Limit: rc.Limit, Cost: rc.Cost}
+				req := store.Request{Key: ns + ":race:" + rc.Name + ":" + clock, Limit: rc.Limit, Cost: rc.Cost}
 				if clock == "fixed" {
 					req.Time = T0
 				}
@@ -108,10 +108,10 @@ func RunConcurrency(t *testing.T, st sluice.Store, ns string, racers []Racer) {
 // decisions over a nary sliding log (binary in a batch) and a window
 // counter: exactly the smaller limit passes, and each level records just
 // that.
-func RunBatchConcurrency(t *testing.T, st sluice.Store, ns string) {
+func RunBatchConcurrency(t *testing.T, st store.Store, ns string) {
 	log := algo.SlidingLog{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}, Mode: algo.Nary}
 	wc := algo.WindowCounter{Limits: []algo.Window{{Limit: 50, Window: time.Hour}}, Slice: time.Minute}
-	reqs := []sluice.Request{
+	reqs := []store.Request{
 		{Key: ns + ":race-batch:log", Limit: log, Cost: 1, Time: T0},
 		{Key: ns + ":race-batch:wc", Limit: wc, Cost: 1, Time: T0},
 	}
@@ -153,7 +153,7 @@ func RunBatchConcurrency(t *testing.T, st sluice.Store, ns string) {
 // RunNaryInBatch checks that a nary sliding log admits part of a batch in
 // Decide, but acts as binary in a DecideAll of several requests: a level
 // that could take only part records nothing, and the batch is denied.
-func RunNaryInBatch(t *testing.T, st sluice.Store, ns string) {
+func RunNaryInBatch(t *testing.T, st store.Store, ns string) {
 	ctx := context.Background()
 	nary := algo.SlidingLog{Limits: []algo.Window{{Limit: 5, Window: time.Minute}}, Mode: algo.Nary}
 	other := algo.GCRA{Burst: 100, Count: 1, Period: time.Second}
@@ -166,7 +166,7 @@ func RunNaryInBatch(t *testing.T, st sluice.Store, ns string) {
 		{true, algo.Result{Quota: 5, Remaining: 2, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: 1}, 2},
 	} {
 		key := ns + ":nary-batch:" + strconv.Itoa(i)
-		first := sluice.Request{Key: key, Limit: nary, Cost: 3, Time: T0}
+		first := store.Request{Key: key, Limit: nary, Cost: 3, Time: T0}
 		if r, err := st.Decide(ctx, first); err != nil || r.Admitted != 3 {
 			t.Fatalf("case %d: first batch of 3: %+v %v", i, r, err)
 		}
@@ -174,7 +174,7 @@ func RunNaryInBatch(t *testing.T, st sluice.Store, ns string) {
 		var got algo.Result
 		if tc.batch {
 			res := make([]algo.Result, 2)
-			ok, err := st.DecideAll(ctx, []sluice.Request{req, {Key: key + ":other", Limit: other, Cost: 3, Time: T0}}, res)
+			ok, err := st.DecideAll(ctx, []store.Request{req, {Key: key + ":other", Limit: other, Cost: 3, Time: T0}}, res)
 			if err != nil || ok {
 				t.Fatalf("case %d: batch pass %v err %v, want denied", i, ok, err)
 			}

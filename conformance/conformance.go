@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // T0 is the start time of every trace: the t_ns of the README's replay
@@ -529,7 +529,7 @@ const e = 9665413 * us
 // Run plays every trace against st, under keys that start with ns so
 // that several runs can share one server, and fails t on any result that
 // differs from the trace.
-func Run(t *testing.T, st sluice.Store, ns string) {
+func Run(t *testing.T, st store.Store, ns string) {
 	for _, tr := range Traces {
 		t.Run(tr.Name, func(t *testing.T) {
 			for i, step := range tr.Steps {
@@ -537,7 +537,7 @@ func Run(t *testing.T, st sluice.Store, ns string) {
 				if key == "" {
 					key = "k"
 				}
-				req := sluice.Request{Key: ns + ":" + tr.Name + ":" + key, Limit: tr.Limit, Cost: step.Cost, Time: T0.Add(step.At)}
+				req := store.Request{Key: ns + ":" + tr.Name + ":" + key, Limit: tr.Limit, Cost: step.Cost, Time: T0.Add(step.At)}
 				if step.Permit != 0 || step.Op != algo.Acquire {
 					p, err := algo.Compile(tr.Limit)
 					if err == nil {

@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
-func stores(t *testing.T) map[string]sluice.Store {
+func stores(t *testing.T) map[string]store.Store {
 	srv := redistest.Start(t)
 	rs, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
 	if err != nil {
@@ -25,7 +25,7 @@ func stores(t *testing.T) map[string]sluice.Store {
 	}
 	ms := memory.New()
 	t.Cleanup(func() { rs.Close(); ms.Close() })
-	return map[string]sluice.Store{"memory": ms, "redis": rs}
+	return map[string]store.Store{"memory": ms, "redis": rs}
 }
 
 func TestTraces(t *testing.T) {
@@ -63,7 +63,7 @@ func nextTime(r *rand.Rand, at, floor time.Time, back, fwd time.Duration) time.T
 
 // decideOnBoth decides req on the memory store and on Redis and fails t,
 // saying where, unless both give the same result, which it returns.
-func decideOnBoth(t *testing.T, ctx context.Context, st map[string]sluice.Store, req sluice.Request, where string) algo.Result {
+func decideOnBoth(t *testing.T, ctx context.Context, st map[string]store.Store, req store.Request, where string) algo.Result {
 	t.Helper()
 	m, err := st["memory"].Decide(ctx, req)
 	if err != nil {
@@ -113,7 +113,7 @@ func TestStoresAgree(t *testing.T) {
 		var floor time.Time
 		for step := 0; step < 60; step++ {
 			at = nextTime(r, at, floor, 1500*time.Millisecond, 700*time.Millisecond)
-			if !g.ok(t, at, sluice.Request{Key: key, Limit: lim}) {
+			if !g.ok(t, at, store.Request{Key: key, Limit: lim}) {
 				gen++
 				key = "agree:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen)
 				floor = time.Time{}
@@ -121,22 +121,10 @@ func TestStoresAgree(t *testing.T) {
 			if e, ok := g.expire[key]; ok && !at.Before(e) && e.After(floor) {
 				floor = e
 			}
-			req := sluice.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
+			req := store.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
 			m := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 			g.saw(key, at, m)
 		}
-	}
-}
-
-func TestCell(t *testing.T) {
-	ms := memory.New()
-	defer ms.Close()
-	r, err := ms.Decide(context.Background(), sluice.Request{Key: "user123", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}, Cost: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := sluice.Cell(r), [5]int64{0, 16, 15, -1, 2}; got != want {
-		t.Fatalf("CL.THROTTLE user123 15 30 60 = %v, want %v", got, want)
 	}
 }
 
@@ -149,9 +137,9 @@ func TestStoresAgreeOnBatches(t *testing.T) {
 	ctx := context.Background()
 	for trace := 0; trace < 30; trace++ {
 		n := 1 + r.IntN(4)
-		reqs := make([]sluice.Request, n)
+		reqs := make([]store.Request, n)
 		for i := range reqs {
-			reqs[i] = sluice.Request{
+			reqs[i] = store.Request{
 				Key:    "batch:" + strconv.Itoa(trace) + ":" + strconv.Itoa(i),
 				Limit:  randomLimit(r, r.IntN(4)),
 				Shadow: r.IntN(5) == 0,
@@ -172,7 +160,7 @@ func TestStoresAgreeOnBatches(t *testing.T) {
 // decideAllOnBoth runs one DecideAll on the memory and the Redis store,
 // fails unless both give the same outcome and results, and returns the
 // results.
-func decideAllOnBoth(t *testing.T, ctx context.Context, st map[string]sluice.Store, reqs []sluice.Request, where string) []algo.Result {
+func decideAllOnBoth(t *testing.T, ctx context.Context, st map[string]store.Store, reqs []store.Request, where string) []algo.Result {
 	t.Helper()
 	mr, xr := make([]algo.Result, len(reqs)), make([]algo.Result, len(reqs))
 	mp, err := st["memory"].DecideAll(ctx, reqs, mr)
@@ -200,11 +188,11 @@ func TestAllOrNothing(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			user := sluice.Request{Key: "aon:user:alex", Tag: "aon:user:alex", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}, Cost: 1, Time: conformance.T0}
-			trade := sluice.Request{Key: "aon:user:alex:trade", Tag: "aon:user:alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Minute}, Cost: 1, Time: conformance.T0}
+			user := store.Request{Key: "aon:user:alex", Tag: "aon:user:alex", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}, Cost: 1, Time: conformance.T0}
+			trade := store.Request{Key: "aon:user:alex:trade", Tag: "aon:user:alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Minute}, Cost: 1, Time: conformance.T0}
 			res := make([]algo.Result, 2)
 			for i, wantPass := range []bool{true, false, false} {
-				pass, err := st.DecideAll(ctx, []sluice.Request{user, trade}, res)
+				pass, err := st.DecideAll(ctx, []store.Request{user, trade}, res)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -222,7 +210,7 @@ func TestAllOrNothing(t *testing.T) {
 			}
 			// A shadow level's denial does not block.
 			trade.Shadow = true
-			pass, err := st.DecideAll(ctx, []sluice.Request{user, trade}, res)
+			pass, err := st.DecideAll(ctx, []store.Request{user, trade}, res)
 			if err != nil || !pass || res[1].Allowed || res[0].Remaining != 14 {
 				t.Fatalf("with shadow trade: pass %v err %v user %s trade %s", pass, err, conformance.Format(res[0]), conformance.Format(res[1]))
 			}
@@ -265,11 +253,11 @@ func TestChangedAlgorithm(t *testing.T) {
 	for name, st := range stores(t) {
 		for i, l := range limits {
 			at := t0.Add(time.Duration(i) * time.Second)
-			got, err := st.Decide(ctx, sluice.Request{Key: "changing:" + name, Limit: l, Cost: 1, Time: at})
+			got, err := st.Decide(ctx, store.Request{Key: "changing:" + name, Limit: l, Cost: 1, Time: at})
 			if err != nil {
 				t.Fatalf("%s: limit %d (%v): %v", name, i, l.Kind(), err)
 			}
-			want, err := st.Decide(ctx, sluice.Request{Key: "fresh:" + name + ":" + strconv.Itoa(i), Limit: l, Cost: 1, Time: at})
+			want, err := st.Decide(ctx, store.Request{Key: "fresh:" + name + ":" + strconv.Itoa(i), Limit: l, Cost: 1, Time: at})
 			if err != nil {
 				t.Fatal(err)
 			}

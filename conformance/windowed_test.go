@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -62,13 +62,13 @@ type ttlGuard struct {
 	expire map[string]time.Time
 }
 
-func newTTLGuard(st map[string]sluice.Store) *ttlGuard {
+func newTTLGuard(st map[string]store.Store) *ttlGuard {
 	return &ttlGuard{rs: st["redis"].(*redis.Store), expire: map[string]time.Time{}}
 }
 
 // ok reports whether the states of the requests' keys that are live at at
 // are still in Redis for at least 50ms more.
-func (g *ttlGuard) ok(t *testing.T, at time.Time, reqs ...sluice.Request) bool {
+func (g *ttlGuard) ok(t *testing.T, at time.Time, reqs ...store.Request) bool {
 	for _, r := range reqs {
 		if e, live := g.expire[r.Key]; live && e.After(at) {
 			c := g.rs.Client()
@@ -122,7 +122,7 @@ func TestWindowedStoresAgree(t *testing.T) {
 			default:
 				at = at.Add(grid * time.Duration(r.Int64N(4)))
 			}
-			if !g.ok(t, at, sluice.Request{Key: key, Limit: lim}) {
+			if !g.ok(t, at, store.Request{Key: key, Limit: lim}) {
 				gen++
 				key = "windowed:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen)
 				floor = time.Time{}
@@ -130,7 +130,7 @@ func TestWindowedStoresAgree(t *testing.T) {
 			if e, ok := g.expire[key]; ok && !at.Before(e) && e.After(floor) {
 				floor = e // the memory store drops the state now
 			}
-			req := sluice.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
+			req := store.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
 			if r.IntN(20) == 0 {
 				req.Cost = 5 + r.Int64N(10) // often more than a limit
 			}
@@ -149,7 +149,7 @@ func TestWindowedBatchesAgree(t *testing.T) {
 	g := newTTLGuard(st)
 	for trace := 0; trace < 40; trace++ {
 		n := 1 + r.IntN(4)
-		reqs := make([]sluice.Request, n)
+		reqs := make([]store.Request, n)
 		keys := make([]string, n)
 		gen := 0
 		name := func() {
@@ -165,7 +165,7 @@ func TestWindowedBatchesAgree(t *testing.T) {
 			} else {
 				lim = randomWindowed(r, r.IntN(2))
 			}
-			reqs[i] = sluice.Request{Limit: lim, Shadow: r.IntN(5) == 0}
+			reqs[i] = store.Request{Limit: lim, Shadow: r.IntN(5) == 0}
 		}
 		name()
 		at := gridStart(r)

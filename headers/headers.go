@@ -54,9 +54,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/sf"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // Field names, as the draft spells them.
@@ -89,7 +89,7 @@ const maxNamed = 8
 // (non-shadow) levels, then their RateLimit List, and returns b and where
 // the first ends; it appends nothing when no level is enforced. Each name
 // is encoded once and copied.
-func AppendDraftFields(b []byte, levels []sluice.Level) ([]byte, int) {
+func AppendDraftFields(b []byte, levels []policy.Level) ([]byte, int) {
 	var names [maxNamed][2]int
 	n := 0
 	for i := range levels {
@@ -148,13 +148,13 @@ func levelReset(r algo.Result) int64 {
 
 // LevelName returns the name a level goes by in the RateLimit fields and
 // in problem details: see the package documentation.
-func LevelName(lv *sluice.Level) string {
+func LevelName(lv *policy.Level) string {
 	var nb [128]byte
 	return string(AppendLevelName(nb[:0], lv))
 }
 
 // appendName appends a level's name as a String.
-func appendName(b []byte, lv *sluice.Level) []byte {
+func appendName(b []byte, lv *policy.Level) []byte {
 	if plainName(lv.Pattern) {
 		b = append(b, '"')
 		b = append(b, lv.Pattern...)
@@ -178,7 +178,7 @@ func plainName(p string) bool {
 }
 
 // AppendLevelName appends LevelName(lv) to b.
-func AppendLevelName(b []byte, lv *sluice.Level) []byte {
+func AppendLevelName(b []byte, lv *policy.Level) []byte {
 	for i := 0; i < len(lv.Pattern); i++ {
 		c := lv.Pattern[i]
 		if c < 0x20 || c > 0x7e || c == '%' {
@@ -208,7 +208,7 @@ func limitIndex(key string) string {
 
 // levelWindow returns the time in which a level's limit grants its quota
 // (see Limit.Quota), or 0 when the level has no algo.Limit.
-func levelWindow(lv *sluice.Level) time.Duration {
+func levelWindow(lv *policy.Level) time.Duration {
 	if lv.Limit == nil {
 		return 0
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // TestLevelNames covers names outside printable ASCII, '%', quotes and
@@ -26,7 +26,7 @@ func TestLevelNames(t *testing.T) {
 		{`a"b\c`, "k", `a"b\c`},
 		{"tab\there", "k", "tab%09here"},
 	} {
-		lv := &sluice.Level{Pattern: tc.pattern, Key: tc.key}
+		lv := &policy.Level{Pattern: tc.pattern, Key: tc.key}
 		if got := headers.LevelName(lv); got != tc.want {
 			t.Errorf("LevelName(%q, %q) = %q, want %q", tc.pattern, tc.key, got, tc.want)
 		}
@@ -34,7 +34,7 @@ func TestLevelNames(t *testing.T) {
 }
 
 func TestRateLimitFields(t *testing.T) {
-	levels := []sluice.Level{
+	levels := []policy.Level{
 		{Pattern: "user/*", Key: "user:alex", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
 			Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 1500 * time.Millisecond}},
 		{Pattern: "user/*/trade", Key: "user:alex:trade#0", Limit: algo.FixedWindow{Limit: 1000, Window: time.Hour},
@@ -62,8 +62,8 @@ func TestEveryKindHasAWindow(t *testing.T) {
 	for _, k := range algo.Kinds() {
 		l := k.Example()
 		q, _ := l.Quota()
-		lv := sluice.Level{Pattern: "p", Key: "k", Limit: l, Result: algo.Result{Allowed: true, Quota: q, Remaining: q}}
-		b, end := headers.AppendDraftFields(nil, []sluice.Level{lv})
+		lv := policy.Level{Pattern: "p", Key: "k", Limit: l, Result: algo.Result{Allowed: true, Quota: q, Remaining: q}}
+		b, end := headers.AppendDraftFields(nil, []policy.Level{lv})
 		if pol := string(b[:end]); !strings.Contains(pol, ";w=") {
 			t.Errorf("%v: RateLimit-Policy %q has no window", k, pol)
 		}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // benchWriter is a ResponseWriter whose header map is reused, so that the
@@ -72,12 +72,12 @@ func BenchmarkMiddleware(b *testing.B) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 	b.Run("bare", func(b *testing.B) { benchServe(b, handler) })
 
-	stub := stubChecker{d: sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{
+	stub := stubChecker{d: policy.Decision{Allowed: true, Matched: true, Levels: []policy.Level{{
 		Pattern: "api/*", Key: "api:192.0.2.7",
 		Limit:  algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
 		Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second},
 	}}}}
-	stub.d.Summary = sluice.Summarize(stub.d.Levels)
+	stub.d.Summary = policy.Summarize(stub.d.Levels)
 	b.Run("stub", func(b *testing.B) {
 		benchServe(b, httplimit.New(stub, httplimit.Options{Path: apiKeyPath}).Wrap(handler))
 	})
@@ -90,7 +90,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		benchServe(b, httplimit.New(c, httplimit.Options{Path: apiKeyPath}).Wrap(handler))
 	})
 	b.Run("checker", func(b *testing.B) {
-		var d sluice.Decision
+		var d policy.Decision
 		path := []string{"api", "192.0.2.7"}
 		ctx := context.Background()
 		b.ReportAllocs()
@@ -111,7 +111,7 @@ func TestMiddlewareAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip()
 	}
-	stub := stubChecker{d: sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{
+	stub := stubChecker{d: policy.Decision{Allowed: true, Matched: true, Levels: []policy.Level{{
 		Pattern: "api/*", Key: "api:192.0.2.7",
 		Limit:  algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
 		Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second},

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memory"
@@ -34,7 +33,7 @@ schema:
 	m := httplimit.New(&policy.Checker{Policy: policy.NewHolder(p), Store: st}, httplimit.Options{
 		Key:        func(*http.Request) (string, error) { return "k", nil },
 		MaxWaiting: maxWaiting,
-		OnDecision: func(r *http.Request, d *sluice.Decision) { lastDelay.Store(int64(d.Delay)) },
+		OnDecision: func(r *http.Request, d *policy.Decision) { lastDelay.Store(int64(d.Delay)) },
 	})
 	h := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) }))
 	return m, h, &lastDelay, &served

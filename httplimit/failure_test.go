@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 )
 
 // syncBuffer is a log sink for concurrent writers.
@@ -169,7 +170,7 @@ func TestRedisStalled(t *testing.T) {
 // it is earlier.
 func TestTimeoutBound(t *testing.T) {
 	var gotDeadline atomic.Int64
-	blocking := checkerFunc(func(ctx context.Context, _ []string, _ int64, _ *sluice.Decision) error {
+	blocking := checkerFunc(func(ctx context.Context, _ []string, _ int64, _ *policy.Decision) error {
 		d, _ := ctx.Deadline()
 		gotDeadline.Store(int64(time.Until(d)))
 		<-ctx.Done()
@@ -208,7 +209,7 @@ func TestCheckerErrorIsStoreError(t *testing.T) {
 	if w := do(l.Wrap(okHandler), "GET", "/", nil, ""); w.Code != 200 || l.StoreErrors() != 1 {
 		t.Errorf("status %d, StoreErrors %d", w.Code, l.StoreErrors())
 	}
-	l = httplimit.New(stubChecker{err: sluice.ErrBadRequest}, httplimit.Options{Logger: discard})
+	l = httplimit.New(stubChecker{err: store.ErrBadRequest}, httplimit.Options{Logger: discard})
 	if w := do(l.Wrap(okHandler), "GET", "/", nil, ""); w.Code != 400 || l.StoreErrors() != 0 {
 		t.Errorf("bad request: status %d, StoreErrors %d", w.Code, l.StoreErrors())
 	}
@@ -244,9 +245,9 @@ type discardWriter struct{}
 
 func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 
-type checkerFunc func(ctx context.Context, path []string, cost int64, d *sluice.Decision) error
+type checkerFunc func(ctx context.Context, path []string, cost int64, d *policy.Decision) error
 
-func (f checkerFunc) Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
+func (f checkerFunc) Check(ctx context.Context, path []string, cost int64, d *policy.Decision) error {
 	return f(ctx, path, cost, d)
 }
 

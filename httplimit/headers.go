@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // HeaderStyle selects the rate-limit headers a Middleware sends.
@@ -44,7 +44,7 @@ const (
 // denied, building every value in one buffer that becomes one string:
 // one allocation, plus the header map's own growth. vals backs the header
 // slices.
-func (l *Middleware) setHeaders(h http.Header, d *sluice.Decision, vals *[4]string) {
+func (l *Middleware) setHeaders(h http.Header, d *policy.Decision, vals *[4]string) {
 	var buf [512]byte
 	b := buf[:0]
 	var ends [4]int

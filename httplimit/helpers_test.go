@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -66,7 +66,7 @@ func (c *clock) Set(t time.Time) {
 
 // newChecker returns the policy's Checker on a store, deciding at the
 // clock's time, or at the store's when clk is nil.
-func newChecker(pol *policy.Policy, st sluice.Store, clk *clock) httplimit.PathChecker {
+func newChecker(pol *policy.Policy, st store.Store, clk *clock) httplimit.PathChecker {
 	c := &policy.Checker{Policy: policy.NewHolder(pol), Store: st}
 	if clk == nil {
 		return c
@@ -80,7 +80,7 @@ type checkAt struct {
 	clk *clock
 }
 
-func (a checkAt) Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
+func (a checkAt) Check(ctx context.Context, path []string, cost int64, d *policy.Decision) error {
 	return a.c.CheckAt(ctx, a.clk.Now(), path, cost, d)
 }
 
@@ -93,7 +93,7 @@ func mustPolicy(t testing.TB, yaml string) *policy.Policy {
 	return p
 }
 
-func memoryStore(t testing.TB) sluice.Store {
+func memoryStore(t testing.TB) store.Store {
 	st := memory.New()
 	t.Cleanup(func() { st.Close() })
 	return st
@@ -116,10 +116,10 @@ func redisStoreAt(t testing.TB, url string) *redis.Store {
 }
 
 // stores returns the stores every trace runs on: memory and a real Redis.
-func stores(t *testing.T) map[string]func(t *testing.T) sluice.Store {
-	return map[string]func(t *testing.T) sluice.Store{
-		"memory": func(t *testing.T) sluice.Store { return memoryStore(t) },
-		"redis":  func(t *testing.T) sluice.Store { return redisStore(t, redistest.Start(t)) },
+func stores(t *testing.T) map[string]func(t *testing.T) store.Store {
+	return map[string]func(t *testing.T) store.Store{
+		"memory": func(t *testing.T) store.Store { return memoryStore(t) },
+		"redis":  func(t *testing.T) store.Store { return redisStore(t, redistest.Start(t)) },
 	}
 }
 

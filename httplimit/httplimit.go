@@ -43,7 +43,7 @@
 // out) and counts it (Middleware.StoreErrors, Options.OnStoreError);
 // FailClosed answers 503 with a problem+json body. Errors that are the
 // request's fault (a KeyFunc's error, or a check error wrapping
-// sluice.ErrBadRequest, such as a key too long for the store) are not
+// store.ErrBadRequest, such as a key too long for the store) are not
 // store failures and never fail open: they get Options.OnBadRequest, by
 // default 400. A request whose client has gone away (its context is done)
 // gets no answer at all.
@@ -64,8 +64,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/ratelog"
-
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 )
 
 // A PathChecker decides a request path: it fills d (Allowed, Matched, Summary
@@ -73,7 +73,7 @@ import (
 // policy package's *Checker is one. Check must honour ctx's deadline and
 // must not keep path or d after it returns.
 type PathChecker interface {
-	Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error
+	Check(ctx context.Context, path []string, cost int64, d *policy.Decision) error
 }
 
 // DefaultTimeout bounds a check when Options.Timeout is zero.
@@ -81,7 +81,7 @@ const DefaultTimeout = 50 * time.Millisecond
 
 // An Undoer is a PathChecker that can give back what an allowed check
 // took (policy.Checker is one): the middleware calls it for a request
-// that a policy delay holds (sluice.Decision.Delay) whose client goes
+// that a policy delay holds (policy.Decision.Delay) whose client goes
 // away, or that finds MaxWaiting requests already waiting.
 type Undoer interface {
 	Undo(ctx context.Context, path []string, cost int64) error
@@ -127,7 +127,7 @@ type Options struct {
 	// OnLimited answers a denied request, whose rate-limit headers and
 	// Retry-After are already set. Nil means QuotaExceeded. d is valid
 	// only during the call.
-	OnLimited func(w http.ResponseWriter, r *http.Request, d *sluice.Decision)
+	OnLimited func(w http.ResponseWriter, r *http.Request, d *policy.Decision)
 	// OnBadRequest answers a request that cannot be checked through its
 	// own fault (see the package documentation). Nil means BadRequest.
 	OnBadRequest func(w http.ResponseWriter, r *http.Request, err error)
@@ -151,7 +151,7 @@ type Options struct {
 	// before the request is answered: a place for metrics, and the only
 	// place where denials by shadow levels show. d is valid only during the
 	// call.
-	OnDecision func(r *http.Request, d *sluice.Decision)
+	OnDecision func(r *http.Request, d *policy.Decision)
 }
 
 // A Middleware limits the rate of the HTTP requests that go through it. It is safe for concurrent use.
@@ -229,7 +229,7 @@ type request struct {
 // scratch is what a request needs only during its check, pooled: the
 // Decision, whose Levels keep their capacity, and room for the path.
 type scratch struct {
-	d    sluice.Decision
+	d    policy.Decision
 	path [8]string
 }
 
@@ -256,7 +256,7 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	// The pooled Levels still refer to an earlier request's keys until the
 	// checker overwrites them: bounded, and the pool is emptied by the GC.
 	d := &sc.d
-	*d = sluice.Decision{Levels: d.Levels[:0]}
+	*d = policy.Decision{Levels: d.Levels[:0]}
 	rq := new(request)
 	rq.ctx.init(r.Context(), l.timeout)
 	sh, holds := l.checker.(SlotHolder)
@@ -300,7 +300,7 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // MaxWaiting requests are already held it makes d a denial, to be retried
 // after the delay, and reports true. Either way the units go back (when
 // the checker is an Undoer).
-func (l *Middleware) wait(r *http.Request, path []string, cost int64, d *sluice.Decision) bool {
+func (l *Middleware) wait(r *http.Request, path []string, cost int64, d *policy.Decision) bool {
 	if l.waiting.Add(1) > l.maxWaiting {
 		l.waiting.Add(-1)
 		l.undo(r, path, cost)
@@ -346,7 +346,7 @@ func (l *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 	if r.Context().Err() != nil {
 		return // the client is gone: nobody to answer
 	}
-	if errors.Is(err, sluice.ErrBadRequest) {
+	if errors.Is(err, store.ErrBadRequest) {
 		l.opts.OnBadRequest(w, r, err)
 		return
 	}

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // step is one request of a known trace and the response it must get.
@@ -276,11 +276,11 @@ func TestUnmatched(t *testing.T) {
 func TestOnDecisionSeesShadow(t *testing.T) {
 	clk := &clock{now: t0}
 	c := newChecker(mustPolicy(t, testPolicy), memoryStore(t), clk)
-	var seen []sluice.Level
+	var seen []policy.Level
 	h := httplimit.New(c, httplimit.Options{
 		Timeout: testTimeout,
 		Path:    apiPath,
-		OnDecision: func(r *http.Request, d *sluice.Decision) {
+		OnDecision: func(r *http.Request, d *policy.Decision) {
 			seen = append(seen[:0], d.Levels...)
 		},
 	}).Wrap(okHandler)
@@ -391,7 +391,7 @@ func TestWindows(t *testing.T) {
 		{futureLimit{algo.FixedWindow{Limit: 7, Window: 30 * time.Second}}, 7, `"p";q=7;w=30`},
 		{nil, 42, `"p";q=42`},
 	} {
-		st := stubChecker{d: sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{
+		st := stubChecker{d: policy.Decision{Allowed: true, Matched: true, Levels: []policy.Level{{
 			Pattern: "p", Key: "k", Limit: tc.limit,
 			Result: algo.Result{Allowed: true, Quota: tc.quota, Remaining: tc.quota},
 		}}}}
@@ -416,11 +416,11 @@ func build(t *testing.T, s algo.Spec) algo.Limit {
 
 // stubChecker answers every check with a copy of d.
 type stubChecker struct {
-	d   sluice.Decision
+	d   policy.Decision
 	err error
 }
 
-func (s stubChecker) Check(_ context.Context, _ []string, _ int64, d *sluice.Decision) error {
+func (s stubChecker) Check(_ context.Context, _ []string, _ int64, d *policy.Decision) error {
 	if s.err != nil {
 		return s.err
 	}

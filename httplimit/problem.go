@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/headers"
 	"github.com/sluicehq/sluice/internal/jsonenc"
 	"github.com/sluicehq/sluice/internal/problem"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // QuotaExceededType is the problem type URI of draft-ietf-httpapi-
@@ -42,13 +42,13 @@ const quotaExceededTitle = "Request cannot be satisfied as assigned quota has be
 // A request denied because it matched no policy (a policy with unmatched:
 // deny), and by no level, is not over a quota: it gets 403 Forbidden, with
 // an about:blank problem.
-func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *sluice.Decision) {
+func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *policy.Decision) {
 	if problem.Status(d) == http.StatusForbidden {
 		problem.Write(w, http.StatusForbidden, "about:blank", "Forbidden",
 			"The request matches no rate-limit policy, and requests that match none are denied.", nil)
 		return
 	}
-	binding := sluice.Denier(d.Levels)
+	binding := policy.Denier(d.Levels)
 	ext := func(b []byte) []byte {
 		b = append(b, `,"violated-policies":[`...)
 		first := true

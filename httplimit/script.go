@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -80,8 +81,8 @@ func (l *Middleware) serveScript(w http.ResponseWriter, r *http.Request, next ht
 		path = append(path, key)
 	}
 	k := sl.prefix + sluice.Key(path...)
-	if len(path) == 0 || len(k) > len(sl.prefix)+sluice.MaxKeyLen {
-		l.opts.OnBadRequest(w, r, fmt.Errorf("%w: script key of %d bytes exceeds %d", sluice.ErrBadRequest, len(k)-len(sl.prefix), sluice.MaxKeyLen))
+	if len(path) == 0 || len(k) > len(sl.prefix)+store.MaxKeyLen {
+		l.opts.OnBadRequest(w, r, fmt.Errorf("%w: script key of %d bytes exceeds %d", store.ErrBadRequest, len(k)-len(sl.prefix), store.MaxKeyLen))
 		return
 	}
 	args := sl.args
@@ -91,7 +92,7 @@ func (l *Middleware) serveScript(w http.ResponseWriter, r *http.Request, next ht
 			cost = l.opts.Cost(r)
 		}
 		if cost < 0 {
-			l.opts.OnBadRequest(w, r, fmt.Errorf("%w: negative cost %d", sluice.ErrBadRequest, cost))
+			l.opts.OnBadRequest(w, r, fmt.Errorf("%w: negative cost %d", store.ErrBadRequest, cost))
 			return
 		}
 		args = append([]string(nil), args...)
@@ -124,11 +125,11 @@ func (l *Middleware) serveScript(w http.ResponseWriter, r *http.Request, next ht
 	if !rep.Allow {
 		res.RetryAfter = retry
 	}
-	d := &sluice.Decision{
+	d := &policy.Decision{
 		Allowed: rep.Allow,
 		Matched: true,
 		Summary: res,
-		Levels:  []sluice.Level{{Pattern: sl.s.Name(), Key: k, Result: res}},
+		Levels:  []policy.Level{{Pattern: sl.s.Name(), Key: k, Result: res}},
 	}
 	if l.opts.OnDecision != nil {
 		l.opts.OnDecision(r, d)

@@ -7,12 +7,13 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // A SlotHolder is a PathChecker that can hold slots of concurrency limits
 // (algo.Concurrency) while a request runs; policy.Checker is one. The
 // middleware then checks with Hold: a path that hits a concurrency limit
-// takes its slots under a permit id (sluice.Decision.Permit), which the
+// takes its slots under a permit id (policy.Decision.Permit), which the
 // middleware renews with Slots while the next handler runs and releases
 // when it returns, normally or by a panic. A client that goes away
 // cancels the request's context: a handler that stops then releases at
@@ -22,8 +23,8 @@ import (
 // cancelled with sluice.ErrLost as its cause.
 type SlotHolder interface {
 	PathChecker
-	Hold(ctx context.Context, path []string, cost int64, d *sluice.Decision) error
-	Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *sluice.Decision) error
+	Hold(ctx context.Context, path []string, cost int64, d *policy.Decision) error
+	Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *policy.Decision) error
 }
 
 // holding is a request that holds slots: its path and permit, until the
@@ -39,7 +40,7 @@ type holding struct {
 // hold starts renewing d's permit on path every third of the shortest
 // hold_for of its concurrency levels, and returns the request to serve,
 // whose context the renewer cancels if the slots are lost.
-func (l *Middleware) hold(r *http.Request, sh SlotHolder, path []string, d *sluice.Decision) (*holding, *http.Request) {
+func (l *Middleware) hold(r *http.Request, sh SlotHolder, path []string, d *policy.Decision) (*holding, *http.Request) {
 	hold := time.Duration(0)
 	for i := range d.Levels {
 		if lv := &d.Levels[i]; lv.Limit != nil && lv.Limit.Kind() == algo.KindConcurrency {
@@ -55,7 +56,7 @@ func (l *Middleware) hold(r *http.Request, sh SlotHolder, path []string, d *slui
 		defer cancel(nil)
 		t := time.NewTicker(hold / 3)
 		defer t.Stop()
-		var rd sluice.Decision
+		var rd policy.Decision
 		for {
 			select {
 			case <-h.stop:
@@ -81,7 +82,7 @@ func (h *holding) release(r *http.Request, sh SlotHolder) {
 	<-h.done
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.l.timeout)
 	defer cancel()
-	var d sluice.Decision
+	var d policy.Decision
 	if err := sh.Slots(ctx, time.Time{}, h.path, 0, h.permit, algo.Release, &d); err != nil {
 		h.l.logFailure(r, err)
 	}

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -42,7 +42,7 @@ func slotCheckers(t *testing.T) map[string]*policy.Checker {
 	ms := memory.New()
 	t.Cleanup(func() { rs.Close(); ms.Close() })
 	out := map[string]*policy.Checker{}
-	for name, st := range map[string]sluice.Store{"memory": ms, "redis": rs} {
+	for name, st := range map[string]store.Store{"memory": ms, "redis": rs} {
 		out[name] = &policy.Checker{Policy: policy.NewHolder(p), Store: st}
 	}
 	return out
@@ -51,7 +51,7 @@ func slotCheckers(t *testing.T) map[string]*policy.Checker {
 // free returns the free slots of a key, by a peek.
 func free(t *testing.T, c *policy.Checker, key string) int64 {
 	t.Helper()
-	var d sluice.Decision
+	var d policy.Decision
 	if err := c.Check(context.Background(), []string{"exports", key}, 0, &d); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestSlotsRenewedWhileServing(t *testing.T) {
 		clk.mu.Unlock()
 	}
 	// 100ms on, past 3 leases: the slot is still held.
-	var d sluice.Decision
+	var d policy.Decision
 	if err := c.Check(context.Background(), []string{"exports", "acme"}, 1, &d); err != nil || d.Allowed {
 		t.Fatalf("a second request while the first runs: %+v, %v", d, err)
 	}
@@ -210,12 +210,12 @@ func TestSlotsRenewedWhileServing(t *testing.T) {
 // onRenew is a store at a hand-moved clock that signals each renewal
 // decided at the clock's current time.
 type onRenew struct {
-	sluice.Store
+	store.Store
 	clk     *clock
 	renewed chan struct{}
 }
 
-func (s *onRenew) DecideAll(ctx context.Context, reqs []sluice.Request, res []algo.Result) (bool, error) {
+func (s *onRenew) DecideAll(ctx context.Context, reqs []store.Request, res []algo.Result) (bool, error) {
 	now := s.clk.Now()
 	renew := false
 	for i := range reqs {

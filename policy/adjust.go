@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // A Change is a change to a path's keys outside a request: a penalty or a
@@ -23,13 +23,6 @@ type Change struct {
 	Shared bool
 }
 
-// adjuster is store.Adjuster, which policy does not import.
-type adjuster interface {
-	Adjust(ctx context.Context, req sluice.Request, op algo.Adjust) error
-	Block(ctx context.Context, req sluice.Request, d time.Duration) error
-	Unblock(ctx context.Context, req sluice.Request) error
-}
-
 // ErrNothingToChange is wrapped by Change's error when no level of the
 // path can take the change: none has a limit that counts both ways (a
 // penalty, a reward) or a block (a block, an unblock).
@@ -40,10 +33,10 @@ var ErrNothingToChange = errors.New("no level of the path can take the change")
 // whose limit can take it: a penalty or a reward where the limit counts
 // both ways (gcra, token_bucket, fixed_window), a block or an unblock
 // where it has a block. It returns the keys changed, in walk order; an
-// error wrapping ErrNothingToChange (and sluice.ErrBadRequest) when there
+// error wrapping ErrNothingToChange (and store.ErrBadRequest) when there
 // were none.
 func (c *Checker) Change(ctx context.Context, t time.Time, path []string, ch Change) ([]string, error) {
-	a, ok := c.Store.(adjuster)
+	a, ok := c.Store.(store.Adjuster)
 	if !ok {
 		return nil, fmt.Errorf("policy: %w: the store cannot change keys outside a request", algo.ErrUnsupported)
 	}
@@ -73,7 +66,7 @@ func (c *Checker) Change(ctx context.Context, t time.Time, path []string, ch Cha
 				if err := p.CheckAdjust(ch.Op, ch.Units); errors.Is(err, algo.ErrNotAdjustable) {
 					continue // a kind without a count to move
 				} else if err != nil {
-					return keys, fmt.Errorf("policy: %w: %w", sluice.ErrBadRequest, err)
+					return keys, fmt.Errorf("policy: %w: %w", store.ErrBadRequest, err)
 				}
 				err = a.Adjust(ctx, req, ch.Op)
 			}
@@ -84,7 +77,7 @@ func (c *Checker) Change(ctx context.Context, t time.Time, path []string, ch Cha
 		}
 	}
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("policy: %w: %w: %s", sluice.ErrBadRequest, ErrNothingToChange, ch.need())
+		return nil, fmt.Errorf("policy: %w: %w: %s", store.ErrBadRequest, ErrNothingToChange, ch.need())
 	}
 	return keys, nil
 }

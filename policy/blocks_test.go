@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/policy"
@@ -32,8 +31,8 @@ schema:
 		t.Run(name, func(t *testing.T) {
 			c := checker(t, src, st)
 			at := conformance.T0
-			var d sluice.Decision
-			check := func(after time.Duration, cost int64) *sluice.Decision {
+			var d policy.Decision
+			check := func(after time.Duration, cost int64) *policy.Decision {
 				t.Helper()
 				if err := c.CheckAt(ctx, at.Add(after), path, cost, &d); err != nil {
 					t.Fatal(err)
@@ -83,7 +82,7 @@ schema:
         delay: {max: 1500ms}
 `, st)
 	at := conformance.T0
-	var d sluice.Decision
+	var d policy.Decision
 	for i, want := range []time.Duration{0, time.Second, 0} {
 		if err := c.CheckAt(context.Background(), at, []string{"ip", "a"}, 1, &d); err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Checker decides request paths against the policy a Holder holds, on a
@@ -18,7 +19,7 @@ import (
 // and the httplimit middleware all go through it.
 type Checker struct {
 	Policy *Holder
-	Store  sluice.Store
+	Store  store.Store
 }
 
 // Query is what Checker.Decide decides: one or more paths at one time,
@@ -64,12 +65,12 @@ type PathQuery struct {
 	// limit of each hit, from the root down. Paths of one Query that hit
 	// the same limit key share its state and its result, and the costs of
 	// all of them are added.
-	Levels []sluice.Level
+	Levels []Level
 }
 
 // Check decides a request for path of the given cost at the store's
 // clock; see CheckAt.
-func (c *Checker) Check(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
+func (c *Checker) Check(ctx context.Context, path []string, cost int64, d *Decision) error {
 	return c.CheckAt(ctx, time.Time{}, path, cost, d)
 }
 
@@ -78,13 +79,13 @@ func (c *Checker) Check(ctx context.Context, path []string, cost int64, d *sluic
 // and fills d, reusing the capacity of d.Levels. A request that matches no
 // level is allowed, or denied with RetryAfter Never when the policy says
 // unmatched: deny; its shadow levels are still checked and reported.
-func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost int64, d *sluice.Decision) error {
+func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost int64, d *Decision) error {
 	return c.decidePath(ctx, t, path, cost, 0, algo.Acquire, false, d)
 }
 
 // decidePath decides one path as a Query of it with the given time and
 // the Query's Permit, Op and NewPermit.
-func (c *Checker) decidePath(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, newPermit bool, d *sluice.Decision) error {
+func (c *Checker) decidePath(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, newPermit bool, d *Decision) error {
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	q := &sc.q
@@ -101,7 +102,7 @@ func (c *Checker) decidePath(ctx context.Context, t time.Time, path []string, co
 // releases them: a path that hits concurrency limits takes its slots
 // under a new permit id (Decision.Permit), which Slots renews and releases.
 // A path without one costs what Check does.
-func (c *Checker) Hold(ctx context.Context, path []string, cost int64, d *sluice.Decision) error {
+func (c *Checker) Hold(ctx context.Context, path []string, cost int64, d *Decision) error {
 	return c.decidePath(ctx, time.Time{}, path, cost, 0, algo.Acquire, true, d)
 }
 
@@ -113,7 +114,7 @@ func (c *Checker) Hold(ctx context.Context, path []string, cost int64, d *sluice
 // a Release without a permit frees); a Renew is denied, with RetryAfter
 // algo.Never, when a level no longer holds the permit, and renews no
 // level then.
-func (c *Checker) Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *sluice.Decision) error {
+func (c *Checker) Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *Decision) error {
 	return c.decidePath(ctx, t, path, cost, permit, op, false, d)
 }
 
@@ -124,7 +125,7 @@ func (c *Checker) Slots(ctx context.Context, t time.Time, path []string, cost, p
 // keeps its count, erring towards denying. It walks the policy in force,
 // so after a reload it gives back by the new one.
 func (c *Checker) Undo(ctx context.Context, path []string, cost int64) error {
-	r, ok := c.Store.(refunder)
+	r, ok := c.Store.(store.Refunder)
 	if !ok {
 		return fmt.Errorf("policy: %w: the store cannot give units back", algo.ErrUnsupported)
 	}
@@ -147,30 +148,25 @@ func (c *Checker) Undo(ctx context.Context, path []string, cost int64) error {
 	return first
 }
 
-// refunder is store.Refunder, which policy does not import.
-type refunder interface {
-	Refund(ctx context.Context, req sluice.Request) error
-}
-
 // Decide decides every path of q together, all or nothing, and fills d
 // (reusing the capacity of d.Levels) and each path's Match and Levels. d
 // is allowed when every enforced level allowed and no path is unmatched
-// under unmatched: deny; its Summary folds every level (sluice.Summarize),
+// under unmatched: deny; its Summary folds every level (Summarize),
 // or is a denial with RetryAfter Never when a path is unmatched under
 // unmatched: deny. Matched is false when some path matched no policy.
 // A cost outside 0..algo.MaxCount is an error wrapping
-// sluice.ErrBadRequest; a store
+// store.ErrBadRequest; a store
 // failure is returned as the store gave it, and the paths' Match is set.
-func (c *Checker) Decide(ctx context.Context, q *Query, d *sluice.Decision) error {
+func (c *Checker) Decide(ctx context.Context, q *Query, d *Decision) error {
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	return c.decide(ctx, q, d, sc)
 }
 
-func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *scratch) error {
+func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch) error {
 	for i := range q.Paths {
 		if cost := q.Paths[i].Cost; cost < 0 || cost > algo.MaxCount {
-			return fmt.Errorf("policy: %w: cost %d is outside 0..%d", sluice.ErrBadRequest, cost, algo.MaxCount)
+			return fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
 		}
 	}
 	p := c.Policy.Load()
@@ -273,7 +269,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 						delay = max(delay, wait)
 					}
 				}
-				d.Levels = append(d.Levels, sluice.Level{Pattern: hit.Pattern, Key: sc.reqs[r].Key, Limit: l, Shadow: hit.Shadow, Result: res})
+				d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Key: sc.reqs[r].Key, Limit: l, Shadow: hit.Shadow, Result: res})
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]
@@ -282,7 +278,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 			deny = deny || p.DenyUnmatched()
 		}
 	}
-	d.Summary = sluice.Summarize(d.Levels)
+	d.Summary = Summarize(d.Levels)
 	d.Allowed = pass && !deny
 	d.Delay, d.Permit = 0, 0
 	if d.Allowed && q.Op == algo.Acquire && q.Permit != 0 && slices.ContainsFunc(d.Levels, holdsSlots) {
@@ -298,13 +294,13 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *sluice.Decision, sc *
 }
 
 // holdsSlots reports whether a level took slots of a concurrency limit.
-func holdsSlots(l sluice.Level) bool {
+func holdsSlots(l Level) bool {
 	return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency && l.Result.Admitted > 0
 }
 
 // refuseAll denies the whole of q for good without deciding a level: by
 // the deny list entry listed, or a cost above a delay node's burst quota.
-func refuseAll(q *Query, d *sluice.Decision, listed string, quota int64) {
+func refuseAll(q *Query, d *Decision, listed string, quota int64) {
 	for i := range q.Paths {
 		pq := &q.Paths[i]
 		clear(pq.Match.Hits)
@@ -343,7 +339,7 @@ func dropReplaced(q *Query) {
 // scratch holds a decision's buffers between decisions.
 type scratch struct {
 	q       Query // CheckAt's one-path query
-	reqs    []sluice.Request
+	reqs    []store.Request
 	results []algo.Result
 	// index[k] is the request of the k-th limit over every path's hits.
 	index []int
@@ -369,7 +365,7 @@ func (sc *scratch) add(pq *PathQuery, q *Query, merge bool) error {
 				if q.Permit != 0 || q.Op != algo.Acquire {
 					fp, err := p.ForPermit(q.Permit, q.Op)
 					if err != nil {
-						return fmt.Errorf("policy: %w: %w", sluice.ErrBadRequest, err)
+						return fmt.Errorf("policy: %w: %w", store.ErrBadRequest, err)
 					}
 					r.Limit = &fp
 				}
@@ -395,7 +391,7 @@ func (sc *scratch) add(pq *PathQuery, q *Query, merge bool) error {
 
 // mergeRequest appends r to reqs, or adds its cost to the request of its
 // key that byKey finds there, and returns reqs and r's index in it.
-func mergeRequest(reqs []sluice.Request, byKey map[string]int, r sluice.Request) ([]sluice.Request, int) {
+func mergeRequest(reqs []store.Request, byKey map[string]int, r store.Request) ([]store.Request, int) {
 	if i, ok := byKey[r.Key]; ok {
 		reqs[i].Cost += r.Cost
 		return reqs, i
@@ -428,7 +424,7 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // with lease: true: a shadow hit, or a path that matched nothing, would
 // not be reported by the client. A store that grants (store.Granter)
 // takes them.
-func LeaseRequests(q *Query) (reqs []sluice.Request, ok bool) {
+func LeaseRequests(q *Query) (reqs []store.Request, ok bool) {
 	byKey := map[string]int{}
 	for i := range q.Paths {
 		pq := &q.Paths[i]

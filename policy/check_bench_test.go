@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -42,17 +42,17 @@ func BenchmarkCheck(b *testing.B) {
 	}
 	stores := []struct {
 		name string
-		open func(b *testing.B) sluice.Store
+		open func(b *testing.B) store.Store
 	}{
-		{"memory", func(b *testing.B) sluice.Store { return memory.New() }},
-		{"redis", func(b *testing.B) sluice.Store {
+		{"memory", func(b *testing.B) store.Store { return memory.New() }},
+		{"redis", func(b *testing.B) store.Store {
 			st, err := redis.Open(context.Background(), redistest.Start(b).URL(), redis.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			return st
 		}},
-		{"cluster", func(b *testing.B) sluice.Store {
+		{"cluster", func(b *testing.B) store.Store {
 			st, err := redis.Open(context.Background(), redistest.StartCluster(b).URL(), redis.Options{})
 			if err != nil {
 				b.Fatal(err)
@@ -86,7 +86,7 @@ func BenchmarkCheck(b *testing.B) {
 						b.SetParallelism(32) // 64 goroutines keep a network store busy
 					}
 					b.RunParallel(func(pb *testing.PB) {
-						var d sluice.Decision
+						var d policy.Decision
 						i := 0
 						for pb.Next() {
 							if err := c.Check(context.Background(), paths[i%len(paths)], 1, &d); err != nil || !d.Allowed {

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -24,7 +24,7 @@ const seedPolicy = `schema:
             limits: [5, 10, 15]
 `
 
-func checker(t *testing.T, src string, st sluice.Store) *policy.Checker {
+func checker(t *testing.T, src string, st store.Store) *policy.Checker {
 	t.Helper()
 	p, err := policy.Parse("limits.yaml", []byte(src))
 	if err != nil {
@@ -34,7 +34,7 @@ func checker(t *testing.T, src string, st sluice.Store) *policy.Checker {
 }
 
 // stores returns the memory store, a Redis server and a Redis Cluster.
-func stores(t *testing.T) map[string]sluice.Store {
+func stores(t *testing.T) map[string]store.Store {
 	ctx := context.Background()
 	rs, err := redis.Open(ctx, redistest.Start(t).URL(), redis.Options{})
 	if err != nil {
@@ -46,7 +46,7 @@ func stores(t *testing.T) map[string]sluice.Store {
 	}
 	ms := memory.New()
 	t.Cleanup(func() { ms.Close(); rs.Close(); cs.Close() })
-	return map[string]sluice.Store{"memory": ms, "redis": rs, "cluster": cs}
+	return map[string]store.Store{"memory": ms, "redis": rs, "cluster": cs}
 }
 
 // TestCheckSeedScenario: alex's trades and withdrawals share user:alex, and a
@@ -57,7 +57,7 @@ func TestCheckSeedScenario(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := checker(t, seedPolicy, st)
 			ctx := context.Background()
-			var d sluice.Decision
+			var d policy.Decision
 			check := func(path ...string) {
 				t.Helper()
 				if err := c.CheckAt(ctx, t0, path, 1, &d); err != nil {
@@ -134,7 +134,7 @@ func TestConcurrentMixedPaths(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					var d sluice.Decision
+					var d policy.Decision
 					if err := c.Check(context.Background(), paths[g%4], 1, &d); err != nil {
 						t.Error(err)
 						return
@@ -164,7 +164,7 @@ func TestConcurrentMixedPaths(t *testing.T) {
 
 func TestUnmatchedDeny(t *testing.T) {
 	c := checker(t, "unmatched: deny\n"+seedPolicy, memory.New())
-	var d sluice.Decision
+	var d policy.Decision
 	if err := c.Check(context.Background(), []string{"other"}, 1, &d); err != nil {
 		t.Fatal(err)
 	}

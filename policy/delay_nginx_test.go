@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/proxytest"
 )
 
@@ -123,7 +122,7 @@ func TestNginxLimitReqDelay(t *testing.T) {
 		delay time.Duration
 	}
 	decide := func(at int64) outcome {
-		var d sluice.Decision
+		var d Decision
 		if err := c.Decide(context.Background(), &Query{Time: time.UnixMilli(at), Paths: []PathQuery{{Path: []string{"ip", "127.0.0.1"}, Cost: 1}}}, &d); err != nil {
 			t.Fatal(err)
 		}

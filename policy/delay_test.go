@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store/memory"
@@ -50,7 +49,7 @@ schema:
 	for i, off := range offsets {
 		var got [2]string
 		for s, c := range stores {
-			var d sluice.Decision
+			var d Decision
 			if err := c.Decide(context.Background(), &Query{Time: t0.Add(time.Duration(off) * time.Millisecond), Paths: []PathQuery{{Path: []string{"ip", "198.51.100.1"}, Cost: 1}}}, &d); err != nil {
 				t.Fatal(err)
 			}
@@ -98,8 +97,8 @@ schema:
 `)
 	t0 := time.Unix(1_800_000_000, 0)
 	path := []string{"ip", "a"}
-	check := func() sluice.Decision {
-		var d sluice.Decision
+	check := func() Decision {
+		var d Decision
 		if err := c.CheckAt(context.Background(), t0, path, 1, &d); err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +130,7 @@ schema:
     delay: {max: 10s}
 `)
 	t0 := time.Unix(1_800_000_000, 0)
-	var d sluice.Decision
+	var d Decision
 	if err := c.CheckAt(context.Background(), t0, []string{"a"}, 7, &d); err != nil {
 		t.Fatal(err)
 	}

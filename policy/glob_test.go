@@ -71,7 +71,7 @@ schema:
 		{Path: []string{"k1", "v1"}, Cost: 1, Exact: true},
 		{Path: []string{"k2", "v2"}, Cost: 1, Exact: true},
 	}}
-	var d sluice.Decision
+	var d policy.Decision
 	if err := c.Decide(context.Background(), q, &d); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ schema:
 	c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
 	for _, exact := range []bool{false, true} {
 		q := &policy.Query{Paths: []policy.PathQuery{{Path: []string{"svc", "x"}, Cost: 1, Exact: exact}}}
-		var d sluice.Decision
+		var d policy.Decision
 		if err := c.Decide(context.Background(), q, &d); err != nil {
 			t.Fatal(err)
 		}

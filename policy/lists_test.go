@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store/memory"
 )
@@ -40,9 +39,9 @@ func TestLists(t *testing.T) {
 	defer st.Close()
 	c := &Checker{Policy: NewHolder(p), Store: st}
 	at := time.Unix(1_800_000_000, 0)
-	check := func(segs ...string) sluice.Decision {
+	check := func(segs ...string) Decision {
 		t.Helper()
-		var d sluice.Decision
+		var d Decision
 		if err := c.Decide(context.Background(), &Query{Time: at, Paths: []PathQuery{{Path: append([]string{"login"}, segs...), Cost: 1}}}, &d); err != nil {
 			t.Fatal(err)
 		}

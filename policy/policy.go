@@ -61,7 +61,7 @@
 //     MaxListEntries each) that are never limited (the path decides
 //     nothing, ancestors included) or always denied (the whole decision
 //     is denied and counts nothing). Allow wins over deny; Match.Listed
-//     and sluice.Decision.Listed name the entry (lists.go).
+//     and Decision.Listed name the entry (lists.go).
 //
 // At the top level, schema holds the tree; unmatched: deny denies the
 // requests that no policy matches (see Match.Unmatched); definitions is
@@ -102,6 +102,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Wildcard is the child name that matches any path segment that no named
@@ -268,7 +269,7 @@ type Hit struct {
 	// the policy's own: do not modify it.
 	Limits []algo.Limit
 	// Lease reports whether the node says lease: true: its requests may be
-	// admitted from leased quota (sluice.Request.Lease).
+	// admitted from leased quota (store.Request.Lease).
 	Lease bool
 	// Delay is the node's delay (delay: {max: ...}): its requests carry
 	// plans that admit a cost its limits would admit within Delay,
@@ -285,12 +286,12 @@ type Hit struct {
 // its key (LimitKey), the hit's tag, shadow and lease, and the limit as
 // the policy compiled it when it loaded (Limits[j] for a Hit made
 // elsewhere). Its Time is the zero Time.
-func (h *Hit) Request(j int, cost int64) sluice.Request {
+func (h *Hit) Request(j int, cost int64) store.Request {
 	var l algo.Limit = h.Limits[j]
 	if j < len(h.plans) {
 		l = &h.plans[j]
 	}
-	return sluice.Request{Key: h.LimitKey(j), Tag: h.Tag, Limit: l, Cost: cost, Shadow: h.Shadow, Lease: h.Lease}
+	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Limit: l, Cost: cost, Shadow: h.Shadow, Lease: h.Lease}
 }
 
 // hit returns the Hit of node n; with exact, the node's shadow is its own

@@ -34,7 +34,7 @@ func mustParse(t *testing.T, src string) *policy.Policy {
 	return p
 }
 
-// level is the part of a Level that the tests compare.
+// level is the part of a policy.Level that the tests compare.
 type level struct {
 	Pattern, Key, Tag string
 	Shadow            bool

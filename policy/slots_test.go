@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/policy"
 )
 
 const slotsPolicy = `
@@ -32,8 +32,8 @@ func TestSlotsOnAPath(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := checker(t, slotsPolicy, st)
 			at := conformance.T0
-			var d sluice.Decision
-			do := func(cost, permit int64, op algo.SlotOp) *sluice.Decision {
+			var d policy.Decision
+			do := func(cost, permit int64, op algo.SlotOp) *policy.Decision {
 				t.Helper()
 				at = at.Add(time.Second)
 				if err := c.Slots(ctx, at, path, cost, permit, op, &d); err != nil {

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
 // benchStores runs b on the memory store and a real redis-server.
-func benchStores(b *testing.B, f func(b *testing.B, st sluice.Store)) {
+func benchStores(b *testing.B, f func(b *testing.B, st store.Store)) {
 	b.Run("memory", func(b *testing.B) {
 		st := memory.New()
 		defer st.Close()
@@ -43,7 +43,7 @@ var evalshaUsec = regexp.MustCompile(`cmdstat_evalsha:calls=\d+,usec=\d+,usec_pe
 // BenchmarkAdd: admissions from parallel producers (GOMAXPROCS x 16
 // goroutines) into a queue large enough never to fill; entries/s.
 func BenchmarkAdd(b *testing.B) {
-	benchStores(b, func(b *testing.B, st sluice.Store) {
+	benchStores(b, func(b *testing.B, st store.Store) {
 		q, err := Open(context.Background(), st, "bench-add-"+strconv.Itoa(b.N), Options{Capacity: 1 << 30})
 		if err != nil {
 			b.Fatal(err)
@@ -70,7 +70,7 @@ func BenchmarkAdd(b *testing.B) {
 func BenchmarkDrain(b *testing.B) {
 	for _, workers := range []int{1, 4} {
 		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) {
-			benchStores(b, func(b *testing.B, st sluice.Store) {
+			benchStores(b, func(b *testing.B, st store.Store) {
 				ctx := context.Background()
 				q, err := Open(ctx, st, "bench-drain-"+strconv.Itoa(b.N), Options{Capacity: 1 << 30})
 				if err != nil {

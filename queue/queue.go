@@ -31,7 +31,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -159,7 +158,7 @@ type DeadLetter struct {
 type Queue struct {
 	name  string
 	opts  Options
-	st    sluice.Store
+	st    store.Store
 	b     store.Queue
 	hooks hooks
 	// closed is closed by Close.
@@ -178,7 +177,7 @@ type hooks struct {
 // Open returns the queue name in st. A new queue is defined with
 // opts.Capacity and created (on Redis, its stream and consumer group); an
 // existing one keeps its capacity (see Options.Capacity).
-func Open(ctx context.Context, st sluice.Store, name string, opts Options) (*Queue, error) {
+func Open(ctx context.Context, st store.Store, name string, opts Options) (*Queue, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -214,7 +213,7 @@ func Open(ctx context.Context, st sluice.Store, name string, opts Options) (*Que
 // is new. Entries beyond a smaller capacity stay, and are handled; Add
 // refuses until the queue holds fewer. Handles opened before go on with
 // the new capacity, which the store applies.
-func Define(ctx context.Context, st sluice.Store, name string, capacity int) error {
+func Define(ctx context.Context, st store.Store, name string, capacity int) error {
 	if capacity <= 0 {
 		return fmt.Errorf("queue %q: capacity %d must be positive", name, capacity)
 	}
@@ -269,14 +268,14 @@ func (q *Queue) isClosed() bool {
 
 // Shared reports whether queues in st are shared between processes (a
 // Redis store), rather than living in this one.
-func Shared(st sluice.Store) bool {
+func Shared(st store.Store) bool {
 	qs, ok := st.(store.Queues)
 	return ok && qs.QueuesShared()
 }
 
 // EvictionWarning returns a warning when st may lose queued entries (a
 // Redis whose maxmemory-policy evicts keys), and "" otherwise.
-func EvictionWarning(ctx context.Context, st sluice.Store) string {
+func EvictionWarning(ctx context.Context, st store.Store) string {
 	if qs, ok := st.(store.Queues); ok {
 		return qs.QueueWarning(ctx)
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
@@ -21,7 +20,7 @@ import (
 )
 
 // stores runs f on the memory store and on a real redis-server.
-func stores(t *testing.T, f func(t *testing.T, st sluice.Store)) {
+func stores(t *testing.T, f func(t *testing.T, st store.Store)) {
 	t.Run("memory", func(t *testing.T) {
 		st := memory.New()
 		t.Cleanup(func() { st.Close() })
@@ -42,7 +41,7 @@ func openRedisStore(tb testing.TB, url string) *redis.Store {
 	return st
 }
 
-func open(t *testing.T, st sluice.Store, name string, capacity int) *Queue {
+func open(t *testing.T, st store.Store, name string, capacity int) *Queue {
 	t.Helper()
 	q, err := Open(context.Background(), st, name, Options{Capacity: capacity})
 	if err != nil {
@@ -54,7 +53,7 @@ func open(t *testing.T, st sluice.Store, name string, capacity int) *Queue {
 // TestCapacityRace: 100 goroutines race to add to a queue of capacity 10;
 // exactly 10 get ids, the rest a FullError with the length.
 func TestCapacityRace(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		q := open(t, st, "race", 10)
 		var ids sync.Map
 		var added, full atomic.Int64
@@ -96,7 +95,7 @@ func TestCapacityRace(t *testing.T) {
 // the handler sees the producer's fields; the drain rate and the wait
 // estimate follow.
 func TestWorkAcksAndFrees(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "frees", 3)
 		for i := range 3 {
@@ -155,7 +154,7 @@ func TestWorkAcksAndFrees(t *testing.T) {
 // conflict with other fields; the handler sees the id; once handled the
 // id is free again.
 func TestDedup(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "dedup", 10)
 		a, err := q.Add(ctx, map[string]string{"v": "1"}, "order-7")
@@ -210,7 +209,7 @@ func drainWith(t *testing.T, q *Queue, n int64, h Handler, o WorkerOptions) Coun
 // list after MaxDeliveries deliveries, with its last error; the others
 // are handled.
 func TestPoison(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "poison", 10)
 		for _, v := range []string{"ok", "poison", "ok"} {
@@ -247,7 +246,7 @@ var errCrash = errors.New("injected crash")
 // TestCrashBetweenReadAndAck: a worker dies holding entries it read; a
 // live worker claims them after the visibility timeout and handles them.
 func TestCrashBetweenReadAndAck(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "crash-read", 10)
 		for i := range 5 {
@@ -286,7 +285,7 @@ func TestCrashBetweenReadAndAck(t *testing.T) {
 // letter and before acking it; the entry is dead-lettered again by the
 // next worker: a duplicate dead letter, no loss.
 func TestCrashBetweenDeadLetterAndAck(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "crash-dead", 10)
 		if _, err := q.Add(ctx, map[string]string{"v": "poison"}, ""); err != nil {
@@ -321,7 +320,7 @@ func TestCrashBetweenDeadLetterAndAck(t *testing.T) {
 // loose: a slow machine can be slower, never faster than the pace allows
 // (the first entry is free, then one each 50 ms).
 func TestPacing(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "paced", 100)
 		for range 100 {
@@ -414,7 +413,7 @@ func TestOnCluster(t *testing.T) {
 // the stuck one's late success counts as a failure (its handler timeout
 // passed).
 func TestStuckWorker(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "stuck", 10)
 		if _, err := q.Add(ctx, map[string]string{"v": "slow"}, ""); err != nil {
@@ -461,7 +460,7 @@ func TestStuckWorker(t *testing.T) {
 // entry's id; with MaxDeliveries 1 it is dead-lettered at once, long
 // before the visibility timeout could hand it to a second worker.
 func TestHandlerTimeout(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "hang", 10)
 		a, err := q.Add(ctx, map[string]string{"v": "hang"}, "")
@@ -494,7 +493,7 @@ func TestHandlerTimeout(t *testing.T) {
 // runs at most ShutdownTimeout more; then its handler is cancelled and the
 // entry stays pending for a live worker, not counted as failed.
 func TestShutdownTimeout(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "drain", 10)
 		if _, err := q.Add(ctx, map[string]string{"v": "long"}, ""); err != nil {
@@ -525,7 +524,7 @@ func TestShutdownTimeout(t *testing.T) {
 // queues: their handles fail with store.ErrClosed, and a new store starts
 // with none (they once lived in a process-wide map, never emptied).
 func TestClose(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q, other := open(t, st, "closing", 10), open(t, st, "closing", 10)
 		if _, err := q.Add(ctx, nil, ""); err != nil {
@@ -579,7 +578,7 @@ func TestClose(t *testing.T) {
 // changes it for every handle; a name never defined is an error, and
 // opening it creates nothing.
 func TestCapacityIsTheDefinition(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "defined", 2)
 		other, err := Open(ctx, st, "defined", Options{})
@@ -616,7 +615,7 @@ func TestCapacityIsTheDefinition(t *testing.T) {
 // entry with its fields and dedup id, the dead letter gone) or dropped;
 // unknown ids are errors.
 func TestDeadLetterRequeueAndDrop(t *testing.T) {
-	stores(t, func(t *testing.T, st sluice.Store) {
+	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		q := open(t, st, "dead", 10)
 		for _, v := range []string{"a", "b"} {

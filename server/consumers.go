@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -53,7 +52,7 @@ type consumerRecorder struct {
 
 const consumerQueue = 4096
 
-func newConsumerRecorder(st sluice.Store, c ConsumersConfig, dropped prometheus.Counter, log *slog.Logger) *consumerRecorder {
+func newConsumerRecorder(st store.Store, c ConsumersConfig, dropped prometheus.Counter, log *slog.Logger) *consumerRecorder {
 	r := &consumerRecorder{max: c.Max, ttl: time.Duration(c.TTL), dropped: dropped, logger: log, done: make(chan struct{})}
 	cl, ok := st.(store.ConsumerLog)
 	if c.Max < 0 || !ok {

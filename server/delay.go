@@ -4,12 +4,11 @@ import (
 	"context"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/policy"
 )
 
 // A policy node with a delay admits a request that would be denied, its
-// units reserved, and says how long to wait (sluice.Decision.Delay). The
+// units reserved, and says how long to wait (policy.Decision.Delay). The
 // HTTP check API answers at once with delay_ns, for the caller to wait.
 // gRPC and the forward-auth endpoint wait themselves before they answer
 // OK (so an Envoy, nginx, Caddy or Traefik in front holds the request),
@@ -24,7 +23,7 @@ const DefaultMaxWaiting = 10_000
 // caller may go on; when it may not, it has given the units back and
 // made d a denial: ctx ended first (gRPC: or its deadline is before the
 // delay's end), or max_waiting requests are already held.
-func (s *Server) hold(ctx context.Context, api string, q *policy.Query, d *sluice.Decision) bool {
+func (s *Server) hold(ctx context.Context, api string, q *policy.Query, d *policy.Decision) bool {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.Delay {
 		s.giveBack(ctx, q, d)
 		return false
@@ -50,7 +49,7 @@ func (s *Server) hold(ctx context.Context, api string, q *policy.Query, d *sluic
 
 // giveBack undoes what q's allowed decision took and makes d a denial to
 // be retried after its delay.
-func (s *Server) giveBack(ctx context.Context, q *policy.Query, d *sluice.Decision) {
+func (s *Server) giveBack(ctx context.Context, q *policy.Query, d *policy.Decision) {
 	uctx, cancel := s.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
 	for i := range q.Paths {

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/headers"
 	"github.com/sluicehq/sluice/policy"
@@ -180,7 +179,7 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 			pos.Paths = append(pos.Paths, q.Paths[i])
 		}
 	}
-	var relD, posD sluice.Decision
+	var relD, posD policy.Decision
 	sctx, cancel := s.storeCtx(ctx)
 	defer cancel()
 	start := time.Now()
@@ -243,7 +242,7 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitR
 	case len(mine) == 0:
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 	}
-	sum := sluice.Summarize(mine)
+	sum := policy.Summarize(mine)
 	st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 	if !sum.Allowed {
 		st.Code = rlv3.RateLimitResponse_OVER_LIMIT
@@ -288,7 +287,7 @@ func (g *rateLimitService) quota(ctx context.Context, q *policy.Query, units int
 // to resp, and for a denial its Retry-After (the decision's Summary, as
 // the HTTP answer has it; none when it can never be admitted), built in
 // buf, which it returns for reuse.
-func addHeaders(resp *rlv3.RateLimitResponse, d *sluice.Decision, buf []byte) []byte {
+func addHeaders(resp *rlv3.RateLimitResponse, d *policy.Decision, buf []byte) []byte {
 	fields, end := headers.AppendDraftFields(buf[:0], d.Levels)
 	if end > 0 {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,

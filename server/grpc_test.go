@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/server/envoyimport"
 	"github.com/sluicehq/sluice/store"
@@ -25,11 +24,11 @@ import (
 // fixedTime decides every request at one time, so that fixed windows do
 // not roll over during a test.
 type fixedTime struct {
-	sluice.Store
+	store.Store
 	t time.Time
 }
 
-func (f fixedTime) DecideAll(ctx context.Context, reqs []sluice.Request, res []algo.Result) (bool, error) {
+func (f fixedTime) DecideAll(ctx context.Context, reqs []store.Request, res []algo.Result) (bool, error) {
 	for i := range reqs {
 		reqs[i].Time = f.t
 	}
@@ -37,7 +36,7 @@ func (f fixedTime) DecideAll(ctx context.Context, reqs []sluice.Request, res []a
 }
 
 // Refund gives back at the fixed time (the memory store refunds).
-func (f fixedTime) Refund(ctx context.Context, req sluice.Request) error {
+func (f fixedTime) Refund(ctx context.Context, req store.Request) error {
 	req.Time = f.t
 	return f.Store.(store.Refunder).Refund(ctx, req)
 }

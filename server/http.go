@@ -15,10 +15,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/headers"
 	"github.com/sluicehq/sluice/internal/problem"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -156,7 +156,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 		s.storeFailed("http", err)
 		storeErr = "store unavailable: " + err.Error()
-		b.d = sluice.Decision{Levels: b.d.Levels[:0], Matched: !pq.Match.Unmatched, Allowed: s.failOpen}
+		b.d = policy.Decision{Levels: b.d.Levels[:0], Matched: !pq.Match.Unmatched, Allowed: s.failOpen}
 		b.d.Summary.Allowed = s.failOpen
 		if s.failOpen {
 			s.m.httpChecks.errAllowed.Inc()
@@ -228,7 +228,7 @@ const (
 
 // answerStatus is the HTTP status of a check: problem.Status, or 503
 // when the store failed and on_store_error is deny (Retry-After: 1).
-func answerStatus(d *sluice.Decision, storeFailed bool) int {
+func answerStatus(d *policy.Decision, storeFailed bool) int {
 	if !d.Allowed && storeFailed {
 		return http.StatusServiceUnavailable
 	}
@@ -415,14 +415,14 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := s.holder.Load().Match(path)
-	reqs := []sluice.Request{}
+	reqs := []store.Request{}
 	keys := []string{}
-	var lists []sluice.Request // the levels' consumers lists
+	var lists []store.Request // the levels' consumers lists
 	for _, h := range m.Hits {
 		if h.Shared && all == "" {
 			continue
 		}
-		lists = append(lists, sluice.Request{Key: h.Key, Tag: h.Tag})
+		lists = append(lists, store.Request{Key: h.Key, Tag: h.Tag})
 		for j := range h.Limits {
 			r := h.Request(j, 0)
 			reqs = append(reqs, r)

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +11,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )

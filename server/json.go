@@ -10,14 +10,14 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/jsonenc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // DecisionJSON is a hierarchical decision as JSON: the body of POST
 // /v1/check (and of the admin state endpoint), and one output line of
-// `sluice replay --policy`. It is the summary of sluice.Summarize in the
+// `sluice replay --policy`. It is the summary of policy.Summarize in the
 // shape of CL.THROTTLE's reply, plus every level the request hit:
 //
 //	{"allowed": false, "limit": 16, "remaining": 0, "retry_after_ns": 1999000000,
@@ -41,13 +41,13 @@ type DecisionJSON struct {
 	Matched      bool        `json:"matched"`
 	Levels       []LevelJSON `json:"levels"`
 	// DelayNs is how long an allowed request waits before it acts (a
-	// policy node's delay; see sluice.Decision.Delay); 0 is omitted.
+	// policy node's delay; see policy.Decision.Delay); 0 is omitted.
 	DelayNs int64 `json:"delay_ns,omitempty"`
 	// Listed is the allow or deny list entry that decided (see
-	// sluice.Decision.Listed).
+	// policy.Decision.Listed).
 	Listed string `json:"listed,omitempty"`
 	// Permit is the permit id under which an allowed check holds slots of
-	// concurrency limits (sluice.Decision.Permit), in decimal: renew and
+	// concurrency limits (policy.Decision.Permit), in decimal: renew and
 	// release them with it (POST /v1/renew, /v1/release).
 	Permit string `json:"permit,omitempty"`
 	// Released, in the answer of POST /v1/release, reports whether the
@@ -78,7 +78,7 @@ type LevelJSON struct {
 }
 
 // NewDecisionJSON converts a decision to its JSON form.
-func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
+func NewDecisionJSON(d *policy.Decision) DecisionJSON {
 	out := DecisionJSON{
 		Allowed:      d.Allowed,
 		Quota:        d.Summary.Quota,
@@ -107,7 +107,7 @@ func NewDecisionJSON(d *sluice.Decision) DecisionJSON {
 // AppendDecisionJSON appends the JSON of NewDecisionJSON(d) (with
 // storeError as store_error) to b, byte for byte what encoding/json
 // writes for it, without its allocations.
-func AppendDecisionJSON(b []byte, d *sluice.Decision, storeError string) []byte {
+func AppendDecisionJSON(b []byte, d *policy.Decision, storeError string) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
 	b = appendResult(b, d.Summary)
@@ -171,7 +171,7 @@ func appendResult(b []byte, r algo.Result) []byte {
 
 // levelDeniedBy is what a level that denied waits for (Limit.DeniedBy),
 // "" for a level that allowed or has no limit.
-func levelDeniedBy(l *sluice.Level) string {
+func levelDeniedBy(l *policy.Level) string {
 	if l.Result.Allowed || l.Limit == nil {
 		return ""
 	}
@@ -180,7 +180,7 @@ func levelDeniedBy(l *sluice.Level) string {
 
 // levelSpec is a level's configured limit in its serialized form, the
 // zero Spec for a level with no algo.Limit.
-func levelSpec(l *sluice.Level) algo.Spec {
+func levelSpec(l *policy.Level) algo.Spec {
 	if l.Limit == nil {
 		return algo.Spec{}
 	}

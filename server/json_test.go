@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
 )
 
 func TestAppendDecisionJSONMatchesEncodingJSON(t *testing.T) {
-	d := &sluice.Decision{
+	d := &policy.Decision{
 		Allowed: false, Matched: true,
 		Summary: algo.Result{Quota: 16, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 3 * time.Second},
-		Levels: []sluice.Level{
+		Levels: []policy.Level{
 			{Pattern: "user/*", Key: "user:al<e>x&\"\\\n\t\x01\u2028é\xff",
 				Limit:  algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
 				Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 2 * time.Second}},
@@ -46,7 +46,7 @@ func TestAppendDecisionJSONMatchesEncodingJSON(t *testing.T) {
 			t.Errorf("AppendDecisionJSON:\n got %s\nwant %s", got, wantB)
 		}
 	}
-	empty := AppendDecisionJSON(nil, &sluice.Decision{Allowed: true}, "")
+	empty := AppendDecisionJSON(nil, &policy.Decision{Allowed: true}, "")
 	if !strings.Contains(string(empty), `"levels":[]`) {
 		t.Errorf("no levels should be [], got %s", empty)
 	}
@@ -173,7 +173,7 @@ func TestParseCheckFastAgrees(t *testing.T) {
 // what encoding/json writes, spec included.
 func TestEveryKindEncodes(t *testing.T) {
 	for _, k := range algo.Kinds() {
-		d := &sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{{Pattern: "p", Key: "k", Limit: k.Example()}}}
+		d := &policy.Decision{Allowed: true, Matched: true, Levels: []policy.Level{{Pattern: "p", Key: "k", Limit: k.Example()}}}
 		want, err := json.Marshal(NewDecisionJSON(d))
 		if err != nil {
 			t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sluicehq/sluice/queue"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice/queue"
+
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/store"
 
@@ -25,7 +26,6 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -38,7 +38,7 @@ type Server struct {
 	log        *slog.Logger
 	holder     *policy.Holder
 	checker    *policy.Checker
-	store      sluice.Store
+	store      store.Store
 	m          *metrics
 	consumers  *consumerRecorder
 	adminToken string
@@ -363,13 +363,13 @@ func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelF
 
 // isBadRequest reports whether a store error is the request's fault.
 func isBadRequest(err error) bool {
-	return errors.Is(err, sluice.ErrBadRequest) || errors.Is(err, algo.ErrInvalid)
+	return errors.Is(err, store.ErrBadRequest) || errors.Is(err, algo.ErrInvalid)
 }
 
 // batch is the reusable scratch space of one check.
 type batch struct {
 	q    policy.Query
-	d    sluice.Decision
+	d    policy.Decision
 	buf  []byte
 	body []byte
 	path []string
@@ -413,7 +413,7 @@ func (s *Server) decideSlots(ctx context.Context, path []string, cost, permit in
 }
 
 // countLevels counts level outcomes in the metrics.
-func (s *Server) countLevels(levels []sluice.Level) {
+func (s *Server) countLevels(levels []policy.Level) {
 	for i := range levels {
 		l := &levels[i]
 		c := s.m.node(l.Pattern)

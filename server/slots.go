@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -97,7 +97,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 
 // slotUnits returns the most units a decision's concurrency levels
 // admitted (an acquire) or freed (a release).
-func slotUnits(d *sluice.Decision) int64 {
+func slotUnits(d *policy.Decision) int64 {
 	var n int64
 	for i := range d.Levels {
 		if l := &d.Levels[i]; isSlotLevel(l) {
@@ -108,12 +108,12 @@ func slotUnits(d *sluice.Decision) int64 {
 }
 
 // isSlotLevel reports whether a level is a concurrency limit's.
-func isSlotLevel(l *sluice.Level) bool {
+func isSlotLevel(l *policy.Level) bool {
 	return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency
 }
 
 // hasSlotLevel reports whether a decision has a concurrency level.
-func hasSlotLevel(d *sluice.Decision) bool {
+func hasSlotLevel(d *policy.Decision) bool {
 	for i := range d.Levels {
 		if isSlotLevel(&d.Levels[i]) {
 			return true
@@ -142,7 +142,7 @@ func (s *Server) slotFailed(w http.ResponseWriter, err error) {
 }
 
 // countSlots counts a decision's slot units in the metrics.
-func (s *Server) countSlots(api string, op algo.SlotOp, d *sluice.Decision) {
+func (s *Server) countSlots(api string, op algo.SlotOp, d *policy.Decision) {
 	switch {
 	case op == algo.Acquire && d.Allowed:
 		if n := slotUnits(d); n > 0 {

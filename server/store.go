@@ -12,8 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"time"
-
-	"github.com/sluicehq/sluice"
 )
 
 // openStore opens the store the config names. A Redis that cannot be
@@ -21,7 +19,7 @@ import (
 // connects in the background, and meanwhile every decision fails with
 // store.ErrNotConnected. Anything else (a bad URL, a bad password, a TLS
 // certificate that does not verify) is.
-func openStore(ctx context.Context, c Config, log *slog.Logger) (sluice.Store, error) {
+func openStore(ctx context.Context, c Config, log *slog.Logger) (store.Store, error) {
 	opts := store.Options{
 		Prefix:         c.Redis.Prefix,
 		Timeout:        time.Duration(c.Timeout),

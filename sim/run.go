@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -73,7 +73,7 @@ type Options struct {
 	// decided in real time: each event when its time comes, at the
 	// store's clock. Nil decides in virtual time, each strategy on a
 	// memory store of its own.
-	Store func(strategy string) (sluice.Store, error)
+	Store func(strategy string) (store.Store, error)
 	// Progress, when set, receives a progress bar for runs that take more
 	// than a second.
 	Progress io.Writer
@@ -174,10 +174,10 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 			return nil, err
 		}
 	}
-	stores := make([]sluice.Store, len(strategies))
+	stores := make([]store.Store, len(strategies))
 	checkers := make([]*policy.Checker, len(strategies))
 	for i, s := range strategies {
-		var st sluice.Store = memory.New(memory.WithSweepEvery(0))
+		var st store.Store = memory.New(memory.WithSweepEvery(0))
 		if opts.Store != nil {
 			var err error
 			if st, err = opts.Store(s.Name); err != nil {
@@ -194,7 +194,7 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 	}
 	bar := newProgress(opts.Progress, len(events))
 	start := time.Now()
-	var d sluice.Decision
+	var d policy.Decision
 	path := []string{"caller", ""}
 	for n, ev := range events {
 		if n&1023 == 0 {

@@ -3,7 +3,7 @@
 // database/sql drivers do: import store/memory for "memory" (also the
 // empty URL), store/redis for redis:// and rediss://.
 //
-// A store is a sluice.Store. What only some stores can do is behind small
+// A store is a Store. What only some stores can do is behind small
 // interfaces that a caller asks for with a type assertion: Pinger (is the
 // server reachable), Resetter (forget keys), Refunder (give units back),
 // Clock (the store's time), ConsumerLog (who consumed a key), DenialCache
@@ -24,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store/overlimit"
 )
@@ -65,7 +64,7 @@ type Options struct {
 }
 
 // An Opener opens a store of one scheme.
-type Opener func(ctx context.Context, url string, opts Options) (sluice.Store, error)
+type Opener func(ctx context.Context, url string, opts Options) (Store, error)
 
 var (
 	mu      sync.RWMutex
@@ -97,7 +96,7 @@ func Scheme(url string) string {
 
 // Open returns the store the URL names: "memory" (or "" or "memory://")
 // for the embedded store, or redis://... (see store/redis.Open).
-func Open(ctx context.Context, url string, opts Options) (sluice.Store, error) {
+func Open(ctx context.Context, url string, opts Options) (Store, error) {
 	scheme := Scheme(url)
 	mu.RLock()
 	open := openers[scheme]
@@ -154,7 +153,7 @@ type Pinger interface {
 // Limit's state layout), as if the key had never been seen; Cost and Time
 // are ignored. Unknown keys are no error.
 type Resetter interface {
-	Reset(ctx context.Context, reqs []sluice.Request) error
+	Reset(ctx context.Context, reqs []Request) error
 }
 
 // DenialCache is a store with an over-limit cache (Options.OverLimitCache):
@@ -187,7 +186,7 @@ type LeaseStats struct {
 // nothing (a zero Grant) for requests it cannot grant for, or near their
 // limits, and at most the store's own bound (store/redis: MaxLease).
 type Granter interface {
-	Grant(ctx context.Context, reqs []sluice.Request, units int64) (Grant, error)
+	Grant(ctx context.Context, reqs []Request, units int64) (Grant, error)
 }
 
 // Grant is quota granted to a client: it may admit Units requests until
@@ -203,7 +202,7 @@ type Grant struct {
 // defined for the GCRA and token bucket limits (others: an error wrapping
 // algo.ErrUnsupported).
 type Refunder interface {
-	Refund(ctx context.Context, req sluice.Request) error
+	Refund(ctx context.Context, req Request) error
 }
 
 // Clock is a store that tells the time of its clock: the time a decision
@@ -243,7 +242,7 @@ type ConsumerLog interface {
 	Consumers(ctx context.Context, key, tag string) ([][]byte, error)
 	// ResetConsumers forgets the lists of the requests' Key (placed by
 	// Tag); the other fields are ignored.
-	ResetConsumers(ctx context.Context, reqs []sluice.Request) error
+	ResetConsumers(ctx context.Context, reqs []Request) error
 }
 
 // HolderLister is a store that lists who holds the slots of a
@@ -253,7 +252,7 @@ type ConsumerLog interface {
 // first; none for a key never seen. req.Limit must be an
 // algo.Concurrency (others: an error wrapping algo.ErrUnsupported).
 type HolderLister interface {
-	Holders(ctx context.Context, req sluice.Request) ([]algo.Holder, error)
+	Holders(ctx context.Context, req Request) ([]algo.Holder, error)
 }
 
 // Adjuster is a store that changes a key outside a request, for
@@ -263,9 +262,9 @@ type HolderLister interface {
 // its block (algo.Plan.BlockFor, Unblock; for a limit with a block). A
 // store with an over-limit cache forgets the key's cached denials.
 type Adjuster interface {
-	Adjust(ctx context.Context, req sluice.Request, op algo.Adjust) error
-	Block(ctx context.Context, req sluice.Request, d time.Duration) error
-	Unblock(ctx context.Context, req sluice.Request) error
+	Adjust(ctx context.Context, req Request, op algo.Adjust) error
+	Block(ctx context.Context, req Request, d time.Duration) error
+	Unblock(ctx context.Context, req Request) error
 }
 
 // Script is a user-supplied limiter that a store runs in place of the

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
@@ -38,7 +37,7 @@ func TestOpenByURL(t *testing.T) {
 	if _, ok := st.(*redis.Store); !ok {
 		t.Errorf("Open(redis) = %T", st)
 	}
-	req := sluice.Request{Key: "k", Limit: algo.Gate{Interval: time.Minute}, Cost: 1}
+	req := store.Request{Key: "k", Limit: algo.Gate{Interval: time.Minute}, Cost: 1}
 	if _, err := st.Decide(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +54,7 @@ func TestOpenByURL(t *testing.T) {
 // TestCapabilities: each store says what it can do beside deciding.
 func TestCapabilities(t *testing.T) {
 	var m any = memory.New()
-	defer m.(sluice.Store).Close()
+	defer m.(store.Store).Close()
 	if _, ok := m.(store.Pinger); ok {
 		t.Error("the memory store claims to ping")
 	}
@@ -90,7 +89,7 @@ func TestBackground(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	req := sluice.Request{Key: "k", Limit: algo.Gate{Interval: time.Minute}, Cost: 1}
+	req := store.Request{Key: "k", Limit: algo.Gate{Interval: time.Minute}, Cost: 1}
 	if _, err := st.Decide(ctx, req); !errors.Is(err, store.ErrNotConnected) {
 		t.Fatalf("before Redis: %v", err)
 	}
@@ -210,19 +209,19 @@ func TestConsumerLogBytesBound(t *testing.T) {
 func TestCompileAll(t *testing.T) {
 	lim := algo.Gate{Interval: time.Second}
 	t0 := time.Unix(1800000000, 0)
-	reqs := []sluice.Request{{Key: "a", Limit: lim, Time: t0}, {Key: "b", Limit: lim, Time: t0.Add(time.Second)}}
+	reqs := []store.Request{{Key: "a", Limit: lim, Time: t0}, {Key: "b", Limit: lim, Time: t0.Add(time.Second)}}
 	scratch, plans := make([]algo.Plan, 2), make([]*algo.Plan, 2)
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, sluice.ErrBadRequest) {
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("requests with different times: %v", err)
 	}
 	reqs[1].Time = t0
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 1), scratch, plans); !errors.Is(err, sluice.ErrBadRequest) {
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 1), scratch, plans); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("too few results: %v", err)
 	}
 	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans[:1]); err == nil {
 		t.Error("too few plans were accepted")
 	}
-	if err := store.CompileAll(nil, nil, nil, nil, nil); !errors.Is(err, sluice.ErrBadRequest) {
+	if err := store.CompileAll(nil, nil, nil, nil, nil); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("an empty batch: %v", err)
 	}
 	var cache algo.Plans
@@ -241,7 +240,7 @@ func TestCompileAll(t *testing.T) {
 	// whose batch plan is a binary copy: the plan passed is unchanged.
 	nary, _ := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Nary})
 	gate, _ := algo.Compile(lim)
-	both := []sluice.Request{{Key: "a", Limit: &gate, Time: t0}, {Key: "b", Limit: &nary, Time: t0}}
+	both := []store.Request{{Key: "a", Limit: &gate, Time: t0}, {Key: "b", Limit: &nary, Time: t0}}
 	for _, sc := range [][]algo.Plan{scratch, nil} { // nil: a new plan where one is needed
 		clear(plans)
 		if err := store.CompileAll(&cache, both, make([]algo.Result, 2), sc, plans); err != nil {
@@ -252,7 +251,7 @@ func TestCompileAll(t *testing.T) {
 		}
 	}
 	reqs[1].Tag = "x"
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, sluice.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
+	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
 		t.Errorf("a tag that is not a prefix: %v", err)
 	}
 }
@@ -262,7 +261,7 @@ func TestCompileAll(t *testing.T) {
 func TestCached(t *testing.T) {
 	var c algo.Plans
 	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
-	r := sluice.Request{Key: "k", Limit: lim, Cost: 1}
+	r := store.Request{Key: "k", Limit: lim, Cost: 1}
 	if p, err := store.Cached(&c, &r); p != nil || err != nil {
 		t.Fatalf("a limit never seen: %v, %v", p, err)
 	}
@@ -277,7 +276,7 @@ func TestCached(t *testing.T) {
 		t.Errorf("a *Plan: %p, %v; want itself", p, err)
 	}
 	r.Cost = -1
-	if _, err := store.Cached(&c, &r); !errors.Is(err, sluice.ErrBadRequest) {
+	if _, err := store.Cached(&c, &r); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("a negative cost: %v", err)
 	}
 	r.Cost, r.Key = 1, ""

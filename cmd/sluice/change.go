@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
@@ -80,7 +79,7 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 			return fail(err)
 		}
 		out := server.ChangeJSON{Changed: keys}
-		var dec sluice.Decision
+		var dec policy.Decision
 		if err := c.Check(ctx, fs.Args(), 0, &dec); err != nil {
 			return fail(err)
 		}

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/store"
 )
@@ -225,7 +224,7 @@ const maxDeadShown = 10_000
 
 // openSharedStore opens the store at url, which must share queues between
 // processes (Redis). It returns nil and the exit code when it cannot.
-func openSharedStore(ctx context.Context, e env, url string) (sluice.Store, int) {
+func openSharedStore(ctx context.Context, e env, url string) (store.Store, int) {
 	st, err := store.Open(ctx, url, store.Options{})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "queue: %v\n", err)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
@@ -124,7 +123,7 @@ flags:`)
 			return 1
 		}
 		c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
-		var d sluice.Decision
+		var d policy.Decision
 		apply = func(line []byte) (any, error) {
 			ev, err := decodeEvent(line)
 			if err != nil {
@@ -202,34 +201,34 @@ func (ev event) cost() int64 {
 	return *ev.Cost
 }
 
-func parseEvent(line []byte) (sluice.Request, error) {
+func parseEvent(line []byte) (store.Request, error) {
 	ev, err := decodeEvent(line)
 	if err != nil {
-		return sluice.Request{}, err
+		return store.Request{}, err
 	}
 	if ev.Path != nil {
-		return sluice.Request{}, errors.New(`an event with a "path" needs --policy`)
+		return store.Request{}, errors.New(`an event with a "path" needs --policy`)
 	}
 	if ev.Spec == nil {
-		return sluice.Request{}, errors.New(`missing "limit"`)
+		return store.Request{}, errors.New(`missing "limit"`)
 	}
 	lim, err := ev.Spec.Build()
 	if err != nil {
-		return sluice.Request{}, fmt.Errorf("limit: %w", err)
+		return store.Request{}, fmt.Errorf("limit: %w", err)
 	}
-	req := sluice.Request{Key: ev.Key, Limit: lim, Cost: ev.cost(), Time: ev.time()}
+	req := store.Request{Key: ev.Key, Limit: lim, Cost: ev.cost(), Time: ev.time()}
 	p := new(algo.Plan)
 	if err := store.Compile(&req, p); err != nil {
-		return sluice.Request{}, err
+		return store.Request{}, err
 	}
 	if ev.Permit != 0 || ev.Op != "" {
 		op, err := ev.slotOp()
 		if err != nil {
-			return sluice.Request{}, err
+			return store.Request{}, err
 		}
 		fp, err := p.ForPermit(ev.Permit, op)
 		if err != nil {
-			return sluice.Request{}, err
+			return store.Request{}, err
 		}
 		req.Limit = &fp
 	}

@@ -123,7 +123,7 @@ scenarios:`)
 		opts.Progress = e.stderr // a bar redrawn in place: for a terminal only
 	}
 	if *storeURL != "memory" && *storeURL != "" {
-		opts.Store = func(strategy string) (sluice.Store, error) {
+		opts.Store = func(strategy string) (store.Store, error) {
 			// Each strategy its own keys: a prefix of its own.
 			return store.Open(ctx, *storeURL, store.Options{Prefix: "sluice:sim:" + sluice.Escape(strategy) + ":"})
 		}

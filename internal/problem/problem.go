@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/jsonenc"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // Status is the HTTP status of a decision, the one mapping of the
@@ -21,11 +21,11 @@ import (
 //
 // The service answers 503 instead when the store failed and its
 // on_store_error is deny.
-func Status(d *sluice.Decision) int {
+func Status(d *policy.Decision) int {
 	switch {
 	case d.Allowed:
 		return http.StatusOK
-	case strings.HasPrefix(d.Listed, "deny ") || !d.Matched && sluice.Denier(d.Levels) == nil:
+	case strings.HasPrefix(d.Listed, "deny ") || !d.Matched && policy.Denier(d.Levels) == nil:
 		return http.StatusForbidden
 	}
 	return http.StatusTooManyRequests

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
 )
 
 func TestWrite(t *testing.T) {
@@ -30,19 +30,19 @@ func TestWrite(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	denied := sluice.Level{Result: algo.Result{RetryAfter: time.Second}}
-	shadowDenied := sluice.Level{Shadow: true, Result: algo.Result{RetryAfter: time.Second}}
-	allowed := sluice.Level{Result: algo.Result{Allowed: true}}
+	denied := policy.Level{Result: algo.Result{RetryAfter: time.Second}}
+	shadowDenied := policy.Level{Shadow: true, Result: algo.Result{RetryAfter: time.Second}}
+	allowed := policy.Level{Result: algo.Result{Allowed: true}}
 	for _, c := range []struct {
-		d    sluice.Decision
+		d    policy.Decision
 		want int
 	}{
-		{sluice.Decision{Allowed: true, Matched: true, Levels: []sluice.Level{allowed}}, http.StatusOK},
-		{sluice.Decision{Allowed: true, Matched: false}, http.StatusOK}, // unmatched: allow
-		{sluice.Decision{Matched: true, Levels: []sluice.Level{allowed, denied}}, http.StatusTooManyRequests},
-		{sluice.Decision{Matched: false}, http.StatusForbidden},
-		{sluice.Decision{Matched: false, Levels: []sluice.Level{allowed, shadowDenied}}, http.StatusForbidden},
-		{sluice.Decision{Matched: false, Levels: []sluice.Level{denied}}, http.StatusTooManyRequests}, // over a quota too
+		{policy.Decision{Allowed: true, Matched: true, Levels: []policy.Level{allowed}}, http.StatusOK},
+		{policy.Decision{Allowed: true, Matched: false}, http.StatusOK}, // unmatched: allow
+		{policy.Decision{Matched: true, Levels: []policy.Level{allowed, denied}}, http.StatusTooManyRequests},
+		{policy.Decision{Matched: false}, http.StatusForbidden},
+		{policy.Decision{Matched: false, Levels: []policy.Level{allowed, shadowDenied}}, http.StatusForbidden},
+		{policy.Decision{Matched: false, Levels: []policy.Level{denied}}, http.StatusTooManyRequests}, // over a quota too
 	} {
 		if got := Status(&c.d); got != c.want {
 			t.Errorf("Status(%+v) = %d, want %d", c.d, got, c.want)

@@ -1,8 +1,9 @@
 package redistest_test
 
 import (
-	"github.com/sluicehq/sluice/internal/redistest"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 func TestCluster(t *testing.T) {

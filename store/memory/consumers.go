@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -129,7 +128,7 @@ func (s *Store) Consumers(_ context.Context, key, _ string) ([][]byte, error) {
 }
 
 // ResetConsumers implements store.ConsumerLog.
-func (s *Store) ResetConsumers(_ context.Context, reqs []sluice.Request) error {
+func (s *Store) ResetConsumers(_ context.Context, reqs []store.Request) error {
 	c := &s.consumers
 	c.mu.Lock()
 	defer c.mu.Unlock()

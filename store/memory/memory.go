@@ -16,7 +16,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
@@ -101,21 +100,21 @@ func New(opts ...Option) *Store {
 }
 
 var (
-	_ sluice.Store   = (*Store)(nil)
+	_ store.Store    = (*Store)(nil)
 	_ store.Resetter = (*Store)(nil)
 )
 
 func init() {
-	store.Register("memory", func(context.Context, string, store.Options) (sluice.Store, error) { return New(), nil })
+	store.Register("memory", func(context.Context, string, store.Options) (store.Store, error) { return New(), nil })
 }
 
-// Decide implements sluice.Store.
+// Decide implements store.Store.
 //
 // The request does not escape: a limit value in it (an algo.GCRA, say)
 // stays on the caller's stack, and a decision on an existing key
 // allocates nothing. It takes no lock but the key's own, and holds it only
 // while the algorithm reads and writes the state.
-func (s *Store) Decide(_ context.Context, req sluice.Request) (algo.Result, error) {
+func (s *Store) Decide(_ context.Context, req store.Request) (algo.Result, error) {
 	return s.decide(req.Key, req.Limit, req.Cost, req.Time, req.Tag)
 }
 
@@ -158,9 +157,9 @@ func (s *Store) decide(key string, l algo.Limit, cost int64, when time.Time, tag
 	return algo.Result{Allowed: ok, Quota: q, Remaining: rem, RetryAfter: retry, ResetAfter: reset, Admitted: admitted}, nil
 }
 
-var _ sluice.Allower = (*Store)(nil)
+var _ store.Allower = (*Store)(nil)
 
-// AllowN implements sluice.Allower: it decides as Decide does and reports
+// AllowN implements store.Allower: it decides as Decide does and reports
 // only whether the cost was admitted, which for GCRA, the token bucket,
 // the fixed window and the gate spares computing the rest of the Result.
 func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time, n int64) (bool, error) {
@@ -350,7 +349,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// DecideAll implements sluice.Store. It checks every request, and records
+// DecideAll implements store.Store. It checks every request, and records
 // the costs only if every request that is not Shadow passes; a denied
 // request may still record its attempt (a uniform sliding log). In a batch
 // of several requests a nary sliding log acts as binary (algo.Plan.Batched); a
@@ -361,7 +360,7 @@ func (s *Store) Close() error {
 // batches cannot deadlock), then the entries, and adds the new keys. Both
 // ways lock entries in the order of their addresses, so a batch holding
 // some entries never waits for one that waits for them.
-func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+func (s *Store) DecideAll(ctx context.Context, reqs []store.Request, results []algo.Result) (bool, error) {
 	if len(reqs) == 1 && len(results) == 1 {
 		// A batch of one is Decide, which takes no shard lock.
 		r, err := s.Decide(ctx, reqs[0])
@@ -452,7 +451,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []
 // findAll sets ents[i] to the entry of reqs[i], found without locks, and
 // returns the distinct entries appended to held; false when a key is not
 // held.
-func (s *Store) findAll(reqs []sluice.Request, hs []uint64, ents, held []*entry) ([]*entry, bool) {
+func (s *Store) findAll(reqs []store.Request, hs []uint64, ents, held []*entry) ([]*entry, bool) {
 	for i, r := range reqs {
 		e := s.shards[hs[i]&(shardCount-1)].index.Load().find(hs[i], r.Key)
 		if e == nil {
@@ -486,7 +485,7 @@ func unlockAll(es []*entry) {
 // every request is checked, then every cost recorded if all that are not
 // Shadow pass; else a denied request may record its attempt, and the
 // others report their state.
-func decideAll(reqs []sluice.Request, results []algo.Result, plans []*algo.Plan, ents []*entry, t int64) bool {
+func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, ents []*entry, t int64) bool {
 	pass := true
 	for i, r := range reqs {
 		st := &ents[i].st

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -31,16 +31,16 @@ func TestConcurrentExactlyLimit(t *testing.T) {
 func TestConcurrentBatches(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	parent := sluice.Request{Key: "p", Limit: algo.GCRA{Burst: 29, Count: 1, Period: time.Hour}, Cost: 1}
+	parent := store.Request{Key: "p", Limit: algo.GCRA{Burst: 29, Count: 1, Period: time.Hour}, Cost: 1}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 100; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			child := sluice.Request{Key: "p:" + strconv.Itoa(g%4), Limit: algo.FixedWindow{Limit: 10, Window: 1000 * time.Hour}, Cost: 1}
+			child := store.Request{Key: "p:" + strconv.Itoa(g%4), Limit: algo.FixedWindow{Limit: 10, Window: 1000 * time.Hour}, Cost: 1}
 			res := make([]algo.Result, 2)
-			ok, err := st.DecideAll(context.Background(), []sluice.Request{parent, child}, res)
+			ok, err := st.DecideAll(context.Background(), []store.Request{parent, child}, res)
 			if err != nil {
 				t.Error(err)
 			}
@@ -62,7 +62,7 @@ func TestSweepBoundsMemory(t *testing.T) {
 	t0 := time.UnixMicro(1_800_000_000_000_000)
 	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
 	for i := 0; i < 10000; i++ {
-		if _, err := st.Decide(context.Background(), sluice.Request{Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0}); err != nil {
+		if _, err := st.Decide(context.Background(), store.Request{Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestSweepBoundsMemory(t *testing.T) {
 	}
 	// One decision far later in every shard moves the shards' clocks on.
 	for i := 0; i < 2000; i++ {
-		st.Decide(context.Background(), sluice.Request{Key: "late" + strconv.Itoa(i), Limit: lim, Cost: 0, Time: t0.Add(time.Hour)})
+		st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Limit: lim, Cost: 0, Time: t0.Add(time.Hour)})
 	}
 	st.Sweep()
 	if n := st.Len(); n != 0 {
@@ -86,7 +86,7 @@ func TestSweepBoundsMemory(t *testing.T) {
 func TestPeekStoresNothing(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	r, err := st.Decide(context.Background(), sluice.Request{Key: "peek", Limit: algo.Gate{Interval: time.Second}, Cost: 0})
+	r, err := st.Decide(context.Background(), store.Request{Key: "peek", Limit: algo.Gate{Interval: time.Second}, Cost: 0})
 	if err != nil || !r.Allowed || r.Remaining != 1 {
 		t.Fatalf("peek: %+v %v", r, err)
 	}
@@ -99,15 +99,15 @@ func TestBadInput(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ok := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
-	for name, req := range map[string]sluice.Request{
+	for name, req := range map[string]store.Request{
 		"empty key":      {Key: "", Limit: ok, Cost: 1},
-		"long key":       {Key: string(make([]byte, sluice.MaxKeyLen+1)), Limit: ok, Cost: 1},
+		"long key":       {Key: string(make([]byte, store.MaxKeyLen+1)), Limit: ok, Cost: 1},
 		"negative cost":  {Key: "k", Limit: ok, Cost: -1},
 		"no limit":       {Key: "k", Cost: 1},
 		"before 1970":    {Key: "k", Limit: ok, Cost: 1, Time: time.Unix(-1, 0)},
 		"tag not prefix": {Key: "k", Tag: "x", Limit: ok, Cost: 1},
 	} {
-		if _, err := st.Decide(context.Background(), req); !errors.Is(err, sluice.ErrBadRequest) {
+		if _, err := st.Decide(context.Background(), req); !errors.Is(err, store.ErrBadRequest) {
 			t.Errorf("%s: err = %v, want ErrBadRequest", name, err)
 		}
 	}
@@ -124,7 +124,7 @@ func TestBadInput(t *testing.T) {
 		"overflowing window": algo.FixedWindow{Limit: 1, Window: 1 << 62},
 		"negative interval":  algo.Gate{Interval: -time.Second},
 	} {
-		if _, err := st.Decide(context.Background(), sluice.Request{Key: "k", Limit: lim, Cost: 1}); !errors.Is(err, algo.ErrInvalid) {
+		if _, err := st.Decide(context.Background(), store.Request{Key: "k", Limit: lim, Cost: 1}); !errors.Is(err, algo.ErrInvalid) {
 			t.Errorf("%s: err = %v, want algo.ErrInvalid", name, err)
 		}
 	}
@@ -133,7 +133,7 @@ func TestBadInput(t *testing.T) {
 func TestZeroAllocsOnExistingKey(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	req := sluice.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Millisecond * 1000}, Cost: 1}
+	req := store.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Millisecond * 1000}, Cost: 1}
 	ctx := context.Background()
 	st.Decide(ctx, req)
 	if n := testing.AllocsPerRun(1000, func() { st.Decide(ctx, req) }); n != 0 {
@@ -142,15 +142,15 @@ func TestZeroAllocsOnExistingKey(t *testing.T) {
 	// The natural form, the limit's value written in the call, on the
 	// *Store (where Decide is inlined) and through the interface.
 	if n := testing.AllocsPerRun(1000, func() {
-		st.Decide(ctx, sluice.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1})
+		st.Decide(ctx, store.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1})
 	}); n != 0 {
 		t.Fatalf("%v allocations per decision with the limit in the call, want 0", n)
 	}
-	var store sluice.Store = st
+	var shared store.Store = st
 	if n := testing.AllocsPerRun(1000, func() {
-		store.Decide(ctx, sluice.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1})
+		shared.Decide(ctx, store.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1})
 	}); n != 0 {
-		t.Fatalf("%v allocations per decision through sluice.Store, want 0", n)
+		t.Fatalf("%v allocations per decision through store.Store, want 0", n)
 	}
 }
 
@@ -174,7 +174,7 @@ func TestMemoryFollowsLiveKeys(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	lim := algo.GCRA{Burst: 0, Count: 1, Period: time.Second}
 	for i := range 300_000 {
-		if _, err := st.Decide(context.Background(), sluice.Request{Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0}); err != nil {
+		if _, err := st.Decide(context.Background(), store.Request{Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestMemoryFollowsLiveKeys(t *testing.T) {
 	// One decision a minute later in every shard moves the shards' clocks
 	// past every state's expiry.
 	for i := range 20_000 {
-		st.Decide(context.Background(), sluice.Request{Key: "late" + strconv.Itoa(i%2000), Limit: lim, Cost: 1, Time: t0.Add(time.Minute)})
+		st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i%2000), Limit: lim, Cost: 1, Time: t0.Add(time.Minute)})
 	}
 	st.Sweep()
 	after := heap()
@@ -207,7 +207,7 @@ func TestAllowNAgreesWithDecide(t *testing.T) {
 		for i := range 2000 {
 			at = at.Add(time.Duration(r.Int64N(int64(2 * time.Second))))
 			key, cost := "k"+strconv.Itoa(r.IntN(3)), r.Int64N(4)
-			want, err := d.Decide(ctx, sluice.Request{Key: key, Limit: k.Example(), Cost: cost, Time: at})
+			want, err := d.Decide(ctx, store.Request{Key: key, Limit: k.Example(), Cost: cost, Time: at})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,9 +228,9 @@ func TestAllowNAgreesWithDecide(t *testing.T) {
 		cost int64
 		want error
 	}{
-		"empty key":     {"", ok, 1, sluice.ErrBadRequest},
-		"negative cost": {"k", ok, -1, sluice.ErrBadRequest},
-		"no limit":      {"k", nil, 1, sluice.ErrBadRequest},
+		"empty key":     {"", ok, 1, store.ErrBadRequest},
+		"negative cost": {"k", ok, -1, store.ErrBadRequest},
+		"no limit":      {"k", nil, 1, store.ErrBadRequest},
 		"bad limit":     {"k", algo.GCRA{Count: 0, Period: time.Second}, 1, algo.ErrInvalid},
 	} {
 		if allowed, err := st.AllowN(ctx, c.key, c.l, time.Time{}, c.cost); allowed || !errors.Is(err, c.want) {
@@ -246,8 +246,8 @@ func TestPeekOnUnknownKeyAllocatesNothing(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
-	peek := sluice.Request{Key: "nobody", Limit: lim, Cost: 0}
-	never := sluice.Request{Key: "nobody", Limit: lim, Cost: 3}
+	peek := store.Request{Key: "nobody", Limit: lim, Cost: 0}
+	never := store.Request{Key: "nobody", Limit: lim, Cost: 3}
 	if n := testing.AllocsPerRun(100, func() { st.Decide(ctx, peek); st.Decide(ctx, never) }); n != 0 || st.Len() != 0 {
 		t.Fatalf("%v allocations, %d keys held", n, st.Len())
 	}
@@ -276,7 +276,7 @@ func TestExactUnderChurn(t *testing.T) {
 				return
 			default:
 			}
-			st.Decide(ctx, sluice.Request{Key: "tmp:" + strconv.Itoa(i%5000), Limit: algo.Gate{Interval: time.Microsecond}, Cost: 1, Time: at})
+			st.Decide(ctx, store.Request{Key: "tmp:" + strconv.Itoa(i%5000), Limit: algo.Gate{Interval: time.Microsecond}, Cost: 1, Time: at})
 			if i%500 == 0 {
 				st.Sweep()
 			}
@@ -307,13 +307,13 @@ func TestExactUnderChurn(t *testing.T) {
 					switch k % 3 {
 					case 0:
 						var res algo.Result
-						res, err = st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1, Time: at})
+						res, err = st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 1, Time: at})
 						ok = res.Allowed
 					case 1:
 						ok, err = st.AllowN(ctx, key, lim, at, 1)
 					default:
 						res := make([]algo.Result, 1)
-						ok, err = st.DecideAll(ctx, []sluice.Request{{Key: key, Limit: lim, Cost: 1, Time: at}}, res)
+						ok, err = st.DecideAll(ctx, []store.Request{{Key: key, Limit: lim, Cost: 1, Time: at}}, res)
 					}
 					if err != nil {
 						t.Error(err)
@@ -354,21 +354,21 @@ func TestBatchWithANewKeyTwice(t *testing.T) {
 				defer wg.Done()
 				if g == 0 {
 					res := make([]algo.Result, 2)
-					req := sluice.Request{Key: key, Limit: lim, Cost: 1}
-					if ok, err := st.DecideAll(ctx, []sluice.Request{req, req}, res); ok && err == nil {
+					req := store.Request{Key: key, Limit: lim, Cost: 1}
+					if ok, err := st.DecideAll(ctx, []store.Request{req, req}, res); ok && err == nil {
 						admitted.Add(2)
 					}
 					return
 				}
 				for range 5 {
-					if r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1}); r.Allowed && err == nil {
+					if r, err := st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 1}); r.Allowed && err == nil {
 						admitted.Add(1)
 					}
 				}
 			}()
 		}
 		wg.Wait()
-		r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 0})
+		r, err := st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 0})
 		if err != nil || lim.Limit-r.Remaining != admitted.Load() {
 			t.Fatalf("%s: the window counts %d, %d were admitted (%v)", key, lim.Limit-r.Remaining, admitted.Load(), err)
 		}
@@ -383,11 +383,11 @@ func TestKeysOfEveryLength(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	lim := algo.FixedWindow{Limit: 10, Window: algo.MaxHorizon}
-	for _, n := range []int{1, 31, 32, 33, 100, sluice.MaxKeyLen} {
+	for _, n := range []int{1, 31, 32, 33, 100, store.MaxKeyLen} {
 		for _, last := range []byte{'a', 'b'} {
 			key := strings.Repeat("k", n-1) + string(last)
 			for i := range 3 {
-				r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: lim, Cost: 1})
+				r, err := st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 1})
 				if err != nil || r.Remaining != int64(9-i) {
 					t.Fatalf("key of %d bytes ending %q, decision %d: %+v, %v", n, last, i, r, err)
 				}
@@ -428,12 +428,12 @@ func TestBatchesInEveryOrder(t *testing.T) {
 						st.Sweep()
 					default: // a batch of 3 held keys in any order, and now and then a new one
 						perm := r.Perm(nkeys)[:3]
-						reqs := make([]sluice.Request, 0, 4)
+						reqs := make([]store.Request, 0, 4)
 						for _, k := range perm {
-							reqs = append(reqs, sluice.Request{Key: "k" + strconv.Itoa(k), Limit: lim, Cost: 1, Time: at})
+							reqs = append(reqs, store.Request{Key: "k" + strconv.Itoa(k), Limit: lim, Cost: 1, Time: at})
 						}
 						if i%5 == 0 {
-							reqs = append(reqs, sluice.Request{Key: "new:" + strconv.Itoa(g) + ":" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: at})
+							reqs = append(reqs, store.Request{Key: "new:" + strconv.Itoa(g) + ":" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: at})
 						}
 						res := make([]algo.Result, len(reqs))
 						ok, err := st.DecideAll(ctx, reqs, res)
@@ -456,7 +456,7 @@ func TestBatchesInEveryOrder(t *testing.T) {
 		t.Fatal("batches and decisions still running after 2 minutes: a deadlock")
 	}
 	for k := range nkeys {
-		r, err := st.Decide(ctx, sluice.Request{Key: "k" + strconv.Itoa(k), Limit: lim, Cost: 0, Time: at})
+		r, err := st.Decide(ctx, store.Request{Key: "k" + strconv.Itoa(k), Limit: lim, Cost: 0, Time: at})
 		if err != nil || lim.Limit-r.Remaining != admitted[k].Load() {
 			t.Errorf("k%d: the window counts %d, %d were admitted (%v)", k, lim.Limit-r.Remaining, admitted[k].Load(), err)
 		}

@@ -5,14 +5,13 @@ import (
 	"hash/maphash"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
 
 // Reset forgets the state of each request's Key, as if the key had never
 // been seen; the other fields are ignored. Unknown keys are no error.
-func (s *Store) Reset(_ context.Context, reqs []sluice.Request) error {
+func (s *Store) Reset(_ context.Context, reqs []store.Request) error {
 	for _, r := range reqs {
 		h := maphash.String(s.seed, r.Key)
 		sh := &s.shards[h&(shardCount-1)]
@@ -39,7 +38,7 @@ var (
 func (s *Store) Now(context.Context) (time.Time, error) { return time.UnixMicro(s.now()), nil }
 
 // Refund implements store.Refunder.
-func (s *Store) Refund(_ context.Context, req sluice.Request) error {
+func (s *Store) Refund(_ context.Context, req store.Request) error {
 	var p algo.Plan
 	if err := store.Compile(&req, &p); err != nil {
 		return err
@@ -70,7 +69,7 @@ func (s *Store) Refund(_ context.Context, req sluice.Request) error {
 var _ store.HolderLister = (*Store)(nil)
 
 // Holders implements store.HolderLister.
-func (s *Store) Holders(_ context.Context, req sluice.Request) ([]algo.Holder, error) {
+func (s *Store) Holders(_ context.Context, req store.Request) ([]algo.Holder, error) {
 	var p algo.Plan
 	c, err := store.CompileHolders(&req, &p)
 	if err != nil {
@@ -93,24 +92,24 @@ func (s *Store) Holders(_ context.Context, req sluice.Request) ([]algo.Holder, e
 var _ store.Adjuster = (*Store)(nil)
 
 // Adjust implements store.Adjuster.
-func (s *Store) Adjust(_ context.Context, req sluice.Request, op algo.Adjust) error {
+func (s *Store) Adjust(_ context.Context, req store.Request, op algo.Adjust) error {
 	return s.change(req, func(p *algo.Plan, st *algo.State, t int64) error { return p.Adjust(st, t, op, req.Cost) })
 }
 
 // Block implements store.Adjuster.
-func (s *Store) Block(_ context.Context, req sluice.Request, d time.Duration) error {
+func (s *Store) Block(_ context.Context, req store.Request, d time.Duration) error {
 	return s.change(req, func(p *algo.Plan, st *algo.State, t int64) error { return p.BlockFor(st, t, d) })
 }
 
 // Unblock implements store.Adjuster.
-func (s *Store) Unblock(_ context.Context, req sluice.Request) error {
+func (s *Store) Unblock(_ context.Context, req store.Request) error {
 	return s.change(req, func(p *algo.Plan, st *algo.State, t int64) error { return p.Unblock(st) })
 }
 
 // change applies f to the state of req's key at req.Time (the store's
 // clock when zero), under the key's lock, adding the key if it is new and
 // its state outlives the time.
-func (s *Store) change(req sluice.Request, f func(p *algo.Plan, st *algo.State, t int64) error) error {
+func (s *Store) change(req store.Request, f func(p *algo.Plan, st *algo.State, t int64) error) error {
 	var p algo.Plan
 	if err := store.Compile(&req, &p); err != nil {
 		return err

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestReset(t *testing.T) {
@@ -13,14 +13,14 @@ func TestReset(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	lim := algo.FixedWindow{Limit: 2, Window: algo.MaxHorizon}
-	req := sluice.Request{Key: "a", Limit: lim, Cost: 2}
+	req := store.Request{Key: "a", Limit: lim, Cost: 2}
 	if r, _ := s.Decide(ctx, req); !r.Allowed {
 		t.Fatal("first decision denied")
 	}
 	if r, _ := s.Decide(ctx, req); r.Allowed {
 		t.Fatal("second decision allowed")
 	}
-	if err := s.Reset(ctx, []sluice.Request{{Key: "a"}, {Key: "never-seen"}}); err != nil {
+	if err := s.Reset(ctx, []store.Request{{Key: "a"}, {Key: "never-seen"}}); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := s.Decide(ctx, req); !r.Allowed || r.Remaining != 0 {

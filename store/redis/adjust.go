@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
@@ -16,7 +15,7 @@ var adjustScript = embeddedScript("expire.lua", "adjust.lua")
 
 // Adjust implements store.Adjuster: scripts/adjust.lua on the key's
 // state, by the rules of algo.Plan.Adjust.
-func (s *Store) Adjust(ctx context.Context, req sluice.Request, op algo.Adjust) error {
+func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) error {
 	p, err := s.compileOne(&req)
 	if err != nil {
 		return err
@@ -43,7 +42,7 @@ func (s *Store) Adjust(ctx context.Context, req sluice.Request, op algo.Adjust) 
 }
 
 // Block implements store.Adjuster.
-func (s *Store) Block(ctx context.Context, req sluice.Request, d time.Duration) error {
+func (s *Store) Block(ctx context.Context, req store.Request, d time.Duration) error {
 	p, err := s.compileOne(&req)
 	if err != nil {
 		return err
@@ -56,7 +55,7 @@ func (s *Store) Block(ctx context.Context, req sluice.Request, d time.Duration) 
 }
 
 // Unblock implements store.Adjuster.
-func (s *Store) Unblock(ctx context.Context, req sluice.Request) error {
+func (s *Store) Unblock(ctx context.Context, req store.Request) error {
 	p, err := s.compileOne(&req)
 	if err != nil {
 		return err
@@ -69,7 +68,7 @@ func (s *Store) Unblock(ctx context.Context, req sluice.Request) error {
 
 // compileOne checks and compiles one request, which then carries its
 // plan.
-func (s *Store) compileOne(req *sluice.Request) (*algo.Plan, error) {
+func (s *Store) compileOne(req *store.Request) (*algo.Plan, error) {
 	p := new(algo.Plan)
 	if err := store.Compile(req, p); err != nil {
 		return nil, err
@@ -80,7 +79,7 @@ func (s *Store) compileOne(req *sluice.Request) (*algo.Plan, error) {
 
 // adjust runs adjust.lua on the request's key and block key, then drops
 // the key's cached denials here and on the other stores.
-func (s *Store) adjust(ctx context.Context, req sluice.Request, op string, args []string) error {
+func (s *Store) adjust(ctx context.Context, req store.Request, op string, args []string) error {
 	ctx, cancel, err := s.connected(ctx)
 	if err != nil {
 		return err

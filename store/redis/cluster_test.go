@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -55,7 +56,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("one slot is one script call", func(t *testing.T) {
 		tag := sluice.Key("user", "alex")
-		reqs := []sluice.Request{
+		reqs := []store.Request{
 			{Key: tag, Tag: tag, Limit: gcra, Cost: 1},
 			{Key: tag + ":trade", Tag: tag, Limit: algo.GCRA{Burst: 5, Count: 10, Period: 15 * time.Second}, Cost: 1},
 			{Key: tag + ":trade:eu", Tag: tag, Limit: algo.FixedWindow{Limit: 100, Window: time.Minute}, Cost: 1},
@@ -73,15 +74,15 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("spanning slots refunds on denial", func(t *testing.T) {
-		shared := sluice.Request{Key: "tigerfeeding", Tag: "tigerfeeding", Limit: algo.FixedWindow{Limit: 100, Window: time.Hour}, Cost: 1}
+		shared := store.Request{Key: "tigerfeeding", Tag: "tigerfeeding", Limit: algo.FixedWindow{Limit: 100, Window: time.Hour}, Cost: 1}
 		caller := sluice.Key("tigerfeeding", "alex")
-		mine := sluice.Request{Key: caller, Tag: caller, Limit: algo.Gate{Interval: time.Hour}, Cost: 1}
+		mine := store.Request{Key: caller, Tag: caller, Limit: algo.Gate{Interval: time.Hour}, Cost: 1}
 		if redis.Slot(redis.KeyName(redis.DefaultPrefix, shared.Key, shared.Tag)) == redis.Slot(redis.KeyName(redis.DefaultPrefix, mine.Key, mine.Tag)) {
 			t.Fatal("test keys share a slot")
 		}
 		res := make([]algo.Result, 2)
 		for i, want := range []bool{true, false, false, false} {
-			ok, err := st.DecideAll(ctx, []sluice.Request{shared, mine}, res)
+			ok, err := st.DecideAll(ctx, []store.Request{shared, mine}, res)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +110,7 @@ func TestCluster(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 3))
 		for trace := 0; trace < 20; trace++ {
 			n := 2 + r.IntN(3)
-			reqs := make([]sluice.Request, n)
+			reqs := make([]store.Request, n)
 			for i := range reqs {
 				key := "x" + strconv.Itoa(trace) + ":" + strconv.Itoa(i) // a slot each, most likely
 				if i > 0 && r.IntN(2) == 0 {
@@ -124,7 +125,7 @@ func TestCluster(t *testing.T) {
 					algo.FixedWindow{Limit: 1 + r.Int64N(5), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
 					algo.Gate{Interval: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond},
 				}
-				reqs[i] = sluice.Request{Key: key, Tag: tag, Limit: lims[r.IntN(3)], Shadow: r.IntN(6) == 0}
+				reqs[i] = store.Request{Key: key, Tag: tag, Limit: lims[r.IntN(3)], Shadow: r.IntN(6) == 0}
 			}
 			at := time.UnixMicro(1800003000334587).Add(time.Duration(r.Int64N(int64(time.Hour))))
 			for step := 0; step < 40; step++ {
@@ -147,7 +148,7 @@ func TestCluster(t *testing.T) {
 // decideAllOnBoth runs one DecideAll on the memory store and on the Redis
 // (Cluster) store, fails unless both pass or both deny, and returns both
 // stores' results for the caller to compare, and whether it passed.
-func decideAllOnBoth(t *testing.T, ms, st sluice.Store, reqs []sluice.Request, where string) (mr, xr []algo.Result, pass bool) {
+func decideAllOnBoth(t *testing.T, ms, st store.Store, reqs []store.Request, where string) (mr, xr []algo.Result, pass bool) {
 	t.Helper()
 	ctx := context.Background()
 	mr, xr = make([]algo.Result, len(reqs)), make([]algo.Result, len(reqs))

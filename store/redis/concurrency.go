@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
@@ -54,7 +53,7 @@ var _ store.HolderLister = (*Store)(nil)
 
 // Holders implements store.HolderLister: one HGETALL of the key's hash
 // (scripts/concurrency.lua's layout), judged at req.Time or Redis TIME.
-func (s *Store) Holders(ctx context.Context, req sluice.Request) ([]algo.Holder, error) {
+func (s *Store) Holders(ctx context.Context, req store.Request) ([]algo.Holder, error) {
 	var p algo.Plan
 	c, err := store.CompileHolders(&req, &p)
 	if err != nil {

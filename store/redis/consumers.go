@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -69,6 +68,6 @@ func (s *Store) Consumers(ctx context.Context, key, tag string) ([][]byte, error
 
 // ResetConsumers implements store.ConsumerLog: the lists' keys are deleted
 // each on its own, in one pipelined round trip.
-func (s *Store) ResetConsumers(ctx context.Context, reqs []sluice.Request) error {
-	return s.deleteEach(ctx, "consumers", reqs, func(r sluice.Request) string { return ConsumersKey(s.prefix, r.Key, r.Tag) })
+func (s *Store) ResetConsumers(ctx context.Context, reqs []store.Request) error {
+	return s.deleteEach(ctx, "consumers", reqs, func(r store.Request) string { return ConsumersKey(s.prefix, r.Key, r.Tag) })
 }

@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
-var faultReq = sluice.Request{Key: "faults", Limit: algo.GCRA{Burst: 1 << 20, Count: 1_000_000, Period: time.Second}, Cost: 1}
+var faultReq = store.Request{Key: "faults", Limit: algo.GCRA{Burst: 1 << 20, Count: 1_000_000, Period: time.Second}, Cost: 1}
 
 // decideWithin decides with a deadline and reports whether it succeeded
 // and how long it took.

@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // A reset or a refund gives capacity back, and every store on the same
@@ -38,7 +37,7 @@ func (s *Store) forgetNames() (channel, gen string) {
 
 // forget drops the cached denials of the requests' keys, here and on
 // every store with an over-limit cache on this Redis and prefix.
-func (s *Store) forget(ctx context.Context, reqs ...sluice.Request) error {
+func (s *Store) forget(ctx context.Context, reqs ...store.Request) error {
 	s.forgetHere(reqs...)
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
@@ -104,7 +103,7 @@ func (s *Store) watchForgets() {
 // store only: a refund across Cluster slots, whose reservation lasted one
 // round trip, so that a denial another store cached meanwhile errs by at
 // most its RetryAfter towards denying.
-func (s *Store) forgetHere(reqs ...sluice.Request) {
+func (s *Store) forgetHere(reqs ...store.Request) {
 	if s.denials != nil {
 		for _, r := range reqs {
 			s.denials.Forget(r.Key)

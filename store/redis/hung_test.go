@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -24,17 +24,17 @@ func TestDeadlineHoldsWhenRedisHangs(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts redis.Options
-		req  sluice.Request
+		req  store.Request
 	}{
-		{"exact", redis.Options{}, sluice.Request{Key: "hung", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}},
-		{"over-limit cache", redis.Options{OverLimitCache: 1000}, sluice.Request{Key: "hung", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}},
-		{"leases", redis.Options{LeaseFor: 100 * time.Millisecond}, sluice.Request{Key: "hung", Limit: algo.FixedWindow{Limit: 1e9, Window: noBoundary}, Cost: 1, Lease: true}},
+		{"exact", redis.Options{}, store.Request{Key: "hung", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}},
+		{"over-limit cache", redis.Options{OverLimitCache: 1000}, store.Request{Key: "hung", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}},
+		{"leases", redis.Options{LeaseFor: 100 * time.Millisecond}, store.Request{Key: "hung", Limit: algo.FixedWindow{Limit: 1e9, Window: noBoundary}, Cost: 1, Lease: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { deadlineHolds(t, tc.opts, tc.req) })
 	}
 }
 
-func deadlineHolds(t *testing.T, opts redis.Options, req sluice.Request) {
+func deadlineHolds(t *testing.T, opts redis.Options, req store.Request) {
 	srv := redistest.Start(t)
 	st, err := redis.Open(context.Background(), srv.URL(), opts)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
@@ -44,7 +43,7 @@ import (
 //   - which limits can be leased: algo.Kind.Leasable (fixed windows), the
 //     one statement of the rule, which policy validation and leasable ask;
 //   - where: a limits.yaml node's lease: true (policy), which sets
-//     sluice.Request.Lease on its requests;
+//     store.Request.Lease on its requests;
 //   - the capabilities: store.Leaser (LeaseStats, for metrics) and
 //     store.Granter (Grant: quota for a proxy, the same leases given out;
 //     policy.LeaseRequests says what a proxy's quota covers);
@@ -118,7 +117,7 @@ func (l *leaser) shard(key string) *leaseShard {
 // leasable reports whether a request may be admitted from a lease: it
 // asks for one, is enforced, costs something, is on the store's clock,
 // and its limit can be leased (algo.Kind.Leasable: a fixed window).
-func leasable(r *sluice.Request) (algo.FixedWindow, bool) {
+func leasable(r *store.Request) (algo.FixedWindow, bool) {
 	if !r.Lease || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Limit == nil || !r.Limit.Kind().Leasable() {
 		return algo.FixedWindow{}, false
 	}
@@ -140,7 +139,7 @@ func leasable(r *sluice.Request) (algo.FixedWindow, bool) {
 // The clock is read under the key's lock, so that no admission from a
 // lease happens later than the time its deadline was judged by; that time
 // is returned, for lease.
-func (l *leaser) take(r *sluice.Request, fw algo.FixedWindow, res *algo.Result) (kl *keyLease, gen uint64, want int64, wait <-chan struct{}, now int64) {
+func (l *leaser) take(r *store.Request, fw algo.FixedWindow, res *algo.Result) (kl *keyLease, gen uint64, want int64, wait <-chan struct{}, now int64) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -230,7 +229,7 @@ func (l *leaser) giveBack(key string, cost int64, gen uint64) {
 // lease when granted (a top-up's caller was admitted by take already, or
 // went on without it). A kl evicted meanwhile still gets its units, which
 // then wait, unused, for the window's end.
-func (s *Store) lease(ctx context.Context, kl *keyLease, r *sluice.Request, fw algo.FixedWindow, k int64, now int64, res *algo.Result) (uint64, error) {
+func (s *Store) lease(ctx context.Context, kl *keyLease, r *store.Request, fw algo.FixedWindow, k int64, now int64, res *algo.Result) (uint64, error) {
 	l := s.leases
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
@@ -291,7 +290,7 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 		return 0, 0, 0, 0, err
 	}
 	defer s.release()
-	name := s.stateKey(sluice.Request{Key: key, Tag: tag, Limit: fw})
+	name := s.stateKey(store.Request{Key: key, Tag: tag, Limit: fw})
 	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit), itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}
 	v, err := detached(ctx, s.timeout, func(ctx context.Context) ([]int64, error) {
 		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
@@ -352,7 +351,7 @@ func detached[T any](ctx context.Context, timeout time.Duration, call func(conte
 // lease, when their key is hot), the others are decided by the store, and
 // if those deny, the units taken go back to their leases. The requests
 // are compiled (Store.compile).
-func (s *Store) decideLeased(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+func (s *Store) decideLeased(ctx context.Context, reqs []store.Request, results []algo.Result) (bool, error) {
 	var buf [8]uint64
 	covered := buf[:0] // the lease each request was admitted from, 0 for none
 	if len(reqs) <= len(buf) {
@@ -403,7 +402,7 @@ func (s *Store) decideLeased(ctx context.Context, reqs []sluice.Request, results
 	}
 	rest, restResults := reqs, results
 	if n > 0 {
-		rest, restResults = make([]sluice.Request, 0, len(reqs)-n), make([]algo.Result, len(reqs)-n)
+		rest, restResults = make([]store.Request, 0, len(reqs)-n), make([]algo.Result, len(reqs)-n)
 		for i := range reqs {
 			if covered[i] == 0 {
 				rest = append(rest, reqs[i])
@@ -434,7 +433,7 @@ func (s *Store) decideLeased(ctx context.Context, reqs []sluice.Request, results
 	return pass, err
 }
 
-func (s *Store) returnCovered(reqs []sluice.Request, covered []uint64) {
+func (s *Store) returnCovered(reqs []store.Request, covered []uint64) {
 	for i, gen := range covered {
 		if gen != 0 {
 			s.leases.giveBack(reqs[i].Key, reqs[i].Cost, gen)
@@ -496,7 +495,7 @@ func (s *Store) giveBackExpired(now int64, all bool) {
 	execs := make([]rueidis.LuaExec, len(out))
 	for i, o := range out {
 		fw := algo.FixedWindow{Limit: o.limit, Window: time.Duration(o.window) * time.Microsecond}
-		execs[i] = rueidis.LuaExec{Keys: []string{s.stateKey(sluice.Request{Key: o.key, Tag: o.tag, Limit: fw})},
+		execs[i] = rueidis.LuaExec{Keys: []string{s.stateKey(store.Request{Key: o.key, Tag: o.tag, Limit: fw})},
 			Args: []string{"", itoa(o.window), itoa(o.limit), "0", l.holder, itoa(o.units), itoa(o.end), "0"}}
 	}
 	if c := s.client(); c != nil {
@@ -541,7 +540,7 @@ var _ store.Granter = (*Store)(nil)
 // outside the windows the units were counted in: zero over-admission. The
 // client never gives back what it does not use: at most Units are lost to
 // the windows until they end.
-func (s *Store) Grant(ctx context.Context, reqs []sluice.Request, units int64) (store.Grant, error) {
+func (s *Store) Grant(ctx context.Context, reqs []store.Request, units int64) (store.Grant, error) {
 	if s.leases == nil || units <= 0 || len(reqs) == 0 {
 		return store.Grant{}, nil
 	}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -48,7 +48,7 @@ func BenchmarkMillionInFlight(b *testing.B) {
 				<-gate // all in flight together
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				if _, err := st.Decide(ctx, sluice.Request{Key: keys[i%len(keys)], Limit: lim, Cost: 1}); err != nil {
+				if _, err := st.Decide(ctx, store.Request{Key: keys[i%len(keys)], Limit: lim, Cost: 1}); err != nil {
 					if failed.Add(1) <= 3 {
 						b.Logf("%v", err)
 					}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/overlimit"
@@ -112,14 +111,14 @@ type Store struct {
 type conn struct{ client rueidis.Client }
 
 var (
-	_ sluice.Store      = (*Store)(nil)
+	_ store.Store       = (*Store)(nil)
 	_ store.Pinger      = (*Store)(nil)
 	_ store.Resetter    = (*Store)(nil)
 	_ store.ConsumerLog = (*Store)(nil)
 )
 
 func init() {
-	store.Register("redis", func(ctx context.Context, url string, o store.Options) (sluice.Store, error) {
+	store.Register("redis", func(ctx context.Context, url string, o store.Options) (store.Store, error) {
 		return Open(ctx, url, Options{
 			Prefix: o.Prefix, Timeout: o.Timeout, MaxFlushDelay: o.MaxFlushDelay,
 			Username: o.Username, Password: o.Password, TLS: o.TLS,

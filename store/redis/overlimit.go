@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/overlimit"
@@ -19,7 +18,7 @@ var _ store.DenialCache = (*Store)(nil)
 // with their quota as both Quota and Remaining. Otherwise the store
 // decides, and its denials are remembered. The requests are compiled
 // (Store.compile).
-func (s *Store) decideCached(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results []algo.Result) (bool, error) {
 	now, epoch := overlimit.Now(reqs[0].Time), s.denials.Epoch()
 	// A level whose denials record (a uniform sliding log) must see the
 	// attempt even when another level denies it: such a decision goes to

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -51,10 +52,10 @@ func TestOverLimitCacheSameDecisions(t *testing.T) {
 			if !single {
 				n = 1 + r.IntN(3)
 			}
-			reqs := make([]sluice.Request, n)
+			reqs := make([]store.Request, n)
 			for i := range reqs {
 				l := r.IntN(len(traceLimits))
-				reqs[i] = sluice.Request{Key: "k" + strconv.Itoa(l) + "-" + strconv.Itoa(r.IntN(2)), Limit: traceLimits[l], Cost: 1, Time: now}
+				reqs[i] = store.Request{Key: "k" + strconv.Itoa(l) + "-" + strconv.Itoa(r.IntN(2)), Limit: traceLimits[l], Cost: 1, Time: now}
 				if !single {
 					reqs[i].Cost = r.Int64N(4)
 					reqs[i].Shadow = r.IntN(8) == 0
@@ -96,12 +97,12 @@ func TestOverLimitCacheSameDecisions(t *testing.T) {
 	}
 }
 
-func summary(reqs []sluice.Request, res []algo.Result) algo.Result {
-	levels := make([]sluice.Level, len(reqs))
+func summary(reqs []store.Request, res []algo.Result) algo.Result {
+	levels := make([]policy.Level, len(reqs))
 	for i := range reqs {
-		levels[i] = sluice.Level{Key: reqs[i].Key, Shadow: reqs[i].Shadow, Result: res[i]}
+		levels[i] = policy.Level{Key: reqs[i].Key, Shadow: reqs[i].Shadow, Result: res[i]}
 	}
-	return sluice.Summarize(levels)
+	return policy.Summarize(levels)
 }
 
 // TestOverLimitCacheSkipsRedis: on Redis's clock, a denied key is denied
@@ -111,7 +112,7 @@ func TestOverLimitCacheSkipsRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{OverLimitCache: 100})
 	ctx := context.Background()
-	req := sluice.Request{Key: "alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Cost: 1}
+	req := store.Request{Key: "alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Cost: 1}
 	decide := func() algo.Result {
 		t.Helper()
 		res, err := st.Decide(ctx, req)
@@ -132,7 +133,7 @@ func TestOverLimitCacheSkipsRedis(t *testing.T) {
 	if calls := scriptCalls(t, srv) - before; calls != 0 {
 		t.Fatalf("%d script calls for 100 cached denials", calls)
 	}
-	if err := st.Reset(ctx, []sluice.Request{req}); err != nil {
+	if err := st.Reset(ctx, []store.Request{req}); err != nil {
 		t.Fatal(err)
 	}
 	if !decide().Allowed {
@@ -162,7 +163,7 @@ func TestOverLimitCacheSkipsRedis(t *testing.T) {
 func TestOverLimitCacheRace(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{OverLimitCache: 100})
-	req := sluice.Request{Key: "race", Limit: algo.GCRA{Burst: 9, Count: 1, Period: time.Hour}, Cost: 1}
+	req := store.Request{Key: "race", Limit: algo.GCRA{Burst: 9, Count: 1, Period: time.Hour}, Cost: 1}
 	allowed := make(chan bool, 100*20)
 	done := make(chan struct{})
 	for range 100 {
@@ -206,7 +207,7 @@ func TestResetReachesOtherCaches(t *testing.T) {
 	a := open(t, srv, redis.Options{OverLimitCache: 100})
 	b := open(t, srv, redis.Options{OverLimitCache: 100})
 	ctx := context.Background()
-	req := sluice.Request{Key: "alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Cost: 1}
+	req := store.Request{Key: "alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Cost: 1}
 	decide := func(st *redis.Store) bool {
 		t.Helper()
 		res, err := st.Decide(ctx, req)
@@ -240,7 +241,7 @@ func TestResetReachesOtherCaches(t *testing.T) {
 		}
 	}
 	denied()
-	if err := a.Reset(ctx, []sluice.Request{req}); err != nil {
+	if err := a.Reset(ctx, []store.Request{req}); err != nil {
 		t.Fatal(err)
 	}
 	until("a reset")
@@ -273,18 +274,18 @@ func TestOverLimitCacheLeavesSlotsToRedis(t *testing.T) {
 	base, _ := algo.Compile(c)
 	holder, _ := base.ForPermit(7, algo.Acquire)
 	release, _ := base.ForPermit(7, algo.Release)
-	if r, err := st.Decide(ctx, sluice.Request{Key: "slots", Limit: &holder, Cost: 1}); err != nil || !r.Allowed {
+	if r, err := st.Decide(ctx, store.Request{Key: "slots", Limit: &holder, Cost: 1}); err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
 	for range 3 {
-		if r, err := st.Decide(ctx, sluice.Request{Key: "slots", Limit: c, Cost: 1}); err != nil || r.Allowed {
+		if r, err := st.Decide(ctx, store.Request{Key: "slots", Limit: c, Cost: 1}); err != nil || r.Allowed {
 			t.Fatal(r, err)
 		}
 	}
-	if r, err := st.Decide(ctx, sluice.Request{Key: "slots", Limit: &release}); err != nil || r.Admitted != 1 {
+	if r, err := st.Decide(ctx, store.Request{Key: "slots", Limit: &release}); err != nil || r.Admitted != 1 {
 		t.Fatal(r, err)
 	}
-	if r, err := st.Decide(ctx, sluice.Request{Key: "slots", Limit: c, Cost: 1}); err != nil || !r.Allowed {
+	if r, err := st.Decide(ctx, store.Request{Key: "slots", Limit: c, Cost: 1}); err != nil || !r.Allowed {
 		t.Fatalf("after the release: %+v, %v", r, err)
 	}
 	if s := st.OverLimitStats(); s.Hits != 0 || s.Entries != 0 {
@@ -306,7 +307,7 @@ func TestOverLimitCacheHonoursBlocks(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	decide := func(st *redis.Store, at time.Duration, cost int64) algo.Result {
 		t.Helper()
-		r, err := st.Decide(ctx, sluice.Request{Key: "k", Limit: lim, Cost: cost, Time: t0.Add(at)})
+		r, err := st.Decide(ctx, store.Request{Key: "k", Limit: lim, Cost: cost, Time: t0.Add(at)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,7 +347,7 @@ func TestOverLimitCacheHonoursBlocks(t *testing.T) {
 			t.Fatalf("the third block at %v: %+v", at, r)
 		}
 	}
-	if err := cached.Reset(ctx, []sluice.Request{{Key: "k", Limit: lim}}); err != nil {
+	if err := cached.Reset(ctx, []store.Request{{Key: "k", Limit: lim}}); err != nil {
 		t.Fatal(err)
 	}
 	if r := decide(cached, 42*time.Second, 1); !r.Allowed {

@@ -31,7 +31,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
@@ -237,11 +236,11 @@ var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // that a limit whose algorithm or layout changed (a policy reload) finds
 // no state of another type (no WRONGTYPE) and starts cleanly; the old
 // key expires. A request without a limit (Reset) names the TAT key.
-func StateKey(prefix string, r sluice.Request) string { return stateKey(prefix, r, nil) }
+func StateKey(prefix string, r store.Request) string { return stateKey(prefix, r, nil) }
 
 // stateKey is StateKey with the limit's plan compiled through plans (nil:
 // compiled here).
-func stateKey(prefix string, r sluice.Request, plans *algo.Plans) string {
+func stateKey(prefix string, r store.Request, plans *algo.Plans) string {
 	name := KeyName(prefix, r.Key, r.Tag)
 	if r.Limit == nil {
 		return name
@@ -259,16 +258,16 @@ func stateKey(prefix string, r sluice.Request, plans *algo.Plans) string {
 	return name + p.ShapeKey()
 }
 
-func (s *Store) stateKey(r sluice.Request) string { return stateKey(s.prefix, r, &s.plans) }
+func (s *Store) stateKey(r store.Request) string { return stateKey(s.prefix, r, &s.plans) }
 
-// Decide implements sluice.Store.
-func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, error) {
+// Decide implements store.Store.
+func (s *Store) Decide(ctx context.Context, req store.Request) (algo.Result, error) {
 	var res [1]algo.Result
-	_, err := s.decide(ctx, []sluice.Request{req}, res[:], true)
+	_, err := s.decide(ctx, []store.Request{req}, res[:], true)
 	return res[0], err
 }
 
-// DecideAll implements sluice.Store: one script call checks every request
+// DecideAll implements store.Store: one script call checks every request
 // and records the costs only if every request that is not Shadow passes.
 // On Redis Cluster, requests whose keys lie in several slots take one
 // script call per slot, in parallel, each reserving its cost if its own
@@ -278,13 +277,13 @@ func (s *Store) Decide(ctx context.Context, req sluice.Request) (algo.Result, er
 // capacity about to come back: the window errs towards denying, never
 // admits more than a limit, and lasts one round trip. All slots decide at
 // one time (one node's TIME, read first, when the requests carry none).
-func (s *Store) DecideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+func (s *Store) DecideAll(ctx context.Context, reqs []store.Request, results []algo.Result) (bool, error) {
 	return s.decide(ctx, reqs, results, false)
 }
 
 // decide is DecideAll; with own, reqs is the store's own slice (Decide's),
 // which compile may change in place rather than copy.
-func (s *Store) decide(ctx context.Context, reqs []sluice.Request, results []algo.Result, own bool) (bool, error) {
+func (s *Store) decide(ctx context.Context, reqs []store.Request, results []algo.Result, own bool) (bool, error) {
 	reqs, err := s.compile(reqs, results, own)
 	if err != nil {
 		return false, err
@@ -309,7 +308,7 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, results []alg
 // names, the script's arguments and the results read the plan without
 // compiling the limit again. In a batch of several, a nary sliding log
 // acts as binary (algo.Plan.Batched).
-func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) ([]sluice.Request, error) {
+func (s *Store) compile(reqs []store.Request, results []algo.Result, own bool) ([]store.Request, error) {
 	if len(reqs) == 1 && len(results) == 1 {
 		// One request whose limit has a plan already decides with that
 		// plan, shared: no plan is allocated while the decision waits for
@@ -321,7 +320,7 @@ func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) 
 		if p != nil {
 			out := reqs
 			if !own {
-				out = []sluice.Request{reqs[0]}
+				out = []store.Request{reqs[0]}
 			}
 			out[0].Limit = p
 			return out, nil
@@ -340,7 +339,7 @@ func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) 
 	}
 	out := reqs
 	if !own {
-		out = make([]sluice.Request, len(reqs))
+		out = make([]store.Request, len(reqs))
 	}
 	for i := range reqs {
 		out[i] = reqs[i]
@@ -350,10 +349,10 @@ func (s *Store) compile(reqs []sluice.Request, results []algo.Result, own bool) 
 }
 
 // planOf returns the plan of a request that compile made.
-func planOf(r *sluice.Request) *algo.Plan { return r.Limit.(*algo.Plan) }
+func planOf(r *store.Request) *algo.Plan { return r.Limit.(*algo.Plan) }
 
 // decideAll is DecideAll on compiled requests, without the over-limit cache.
-func (s *Store) decideAll(ctx context.Context, reqs []sluice.Request, results []algo.Result) (bool, error) {
+func (s *Store) decideAll(ctx context.Context, reqs []store.Request, results []algo.Result) (bool, error) {
 	ctx, cancel, err := s.connected(ctx)
 	if err != nil {
 		return false, err
@@ -400,7 +399,7 @@ func (c checked) extra(i int) []int64 { return c.v[c.at[i]+2 : c.at[i+1]] }
 
 // check runs decide.lua on requests whose keys share one slot (or on any
 // keys of a single server).
-func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string) (checked, error) {
+func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) (checked, error) {
 	args := make([]string, 1, 1+6*len(reqs))
 	if t := reqs[0].Time; !t.IsZero() {
 		args[0] = strconv.FormatInt(t.UnixMicro(), 10)
@@ -445,7 +444,7 @@ func (s *Store) check(ctx context.Context, reqs []sluice.Request, keys []string)
 
 // appendLevel appends a level's arguments for decide.lua: kind, flag,
 // argument count, arguments, then a block's (block.lua).
-func appendLevel(args []string, b *binding, r sluice.Request) []string {
+func appendLevel(args []string, b *binding, r store.Request) []string {
 	blk, blocks := blockOf(r.Limit)
 	flag := "-"
 	switch {
@@ -494,7 +493,7 @@ func blockKey(state string) string { return state + "%:block" }
 // "%:block", in the same slot by the request's Tag) for a level with a
 // block. On Redis Cluster a level with a block needs a Tag, without which
 // the two keys may lie in two slots.
-func blockKeys(reqs []sluice.Request, keys []string, cluster bool) ([]string, error) {
+func blockKeys(reqs []store.Request, keys []string, cluster bool) ([]string, error) {
 	var out []string
 	for i, r := range reqs {
 		if _, ok := blockOf(r.Limit); !ok {
@@ -504,7 +503,7 @@ func blockKeys(reqs []sluice.Request, keys []string, cluster bool) ([]string, er
 			continue
 		}
 		if cluster && r.Tag == "" {
-			return nil, fmt.Errorf("%w: a limit with a block needs the request's Tag on Redis Cluster (its block key must share the state's slot)", sluice.ErrBadRequest)
+			return nil, fmt.Errorf("%w: a limit with a block needs the request's Tag on Redis Cluster (its block key must share the state's slot)", store.ErrBadRequest)
 		}
 		if out == nil {
 			out = append(make([]string, 0, len(keys)+1), keys[:i]...)
@@ -543,7 +542,7 @@ func windowResult(ws []algo.Window, now, cost int64, ok, committed, floor bool, 
 // levelResult derives a level's Result from the script's check value (and
 // extra values). A level that was ok but not committed (another level
 // denied) reports what a peek would: its state without this cost.
-func levelResult(r sluice.Request, now int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
+func levelResult(r store.Request, now int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
 	b, _ := bindingOf(r.Limit) // check has bound it
 	if _, blocks := blockOf(r.Limit); blocks {
 		st := algo.BlockState{Until: extra[len(extra)-1]}

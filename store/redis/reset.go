@@ -6,7 +6,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
@@ -17,7 +16,7 @@ import (
 // had never been seen; Cost and Time are ignored. Unknown keys are no error. Each key is
 // deleted on its own (in one pipelined round trip), so keys of several
 // Cluster slots may be reset together.
-func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
+func (s *Store) Reset(ctx context.Context, reqs []store.Request) error {
 	if len(reqs) == 0 {
 		return nil
 	}
@@ -26,7 +25,7 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 	}
 	// And each key's block (a limit with one, algo.Blocking): a reset key
 	// is one never seen.
-	if err := s.deleteEach(ctx, "reset", reqs, func(r sluice.Request) string { return blockKey(s.stateKey(r)) }); err != nil {
+	if err := s.deleteEach(ctx, "reset", reqs, func(r store.Request) string { return blockKey(s.stateKey(r)) }); err != nil {
 		return err
 	}
 	return s.forget(ctx, reqs...)
@@ -35,7 +34,7 @@ func (s *Store) Reset(ctx context.Context, reqs []sluice.Request) error {
 // deleteEach deletes the key name gives each request, each key on its
 // own, in one pipelined round trip (so keys of several Cluster slots may
 // go together); op names the operation in an error.
-func (s *Store) deleteEach(ctx context.Context, op string, reqs []sluice.Request, name func(sluice.Request) string) error {
+func (s *Store) deleteEach(ctx context.Context, op string, reqs []store.Request, name func(store.Request) string) error {
 	if len(reqs) == 0 {
 		return nil
 	}
@@ -64,7 +63,7 @@ var (
 
 // Refund implements store.Refunder: refund.lua on the request's level,
 // at req.Time or Redis TIME.
-func (s *Store) Refund(ctx context.Context, req sluice.Request) error {
+func (s *Store) Refund(ctx context.Context, req store.Request) error {
 	var p algo.Plan
 	if err := store.Compile(&req, &p); err != nil {
 		return err

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestReset(t *testing.T) {
@@ -19,7 +19,7 @@ func TestReset(t *testing.T) {
 	}
 	defer s.Close()
 	lim := algo.FixedWindow{Limit: 2, Window: time.Hour}
-	reqs := []sluice.Request{
+	reqs := []store.Request{
 		{Key: "user:alex", Tag: "user:alex", Limit: lim, Cost: 2},
 		{Key: "user:alex:trade", Tag: "user:alex", Limit: lim, Cost: 2},
 	}
@@ -30,7 +30,7 @@ func TestReset(t *testing.T) {
 	if v, _ := srv.Do("EXISTS", StateKey(DefaultPrefix, reqs[1])); v != "1" {
 		t.Fatalf("state key missing: %q", v)
 	}
-	if err := s.Reset(ctx, append(reqs, sluice.Request{Key: "never-seen"})); err != nil {
+	if err := s.Reset(ctx, append(reqs, store.Request{Key: "never-seen"})); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{StateKey(DefaultPrefix, reqs[0]), StateKey(DefaultPrefix, reqs[1])} {

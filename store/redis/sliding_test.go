@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -46,7 +46,7 @@ func TestWindowedCluster(t *testing.T) {
 	refunds := 0
 	for trace := 0; trace < 30; trace++ {
 		n := 2 + r.IntN(3)
-		reqs := make([]sluice.Request, n)
+		reqs := make([]store.Request, n)
 		for i := range reqs {
 			var lim algo.Limit
 			switch r.IntN(4) {
@@ -65,7 +65,7 @@ func TestWindowedCluster(t *testing.T) {
 				lim = l
 			}
 			key := "wx" + strconv.Itoa(trace) + ":" + strconv.Itoa(i) // a slot each, most likely
-			reqs[i] = sluice.Request{Key: key, Tag: key, Limit: lim, Shadow: r.IntN(6) == 0}
+			reqs[i] = store.Request{Key: key, Tag: key, Limit: lim, Shadow: r.IntN(6) == 0}
 		}
 		at := time.UnixMicro(1800003000334587).Add(time.Duration(r.Int64N(int64(time.Hour))))
 		for step := 0; step < 40; step++ {
@@ -134,11 +134,11 @@ func TestWindowedLayout(t *testing.T) {
 		{"window_counter", algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 300 * time.Millisecond}}}, 10 + 2 + 1, time.Second},
 	} {
 		key := "layout:" + tc.name
-		name := redis.StateKey(redis.DefaultPrefix, sluice.Request{Key: key, Limit: tc.limit})
+		name := redis.StateKey(redis.DefaultPrefix, store.Request{Key: key, Limit: tc.limit})
 		at := time.UnixMicro(1800003000334587)
 		for i := 0; i < 1000; i++ { // 10s of actions, 10ms apart
 			at = at.Add(10 * time.Millisecond)
-			if r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: tc.limit, Cost: 1, Time: at}); err != nil || !r.Allowed {
+			if r, err := st.Decide(ctx, store.Request{Key: key, Limit: tc.limit, Cost: 1, Time: at}); err != nil || !r.Allowed {
 				t.Fatalf("%s: action %d: %+v %v", tc.name, i, r, err)
 			}
 		}

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // slotGroups splits key indices by Redis Cluster hash slot, in slot order.
@@ -46,20 +46,20 @@ func slotGroups(keys []string) [][]int {
 //
 // All groups decide at one time: without an explicit time, one node's
 // Redis TIME, read first, is used for every group.
-func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, keys []string, groups [][]int, results []algo.Result) (bool, error) {
+func (s *Store) decideAcrossSlots(ctx context.Context, reqs []store.Request, keys []string, groups [][]int, results []algo.Result) (bool, error) {
 	if reqs[0].Time.IsZero() {
 		t, err := s.time(ctx)
 		if err != nil {
 			return false, err
 		}
-		pinned := make([]sluice.Request, len(reqs))
+		pinned := make([]store.Request, len(reqs))
 		for i, r := range reqs {
 			r.Time = t
 			pinned[i] = r
 		}
 		reqs = pinned
 	}
-	sub := make([][]sluice.Request, len(groups))
+	sub := make([][]store.Request, len(groups))
 	subKeys := make([][]string, len(groups))
 	for g, idx := range groups {
 		for _, i := range idx {
@@ -116,7 +116,7 @@ func (s *Store) decideAcrossSlots(ctx context.Context, reqs []sluice.Request, ke
 }
 
 // refund gives back what a group committed.
-func (s *Store) refund(ctx context.Context, levels []sluice.Request, stateKeys []string, c checked) error {
+func (s *Store) refund(ctx context.Context, levels []store.Request, stateKeys []string, c checked) error {
 	keys, err := blockKeys(levels, stateKeys, true) // the script's KEYS, as check gave them
 	if err != nil {
 		return err

@@ -1,0 +1,79 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+)
+
+// MaxKeyLen is the longest key a store accepts, in bytes.
+const MaxKeyLen = 512
+
+// ErrBadRequest is wrapped by every error about a request's key, cost or
+// time (limit errors wrap algo.ErrInvalid).
+var ErrBadRequest = errors.New("bad request")
+
+// A Store applies decisions atomically: concurrent decisions on one key
+// behave as if they ran one after another.
+type Store interface {
+	// Decide applies one decision. An invalid request returns an error
+	// wrapping ErrBadRequest or algo.ErrInvalid; a store failure returns an
+	// error within the context's deadline.
+	Decide(ctx context.Context, req Request) (algo.Result, error)
+	// DecideAll applies the requests as one all-or-nothing decision at one
+	// time (the first request's Time): every request is checked, and the
+	// costs are recorded only if every request that is not Shadow is
+	// allowed; it reports whether they were. results[i] is request i's
+	// result; a request that was allowed but not recorded (another one
+	// denied) reports its state without the cost, as a peek would. A
+	// denied uniform sliding log still records its attempt, and in a batch
+	// of several requests a nary sliding log acts as binary (all or
+	// nothing, see algo.Plan.Batched); a batch of one is Decide.
+	DecideAll(ctx context.Context, reqs []Request, results []algo.Result) (bool, error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Request is one decision.
+type Request struct {
+	// Key names the state the decision reads and writes. Stores use it
+	// verbatim (the Redis store escapes it under its prefix), so any string
+	// names exactly one state; use Key to build keys from several parts.
+	Key string
+	// Limit is the limiter definition.
+	Limit algo.Limit
+	// Cost is how much the decision consumes; 0 peeks and admits nothing.
+	// It is at most algo.MaxCount; a cost above the limit is denied with
+	// RetryAfter algo.Never.
+	Cost int64
+	// Time is the time of the decision; the zero Time means the store's
+	// clock (Redis TIME for the Redis store), like the t of
+	// golang.org/x/time/rate's AllowN(t, n) when set.
+	Time time.Time
+	// Tag, when set, places the key for Redis Cluster: keys with the same
+	// Tag share one hash slot, so one script can read and write them all.
+	// Tag must be a prefix of Key, and a Key must always come with the same
+	// Tag. Stores that have no slots ignore it.
+	Tag string
+	// Shadow marks a request of a DecideAll whose denial is reported but
+	// does not block the others: a shadow limit being rolled out.
+	Shadow bool
+	// Lease lets a store that keeps leased quota (the Redis store with
+	// Options.LeaseFor) admit the request from units it took ahead for the
+	// key, without a round trip; only a fixed-window limit on the store's
+	// clock (Time zero) is leased. The window never admits more than its
+	// limit; see store/redis for the bounds. Stores without leases ignore
+	// it.
+	Lease bool
+}
+
+// An Allower is a Store that can report a decision's admission alone, and
+// so skip computing the rest of its Result; Limiter.AllowN uses it. The
+// memory store is one.
+type Allower interface {
+	// AllowN applies Request{Key: key, Limit: l, Cost: n, Time: t} as
+	// Decide does, and reports its Result.Allowed.
+	AllowN(ctx context.Context, key string, l algo.Limit, t time.Time, n int64) (bool, error)
+}
