@@ -26,7 +26,7 @@ func (l *Limiter) Penalize(ctx context.Context, key string, n int64) error {
 	if err != nil {
 		return err
 	}
-	return a.Adjust(ctx, store.Request{Key: key, Limit: l.lim, Cost: n}, algo.Penalize)
+	return a.Adjust(ctx, store.Request{Key: key, Plan: l.plan, Cost: n}, algo.Penalize)
 }
 
 // Reward gives n units of key's limit back outside a request, never more
@@ -37,7 +37,7 @@ func (l *Limiter) Reward(ctx context.Context, key string, n int64) error {
 	if err != nil {
 		return err
 	}
-	return a.Adjust(ctx, store.Request{Key: key, Limit: l.lim, Cost: n}, algo.Reward)
+	return a.Adjust(ctx, store.Request{Key: key, Plan: l.plan, Cost: n}, algo.Reward)
 }
 
 // Block blocks key for d from now, whatever its block was, for a limit
@@ -47,7 +47,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	if err != nil {
 		return err
 	}
-	return a.Block(ctx, store.Request{Key: key, Limit: l.lim}, d)
+	return a.Block(ctx, store.Request{Key: key, Plan: l.plan}, d)
 }
 
 // Unblock ends key's block and forgets its count, for a limit with a
@@ -57,5 +57,5 @@ func (l *Limiter) Unblock(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	return a.Unblock(ctx, store.Request{Key: key, Limit: l.lim})
+	return a.Unblock(ctx, store.Request{Key: key, Plan: l.plan})
 }

@@ -17,10 +17,13 @@ func Example() {
 	st := memory.New()
 	defer st.Close()
 
-	lim := algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}
+	lim, err := algo.Compile(algo.GCRA{Burst: 15, Count: 30, Period: time.Minute})
+	if err != nil {
+		panic(err)
+	}
 	now := time.Unix(1800003000, 0)
 	for i := 0; i < 17; i++ {
-		r, err := st.Decide(context.Background(), store.Request{Key: sluice.Key("user", "user123"), Limit: lim, Cost: 1, Time: now})
+		r, err := st.Decide(context.Background(), store.Request{Key: sluice.Key("user", "user123"), Plan: &lim, Cost: 1, Time: now})
 		if err != nil {
 			panic(err)
 		}
@@ -76,13 +79,18 @@ func ExampleLimiter() {
 	// <nil>
 }
 
-// allow decides one action for a user on any store: the README's first
-// library example.
+// The README's first library example: allow decides one action for a
+// user on any store.
+
+// perUser is redis-cell's CL.THROTTLE user 15 30 60: 30 a minute, 15 at
+// once, compiled once.
+var perUser = algo.MustCompile(algo.GCRA{Burst: 15, Count: 30, Period: time.Minute})
+
 func allow(ctx context.Context, st store.Store, userID string) (bool, error) {
 	res, err := st.Decide(ctx, store.Request{
-		Key:   sluice.Key("user", userID), // parts are escaped: no id can forge another key
-		Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
-		Cost:  1,
+		Key:  sluice.Key("user", userID), // parts are escaped: no id can forge another key
+		Plan: perUser,
+		Cost: 1,
 	})
 	if err != nil {
 		return false, err // bad input, or the store failed within ctx's deadline

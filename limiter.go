@@ -31,9 +31,7 @@ import (
 // allocates nothing.
 type Limiter struct {
 	st   store.Store
-	plan *algo.Plan // compiled once, passed as every request's Limit
-	// lim is plan as an algo.Limit, boxed once.
-	lim algo.Limit
+	plan *algo.Plan // compiled once, passed as every request's Plan
 	// allower is st as an Allower, or nil.
 	allower store.Allower
 }
@@ -46,7 +44,7 @@ func NewLimiter(st store.Store, l algo.Limit) (*Limiter, error) {
 		return nil, err
 	}
 	a, _ := st.(store.Allower)
-	return &Limiter{st: st, plan: &p, lim: &p, allower: a}, nil
+	return &Limiter{st: st, plan: &p, allower: a}, nil
 }
 
 // Limit returns the limit the Limiter was made with.
@@ -62,7 +60,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // the store's clock), and consumes them if so.
 func (l *Limiter) AllowN(ctx context.Context, key string, t time.Time, n int64) (bool, error) {
 	if l.allower != nil {
-		return l.allower.AllowN(ctx, key, l.lim, t, n)
+		return l.allower.AllowN(ctx, key, l.plan, t, n)
 	}
 	r, err := l.DecideN(ctx, key, t, n)
 	return r.Allowed, err
@@ -72,7 +70,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, t time.Time, n int64) 
 // clock) and returns the whole Result: what AllowN reports, and how much
 // remains and how long to wait.
 func (l *Limiter) DecideN(ctx context.Context, key string, t time.Time, n int64) (algo.Result, error) {
-	return l.st.Decide(ctx, store.Request{Key: key, Limit: l.lim, Cost: n, Time: t})
+	return l.st.Decide(ctx, store.Request{Key: key, Plan: l.plan, Cost: n, Time: t})
 }
 
 // ErrWouldExceedDeadline is returned by Wait when the actions would be
@@ -202,7 +200,7 @@ func (r *Reservation) CancelAt(ctx context.Context, t time.Time) error {
 	if !now.Before(r.act) {
 		return nil
 	}
-	return rf.Refund(ctx, store.Request{Key: r.key, Limit: r.l.lim, Cost: r.n, Time: now})
+	return rf.Refund(ctx, store.Request{Key: r.key, Plan: r.l.plan, Cost: r.n, Time: now})
 }
 
 // at returns t, or for the zero Time the store's clock (store.Clock), or
@@ -263,7 +261,7 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, t time.Time, n int64
 	if t, _ := p.TAT(); n > t.Quota {
 		return &Reservation{}, ErrNever
 	}
-	r, err := l.st.Decide(ctx, store.Request{Key: key, Limit: &p, Cost: n, Time: now})
+	r, err := l.st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: n, Time: now})
 	switch {
 	case err != nil:
 		return nil, err

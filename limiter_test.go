@@ -274,8 +274,8 @@ func TestReserveRefusals(t *testing.T) {
 	}
 }
 
-// TestNoAllocs: on the memory store, a decision with the limit's value in
-// the request, and a Limiter's Allow, allocate nothing.
+// TestNoAllocs: on the memory store, a decision with the limit's value
+// compiled at the call, and a Limiter's Allow, allocate nothing.
 func TestNoAllocs(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
@@ -286,11 +286,13 @@ func TestNoAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, f := range map[string]func(){
-		"Decide with a GCRA value": func() {
-			st.Decide(ctx, store.Request{Key: "a", Limit: algo.GCRA{Burst: burst, Count: count, Period: time.Second}, Cost: 1})
+		"Decide with a GCRA value compiled at the call": func() {
+			p, _ := algo.Compile(algo.GCRA{Burst: burst, Count: count, Period: time.Second})
+			st.Decide(ctx, store.Request{Key: "a", Plan: &p, Cost: 1})
 		},
-		"Decide with a fixed window value": func() {
-			st.Decide(ctx, store.Request{Key: "b", Limit: algo.FixedWindow{Limit: burst, Window: time.Hour}, Cost: 1})
+		"Decide with a fixed window value compiled at the call": func() {
+			p, _ := algo.Compile(algo.FixedWindow{Limit: burst, Window: time.Hour})
+			st.Decide(ctx, store.Request{Key: "b", Plan: &p, Cost: 1})
 		},
 		"Limiter.Allow": func() { lim.Allow(ctx, "c") },
 	} {

@@ -100,7 +100,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		r, err := l.st.Decide(ctx, store.Request{Key: key, Limit: &plan, Cost: n})
+		r, err := l.st.Decide(ctx, store.Request{Key: key, Plan: &plan, Cost: n})
 		switch {
 		case err != nil:
 			return nil, err
@@ -136,7 +136,7 @@ func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int6
 	if err != nil {
 		return nil, err
 	}
-	r, err := l.st.Decide(ctx, store.Request{Key: key, Limit: &plan, Cost: n, Time: t})
+	r, err := l.st.Decide(ctx, store.Request{Key: key, Plan: &plan, Cost: n, Time: t})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (p *Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	r, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Limit: &plan, Time: t})
+	r, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: &plan, Time: t})
 	if err != nil {
 		return false, fmt.Errorf("sluice: renew permit: %w", err)
 	}
@@ -213,7 +213,7 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Limit: &plan, Time: t}); err != nil {
+	if _, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: &plan, Time: t}); err != nil {
 		return fmt.Errorf("sluice: release permit: %w", err)
 	}
 	p.released.Store(true)

@@ -46,7 +46,7 @@ func TestHolderProcess(t *testing.T) {
 	start, _ := st.Now(ctx)
 	for {
 		now, _ := st.Now(ctx)
-		r, err := st.Decide(ctx, store.Request{Key: "job", Limit: killLimit})
+		r, err := st.Decide(ctx, store.Request{Key: "job", Plan: algo.MustCompile(killLimit)})
 		if err == nil && now.Sub(start)+r.ResetAfter > first {
 			break
 		}
@@ -91,7 +91,7 @@ func TestSlotsFreedAfterKill(t *testing.T) {
 	}
 	peek := func(at time.Time) algo.Result {
 		t.Helper()
-		r, err := st.Decide(ctx, store.Request{Key: "job", Limit: killLimit, Time: at})
+		r, err := st.Decide(ctx, store.Request{Key: "job", Plan: algo.MustCompile(killLimit), Time: at})
 		if err != nil {
 			t.Fatal(err)
 		}

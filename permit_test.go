@@ -103,7 +103,7 @@ func TestPermitExplicitTime(t *testing.T) {
 			// A forged id releases nothing: the key stays full.
 			plan, _ := algo.Compile(c)
 			forged, _ := plan.ForPermit(sluice.NewPermitID(), algo.Release)
-			if r, err := st.Decide(ctx, store.Request{Key: "k", Limit: &forged, Time: t0.Add(3 * time.Second)}); err != nil || r.Admitted != 0 || r.Remaining != 0 {
+			if r, err := st.Decide(ctx, store.Request{Key: "k", Plan: &forged, Time: t0.Add(3 * time.Second)}); err != nil || r.Admitted != 0 || r.Remaining != 0 {
 				t.Fatalf("forged release: %+v, %v", r, err)
 			}
 			for range 2 {
@@ -211,10 +211,8 @@ func (s *steppedClock) Decide(ctx context.Context, req store.Request) (algo.Resu
 		req.Time = s.at()
 	}
 	r, err := s.Store.Decide(ctx, req)
-	if p, ok := req.Limit.(*algo.Plan); ok && err == nil {
-		if _, op := p.Permit(); op == algo.Renew {
-			s.renews <- req.Time
-		}
+	if _, op := req.Plan.Permit(); op == algo.Renew && err == nil {
+		s.renews <- req.Time
 	}
 	return r, err
 }
@@ -255,7 +253,7 @@ func TestPermitRenewsItself(t *testing.T) {
 	}
 	plan, _ := algo.Compile(c)
 	gone, _ := plan.ForPermit(p.ID(), algo.Release)
-	if _, err := st.Store.Decide(ctx, store.Request{Key: "k", Limit: &gone, Time: st.at()}); err != nil {
+	if _, err := st.Store.Decide(ctx, store.Request{Key: "k", Plan: &gone, Time: st.at()}); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -288,7 +286,7 @@ func TestSlotsWithABlock(t *testing.T) {
 			if x, err := lim.AcquireAt(ctx, "k", time.Time{}, 1); err != nil || x.OK() || x.Result().DeniedBy != algo.DeniedByBlock {
 				t.Fatalf("a second acquire: %+v, %v", x.Result(), err)
 			}
-			hs, err := st.(store.HolderLister).Holders(ctx, store.Request{Key: "k", Limit: lim.Limit()})
+			hs, err := st.(store.HolderLister).Holders(ctx, store.Request{Key: "k", Plan: algo.MustCompile(lim.Limit())})
 			if err != nil || len(hs) != 1 || hs[0].Permit != p.ID() {
 				t.Fatalf("holders: %+v, %v", hs, err)
 			}

@@ -160,11 +160,11 @@ func TestBounds(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	_, err := st.Decide(ctx, store.Request{Key: "k", Limit: algo.FixedWindow{Limit: math.MaxInt64, Window: time.Second}, Cost: 1})
+	_, err := algo.Compile(algo.FixedWindow{Limit: math.MaxInt64, Window: time.Second})
 	if !errors.Is(err, algo.ErrInvalid) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
 		t.Errorf("fixed_window limit 2^63-1: %v", err)
 	}
-	_, err = st.Decide(ctx, store.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1, Window: time.Second}, Cost: algo.MaxCount + 1})
+	_, err = st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1, Window: time.Second}), Cost: algo.MaxCount + 1})
 	if !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
 		t.Errorf("cost 2^53: %v", err)
 	}
@@ -177,17 +177,17 @@ func TestBounds(t *testing.T) {
 	// An exact log writes an entry per action: one decision takes at most
 	// algo.MaxExactCost, in Decide, AllowN and DecideAll alike.
 	exact := algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: time.Second}}}
-	big := store.Request{Key: "k", Limit: exact, Cost: algo.MaxExactCost + 1}
+	big := store.Request{Key: "k", Plan: algo.MustCompile(exact), Cost: algo.MaxExactCost + 1}
 	if _, err := st.Decide(ctx, big); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 10000") {
 		t.Errorf("Decide, exact log, cost %d: %v", big.Cost, err)
 	}
-	if _, err := st.AllowN(ctx, "k", exact, time.Time{}, big.Cost); !errors.Is(err, store.ErrBadRequest) {
+	if _, err := st.AllowN(ctx, "k", big.Plan, time.Time{}, big.Cost); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("AllowN, exact log, cost %d: %v", big.Cost, err)
 	}
-	if _, err := st.DecideAll(ctx, []store.Request{big, {Key: "j", Limit: exact, Cost: 1}}, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
+	if _, err := st.DecideAll(ctx, []store.Request{big, {Key: "j", Plan: algo.MustCompile(exact), Cost: 1}}, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("DecideAll, exact log, cost %d: %v", big.Cost, err)
 	}
-	if r, err := st.Decide(ctx, store.Request{Key: "k", Limit: exact, Cost: 0}); err != nil || r.Remaining != algo.MaxExactLimit {
+	if r, err := st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(exact), Cost: 0}); err != nil || r.Remaining != algo.MaxExactLimit {
 		t.Errorf("a refused cost took capacity: %+v %v", r, err)
 	}
 }

@@ -32,7 +32,7 @@ func TestBlockingDecides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Stepwise() || p.Kind() != KindGCRA || p.Limit().(Blocking).Block != l.Block {
+	if p.stepwise || p.Kind() != KindGCRA || p.Limit().(Blocking).Block != l.Block {
 		t.Fatalf("plan %+v", p)
 	}
 	var s State

@@ -112,7 +112,7 @@ func TestPlanEqual(t *testing.T) {
 func TestPlanEqualEveryKind(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 9))
 	unnamed := func(p *Plan) Spec {
-		s := p.Spec()
+		s := p.Limit().Spec()
 		for i := range s.Limits {
 			s.Limits[i].Name = ""
 		}

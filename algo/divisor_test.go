@@ -45,10 +45,7 @@ func TestWindowEndByDivisor(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, w := range []time.Duration{time.Microsecond, time.Millisecond, time.Second, time.Minute, 7 * time.Hour, MaxHorizon} {
 		f := FixedWindow{Limit: 10, Window: w}
-		var p Plan
-		if err := p.Compile(f); err != nil {
-			t.Fatal(err)
-		}
+		p := MustCompile(f)
 		for range 5000 {
 			now := r.Int64N(MaxTime + 1)
 			if r.IntN(10) == 0 {

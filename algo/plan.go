@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -48,25 +49,31 @@ type Plan struct {
 	blk *Block
 }
 
-// Compile validates l and returns its Plan. The error wraps ErrInvalid.
+// Compile validates l and returns its Plan: what a store decides with
+// (store.Request.Plan). Compile once, where the limit is known (a
+// Limiter, a policy), and decide many times. The error wraps ErrInvalid,
+// and ErrUnsupported for a type that is not an algorithm of this package.
 func Compile(l Limit) (Plan, error) {
 	var p Plan
-	err := p.Compile(l)
+	err := p.compile(l)
 	return p, err
 }
 
-// Compile makes p the plan of l, validating l; see the function Compile.
-func (p *Plan) Compile(l Limit) error {
+// MustCompile is Compile for a limit known to be valid, such as a literal
+// in a package variable: it panics if l is invalid.
+func MustCompile(l Limit) *Plan {
+	p, err := Compile(l)
+	if err != nil {
+		panic(err)
+	}
+	return &p
+}
+
+// compile makes p the plan of l, validating l.
+func (p *Plan) compile(l Limit) error {
 	*p = Plan{}
 	var err error
 	switch l := l.(type) {
-	case *Plan: // first: a limiter handle's every decision
-		if l == nil || !l.ok {
-			err = errNilLimit
-			break
-		}
-		*p = *l
-		return nil
 	case GCRA:
 		p.kind, p.gcra = KindGCRA, l
 		p.tat, err = l.tat()
@@ -92,7 +99,7 @@ func (p *Plan) Compile(l Limit) error {
 		err = l.Validate()
 	case Blocking:
 		if err = l.Validate(); err == nil {
-			err = p.Compile(l.Limit)
+			err = p.compile(l.Limit)
 		}
 		if err != nil {
 			*p = Plan{}
@@ -106,13 +113,7 @@ func (p *Plan) Compile(l Limit) error {
 	case nil:
 		err = errNilLimit
 	default:
-		if v, ok := deref(l); ok {
-			return p.Compile(v) // a pointer to a limit of this package
-		} else if v == nil {
-			err = errNilLimit
-		} else {
-			err = fmt.Errorf("%w: %w: %s is not an algorithm of package algo", ErrInvalid, ErrUnsupported, reflect.TypeOf(l))
-		}
+		err = fmt.Errorf("%w: %w: %s is not an algorithm of package algo", ErrInvalid, ErrUnsupported, reflect.TypeOf(l))
 	}
 	if err != nil {
 		*p = Plan{}
@@ -121,50 +122,6 @@ func (p *Plan) Compile(l Limit) error {
 	p.ok, p.stepwise = true, kinds[p.kind].stepwise
 	p.shape = p.computeShape()
 	return nil
-}
-
-// deref returns the limit a pointer to one of this package's limits
-// points to, and true; nil and false for a nil pointer; l and false for
-// another type. Its result escapes, so Compile reaches it only for
-// pointers, which a caller rarely passes.
-func deref(l Limit) (Limit, bool) {
-	switch l := l.(type) {
-	case *GCRA:
-		if l != nil {
-			return *l, true
-		}
-	case *TokenBucket:
-		if l != nil {
-			return *l, true
-		}
-	case *FixedWindow:
-		if l != nil {
-			return *l, true
-		}
-	case *Gate:
-		if l != nil {
-			return *l, true
-		}
-	case *SlidingLog:
-		if l != nil {
-			return *l, true
-		}
-	case *WindowCounter:
-		if l != nil {
-			return *l, true
-		}
-	case *Concurrency:
-		if l != nil {
-			return *l, true
-		}
-	case *Blocking:
-		if l != nil {
-			return *l, true
-		}
-	default:
-		return l, false
-	}
-	return nil, false
 }
 
 // Shape identifies the layout of the plan's state (State.Shape): 0 for
@@ -262,14 +219,12 @@ func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 // a block; the state is kept while its block matters.
 func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
 	if s.Block.Blocked(now) {
-		q, _ := p.Quota()
-		return s.Block.Result(now, q)
+		return s.Block.Result(now, p.quota())
 	}
 	r := p.decide(s, now, cost, commit)
 	if commit && !r.Allowed && cost > 0 { // a peek starts nothing
 		s.Block = p.blk.Start(s.Block, now)
-		q, _ := p.Quota()
-		r = s.Block.Result(now, q)
+		r = s.Block.Result(now, p.quota())
 	}
 	return r
 }
@@ -287,9 +242,9 @@ func (p *Plan) Blocks() (Block, bool) {
 // decide is Decide without the block.
 func (p *Plan) decide(s *State, now, cost int64, commit bool) Result {
 	if kinds[p.kind].stepwise { // p.stepwise is false for a plan with a block
-		now = p.At(s, now)
-		ok, v := p.Step(s, now, cost, commit)
-		return p.Finish(ok, now, v, cost)
+		now = p.at(s, now)
+		ok, v := p.step(s, now, cost, commit)
+		return p.numbers(ok, now, v, cost).result(ok, cost)
 	}
 	switch p.kind {
 	case KindSlidingLog:
@@ -302,17 +257,39 @@ func (p *Plan) decide(s *State, now, cost int64, commit bool) Result {
 	panic("algo: Decide on a Plan that Compile did not make")
 }
 
-// Stepwise reports whether the plan decides in two parts, Step and then
-// Finish, so that a store holds a key's lock for Step alone: GCRA, token
-// bucket, fixed window and gate, whose Result follows from the outcome
-// and one number (kindInfo.stepwise). Decide is Finish(Step(...)) for
-// these.
-func (p *Plan) Stepwise() bool { return p.stepwise }
+// DecideUnlock commits a decision as Decide does on a state that mu
+// guards and the caller has locked, and unlocks mu (when not nil) as soon
+// as s is no longer read or written: for GCRA, the token bucket, the
+// fixed window and the gate, whose Result follows from the outcome and
+// one number, before the Result's arithmetic, so that a store holds a
+// key's lock for the state's part alone. It sets *r to the Result unless r
+// is nil, and reports whether the cost was admitted.
+func (p *Plan) DecideUnlock(s *State, now, cost int64, mu sync.Locker, r *Result) bool {
+	if !p.stepwise {
+		res := p.Decide(s, now, cost, true)
+		if mu != nil {
+			mu.Unlock()
+		}
+		if r != nil {
+			*r = res
+		}
+		return res.Allowed
+	}
+	now = p.at(s, now)
+	ok, v := p.step(s, now, cost, true)
+	if mu != nil {
+		mu.Unlock()
+	}
+	if r != nil {
+		*r = p.numbers(ok, now, v, cost).result(ok, cost)
+	}
+	return ok
+}
 
-// At returns the time a decision at now is taken at on s, which a store
-// passes to Step and Finish: now, except for a fixed window whose state
-// counts a window that starts after now (FixedWindow.At).
-func (p *Plan) At(s *State, now int64) int64 {
+// at returns the time a stepwise decision at now is taken at on s: now,
+// except for a fixed window whose state counts a window that starts after
+// now (FixedWindow.At).
+func (p *Plan) at(s *State, now int64) int64 {
 	if p.kind == KindFixedWindow {
 		return max(now, s.A-p.win.d)
 	}
@@ -320,68 +297,48 @@ func (p *Plan) At(s *State, now int64) int64 {
 }
 
 // MaxCost returns the largest cost one decision of the plan may have:
-// MaxExactCost for an exact sliding log, MaxCount for the others. A larger
-// cost is a bad request (store.CheckCost); a cost up to it but above the
-// limit is denied, never to be admitted.
+// MaxExactCost for an exact sliding log, MaxCount for the others, and 0
+// for a Plan that Compile did not make. A larger cost is a bad request
+// (store.Check); a cost up to it but above the limit is denied, never to
+// be admitted.
 func (p *Plan) MaxCost() int64 {
-	if p.kind == KindSlidingLog && p.sl.Buckets == 0 {
+	switch {
+	case !p.ok:
+		return 0
+	case p.kind == KindSlidingLog && p.sl.Buckets == 0:
 		return MaxExactCost
 	}
 	return MaxCount
 }
 
-// Step applies the part of a Stepwise plan's decision that reads and
-// writes s. It reports whether the cost is admitted, and v for Finish: a
+// step applies the part of a stepwise plan's decision that reads and
+// writes s. It reports whether the cost is admitted, and v for numbers: a
 // TAT (GCRA, token bucket), a window's count after the decision (fixed
 // window), or when the gate opens.
-func (p *Plan) Step(s *State, now, cost int64, commit bool) (allowed bool, v int64) {
-	if p.kind == KindGCRA || p.kind == KindTokenBucket { // small enough to inline this case
-		return p.tat.step(s, now, cost, commit)
-	}
-	return p.stepOther(s, now, cost, commit)
-}
-
-func (p *Plan) stepOther(s *State, now, cost int64, commit bool) (bool, int64) {
+func (p *Plan) step(s *State, now, cost int64, commit bool) (allowed bool, v int64) {
 	switch p.kind {
+	case KindGCRA, KindTokenBucket:
+		return p.tat.step(s, now, cost, commit)
 	case KindFixedWindow:
 		return p.fw.step(s, now, p.win.end(now), cost, commit)
 	case KindGate:
 		return p.gate.step(s, now, cost, commit)
 	}
-	panic("algo: Step on a Plan that is not Stepwise")
+	panic("algo: step on a Plan that is not stepwise")
 }
 
-// Finish returns the Result of a decision from what Step reported; it
-// reads no state.
-func (p *Plan) Finish(allowed bool, now, v, cost int64) Result {
-	q, rem, retry, reset := p.Numbers(allowed, now, v, cost)
-	var admitted int64
-	if allowed {
-		admitted = cost
-	}
-	// The literal here, not a helper's: a Result that a call returns is
-	// copied through memory once more, unlike four numbers.
-	return Result{Allowed: allowed, Quota: q, Remaining: rem, RetryAfter: retry, ResetAfter: reset, Admitted: admitted}
-}
-
-// Numbers returns the numbers of Finish's Result (its Quota, Remaining,
-// RetryAfter and ResetAfter), for a caller that builds the Result itself:
-// the compiler keeps a struct of more than four fields in memory, and a
-// Result returned by a call is stored and copied on its way out, where
-// four numbers stay in registers.
-func (p *Plan) Numbers(allowed bool, now, v, cost int64) (quota, remaining int64, retryAfter, resetAfter time.Duration) {
-	var n numbers
+// numbers returns the numbers of a stepwise decision's Result from what
+// step reported; it reads no state.
+func (p *Plan) numbers(allowed bool, now, v, cost int64) numbers {
 	switch p.kind {
 	case KindGCRA, KindTokenBucket:
-		n = p.tat.numbers(allowed, now, v, cost)
+		return p.tat.numbers(allowed, now, v, cost)
 	case KindFixedWindow:
-		n = p.fw.numbers(allowed, now, p.win.end(now), v, cost)
+		return p.fw.numbers(allowed, now, p.win.end(now), v, cost)
 	case KindGate:
-		n = p.gate.numbers(allowed, now, v, cost)
-	default:
-		panic("algo: Finish on a Plan that is not Stepwise")
+		return p.gate.numbers(allowed, now, v, cost)
 	}
-	return n.quota, n.remaining, n.retry, n.reset
+	panic("algo: numbers of a Plan that is not stepwise")
 }
 
 // numbers are a Stepwise decision's Result but for Allowed and Admitted.
@@ -401,25 +358,6 @@ func (n numbers) result(allowed bool, cost int64) Result {
 	// One literal, returned as it is: a Result built and then changed is
 	// copied through memory.
 	return Result{Allowed: allowed, Quota: n.quota, Remaining: n.remaining, RetryAfter: n.retry, ResetAfter: n.reset, Admitted: admitted}
-}
-
-// ChangesInBatch reports whether the plan to apply in a DecideAll of
-// several requests differs from p (Batched): a nary sliding log's.
-func (p *Plan) ChangesInBatch() bool { return p.kind == KindSlidingLog && p.sl.Mode == Nary }
-
-// Batched returns the plan to apply in a DecideAll of several requests,
-// which is all or nothing: a nary sliding log acts as binary there, made
-// in scratch from p; any other plan is p itself, unchanged (and so may be
-// a shared plan, never copied).
-func (p *Plan) Batched(scratch *Plan) *Plan {
-	if !p.ChangesInBatch() {
-		return p
-	}
-	if scratch != p {
-		*scratch = *p
-	}
-	scratch.sl.Mode = Binary
-	return scratch
 }
 
 // Limit returns the limit the plan was compiled from (nil for a Plan
@@ -456,28 +394,30 @@ func (p *Plan) unblocked() Limit {
 	return nil
 }
 
-// Kind implements Limit.
-func (p *Plan) Kind() Kind { return p.kind }
-
-// Validate implements Limit: a plan from Compile is valid.
-func (p *Plan) Validate() error {
-	if p.Limit() == nil {
-		return errNilLimit
+// quota is the limit's Quota, without boxing the limit in an interface.
+func (p *Plan) quota() int64 {
+	var q int64
+	switch p.kind {
+	case KindGCRA:
+		q, _ = p.gcra.Quota()
+	case KindTokenBucket:
+		q, _ = p.tb.Quota()
+	case KindFixedWindow:
+		q, _ = p.fw.Quota()
+	case KindGate:
+		q, _ = p.gate.Quota()
+	case KindSlidingLog:
+		q, _ = p.sl.Quota()
+	case KindWindowCounter:
+		q, _ = p.wc.Quota()
+	case KindConcurrency:
+		q, _ = p.cc.Quota()
 	}
-	return nil
+	return q
 }
 
-// Spec implements Limit.
-func (p *Plan) Spec() Spec { return p.Limit().Spec() }
-
-// Quota implements Limit.
-func (p *Plan) Quota() (int64, time.Duration) { return p.Limit().Quota() }
-
-// SteadyRate implements Limit.
-func (p *Plan) SteadyRate() (int64, time.Duration) { return p.Limit().SteadyRate() }
-
-// DeniedBy implements Limit.
-func (p *Plan) DeniedBy(by int) string { return p.Limit().DeniedBy(by) }
+// Kind returns the plan's algorithm.
+func (p *Plan) Kind() Kind { return p.kind }
 
 // TAT returns the virtual-scheduling parameters of a GCRA or token bucket
 // plan; the error wraps ErrUnsupported for the other kinds.

@@ -675,3 +675,15 @@ func windowsDeniedBy(ws []Window, by int) string {
 	}
 	return ws[by-1].Window.String()
 }
+
+// InBatch returns the plan to apply in a DecideAll of several requests,
+// which is all or nothing: for a nary sliding log a binary copy, for any
+// other plan p itself (a shared plan, never changed).
+func InBatch(p *Plan) *Plan {
+	if p.kind != KindSlidingLog || p.sl.Mode != Nary {
+		return p
+	}
+	q := *p
+	q.sl.Mode = Binary
+	return &q
+}

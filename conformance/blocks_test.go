@@ -47,7 +47,7 @@ func TestBlocksStoresAgree(t *testing.T) {
 		key := "blocks:" + strconv.Itoa(trace)
 		for step := range 80 {
 			at = at.Add(time.Duration(r.Int64N(int64(300 * time.Millisecond))))
-			req := store.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
+			req := store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: r.Int64N(4), Time: at}
 			if r.IntN(3) > 0 {
 				m := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 				if m.DeniedBy == algo.DeniedByBlock {
@@ -55,7 +55,7 @@ func TestBlocksStoresAgree(t *testing.T) {
 				}
 				continue
 			}
-			res := decideAllOnBoth(t, ctx, st, []store.Request{{Key: key + ":plain", Limit: plain, Cost: 1, Time: at}, req}, "trace "+strconv.Itoa(trace)+" step "+strconv.Itoa(step))
+			res := decideAllOnBoth(t, ctx, st, []store.Request{{Key: key + ":plain", Plan: algo.MustCompile(plain), Cost: 1, Time: at}, req}, "trace "+strconv.Itoa(trace)+" step "+strconv.Itoa(step))
 			if res[1].DeniedBy == algo.DeniedByBlock {
 				blocked++
 			}
@@ -82,7 +82,7 @@ func TestAdjustStoresAgree(t *testing.T) {
 		key := "adjust:" + strconv.Itoa(trace)
 		for step := range 60 {
 			at = at.Add(time.Duration(r.Int64N(int64(300 * time.Millisecond))))
-			req := store.Request{Key: key, Limit: lim, Cost: 1 + r.Int64N(3), Time: at}
+			req := store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1 + r.Int64N(3), Time: at}
 			block, unblock := r.IntN(4) == 0, r.IntN(4) == 0
 			for _, name := range []string{"memory", "redis"} {
 				a := st[name].(store.Adjuster)

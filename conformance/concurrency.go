@@ -71,7 +71,7 @@ func RunConcurrency(t *testing.T, st store.Store, ns string, racers []Racer) {
 	for _, rc := range racers {
 		for _, clock := range []string{"fixed", "store"} {
 			t.Run(rc.Name+"/"+clock, func(t *testing.T) {
-				req := store.Request{Key: ns + ":race:" + rc.Name + ":" + clock, Limit: rc.Limit, Cost: rc.Cost}
+				req := store.Request{Key: ns + ":race:" + rc.Name + ":" + clock, Plan: algo.MustCompile(rc.Limit), Cost: rc.Cost}
 				if clock == "fixed" {
 					req.Time = T0
 				}
@@ -112,8 +112,8 @@ func RunBatchConcurrency(t *testing.T, st store.Store, ns string) {
 	log := algo.SlidingLog{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}, Mode: algo.Nary}
 	wc := algo.WindowCounter{Limits: []algo.Window{{Limit: 50, Window: time.Hour}}, Slice: time.Minute}
 	reqs := []store.Request{
-		{Key: ns + ":race-batch:log", Limit: log, Cost: 1, Time: T0},
-		{Key: ns + ":race-batch:wc", Limit: wc, Cost: 1, Time: T0},
+		{Key: ns + ":race-batch:log", Plan: algo.MustCompile(log), Cost: 1, Time: T0},
+		{Key: ns + ":race-batch:wc", Plan: algo.MustCompile(wc), Cost: 1, Time: T0},
 	}
 	var passed atomic.Int64
 	var wg sync.WaitGroup
@@ -166,7 +166,7 @@ func RunNaryInBatch(t *testing.T, st store.Store, ns string) {
 		{true, algo.Result{Quota: 5, Remaining: 2, RetryAfter: time.Minute, ResetAfter: time.Minute, DeniedBy: 1}, 2},
 	} {
 		key := ns + ":nary-batch:" + strconv.Itoa(i)
-		first := store.Request{Key: key, Limit: nary, Cost: 3, Time: T0}
+		first := store.Request{Key: key, Plan: algo.MustCompile(nary), Cost: 3, Time: T0}
 		if r, err := st.Decide(ctx, first); err != nil || r.Admitted != 3 {
 			t.Fatalf("case %d: first batch of 3: %+v %v", i, r, err)
 		}
@@ -174,7 +174,7 @@ func RunNaryInBatch(t *testing.T, st store.Store, ns string) {
 		var got algo.Result
 		if tc.batch {
 			res := make([]algo.Result, 2)
-			ok, err := st.DecideAll(ctx, []store.Request{req, {Key: key + ":other", Limit: other, Cost: 3, Time: T0}}, res)
+			ok, err := st.DecideAll(ctx, []store.Request{req, {Key: key + ":other", Plan: algo.MustCompile(other), Cost: 3, Time: T0}}, res)
 			if err != nil || ok {
 				t.Fatalf("case %d: batch pass %v err %v, want denied", i, ok, err)
 			}

@@ -537,16 +537,13 @@ func Run(t *testing.T, st store.Store, ns string) {
 				if key == "" {
 					key = "k"
 				}
-				req := store.Request{Key: ns + ":" + tr.Name + ":" + key, Limit: tr.Limit, Cost: step.Cost, Time: T0.Add(step.At)}
+				req := store.Request{Key: ns + ":" + tr.Name + ":" + key, Plan: algo.MustCompile(tr.Limit), Cost: step.Cost, Time: T0.Add(step.At)}
 				if step.Permit != 0 || step.Op != algo.Acquire {
-					p, err := algo.Compile(tr.Limit)
-					if err == nil {
-						p, err = p.ForPermit(step.Permit, step.Op)
-					}
+					p, err := req.Plan.ForPermit(step.Permit, step.Op)
 					if err != nil {
 						t.Fatalf("step %d: %v", i, err)
 					}
-					req.Limit = &p
+					req.Plan = &p
 				}
 				got, err := st.Decide(context.Background(), req)
 				if err != nil {

@@ -74,7 +74,7 @@ func decideOnBoth(t *testing.T, ctx context.Context, st map[string]store.Store, 
 		t.Fatal(err)
 	}
 	if m != x {
-		t.Fatalf("%s %+v cost %d at %v:\nmemory %s\n redis %s", where, req.Limit, req.Cost, req.Time.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
+		t.Fatalf("%s %+v cost %d at %v:\nmemory %s\n redis %s", where, req.Plan.Limit(), req.Cost, req.Time.Sub(conformance.T0), conformance.Format(m), conformance.Format(x))
 	}
 	return m
 }
@@ -113,7 +113,7 @@ func TestStoresAgree(t *testing.T) {
 		var floor time.Time
 		for step := 0; step < 60; step++ {
 			at = nextTime(r, at, floor, 1500*time.Millisecond, 700*time.Millisecond)
-			if !g.ok(t, at, store.Request{Key: key, Limit: lim}) {
+			if !g.ok(t, at, store.Request{Key: key, Plan: algo.MustCompile(lim)}) {
 				gen++
 				key = "agree:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen)
 				floor = time.Time{}
@@ -121,7 +121,7 @@ func TestStoresAgree(t *testing.T) {
 			if e, ok := g.expire[key]; ok && !at.Before(e) && e.After(floor) {
 				floor = e
 			}
-			req := store.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
+			req := store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: r.Int64N(4), Time: at}
 			m := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 			g.saw(key, at, m)
 		}
@@ -141,7 +141,7 @@ func TestStoresAgreeOnBatches(t *testing.T) {
 		for i := range reqs {
 			reqs[i] = store.Request{
 				Key:    "batch:" + strconv.Itoa(trace) + ":" + strconv.Itoa(i),
-				Limit:  randomLimit(r, r.IntN(4)),
+				Plan:   algo.MustCompile(randomLimit(r, r.IntN(4))),
 				Shadow: r.IntN(5) == 0,
 			}
 		}
@@ -176,7 +176,7 @@ func decideAllOnBoth(t *testing.T, ctx context.Context, st map[string]store.Stor
 	}
 	for i := range reqs {
 		if mr[i] != xr[i] {
-			t.Fatalf("%s level %d %+v cost %d:\nmemory %s\n redis %s", where, i, reqs[i].Limit, reqs[i].Cost, conformance.Format(mr[i]), conformance.Format(xr[i]))
+			t.Fatalf("%s level %d %+v cost %d:\nmemory %s\n redis %s", where, i, reqs[i].Plan.Limit(), reqs[i].Cost, conformance.Format(mr[i]), conformance.Format(xr[i]))
 		}
 	}
 	return mr
@@ -188,8 +188,8 @@ func TestAllOrNothing(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			user := store.Request{Key: "aon:user:alex", Tag: "aon:user:alex", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}, Cost: 1, Time: conformance.T0}
-			trade := store.Request{Key: "aon:user:alex:trade", Tag: "aon:user:alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Minute}, Cost: 1, Time: conformance.T0}
+			user := store.Request{Key: "aon:user:alex", Tag: "aon:user:alex", Plan: algo.MustCompile(algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}), Cost: 1, Time: conformance.T0}
+			trade := store.Request{Key: "aon:user:alex:trade", Tag: "aon:user:alex", Plan: algo.MustCompile(algo.GCRA{Burst: 0, Count: 1, Period: time.Minute}), Cost: 1, Time: conformance.T0}
 			res := make([]algo.Result, 2)
 			for i, wantPass := range []bool{true, false, false} {
 				pass, err := st.DecideAll(ctx, []store.Request{user, trade}, res)
@@ -253,11 +253,11 @@ func TestChangedAlgorithm(t *testing.T) {
 	for name, st := range stores(t) {
 		for i, l := range limits {
 			at := t0.Add(time.Duration(i) * time.Second)
-			got, err := st.Decide(ctx, store.Request{Key: "changing:" + name, Limit: l, Cost: 1, Time: at})
+			got, err := st.Decide(ctx, store.Request{Key: "changing:" + name, Plan: algo.MustCompile(l), Cost: 1, Time: at})
 			if err != nil {
 				t.Fatalf("%s: limit %d (%v): %v", name, i, l.Kind(), err)
 			}
-			want, err := st.Decide(ctx, store.Request{Key: "fresh:" + name + ":" + strconv.Itoa(i), Limit: l, Cost: 1, Time: at})
+			want, err := st.Decide(ctx, store.Request{Key: "fresh:" + name + ":" + strconv.Itoa(i), Plan: algo.MustCompile(l), Cost: 1, Time: at})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -40,7 +40,7 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 		var floor time.Time
 		for step := range 80 {
 			at = nextTime(r, at, floor, 500*time.Millisecond, 400*time.Millisecond)
-			if !g.ok(t, at, store.Request{Key: key, Limit: c}) {
+			if !g.ok(t, at, store.Request{Key: key, Plan: algo.MustCompile(c)}) {
 				gen++
 				key, floor = "slots:"+strconv.Itoa(trace)+"."+strconv.Itoa(gen), time.Time{}
 			}
@@ -66,14 +66,14 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 					floor = at
 				}
 			}
-			req := store.Request{Key: key, Limit: &p, Cost: r.Int64N(4), Time: at}
+			req := store.Request{Key: key, Plan: &p, Cost: r.Int64N(4), Time: at}
 			if op != algo.Acquire || r.IntN(2) == 0 {
 				m := decideOnBoth(t, ctx, st, req, fmt.Sprintf("trace %d step %d", trace, step))
 				seen(m)
 				continue
 			}
 			// An acquire beside a rate level: all or nothing.
-			reqs := []store.Request{{Key: key + ":rate", Limit: rate, Cost: 1, Time: at}, req}
+			reqs := []store.Request{{Key: key + ":rate", Plan: algo.MustCompile(rate), Cost: 1, Time: at}, req}
 			res := decideAllOnBoth(t, ctx, st, reqs, "trace "+strconv.Itoa(trace)+" step "+strconv.Itoa(step))
 			seen(res[1])
 		}
@@ -81,7 +81,7 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 		// order that may differ among equal lease ends.
 		var lists [2][]algo.Holder
 		for i, name := range []string{"memory", "redis"} {
-			hs, err := st[name].(store.HolderLister).Holders(ctx, store.Request{Key: key, Limit: c, Time: at})
+			hs, err := st[name].(store.HolderLister).Holders(ctx, store.Request{Key: key, Plan: algo.MustCompile(c), Time: at})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,22 +112,22 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 			at := conformance.T0
 			res := make([]algo.Result, 2)
 			// The rate level denies (its one unit taken first): no slot taken.
-			if r, err := st.Decide(ctx, store.Request{Key: "aon:rate", Limit: rate, Cost: 1, Time: at}); err != nil || !r.Allowed {
+			if r, err := st.Decide(ctx, store.Request{Key: "aon:rate", Plan: algo.MustCompile(rate), Cost: 1, Time: at}); err != nil || !r.Allowed {
 				t.Fatal(r, err)
 			}
-			pass, err := st.DecideAll(ctx, []store.Request{{Key: "aon:rate", Limit: rate, Cost: 1, Time: at}, {Key: "aon:slots", Limit: slots, Cost: 1, Time: at}}, res)
+			pass, err := st.DecideAll(ctx, []store.Request{{Key: "aon:rate", Plan: algo.MustCompile(rate), Cost: 1, Time: at}, {Key: "aon:slots", Plan: algo.MustCompile(slots), Cost: 1, Time: at}}, res)
 			if err != nil || pass || res[1].Remaining != 1 || res[1].Admitted != 0 {
 				t.Fatalf("rate denies: pass %v %v, slots %s", pass, err, conformance.Format(res[1]))
 			}
 			// The slot level denies: the rate level consumes nothing.
-			if r, err := st.Decide(ctx, store.Request{Key: "aon:slots2", Limit: slots, Cost: 1, Time: at}); err != nil || !r.Allowed {
+			if r, err := st.Decide(ctx, store.Request{Key: "aon:slots2", Plan: algo.MustCompile(slots), Cost: 1, Time: at}); err != nil || !r.Allowed {
 				t.Fatal(r, err)
 			}
-			pass, err = st.DecideAll(ctx, []store.Request{{Key: "aon:rate2", Limit: rate, Cost: 1, Time: at}, {Key: "aon:slots2", Limit: slots, Cost: 1, Time: at}}, res)
+			pass, err = st.DecideAll(ctx, []store.Request{{Key: "aon:rate2", Plan: algo.MustCompile(rate), Cost: 1, Time: at}, {Key: "aon:slots2", Plan: algo.MustCompile(slots), Cost: 1, Time: at}}, res)
 			if err != nil || pass || res[0].Remaining != 1 || res[1].Allowed {
 				t.Fatalf("slots deny: pass %v %v, rate %s slots %s", pass, err, conformance.Format(res[0]), conformance.Format(res[1]))
 			}
-			if r, err := st.Decide(ctx, store.Request{Key: "aon:rate2", Limit: rate, Cost: 1, Time: at}); err != nil || !r.Allowed {
+			if r, err := st.Decide(ctx, store.Request{Key: "aon:rate2", Plan: algo.MustCompile(rate), Cost: 1, Time: at}); err != nil || !r.Allowed {
 				t.Fatalf("the rate level was consumed: %s %v", conformance.Format(r), err)
 			}
 		})

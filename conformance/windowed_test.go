@@ -122,7 +122,7 @@ func TestWindowedStoresAgree(t *testing.T) {
 			default:
 				at = at.Add(grid * time.Duration(r.Int64N(4)))
 			}
-			if !g.ok(t, at, store.Request{Key: key, Limit: lim}) {
+			if !g.ok(t, at, store.Request{Key: key, Plan: algo.MustCompile(lim)}) {
 				gen++
 				key = "windowed:" + strconv.Itoa(trace) + "." + strconv.Itoa(gen)
 				floor = time.Time{}
@@ -130,7 +130,7 @@ func TestWindowedStoresAgree(t *testing.T) {
 			if e, ok := g.expire[key]; ok && !at.Before(e) && e.After(floor) {
 				floor = e // the memory store drops the state now
 			}
-			req := store.Request{Key: key, Limit: lim, Cost: r.Int64N(4), Time: at}
+			req := store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: r.Int64N(4), Time: at}
 			if r.IntN(20) == 0 {
 				req.Cost = 5 + r.Int64N(10) // often more than a limit
 			}
@@ -165,7 +165,7 @@ func TestWindowedBatchesAgree(t *testing.T) {
 			} else {
 				lim = randomWindowed(r, r.IntN(2))
 			}
-			reqs[i] = store.Request{Limit: lim, Shadow: r.IntN(5) == 0}
+			reqs[i] = store.Request{Plan: algo.MustCompile(lim), Shadow: r.IntN(5) == 0}
 		}
 		name()
 		at := gridStart(r)

@@ -220,8 +220,8 @@ func (s *onRenew) DecideAll(ctx context.Context, reqs []store.Request, res []alg
 	renew := false
 	for i := range reqs {
 		reqs[i].Time = now
-		if p, ok := reqs[i].Limit.(*algo.Plan); ok {
-			if _, op := p.Permit(); op == algo.Renew {
+		if _, op := reqs[i].Plan.Permit(); op == algo.Renew {
+			{
 				renew = true
 			}
 		}

@@ -50,7 +50,7 @@ func (c *Checker) Change(ctx context.Context, t time.Time, path []string, ch Cha
 		for j := range h.Limits {
 			req := h.Request(j, ch.Units)
 			req.Time = t
-			p := req.Limit.(*algo.Plan)
+			p := req.Plan
 			var err error
 			switch {
 			case ch.Unblock || ch.Block > 0:

@@ -135,9 +135,7 @@ func (c *Checker) Undo(ctx context.Context, path []string, cost int64) error {
 		h := &m.Hits[i]
 		for j := range h.Limits {
 			req := h.Request(j, cost)
-			if p, ok := req.Limit.(*algo.Plan); !ok {
-				continue
-			} else if _, err := p.TAT(); err != nil {
+			if _, err := req.Plan.TAT(); err != nil {
 				continue // a window: it cannot give back
 			}
 			if err := r.Refund(ctx, req); err != nil && first == nil {
@@ -227,7 +225,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 				if hit.Delay == 0 || r < 0 {
 					continue
 				}
-				if t, err := sc.reqs[r].Limit.(*algo.Plan).TAT(); err == nil && sc.reqs[r].Cost > t.Quota {
+				if t, err := sc.reqs[r].Plan.TAT(); err == nil && sc.reqs[r].Cost > t.Quota {
 					refuseAll(q, d, "", t.Quota)
 					return nil
 				}
@@ -264,7 +262,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 				if hit.Delay > 0 {
 					// The reserving plan's answer, by the limit as written.
 					var wait time.Duration
-					res, wait = sc.reqs[r].Limit.(*algo.Plan).Unreserved(res, hit.Delay, sc.reqs[r].Cost)
+					res, wait = sc.reqs[r].Plan.Unreserved(res, hit.Delay, sc.reqs[r].Cost)
 					if !hit.Shadow {
 						delay = max(delay, wait)
 					}
@@ -358,7 +356,7 @@ func (sc *scratch) add(pq *PathQuery, q *Query, merge bool) error {
 		for j := range hit.Limits {
 			r := hit.Request(j, pq.Cost)
 			r.Time = q.Time
-			if p, ok := r.Limit.(*algo.Plan); ok && p.Kind() == algo.KindConcurrency {
+			if p := r.Plan; p.Kind() == algo.KindConcurrency {
 				if q.NewPermit && q.Permit == 0 && q.Op == algo.Acquire {
 					q.Permit = sluice.NewPermitID()
 				}
@@ -367,7 +365,7 @@ func (sc *scratch) add(pq *PathQuery, q *Query, merge bool) error {
 					if err != nil {
 						return fmt.Errorf("policy: %w: %w", store.ErrBadRequest, err)
 					}
-					r.Limit = &fp
+					r.Plan = &fp
 				}
 			} else if q.Op != algo.Acquire {
 				sc.index = append(sc.index, -1)

@@ -276,22 +276,16 @@ type Hit struct {
 	// reserved (algo.Plan.Reserving), and the decision's Delay says how
 	// long to wait.
 	Delay time.Duration
-	// plans are Limits compiled when the policy loaded (nil for a Hit made
-	// elsewhere): the requests carry them, so that no store compiles a
-	// policy's limit again.
+	// plans are Limits compiled when the policy loaded: the requests carry
+	// them.
 	plans []algo.Plan
 }
 
 // Request returns the request that decides the hit's limit j at cost:
-// its key (LimitKey), the hit's tag, shadow and lease, and the limit as
-// the policy compiled it when it loaded (Limits[j] for a Hit made
-// elsewhere). Its Time is the zero Time.
+// its key (LimitKey), the hit's tag, shadow and lease, and the limit's
+// plan, compiled when the policy loaded. Its Time is the zero Time.
 func (h *Hit) Request(j int, cost int64) store.Request {
-	var l algo.Limit = h.Limits[j]
-	if j < len(h.plans) {
-		l = &h.plans[j]
-	}
-	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Limit: l, Cost: cost, Shadow: h.Shadow, Lease: h.Lease}
+	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Plan: &h.plans[j], Cost: cost, Shadow: h.Shadow, Lease: h.Lease}
 }
 
 // hit returns the Hit of node n; with exact, the node's shadow is its own

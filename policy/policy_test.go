@@ -183,10 +183,10 @@ func TestMultipleLimits(t *testing.T) {
 	var keys []string
 	for _, r := range reqs {
 		keys = append(keys, r.Key)
-		if r.Cost != 2 || !r.Time.Equal(time.Unix(100, 0)) || r.Tag != "user:alex" || r.Shadow || r.Limit == nil {
+		if r.Cost != 2 || !r.Time.Equal(time.Unix(100, 0)) || r.Tag != "user:alex" || r.Shadow || r.Plan == nil {
 			t.Errorf("request %+v", r)
 		}
-		if err := store.Compile(&r, new(algo.Plan)); err != nil {
+		if err := store.Check(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
 			t.Errorf("request %q: %v", r.Key, err)
 		}
 	}
@@ -279,7 +279,7 @@ func TestEscaping(t *testing.T) {
 						t.Errorf("Match(%q) reaches %q", path, s)
 					}
 				}
-				if err := store.Compile(&r, new(algo.Plan)); err != nil {
+				if err := store.Check(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
 					t.Errorf("Match(%q): %v", path, err)
 				}
 			}

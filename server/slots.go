@@ -215,7 +215,7 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 	for _, h := range m.Hits {
 		for j := range h.Limits {
 			req := h.Request(j, 0)
-			c, ok := req.Limit.(*algo.Plan).Concurrency()
+			c, ok := req.Plan.Concurrency()
 			if !ok {
 				continue
 			}

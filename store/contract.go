@@ -11,15 +11,16 @@ import (
 // MaxKeyLen is the longest key a store accepts, in bytes.
 const MaxKeyLen = 512
 
-// ErrBadRequest is wrapped by every error about a request's key, cost or
-// time (limit errors wrap algo.ErrInvalid).
+// ErrBadRequest is wrapped by every error about a request: its key, plan,
+// cost, time or tag (a limit's own errors, from algo.Compile, wrap
+// algo.ErrInvalid).
 var ErrBadRequest = errors.New("bad request")
 
 // A Store applies decisions atomically: concurrent decisions on one key
 // behave as if they ran one after another.
 type Store interface {
 	// Decide applies one decision. An invalid request returns an error
-	// wrapping ErrBadRequest or algo.ErrInvalid; a store failure returns an
+	// wrapping ErrBadRequest; a store failure returns an
 	// error within the context's deadline.
 	Decide(ctx context.Context, req Request) (algo.Result, error)
 	// DecideAll applies the requests as one all-or-nothing decision at one
@@ -30,7 +31,7 @@ type Store interface {
 	// denied) reports its state without the cost, as a peek would. A
 	// denied uniform sliding log still records its attempt, and in a batch
 	// of several requests a nary sliding log acts as binary (all or
-	// nothing, see algo.Plan.Batched); a batch of one is Decide.
+	// nothing, see algo.InBatch); a batch of one is Decide.
 	DecideAll(ctx context.Context, reqs []Request, results []algo.Result) (bool, error)
 	// Close releases the store's resources.
 	Close() error
@@ -42,8 +43,9 @@ type Request struct {
 	// verbatim (the Redis store escapes it under its prefix), so any string
 	// names exactly one state; use Key to build keys from several parts.
 	Key string
-	// Limit is the limiter definition.
-	Limit algo.Limit
+	// Plan is the limit, compiled (algo.Compile): compile once where the
+	// limit is known, decide many times.
+	Plan *algo.Plan
 	// Cost is how much the decision consumes; 0 peeks and admits nothing.
 	// It is at most algo.MaxCount; a cost above the limit is denied with
 	// RetryAfter algo.Never.
@@ -73,7 +75,7 @@ type Request struct {
 // so skip computing the rest of its Result; Limiter.AllowN uses it. The
 // memory store is one.
 type Allower interface {
-	// AllowN applies Request{Key: key, Limit: l, Cost: n, Time: t} as
+	// AllowN applies Request{Key: key, Plan: p, Cost: n, Time: t} as
 	// Decide does, and reports its Result.Allowed.
-	AllowN(ctx context.Context, key string, l algo.Limit, t time.Time, n int64) (bool, error)
+	AllowN(ctx context.Context, key string, p *algo.Plan, t time.Time, n int64) (bool, error)
 }

@@ -37,7 +37,7 @@ func TestOpenByURL(t *testing.T) {
 	if _, ok := st.(*redis.Store); !ok {
 		t.Errorf("Open(redis) = %T", st)
 	}
-	req := store.Request{Key: "k", Limit: algo.Gate{Interval: time.Minute}, Cost: 1}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.Gate{Interval: time.Minute}), Cost: 1}
 	if _, err := st.Decide(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestBackground(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	req := store.Request{Key: "k", Limit: algo.Gate{Interval: time.Minute}, Cost: 1}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.Gate{Interval: time.Minute}), Cost: 1}
 	if _, err := st.Decide(ctx, req); !errors.Is(err, store.ErrNotConnected) {
 		t.Fatalf("before Redis: %v", err)
 	}
@@ -206,81 +206,47 @@ func TestConsumerLogBytesBound(t *testing.T) {
 	}
 }
 
-func TestCompileAll(t *testing.T) {
-	lim := algo.Gate{Interval: time.Second}
+func TestCheckAll(t *testing.T) {
+	lim := algo.MustCompile(algo.Gate{Interval: time.Second})
 	t0 := time.Unix(1800000000, 0)
-	reqs := []store.Request{{Key: "a", Limit: lim, Time: t0}, {Key: "b", Limit: lim, Time: t0.Add(time.Second)}}
-	scratch, plans := make([]algo.Plan, 2), make([]*algo.Plan, 2)
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, store.ErrBadRequest) {
+	reqs := []store.Request{{Key: "a", Plan: lim, Time: t0}, {Key: "b", Plan: lim, Time: t0.Add(time.Second)}}
+	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("requests with different times: %v", err)
 	}
 	reqs[1].Time = t0
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 1), scratch, plans); !errors.Is(err, store.ErrBadRequest) {
+	if err := store.CheckAll(reqs, make([]algo.Result, 1)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("too few results: %v", err)
 	}
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans[:1]); err == nil {
-		t.Error("too few plans were accepted")
-	}
-	if err := store.CompileAll(nil, nil, nil, nil, nil); !errors.Is(err, store.ErrBadRequest) {
+	if err := store.CheckAll(nil, nil); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("an empty batch: %v", err)
 	}
-	var cache algo.Plans
-	for _, c := range []*algo.Plans{nil, &cache, &cache} { // compiled, then cached
-		clear(plans)
-		if err := store.CompileAll(c, reqs, make([]algo.Result, 2), scratch, plans); err != nil {
-			t.Fatal(err)
-		}
-		for i := range plans {
-			if plans[i].Limit() != lim {
-				t.Fatalf("plan %d is of %v", i, plans[i].Limit())
-			}
-		}
-	}
-	// A plan passed as the limit is used as it is, but for a nary log,
-	// whose batch plan is a binary copy: the plan passed is unchanged.
-	nary, _ := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Nary})
-	gate, _ := algo.Compile(lim)
-	both := []store.Request{{Key: "a", Limit: &gate, Time: t0}, {Key: "b", Limit: &nary, Time: t0}}
-	for _, sc := range [][]algo.Plan{scratch, nil} { // nil: a new plan where one is needed
-		clear(plans)
-		if err := store.CompileAll(&cache, both, make([]algo.Result, 2), sc, plans); err != nil {
-			t.Fatal(err)
-		}
-		if plans[0] != &gate || plans[1] == &nary || plans[1].Limit().(algo.SlidingLog).Mode != algo.Binary || nary.Limit().(algo.SlidingLog).Mode != algo.Nary {
-			t.Fatalf("batch plans %p %p (gate %p, nary %p): %v, nary now %v", plans[0], plans[1], &gate, &nary, plans[1].Limit(), nary.Limit())
-		}
+	if err := store.CheckAll(reqs, make([]algo.Result, 2)); err != nil {
+		t.Fatal(err)
 	}
 	reqs[1].Tag = "x"
-	if err := store.CompileAll(nil, reqs, make([]algo.Result, 2), scratch, plans); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
+	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
 		t.Errorf("a tag that is not a prefix: %v", err)
+	}
+	reqs[1].Tag, reqs[1].Plan = "", nil
+	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
+		t.Errorf("a request without a plan: %v", err)
+	}
+	reqs[1].Plan, reqs[1].Cost = algo.MustCompile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}}), algo.MaxExactCost+1
+	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
+		t.Errorf("a cost above an exact log's bound: %v", err)
 	}
 }
 
-// TestCached: a request whose limit has a plan already gets that plan,
-// checked as Compile checks; one without gets none.
-func TestCached(t *testing.T) {
-	var c algo.Plans
-	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
-	r := store.Request{Key: "k", Limit: lim, Cost: 1}
-	if p, err := store.Cached(&c, &r); p != nil || err != nil {
-		t.Fatalf("a limit never seen: %v, %v", p, err)
+// TestInBatch: a nary log's plan in a batch is a binary copy, and the
+// plan passed is unchanged; any other plan is itself.
+func TestInBatch(t *testing.T) {
+	nary := algo.MustCompile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Nary})
+	gate := algo.MustCompile(algo.Gate{Interval: time.Second})
+	if algo.InBatch(gate) != gate {
+		t.Error("a gate's batch plan is not itself")
 	}
-	var scratch algo.Plan
-	want, _ := c.Compile(lim, &scratch)
-	if p, err := store.Cached(&c, &r); p != want || err != nil {
-		t.Errorf("a limit seen: %p, %v; want the cache's %p", p, err, want)
-	}
-	own, _ := algo.Compile(lim)
-	r.Limit = &own
-	if p, err := store.Cached(&c, &r); p != &own || err != nil {
-		t.Errorf("a *Plan: %p, %v; want itself", p, err)
-	}
-	r.Cost = -1
-	if _, err := store.Cached(&c, &r); !errors.Is(err, store.ErrBadRequest) {
-		t.Errorf("a negative cost: %v", err)
-	}
-	r.Cost, r.Key = 1, ""
-	if _, err := store.Cached(&c, &r); err == nil {
-		t.Error("an empty key was accepted")
+	b := algo.InBatch(nary)
+	if b == nary || b.Limit().(algo.SlidingLog).Mode != algo.Binary || nary.Limit().(algo.SlidingLog).Mode != algo.Nary {
+		t.Fatalf("batch plan %v, nary now %v", b.Limit(), nary.Limit())
 	}
 }

@@ -18,7 +18,7 @@
 //   - sluice-allow: memory.Store.AllowN (the admission alone) with the
 //     limit value in the call
 //   - sluice-limiter: a sluice.Limiter handle on the memory store, Allow
-//   - sluice-store: Decide as sluice-decide, through the sluice.Store
+//   - sluice-store: Decide as sluice-decide, through the store.Store
 //     interface (the README's example), where it is not inlined; GCRA
 //
 // Sub-benchmarks are named library/algorithm/shape, the shape being
@@ -43,6 +43,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -164,23 +165,27 @@ func BenchmarkPeers(b *testing.B) {
 		b.Run("sluice-decide/"+l.name, func(b *testing.B) {
 			st := memory.New()
 			defer st.Close()
-			// The natural call form: the limit's value built in the call
-			// from configured numbers.
+			// The limit's value built in the call from configured numbers
+			// and compiled there (algo.Compile): what a caller that keeps
+			// no plan pays.
 			var d decider
 			switch l.name {
 			case "gcra":
 				d = func(key string) bool {
-					r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: algo.GCRA{Burst: burst, Count: count, Period: period}, Cost: 1})
+					p, _ := algo.Compile(algo.GCRA{Burst: burst, Count: count, Period: period})
+					r, err := st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: 1})
 					return err == nil && r.Allowed
 				}
 			case "token_bucket":
 				d = func(key string) bool {
-					r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: algo.TokenBucket{Burst: burst, Rate: count, Per: period}, Cost: 1})
+					p, _ := algo.Compile(algo.TokenBucket{Burst: burst, Rate: count, Per: period})
+					r, err := st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: 1})
 					return err == nil && r.Allowed
 				}
 			case "fixed_window":
 				d = func(key string) bool {
-					r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: algo.FixedWindow{Limit: burst, Window: time.Hour}, Cost: 1})
+					p, _ := algo.Compile(algo.FixedWindow{Limit: burst, Window: time.Hour})
+					r, err := st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: 1})
 					return err == nil && r.Allowed
 				}
 			}
@@ -193,17 +198,20 @@ func BenchmarkPeers(b *testing.B) {
 			switch l.name {
 			case "gcra":
 				d = func(key string) bool {
-					ok, err := st.AllowN(ctx, key, algo.GCRA{Burst: burst, Count: count, Period: period}, time.Time{}, 1)
+					p, _ := algo.Compile(algo.GCRA{Burst: burst, Count: count, Period: period})
+					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1)
 					return err == nil && ok
 				}
 			case "token_bucket":
 				d = func(key string) bool {
-					ok, err := st.AllowN(ctx, key, algo.TokenBucket{Burst: burst, Rate: count, Per: period}, time.Time{}, 1)
+					p, _ := algo.Compile(algo.TokenBucket{Burst: burst, Rate: count, Per: period})
+					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1)
 					return err == nil && ok
 				}
 			case "fixed_window":
 				d = func(key string) bool {
-					ok, err := st.AllowN(ctx, key, algo.FixedWindow{Limit: burst, Window: time.Hour}, time.Time{}, 1)
+					p, _ := algo.Compile(algo.FixedWindow{Limit: burst, Window: time.Hour})
+					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1)
 					return err == nil && ok
 				}
 			}
@@ -223,10 +231,11 @@ func BenchmarkPeers(b *testing.B) {
 		})
 	}
 	b.Run("sluice-store/gcra", func(b *testing.B) {
-		var st sluice.Store = memory.New()
+		var st store.Store = memory.New()
 		defer st.Close()
 		run(b, func(key string) bool {
-			r, err := st.Decide(ctx, sluice.Request{Key: key, Limit: algo.GCRA{Burst: burst, Count: count, Period: period}, Cost: 1})
+			p, _ := algo.Compile(algo.GCRA{Burst: burst, Count: count, Period: period})
+			r, err := st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: 1})
 			return err == nil && r.Allowed
 		})
 	})

@@ -114,7 +114,7 @@ flags:`)
 		if err != nil {
 			return nil, err
 		}
-		return resultLine{r.Allowed, r.Quota, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, req.Limit.DeniedBy(r.DeniedBy)}, nil
+		return resultLine{r.Allowed, r.Quota, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, req.Plan.Limit().DeniedBy(r.DeniedBy)}, nil
 	}
 	if *policyFile != "" {
 		p, err := policy.Load(*policyFile)
@@ -216,9 +216,12 @@ func parseEvent(line []byte) (store.Request, error) {
 	if err != nil {
 		return store.Request{}, fmt.Errorf("limit: %w", err)
 	}
-	req := store.Request{Key: ev.Key, Limit: lim, Cost: ev.cost(), Time: ev.time()}
-	p := new(algo.Plan)
-	if err := store.Compile(&req, p); err != nil {
+	p, err := algo.Compile(lim)
+	if err != nil {
+		return store.Request{}, err
+	}
+	req := store.Request{Key: ev.Key, Plan: &p, Cost: ev.cost(), Time: ev.time()}
+	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return store.Request{}, err
 	}
 	if ev.Permit != 0 || ev.Op != "" {
@@ -230,7 +233,7 @@ func parseEvent(line []byte) (store.Request, error) {
 		if err != nil {
 			return store.Request{}, err
 		}
-		req.Limit = &fp
+		req.Plan = &fp
 	}
 	return req, nil
 }

@@ -10,13 +10,10 @@ import (
 	"github.com/sluicehq/sluice/store/memory"
 )
 
-// TestDecideAllSharesPlans: a batch whose limits are compiled plans (a
-// policy's) decides with those plans, shared and unchanged, and allocates
-// nothing for them: before, each level's plan was copied into an array
-// that escaped to the heap (a policy check of 3 levels on the memory store
-// took 1149 ns and 2 allocations; with shared plans, 441 ns and 1:
-// bench/ab.sh f8d9a42 <this> ./policy '^BenchmarkCheck$/memory'). A nary
-// log, which a batch makes binary, is copied, and its plan left nary.
+// TestDecideAllSharesPlans: a batch decides with its requests' plans,
+// shared and unchanged, and allocates nothing for them (bench/NOTES.md
+// has what copying them cost). A nary log, which a batch makes binary, is
+// copied, and its plan left nary.
 func TestDecideAllSharesPlans(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
@@ -24,7 +21,7 @@ func TestDecideAllSharesPlans(t *testing.T) {
 	g, _ := algo.Compile(algo.GCRA{Burst: 1 << 30, Count: 1_000_000, Period: time.Second})
 	w, _ := algo.Compile(algo.FixedWindow{Limit: 1 << 50, Window: time.Hour})
 	nary, _ := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Limit: 2, Window: time.Hour}}, Mode: algo.Nary})
-	reqs := []store.Request{{Key: "a", Limit: &g, Cost: 1}, {Key: "b", Limit: &w, Cost: 1}, {Key: "c", Limit: &g, Cost: 1}}
+	reqs := []store.Request{{Key: "a", Plan: &g, Cost: 1}, {Key: "b", Plan: &w, Cost: 1}, {Key: "c", Plan: &g, Cost: 1}}
 	res := make([]algo.Result, 3)
 	st.DecideAll(ctx, reqs, res) // the keys exist from here on
 	if n := testing.AllocsPerRun(100, func() {
@@ -36,14 +33,14 @@ func TestDecideAllSharesPlans(t *testing.T) {
 	}
 	// A batch of 3 on a nary log of 2: all or nothing, denied; the plan
 	// passed stays nary (alone, it admits part of a cost).
-	batch := []store.Request{{Key: "n", Limit: &nary, Cost: 3}, {Key: "b", Limit: &w, Cost: 1}}
+	batch := []store.Request{{Key: "n", Plan: &nary, Cost: 3}, {Key: "b", Plan: &w, Cost: 1}}
 	if ok, err := st.DecideAll(ctx, batch, res[:2]); err != nil || ok || res[0].Admitted != 0 {
 		t.Fatalf("nary in a batch: %v %v %+v", ok, err, res[0])
 	}
 	if nary.Limit().(algo.SlidingLog).Mode != algo.Nary {
 		t.Fatal("the batch changed the plan passed")
 	}
-	if r, err := st.Decide(ctx, store.Request{Key: "n", Limit: &nary, Cost: 3}); err != nil || r.Admitted != 2 {
+	if r, err := st.Decide(ctx, store.Request{Key: "n", Plan: &nary, Cost: 3}); err != nil || r.Admitted != 2 {
 		t.Fatalf("nary alone: %+v %v", r, err)
 	}
 }

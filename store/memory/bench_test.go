@@ -108,7 +108,7 @@ func newStore(lim algo.Limit, reqTime bool, keys []string) (*memory.Store, error
 		at = benchT0
 	}
 	for _, k := range keys {
-		if _, err := st.Decide(context.Background(), store.Request{Key: k, Limit: lim, Cost: 1, Time: at}); err != nil {
+		if _, err := st.Decide(context.Background(), store.Request{Key: k, Plan: algo.MustCompile(lim), Cost: 1, Time: at}); err != nil {
 			st.Close()
 			return nil, err
 		}
@@ -127,7 +127,7 @@ func benchSerial(b *testing.B, lim algo.Limit, reqTime bool, keys []string) {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	req := store.Request{Limit: lim, Cost: 1}
+	req := store.Request{Plan: algo.MustCompile(lim), Cost: 1}
 	at := benchT0
 	var i, n, allowed int
 	b.ReportAllocs()
@@ -185,7 +185,7 @@ func benchParallel(b *testing.B, lim algo.Limit, reqTime bool, keys []string, mo
 		case privateStores:
 			st = stores[w%len(stores)]
 		}
-		req := store.Request{Limit: lim, Cost: 1}
+		req := store.Request{Plan: algo.MustCompile(lim), Cost: 1}
 		at := benchT0
 		var n, ok int64
 		for pb.Next() {
@@ -234,7 +234,7 @@ func benchLimitInLoop(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		g.Burst++ // a limit that changes, as one built per request would
-		if _, err := st.Decide(ctx, store.Request{Key: "user:0", Limit: g, Cost: 1}); err != nil {
+		if _, err := st.Decide(ctx, store.Request{Key: "user:0", Plan: algo.MustCompile(g), Cost: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -265,7 +265,7 @@ func BenchmarkTenMillionKeys(b *testing.B) {
 			key = strconv.AppendInt(append(key[:0], 'k'), int64(i), 10)
 			// 100,000 keys per virtual second, for 100 s.
 			at := t0.Add(time.Duration(i) * 10 * time.Microsecond)
-			if _, err := st.Decide(context.Background(), store.Request{Key: string(key), Limit: lim, Cost: 1, Time: at}); err != nil {
+			if _, err := st.Decide(context.Background(), store.Request{Key: string(key), Plan: algo.MustCompile(lim), Cost: 1, Time: at}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -274,7 +274,7 @@ func BenchmarkTenMillionKeys(b *testing.B) {
 		// Two minutes later every state has expired: one decision per
 		// shard's worth of keys moves the shards' clocks, then a sweep.
 		for i := range 10_000 {
-			st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0.Add(220 * time.Second)})
+			st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Plan: algo.MustCompile(lim), Cost: 1, Time: t0.Add(220 * time.Second)})
 		}
 		st.Sweep()
 		after := heap()

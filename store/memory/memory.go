@@ -29,7 +29,6 @@ const (
 type Store struct {
 	seed   maphash.Seed
 	shards [shardCount]shard
-	plans  algo.Plans
 	// base is when New ran, with its monotonic reading, and baseUS its
 	// wall clock in µs: the store's clock is baseUS plus the monotonic
 	// time since (see now).
@@ -110,51 +109,16 @@ func init() {
 
 // Decide implements store.Store.
 //
-// The request does not escape: a limit value in it (an algo.GCRA, say)
-// stays on the caller's stack, and a decision on an existing key
+// The request does not escape, and a decision on an existing key
 // allocates nothing. It takes no lock but the key's own, and holds it only
-// while the algorithm reads and writes the state.
-func (s *Store) Decide(_ context.Context, req store.Request) (algo.Result, error) {
-	return s.decide(req.Key, req.Limit, req.Cost, req.Time, req.Tag)
-}
-
-// decide is Decide with the request's fields one by one. Decide is small
-// enough to be inlined where it is called on a *Store, and then the fields
-// go to decide in registers: a Request, too large for them, would be built
-// on the stack and copied again for the call, 16 bytes at a time, which
-// the CPU cannot forward from the 8-byte stores that built it (7 ns a call
-// here).
-func (s *Store) decide(key string, l algo.Limit, cost int64, when time.Time, tag string) (r algo.Result, err error) {
-	if err = store.CheckDecision(key, l, cost, when); err != nil {
+// while the algorithm reads and writes the state (algo.Plan.DecideUnlock).
+func (s *Store) Decide(_ context.Context, req store.Request) (r algo.Result, err error) {
+	// The fields go one by one: a Request is too large for registers.
+	if err = store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return
 	}
-	if err = store.CheckTag(key, tag); err != nil {
-		return
-	}
-	p := s.plans.Lookup(l)
-	if p == nil {
-		// A limit not in the plan cache, compiled on the stack: declared
-		// here, the Plan is zeroed only on this way.
-		var scratch algo.Plan
-		if p, err = s.plans.Compile(l, &scratch); err != nil {
-			return
-		}
-	}
-	if err = store.CheckCost(p, cost); err != nil {
-		return
-	}
-	var other algo.Result
-	ok, v, t := s.apply(key, p, when, cost, &other)
-	if !p.Stepwise() {
-		return other, nil
-	}
-	// p.Finish, with the Result built here (see algo.Plan.Numbers).
-	q, rem, retry, reset := p.Numbers(ok, t, v, cost)
-	var admitted int64
-	if ok {
-		admitted = cost
-	}
-	return algo.Result{Allowed: ok, Quota: q, Remaining: rem, RetryAfter: retry, ResetAfter: reset, Admitted: admitted}, nil
+	s.apply(req.Key, req.Plan, req.Time, req.Cost, &r)
+	return r, nil
 }
 
 var _ store.Allower = (*Store)(nil)
@@ -162,23 +126,11 @@ var _ store.Allower = (*Store)(nil)
 // AllowN implements store.Allower: it decides as Decide does and reports
 // only whether the cost was admitted, which for GCRA, the token bucket,
 // the fixed window and the gate spares computing the rest of the Result.
-func (s *Store) AllowN(_ context.Context, key string, l algo.Limit, t time.Time, n int64) (bool, error) {
-	if err := store.CheckDecision(key, l, n, t); err != nil {
+func (s *Store) AllowN(_ context.Context, key string, p *algo.Plan, t time.Time, n int64) (bool, error) {
+	if err := store.Check(key, "", p, n, t); err != nil {
 		return false, err
 	}
-	p := s.plans.Lookup(l)
-	if p == nil {
-		var scratch algo.Plan // zeroed only on this way, as in decide
-		var err error
-		if p, err = s.plans.Compile(l, &scratch); err != nil {
-			return false, err
-		}
-	}
-	if err := store.CheckCost(p, n); err != nil {
-		return false, err
-	}
-	ok, _, _ := s.apply(key, p, t, n, nil)
-	return ok, nil
+	return s.apply(key, p, t, n, nil), nil
 }
 
 // at is a request's time in µs: t, or the store's clock when t is zero.
@@ -190,23 +142,21 @@ func (s *Store) at(t time.Time) int64 {
 }
 
 // apply decides a checked request with plan p at when (the store's
-// clock when zero) and reports whether it was allowed, and the time it
-// decided at, t (µs). For a Stepwise plan it returns Step's v, from which
-// the caller may Finish the Result after every lock is released; for the
-// others it sets *r to the Result unless r is nil.
-func (s *Store) apply(key string, p *algo.Plan, when time.Time, cost int64, r *algo.Result) (ok bool, v, t int64) {
+// clock when zero), sets *r to its Result unless r is nil, and reports
+// whether it was allowed.
+func (s *Store) apply(key string, p *algo.Plan, when time.Time, cost int64, r *algo.Result) bool {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&(shardCount-1)]
 	e := sh.index.Load().find(h, key)
 	// The clock is read once the key is found: the CPU reads it while
 	// the entry's lock comes from memory.
-	t = s.at(when)
+	t := s.at(when)
 	sh.see(t)
 	if e != nil {
 		e.mu.Lock()
 		if !e.dead {
-			ok, v, t = decideLocked(e, p, t, cost, r)
-			return
+			refresh(&e.st, p, t)
+			return p.DecideUnlock(&e.st, t, cost, &e.mu, r)
 		}
 		e.mu.Unlock()
 	}
@@ -216,44 +166,25 @@ func (s *Store) apply(key string, p *algo.Plan, when time.Time, cost int64, r *a
 	defer sh.mu.Unlock()
 	if e := sh.index.Load().find(h, key); e != nil {
 		e.mu.Lock() // under the shard's lock, an indexed entry is live
-		ok, v, t = decideLocked(e, p, t, cost, r)
-		return
+		refresh(&e.st, p, t)
+		return p.DecideUnlock(&e.st, t, cost, &e.mu, r)
 	}
 	// A key not held: decide on a fresh state, and keep it only if it
 	// outlives t (a peek or a denial stores nothing).
 	fresh := algo.State{Shape: p.Shape()}
-	ok, v, t = decideState(&fresh, p, t, cost, r)
+	ok := p.DecideUnlock(&fresh, t, cost, nil, r)
 	if fresh.Live(t) {
 		sh.add(newEntry(h, key, fresh))
 	}
-	return
+	return ok
 }
 
-// decideLocked decides on e, whose lock the caller holds, and unlocks it;
-// see decideState.
-func decideLocked(e *entry, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64, int64) {
-	ok, v, t := decideState(&e.st, p, t, cost, r)
-	e.mu.Unlock()
-	return ok, v, t
-}
-
-// decideState decides on st and reports whether the cost was admitted:
-// for a Stepwise plan with Step's v and the time to Finish at (Plan.At),
-// and for the others setting *r to the Result unless r is nil.
-func decideState(st *algo.State, p *algo.Plan, t, cost int64, r *algo.Result) (bool, int64, int64) {
-	if st.Expire <= t || st.Shape != p.Shape() { // inline: the usual way does not call
+// refresh forgets st when it has expired at t or holds another layout
+// than p's.
+func refresh(st *algo.State, p *algo.Plan, t int64) {
+	if st.Expire <= t || st.Shape != p.Shape() {
 		st.Refresh(p.Shape(), t)
 	}
-	if p.Stepwise() {
-		t = p.At(st, t)
-		ok, v := p.Step(st, t, cost, true)
-		return ok, v, t
-	}
-	res := p.Decide(st, t, cost, true)
-	if r != nil {
-		*r = res
-	}
-	return res.Allowed, 0, t
 }
 
 // add indexes e, whose key the shard does not hold, growing the index
@@ -352,7 +283,7 @@ func (s *Store) Close() error {
 // DecideAll implements store.Store. It checks every request, and records
 // the costs only if every request that is not Shadow passes; a denied
 // request may still record its attempt (a uniform sliding log). In a batch
-// of several requests a nary sliding log acts as binary (algo.Plan.Batched); a
+// of several requests a nary sliding log acts as binary (algo.InBatch); a
 // batch of one is Decide.
 //
 // When the store holds every key, it locks their entries alone. Otherwise
@@ -378,11 +309,13 @@ func (s *Store) DecideAll(ctx context.Context, reqs []store.Request, results []a
 		hs, ents, held, plans = make([]uint64, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*entry, 0, len(reqs)), make([]*algo.Plan, 0, len(reqs))
 	}
 	hs, ents, plans = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)]
-	// Each request's plan, shared where it can be (a policy's, a cached
-	// one: then nothing is allocated), the one to apply in a batch (a nary
-	// log is all or nothing).
-	if err := store.CompileAll(&s.plans, reqs, results, nil, plans); err != nil {
+	// Each request's plan to apply in a batch (a nary log is all or
+	// nothing, a copy; the others are the request's own).
+	if err := store.CheckAll(reqs, results); err != nil {
 		return false, err
+	}
+	for i := range reqs {
+		plans[i] = algo.InBatch(reqs[i].Plan)
 	}
 	t := s.at(reqs[0].Time)
 	var locked uint64 // bit i: shard i
@@ -489,15 +422,8 @@ func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, 
 	pass := true
 	for i, r := range reqs {
 		st := &ents[i].st
-		if st.Expire <= t || st.Shape != plans[i].Shape() {
-			st.Refresh(plans[i].Shape(), t)
-		}
-		if plans[i].Stepwise() {
-			// Only whether it passes: the loop below makes every Result.
-			results[i].Allowed, _ = plans[i].Step(st, t, r.Cost, false)
-		} else {
-			results[i] = plans[i].Decide(st, t, r.Cost, false)
-		}
+		refresh(st, plans[i], t)
+		results[i] = plans[i].Decide(st, t, r.Cost, false)
 		if !results[i].Allowed && !r.Shadow {
 			pass = false
 		}

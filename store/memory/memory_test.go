@@ -31,14 +31,14 @@ func TestConcurrentExactlyLimit(t *testing.T) {
 func TestConcurrentBatches(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	parent := store.Request{Key: "p", Limit: algo.GCRA{Burst: 29, Count: 1, Period: time.Hour}, Cost: 1}
+	parent := store.Request{Key: "p", Plan: algo.MustCompile(algo.GCRA{Burst: 29, Count: 1, Period: time.Hour}), Cost: 1}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 100; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			child := store.Request{Key: "p:" + strconv.Itoa(g%4), Limit: algo.FixedWindow{Limit: 10, Window: 1000 * time.Hour}, Cost: 1}
+			child := store.Request{Key: "p:" + strconv.Itoa(g%4), Plan: algo.MustCompile(algo.FixedWindow{Limit: 10, Window: 1000 * time.Hour}), Cost: 1}
 			res := make([]algo.Result, 2)
 			ok, err := st.DecideAll(context.Background(), []store.Request{parent, child}, res)
 			if err != nil {
@@ -62,7 +62,7 @@ func TestSweepBoundsMemory(t *testing.T) {
 	t0 := time.UnixMicro(1_800_000_000_000_000)
 	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
 	for i := 0; i < 10000; i++ {
-		if _, err := st.Decide(context.Background(), store.Request{Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0}); err != nil {
+		if _, err := st.Decide(context.Background(), store.Request{Key: "k" + strconv.Itoa(i), Plan: algo.MustCompile(lim), Cost: 1, Time: t0}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestSweepBoundsMemory(t *testing.T) {
 	}
 	// One decision far later in every shard moves the shards' clocks on.
 	for i := 0; i < 2000; i++ {
-		st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Limit: lim, Cost: 0, Time: t0.Add(time.Hour)})
+		st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Plan: algo.MustCompile(lim), Cost: 0, Time: t0.Add(time.Hour)})
 	}
 	st.Sweep()
 	if n := st.Len(); n != 0 {
@@ -86,7 +86,7 @@ func TestSweepBoundsMemory(t *testing.T) {
 func TestPeekStoresNothing(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	r, err := st.Decide(context.Background(), store.Request{Key: "peek", Limit: algo.Gate{Interval: time.Second}, Cost: 0})
+	r, err := st.Decide(context.Background(), store.Request{Key: "peek", Plan: algo.MustCompile(algo.Gate{Interval: time.Second}), Cost: 0})
 	if err != nil || !r.Allowed || r.Remaining != 1 {
 		t.Fatalf("peek: %+v %v", r, err)
 	}
@@ -100,12 +100,13 @@ func TestBadInput(t *testing.T) {
 	defer st.Close()
 	ok := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
 	for name, req := range map[string]store.Request{
-		"empty key":      {Key: "", Limit: ok, Cost: 1},
-		"long key":       {Key: string(make([]byte, store.MaxKeyLen+1)), Limit: ok, Cost: 1},
-		"negative cost":  {Key: "k", Limit: ok, Cost: -1},
-		"no limit":       {Key: "k", Cost: 1},
-		"before 1970":    {Key: "k", Limit: ok, Cost: 1, Time: time.Unix(-1, 0)},
-		"tag not prefix": {Key: "k", Tag: "x", Limit: ok, Cost: 1},
+		"empty key":      {Key: "", Plan: algo.MustCompile(ok), Cost: 1},
+		"long key":       {Key: string(make([]byte, store.MaxKeyLen+1)), Plan: algo.MustCompile(ok), Cost: 1},
+		"negative cost":  {Key: "k", Plan: algo.MustCompile(ok), Cost: -1},
+		"no plan":        {Key: "k", Cost: 1},
+		"a zero plan":    {Key: "k", Plan: new(algo.Plan), Cost: 1},
+		"before 1970":    {Key: "k", Plan: algo.MustCompile(ok), Cost: 1, Time: time.Unix(-1, 0)},
+		"tag not prefix": {Key: "k", Tag: "x", Plan: algo.MustCompile(ok), Cost: 1},
 	} {
 		if _, err := st.Decide(context.Background(), req); !errors.Is(err, store.ErrBadRequest) {
 			t.Errorf("%s: err = %v, want ErrBadRequest", name, err)
@@ -124,7 +125,7 @@ func TestBadInput(t *testing.T) {
 		"overflowing window": algo.FixedWindow{Limit: 1, Window: 1 << 62},
 		"negative interval":  algo.Gate{Interval: -time.Second},
 	} {
-		if _, err := st.Decide(context.Background(), store.Request{Key: "k", Limit: lim, Cost: 1}); !errors.Is(err, algo.ErrInvalid) {
+		if _, err := algo.Compile(lim); !errors.Is(err, algo.ErrInvalid) {
 			t.Errorf("%s: err = %v, want algo.ErrInvalid", name, err)
 		}
 	}
@@ -133,23 +134,22 @@ func TestBadInput(t *testing.T) {
 func TestZeroAllocsOnExistingKey(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	req := store.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Millisecond * 1000}, Cost: 1}
+	req := store.Request{Key: "hot", Plan: algo.MustCompile(algo.GCRA{Burst: 1000, Count: 1000, Period: time.Millisecond * 1000}), Cost: 1}
 	ctx := context.Background()
 	st.Decide(ctx, req)
 	if n := testing.AllocsPerRun(1000, func() { st.Decide(ctx, req) }); n != 0 {
 		t.Fatalf("%v allocations per decision on an existing key, want 0", n)
 	}
-	// The natural form, the limit's value written in the call, on the
-	// *Store (where Decide is inlined) and through the interface.
+	// The limit's value compiled at the call, on the *Store: the plan
+	// stays on the caller's stack.
 	if n := testing.AllocsPerRun(1000, func() {
-		st.Decide(ctx, store.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1})
+		p, _ := algo.Compile(algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second})
+		st.Decide(ctx, store.Request{Key: "hot", Plan: &p, Cost: 1})
 	}); n != 0 {
-		t.Fatalf("%v allocations per decision with the limit in the call, want 0", n)
+		t.Fatalf("%v allocations per decision with the limit compiled in the call, want 0", n)
 	}
 	var shared store.Store = st
-	if n := testing.AllocsPerRun(1000, func() {
-		shared.Decide(ctx, store.Request{Key: "hot", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1})
-	}); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { shared.Decide(ctx, req) }); n != 0 {
 		t.Fatalf("%v allocations per decision through store.Store, want 0", n)
 	}
 }
@@ -174,7 +174,7 @@ func TestMemoryFollowsLiveKeys(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	lim := algo.GCRA{Burst: 0, Count: 1, Period: time.Second}
 	for i := range 300_000 {
-		if _, err := st.Decide(context.Background(), store.Request{Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: t0}); err != nil {
+		if _, err := st.Decide(context.Background(), store.Request{Key: "k" + strconv.Itoa(i), Plan: algo.MustCompile(lim), Cost: 1, Time: t0}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestMemoryFollowsLiveKeys(t *testing.T) {
 	// One decision a minute later in every shard moves the shards' clocks
 	// past every state's expiry.
 	for i := range 20_000 {
-		st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i%2000), Limit: lim, Cost: 1, Time: t0.Add(time.Minute)})
+		st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i%2000), Plan: algo.MustCompile(lim), Cost: 1, Time: t0.Add(time.Minute)})
 	}
 	st.Sweep()
 	after := heap()
@@ -207,11 +207,11 @@ func TestAllowNAgreesWithDecide(t *testing.T) {
 		for i := range 2000 {
 			at = at.Add(time.Duration(r.Int64N(int64(2 * time.Second))))
 			key, cost := "k"+strconv.Itoa(r.IntN(3)), r.Int64N(4)
-			want, err := d.Decide(ctx, store.Request{Key: key, Limit: k.Example(), Cost: cost, Time: at})
+			want, err := d.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(k.Example()), Cost: cost, Time: at})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := a.AllowN(ctx, key, k.Example(), at, cost)
+			got, err := a.AllowN(ctx, key, algo.MustCompile(k.Example()), at, cost)
 			if err != nil || got != want.Allowed {
 				t.Fatalf("%v step %d: AllowN %v, %v; Decide %+v", k, i, got, err, want)
 			}
@@ -221,17 +221,17 @@ func TestAllowNAgreesWithDecide(t *testing.T) {
 	}
 	st := memory.New()
 	defer st.Close()
-	ok := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
+	ok := algo.MustCompile(algo.GCRA{Burst: 1, Count: 1, Period: time.Second})
 	for name, c := range map[string]struct {
 		key  string
-		l    algo.Limit
+		l    *algo.Plan
 		cost int64
 		want error
 	}{
 		"empty key":     {"", ok, 1, store.ErrBadRequest},
 		"negative cost": {"k", ok, -1, store.ErrBadRequest},
-		"no limit":      {"k", nil, 1, store.ErrBadRequest},
-		"bad limit":     {"k", algo.GCRA{Count: 0, Period: time.Second}, 1, algo.ErrInvalid},
+		"no plan":       {"k", nil, 1, store.ErrBadRequest},
+		"a zero plan":   {"k", new(algo.Plan), 1, store.ErrBadRequest},
 	} {
 		if allowed, err := st.AllowN(ctx, c.key, c.l, time.Time{}, c.cost); allowed || !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, %v; want %v", name, allowed, err, c.want)
@@ -246,8 +246,8 @@ func TestPeekOnUnknownKeyAllocatesNothing(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	lim := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
-	peek := store.Request{Key: "nobody", Limit: lim, Cost: 0}
-	never := store.Request{Key: "nobody", Limit: lim, Cost: 3}
+	peek := store.Request{Key: "nobody", Plan: algo.MustCompile(lim), Cost: 0}
+	never := store.Request{Key: "nobody", Plan: algo.MustCompile(lim), Cost: 3}
 	if n := testing.AllocsPerRun(100, func() { st.Decide(ctx, peek); st.Decide(ctx, never) }); n != 0 || st.Len() != 0 {
 		t.Fatalf("%v allocations, %d keys held", n, st.Len())
 	}
@@ -276,7 +276,7 @@ func TestExactUnderChurn(t *testing.T) {
 				return
 			default:
 			}
-			st.Decide(ctx, store.Request{Key: "tmp:" + strconv.Itoa(i%5000), Limit: algo.Gate{Interval: time.Microsecond}, Cost: 1, Time: at})
+			st.Decide(ctx, store.Request{Key: "tmp:" + strconv.Itoa(i%5000), Plan: algo.MustCompile(algo.Gate{Interval: time.Microsecond}), Cost: 1, Time: at})
 			if i%500 == 0 {
 				st.Sweep()
 			}
@@ -307,13 +307,13 @@ func TestExactUnderChurn(t *testing.T) {
 					switch k % 3 {
 					case 0:
 						var res algo.Result
-						res, err = st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 1, Time: at})
+						res, err = st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1, Time: at})
 						ok = res.Allowed
 					case 1:
-						ok, err = st.AllowN(ctx, key, lim, at, 1)
+						ok, err = st.AllowN(ctx, key, algo.MustCompile(lim), at, 1)
 					default:
 						res := make([]algo.Result, 1)
-						ok, err = st.DecideAll(ctx, []store.Request{{Key: key, Limit: lim, Cost: 1, Time: at}}, res)
+						ok, err = st.DecideAll(ctx, []store.Request{{Key: key, Plan: algo.MustCompile(lim), Cost: 1, Time: at}}, res)
 					}
 					if err != nil {
 						t.Error(err)
@@ -354,21 +354,21 @@ func TestBatchWithANewKeyTwice(t *testing.T) {
 				defer wg.Done()
 				if g == 0 {
 					res := make([]algo.Result, 2)
-					req := store.Request{Key: key, Limit: lim, Cost: 1}
+					req := store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1}
 					if ok, err := st.DecideAll(ctx, []store.Request{req, req}, res); ok && err == nil {
 						admitted.Add(2)
 					}
 					return
 				}
 				for range 5 {
-					if r, err := st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 1}); r.Allowed && err == nil {
+					if r, err := st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1}); r.Allowed && err == nil {
 						admitted.Add(1)
 					}
 				}
 			}()
 		}
 		wg.Wait()
-		r, err := st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 0})
+		r, err := st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 0})
 		if err != nil || lim.Limit-r.Remaining != admitted.Load() {
 			t.Fatalf("%s: the window counts %d, %d were admitted (%v)", key, lim.Limit-r.Remaining, admitted.Load(), err)
 		}
@@ -387,7 +387,7 @@ func TestKeysOfEveryLength(t *testing.T) {
 		for _, last := range []byte{'a', 'b'} {
 			key := strings.Repeat("k", n-1) + string(last)
 			for i := range 3 {
-				r, err := st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 1})
+				r, err := st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1})
 				if err != nil || r.Remaining != int64(9-i) {
 					t.Fatalf("key of %d bytes ending %q, decision %d: %+v, %v", n, last, i, r, err)
 				}
@@ -405,6 +405,7 @@ func TestBatchesInEveryOrder(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	lim := algo.FixedWindow{Limit: 1 << 40, Window: algo.MaxHorizon}
+	plan := algo.MustCompile(lim)
 	at := time.Unix(1_800_000_000/3600*3600, 0).Add(time.Second)
 	const nkeys = 6
 	var admitted [nkeys + 1]atomic.Int64 // the last: keys made fresh in each batch
@@ -421,7 +422,7 @@ func TestBatchesInEveryOrder(t *testing.T) {
 					switch g % 4 {
 					case 0: // a single decision
 						k := r.IntN(nkeys)
-						if ok, err := st.AllowN(ctx, "k"+strconv.Itoa(k), lim, at, 1); ok && err == nil {
+						if ok, err := st.AllowN(ctx, "k"+strconv.Itoa(k), plan, at, 1); ok && err == nil {
 							admitted[k].Add(1)
 						}
 					case 1:
@@ -430,10 +431,10 @@ func TestBatchesInEveryOrder(t *testing.T) {
 						perm := r.Perm(nkeys)[:3]
 						reqs := make([]store.Request, 0, 4)
 						for _, k := range perm {
-							reqs = append(reqs, store.Request{Key: "k" + strconv.Itoa(k), Limit: lim, Cost: 1, Time: at})
+							reqs = append(reqs, store.Request{Key: "k" + strconv.Itoa(k), Plan: algo.MustCompile(lim), Cost: 1, Time: at})
 						}
 						if i%5 == 0 {
-							reqs = append(reqs, store.Request{Key: "new:" + strconv.Itoa(g) + ":" + strconv.Itoa(i), Limit: lim, Cost: 1, Time: at})
+							reqs = append(reqs, store.Request{Key: "new:" + strconv.Itoa(g) + ":" + strconv.Itoa(i), Plan: algo.MustCompile(lim), Cost: 1, Time: at})
 						}
 						res := make([]algo.Result, len(reqs))
 						ok, err := st.DecideAll(ctx, reqs, res)
@@ -456,7 +457,7 @@ func TestBatchesInEveryOrder(t *testing.T) {
 		t.Fatal("batches and decisions still running after 2 minutes: a deadlock")
 	}
 	for k := range nkeys {
-		r, err := st.Decide(ctx, store.Request{Key: "k" + strconv.Itoa(k), Limit: lim, Cost: 0, Time: at})
+		r, err := st.Decide(ctx, store.Request{Key: "k" + strconv.Itoa(k), Plan: algo.MustCompile(lim), Cost: 0, Time: at})
 		if err != nil || lim.Limit-r.Remaining != admitted[k].Load() {
 			t.Errorf("k%d: the window counts %d, %d were admitted (%v)", k, lim.Limit-r.Remaining, admitted[k].Load(), err)
 		}

@@ -39,10 +39,10 @@ func (s *Store) Now(context.Context) (time.Time, error) { return time.UnixMicro(
 
 // Refund implements store.Refunder.
 func (s *Store) Refund(_ context.Context, req store.Request) error {
-	var p algo.Plan
-	if err := store.Compile(&req, &p); err != nil {
+	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return err
 	}
+	p := req.Plan
 	if _, err := p.TAT(); err != nil {
 		return err
 	}
@@ -70,8 +70,7 @@ var _ store.HolderLister = (*Store)(nil)
 
 // Holders implements store.HolderLister.
 func (s *Store) Holders(_ context.Context, req store.Request) ([]algo.Holder, error) {
-	var p algo.Plan
-	c, err := store.CompileHolders(&req, &p)
+	c, err := store.CheckHolders(&req)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +82,7 @@ func (s *Store) Holders(_ context.Context, req store.Request) ([]algo.Holder, er
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.dead || e.st.Expire <= t || e.st.Shape != p.Shape() {
+	if e.dead || e.st.Expire <= t || e.st.Shape != req.Plan.Shape() {
 		return nil, nil
 	}
 	return c.Holders(&e.st, t), nil
@@ -110,10 +109,10 @@ func (s *Store) Unblock(_ context.Context, req store.Request) error {
 // clock when zero), under the key's lock, adding the key if it is new and
 // its state outlives the time.
 func (s *Store) change(req store.Request, f func(p *algo.Plan, st *algo.State, t int64) error) error {
-	var p algo.Plan
-	if err := store.Compile(&req, &p); err != nil {
+	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return err
 	}
+	p := req.Plan
 	t := s.at(req.Time)
 	h := maphash.String(s.seed, req.Key)
 	sh := &s.shards[h&(shardCount-1)]
@@ -128,7 +127,7 @@ func (s *Store) change(req store.Request, f func(p *algo.Plan, st *algo.State, t
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.st.Refresh(p.Shape(), t)
-	if err := f(&p, &e.st, t); err != nil {
+	if err := f(p, &e.st, t); err != nil {
 		return err
 	}
 	if fresh && e.st.Live(t) {

@@ -13,7 +13,7 @@ func TestReset(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	lim := algo.FixedWindow{Limit: 2, Window: algo.MaxHorizon}
-	req := store.Request{Key: "a", Limit: lim, Cost: 2}
+	req := store.Request{Key: "a", Plan: algo.MustCompile(lim), Cost: 2}
 	if r, _ := s.Decide(ctx, req); !r.Allowed {
 		t.Fatal("first decision denied")
 	}

@@ -52,7 +52,7 @@ func warm(b *testing.B, st *memory.Store, lim algo.Limit, key string) time.Time 
 	at := benchT0
 	for range 3000 {
 		at = at.Add(time.Millisecond)
-		if _, err := st.Decide(context.Background(), store.Request{Key: key, Limit: lim, Cost: 1, Time: at}); err != nil {
+		if _, err := st.Decide(context.Background(), store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1, Time: at}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -68,7 +68,7 @@ func windowedSerial(b *testing.B, lim algo.Limit) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	req := store.Request{Key: "k", Limit: lim, Cost: 1, Time: warm(b, st, lim, "k")}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 1, Time: warm(b, st, lim, "k")}
 	var n, allowed int64
 	b.ReportAllocs()
 	for b.Loop() {
@@ -93,7 +93,7 @@ func windowedParallel(b *testing.B, lim algo.Limit, hot bool) {
 	var keys [workers][perWorker]string
 	var times [workers][perWorker]time.Time
 	if hot {
-		st.Decide(context.Background(), store.Request{Key: "hot", Limit: lim, Cost: 1})
+		st.Decide(context.Background(), store.Request{Key: "hot", Plan: algo.MustCompile(lim), Cost: 1})
 	} else {
 		for w := range keys {
 			for i := range keys[w] {
@@ -108,7 +108,7 @@ func windowedParallel(b *testing.B, lim algo.Limit, hot bool) {
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		w := int(worker.Add(1)-1) % workers
-		req := store.Request{Key: "hot", Limit: lim, Cost: 1}
+		req := store.Request{Key: "hot", Plan: algo.MustCompile(lim), Cost: 1}
 		var n, ok int64
 		for i := 0; pb.Next(); i = (i + 1) % perWorker {
 			if !hot {

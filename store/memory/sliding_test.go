@@ -35,7 +35,7 @@ func TestWindowedZeroAllocs(t *testing.T) {
 		"window_counter": algo.WindowCounter{Limits: []algo.Window{{Limit: 100, Window: time.Second}, {Limit: 1000, Window: 10 * time.Second}}, Slice: 100 * time.Millisecond},
 	} {
 		at := conformance.T0
-		req := store.Request{Key: "allocs:" + name, Limit: lim, Cost: 1}
+		req := store.Request{Key: "allocs:" + name, Plan: algo.MustCompile(lim), Cost: 1}
 		decide := func() {
 			at = at.Add(7919 * time.Microsecond)
 			req.Time = at

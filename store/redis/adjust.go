@@ -16,7 +16,7 @@ var adjustScript = embeddedScript("expire.lua", "adjust.lua")
 // Adjust implements store.Adjuster: scripts/adjust.lua on the key's
 // state, by the rules of algo.Plan.Adjust.
 func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) error {
-	p, err := s.compileOne(&req)
+	p, err := checkOne(&req)
 	if err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) e
 		args = []string{itoa(req.Cost), itoa(t.Interval), itoa(algo.Micros(algo.MaxHorizon))}
 	default: // a fixed window: the only other kind Adjust allows
 		letter = "f"
-		fw, _ := unplan(req.Limit).(algo.FixedWindow)
+		fw := limitOf[algo.FixedWindow](p)
 		args = []string{itoa(req.Cost), itoa(algo.Micros(fw.Window)), itoa(algo.MaxCount)}
 	}
 	code := "p"
@@ -43,7 +43,7 @@ func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) e
 
 // Block implements store.Adjuster.
 func (s *Store) Block(ctx context.Context, req store.Request, d time.Duration) error {
-	p, err := s.compileOne(&req)
+	p, err := checkOne(&req)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *Store) Block(ctx context.Context, req store.Request, d time.Duration) e
 
 // Unblock implements store.Adjuster.
 func (s *Store) Unblock(ctx context.Context, req store.Request) error {
-	p, err := s.compileOne(&req)
+	p, err := checkOne(&req)
 	if err != nil {
 		return err
 	}
@@ -66,15 +66,12 @@ func (s *Store) Unblock(ctx context.Context, req store.Request) error {
 	return s.adjust(ctx, req, "u", nil)
 }
 
-// compileOne checks and compiles one request, which then carries its
-// plan.
-func (s *Store) compileOne(req *store.Request) (*algo.Plan, error) {
-	p := new(algo.Plan)
-	if err := store.Compile(req, p); err != nil {
+// checkOne checks one request and returns its plan.
+func checkOne(req *store.Request) (*algo.Plan, error) {
+	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return nil, err
 	}
-	req.Limit = p
-	return p, nil
+	return req.Plan, nil
 }
 
 // adjust runs adjust.lua on the request's key and block key, then drops

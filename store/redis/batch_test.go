@@ -23,11 +23,11 @@ func TestBatches(t *testing.T) {
 	st := open(t, srv, redis.Options{})
 	ctx := context.Background()
 	lim := algo.FixedWindow{Limit: 10, Window: noBoundary}
-	poisoned := store.Request{Key: "poisoned", Limit: lim, Cost: 1}
+	poisoned := store.Request{Key: "poisoned", Plan: algo.MustCompile(lim), Cost: 1}
 	if _, err := srv.Do("SET", redis.StateKey(st.Prefix(), poisoned), "not a hash"); err != nil {
 		t.Fatal(err)
 	}
-	st.Decide(ctx, store.Request{Key: "warm", Limit: lim, Cost: 1}) // loads the script
+	st.Decide(ctx, store.Request{Key: "warm", Plan: algo.MustCompile(lim), Cost: 1}) // loads the script
 	before := scriptCalls(t, srv)
 	var mu sync.Mutex
 	admitted := map[string]int{}
@@ -38,7 +38,7 @@ func TestBatches(t *testing.T) {
 			defer wg.Done()
 			key := "k" + strconv.Itoa(g)
 			for range 30 {
-				res, err := st.Decide(ctx, store.Request{Key: key, Limit: lim, Cost: 1})
+				res, err := st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1})
 				if err != nil {
 					t.Error(err)
 					return

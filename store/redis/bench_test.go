@@ -70,7 +70,7 @@ func benchRedis(b *testing.B, st *redis.Store, lim algo.Limit, keys []string, pa
 	var seed, total, allowed atomic.Int64
 	work := func(next func() bool) {
 		r := rand.New(rand.NewPCG(uint64(seed.Add(1)), 2))
-		req := store.Request{Limit: lim, Cost: 1}
+		req := store.Request{Plan: algo.MustCompile(lim), Cost: 1}
 		var n, ok int64
 		for next() {
 			req.Key = keys[r.IntN(len(keys))]
@@ -120,9 +120,9 @@ func BenchmarkBlockedCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer st.Close()
-			req := store.Request{Key: "k", Limit: lim, Cost: 1}
+			req := store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 1}
 			if c.block { // start the block: one cost over the limit
-				if r, err := st.Decide(ctx, store.Request{Key: "k", Limit: lim, Cost: 2_000_000}); err != nil || r.DeniedBy != algo.DeniedByBlock {
+				if r, err := st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 2_000_000}); err != nil || r.DeniedBy != algo.DeniedByBlock {
 					b.Fatal(r, err)
 				}
 			}

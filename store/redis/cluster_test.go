@@ -57,9 +57,9 @@ func TestCluster(t *testing.T) {
 	t.Run("one slot is one script call", func(t *testing.T) {
 		tag := sluice.Key("user", "alex")
 		reqs := []store.Request{
-			{Key: tag, Tag: tag, Limit: gcra, Cost: 1},
-			{Key: tag + ":trade", Tag: tag, Limit: algo.GCRA{Burst: 5, Count: 10, Period: 15 * time.Second}, Cost: 1},
-			{Key: tag + ":trade:eu", Tag: tag, Limit: algo.FixedWindow{Limit: 100, Window: time.Minute}, Cost: 1},
+			{Key: tag, Tag: tag, Plan: algo.MustCompile(gcra), Cost: 1},
+			{Key: tag + ":trade", Tag: tag, Plan: algo.MustCompile(algo.GCRA{Burst: 5, Count: 10, Period: 15 * time.Second}), Cost: 1},
+			{Key: tag + ":trade:eu", Tag: tag, Plan: algo.MustCompile(algo.FixedWindow{Limit: 100, Window: time.Minute}), Cost: 1},
 		}
 		st.DecideAll(ctx, reqs, make([]algo.Result, 3)) // loads the script on its node
 		resetStats(t, c)
@@ -74,9 +74,9 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("spanning slots refunds on denial", func(t *testing.T) {
-		shared := store.Request{Key: "tigerfeeding", Tag: "tigerfeeding", Limit: algo.FixedWindow{Limit: 100, Window: time.Hour}, Cost: 1}
+		shared := store.Request{Key: "tigerfeeding", Tag: "tigerfeeding", Plan: algo.MustCompile(algo.FixedWindow{Limit: 100, Window: time.Hour}), Cost: 1}
 		caller := sluice.Key("tigerfeeding", "alex")
-		mine := store.Request{Key: caller, Tag: caller, Limit: algo.Gate{Interval: time.Hour}, Cost: 1}
+		mine := store.Request{Key: caller, Tag: caller, Plan: algo.MustCompile(algo.Gate{Interval: time.Hour}), Cost: 1}
 		if redis.Slot(redis.KeyName(redis.DefaultPrefix, shared.Key, shared.Tag)) == redis.Slot(redis.KeyName(redis.DefaultPrefix, mine.Key, mine.Tag)) {
 			t.Fatal("test keys share a slot")
 		}
@@ -125,7 +125,7 @@ func TestCluster(t *testing.T) {
 					algo.FixedWindow{Limit: 1 + r.Int64N(5), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
 					algo.Gate{Interval: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond},
 				}
-				reqs[i] = store.Request{Key: key, Tag: tag, Limit: lims[r.IntN(3)], Shadow: r.IntN(6) == 0}
+				reqs[i] = store.Request{Key: key, Tag: tag, Plan: algo.MustCompile(lims[r.IntN(3)]), Shadow: r.IntN(6) == 0}
 			}
 			at := time.UnixMicro(1800003000334587).Add(time.Duration(r.Int64N(int64(time.Hour))))
 			for step := 0; step < 40; step++ {
@@ -137,7 +137,7 @@ func TestCluster(t *testing.T) {
 				mr, xr, _ := decideAllOnBoth(t, ms, st, reqs, fmt.Sprintf("trace %d step %d", trace, step))
 				for i := range reqs {
 					if mr[i] != xr[i] {
-						t.Fatalf("trace %d step %d level %d (%s) %#v:\nmemory  %+v\ncluster %+v", trace, step, i, reqs[i].Key, reqs[i].Limit, mr[i], xr[i])
+						t.Fatalf("trace %d step %d level %d (%s) %#v:\nmemory  %+v\ncluster %+v", trace, step, i, reqs[i].Key, reqs[i].Plan.Limit(), mr[i], xr[i])
 					}
 				}
 			}

@@ -38,12 +38,10 @@ var concurrencyBinding = func() binding {
 			return l.Result(ok, now, held, end, retry, admitted)
 		})
 	plain := b.args
-	b.args = func(args []string, l algo.Limit, cost int64) []string {
-		args = plain(args, l, cost)
-		if p, ok := l.(*algo.Plan); ok {
-			id, op := p.Permit()
-			args[len(args)-2], args[len(args)-1] = itoa(id), itoa(int64(op))
-		}
+	b.args = func(args []string, p *algo.Plan, cost int64) []string {
+		args = plain(args, p, cost)
+		id, op := p.Permit()
+		args[len(args)-2], args[len(args)-1] = itoa(id), itoa(int64(op))
 		return args
 	}
 	return b
@@ -54,12 +52,10 @@ var _ store.HolderLister = (*Store)(nil)
 // Holders implements store.HolderLister: one HGETALL of the key's hash
 // (scripts/concurrency.lua's layout), judged at req.Time or Redis TIME.
 func (s *Store) Holders(ctx context.Context, req store.Request) ([]algo.Holder, error) {
-	var p algo.Plan
-	c, err := store.CompileHolders(&req, &p)
+	c, err := store.CheckHolders(&req)
 	if err != nil {
 		return nil, err
 	}
-	req.Limit = &p
 	ctx, cancel, err := s.connected(ctx)
 	if err != nil {
 		return nil, err

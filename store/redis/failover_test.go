@@ -63,7 +63,7 @@ var failoverLimit = algo.GCRA{Burst: 1 << 20, Count: 1000, Period: time.Second}
 func TestSentinelFailover(t *testing.T) {
 	s := redistest.StartSentinels(t)
 	old := s.MasterAddr()
-	took, errs := failover(t, s.URL(), store.Request{Key: "failover", Limit: failoverLimit, Cost: 1},
+	took, errs := failover(t, s.URL(), store.Request{Key: "failover", Plan: algo.MustCompile(failoverLimit), Cost: 1},
 		s.Master.Stop /* SIGKILL */, 60*time.Second, func() {})
 	if now := s.MasterAddr(); now == old || now != s.Replica.Addr {
 		t.Errorf("master %s after the failover, was %s; the replica is %s", now, old, s.Replica.Addr)
@@ -78,7 +78,7 @@ func TestSentinelFailover(t *testing.T) {
 // fallback). The decisions that erred during the switch are counted.
 func TestClusterFailover(t *testing.T) {
 	c := redistest.StartClusterWithReplicas(t)
-	req := store.Request{Key: "failover:alex", Tag: "failover:alex", Limit: failoverLimit, Cost: 1}
+	req := store.Request{Key: "failover:alex", Tag: "failover:alex", Plan: algo.MustCompile(failoverLimit), Cost: 1}
 	slot := redis.Slot(redis.StateKey(redis.DefaultPrefix, req))
 	master := c.MasterOf(c.Nodes[0], slot)
 	if master == nil {

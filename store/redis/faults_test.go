@@ -21,7 +21,7 @@ import (
 	"github.com/sluicehq/sluice/store/redis"
 )
 
-var faultReq = store.Request{Key: "faults", Limit: algo.GCRA{Burst: 1 << 20, Count: 1_000_000, Period: time.Second}, Cost: 1}
+var faultReq = store.Request{Key: "faults", Plan: algo.MustCompile(algo.GCRA{Burst: 1 << 20, Count: 1_000_000, Period: time.Second}), Cost: 1}
 
 // decideWithin decides with a deadline and reports whether it succeeded
 // and how long it took.

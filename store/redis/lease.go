@@ -118,17 +118,13 @@ func (l *leaser) shard(key string) *leaseShard {
 // asks for one, is enforced, costs something, is on the store's clock,
 // and its limit can be leased (algo.Kind.Leasable: a fixed window).
 func leasable(r *store.Request) (algo.FixedWindow, bool) {
-	if !r.Lease || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Limit == nil || !r.Limit.Kind().Leasable() {
+	if !r.Lease || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Plan == nil || !r.Plan.Kind().Leasable() {
 		return algo.FixedWindow{}, false
 	}
-	if _, blocks := blockOf(r.Limit); blocks {
+	if _, blocks := r.Plan.Blocks(); blocks {
 		return algo.FixedWindow{}, false // a lease would admit during a block
 	}
-	b, err := bindingOf(r.Limit)
-	if err != nil || b != &fixedWindowBinding {
-		return algo.FixedWindow{}, false
-	}
-	return concrete[algo.FixedWindow](r.Limit), true
+	return limitOf[algo.FixedWindow](r.Plan), true
 }
 
 // take admits cost from key's lease, if it holds that much and is live.
@@ -290,7 +286,7 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 		return 0, 0, 0, 0, err
 	}
 	defer s.release()
-	name := s.stateKey(store.Request{Key: key, Tag: tag, Limit: fw})
+	name := KeyName(s.prefix, key, tag) + fixedWindowShape
 	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit), itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}
 	v, err := detached(ctx, s.timeout, func(ctx context.Context) ([]int64, error) {
 		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
@@ -494,8 +490,7 @@ func (s *Store) giveBackExpired(now int64, all bool) {
 	defer cancel()
 	execs := make([]rueidis.LuaExec, len(out))
 	for i, o := range out {
-		fw := algo.FixedWindow{Limit: o.limit, Window: time.Duration(o.window) * time.Microsecond}
-		execs[i] = rueidis.LuaExec{Keys: []string{s.stateKey(store.Request{Key: o.key, Tag: o.tag, Limit: fw})},
+		execs[i] = rueidis.LuaExec{Keys: []string{KeyName(s.prefix, o.key, o.tag) + fixedWindowShape},
 			Args: []string{"", itoa(o.window), itoa(o.limit), "0", l.holder, itoa(o.units), itoa(o.end), "0"}}
 	}
 	if c := s.client(); c != nil {
@@ -636,3 +631,7 @@ type leaseGrant struct {
 	left          time.Duration
 	granted, ends []int64
 }
+
+// fixedWindowShape is the suffix of every fixed window's state key
+// (algo.Plan.ShapeKey), whatever its limit and window.
+var fixedWindowShape = algo.MustCompile(algo.FixedWindow{Limit: 1, Window: time.Second}).ShapeKey()

@@ -34,7 +34,7 @@ func windowCount(t *testing.T, srv *redistest.Server, st *redis.Store, req store
 func TestLeasesRacing(t *testing.T) {
 	srv := redistest.Start(t)
 	const instances, perInstance, limit, maxLease = 4, 25, 20000, 200
-	req := store.Request{Key: "hot", Limit: algo.FixedWindow{Limit: limit, Window: noBoundary}, Cost: 1, Lease: true}
+	req := store.Request{Key: "hot", Plan: algo.MustCompile(algo.FixedWindow{Limit: limit, Window: noBoundary}), Cost: 1, Lease: true}
 	stores := make([]*redis.Store, instances)
 	for i := range stores {
 		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{LeaseFor: 20 * time.Millisecond, MaxLease: maxLease})
@@ -93,7 +93,7 @@ func TestLeasesRacing(t *testing.T) {
 func TestLeaseNearTheLimitIsExact(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{LeaseFor: time.Second, MaxLease: 1000})
-	req := store.Request{Key: "k", Limit: algo.FixedWindow{Limit: 100, Window: noBoundary}, Cost: 1, Lease: true}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 100, Window: noBoundary}), Cost: 1, Lease: true}
 	n := 0
 	for range 500 {
 		res, err := st.Decide(context.Background(), req)
@@ -121,9 +121,9 @@ func TestLeaseOnlyWhereAsked(t *testing.T) {
 	fw := algo.FixedWindow{Limit: 1_000_000, Window: noBoundary}
 	ctx := context.Background()
 	for _, req := range []store.Request{
-		{Key: "a", Limit: fw, Cost: 1},
-		{Key: "b", Limit: fw, Cost: 1, Lease: true, Time: time.Now()},
-		{Key: "c", Limit: algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1, Lease: true},
+		{Key: "a", Plan: algo.MustCompile(fw), Cost: 1},
+		{Key: "b", Plan: algo.MustCompile(fw), Cost: 1, Lease: true, Time: time.Now()},
+		{Key: "c", Plan: algo.MustCompile(algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}), Cost: 1, Lease: true},
 	} {
 		if _, err := st.Decide(ctx, req); err != nil { // loads the script
 			t.Fatal(err)
@@ -143,7 +143,7 @@ func TestLeaseOnlyWhereAsked(t *testing.T) {
 	// until the window counts exactly what was admitted plus what the
 	// lease holds; a unit taken from the lease and not given back would
 	// keep them one apart.
-	leased := store.Request{Key: "d", Limit: fw, Cost: 1, Lease: true}
+	leased := store.Request{Key: "d", Plan: algo.MustCompile(fw), Cost: 1, Lease: true}
 	admitted := int64(0)
 	for range 50 {
 		if res, _ := st.Decide(ctx, leased); res.Allowed {
@@ -168,7 +168,7 @@ func TestLeaseOnlyWhereAsked(t *testing.T) {
 		}
 	}
 	settle("before")
-	deny := store.Request{Key: "e", Limit: algo.FixedWindow{Limit: 1, Window: noBoundary}, Cost: 2}
+	deny := store.Request{Key: "e", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1, Window: noBoundary}), Cost: 2}
 	res := make([]algo.Result, 2)
 	pass, err := st.DecideAll(ctx, []store.Request{leased, deny}, res)
 	if err != nil || pass || !res[0].Allowed || res[0].Admitted != 0 || res[1].Allowed {
@@ -182,7 +182,7 @@ func TestLeaseOnlyWhereAsked(t *testing.T) {
 func TestLeaseGivenBack(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{LeaseFor: 20 * time.Millisecond})
-	req := store.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1_000_000, Window: noBoundary}, Cost: 1, Lease: true}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	admitted := int64(0)
 	for range 200 {
 		if res, _ := st.Decide(context.Background(), req); res.Allowed {
@@ -209,7 +209,7 @@ func TestFirstLeaseIsSmall(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, leaseFor := range []time.Duration{2 * time.Second, time.Minute} { // live while the test looks
 		st := open(t, srv, redis.Options{LeaseFor: leaseFor})
-		req := store.Request{Key: "once-" + leaseFor.String(), Limit: algo.FixedWindow{Limit: 1_000_000, Window: noBoundary}, Cost: 1, Lease: true}
+		req := store.Request{Key: "once-" + leaseFor.String(), Plan: algo.MustCompile(algo.FixedWindow{Limit: 1_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 		if res, err := st.Decide(context.Background(), req); err != nil || !res.Allowed {
 			t.Fatalf("%v: %+v, %v", leaseFor, res, err)
 		}
@@ -228,7 +228,7 @@ func TestFirstLeaseIsSmall(t *testing.T) {
 func TestAbandonedLeaseGivenBack(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
-	req := store.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1_000_000_000, Window: noBoundary}, Cost: 1, Lease: true}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	warm := req
 	warm.Key = "warm"
 	if _, err := st.Decide(context.Background(), warm); err != nil { // loads lease.lua
@@ -260,7 +260,7 @@ func TestAbandonedLeaseGivenBack(t *testing.T) {
 func TestAbandonedGrantGivenBack(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
-	req := store.Request{Key: "k", Limit: algo.FixedWindow{Limit: 1_000_000_000, Window: noBoundary}, Cost: 1, Lease: true}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	g, err := st.Grant(context.Background(), []store.Request{req}, 100) // loads lease.lua
 	if err != nil || g.Units != 100 || windowCount(t, srv, st, req) != 100 {
 		t.Fatalf("grant %+v, %v; window %d", g, err, windowCount(t, srv, st, req))
@@ -301,11 +301,11 @@ func TestLeaseAtTheLargestLimit(t *testing.T) {
 	st := open(t, srv, redis.Options{LeaseFor: time.Second, MaxLease: 1 << 40})
 	ctx := context.Background()
 	lim := algo.FixedWindow{Limit: algo.MaxCount, Window: noBoundary}
-	big := store.Request{Key: "k", Limit: lim, Cost: algo.MaxCount - 10}
+	big := store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: algo.MaxCount - 10}
 	if res, err := st.Decide(ctx, big); err != nil || !res.Allowed {
 		t.Fatalf("cost MaxCount-10: %+v, %v", res, err)
 	}
-	one := store.Request{Key: "k", Limit: lim, Cost: 1, Lease: true}
+	one := store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 1, Lease: true}
 	n := 0
 	for range 50 {
 		res, err := st.Decide(ctx, one)
@@ -324,7 +324,7 @@ func TestLeaseAtTheLargestLimit(t *testing.T) {
 	}
 	// A fresh key whose leases start far from the limit.
 	for i := range 1000 {
-		if _, err := st.Decide(ctx, store.Request{Key: "fresh", Limit: lim, Cost: 1 << 30, Lease: true}); err != nil {
+		if _, err := st.Decide(ctx, store.Request{Key: "fresh", Plan: algo.MustCompile(lim), Cost: 1 << 30, Lease: true}); err != nil {
 			t.Fatalf("decision %d: %v", i, err)
 		}
 	}

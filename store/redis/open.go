@@ -16,7 +16,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/overlimit"
 )
@@ -30,10 +29,6 @@ const DefaultMaxFlushDelay = 20 * time.Microsecond
 
 // DefaultTimeout bounds a decision whose context has no deadline.
 const DefaultTimeout = time.Second
-
-// ErrUnsupported is wrapped by the error for a limit type the store has no
-// script for: algo.ErrUnsupported.
-var ErrUnsupported = algo.ErrUnsupported
 
 // Options configure a Store.
 type Options struct {
@@ -101,7 +96,6 @@ type Store struct {
 	denials  *overlimit.Cache // nil when off
 	leases   *leaser          // nil when off
 	forgets  forgets          // followed when denials is not nil
-	plans    algo.Plans       // the limits' plans, compiled once
 
 	stop chan struct{} // ends background connecting
 	done chan struct{} // closed when background connecting has ended

@@ -25,14 +25,14 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 	// Redis.
 	cacheable := true
 	for i := range reqs {
-		cacheable = cacheable && planOf(&reqs[i]).DenialHolds()
+		cacheable = cacheable && reqs[i].Plan.DenialHolds()
 	}
 	hit := false
 	for i := range reqs {
 		if !cacheable || reqs[i].Shadow {
 			continue
 		}
-		res, ok := s.denials.Lookup(reqs[i].Key, planOf(&reqs[i]), reqs[i].Cost, now)
+		res, ok := s.denials.Lookup(reqs[i].Key, reqs[i].Plan, reqs[i].Cost, now)
 		results[i] = res // a miss: the zero Result
 		hit = hit || ok
 	}
@@ -40,7 +40,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 		s.denials.Answered()
 		for i := range reqs {
 			if reqs[i].Shadow || results[i].RetryAfter == 0 { // not a cached denial
-				q, _ := planOf(&reqs[i]).Quota()
+				q, _ := reqs[i].Plan.Limit().Quota()
 				results[i] = algo.Result{Allowed: true, Quota: q, Remaining: q}
 			}
 		}
@@ -56,7 +56,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 		case pass && r.Cost > 0:
 			s.denials.Admitted(r.Key)
 		case !results[i].Allowed:
-			s.denials.Remember(r.Key, planOf(&reqs[i]), r.Cost, now, epoch, results[i])
+			s.denials.Remember(r.Key, reqs[i].Plan, r.Cost, now, epoch, results[i])
 		}
 	}
 	return pass, nil

@@ -55,7 +55,7 @@ func TestOverLimitCacheSameDecisions(t *testing.T) {
 			reqs := make([]store.Request, n)
 			for i := range reqs {
 				l := r.IntN(len(traceLimits))
-				reqs[i] = store.Request{Key: "k" + strconv.Itoa(l) + "-" + strconv.Itoa(r.IntN(2)), Limit: traceLimits[l], Cost: 1, Time: now}
+				reqs[i] = store.Request{Key: "k" + strconv.Itoa(l) + "-" + strconv.Itoa(r.IntN(2)), Plan: algo.MustCompile(traceLimits[l]), Cost: 1, Time: now}
 				if !single {
 					reqs[i].Cost = r.Int64N(4)
 					reqs[i].Shadow = r.IntN(8) == 0
@@ -112,7 +112,7 @@ func TestOverLimitCacheSkipsRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{OverLimitCache: 100})
 	ctx := context.Background()
-	req := store.Request{Key: "alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Cost: 1}
+	req := store.Request{Key: "alex", Plan: algo.MustCompile(algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}), Cost: 1}
 	decide := func() algo.Result {
 		t.Helper()
 		res, err := st.Decide(ctx, req)
@@ -163,7 +163,7 @@ func TestOverLimitCacheSkipsRedis(t *testing.T) {
 func TestOverLimitCacheRace(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{OverLimitCache: 100})
-	req := store.Request{Key: "race", Limit: algo.GCRA{Burst: 9, Count: 1, Period: time.Hour}, Cost: 1}
+	req := store.Request{Key: "race", Plan: algo.MustCompile(algo.GCRA{Burst: 9, Count: 1, Period: time.Hour}), Cost: 1}
 	allowed := make(chan bool, 100*20)
 	done := make(chan struct{})
 	for range 100 {
@@ -207,7 +207,7 @@ func TestResetReachesOtherCaches(t *testing.T) {
 	a := open(t, srv, redis.Options{OverLimitCache: 100})
 	b := open(t, srv, redis.Options{OverLimitCache: 100})
 	ctx := context.Background()
-	req := store.Request{Key: "alex", Limit: algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}, Cost: 1}
+	req := store.Request{Key: "alex", Plan: algo.MustCompile(algo.GCRA{Burst: 0, Count: 1, Period: time.Hour}), Cost: 1}
 	decide := func(st *redis.Store) bool {
 		t.Helper()
 		res, err := st.Decide(ctx, req)
@@ -274,18 +274,18 @@ func TestOverLimitCacheLeavesSlotsToRedis(t *testing.T) {
 	base, _ := algo.Compile(c)
 	holder, _ := base.ForPermit(7, algo.Acquire)
 	release, _ := base.ForPermit(7, algo.Release)
-	if r, err := st.Decide(ctx, store.Request{Key: "slots", Limit: &holder, Cost: 1}); err != nil || !r.Allowed {
+	if r, err := st.Decide(ctx, store.Request{Key: "slots", Plan: &holder, Cost: 1}); err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
 	for range 3 {
-		if r, err := st.Decide(ctx, store.Request{Key: "slots", Limit: c, Cost: 1}); err != nil || r.Allowed {
+		if r, err := st.Decide(ctx, store.Request{Key: "slots", Plan: algo.MustCompile(c), Cost: 1}); err != nil || r.Allowed {
 			t.Fatal(r, err)
 		}
 	}
-	if r, err := st.Decide(ctx, store.Request{Key: "slots", Limit: &release}); err != nil || r.Admitted != 1 {
+	if r, err := st.Decide(ctx, store.Request{Key: "slots", Plan: &release}); err != nil || r.Admitted != 1 {
 		t.Fatal(r, err)
 	}
-	if r, err := st.Decide(ctx, store.Request{Key: "slots", Limit: c, Cost: 1}); err != nil || !r.Allowed {
+	if r, err := st.Decide(ctx, store.Request{Key: "slots", Plan: algo.MustCompile(c), Cost: 1}); err != nil || !r.Allowed {
 		t.Fatalf("after the release: %+v, %v", r, err)
 	}
 	if s := st.OverLimitStats(); s.Hits != 0 || s.Entries != 0 {
@@ -307,7 +307,7 @@ func TestOverLimitCacheHonoursBlocks(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	decide := func(st *redis.Store, at time.Duration, cost int64) algo.Result {
 		t.Helper()
-		r, err := st.Decide(ctx, store.Request{Key: "k", Limit: lim, Cost: cost, Time: t0.Add(at)})
+		r, err := st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: cost, Time: t0.Add(at)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,7 +347,7 @@ func TestOverLimitCacheHonoursBlocks(t *testing.T) {
 			t.Fatalf("the third block at %v: %+v", at, r)
 		}
 	}
-	if err := cached.Reset(ctx, []store.Request{{Key: "k", Limit: lim}}); err != nil {
+	if err := cached.Reset(ctx, []store.Request{{Key: "k", Plan: algo.MustCompile(lim)}}); err != nil {
 		t.Fatal(err)
 	}
 	if r := decide(cached, 42*time.Second, 1); !r.Allowed {

@@ -39,7 +39,7 @@ import (
 var scripts embed.FS
 
 // binding is what the store knows of one kind of limit: the script file
-// that holds its functions, how to pass a limit to it and how to read its
+// that holds its functions, how to pass a plan to it and how to read its
 // reply. Each kind's binding lives in a file named after it; bindings
 // holds them all, one per algo.Kind.
 type binding struct {
@@ -52,18 +52,15 @@ type binding struct {
 	// first use; the others define <letter>_check, <letter>_commit and
 	// <letter>_undo.
 	lazy bool
-	// accepts reports whether a limit of the kind has the binding's type
-	// (another type may embed an algorithm and claim its kind).
-	accepts func(l algo.Limit) bool
 	// args appends the level's own arguments for a decision of cost.
-	args func(args []string, l algo.Limit, cost int64) []string
+	args func(args []string, p *algo.Plan, cost int64) []string
 	// extras is how many values the script reports for the limit beyond
 	// ok and value.
-	extras func(l algo.Limit) int64
+	extras func(p *algo.Plan) int64
 	// result derives the level's Result from the script's check value and
 	// extra values. A level that was ok but not committed (another level
 	// denied) reports what a peek would: its state without this cost.
-	result func(l algo.Limit, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result
+	result func(p *algo.Plan, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result
 }
 
 // bindings holds every kind's binding; TestEveryKindBound checks that none
@@ -79,57 +76,28 @@ var bindings = [algo.NumKinds]*binding{
 }
 
 // bind makes a binding's functions from functions of the concrete limit
-// type L, which accept an L or a non-nil *L.
+// type L of the plans it is given.
 func bind[L algo.Limit](b binding, args func([]string, L, int64) []string, extras func(L) int64,
 	result func(L, int64, int64, bool, int64, []int64, bool) algo.Result) binding {
-	b.accepts = func(l algo.Limit) bool {
-		l = unplan(l)
-		_, ok := l.(L)
-		p, isPtr := any(l).(*L)
-		return ok || isPtr && p != nil
-	}
-	b.args = func(a []string, l algo.Limit, cost int64) []string { return args(a, concrete[L](l), cost) }
-	b.extras = func(algo.Limit) int64 { return 0 }
+	b.args = func(a []string, p *algo.Plan, cost int64) []string { return args(a, limitOf[L](p), cost) }
+	b.extras = func(*algo.Plan) int64 { return 0 }
 	if extras != nil {
-		b.extras = func(l algo.Limit) int64 { return extras(concrete[L](l)) }
+		b.extras = func(p *algo.Plan) int64 { return extras(limitOf[L](p)) }
 	}
-	b.result = func(l algo.Limit, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
-		return result(concrete[L](l), now, cost, ok, val, extra, committed)
+	b.result = func(p *algo.Plan, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
+		return result(limitOf[L](p), now, cost, ok, val, extra, committed)
 	}
 	return b
 }
 
-// unplan returns the limit an *algo.Plan was compiled from, and any other
-// limit as it is, without a block (algo.Blocking): the driver keeps
-// blocks, the kind's binding decides.
-func unplan(l algo.Limit) algo.Limit {
-	if p, ok := l.(*algo.Plan); ok {
-		l = p.Limit()
-	}
+// limitOf returns the limit a plan was compiled from, without its block
+// (algo.Blocking): the driver keeps blocks, the kind's binding decides.
+func limitOf[L algo.Limit](p *algo.Plan) L {
+	l := p.Limit()
 	if b, ok := l.(algo.Blocking); ok {
-		return b.Limit
-	}
-	return l
-}
-
-// concrete returns l as an L, dereferencing a *L and unwrapping a Plan.
-func concrete[L algo.Limit](l algo.Limit) L {
-	l = unplan(l)
-	if p, ok := any(l).(*L); ok {
-		return *p
+		l = b.Limit
 	}
 	return l.(L)
-}
-
-// bindingOf returns the binding of a limit's kind, or an error for a
-// limit the store cannot run: a kind it has no binding for, or a nil
-// pointer.
-func bindingOf(l algo.Limit) (*binding, error) {
-	k := l.Kind()
-	if int(k) >= algo.NumKinds || bindings[k] == nil || !bindings[k].accepts(l) {
-		return nil, fmt.Errorf("%w: %T", ErrUnsupported, l)
-	}
-	return bindings[k], nil
 }
 
 // A driver is decide.lua or refund.lua, with the scripts composed for each
@@ -230,35 +198,21 @@ func KeyName(prefix, key, tag string) string {
 var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // StateKey is the Redis key of a request's state: KeyName, then, for the
-// algorithms whose state is not one TAT, the shape of the limit's state
+// algorithms whose state is not one TAT, the shape of the plan's state
 // (algo.Plan.ShapeKey: "%:", the algorithm's name and the layout's
 // numbers, such as "%:fixed_window"; no escaped key holds "%:"), so
 // that a limit whose algorithm or layout changed (a policy reload) finds
 // no state of another type (no WRONGTYPE) and starts cleanly; the old
-// key expires. A request without a limit (Reset) names the TAT key.
-func StateKey(prefix string, r store.Request) string { return stateKey(prefix, r, nil) }
-
-// stateKey is StateKey with the limit's plan compiled through plans (nil:
-// compiled here).
-func stateKey(prefix string, r store.Request, plans *algo.Plans) string {
+// key expires. A request without a plan (Reset) names the TAT key.
+func StateKey(prefix string, r store.Request) string {
 	name := KeyName(prefix, r.Key, r.Tag)
-	if r.Limit == nil {
+	if r.Plan == nil {
 		return name
 	}
-	var scratch algo.Plan
-	p, err := &scratch, error(nil)
-	if plans != nil {
-		p, err = plans.Compile(r.Limit, &scratch)
-	} else {
-		err = scratch.Compile(r.Limit)
-	}
-	if err != nil {
-		return name
-	}
-	return name + p.ShapeKey()
+	return name + r.Plan.ShapeKey()
 }
 
-func (s *Store) stateKey(r store.Request) string { return stateKey(s.prefix, r, &s.plans) }
+func (s *Store) stateKey(r store.Request) string { return StateKey(s.prefix, r) }
 
 // Decide implements store.Store.
 func (s *Store) Decide(ctx context.Context, req store.Request) (algo.Result, error) {
@@ -282,9 +236,9 @@ func (s *Store) DecideAll(ctx context.Context, reqs []store.Request, results []a
 }
 
 // decide is DecideAll; with own, reqs is the store's own slice (Decide's),
-// which compile may change in place rather than copy.
+// which check may change in place rather than copy.
 func (s *Store) decide(ctx context.Context, reqs []store.Request, results []algo.Result, own bool) (bool, error) {
-	reqs, err := s.compile(reqs, results, own)
+	reqs, err := batch(reqs, results, own)
 	if err != nil {
 		return false, err
 	}
@@ -301,55 +255,27 @@ func (s *Store) decide(ctx context.Context, reqs []store.Request, results []algo
 	return s.decideAll(ctx, reqs, results)
 }
 
-// compile validates the requests of a DecideAll and returns them (a copy
-// unless own) with every Limit its *algo.Plan, compiled once (through the
-// store's plans, so a limit seen before is not compiled at all): the
-// functions below DecideAll take such compiled requests, and the key
-// names, the script's arguments and the results read the plan without
-// compiling the limit again. In a batch of several, a nary sliding log
-// acts as binary (algo.Plan.Batched).
-func (s *Store) compile(reqs []store.Request, results []algo.Result, own bool) ([]store.Request, error) {
-	if len(reqs) == 1 && len(results) == 1 {
-		// One request whose limit has a plan already decides with that
-		// plan, shared: no plan is allocated while the decision waits for
-		// Redis (224 bytes each, at a million in flight 0.9 GB of RSS).
-		p, err := store.Cached(&s.plans, &reqs[0])
-		if err != nil {
-			return nil, fmt.Errorf("request 0: %w", err)
-		}
-		if p != nil {
-			out := reqs
-			if !own {
-				out = []store.Request{reqs[0]}
-			}
-			out[0].Limit = p
-			return out, nil
-		}
-	}
-	var small [8]*algo.Plan // a policy path's levels, on the stack
-	plans := small[:0]
-	if len(reqs) > len(small) {
-		plans = make([]*algo.Plan, 0, len(reqs))
-	}
-	plans = plans[:len(reqs)]
-	// A plan is made only for a limit without one (a policy's levels
-	// have theirs): nothing is allocated for the plans of a policy path.
-	if err := store.CompileAll(&s.plans, reqs, results, nil, plans); err != nil {
+// batch checks the requests of a DecideAll (store.CheckAll) and returns
+// them with the plans to apply in a batch of several (algo.InBatch: a nary
+// log is all or nothing), in a copy unless own when a plan changes.
+func batch(reqs []store.Request, results []algo.Result, own bool) ([]store.Request, error) {
+	if err := store.CheckAll(reqs, results); err != nil {
 		return nil, err
 	}
-	out := reqs
-	if !own {
-		out = make([]store.Request, len(reqs))
+	if len(reqs) == 1 {
+		return reqs, nil
 	}
+	out := reqs
 	for i := range reqs {
-		out[i] = reqs[i]
-		out[i].Limit = plans[i] // a batch's plan: a nary log is all or nothing
+		if p := algo.InBatch(reqs[i].Plan); p != reqs[i].Plan {
+			if !own && &out[0] == &reqs[0] {
+				out = slices.Clone(reqs)
+			}
+			out[i].Plan = p
+		}
 	}
 	return out, nil
 }
-
-// planOf returns the plan of a request that compile made.
-func planOf(r *store.Request) *algo.Plan { return r.Limit.(*algo.Plan) }
 
 // decideAll is DecideAll on compiled requests, without the over-limit cache.
 func (s *Store) decideAll(ctx context.Context, reqs []store.Request, results []algo.Result) (bool, error) {
@@ -406,12 +332,8 @@ func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) 
 	}
 	var set kindSet
 	for _, r := range reqs {
-		b, err := bindingOf(r.Limit)
-		if err != nil {
-			return checked{}, err
-		}
-		set |= 1 << r.Limit.Kind()
-		args = appendLevel(args, b, r)
+		set |= 1 << r.Plan.Kind()
+		args = appendLevel(args, bindings[r.Plan.Kind()], r)
 	}
 	keys, err := blockKeys(reqs, keys, s.client().Mode() == rueidis.ClientModeCluster)
 	if err != nil {
@@ -428,8 +350,8 @@ func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) 
 			return checked{}, fmt.Errorf("redis store: script replied %d values for %d keys", len(v), len(reqs))
 		}
 		code := v[p]
-		if b, _ := bindingOf(r.Limit); code < 0 || code>>1 != b.extras(r.Limit)+blockExtras(r.Limit) {
-			return checked{}, fmt.Errorf("redis store: script replied code %d for key %d (%T)", code, i, r.Limit)
+		if code < 0 || code>>1 != bindings[r.Plan.Kind()].extras(r.Plan)+blockExtras(r.Plan) {
+			return checked{}, fmt.Errorf("redis store: script replied code %d for key %d (%v)", code, i, r.Plan.Kind())
 		}
 		c.at[i] = p
 		c.ok[i], c.val[i] = code&1 == 1, v[p+1]
@@ -445,7 +367,7 @@ func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) 
 // appendLevel appends a level's arguments for decide.lua: kind, flag,
 // argument count, arguments, then a block's (block.lua).
 func appendLevel(args []string, b *binding, r store.Request) []string {
-	blk, blocks := blockOf(r.Limit)
+	blk, blocks := r.Plan.Blocks()
 	flag := "-"
 	switch {
 	case r.Shadow && blocks:
@@ -457,7 +379,7 @@ func appendLevel(args []string, b *binding, r store.Request) []string {
 	}
 	args = append(args, b.letter, flag, "")
 	n := len(args)
-	args = b.args(args, r.Limit, r.Cost)
+	args = b.args(args, r.Plan, r.Cost)
 	args[n-1] = strconv.Itoa(len(args) - n)
 	if blocks {
 		blk = blk.WithDefaults()
@@ -467,18 +389,10 @@ func appendLevel(args []string, b *binding, r store.Request) []string {
 	return args
 }
 
-// blockOf returns the block of a compiled request's limit, if it has one.
-func blockOf(l algo.Limit) (algo.Block, bool) {
-	if p, ok := l.(*algo.Plan); ok {
-		return p.Blocks()
-	}
-	return algo.Block{}, false
-}
-
 // blockExtras is the extra value a level with a block replies: when its
 // block ends.
-func blockExtras(l algo.Limit) int64 {
-	if _, ok := blockOf(l); ok {
+func blockExtras(p *algo.Plan) int64 {
+	if _, ok := p.Blocks(); ok {
 		return 1
 	}
 	return 0
@@ -496,7 +410,7 @@ func blockKey(state string) string { return state + "%:block" }
 func blockKeys(reqs []store.Request, keys []string, cluster bool) ([]string, error) {
 	var out []string
 	for i, r := range reqs {
-		if _, ok := blockOf(r.Limit); !ok {
+		if _, ok := r.Plan.Blocks(); !ok {
 			if out != nil {
 				out = append(out, keys[i])
 			}
@@ -543,23 +457,15 @@ func windowResult(ws []algo.Window, now, cost int64, ok, committed, floor bool, 
 // extra values). A level that was ok but not committed (another level
 // denied) reports what a peek would: its state without this cost.
 func levelResult(r store.Request, now int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
-	b, _ := bindingOf(r.Limit) // check has bound it
-	if _, blocks := blockOf(r.Limit); blocks {
+	if _, blocks := r.Plan.Blocks(); blocks {
 		st := algo.BlockState{Until: extra[len(extra)-1]}
 		if st.Blocked(now) { // under a block, or its denial started one
-			q, _ := r.Limit.Quota()
+			q, _ := r.Plan.Limit().Quota()
 			return st.Result(now, q)
 		}
 		extra = extra[:len(extra)-1]
 	}
-	return b.result(r.Limit, now, r.Cost, ok, val, extra, committed)
+	return bindings[r.Plan.Kind()].result(r.Plan, now, r.Cost, ok, val, extra, committed)
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
-
-// Supports reports whether the store can run a limit: the store has a
-// binding for its kind and its type.
-func Supports(l algo.Limit) bool {
-	_, err := bindingOf(l)
-	return err == nil
-}

@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,7 +38,7 @@ func TestKeysAreEscaped(t *testing.T) {
 	st := open(t, srv, redis.Options{Prefix: "app:"})
 	lim := algo.GCRA{Burst: 5, Count: 1, Period: time.Minute}
 	for _, key := range []string{"a{b}", "a%7Bb%7D", "plain"} {
-		if _, err := st.Decide(context.Background(), store.Request{Key: key, Limit: lim, Cost: 1}); err != nil {
+		if _, err := st.Decide(context.Background(), store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,13 +80,13 @@ func TestScriptReloadedAfterFlush(t *testing.T) {
 	st := open(t, srv, redis.Options{})
 	lim := algo.FixedWindow{Limit: 2, Window: noBoundary}
 	ctx := context.Background()
-	if _, err := st.Decide(ctx, store.Request{Key: "k", Limit: lim, Cost: 1}); err != nil {
+	if _, err := st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := st.Decide(ctx, store.Request{Key: "k", Limit: lim, Cost: 1})
+	r, err := st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 1})
 	if err != nil || !r.Allowed || r.Remaining != 0 {
 		t.Fatalf("after SCRIPT FLUSH: %+v, %v", r, err)
 	}
@@ -101,7 +100,7 @@ func TestDownOrSlowRedis(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, err := st.Decide(ctx, store.Request{Key: "k", Limit: lim, Cost: 1})
+		_, err := st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 1})
 		if err == nil {
 			t.Fatal("decision succeeded against an unavailable Redis")
 		}
@@ -128,7 +127,7 @@ func TestDownOrSlowRedis(t *testing.T) {
 		st := open(t, srv, redis.Options{Timeout: 150 * time.Millisecond})
 		srv.Stop()
 		start := time.Now()
-		if _, err := st.Decide(context.Background(), store.Request{Key: "k", Limit: lim, Cost: 1}); err == nil {
+		if _, err := st.Decide(context.Background(), store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 1}); err == nil {
 			t.Fatal("decision succeeded against a stopped Redis")
 		}
 		if d := time.Since(start); d > 5*time.Second {
@@ -148,15 +147,11 @@ func TestDownOrSlowRedis(t *testing.T) {
 
 func TestBadInputIsAnErrorValue(t *testing.T) {
 	st := open(t, redistest.Start(t), redis.Options{})
-	if _, err := st.Decide(context.Background(), store.Request{Key: "", Limit: algo.Gate{Interval: time.Second}, Cost: 1}); !errors.Is(err, store.ErrBadRequest) {
+	if _, err := st.Decide(context.Background(), store.Request{Key: "", Plan: algo.MustCompile(algo.Gate{Interval: time.Second}), Cost: 1}); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("empty key: %v", err)
 	}
-	if _, err := st.Decide(context.Background(), store.Request{Key: "k", Limit: algo.Gate{}, Cost: 1}); !errors.Is(err, algo.ErrInvalid) {
-		t.Errorf("zero interval: %v", err)
-	}
-	type custom struct{ algo.Gate }
-	if _, err := st.Decide(context.Background(), store.Request{Key: "k", Limit: custom{algo.Gate{Interval: time.Second}}, Cost: 1}); !errors.Is(err, redis.ErrUnsupported) {
-		t.Errorf("custom limit: %v", err)
+	if _, err := st.Decide(context.Background(), store.Request{Key: "k", Plan: new(algo.Plan), Cost: 1}); !errors.Is(err, store.ErrBadRequest) {
+		t.Errorf("a plan Compile did not make: %v", err)
 	}
 }
 
@@ -176,7 +171,7 @@ func TestExpiryFollowsTheClockInUse(t *testing.T) {
 		{"redis-time", time.Time{}, 9000, 10000},
 		{"explicit", time.UnixMicro(1800003000334587), 69000, 70000},
 	} {
-		if _, err := st.Decide(ctx, store.Request{Key: c.key, Limit: lim, Cost: 1, Time: c.at}); err != nil {
+		if _, err := st.Decide(ctx, store.Request{Key: c.key, Plan: algo.MustCompile(lim), Cost: 1, Time: c.at}); err != nil {
 			t.Fatal(err)
 		}
 		v, err := srv.Do("PTTL", "sluice:"+c.key)
@@ -188,49 +183,14 @@ func TestExpiryFollowsTheClockInUse(t *testing.T) {
 }
 
 // TestEveryKindBound: every kind in algo has a binding, whose script file
-// is embedded, and runs its example limit.
+// is embedded, and runs its example limit (a kind without one panics).
 func TestEveryKindBound(t *testing.T) {
 	st := open(t, redistest.Start(t), redis.Options{})
 	for _, k := range algo.Kinds() {
 		l := k.Example()
-		if !redis.Supports(l) {
-			t.Errorf("%v: no binding", k)
-			continue
-		}
-		r, err := st.Decide(context.Background(), store.Request{Key: "every-kind:" + k.String(), Limit: l, Cost: 1})
+		r, err := st.Decide(context.Background(), store.Request{Key: "every-kind:" + k.String(), Plan: algo.MustCompile(l), Cost: 1})
 		if err != nil || !r.Allowed {
 			t.Errorf("%v: %+v, %v", k, r, err)
 		}
-		if _, err := st.Decide(context.Background(), store.Request{Key: "every-kind-ptr:" + k.String(), Limit: pointerTo(l), Cost: 1}); err != nil {
-			t.Errorf("%v by pointer: %v", k, err)
-		}
-		p, err := algo.Compile(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Decide(context.Background(), store.Request{Key: "every-kind-plan:" + k.String(), Limit: &p, Cost: 1}); err != nil {
-			t.Errorf("%v as a Plan: %v", k, err)
-		}
 	}
-}
-
-// pointerTo returns a pointer to a copy of l's concrete value.
-func pointerTo(l algo.Limit) algo.Limit {
-	switch l := l.(type) {
-	case algo.GCRA:
-		return &l
-	case algo.TokenBucket:
-		return &l
-	case algo.FixedWindow:
-		return &l
-	case algo.Gate:
-		return &l
-	case algo.SlidingLog:
-		return &l
-	case algo.WindowCounter:
-		return &l
-	case algo.Concurrency:
-		return &l
-	}
-	panic(fmt.Sprintf("pointerTo: add %T", l))
 }

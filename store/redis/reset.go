@@ -6,7 +6,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -64,30 +63,26 @@ var (
 // Refund implements store.Refunder: refund.lua on the request's level,
 // at req.Time or Redis TIME.
 func (s *Store) Refund(ctx context.Context, req store.Request) error {
-	var p algo.Plan
-	if err := store.Compile(&req, &p); err != nil {
+	p, err := checkOne(&req)
+	if err != nil {
 		return err
 	}
-	req.Limit = &p // compiled once
-	if _, ok := tatFor(req.Limit); !ok {
-		return fmt.Errorf("redis store: refund: %w: %v", algo.ErrUnsupported, req.Limit.Kind())
+	if _, err := p.TAT(); err != nil {
+		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	ctx, cancel, err := s.connected(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	b, err := bindingOf(req.Limit)
-	if err != nil {
-		return err
-	}
+	b := bindings[p.Kind()]
 	args := []string{""}
 	if !req.Time.IsZero() {
 		args[0] = itoa(req.Time.UnixMicro())
 	}
 	args = append(appendLevel(args, b, req), "0") // a value: the level is refunded
 	keys := []string{s.stateKey(req)}
-	if err := refundDriver.script(1<<req.Limit.Kind()).Exec(ctx, s.client(), keys, args).Error(); err != nil {
+	if err := refundDriver.script(1<<p.Kind()).Exec(ctx, s.client(), keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	return s.forget(ctx, req)

@@ -20,8 +20,8 @@ func TestReset(t *testing.T) {
 	defer s.Close()
 	lim := algo.FixedWindow{Limit: 2, Window: time.Hour}
 	reqs := []store.Request{
-		{Key: "user:alex", Tag: "user:alex", Limit: lim, Cost: 2},
-		{Key: "user:alex:trade", Tag: "user:alex", Limit: lim, Cost: 2},
+		{Key: "user:alex", Tag: "user:alex", Plan: algo.MustCompile(lim), Cost: 2},
+		{Key: "user:alex:trade", Tag: "user:alex", Plan: algo.MustCompile(lim), Cost: 2},
 	}
 	res := make([]algo.Result, 2)
 	if ok, err := s.DecideAll(ctx, reqs, res); err != nil || !ok {

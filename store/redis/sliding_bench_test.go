@@ -95,7 +95,7 @@ func newFixture(b *testing.B, st *redis.Store, lim algo.Limit, goroutines int, h
 			defer wg.Done()
 			for range 1100 {
 				f.times[w] = f.times[w].Add(time.Millisecond)
-				if _, err := st.Decide(context.Background(), store.Request{Key: f.keys[w], Limit: lim, Cost: 1, Time: f.times[w]}); err != nil {
+				if _, err := st.Decide(context.Background(), store.Request{Key: f.keys[w], Plan: algo.MustCompile(lim), Cost: 1, Time: f.times[w]}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -113,7 +113,7 @@ func (f *fixture) run(b *testing.B, srv *redistest.Server) {
 	var worker, total, allowed atomic.Int64
 	one := func(next func() bool, w int) {
 		ctx := context.Background()
-		req := store.Request{Key: f.keys[w], Limit: f.lim, Cost: 1}
+		req := store.Request{Key: f.keys[w], Plan: algo.MustCompile(f.lim), Cost: 1}
 		var n, ok int64
 		for next() {
 			if !f.hot {

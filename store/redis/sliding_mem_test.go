@@ -41,7 +41,7 @@ func memoryUsage(t *testing.T, srv *redistest.Server, st *redis.Store, c memoryC
 	at := time.UnixMicro(1800003000334587)
 	for i := 0; i < n; i++ {
 		at = at.Add(step)
-		r, err := st.Decide(context.Background(), store.Request{Key: key, Limit: c.limit, Cost: 1, Time: at})
+		r, err := st.Decide(context.Background(), store.Request{Key: key, Plan: algo.MustCompile(c.limit), Cost: 1, Time: at})
 		if err != nil {
 			t.Error(err)
 			return 0, ""
@@ -51,7 +51,7 @@ func memoryUsage(t *testing.T, srv *redistest.Server, st *redis.Store, c memoryC
 			return 0, ""
 		}
 	}
-	name := redis.StateKey(redis.DefaultPrefix, store.Request{Key: key, Limit: c.limit})
+	name := redis.StateKey(redis.DefaultPrefix, store.Request{Key: key, Plan: algo.MustCompile(c.limit)})
 	v, err := srv.Do("MEMORY", "USAGE", name, "SAMPLES", "0")
 	if err != nil {
 		t.Error(err)

@@ -65,7 +65,7 @@ func TestWindowedCluster(t *testing.T) {
 				lim = l
 			}
 			key := "wx" + strconv.Itoa(trace) + ":" + strconv.Itoa(i) // a slot each, most likely
-			reqs[i] = store.Request{Key: key, Tag: key, Limit: lim, Shadow: r.IntN(6) == 0}
+			reqs[i] = store.Request{Key: key, Tag: key, Plan: algo.MustCompile(lim), Shadow: r.IntN(6) == 0}
 		}
 		at := time.UnixMicro(1800003000334587).Add(time.Duration(r.Int64N(int64(time.Hour))))
 		for step := 0; step < 40; step++ {
@@ -85,14 +85,14 @@ func TestWindowedCluster(t *testing.T) {
 			}
 			for i := range reqs {
 				m, x := mr[i], xr[i]
-				if l, ok := reqs[i].Limit.(algo.SlidingLog); (ok && l.Buckets > 0) || isCounter(reqs[i].Limit) {
+				if l, ok := reqs[i].Plan.Limit().(algo.SlidingLog); (ok && l.Buckets > 0) || isCounter(reqs[i].Plan.Limit()) {
 					if x.ResetAfter < m.ResetAfter {
 						t.Fatalf("trace %d step %d level %d: cluster reset %v before memory's %v", trace, step, i, x.ResetAfter, m.ResetAfter)
 					}
 					x.ResetAfter = m.ResetAfter
 				}
 				if m != x {
-					t.Fatalf("trace %d step %d level %d (%s) %+v cost %d:\nmemory  %+v\ncluster %+v", trace, step, i, reqs[i].Key, reqs[i].Limit, cost, mr[i], xr[i])
+					t.Fatalf("trace %d step %d level %d (%s) %+v cost %d:\nmemory  %+v\ncluster %+v", trace, step, i, reqs[i].Key, reqs[i].Plan.Limit(), cost, mr[i], xr[i])
 				}
 			}
 		}
@@ -134,11 +134,11 @@ func TestWindowedLayout(t *testing.T) {
 		{"window_counter", algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 300 * time.Millisecond}}}, 10 + 2 + 1, time.Second},
 	} {
 		key := "layout:" + tc.name
-		name := redis.StateKey(redis.DefaultPrefix, store.Request{Key: key, Limit: tc.limit})
+		name := redis.StateKey(redis.DefaultPrefix, store.Request{Key: key, Plan: algo.MustCompile(tc.limit)})
 		at := time.UnixMicro(1800003000334587)
 		for i := 0; i < 1000; i++ { // 10s of actions, 10ms apart
 			at = at.Add(10 * time.Millisecond)
-			if r, err := st.Decide(ctx, store.Request{Key: key, Limit: tc.limit, Cost: 1, Time: at}); err != nil || !r.Allowed {
+			if r, err := st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(tc.limit), Cost: 1, Time: at}); err != nil || !r.Allowed {
 				t.Fatalf("%s: action %d: %+v %v", tc.name, i, r, err)
 			}
 		}

@@ -128,7 +128,7 @@ func (s *Store) refund(ctx context.Context, levels []store.Request, stateKeys []
 		if c.ok[j] && r.Cost > 0 { // a peek committed nothing
 			args[k] = strconv.FormatInt(c.val[j], 10)
 		}
-		k += 1 + int(blockExtras(r.Limit))
+		k += 1 + int(blockExtras(r.Plan))
 	}
 	if err := refundDriver.script(c.set).Exec(ctx, s.client(), keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)

@@ -27,8 +27,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -68,7 +68,7 @@ func run(addr, key string, limit int64, window, lease time.Duration, maxLease in
 	if err != nil {
 		return err
 	}
-	req := sluice.Request{Key: key, Limit: algo.FixedWindow{Limit: limit, Window: window}, Cost: 1, Lease: lease > 0}
+	req := store.Request{Key: key, Plan: algo.MustCompile(algo.FixedWindow{Limit: limit, Window: window}), Cost: 1, Lease: lease > 0}
 	if once {
 		_, err := st.Decide(ctx, req)
 		st.Close()

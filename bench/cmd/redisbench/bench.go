@@ -19,9 +19,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/bench/internal/machine"
+	"github.com/sluicehq/sluice/store"
 	sredis "github.com/sluicehq/sluice/store/redis"
 )
 
@@ -112,7 +112,7 @@ func (b *bench) sluice(lim algo.Limit, reqTime bool) decider { return sluiceOn(b
 
 func sluiceOn(st *sredis.Store, lim algo.Limit, reqTime bool) decider {
 	return func(ctx context.Context, key string) (bool, error) {
-		req := sluice.Request{Key: key, Limit: lim, Cost: 1}
+		req := store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1}
 		if reqTime {
 			req.Time = time.Now()
 		}

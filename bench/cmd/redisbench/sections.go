@@ -11,8 +11,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 	sredis "github.com/sluicehq/sluice/store/redis"
 )
 
@@ -561,7 +561,7 @@ func (b *bench) fill(ctx context.Context, d decider, n int) error {
 	return nil
 }
 
-var _ = sluice.Request{}
+var _ = store.Request{}
 
 // disturbed reports whether other processes used more than -disturbed of
 // one core during any run of a round.
