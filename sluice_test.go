@@ -171,7 +171,7 @@ func TestBounds(t *testing.T) {
 	if _, err := sluice.NewLimiter(st, algo.FixedWindow{Limit: algo.MaxCount + 1, Window: time.Second}); !errors.Is(err, algo.ErrInvalid) {
 		t.Errorf("NewLimiter with a fixed_window limit of 2^53: %v", err)
 	}
-	if err := (algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit + 1, Window: time.Second}}}).Validate(); !errors.Is(err, algo.ErrInvalid) {
+	if _, err := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit + 1, Window: time.Second}}}); !errors.Is(err, algo.ErrInvalid) {
 		t.Errorf("exact sliding_log limit %d: %v", algo.MaxExactLimit+1, err)
 	}
 	// An exact log writes an entry per action: one decision takes at most

@@ -37,10 +37,10 @@ type Block struct {
 const (
 	MinBlock           = time.Millisecond
 	MaxBlock           = 365 * 24 * time.Hour
-	MaxGrowth          = 1000
-	DefaultForgetAfter = 24 * time.Hour
-	// MaxBlockCount is the most blocks in a row a key's state counts.
-	MaxBlockCount = 1000
+	maxGrowth          = 1000
+	defaultForgetAfter = 24 * time.Hour
+	// maxBlockCount is the most blocks in a row a key's state counts.
+	maxBlockCount = 1000
 )
 
 // BlockState is a key's block: when it ends (µs since the epoch; 0 for
@@ -62,20 +62,20 @@ func (b Block) WithDefaults() Block {
 		b.Max = MaxBlock
 	}
 	if b.ForgetAfter == 0 {
-		b.ForgetAfter = DefaultForgetAfter
+		b.ForgetAfter = defaultForgetAfter
 	}
 	return b
 }
 
-// Validate reports whether the block's parameters are usable, its
+// validate reports whether the block's parameters are usable, its
 // defaults set. The error wraps ErrInvalid.
-func (b Block) Validate() error {
+func (b Block) validate() error {
 	b = b.WithDefaults()
 	switch {
 	case b.For < MinBlock || b.For > MaxBlock:
 		return fmt.Errorf("%w: block for must be %v to %v, got %v", ErrInvalid, MinBlock, MaxBlock, b.For)
-	case !(b.Growth >= 1 && b.Growth <= MaxGrowth):
-		return fmt.Errorf("%w: block growth must be 1 to %d, got %v", ErrInvalid, MaxGrowth, b.Growth)
+	case !(b.Growth >= 1 && b.Growth <= maxGrowth):
+		return fmt.Errorf("%w: block growth must be 1 to %d, got %v", ErrInvalid, maxGrowth, b.Growth)
 	case b.Max < b.For || b.Max > MaxBlock:
 		return fmt.Errorf("%w: block max must be from for (%v) to %v, got %v", ErrInvalid, b.For, MaxBlock, b.Max)
 	case b.ForgetAfter < 0 || b.ForgetAfter > MaxBlock:
@@ -92,7 +92,7 @@ func (b Block) Start(st BlockState, now int64) BlockState {
 	b = b.WithDefaults()
 	n := int64(1)
 	if st.Until != 0 && now-st.Until <= Micros(b.ForgetAfter) {
-		n = min(st.Count+1, MaxBlockCount)
+		n = min(st.Count+1, maxBlockCount)
 	}
 	until := now + b.Length(n)
 	return BlockState{Until: until, Count: n, Expire: until + Micros(b.ForgetAfter)}
@@ -128,22 +128,22 @@ type Blocking struct {
 // Kind implements Limit: the kind of the limit it blocks for.
 func (b Blocking) Kind() Kind { return b.Limit.Kind() }
 
-// Validate implements Limit.
-func (b Blocking) Validate() error {
+// validate implements Limit.
+func (b Blocking) validate() error {
 	if b.Limit == nil {
 		return errNilLimit
 	}
 	if _, ok := b.Limit.(Blocking); ok {
 		return fmt.Errorf("%w: a block of a block", ErrInvalid)
 	}
-	if err := b.Limit.Validate(); err != nil {
+	if err := b.Limit.validate(); err != nil {
 		return err
 	}
-	return b.Block.Validate()
+	return b.Block.validate()
 }
 
-// Decide implements Limit.
-func (b Blocking) Decide(s *State, now, cost int64, commit bool) Result {
+// decide implements Limit.
+func (b Blocking) decide(s *State, now, cost int64, commit bool) Result {
 	p, err := Compile(b)
 	if err != nil {
 		panic("algo: Decide on an invalid Blocking: " + err.Error())

@@ -19,7 +19,7 @@ func TestBlockLengths(t *testing.T) {
 	if got := dur(Block{For: time.Second}.Length(500)); got != time.Second {
 		t.Errorf("growth 1: %v", got)
 	}
-	if got := dur(Block{For: time.Millisecond, Growth: 1.001, Max: MaxBlock}.Length(MaxBlockCount)); got <= time.Millisecond || got > MaxBlock {
+	if got := dur(Block{For: time.Millisecond, Growth: 1.001, Max: MaxBlock}.Length(maxBlockCount)); got <= time.Millisecond || got > MaxBlock {
 		t.Errorf("a long row: %v", got)
 	}
 }

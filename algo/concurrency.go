@@ -55,7 +55,7 @@ type Concurrency struct {
 // Renewing does not grow the state, however often.
 const (
 	MaxSlots   = 100_000
-	MinHoldFor = time.Millisecond
+	minHoldFor = time.Millisecond
 	MaxHoldFor = 24 * time.Hour
 )
 
@@ -87,25 +87,25 @@ func (o SlotOp) String() string {
 	return fmt.Sprintf("SlotOp(%d)", o)
 }
 
-// Validate implements Limit.
-func (c Concurrency) Validate() error {
+// validate implements Limit.
+func (c Concurrency) validate() error {
 	switch {
 	case c.Limit < 1 || c.Limit > MaxSlots:
 		return fmt.Errorf("%w: concurrency limit must be 1 to %d slots, got %d", ErrInvalid, MaxSlots, c.Limit)
-	case c.HoldFor < MinHoldFor || c.HoldFor > MaxHoldFor:
-		return fmt.Errorf("%w: hold_for must be %v to %v, got %v", ErrInvalid, MinHoldFor, MaxHoldFor, c.HoldFor)
+	case c.HoldFor < minHoldFor || c.HoldFor > MaxHoldFor:
+		return fmt.Errorf("%w: hold_for must be %v to %v, got %v", ErrInvalid, minHoldFor, MaxHoldFor, c.HoldFor)
 	}
 	return nil
 }
 
-// Decide implements Limit: an acquire for no permit.
-func (c Concurrency) Decide(s *State, now, cost int64, commit bool) Result {
-	return c.decide(s, now, cost, commit, 0, Acquire)
+// decide implements Limit: an acquire for no permit.
+func (c Concurrency) decide(s *State, now, cost int64, commit bool) Result {
+	return c.decideFor(s, now, cost, commit, 0, Acquire)
 }
 
-// decide applies op for the permit id.
-func (c Concurrency) decide(s *State, now, cost int64, commit bool, id int64, op SlotOp) Result {
-	held := c.Held(s, now)
+// decideFor applies op for the permit id.
+func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64, op SlotOp) Result {
+	held := c.held(s, now)
 	at := holderAt(s, id, now)
 	switch {
 	case op == Release:
@@ -131,7 +131,7 @@ func (c Concurrency) decide(s *State, now, cost int64, commit bool, id int64, op
 	case cost > c.Limit:
 		return c.Result(false, now, held, s.Expire, Never, 0)
 	case held+cost > c.Limit:
-		return c.Result(false, now, held, s.Expire, dur(c.FreeAt(s, now, held+cost-c.Limit)-now), 0)
+		return c.Result(false, now, held, s.Expire, dur(c.freeAt(s, now, held+cost-c.Limit)-now), 0)
 	}
 	if commit {
 		c.sweep(s, now)
@@ -157,9 +157,9 @@ func (c Concurrency) Result(ok bool, now, held, end int64, retry time.Duration, 
 	return r
 }
 
-// Held returns the units held at now: those of the holders whose lease
+// held returns the units held at now: those of the holders whose lease
 // ends after now.
-func (c Concurrency) Held(s *State, now int64) int64 {
+func (c Concurrency) held(s *State, now int64) int64 {
 	if s.B == 0 || s.B > now {
 		return s.A
 	}
@@ -280,10 +280,10 @@ func (c Concurrency) drop(s *State, n int64) {
 	}
 }
 
-// FreeAt returns when need units held at now will have been freed by
+// freeAt returns when need units held at now will have been freed by
 // leases ending (none released or renewed meanwhile): the end of the
 // lease that brings the units freed to need.
-func (c Concurrency) FreeAt(s *State, now, need int64) int64 {
+func (c Concurrency) freeAt(s *State, now, need int64) int64 {
 	type lease struct{ end, n int64 }
 	var ls []lease
 	for i := 0; i+2 < len(s.Log); i += 3 {
@@ -302,7 +302,7 @@ func (c Concurrency) FreeAt(s *State, now, need int64) int64 {
 }
 
 var concurrencyKind = kindInfo{
-	name:    NameConcurrency,
+	name:    nameConcurrency,
 	fields:  []string{"limit", "hold_for"},
 	build:   func(s Spec) (Limit, error) { return Concurrency{Limit: s.Limit, HoldFor: s.HoldFor}, nil },
 	example: Concurrency{Limit: 10, HoldFor: 30 * time.Second},
@@ -313,7 +313,7 @@ func (Concurrency) Kind() Kind { return KindConcurrency }
 
 // Spec implements Limit.
 func (c Concurrency) Spec() Spec {
-	return Spec{Algorithm: NameConcurrency, Limit: c.Limit, HoldFor: c.HoldFor}
+	return Spec{Algorithm: nameConcurrency, Limit: c.Limit, HoldFor: c.HoldFor}
 }
 
 // Quota implements Limit: Limit slots, which a holder keeps for HoldFor at

@@ -20,10 +20,10 @@ type FixedWindow struct {
 	Window time.Duration
 }
 
-// Validate implements Limit. A Limit is at most MaxCount. A Limit of 0
+// validate implements Limit. A Limit is at most MaxCount. A Limit of 0
 // admits nothing but peeks (every cost above 0 is denied, Never to be
 // admitted): envoyproxy/ratelimit's requests_per_unit 0.
-func (f FixedWindow) Validate() error {
+func (f FixedWindow) validate() error {
 	if f.Limit < 0 {
 		return fmt.Errorf("%w: fixed_window limit must be zero or more, got %d", ErrInvalid, f.Limit)
 	}
@@ -33,23 +33,23 @@ func (f FixedWindow) Validate() error {
 	return positiveSpan("fixed_window window", f.Window)
 }
 
-// WindowEnd returns the end of the window that holds now.
-func (f FixedWindow) WindowEnd(now int64) int64 {
+// windowEnd returns the end of the window that holds now.
+func (f FixedWindow) windowEnd(now int64) int64 {
 	w := Micros(f.Window)
 	return now - now%w + w
 }
 
-// At returns the time a decision at now is taken at on s: now, or the
+// at returns the time a decision at now is taken at on s: now, or the
 // start of the window s counts when now is before it (the clock stepped
 // back), so that a key never returns to a window it has left.
-func (f FixedWindow) At(s *State, now int64) int64 {
+func (f FixedWindow) at(s *State, now int64) int64 {
 	return max(now, s.A-Micros(f.Window))
 }
 
-// Decide implements Limit.
-func (f FixedWindow) Decide(s *State, now, cost int64, commit bool) Result {
-	now = f.At(s, now)
-	end := f.WindowEnd(now)
+// decide implements Limit.
+func (f FixedWindow) decide(s *State, now, cost int64, commit bool) Result {
+	now = f.at(s, now)
+	end := f.windowEnd(now)
 	ok, count := f.step(s, now, end, cost, commit)
 	return f.numbers(ok, now, end, count, cost).result(ok, cost)
 }
@@ -75,7 +75,7 @@ func (f FixedWindow) step(s *State, now, end, cost int64, commit bool) (bool, in
 // Result derives a decision's Result from its outcome: count is the
 // window's count after the decision.
 func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
-	return f.numbers(allowed, now, f.WindowEnd(now), count, cost).result(allowed, cost)
+	return f.numbers(allowed, now, f.windowEnd(now), count, cost).result(allowed, cost)
 }
 
 // numbers are the Result's numbers in the window ending at end.
@@ -95,7 +95,7 @@ func (f FixedWindow) numbers(allowed bool, now, end, count, cost int64) numbers 
 }
 
 var fixedWindowKind = kindInfo{
-	name:     NameFixedWindow,
+	name:     nameFixedWindow,
 	stepwise: true,
 	fields:   []string{"limit", "window"},
 	build: func(s Spec) (Limit, error) {
@@ -110,7 +110,7 @@ func (FixedWindow) Kind() Kind { return KindFixedWindow }
 
 // Spec implements Limit.
 func (f FixedWindow) Spec() Spec {
-	return Spec{Algorithm: NameFixedWindow, Limit: f.Limit, Window: f.Window}
+	return Spec{Algorithm: nameFixedWindow, Limit: f.Limit, Window: f.Window}
 }
 
 // Quota implements Limit: Limit per Window.

@@ -9,11 +9,11 @@ type Gate struct {
 	Interval time.Duration
 }
 
-// Validate implements Limit.
-func (g Gate) Validate() error { return positiveSpan("gate interval", g.Interval) }
+// validate implements Limit.
+func (g Gate) validate() error { return positiveSpan("gate interval", g.Interval) }
 
-// Decide implements Limit.
-func (g Gate) Decide(s *State, now, cost int64, commit bool) Result {
+// decide implements Limit.
+func (g Gate) decide(s *State, now, cost int64, commit bool) Result {
 	ok, openAt := g.step(s, now, cost, commit)
 	return g.Result(ok, now, openAt, cost)
 }
@@ -55,7 +55,7 @@ func (g Gate) numbers(allowed bool, now, openAt, cost int64) numbers {
 }
 
 var gateKind = kindInfo{
-	name:     NameGate,
+	name:     nameGate,
 	stepwise: true,
 	fields:   []string{"interval"},
 	build:    func(s Spec) (Limit, error) { return Gate{Interval: time.Duration(s.Interval)}, nil },
@@ -66,7 +66,7 @@ var gateKind = kindInfo{
 func (Gate) Kind() Kind { return KindGate }
 
 // Spec implements Limit.
-func (g Gate) Spec() Spec { return Spec{Algorithm: NameGate, Interval: g.Interval} }
+func (g Gate) Spec() Spec { return Spec{Algorithm: nameGate, Interval: g.Interval} }
 
 // Quota implements Limit: 1 per Interval.
 func (g Gate) Quota() (int64, time.Duration) { return 1, g.Interval }

@@ -29,16 +29,16 @@ type GCRA struct {
 	Period time.Duration
 }
 
-// Validate implements Limit.
-func (g GCRA) Validate() error {
+// validate implements Limit.
+func (g GCRA) validate() error {
 	_, err := g.tat()
 	return err
 }
 
-// Decide implements Limit.
-func (g GCRA) Decide(s *State, now, cost int64, commit bool) Result {
+// decide implements Limit.
+func (g GCRA) decide(s *State, now, cost int64, commit bool) Result {
 	p, _ := g.tat()
-	return p.Decide(s, now, cost, commit)
+	return p.decide(s, now, cost, commit)
 }
 
 // TAT returns the virtual-scheduling parameters of g.
@@ -74,16 +74,16 @@ type TokenBucket struct {
 	Per   time.Duration
 }
 
-// Validate implements Limit.
-func (b TokenBucket) Validate() error {
+// validate implements Limit.
+func (b TokenBucket) validate() error {
 	_, err := b.tat()
 	return err
 }
 
-// Decide implements Limit.
-func (b TokenBucket) Decide(s *State, now, cost int64, commit bool) Result {
+// decide implements Limit.
+func (b TokenBucket) decide(s *State, now, cost int64, commit bool) Result {
 	p, _ := b.tat()
-	return p.Decide(s, now, cost, commit)
+	return p.decide(s, now, cost, commit)
 }
 
 // TAT returns the virtual-scheduling parameters of b.
@@ -123,8 +123,8 @@ func newTAT(name string, periodUS, count, limit int64) (TAT, error) {
 	return TAT{Interval: t, Tolerance: t * limit, Quota: limit}, nil
 }
 
-// Decide applies the virtual-scheduling step; State.A holds the TAT.
-func (p TAT) Decide(s *State, now, cost int64, commit bool) Result {
+// decide applies the virtual-scheduling step; State.A holds the TAT.
+func (p TAT) decide(s *State, now, cost int64, commit bool) Result {
 	ok, tat := p.step(s, now, cost, commit)
 	return p.Result(ok, now, tat, cost)
 }
@@ -170,7 +170,7 @@ func (p *TAT) numbers(allowed bool, now, tat, cost int64) numbers {
 }
 
 var gcraKind = kindInfo{
-	name:     NameGCRA,
+	name:     nameGCRA,
 	stepwise: true,
 	fields:   []string{"burst", "count", "period"},
 	build: func(s Spec) (Limit, error) {
@@ -184,7 +184,7 @@ func (GCRA) Kind() Kind { return KindGCRA }
 
 // Spec implements Limit.
 func (g GCRA) Spec() Spec {
-	return Spec{Algorithm: NameGCRA, Burst: g.Burst, Count: g.Count, Period: g.Period}
+	return Spec{Algorithm: nameGCRA, Burst: g.Burst, Count: g.Count, Period: g.Period}
 }
 
 // Quota implements Limit: Burst+1 in (Burst+1)·T.
@@ -197,7 +197,7 @@ func (g GCRA) SteadyRate() (int64, time.Duration) { return g.Count, g.Period }
 func (GCRA) DeniedBy(int) string { return "" }
 
 var tokenBucketKind = kindInfo{
-	name:     NameTokenBucket,
+	name:     nameTokenBucket,
 	stepwise: true,
 	fields:   []string{"burst", "rate", "per"},
 	build: func(s Spec) (Limit, error) {
@@ -211,7 +211,7 @@ func (TokenBucket) Kind() Kind { return KindTokenBucket }
 
 // Spec implements Limit.
 func (b TokenBucket) Spec() Spec {
-	return Spec{Algorithm: NameTokenBucket, Burst: b.Burst, Rate: b.Rate, Per: b.Per}
+	return Spec{Algorithm: nameTokenBucket, Burst: b.Burst, Rate: b.Rate, Per: b.Per}
 }
 
 // Quota implements Limit: Burst in Burst·T.

@@ -28,13 +28,13 @@ const (
 
 // Algorithm names, as used in Spec.Algorithm.
 const (
-	NameGCRA          = "gcra"
-	NameTokenBucket   = "token_bucket"
-	NameFixedWindow   = "fixed_window"
-	NameGate          = "gate"
-	NameSlidingLog    = "sliding_log"
-	NameWindowCounter = "window_counter"
-	NameConcurrency   = "concurrency"
+	nameGCRA          = "gcra"
+	nameTokenBucket   = "token_bucket"
+	nameFixedWindow   = "fixed_window"
+	nameGate          = "gate"
+	nameSlidingLog    = "sliding_log"
+	nameWindowCounter = "window_counter"
+	nameConcurrency   = "concurrency"
 )
 
 // kindInfo is what the package knows of a kind beside its Limit type.
@@ -101,8 +101,8 @@ func Kinds() []Kind {
 	return out
 }
 
-// ParseKind returns the kind that name names.
-func ParseKind(name string) (Kind, error) {
+// parseKind returns the kind that name names.
+func parseKind(name string) (Kind, error) {
 	for i := range kinds {
 		if kinds[i].name == name {
 			return Kind(i), nil
@@ -124,16 +124,16 @@ func ParseKind(name string) (Kind, error) {
 type Limit interface {
 	// Kind returns the limit's algorithm.
 	Kind() Kind
-	// Validate reports whether the parameters are usable. The error wraps
+	// validate reports whether the parameters are usable. The error wraps
 	// ErrInvalid.
-	Validate() error
-	// Decide applies a decision of the given cost at time now (µs since the
+	validate() error
+	// decide applies a decision of the given cost at time now (µs since the
 	// epoch) to the state s, which the caller has reset to the zero State if
 	// it had expired. When commit is false, s is left as it was; when the
 	// decision admits nothing, s is left as it was too, except by an
 	// algorithm that records denied attempts (a uniform SlidingLog). The
 	// parameters must be valid.
-	Decide(s *State, now, cost int64, commit bool) Result
+	decide(s *State, now, cost int64, commit bool) Result
 	// Spec returns the limit's serialized form; Spec().Build() gives the
 	// limit back.
 	Spec() Spec

@@ -24,10 +24,10 @@ func TestKindsAnswerForThemselves(t *testing.T) {
 			if l.Kind() != k {
 				t.Fatalf("example's kind is %v", l.Kind())
 			}
-			if got, err := ParseKind(k.String()); err != nil || got != k {
+			if got, err := parseKind(k.String()); err != nil || got != k {
 				t.Fatalf("ParseKind(%q) = %v, %v", k.String(), got, err)
 			}
-			if err := l.Validate(); err != nil {
+			if err := l.validate(); err != nil {
 				t.Fatalf("example invalid: %v", err)
 			}
 			spec := l.Spec()
@@ -43,7 +43,7 @@ func TestKindsAnswerForThemselves(t *testing.T) {
 				t.Errorf("AppendJSON = %s, want %s", got, want)
 			}
 			var s State
-			r := l.Decide(&s, 1_800_000_000_000_000, 0, false)
+			r := l.decide(&s, 1_800_000_000_000_000, 0, false)
 			q, w := l.Quota()
 			if q != r.Quota || q <= 0 || w <= 0 {
 				t.Errorf("Quota() = %d, %v; Result.Quota %d", q, w, r.Quota)
@@ -57,7 +57,7 @@ func TestKindsAnswerForThemselves(t *testing.T) {
 
 func TestParseKindUnknown(t *testing.T) {
 	for _, name := range []string{"", "leaky", "GCRA"} {
-		if _, err := ParseKind(name); err == nil {
+		if _, err := parseKind(name); err == nil {
 			t.Errorf("ParseKind(%q) accepted", name)
 		}
 	}

@@ -82,23 +82,23 @@ func (p *Plan) compile(l Limit) error {
 		p.tat, err = l.tat()
 	case FixedWindow:
 		p.kind, p.fw = KindFixedWindow, l
-		if err = l.Validate(); err == nil {
+		if err = l.validate(); err == nil {
 			p.win = newDivisor(Micros(l.Window))
 		}
 	case Gate:
 		p.kind, p.gate = KindGate, l
-		err = l.Validate()
+		err = l.validate()
 	case SlidingLog:
 		p.kind, p.sl = KindSlidingLog, l
-		err = l.Validate()
+		err = l.validate()
 	case WindowCounter:
 		p.kind, p.wc = KindWindowCounter, l
-		err = l.Validate()
+		err = l.validate()
 	case Concurrency:
 		p.kind, p.cc = KindConcurrency, l
-		err = l.Validate()
+		err = l.validate()
 	case Blocking:
-		if err = l.Validate(); err == nil {
+		if err = l.validate(); err == nil {
 			err = p.compile(l.Limit)
 		}
 		if err != nil {
@@ -171,7 +171,7 @@ func (p *Plan) shapeParts(num func(int64), tag func(string)) {
 		}
 	case KindWindowCounter:
 		num(p.wc.SliceMicros())
-		num(p.wc.MaxSlices())
+		num(p.wc.maxSlices())
 		num(int64(len(p.wc.Limits)))
 	}
 }
@@ -248,11 +248,11 @@ func (p *Plan) decide(s *State, now, cost int64, commit bool) Result {
 	}
 	switch p.kind {
 	case KindSlidingLog:
-		return p.sl.Decide(s, now, cost, commit)
+		return p.sl.decide(s, now, cost, commit)
 	case KindWindowCounter:
-		return p.wc.Decide(s, now, cost, commit)
+		return p.wc.decide(s, now, cost, commit)
 	case KindConcurrency:
-		return p.cc.decide(s, now, cost, commit, p.permit, p.op)
+		return p.cc.decideFor(s, now, cost, commit, p.permit, p.op)
 	}
 	panic("algo: Decide on a Plan that Compile did not make")
 }
@@ -515,13 +515,13 @@ func (p *Plan) Undo(s *State, now, cost int64) error {
 	if err != nil {
 		return err
 	}
-	t.Undo(s, now, cost)
+	t.undo(s, now, cost)
 	return nil
 }
 
-// Undo moves the state's TAT back by cost·T; a TAT no later than now is
+// undo moves the state's TAT back by cost·T; a TAT no later than now is
 // the zero State.
-func (p TAT) Undo(s *State, now, cost int64) {
+func (p TAT) undo(s *State, now, cost int64) {
 	if s.A == 0 {
 		return
 	}

@@ -31,14 +31,14 @@ func TestPlanDecidesAsTheLimit(t *testing.T) {
 				now += r.Int64N(200_000)
 				cost := r.Int64N(3)
 				commit := r.IntN(4) != 0
-				want, got := l.Decide(&a, now, cost, commit), p.Decide(&b, now, cost, commit)
+				want, got := l.decide(&a, now, cost, commit), p.Decide(&b, now, cost, commit)
 				if !reflect.DeepEqual(want, got) || !reflect.DeepEqual(a, b) {
 					t.Fatalf("%v step %d: plan %+v %+v, limit %+v %+v", k, i, got, b, want, a)
 				}
 				if commit { // DecideUnlock: the same decision, and mu unlocked
 					c := a
 					c.Log = slices.Clone(a.Log)
-					want = l.Decide(&a, now, cost, true)
+					want = l.decide(&a, now, cost, true)
 					var mu sync.Mutex
 					mu.Lock()
 					var got Result

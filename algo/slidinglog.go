@@ -37,8 +37,8 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// ParseMode returns the mode that s names; "" is Binary.
-func ParseMode(s string) (Mode, error) {
+// parseMode returns the mode that s names; "" is Binary.
+func parseMode(s string) (Mode, error) {
 	switch s {
 	case "", "binary":
 		return Binary, nil
@@ -63,9 +63,9 @@ type Window struct {
 // Bounds of the windowed algorithms, which keep them cheap per decision
 // and their counters exact in the Redis store's Lua numbers.
 const (
-	// MaxWindows is the most limits (windows) one SlidingLog or
+	// maxWindows is the most limits (windows) one SlidingLog or
 	// WindowCounter takes.
-	MaxWindows = 16
+	maxWindows = 16
 	// MaxWindowLimit bounds every limit of a SlidingLog or WindowCounter.
 	MaxWindowLimit = 1_000_000_000
 	// MaxExactLimit bounds the limits of an exact SlidingLog (no
@@ -76,10 +76,10 @@ const (
 	// small (a cost of 10,000 is one 11 ms script on Redis; 1,000,000 once
 	// ran 1.6 s, stalling Redis). See Plan.MaxCost.
 	MaxExactCost = 10_000
-	// MaxBuckets bounds SlidingLog.Buckets, and MaxSlices the slices in a
+	// maxBuckets bounds SlidingLog.Buckets, and MaxSlices the slices in a
 	// WindowCounter's longest window.
-	MaxBuckets = 10_000
-	MaxSlices  = 10_000
+	maxBuckets = 10_000
+	maxSlices  = 10_000
 )
 
 // SlidingLog counts every action in rolling windows and admits a batch of
@@ -153,8 +153,8 @@ type SlidingLog struct {
 	Mode    Mode
 }
 
-// Validate implements Limit.
-func (l SlidingLog) Validate() error {
+// validate implements Limit.
+func (l SlidingLog) validate() error {
 	if err := validateWindows("sliding_log", l.Limits); err != nil {
 		return err
 	}
@@ -168,8 +168,8 @@ func (l SlidingLog) Validate() error {
 		return fmt.Errorf("%w: sliding_log min_gap %v is longer than the longest window %v", ErrInvalid, l.MinGap, dur(wmax))
 	case l.Buckets < 0:
 		return fmt.Errorf("%w: sliding_log buckets must be positive (or 0 for an exact log), got %d", ErrInvalid, l.Buckets)
-	case l.Buckets > MaxBuckets:
-		return fmt.Errorf("%w: sliding_log buckets %d exceed %d", ErrInvalid, l.Buckets, MaxBuckets)
+	case l.Buckets > maxBuckets:
+		return fmt.Errorf("%w: sliding_log buckets %d exceed %d", ErrInvalid, l.Buckets, maxBuckets)
 	case l.Mode < Binary || l.Mode > Uniform:
 		return fmt.Errorf("%w: sliding_log mode %d is not binary, nary or uniform", ErrInvalid, int(l.Mode))
 	}
@@ -187,8 +187,8 @@ func validateWindows(name string, ws []Window) error {
 	if len(ws) == 0 {
 		return fmt.Errorf("%w: %s needs at least one limit", ErrInvalid, name)
 	}
-	if len(ws) > MaxWindows {
-		return fmt.Errorf("%w: %s has %d limits, more than %d", ErrInvalid, name, len(ws), MaxWindows)
+	if len(ws) > maxWindows {
+		return fmt.Errorf("%w: %s has %d limits, more than %d", ErrInvalid, name, len(ws), maxWindows)
 	}
 	for i, w := range ws {
 		if w.Limit <= 0 {
@@ -234,8 +234,8 @@ func (l SlidingLog) RecordedReset(now, clock int64, hasClock bool) int64 {
 	return reset
 }
 
-// MinLimit is the smallest of the limits: Result.Limit.
-func (l SlidingLog) MinLimit() int64 { return minLimit(l.Limits) }
+// minLimit is the smallest of the limits: Result.Limit.
+func (l SlidingLog) minLimit() int64 { return minLimit(l.Limits) }
 
 // MaxLimit is the largest of the limits, which bounds what one attempt
 // records.
@@ -298,7 +298,7 @@ func (o Outcome) Result(now, cost, limit int64, floor bool) Result {
 	return r
 }
 
-// Decide implements Limit.
+// decide implements Limit.
 //
 // The exact log keeps State.Log[State.B:] (State.B counts dropped entries
 // not yet compacted away): the recorded times, ascending, one per action.
@@ -307,19 +307,19 @@ func (o Outcome) Result(now, cost, limit int64, floor bool) Result {
 // i·(B+1) + k mod (B+1) for the buckets k in (⌊A/w_i⌋-B-1, ⌊A/w_i⌋], then
 // the K sums of those counters, so that a decision costs O(K) plus the
 // buckets it moves past.
-func (l SlidingLog) Decide(s *State, now, cost int64, commit bool) Result {
+func (l SlidingLog) decide(s *State, now, cost int64, commit bool) Result {
 	var o Outcome
 	if l.Buckets > 0 {
 		o = l.decideSampled(s, now, cost, commit)
 	} else {
 		o = l.decideExact(s, now, cost, commit)
 	}
-	return o.Result(now, cost, l.MinLimit(), l.Mode != Uniform)
+	return o.Result(now, cost, l.minLimit(), l.Mode != Uniform)
 }
 
 // admit applies the decision rule to the counts c (before the decision):
 // what is admitted and what is recorded.
-func (l SlidingLog) admit(c *[MaxWindows]int64, cost int64, gapOK bool) (admitted, record int64) {
+func (l SlidingLog) admit(c *[maxWindows]int64, cost int64, gapOK bool) (admitted, record int64) {
 	if cost == 0 {
 		return 0, 0
 	}
@@ -353,7 +353,7 @@ func (l SlidingLog) admit(c *[MaxWindows]int64, cost int64, gapOK bool) (admitte
 // from the counts after it (c) and, for each limit that does not fit,
 // leave(i): the time its (L_i-n+1)-th newest action leaves the window.
 // gapAt is when the gap is kept again (0 when it does not matter).
-func (l SlidingLog) wait(o *Outcome, c *[MaxWindows]int64, cost, gapAt int64, leave func(i int, j int64) int64) {
+func (l SlidingLog) wait(o *Outcome, c *[maxWindows]int64, cost, gapAt int64, leave func(i int, j int64) int64) {
 	for i, w := range l.Limits {
 		if cost > w.Limit {
 			o.Wait, o.DeniedBy = -1, i+1
@@ -373,7 +373,7 @@ func (l SlidingLog) wait(o *Outcome, c *[MaxWindows]int64, cost, gapAt int64, le
 }
 
 // remaining returns min_i (L_i - c_i).
-func remaining(ws []Window, c *[MaxWindows]int64) int64 {
+func remaining(ws []Window, c *[maxWindows]int64) int64 {
 	r := ws[0].Limit - c[0]
 	for i, w := range ws[1:] {
 		r = min(r, w.Limit-c[i+1])
@@ -393,7 +393,7 @@ func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome 
 		last = live[len(live)-1]
 		e = max(now, last)
 	}
-	var c [MaxWindows]int64
+	var c [maxWindows]int64
 	for i, w := range l.Limits {
 		c[i] = int64(len(live) - firstAfter(live, e-Micros(w.Window)))
 	}
@@ -492,7 +492,7 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 	// running sum over the ring (a_i-B-1, a_i], less the buckets that
 	// leave when the ring moves to cur_i, which sit in the slots of
 	// (a_i, cur_i].
-	var c [MaxWindows]int64
+	var c [maxWindows]int64
 	if valid {
 		for i := range l.Limits {
 			w := l.BucketWidth(i)
@@ -579,10 +579,10 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 }
 
 var slidingLogKind = kindInfo{
-	name:   NameSlidingLog,
+	name:   nameSlidingLog,
 	fields: []string{"limits", "min_gap", "buckets", "mode"},
 	build: func(s Spec) (Limit, error) {
-		mode, err := ParseMode(s.Mode)
+		mode, err := parseMode(s.Mode)
 		if err != nil {
 			return nil, err
 		}
@@ -603,7 +603,7 @@ func (SlidingLog) Kind() Kind { return KindSlidingLog }
 
 // Spec implements Limit. The mode is left out when it is Binary.
 func (l SlidingLog) Spec() Spec {
-	s := Spec{Algorithm: NameSlidingLog, Limits: windowSpecs(l.Limits), MinGap: l.MinGap}
+	s := Spec{Algorithm: nameSlidingLog, Limits: windowSpecs(l.Limits), MinGap: l.MinGap}
 	if l.Buckets > 0 {
 		b := l.Buckets
 		s.Buckets = &b

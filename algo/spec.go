@@ -124,7 +124,7 @@ func (ws WindowSpecs) windows() []Window {
 
 // Build builds and validates the limit the spec describes.
 func (s Spec) Build() (Limit, error) {
-	k, err := ParseKind(s.Algorithm)
+	k, err := parseKind(s.Algorithm)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func (s Spec) Build() (Limit, error) {
 	if s.Block != nil {
 		l = Blocking{Limit: l, Block: *s.Block}
 	}
-	if err := l.Validate(); err != nil {
+	if err := l.validate(); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// DefaultSlice is a WindowCounter's slice when Slice is zero.
-const DefaultSlice = time.Second
+// defaultSlice is a WindowCounter's slice when Slice is zero.
+const defaultSlice = time.Second
 
 // WindowCounter is the per-time-slice counter pattern: one counter per
 // slice of time (Slice, default 1s, aligned to the epoch), and one
@@ -44,7 +44,7 @@ type WindowCounter struct {
 // SliceMicros is the slice in µs.
 func (wc WindowCounter) SliceMicros() int64 {
 	if wc.Slice == 0 {
-		return Micros(DefaultSlice)
+		return Micros(defaultSlice)
 	}
 	return Micros(wc.Slice)
 }
@@ -54,8 +54,8 @@ func (wc WindowCounter) Slices(i int) int64 {
 	return Micros(wc.Limits[i].Window) / wc.SliceMicros()
 }
 
-// MaxSlices returns the longest window's length in slices.
-func (wc WindowCounter) MaxSlices() int64 {
+// maxSlices returns the longest window's length in slices.
+func (wc WindowCounter) maxSlices() int64 {
 	var m int64
 	for i := range wc.Limits {
 		m = max(m, wc.Slices(i))
@@ -63,8 +63,8 @@ func (wc WindowCounter) MaxSlices() int64 {
 	return m
 }
 
-// MinLimit is the smallest of the limits: Result.Limit.
-func (wc WindowCounter) MinLimit() int64 { return minLimit(wc.Limits) }
+// minLimit is the smallest of the limits: Result.Limit.
+func (wc WindowCounter) minLimit() int64 { return minLimit(wc.Limits) }
 
 // RecordedReset is Outcome.Reset after a decision at now that recorded a
 // count, given the latest slice with a count before it (hasLatest false
@@ -75,11 +75,11 @@ func (wc WindowCounter) RecordedReset(now, latest int64, hasLatest bool) int64 {
 	if hasLatest {
 		cur = max(cur, latest)
 	}
-	return (cur + wc.MaxSlices()) * sl
+	return (cur + wc.maxSlices()) * sl
 }
 
-// Validate implements Limit.
-func (wc WindowCounter) Validate() error {
+// validate implements Limit.
+func (wc WindowCounter) validate() error {
 	if wc.Slice != 0 {
 		if err := positiveSpan("window_counter slice", wc.Slice); err != nil {
 			return err
@@ -93,25 +93,25 @@ func (wc WindowCounter) Validate() error {
 		if Micros(w.Window)%s != 0 || w.Window%time.Microsecond != 0 {
 			return fmt.Errorf("%w: window_counter limits[%d]: window %v is not a whole number of %v slices", ErrInvalid, i, w.Window, dur(s))
 		}
-		if m := Micros(w.Window) / s; m > MaxSlices {
-			return fmt.Errorf("%w: window_counter limits[%d]: window %v holds %d slices of %v, more than %d", ErrInvalid, i, w.Window, m, dur(s), MaxSlices)
+		if m := Micros(w.Window) / s; m > maxSlices {
+			return fmt.Errorf("%w: window_counter limits[%d]: window %v holds %d slices of %v, more than %d", ErrInvalid, i, w.Window, m, dur(s), maxSlices)
 		}
 	}
 	return nil
 }
 
-// Decide implements Limit. State.A is the latest slice with a recorded
+// decide implements Limit. State.A is the latest slice with a recorded
 // count, and State.Log the ring of the M = MaxSlices() latest slices'
 // counts: slice k at k mod M, for k in (A-M, A].
-func (wc WindowCounter) Decide(s *State, now, cost int64, commit bool) Result {
+func (wc WindowCounter) decide(s *State, now, cost int64, commit bool) Result {
 	sl := wc.SliceMicros()
-	m := wc.MaxSlices()
+	m := wc.maxSlices()
 	valid := int64(len(s.Log)) == m
 	cur := now / sl
 	if valid {
 		cur = max(cur, s.A)
 	}
-	var c [MaxWindows]int64
+	var c [maxWindows]int64
 	if valid {
 		for i := range wc.Limits {
 			for k := max(cur-wc.Slices(i)+1, s.A-m+1); k <= s.A; k++ {
@@ -174,11 +174,11 @@ func (wc WindowCounter) Decide(s *State, now, cost int64, commit bool) Result {
 		s.Log[cur%m] += cost
 		s.A, s.Expire = cur, o.Reset
 	}
-	return o.Result(now, cost, wc.MinLimit(), true)
+	return o.Result(now, cost, wc.minLimit(), true)
 }
 
 var windowCounterKind = kindInfo{
-	name:   NameWindowCounter,
+	name:   nameWindowCounter,
 	fields: []string{"slice", "limits"},
 	build: func(s Spec) (Limit, error) {
 		if s.Slice < 0 {
@@ -194,7 +194,7 @@ func (WindowCounter) Kind() Kind { return KindWindowCounter }
 
 // Spec implements Limit.
 func (wc WindowCounter) Spec() Spec {
-	return Spec{Algorithm: NameWindowCounter, Slice: wc.Slice, Limits: windowSpecs(wc.Limits)}
+	return Spec{Algorithm: nameWindowCounter, Slice: wc.Slice, Limits: windowSpecs(wc.Limits)}
 }
 
 // Quota implements Limit: the smallest limit, in its window.

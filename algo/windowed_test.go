@@ -97,7 +97,7 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 		last, hasLast = e, true
 	}
 	c = counts()
-	r := Result{Allowed: admitted == cost, Admitted: admitted, Quota: l.MinLimit()}
+	r := Result{Allowed: admitted == cost, Admitted: admitted, Quota: l.minLimit()}
 	r.Remaining = l.Limits[0].Limit - c[0]
 	for i, w := range l.Limits {
 		r.Remaining = min(r.Remaining, w.Limit-c[i])
@@ -203,7 +203,7 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 			fits = false
 		}
 	}
-	r := Result{Allowed: fits, Quota: wc.MinLimit()}
+	r := Result{Allowed: fits, Quota: wc.minLimit()}
 	if fits && cost > 0 {
 		r.Admitted = cost
 		n.slices[cur] += cost
@@ -214,7 +214,7 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 		r.Remaining = min(r.Remaining, max(w.Limit-count(i), 0))
 	}
 	if n.has {
-		if reset := (n.latest + wc.MaxSlices()) * s; reset > now {
+		if reset := (n.latest + wc.maxSlices()) * s; reset > now {
 			r.ResetAfter = dur(reset - now)
 		}
 	}
@@ -293,7 +293,7 @@ func TestSlidingLogMatchesModel(t *testing.T) {
 			if r.IntN(15) == 0 {
 				cost = 5 + r.Int64N(10)
 			}
-			got, want := l.Decide(&s, now, cost, true), n.decide(l, now, cost)
+			got, want := l.decide(&s, now, cost, true), n.decide(l, now, cost)
 			if got != want {
 				t.Fatalf("trace %d step %d %+v now %d cost %d:\n got %+v\nwant %+v", trace, i, l, now, cost, got, want)
 			}
@@ -316,7 +316,7 @@ func TestWindowCounterMatchesModel(t *testing.T) {
 			if r.IntN(15) == 0 {
 				cost = 5 + r.Int64N(10)
 			}
-			got, want := wc.Decide(&s, now, cost, true), n.decide(wc, now, cost)
+			got, want := wc.decide(&s, now, cost, true), n.decide(wc, now, cost)
 			if got != want {
 				t.Fatalf("trace %d step %d %+v now %d cost %d:\n got %+v\nwant %+v", trace, i, wc, now, cost, got, want)
 			}
@@ -355,11 +355,11 @@ func TestWindowedWaitIsExact(t *testing.T) {
 			now = step(r, now)
 			cost := r.Int64N(4)
 			before := cloneState(s)
-			peek := l.Decide(&s, now, cost, false)
+			peek := l.decide(&s, now, cost, false)
 			if !sameState(before, s) {
 				t.Fatalf("%+v: Decide with commit false changed the state", l)
 			}
-			res := l.Decide(&s, now, cost, true)
+			res := l.decide(&s, now, cost, true)
 			if peek != res {
 				t.Fatalf("%+v now %d cost %d: commit false said %+v, commit true %+v", l, now, cost, peek, res)
 			}
@@ -372,10 +372,10 @@ func TestWindowedWaitIsExact(t *testing.T) {
 			checked++
 			at := now + Micros(res.RetryAfter)
 			probe := cloneState(s)
-			if got := l.Decide(&probe, at, cost, false); !got.Allowed {
+			if got := l.decide(&probe, at, cost, false); !got.Allowed {
 				t.Fatalf("%+v cost %d at %d: wait %v, but at %d %+v", l, cost, now, res.RetryAfter, at, got)
 			}
-			if got := l.Decide(&probe, at-1, cost, false); got.Allowed {
+			if got := l.decide(&probe, at-1, cost, false); got.Allowed {
 				t.Fatalf("%+v cost %d at %d: wait %v, but 1µs earlier %+v", l, cost, now, res.RetryAfter, got)
 			}
 		}
@@ -396,7 +396,7 @@ func TestSlidingLogHammering(t *testing.T) {
 		var s State
 		n := 0
 		for i := int64(0); i < 100; i++ {
-			if l.Decide(&s, 1e15+i*100_000, 1, true).Allowed {
+			if l.decide(&s, 1e15+i*100_000, 1, true).Allowed {
 				n++
 			}
 		}
@@ -415,13 +415,13 @@ func TestWindowedValidate(t *testing.T) {
 		SlidingLog{Limits: w(1, 0)},
 		SlidingLog{Limits: w(1, -time.Second)},
 		SlidingLog{Limits: w(1, time.Second), Buckets: -1},
-		SlidingLog{Limits: w(1, time.Second), Buckets: MaxBuckets + 1},
+		SlidingLog{Limits: w(1, time.Second), Buckets: maxBuckets + 1},
 		SlidingLog{Limits: w(1, time.Second), MinGap: 2 * time.Second},
 		SlidingLog{Limits: w(1, time.Second), MinGap: -time.Second},
 		SlidingLog{Limits: w(1, time.Second), Mode: 7},
 		SlidingLog{Limits: w(MaxExactLimit+1, time.Second)},
 		SlidingLog{Limits: w(MaxWindowLimit+1, time.Second), Buckets: 10},
-		SlidingLog{Limits: make([]Window, MaxWindows+1)},
+		SlidingLog{Limits: make([]Window, maxWindows+1)},
 		WindowCounter{},
 		WindowCounter{Limits: w(0, time.Second)},
 		WindowCounter{Limits: w(1, 0)},
@@ -430,17 +430,17 @@ func TestWindowedValidate(t *testing.T) {
 		WindowCounter{Slice: time.Millisecond, Limits: w(1, time.Hour)},
 	}
 	for _, l := range bad {
-		if err := l.Validate(); !errors.Is(err, ErrInvalid) {
+		if err := l.validate(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: Validate() = %v, want ErrInvalid", l, err)
 		}
 	}
 	good := []Limit{
 		SlidingLog{Limits: []Window{{Limit: 1000, Window: time.Hour}, {Limit: 100, Window: time.Minute}}, MinGap: 100 * time.Millisecond},
-		SlidingLog{Limits: w(MaxWindowLimit, time.Hour), Buckets: MaxBuckets, Mode: Uniform},
+		SlidingLog{Limits: w(MaxWindowLimit, time.Hour), Buckets: maxBuckets, Mode: Uniform},
 		WindowCounter{Limits: []Window{{Limit: 1000, Window: time.Second}, {Limit: 5000, Window: 10 * time.Second}, {Limit: 7000, Window: 15 * time.Second}}},
 	}
 	for _, l := range good {
-		if err := l.Validate(); err != nil {
+		if err := l.validate(); err != nil {
 			t.Errorf("%+v: %v", l, err)
 		}
 	}
@@ -457,9 +457,9 @@ func TestWindowedZeroAllocs(t *testing.T) {
 		now := int64(1e15)
 		for range 2000 { // reach the steady state's capacity
 			now += 7919
-			l.Decide(&s, now, 1, true)
+			l.decide(&s, now, 1, true)
 		}
-		if n := testing.AllocsPerRun(1000, func() { now += 7919; l.Decide(&s, now, 1, true) }); n != 0 {
+		if n := testing.AllocsPerRun(1000, func() { now += 7919; l.decide(&s, now, 1, true) }); n != 0 {
 			t.Errorf("%T: %v allocations per decision", l, n)
 		}
 	}

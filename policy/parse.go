@@ -505,7 +505,7 @@ func (l *loader) shorthand(s *ast.SequenceNode, path string) (compiled, bool) {
 		l.errorf(s, path, "a [burst, count, period] shorthand has 3 values, got %d", len(s.Values))
 		return compiled{}, false
 	}
-	spec := algo.Spec{Algorithm: algo.NameGCRA}
+	spec := algo.Spec{Algorithm: algo.KindGCRA.String()}
 	ok := l.decode(s.Values[0], reflect.ValueOf(&spec.Burst).Elem(), path+".burst")
 	ok = l.decode(s.Values[1], reflect.ValueOf(&spec.Count).Elem(), path+".count") && ok
 	period, pok := l.deref(s.Values[2], path+".period")
@@ -553,9 +553,9 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 		case err != nil:
 			l.errorf(at, sub(path, "rate"), "%v", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
 			return compiled{}, false
-		case spec.Algorithm == algo.NameGCRA && spec.Count == 0 && spec.Period == 0:
+		case spec.Algorithm == algo.KindGCRA.String() && spec.Count == 0 && spec.Period == 0:
 			spec.Count, spec.Period = n, per
-		case spec.Algorithm == algo.NameTokenBucket && spec.Per == 0:
+		case spec.Algorithm == algo.KindTokenBucket.String() && spec.Per == 0:
 			spec.Rate, spec.Per = n, per
 		default:
 			l.errorf(at, sub(path, "rate"), "rate: N/duration is for gcra (without count and period) and token_bucket (without per)")
