@@ -254,7 +254,7 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, t time.Time, n int64
 		}
 		wait = min(max(left, 0), wait)
 	}
-	p, err := l.plan.Reserving(wait)
+	p, err := algo.Reserving(l.plan, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +270,6 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, t time.Time, n int64
 	case !r.Allowed:
 		return &Reservation{}, ErrWouldExceedDeadline
 	}
-	delay := l.plan.ReserveDelay(r)
+	_, delay := algo.Unreserved(&p, r, wait, n)
 	return &Reservation{ok: true, l: l, key: key, n: n, act: now.Add(delay), delay: delay, given: new(atomic.Bool)}, nil
 }

@@ -428,56 +428,6 @@ func (p *Plan) TAT() (TAT, error) {
 	return p.tat, nil
 }
 
-// Reserving returns the plan that reserves ahead: a GCRA or token bucket
-// that admits a cost as long as it would be admitted within wait, and
-// records it, so that the caller acts when the time comes (see
-// Plan.ReserveDelay) and later decisions see the capacity as taken. It is
-// the plan's own algorithm with its tolerance τ grown by wait, so a cost
-// above the limit's burst (TAT.Quota) must not be decided with it: the
-// caller refuses it first (the Redis store's script does not look). The
-// error
-// wraps ErrUnsupported for the other kinds: a window has no notion of
-// capacity taken ahead of its time.
-func (p *Plan) Reserving(wait time.Duration) (Plan, error) {
-	t, err := p.TAT()
-	if err != nil {
-		return Plan{}, err
-	}
-	if wait < 0 || wait > MaxHorizon {
-		return Plan{}, fmt.Errorf("%w: reservation wait %v is outside 0..100 years", ErrInvalid, wait)
-	}
-	r := *p
-	r.tat.Tolerance = t.Tolerance + Micros(wait)
-	return r, nil
-}
-
-// ReserveDelay returns how long after the decision a cost that the plan
-// made by Reserving admitted may act: its Result.ResetAfter less the
-// original plan's tolerance, or 0.
-func (p *Plan) ReserveDelay(r Result) time.Duration {
-	return max(r.ResetAfter-dur(p.tat.Tolerance), 0)
-}
-
-// Unreserved turns the Result of a decision by p, a plan that
-// Reserving(wait) made, into what it means by the plan p was made from:
-// the numbers by the original tolerance (Remaining counts no capacity
-// taken ahead), and how long after the decision an admitted cost may act
-// (ReserveDelay). A denial keeps its RetryAfter: when the cost would be
-// admitted within wait.
-func (p *Plan) Unreserved(r Result, wait time.Duration, cost int64) (Result, time.Duration) {
-	if r.DeniedBy == DeniedByBlock {
-		return r, 0 // a block's denial is the block's, whatever the tolerance
-	}
-	t := p.tat
-	t.Tolerance -= Micros(wait)
-	out := t.Result(r.Allowed, 0, Micros(r.ResetAfter), cost)
-	if !r.Allowed {
-		out.RetryAfter = r.RetryAfter
-		return out, 0
-	}
-	return out, max(r.ResetAfter-dur(t.Tolerance), 0)
-}
-
 // ForPermit returns the plan of a concurrency limit that decides op for
 // the permit id (see Concurrency): 1 to MaxPermitID, or 0 for the holders
 // without one (an acquire or a release only). The error wraps

@@ -86,7 +86,7 @@ func TestReserving(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := p.Reserving(1500 * time.Millisecond)
+	r, err := Reserving(&p, 1500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,8 @@ func TestReserving(t *testing.T) {
 		if !res.Allowed {
 			break
 		}
-		delays = append(delays, p.ReserveDelay(res))
+		_, delay := Unreserved(&r, res, 1500*time.Millisecond, 1)
+		delays = append(delays, delay)
 	}
 	if want := []time.Duration{0, 0, time.Second}; !reflect.DeepEqual(delays, want) {
 		t.Fatalf("delays %v, want %v (the 4th is 2s away, past the 1.5s wait)", delays, want)
@@ -114,7 +115,7 @@ func TestReserving(t *testing.T) {
 		t.Fatalf("undone to now: %+v, want no state", s)
 	}
 	fw, _ := Compile(FixedWindow{Limit: 1, Window: time.Second})
-	if _, err := fw.Reserving(time.Second); !errors.Is(err, ErrUnsupported) {
+	if _, err := Reserving(&fw, time.Second); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("fixed window Reserving: %v", err)
 	}
 	if err := fw.Undo(&s, now, 1); !errors.Is(err, ErrUnsupported) {
@@ -175,7 +176,7 @@ func TestUnreserved(t *testing.T) {
 	for _, l := range []Limit{GCRA{Burst: 5, Count: 10, Period: time.Second}, TokenBucket{Burst: 6, Rate: 10, Per: time.Second}} {
 		orig, _ := Compile(l)
 		const wait = 1500 * time.Millisecond
-		res, err := orig.Reserving(wait)
+		res, err := Reserving(&orig, wait)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +184,7 @@ func TestUnreserved(t *testing.T) {
 		now := int64(1_800_000_000_000_000)
 		for k := 1; k <= 22; k++ { // 22 at one instant: 6 at once, 15 delayed, 1 denied
 			r := res.Decide(&s, now, 1, true)
-			got, delay := res.Unreserved(r, wait, 1)
+			got, delay := Unreserved(&res, r, wait, 1)
 			wantDelay := time.Duration(max(k-6, 0)) * 100 * time.Millisecond
 			switch {
 			case k <= 21 && (!got.Allowed || delay != wantDelay):

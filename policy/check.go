@@ -262,7 +262,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 				if hit.Delay > 0 {
 					// The reserving plan's answer, by the limit as written.
 					var wait time.Duration
-					res, wait = sc.reqs[r].Plan.Unreserved(res, hit.Delay, sc.reqs[r].Cost)
+					res, wait = algo.Unreserved(sc.reqs[r].Plan, res, hit.Delay, sc.reqs[r].Cost)
 					if !hit.Shadow {
 						delay = max(delay, wait)
 					}

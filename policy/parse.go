@@ -409,7 +409,7 @@ func (l *loader) delayNode(nd *node, e *entry, hasLimits bool, path string) {
 		return
 	}
 	for i := range nd.plans {
-		r, err := nd.plans[i].Reserving(nd.delay)
+		r, err := algo.Reserving(&nd.plans[i], nd.delay)
 		if err != nil {
 			l.errorf(e.key, path, "limit %d is %s: delay is for %s, which refill steadily and can reserve ahead", i, nd.plans[i].Kind(), delayableKinds())
 			nd.delay = 0
@@ -428,7 +428,7 @@ func delayableKinds() string {
 		if err != nil {
 			continue
 		}
-		if _, err := p.Reserving(0); err == nil {
+		if _, err := algo.Reserving(&p, 0); err == nil {
 			names = append(names, k.String())
 		}
 	}
