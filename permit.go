@@ -2,8 +2,6 @@ package sluice
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -14,21 +12,6 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
-
-// NewPermitID returns a random permit id, 1 to algo.MaxPermitID, from
-// crypto/rand: an id that another caller cannot guess, so that only the
-// holder can renew or release its slots.
-func NewPermitID() int64 {
-	var b [8]byte
-	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic(err) // crypto/rand.Read does not fail (Go 1.24+)
-		}
-		if id := int64(binary.LittleEndian.Uint64(b[:]) & algo.MaxPermitID); id != 0 {
-			return id
-		}
-	}
-}
 
 // ErrLost is the error of a Permit whose slots are no longer held: a
 // renewal found its lease ended (the holder was paused or cut off from the
@@ -90,24 +73,20 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
 // may have taken the slots: they are freed when their lease ends.
 func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, error) {
-	id := NewPermitID()
-	plan, err := l.plan.ForPermit(id, algo.Acquire)
-	if err != nil {
-		return nil, err
-	}
+	c, _ := l.plan.Concurrency() // l.slots refuses another limit
+	id := store.NewPermitID()
 	pause := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		r, err := l.st.Decide(ctx, store.Request{Key: key, Plan: &plan, Cost: n})
+		r, err := l.slots(ctx, store.Acquire, key, time.Time{}, id, n)
 		switch {
 		case err != nil:
 			return nil, err
 		case r.Allowed:
 			p := l.permit(key, id, n, r)
 			p.renewing.Add(1)
-			c, _ := l.plan.Concurrency() // ForPermit made a plan: one of a concurrency limit
 			go p.renew(c.HoldFor)
 			return p, nil
 		case r.RetryAfter == algo.Never:
@@ -131,16 +110,23 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 // replays: it does not wait and its Permit does not renew (RenewAt does).
 // A denied acquire returns a Permit that is not OK, with its Result.
 func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (*Permit, error) {
-	id := NewPermitID()
-	plan, err := l.plan.ForPermit(id, algo.Acquire)
-	if err != nil {
-		return nil, err
-	}
-	r, err := l.st.Decide(ctx, store.Request{Key: key, Plan: &plan, Cost: n, Time: t})
+	id := store.NewPermitID()
+	r, err := l.slots(ctx, store.Acquire, key, t, id, n)
 	if err != nil {
 		return nil, err
 	}
 	return l.permit(key, id, n, r), nil
+}
+
+// slots applies a slot verb (store.Acquire, Renew or Release) to key for
+// the permit id.
+func (l *Limiter) slots(ctx context.Context, verb func(context.Context, store.Store, []store.Request, int64, []algo.Result) (bool, error), key string, t time.Time, id, n int64) (algo.Result, error) {
+	if _, ok := l.plan.Concurrency(); !ok {
+		return algo.Result{}, fmt.Errorf("sluice: %w: %v has no slots (only a concurrency limit does)", algo.ErrUnsupported, l.plan.Kind())
+	}
+	var res [1]algo.Result
+	_, err := verb(ctx, l.st, []store.Request{{Key: key, Plan: l.plan, Cost: n, Time: t}}, id, res[:])
+	return res[0], err
 }
 
 func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {
@@ -183,11 +169,7 @@ func (p *Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
 	if !p.OK() || p.released.Load() {
 		return false, nil
 	}
-	plan, err := p.l.plan.ForPermit(p.id, algo.Renew)
-	if err != nil {
-		return false, err
-	}
-	r, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: &plan, Time: t})
+	r, err := p.l.slots(ctx, store.Renew, p.key, t, p.id, 0)
 	if err != nil {
 		return false, fmt.Errorf("sluice: renew permit: %w", err)
 	}
@@ -209,11 +191,7 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	}
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.renewing.Wait() // no renewal after the release
-	plan, err := p.l.plan.ForPermit(p.id, algo.Release)
-	if err != nil {
-		return err
-	}
-	if _, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: &plan, Time: t}); err != nil {
+	if _, err := p.l.slots(ctx, store.Release, p.key, t, p.id, 0); err != nil {
 		return fmt.Errorf("sluice: release permit: %w", err)
 	}
 	p.released.Store(true)

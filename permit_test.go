@@ -101,10 +101,9 @@ func TestPermitExplicitTime(t *testing.T) {
 				t.Fatalf("renew a: %v, %v", held, err)
 			}
 			// A forged id releases nothing: the key stays full.
-			plan, _ := algo.Compile(c)
-			forged, _ := plan.ForPermit(sluice.NewPermitID(), algo.Release)
-			if r, err := st.Decide(ctx, store.Request{Key: "k", Plan: &forged, Time: t0.Add(3 * time.Second)}); err != nil || r.Admitted != 0 || r.Remaining != 0 {
-				t.Fatalf("forged release: %+v, %v", r, err)
+			var r [1]algo.Result
+			if _, err := store.Release(ctx, st, []store.Request{{Key: "k", Plan: algo.MustCompile(c), Time: t0.Add(3 * time.Second)}}, store.NewPermitID(), r[:]); err != nil || r[0].Admitted != 0 || r[0].Remaining != 0 {
+				t.Fatalf("forged release: %+v, %v", r[0], err)
 			}
 			for range 2 {
 				if err := a.ReleaseAt(ctx, t0.Add(4*time.Second)); err != nil {
@@ -251,9 +250,7 @@ func TestPermitRenewsItself(t *testing.T) {
 		t.Fatal("a renewed permit is lost")
 	default:
 	}
-	plan, _ := algo.Compile(c)
-	gone, _ := plan.ForPermit(p.ID(), algo.Release)
-	if _, err := st.Store.Decide(ctx, store.Request{Key: "k", Plan: &gone, Time: st.at()}); err != nil {
+	if _, err := store.Release(ctx, st.Store, []store.Request{{Key: "k", Plan: algo.MustCompile(c), Time: st.at()}}, p.ID(), make([]algo.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
 	go func() {

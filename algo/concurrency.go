@@ -13,7 +13,7 @@ import (
 // HoldFor loses them (its lease ends), so a holder that crashed frees its
 // slots after at most HoldFor.
 //
-// A decision acts for a permit (Plan.ForPermit: an id and an op); a plain
+// A decision acts for a permit (ForPermit: an id and an op); a plain
 // decision acquires for no permit. With held the units that holders whose
 // lease has not ended hold at now:
 //
@@ -64,7 +64,7 @@ const (
 const MaxPermitID = 1<<53 - 1
 
 // SlotOp is what a decision of a concurrency limit does for its permit
-// (Plan.ForPermit).
+// (ForPermit).
 type SlotOp uint8
 
 // The ops; see Concurrency.
@@ -348,4 +348,24 @@ func (c Concurrency) Holders(s *State, now int64) []Holder {
 	}
 	slices.SortStableFunc(hs, func(a, b Holder) int { return cmp.Compare(a.End, b.End) })
 	return hs
+}
+
+// ForPermit returns the plan of a concurrency limit that decides op for
+// the permit id (see Concurrency): 1 to MaxPermitID, or 0 for the holders
+// without one (an acquire or a release only). The error wraps
+// ErrUnsupported for the other kinds and ErrInvalid for a bad id or op.
+func ForPermit(p *Plan, id int64, op SlotOp) (Plan, error) {
+	switch {
+	case !p.ok || p.kind != KindConcurrency:
+		return Plan{}, fmt.Errorf("%w: %v has no permits (only a concurrency limit holds slots)", ErrUnsupported, p.kind)
+	case id < 0 || id > MaxPermitID:
+		return Plan{}, fmt.Errorf("%w: permit id %d is outside 1..%d", ErrInvalid, id, int64(MaxPermitID))
+	case op > Release:
+		return Plan{}, fmt.Errorf("%w: %v", ErrInvalid, op)
+	case id == 0 && op == Renew:
+		return Plan{}, fmt.Errorf("%w: a renewal needs a permit id", ErrInvalid)
+	}
+	q := *p
+	q.permit, q.op = id, op
+	return q, nil
 }

@@ -137,7 +137,7 @@ func TestConcurrencyAgainstModel(t *testing.T) {
 			if op == Renew && id == 0 {
 				id = 1
 			}
-			p, err := base.ForPermit(id, op)
+			p, err := ForPermit(&base, id, op)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,18 +188,18 @@ func TestConcurrencyBounds(t *testing.T) {
 		id int64
 		op SlotOp
 	}{{-1, Acquire}, {MaxPermitID + 1, Acquire}, {0, Renew}, {1, 7}} {
-		if _, err := p.ForPermit(bad.id, bad.op); err == nil {
+		if _, err := ForPermit(&p, bad.id, bad.op); err == nil {
 			t.Errorf("ForPermit(%d, %v) made a plan", bad.id, bad.op)
 		}
 	}
 	g, _ := Compile(GCRA{Burst: 1, Count: 1, Period: time.Second})
-	if _, err := g.ForPermit(1, Acquire); err == nil {
+	if _, err := ForPermit(&g, 1, Acquire); err == nil {
 		t.Error("a GCRA plan took a permit")
 	}
 	// A billion renewals would keep the state as it is: renew a permit
 	// many times, and the state stays one holder.
-	q, _ := p.ForPermit(9, Acquire)
-	rn, _ := p.ForPermit(9, Renew)
+	q, _ := ForPermit(&p, 9, Acquire)
+	rn, _ := ForPermit(&p, 9, Renew)
 	var s State
 	now := int64(1_800_000_000_000_000)
 	if r := q.Decide(&s, now, 1, true); !r.Allowed {

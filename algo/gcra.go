@@ -153,7 +153,7 @@ func (p TAT) Result(allowed bool, now, tat, cost int64) Result {
 	return p.numbers(allowed, now, tat, cost).result(allowed, cost)
 }
 
-// numbers are the Result's numbers: see Plan.Finish.
+// numbers are the Result's numbers: see Plan.numbers.
 func (p *TAT) numbers(allowed bool, now, tat, cost int64) numbers {
 	reset := tat - now
 	n := numbers{quota: p.Quota, reset: dur(reset)}

@@ -49,8 +49,9 @@ type kindInfo struct {
 	example Limit
 	// leasable: see Kind.Leasable.
 	leasable bool
-	// stepwise: the kind decides in Step and Finish (Plan.Stepwise), and
-	// Plan's Step, Numbers and At know it.
+	// stepwise: the kind's Result follows from its step's outcome and
+	// one number (Plan.DecideUnlock), and Plan's step, numbers and at
+	// know it.
 	stepwise bool
 }
 

@@ -206,7 +206,11 @@ var errNilLimit = fmt.Errorf("%w: no limit", ErrInvalid)
 // run only the algorithms they have the same meaning for.
 var ErrUnsupported = errors.New("unsupported limit")
 
-// Decide applies a decision as the plan's limit does (see Limit.Decide).
+// Decide applies a decision of the given cost at time now (µs since the
+// epoch) to the state s, which the caller has reset to the zero State if
+// it had expired. When commit is false, s is left as it was; when the
+// decision admits nothing, s is left as it was too, except by an
+// algorithm that records denied attempts (a uniform SlidingLog).
 func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 	if p.blk != nil && p.op == Acquire { // a block stops no renewal or release of slots held
 		return p.decideBlocking(s, now, cost, commit)
@@ -341,7 +345,7 @@ func (p *Plan) numbers(allowed bool, now, v, cost int64) numbers {
 	panic("algo: numbers of a Plan that is not stepwise")
 }
 
-// numbers are a Stepwise decision's Result but for Allowed and Admitted.
+// numbers are a stepwise decision's Result but for Allowed and Admitted.
 // With four fields it stays in registers, where a Result (seven) is
 // stored and copied between functions: each algorithm computes its
 // numbers, and one literal builds the Result from them.
@@ -426,26 +430,6 @@ func (p *Plan) TAT() (TAT, error) {
 		return TAT{}, fmt.Errorf("%w: %v cannot reserve ahead or give units back (only gcra and token_bucket refill steadily); use Allow, or Wait to block until a cost is admitted", ErrUnsupported, p.kind)
 	}
 	return p.tat, nil
-}
-
-// ForPermit returns the plan of a concurrency limit that decides op for
-// the permit id (see Concurrency): 1 to MaxPermitID, or 0 for the holders
-// without one (an acquire or a release only). The error wraps
-// ErrUnsupported for the other kinds and ErrInvalid for a bad id or op.
-func (p *Plan) ForPermit(id int64, op SlotOp) (Plan, error) {
-	switch {
-	case !p.ok || p.kind != KindConcurrency:
-		return Plan{}, fmt.Errorf("%w: %v has no permits (only a concurrency limit holds slots)", ErrUnsupported, p.kind)
-	case id < 0 || id > MaxPermitID:
-		return Plan{}, fmt.Errorf("%w: permit id %d is outside 1..%d", ErrInvalid, id, int64(MaxPermitID))
-	case op > Release:
-		return Plan{}, fmt.Errorf("%w: %v", ErrInvalid, op)
-	case id == 0 && op == Renew:
-		return Plan{}, fmt.Errorf("%w: a renewal needs a permit id", ErrInvalid)
-	}
-	q := *p
-	q.permit, q.op = id, op
-	return q, nil
 }
 
 // Concurrency returns the concurrency limit of a plan of one (with a

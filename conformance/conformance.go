@@ -23,7 +23,7 @@ type Step struct {
 	Key  string        // "k" when empty
 	Cost int64
 	// Permit and Op, on a concurrency limit, make the step decide Op for
-	// the permit id Permit (algo.Plan.ForPermit); left zero, it acquires
+	// the permit id Permit (algo.ForPermit); left zero, it acquires
 	// for no permit.
 	Permit int64
 	Op     algo.SlotOp
@@ -532,20 +532,14 @@ const e = 9665413 * us
 func Run(t *testing.T, st store.Store, ns string) {
 	for _, tr := range Traces {
 		t.Run(tr.Name, func(t *testing.T) {
+			plan := algo.MustCompile(tr.Limit)
 			for i, step := range tr.Steps {
 				key := step.Key
 				if key == "" {
 					key = "k"
 				}
-				req := store.Request{Key: ns + ":" + tr.Name + ":" + key, Plan: algo.MustCompile(tr.Limit), Cost: step.Cost, Time: T0.Add(step.At)}
-				if step.Permit != 0 || step.Op != algo.Acquire {
-					p, err := req.Plan.ForPermit(step.Permit, step.Op)
-					if err != nil {
-						t.Fatalf("step %d: %v", i, err)
-					}
-					req.Plan = &p
-				}
-				got, err := st.Decide(context.Background(), req)
+				req := store.Request{Key: ns + ":" + tr.Name + ":" + key, Plan: plan, Cost: step.Cost, Time: T0.Add(step.At)}
+				got, err := decideStep(st, req, step)
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
@@ -555,6 +549,20 @@ func Run(t *testing.T, st store.Store, ns string) {
 			}
 		})
 	}
+}
+
+// decideStep decides a trace's step: Decide, or for a step with a permit
+// or an op the slot verb (store.Acquire, Renew, Release).
+func decideStep(st store.Store, req store.Request, step Step) (algo.Result, error) {
+	ctx := context.Background()
+	if step.Permit == 0 && step.Op == algo.Acquire {
+		return st.Decide(ctx, req)
+	}
+	verb := [...]func(context.Context, store.Store, []store.Request, int64, []algo.Result) (bool, error){
+		algo.Acquire: store.Acquire, algo.Renew: store.Renew, algo.Release: store.Release}[step.Op]
+	res := make([]algo.Result, 1)
+	_, err := verb(ctx, st, []store.Request{req}, step.Permit, res)
+	return res[0], err
 }
 
 // Format renders a result for failure messages.

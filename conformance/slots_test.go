@@ -51,7 +51,7 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 			if op == algo.Renew && id == 0 {
 				id = 1
 			}
-			p, err := base.ForPermit(id, op)
+			p, err := algo.ForPermit(&base, id, op)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -231,6 +231,18 @@ type request struct {
 type scratch struct {
 	d    policy.Decision
 	path [8]string
+	q    policy.Query // a SlotHolder's one-path query
+}
+
+// query returns the scratch's query of one path at cost, keeping the
+// capacity of its Hits.
+func (sc *scratch) query(path []string, cost int64) *policy.Query {
+	if len(sc.q.Paths) == 0 {
+		sc.q.Paths = make([]policy.PathQuery, 1)
+	}
+	pq := &sc.q.Paths[0]
+	*pq = policy.PathQuery{Path: path, Cost: cost, Match: policy.Match{Hits: pq.Match.Hits[:0]}}
+	return &sc.q
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -261,7 +273,7 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	rq.ctx.init(r.Context(), l.timeout)
 	sh, holds := l.checker.(SlotHolder)
 	if holds {
-		err = sh.Hold(&rq.ctx, path, cost, d)
+		err = sh.Acquire(&rq.ctx, sc.query(path, cost), 0, d)
 	} else {
 		err = l.checker.Check(&rq.ctx, path, cost, d)
 	}
@@ -338,6 +350,11 @@ func putScratch(sc *scratch) {
 		return // an outsized decision: let it go
 	}
 	sc.path = [8]string{}
+	if len(sc.q.Paths) > 0 {
+		pq := &sc.q.Paths[0]
+		clear(pq.Match.Hits)
+		*pq = policy.PathQuery{Match: policy.Match{Hits: pq.Match.Hits[:0]}}
+	}
 	scratches.Put(sc)
 }
 

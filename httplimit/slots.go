@@ -12,10 +12,10 @@ import (
 
 // A SlotHolder is a PathChecker that can hold slots of concurrency limits
 // (algo.Concurrency) while a request runs; policy.Checker is one. The
-// middleware then checks with Hold: a path that hits a concurrency limit
-// takes its slots under a permit id (policy.Decision.Permit), which the
-// middleware renews with Slots while the next handler runs and releases
-// when it returns, normally or by a panic. A client that goes away
+// middleware then checks with Acquire: a path that hits a concurrency
+// limit takes its slots under a permit id (policy.Decision.Permit), which
+// the middleware renews while the next handler runs and releases when it
+// returns, normally or by a panic. A client that goes away
 // cancels the request's context: a handler that stops then releases at
 // once, one that does not keeps its slots until it returns, since its
 // work is still in flight. Should a renewal find the slots gone (their
@@ -23,15 +23,16 @@ import (
 // cancelled with sluice.ErrLost as its cause.
 type SlotHolder interface {
 	PathChecker
-	Hold(ctx context.Context, path []string, cost int64, d *policy.Decision) error
-	Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *policy.Decision) error
+	Acquire(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
+	Renew(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
+	Release(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
 }
 
 // holding is a request that holds slots: its path and permit, until the
 // next handler returns.
 type holding struct {
 	l      *Middleware
-	path   []string
+	q      *policy.Query // the path, for renewals and the release
 	permit int64
 	stop   chan struct{}
 	done   chan struct{}
@@ -49,7 +50,8 @@ func (l *Middleware) hold(r *http.Request, sh SlotHolder, path []string, d *poli
 			}
 		}
 	}
-	h := &holding{l: l, path: append([]string(nil), path...), permit: d.Permit, stop: make(chan struct{}), done: make(chan struct{})}
+	q := &policy.Query{Paths: []policy.PathQuery{{Path: append([]string(nil), path...)}}}
+	h := &holding{l: l, q: q, permit: d.Permit, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	go func() {
 		defer close(h.done)
@@ -64,7 +66,7 @@ func (l *Middleware) hold(r *http.Request, sh SlotHolder, path []string, d *poli
 			case <-t.C:
 			}
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout)
-			err := sh.Slots(rctx, time.Time{}, h.path, 0, h.permit, algo.Renew, &rd)
+			err := sh.Renew(rctx, h.q, h.permit, &rd)
 			rcancel()
 			if err == nil && !rd.Allowed {
 				cancel(sluice.ErrLost)
@@ -83,7 +85,7 @@ func (h *holding) release(r *http.Request, sh SlotHolder) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.l.timeout)
 	defer cancel()
 	var d policy.Decision
-	if err := sh.Slots(ctx, time.Time{}, h.path, 0, h.permit, algo.Release, &d); err != nil {
+	if err := sh.Release(ctx, h.q, h.permit, &d); err != nil {
 		h.l.logFailure(r, err)
 	}
 }

@@ -221,9 +221,7 @@ func (s *onRenew) DecideAll(ctx context.Context, reqs []store.Request, res []alg
 	for i := range reqs {
 		reqs[i].Time = now
 		if _, op := reqs[i].Plan.Permit(); op == algo.Renew {
-			{
-				renew = true
-			}
+			renew = true
 		}
 	}
 	pass, err := s.Store.DecideAll(ctx, reqs, res)

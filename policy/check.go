@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 )
@@ -30,18 +29,15 @@ type Query struct {
 	Time time.Time
 	// Paths are the paths to decide together.
 	Paths []PathQuery
-	// Permit and Op are what the paths' concurrency limits decide: Op for
-	// the permit id Permit (algo.Plan.ForPermit; 0: none). An Acquire
-	// decides every limit; a Renew or a Release only the concurrency
-	// limits, and reports only their levels.
-	Permit int64
-	Op     algo.SlotOp
-	// NewPermit, with Op Acquire and Permit 0, takes a new permit id
-	// (sluice.NewPermitID) when a path hits a concurrency limit, so that
-	// the Decision's Permit names the slots it holds; without it such
-	// slots are taken for no permit, and freed by a release without one
-	// or when their lease ends (Envoy's protocol).
-	NewPermit bool
+}
+
+// slot is what a decision's concurrency limits do (store.Acquire, Renew,
+// Release): op for permit (0: none); with fresh, an Acquire takes a new
+// permit id when a path hits a concurrency limit.
+type slot struct {
+	op     algo.SlotOp
+	permit int64
+	fresh  bool
 }
 
 // PathQuery is one path of a Query, and, after Decide, what it hit.
@@ -78,44 +74,51 @@ func (c *Checker) Check(ctx context.Context, path []string, cost int64, d *Decis
 // Time for the store's clock) against every node with limits on its walk,
 // and fills d, reusing the capacity of d.Levels. A request that matches no
 // level is allowed, or denied with RetryAfter Never when the policy says
-// unmatched: deny; its shadow levels are still checked and reported.
+// unmatched: deny; its shadow levels are still checked and reported. A
+// concurrency limit on the walk takes slots for no permit (see Acquire).
 func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost int64, d *Decision) error {
-	return c.decidePath(ctx, t, path, cost, 0, algo.Acquire, false, d)
-}
-
-// decidePath decides one path as a Query of it with the given time and
-// the Query's Permit, Op and NewPermit.
-func (c *Checker) decidePath(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, newPermit bool, d *Decision) error {
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	q := &sc.q
-	q.Time, q.Permit, q.Op, q.NewPermit = t, permit, op, newPermit
+	q.Time = t
 	if len(q.Paths) == 0 {
 		q.Paths = make([]PathQuery, 1)
 	}
 	pq := &q.Paths[0]
 	*pq = PathQuery{Path: path, Cost: cost, Match: Match{Hits: pq.Match.Hits}}
-	return c.decide(ctx, q, d, sc)
+	return c.decide(ctx, q, d, sc, slot{op: algo.Acquire})
 }
 
-// Hold is Check for a caller that holds the slots it takes until it
-// releases them: a path that hits concurrency limits takes its slots
-// under a new permit id (Decision.Permit), which Slots renews and releases.
-// A path without one costs what Check does.
-func (c *Checker) Hold(ctx context.Context, path []string, cost int64, d *Decision) error {
-	return c.decidePath(ctx, time.Time{}, path, cost, 0, algo.Acquire, true, d)
+// Acquire is Decide for a caller that holds the slots it takes until it
+// releases them: when a path hits concurrency limits, their slots are
+// taken under permit, or under a new permit id when permit is 0
+// (Decision.Permit), which Renew renews and Release gives back; every
+// other level is decided as Decide does, all or nothing, so a request a
+// rate level denies takes no slot. A query that hits no concurrency limit
+// costs what Decide does.
+func (c *Checker) Acquire(ctx context.Context, q *Query, permit int64, d *Decision) error {
+	return c.decideSlots(ctx, q, d, slot{op: algo.Acquire, permit: permit, fresh: permit == 0})
 }
 
-// Slots decides op for permit on the concurrency limits of path at time t
-// (the zero Time for the store's clock), and fills d; see
-// algo.Concurrency. An Acquire is CheckAt with the permit: every level is
-// decided, all or nothing, so a request a rate level denies takes no slot.
-// A Renew and a Release decide the concurrency levels alone (cost is what
-// a Release without a permit frees); a Renew is denied, with RetryAfter
-// algo.Never, when a level no longer holds the permit, and renews no
-// level then.
-func (c *Checker) Slots(ctx context.Context, t time.Time, path []string, cost, permit int64, op algo.SlotOp, d *Decision) error {
-	return c.decidePath(ctx, t, path, cost, permit, op, false, d)
+// Renew renews the lease of permit's slots on the concurrency limits of
+// q's paths (store.Renew), and fills d with those levels alone; it is
+// denied, with RetryAfter algo.Never, when a level no longer holds the
+// permit, and renews no level then.
+func (c *Checker) Renew(ctx context.Context, q *Query, permit int64, d *Decision) error {
+	return c.decideSlots(ctx, q, d, slot{op: algo.Renew, permit: permit})
+}
+
+// Release gives back permit's slots on the concurrency limits of q's paths
+// (store.Release; permit 0: each path's Cost of the slots taken for no
+// permit), and fills d with those levels alone.
+func (c *Checker) Release(ctx context.Context, q *Query, permit int64, d *Decision) error {
+	return c.decideSlots(ctx, q, d, slot{op: algo.Release, permit: permit})
+}
+
+func (c *Checker) decideSlots(ctx context.Context, q *Query, d *Decision, s slot) error {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	return c.decide(ctx, q, d, sc, s)
 }
 
 // Undo gives back what an allowed check of path at cost took, as a
@@ -158,10 +161,10 @@ func (c *Checker) Undo(ctx context.Context, path []string, cost int64) error {
 func (c *Checker) Decide(ctx context.Context, q *Query, d *Decision) error {
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	return c.decide(ctx, q, d, sc)
+	return c.decide(ctx, q, d, sc, slot{op: algo.Acquire})
 }
 
-func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch) error {
+func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch, s slot) error {
 	for i := range q.Paths {
 		if cost := q.Paths[i].Cost; cost < 0 || cost > algo.MaxCount {
 			return fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
@@ -210,12 +213,10 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 		return nil
 	}
 	for i := range q.Paths {
-		if err := sc.add(&q.Paths[i], q, len(q.Paths) > 1); err != nil {
-			return err
-		}
+		sc.add(&q.Paths[i], q.Time, s.op, len(q.Paths) > 1)
 	}
 	// A delay node decides with a reserving plan, which must never see a
-	// cost above its limit's burst (algo.Plan.Reserving): such a cost is
+	// cost above its limit's burst (algo.Reserving): such a cost is
 	// never admitted, and nothing is decided.
 	for i, k := 0, 0; i < len(q.Paths); i++ {
 		for _, hit := range q.Paths[i].Match.Hits {
@@ -237,7 +238,20 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 	if len(sc.reqs) > 0 {
 		sc.results = append(sc.results[:0], make([]algo.Result, len(sc.reqs))...)
 		var err error
-		if pass, err = c.Store.DecideAll(ctx, sc.reqs, sc.results); err != nil {
+		if s.fresh && s.permit == 0 && slices.ContainsFunc(sc.reqs, takesSlots) {
+			s.permit = store.NewPermitID()
+		}
+		switch {
+		case s.op == algo.Acquire && s.permit == 0:
+			pass, err = c.Store.DecideAll(ctx, sc.reqs, sc.results)
+		case s.op == algo.Acquire:
+			pass, err = store.Acquire(ctx, c.Store, sc.reqs, s.permit, sc.results)
+		case s.op == algo.Renew:
+			pass, err = store.Renew(ctx, c.Store, sc.reqs, s.permit, sc.results)
+		default:
+			pass, err = store.Release(ctx, c.Store, sc.reqs, s.permit, sc.results)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -279,8 +293,8 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 	d.Summary = Summarize(d.Levels)
 	d.Allowed = pass && !deny
 	d.Delay, d.Permit = 0, 0
-	if d.Allowed && q.Op == algo.Acquire && q.Permit != 0 && slices.ContainsFunc(d.Levels, holdsSlots) {
-		d.Permit = q.Permit
+	if d.Allowed && s.op == algo.Acquire && s.permit != 0 && slices.ContainsFunc(d.Levels, holdsSlots) {
+		d.Permit = s.permit
 	}
 	if d.Allowed {
 		d.Delay = delay
@@ -290,6 +304,9 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 	}
 	return nil
 }
+
+// takesSlots reports whether a request is of a concurrency limit.
+func takesSlots(r store.Request) bool { return r.Plan.Kind() == algo.KindConcurrency }
 
 // holdsSlots reports whether a level took slots of a concurrency limit.
 func holdsSlots(l Level) bool {
@@ -346,28 +363,17 @@ type scratch struct {
 	byKey map[string]int
 }
 
-// add appends the requests of a path's hits, each concurrency limit's
-// for q's permit and op; with merge, a limit key already requested adds
-// its cost to that request. A limit that q's op does not decide (a rate
-// limit when renewing or releasing) gets the index -1.
-func (sc *scratch) add(pq *PathQuery, q *Query, merge bool) error {
+// add appends the requests of a path's hits at time t; with merge, a
+// limit key already requested adds its cost to that request. A limit that
+// op does not decide (a rate limit when renewing or releasing) gets the
+// index -1.
+func (sc *scratch) add(pq *PathQuery, t time.Time, op algo.SlotOp, merge bool) {
 	for h := range pq.Match.Hits {
 		hit := &pq.Match.Hits[h]
 		for j := range hit.Limits {
 			r := hit.Request(j, pq.Cost)
-			r.Time = q.Time
-			if p := r.Plan; p.Kind() == algo.KindConcurrency {
-				if q.NewPermit && q.Permit == 0 && q.Op == algo.Acquire {
-					q.Permit = sluice.NewPermitID()
-				}
-				if q.Permit != 0 || q.Op != algo.Acquire {
-					fp, err := p.ForPermit(q.Permit, q.Op)
-					if err != nil {
-						return fmt.Errorf("policy: %w: %w", store.ErrBadRequest, err)
-					}
-					r.Plan = &fp
-				}
-			} else if q.Op != algo.Acquire {
+			r.Time = t
+			if op != algo.Acquire && !takesSlots(r) {
 				sc.index = append(sc.index, -1)
 				continue
 			}
@@ -384,7 +390,6 @@ func (sc *scratch) add(pq *PathQuery, q *Query, merge bool) error {
 			sc.index = append(sc.index, i)
 		}
 	}
-	return nil
 }
 
 // mergeRequest appends r to reqs, or adds its cost to the request of its
@@ -408,7 +413,6 @@ func (sc *scratch) release() {
 		clear(pq.Match.Hits)
 		*pq = PathQuery{Match: Match{Hits: pq.Match.Hits[:0]}}
 	}
-	sc.q.Permit, sc.q.Op, sc.q.NewPermit = 0, algo.Acquire, false
 	scratchPool.Put(sc)
 }
 

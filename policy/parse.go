@@ -395,7 +395,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 }
 
 // delayNode checks a node's delay and makes its plans the reserving ones
-// (algo.Plan.Reserving): a decision then admits a cost that its limits
+// (algo.Reserving): a decision then admits a cost that its limits
 // would admit within the delay, reserved, and the caller waits.
 func (l *loader) delayNode(nd *node, e *entry, hasLimits bool, path string) {
 	switch {
@@ -420,7 +420,7 @@ func (l *loader) delayNode(nd *node, e *entry, hasLimits bool, path string) {
 }
 
 // delayableKinds names the kinds a delay can take: those whose plans
-// reserve ahead (algo.Plan.Reserving, the one place that says so).
+// reserve ahead (algo.Reserving, the one place that says so).
 func delayableKinds() string {
 	var names []string
 	for _, k := range algo.Kinds() {

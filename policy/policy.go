@@ -273,7 +273,7 @@ type Hit struct {
 	Lease bool
 	// Delay is the node's delay (delay: {max: ...}): its requests carry
 	// plans that admit a cost its limits would admit within Delay,
-	// reserved (algo.Plan.Reserving), and the decision's Delay says how
+	// reserved (algo.Reserving), and the decision's Delay says how
 	// long to wait.
 	Delay time.Duration
 	// plans are Limits compiled when the policy loaded: the requests carry

@@ -36,7 +36,21 @@ func TestSlotsOnAPath(t *testing.T) {
 			do := func(cost, permit int64, op algo.SlotOp) *policy.Decision {
 				t.Helper()
 				at = at.Add(time.Second)
-				if err := c.Slots(ctx, at, path, cost, permit, op, &d); err != nil {
+				q := &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path, Cost: cost}}}
+				var err error
+				switch op {
+				case algo.Acquire:
+					if permit == 0 {
+						err = c.Decide(ctx, q, &d) // no permit: a plain decision
+					} else {
+						err = c.Acquire(ctx, q, permit, &d)
+					}
+				case algo.Renew:
+					err = c.Renew(ctx, q, permit, &d)
+				default:
+					err = c.Release(ctx, q, permit, &d)
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 				return &d
@@ -89,7 +103,7 @@ func TestSlotsOnAPath(t *testing.T) {
 			if d := do(0, 0, algo.Acquire); level("tenant/*/export").Remaining != 1 {
 				t.Fatalf("a denied acquire took a slot: %+v", d)
 			}
-			if err := c.Slots(ctx, at, path, 0, 0, algo.Renew, &d); err == nil {
+			if err := c.Renew(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path}}}, 0, &d); err == nil {
 				t.Fatal("a renewal without a permit was decided")
 			}
 		})

@@ -63,7 +63,7 @@ func (s *Server) handleChange(kind string) http.HandlerFunc {
 			return
 		}
 		b := new(batch)
-		if _, err := s.decidePath(r.Context(), req.Path, 0, b); err != nil {
+		if _, err := s.decidePath(r.Context(), s.checker.Decide, req.Path, 0, b); err != nil {
 			s.adminStoreError(w, err)
 			return
 		}

@@ -482,7 +482,7 @@ func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch)
 // decideForward decides a proxied request's path and answers.
 func (s *Server) decideForward(w http.ResponseWriter, r *http.Request, b *batch, path []string, cost int64, refuse func(int, string)) {
 	start := time.Now()
-	_, err := s.decidePath(r.Context(), path, cost, b)
+	_, err := s.decidePath(r.Context(), s.checker.Decide, path, cost, b)
 	s.m.forwardDuration.Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.noteUnmatched(&b.q)

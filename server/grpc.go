@@ -170,7 +170,7 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 // descriptor's status is OK, with its slots left.
 func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, neg uint64) (*rlv3.RateLimitResponse, error) {
 	s := g.s
-	rel := &policy.Query{Op: algo.Release}
+	rel := &policy.Query{}
 	pos := &policy.Query{}
 	for i := range q.Paths {
 		if neg&(1<<i) != 0 {
@@ -183,7 +183,7 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 	sctx, cancel := s.storeCtx(ctx)
 	defer cancel()
 	start := time.Now()
-	err := s.checker.Decide(sctx, rel, &relD)
+	err := s.checker.Release(sctx, rel, 0, &relD)
 	if err == nil && len(pos.Paths) > 0 {
 		err = s.checker.Decide(sctx, pos, &posD)
 	}

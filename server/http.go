@@ -139,7 +139,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// A check that takes slots takes them under a new permit id, which
 	// the answer gives for /v1/renew and /v1/release.
-	pq, err := s.decideSlots(r.Context(), req.Path, cost, 0, algo.Acquire, cost > 0, b)
+	verb := s.checker.Decide
+	if cost > 0 {
+		verb = s.acquire
+	}
+	pq, err := s.decidePath(r.Context(), verb, req.Path, cost, b)
 	s.m.httpDuration.Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.noteUnmatched(&b.q)
@@ -387,7 +391,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := new(batch)
-	if _, err := s.decidePath(r.Context(), path, 0, b); err != nil {
+	if _, err := s.decidePath(r.Context(), s.checker.Decide, path, 0, b); err != nil {
 		s.adminStoreError(w, err)
 		return
 	}

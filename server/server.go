@@ -382,7 +382,7 @@ var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1
 // query returns the batch's query with n paths, emptied, each keeping the
 // capacity of its Hits.
 func (b *batch) query(n int) *policy.Query {
-	b.q.Time, b.q.Permit, b.q.Op, b.q.NewPermit = time.Time{}, 0, algo.Acquire, false
+	b.q.Time = time.Time{}
 	b.q.Paths = slices.Grow(b.q.Paths[:0], n)[:n]
 	for i := range b.q.Paths {
 		hits := b.q.Paths[i].Match.Hits
@@ -393,21 +393,16 @@ func (b *batch) query(n int) *policy.Query {
 }
 
 // decidePath decides a path with every level on its walk (the HTTP
-// semantics) into b.d, and returns what the path hit. A store failure is
-// returned as is; the caller applies the store-error policy.
-func (s *Server) decidePath(ctx context.Context, path []string, cost int64, b *batch) (*policy.PathQuery, error) {
-	return s.decideSlots(ctx, path, cost, 0, algo.Acquire, false, b)
-}
-
-// decideSlots is decidePath with what the path's concurrency limits
-// decide (policy.Query's Permit, Op and NewPermit).
-func (s *Server) decideSlots(ctx context.Context, path []string, cost, permit int64, op algo.SlotOp, newPermit bool, b *batch) (*policy.PathQuery, error) {
+// semantics) into b.d with one of the checker's verbs (Decide, or
+// Acquire: slots under a new permit), and returns what the path hit. A
+// store failure is returned as is; the caller applies the store-error
+// policy.
+func (s *Server) decidePath(ctx context.Context, verb func(context.Context, *policy.Query, *policy.Decision) error, path []string, cost int64, b *batch) (*policy.PathQuery, error) {
 	q := b.query(1)
-	q.Permit, q.Op, q.NewPermit = permit, op, newPermit
 	pq := &q.Paths[0]
 	pq.Path, pq.Cost = path, cost
 	sctx, cancel := s.storeCtx(ctx)
-	err := s.checker.Decide(sctx, q, &b.d)
+	err := verb(sctx, q, &b.d)
 	cancel()
 	return pq, err
 }

@@ -72,7 +72,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 			return
 		}
 		b := new(batch)
-		if _, err := s.decideSlots(r.Context(), path, 0, permit, op, false, b); err != nil {
+		if _, err := s.decidePath(r.Context(), slotVerb(s.checker, op, permit), path, 0, b); err != nil {
 			s.slotFailed(w, err)
 			return
 		}
@@ -269,7 +269,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		cost = *req.Cost
 	}
 	b := new(batch)
-	if _, err := s.decideSlots(r.Context(), req.Path, cost, 0, algo.Acquire, true, b); err != nil {
+	if _, err := s.decidePath(r.Context(), s.acquire, req.Path, cost, b); err != nil {
 		s.slotFailed(w, err)
 		return
 	}
@@ -281,4 +281,20 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	s.countSlots("http", algo.Acquire, &b.d)
 	status := addDecisionHeaders(w.Header(), b, false)
 	writeJSON(w, status, NewDecisionJSON(&b.d))
+}
+
+// acquire is the checker's Acquire under a new permit id, as a verb of
+// decidePath.
+func (s *Server) acquire(ctx context.Context, q *policy.Query, d *policy.Decision) error {
+	return s.checker.Acquire(ctx, q, 0, d)
+}
+
+// slotVerb returns the checker's Renew or Release of permit, as a verb of
+// decidePath.
+func slotVerb(c *policy.Checker, op algo.SlotOp, permit int64) func(context.Context, *policy.Query, *policy.Decision) error {
+	verb := c.Release
+	if op == algo.Renew {
+		verb = c.Renew
+	}
+	return func(ctx context.Context, q *policy.Query, d *policy.Decision) error { return verb(ctx, q, permit, d) }
 }

@@ -229,12 +229,12 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 					end = T0.Add(e.at + p.Hold)
 				}
 				path[1] = e.caller
-				if err := c.Slots(ctx, end, path, e.cost, e.permit, algo.Release, &d); err != nil {
+				if err := c.Release(ctx, oneQuery(end, path, e.cost), e.permit, &d); err != nil {
 					return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
 				}
 			}
 			path[1] = ev.Caller
-			if err := c.Slots(ctx, at, path, cost, int64(n+1), algo.Acquire, &d); err != nil {
+			if err := c.Acquire(ctx, oneQuery(at, path, cost), int64(n+1), &d); err != nil {
 				return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
 			}
 			r.Offered[slice] += cost
@@ -464,4 +464,10 @@ func (p *progress) done(n int) {
 		const width = 30
 		fmt.Fprintf(p.w, "\rsim [%s] 100%% %d/%d events in %v\n", strings.Repeat("#", width), n, p.total, time.Since(p.start).Round(time.Millisecond))
 	}
+}
+
+// oneQuery is a query of one path at time t (the zero Time: the store's
+// clock).
+func oneQuery(t time.Time, path []string, cost int64) *policy.Query {
+	return &policy.Query{Time: t, Paths: []policy.PathQuery{{Path: path, Cost: cost}}}
 }

@@ -106,11 +106,18 @@ flags:`)
 	}
 	defer st.Close()
 	apply := func(line []byte) (any, error) {
-		req, err := parseEvent(line)
+		req, verb, permit, err := parseEvent(line)
 		if err != nil {
 			return nil, err
 		}
-		r, err := st.Decide(ctx, req)
+		var r algo.Result
+		if verb != nil {
+			res := make([]algo.Result, 1)
+			_, err = verb(ctx, st, []store.Request{req}, permit, res)
+			r = res[0]
+		} else {
+			r, err = st.Decide(ctx, req)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -136,7 +143,18 @@ flags:`)
 			if err != nil {
 				return nil, err
 			}
-			if err := c.Slots(ctx, ev.time(), ev.Path, ev.cost(), ev.Permit, op, &d); err != nil {
+			q := &policy.Query{Time: ev.time(), Paths: []policy.PathQuery{{Path: ev.Path, Cost: ev.cost()}}}
+			switch {
+			case op == algo.Renew:
+				err = c.Renew(ctx, q, ev.Permit, &d)
+			case op == algo.Release:
+				err = c.Release(ctx, q, ev.Permit, &d)
+			case ev.Permit != 0:
+				err = c.Acquire(ctx, q, ev.Permit, &d)
+			default:
+				err = c.Decide(ctx, q, &d)
+			}
+			if err != nil {
 				return nil, err
 			}
 			return server.NewDecisionJSON(&d), nil
@@ -201,39 +219,45 @@ func (ev event) cost() int64 {
 	return *ev.Cost
 }
 
-func parseEvent(line []byte) (store.Request, error) {
+// parseEvent returns the request of an event without a path, and for an
+// event that names a permit or an op the slot verb to apply (store.Acquire,
+// Renew or Release) and its permit.
+func parseEvent(line []byte) (store.Request, slotVerb, int64, error) {
 	ev, err := decodeEvent(line)
 	if err != nil {
-		return store.Request{}, err
+		return store.Request{}, nil, 0, err
 	}
 	if ev.Path != nil {
-		return store.Request{}, errors.New(`an event with a "path" needs --policy`)
+		return store.Request{}, nil, 0, errors.New(`an event with a "path" needs --policy`)
 	}
 	if ev.Spec == nil {
-		return store.Request{}, errors.New(`missing "limit"`)
+		return store.Request{}, nil, 0, errors.New(`missing "limit"`)
 	}
 	lim, err := ev.Spec.Build()
 	if err != nil {
-		return store.Request{}, fmt.Errorf("limit: %w", err)
+		return store.Request{}, nil, 0, fmt.Errorf("limit: %w", err)
 	}
 	p, err := algo.Compile(lim)
 	if err != nil {
-		return store.Request{}, err
+		return store.Request{}, nil, 0, err
 	}
 	req := store.Request{Key: ev.Key, Plan: &p, Cost: ev.cost(), Time: ev.time()}
 	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
-		return store.Request{}, err
+		return store.Request{}, nil, 0, err
 	}
+	var verb slotVerb
 	if ev.Permit != 0 || ev.Op != "" {
 		op, err := ev.slotOp()
 		if err != nil {
-			return store.Request{}, err
+			return store.Request{}, nil, 0, err
 		}
-		fp, err := p.ForPermit(ev.Permit, op)
-		if err != nil {
-			return store.Request{}, err
+		if _, err := algo.ForPermit(&p, ev.Permit, op); err != nil {
+			return store.Request{}, nil, 0, err
 		}
-		req.Plan = &fp
+		verb = [...]slotVerb{algo.Acquire: store.Acquire, algo.Renew: store.Renew, algo.Release: store.Release}[op]
 	}
-	return req, nil
+	return req, verb, ev.Permit, nil
 }
+
+// slotVerb is store.Acquire, Renew or Release.
+type slotVerb func(context.Context, store.Store, []store.Request, int64, []algo.Result) (bool, error)

@@ -230,7 +230,7 @@ func FuzzParseEvent(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		req, err := parseEvent(line)
+		req, _, _, err := parseEvent(line)
 		if err == nil {
 			if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 				t.Fatalf("%q parsed into an invalid request: %v", line, err)

@@ -14,7 +14,7 @@ import (
 )
 
 // Concurrency runs scripts/concurrency.lua with the limit, the lease, the
-// cost and the plan's permit id and op (algo.Plan.ForPermit); besides ok
+// cost and the plan's permit id and op (algo.ForPermit); besides ok
 // and the refund token it reports the units held, the latest lease end,
 // when the cost would fit and the units admitted or freed.
 var concurrencyBinding = func() binding {

@@ -272,8 +272,8 @@ func TestOverLimitCacheLeavesSlotsToRedis(t *testing.T) {
 	ctx := context.Background()
 	c := algo.Concurrency{Limit: 1, HoldFor: time.Minute}
 	base, _ := algo.Compile(c)
-	holder, _ := base.ForPermit(7, algo.Acquire)
-	release, _ := base.ForPermit(7, algo.Release)
+	holder, _ := algo.ForPermit(&base, 7, algo.Acquire)
+	release, _ := algo.ForPermit(&base, 7, algo.Release)
 	if r, err := st.Decide(ctx, store.Request{Key: "slots", Plan: &holder, Cost: 1}); err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}

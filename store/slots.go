@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/sluicehq/sluice/algo"
+)
+
+// Acquire, Renew and Release are the verbs of concurrency slots
+// (algo.Concurrency), on any store: each applies reqs as one DecideAll,
+// every concurrency level acting for permit (algo.ForPermit). A plain
+// Decide or DecideAll of a concurrency limit is an Acquire for no permit.
+
+// Acquire decides reqs all or nothing as DecideAll does, each concurrency
+// level taking its Cost in slots under permit (0: for no permit, freed by
+// a Release without one or when the lease ends). An acquire under a
+// permit a level already holds renews it there and takes nothing more.
+func Acquire(ctx context.Context, st Store, reqs []Request, permit int64, results []algo.Result) (bool, error) {
+	return slots(ctx, st, reqs, permit, algo.Acquire, results)
+}
+
+// Renew renews the lease of permit's slots on every request, each of a
+// concurrency limit: it runs the limit's HoldFor from the request's Time.
+// A level that no longer holds the permit is denied, with RetryAfter
+// algo.Never, and then no level is renewed.
+func Renew(ctx context.Context, st Store, reqs []Request, permit int64, results []algo.Result) (bool, error) {
+	return slots(ctx, st, reqs, permit, algo.Renew, results)
+}
+
+// Release gives back permit's slots on every request, each of a
+// concurrency limit; with permit 0, Cost units of the holders without a
+// permit, the earliest lease first. results[i].Admitted is how many units
+// request i freed (0 for a permit that held none there: a release is
+// idempotent).
+func Release(ctx context.Context, st Store, reqs []Request, permit int64, results []algo.Result) (bool, error) {
+	return slots(ctx, st, reqs, permit, algo.Release, results)
+}
+
+func slots(ctx context.Context, st Store, reqs []Request, permit int64, op algo.SlotOp, results []algo.Result) (bool, error) {
+	out := make([]Request, len(reqs))
+	plans := make([]algo.Plan, len(reqs))
+	for i, r := range reqs {
+		out[i] = r
+		if r.Plan == nil || r.Plan.Kind() != algo.KindConcurrency {
+			if op == algo.Acquire {
+				continue // a rate level of an acquire: decided as usual
+			}
+			return false, fmt.Errorf("%w: request %d: a %v of slots needs a concurrency limit", ErrBadRequest, i, op)
+		}
+		var err error
+		if plans[i], err = algo.ForPermit(r.Plan, permit, op); err != nil {
+			return false, fmt.Errorf("%w: request %d: %w", ErrBadRequest, i, err)
+		}
+		out[i].Plan = &plans[i]
+	}
+	return st.DecideAll(ctx, out, results)
+}
+
+// NewPermitID returns a random permit id, 1 to algo.MaxPermitID, from
+// crypto/rand: an id that another caller cannot guess, so that only the
+// holder can renew or release its slots.
+func NewPermitID() int64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(err) // crypto/rand.Read does not fail (Go 1.24+)
+		}
+		if id := int64(binary.LittleEndian.Uint64(b[:]) & algo.MaxPermitID); id != 0 {
+			return id
+		}
+	}
+}
