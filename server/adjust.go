@@ -10,11 +10,11 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// ChangeRequest is the body of the admin changes: POST
+// changeRequest is the body of the admin changes: POST
 // /admin/v1/penalty and /admin/v1/reward take units, /admin/v1/block
 // takes for (a Go duration such as "30s"), /admin/v1/unblock nothing
 // more. levels "all" changes the levels every caller shares too.
-type ChangeRequest struct {
+type changeRequest struct {
 	Path   []string `json:"path"`
 	Units  int64    `json:"units,omitempty"`
 	For    string   `json:"for,omitempty"`
@@ -39,17 +39,17 @@ func (s *Server) handleChange(kind string) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		var req ChangeRequest
+		var req changeRequest
 		err := decodeBody(body, &req)
 		var ch policy.Change
 		if err == nil {
 			ch, err = req.change(kind)
 		}
-		if err == nil && (len(req.Path) == 0 || len(req.Path) > MaxPathSegments) {
-			err = fmt.Errorf(`"path" must have 1 to %d segments`, MaxPathSegments)
+		if err == nil && (len(req.Path) == 0 || len(req.Path) > maxPathSegments) {
+			err = fmt.Errorf(`"path" must have 1 to %d segments`, maxPathSegments)
 		}
 		if err == nil {
-			err = ValidPath(req.Path)
+			err = validPath(req.Path)
 		}
 		if err != nil {
 			writeProblem(w, http.StatusBadRequest, err.Error())
@@ -73,7 +73,7 @@ func (s *Server) handleChange(kind string) http.HandlerFunc {
 }
 
 // change is the policy.Change a body asks for.
-func (req ChangeRequest) change(kind string) (policy.Change, error) {
+func (req changeRequest) change(kind string) (policy.Change, error) {
 	var ch policy.Change
 	switch req.Levels {
 	case "":

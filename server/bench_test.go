@@ -106,7 +106,7 @@ func BenchmarkDecidePath(b *testing.B) {
 					if _, err := s.decidePath(context.Background(), s.checker.Decide, path, 1, bt); err != nil {
 						b.Fatal(err)
 					}
-					bt.buf = AppendDecisionJSON(bt.buf[:0], &bt.d, "")
+					bt.buf = appendDecisionJSON(bt.buf[:0], &bt.d, "")
 				}
 			})
 		})

@@ -139,15 +139,15 @@ type ConsumersConfig struct {
 const (
 	DefaultHTTP            = "127.0.0.1:8080"
 	DefaultGRPC            = "127.0.0.1:8081"
-	DefaultTimeout         = 50 * time.Millisecond
-	DefaultWatchInterval   = time.Second
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultQueueCapacity   = 1000
-	DefaultConsumersMax    = 20
-	DefaultConsumersTTL    = time.Hour
-	DefaultMaxFlushDelay   = 20 * time.Microsecond
-	DefaultOverLimitCache  = 100_000
-	DefaultLeaseFor        = time.Second
+	defaultTimeout         = 50 * time.Millisecond
+	defaultWatchInterval   = time.Second
+	defaultShutdownTimeout = 10 * time.Second
+	defaultQueueCapacity   = 1000
+	defaultConsumersMax    = 20
+	defaultConsumersTTL    = time.Hour
+	defaultMaxFlushDelay   = 20 * time.Microsecond
+	defaultOverLimitCache  = 100_000
+	defaultLeaseFor        = time.Second
 )
 
 // Defaults returns c with every unset field at its default.
@@ -162,40 +162,40 @@ func (c Config) Defaults() Config {
 		c.Store = "memory"
 	}
 	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
+		c.Timeout = defaultTimeout
 	}
 	if c.OnStoreError == "" {
 		c.OnStoreError = "allow"
 	}
 	if c.WatchInterval == 0 {
-		c.WatchInterval = DefaultWatchInterval
+		c.WatchInterval = defaultWatchInterval
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
+		c.ShutdownTimeout = defaultShutdownTimeout
 	}
 	if c.Consumers.Max == 0 {
-		c.Consumers.Max = DefaultConsumersMax
+		c.Consumers.Max = defaultConsumersMax
 	}
 	if c.MaxWaiting == 0 {
-		c.MaxWaiting = DefaultMaxWaiting
+		c.MaxWaiting = defaultMaxWaiting
 	}
 	for name, q := range c.Queues {
 		if q.Capacity == 0 {
-			q.Capacity = DefaultQueueCapacity
+			q.Capacity = defaultQueueCapacity
 			c.Queues[name] = q
 		}
 	}
 	if c.Consumers.TTL == 0 {
-		c.Consumers.TTL = DefaultConsumersTTL
+		c.Consumers.TTL = defaultConsumersTTL
 	}
 	if c.Redis.LeaseFor == 0 {
-		c.Redis.LeaseFor = DefaultLeaseFor
+		c.Redis.LeaseFor = defaultLeaseFor
 	}
 	if c.Redis.OverLimitCache == 0 {
-		c.Redis.OverLimitCache = DefaultOverLimitCache
+		c.Redis.OverLimitCache = defaultOverLimitCache
 	}
 	if c.Redis.MaxFlushDelay == 0 {
-		c.Redis.MaxFlushDelay = DefaultMaxFlushDelay
+		c.Redis.MaxFlushDelay = defaultMaxFlushDelay
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"

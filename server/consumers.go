@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Consumer is one entry of a consumers list ("the metadata list
+// consumer is one entry of a consumers list ("the metadata list
 // pattern"): a check may carry meta, such as {"user_id": "u-17"}. When
 // such a check is admitted with a cost above 0, an entry {at, cost, meta}
 // is pushed onto a capped list of every level on its path (shadow levels
@@ -33,7 +33,7 @@ import (
 // sluice_consumers_dropped_total. The store keeps the lists (a
 // store.ConsumerLog): Redis next to the level's state, in its Cluster slot
 // (redis.ConsumersKey); the memory store in this process.
-type Consumer struct {
+type consumer struct {
 	At   time.Time       `json:"at"`
 	Cost int64           `json:"cost"`
 	Meta json.RawMessage `json:"meta"`
@@ -128,8 +128,8 @@ func (r *consumerRecorder) run() {
 }
 
 // recent returns a level's consumers, newest first ([] when none).
-func (r *consumerRecorder) recent(ctx context.Context, key, tag string) ([]Consumer, error) {
-	out := []Consumer{}
+func (r *consumerRecorder) recent(ctx context.Context, key, tag string) ([]consumer, error) {
+	out := []consumer{}
 	if r.log == nil {
 		return out, nil
 	}
@@ -138,7 +138,7 @@ func (r *consumerRecorder) recent(ctx context.Context, key, tag string) ([]Consu
 		return nil, err
 	}
 	for _, e := range entries {
-		var c Consumer
+		var c consumer
 		if json.Unmarshal(e, &c) == nil {
 			out = append(out, c)
 		}

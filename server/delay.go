@@ -16,8 +16,8 @@ import (
 // refused at once. A caller that goes away, or whose gRPC deadline comes
 // before the delay ends, gets its units back.
 
-// DefaultMaxWaiting is max_waiting's default.
-const DefaultMaxWaiting = 10_000
+// defaultMaxWaiting is max_waiting's default.
+const defaultMaxWaiting = 10_000
 
 // hold waits out d.Delay for the paths of q. It reports whether the
 // caller may go on; when it may not, it has given the units back and

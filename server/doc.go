@@ -4,7 +4,7 @@
 //
 // # HTTP/JSON
 //
-// POST /v1/check takes a CheckRequest, {"path": ["user", "alex",
+// POST /v1/check takes a checkRequest, {"path": ["user", "alex",
 // "trade"], "cost": 1, "meta": {...}}, and decides the path with every
 // level on its walk as one all-or-nothing decision (policy.Checker, as
 // every API here decides). It answers with a DecisionJSON body (the shape
@@ -21,7 +21,7 @@
 //	403  the path matched no policy under unmatched: deny
 //
 // Malformed JSON, unknown fields, an empty path, a
-// negative cost, an oversized body (MaxBodyBytes) or a key too long for
+// negative cost, an oversized body (maxBodyBytes) or a key too long for
 // the store get 400 with an application/problem+json body (RFC 9457) whose
 // detail says what is wrong.
 //
@@ -34,7 +34,7 @@
 // Idempotency-Key header (at most 200 bytes) is the entry's dedup id;
 // without one the server makes one, and every answer that may have queued
 // the entry carries it in its Idempotency-Key header. 201 with a
-// QueueAdded body ({"id", "length", "duplicate", "idempotency_key"}); 200
+// queueAdded body ({"id", "length", "duplicate", "idempotency_key"}); 200
 // with the queued entry's id while an entry with the same Idempotency-Key
 // and fields is still queued; 422 when it is queued with other fields
 // (nothing queued); 429 with Retry-After (the estimated wait from the
@@ -98,9 +98,9 @@
 //	GET    /admin/v1/state?path=…      a peek (cost 0) of every level of the path (DecisionJSON)
 //	DELETE /admin/v1/state?path=…      reset the path's own levels (a store.Resetter); with
 //	                                   &levels=all also the levels all callers share
-//	GET    /admin/v1/consumers?path=…  who consumed each level recently (ConsumersJSON)
+//	GET    /admin/v1/consumers?path=…  who consumed each level recently (consumersJSON)
 //
-// See Consumer for what the consumers lists record.
+// See consumer for what the consumers lists record.
 //
 // # gRPC
 //
@@ -152,7 +152,7 @@
 // failure_mode_deny does not come into play.
 //
 // Quota: a client that admits requests on its own may ask for quota with
-// the request metadata x-sluice-quota: N (QuotaHeader; Envoy sends it
+// the request metadata x-sluice-quota: N (quotaHeader; Envoy sends it
 // with the rate limit service's grpc_service initial_metadata). When the
 // check is OK, every descriptor's limits are on nodes with lease: true and
 // the store is Redis, the response's quota grants up to N (at most

@@ -3,9 +3,9 @@ package server
 // parseCheckFast decodes the common check body, {"path": [...], "cost": n},
 // without reflection. It gives up (ok false) on anything unusual, such as
 // escapes, non-ASCII bytes, meta, duplicate or unknown fields, or a value
-// of another type, and the caller then decodes with ParseCheckRequest,
+// of another type, and the caller then decodes with parseCheckRequest,
 // which also words the errors; when ok, the result is what
-// ParseCheckRequest would return (TestParseCheckFastAgrees and
+// parseCheckRequest would return (TestParseCheckFastAgrees and
 // FuzzParseCheck check that). It stays because encoding/json for every
 // body costs the HTTP service 34.2 → 45.7 µs of CPU a check
 // (bench/NOTES.md, "What each micro-optimisation pays").
@@ -41,7 +41,7 @@ func parseCheckFast(b []byte, path []string) (_ []string, cost int64, hasCost, o
 			}
 			for {
 				s, j, ok := fastString(b, i)
-				if !ok || s == "" || len(path) == MaxPathSegments { // "": the slow path words the error
+				if !ok || s == "" || len(path) == maxPathSegments { // "": the slow path words the error
 					return path, 0, false, false
 				}
 				path = append(path, s)

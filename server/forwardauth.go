@@ -32,16 +32,16 @@ import (
 
 // Bounds of what the forward-auth endpoint reads of a proxied request.
 const (
-	// MaxForwardURI bounds the proxied request's URI, in bytes: a longer
+	// maxForwardURI bounds the proxied request's URI, in bytes: a longer
 	// one is answered 414 (nginx's own buffers refuse one over 8 KiB).
-	MaxForwardURI = 8 << 10
-	// MaxForwardMethod bounds the proxied request's method: a longer one
+	maxForwardURI = 8 << 10
+	// maxForwardMethod bounds the proxied request's method: a longer one
 	// is answered 400.
-	MaxForwardMethod = 32
-	// MaxRoutes bounds forward_auth.routes, and MaxRouteSegments a route's
+	maxForwardMethod = 32
+	// maxRoutes bounds forward_auth.routes, and maxRouteSegments a route's
 	// match and path.
-	MaxRoutes        = 1000
-	MaxRouteSegments = 32
+	maxRoutes        = 1000
+	maxRouteSegments = 32
 )
 
 // ForwardAuthConfig maps a proxied request to a policy path for the
@@ -158,8 +158,8 @@ func newForwardAuth(c ForwardAuthConfig) (*forwardAuth, error) {
 	default:
 		return nil, fmt.Errorf("nginx_deny_status must be 401 or 403 (nginx answers 500 for any other), got %d", c.NginxDenyStatus)
 	}
-	if len(c.Routes) > MaxRoutes {
-		return nil, fmt.Errorf("routes: at most %d, got %d", MaxRoutes, len(c.Routes))
+	if len(c.Routes) > maxRoutes {
+		return nil, fmt.Errorf("routes: at most %d, got %d", maxRoutes, len(c.Routes))
 	}
 	for i, r := range c.Routes {
 		cr, err := compileRoute(r)
@@ -202,11 +202,11 @@ func compileRoute(r ForwardRoute) (route, error) {
 			}
 		}
 	}
-	if len(cr.pattern) > MaxRouteSegments {
-		return cr, fmt.Errorf("match %q: at most %d segments", r.Match, MaxRouteSegments)
+	if len(cr.pattern) > maxRouteSegments {
+		return cr, fmt.Errorf("match %q: at most %d segments", r.Match, maxRouteSegments)
 	}
 	for _, m := range r.Methods {
-		if m == "" || len(m) > MaxForwardMethod || strings.ContainsAny(m, " \t/{}") {
+		if m == "" || len(m) > maxForwardMethod || strings.ContainsAny(m, " \t/{}") {
 			return cr, fmt.Errorf("methods: %q is not a method", m)
 		}
 		cr.methods = append(cr.methods, strings.ToUpper(m))
@@ -214,8 +214,8 @@ func compileRoute(r ForwardRoute) (route, error) {
 	if len(r.Path) == 0 {
 		return cr, errors.New("path: a route needs a policy path of at least one segment")
 	}
-	if len(r.Path) > MaxRouteSegments {
-		return cr, fmt.Errorf("path: at most %d segments, got %d", MaxRouteSegments, len(r.Path))
+	if len(r.Path) > maxRouteSegments {
+		return cr, fmt.Errorf("path: at most %d segments, got %d", maxRouteSegments, len(r.Path))
 	}
 	for i, s := range r.Path {
 		t, err := compileSeg(s, cr.pattern)
@@ -318,8 +318,8 @@ func first(a, b []string, or string) string {
 // cleanPath appends to segs the segments of uri's path, percent-decoded,
 // with dot segments resolved and empty ones dropped.
 func cleanPath(uri string, segs []string) ([]string, *forwardError) {
-	if len(uri) > MaxForwardURI {
-		return segs, &forwardError{http.StatusRequestURITooLong, fmt.Sprintf("the proxied URI has %d bytes, more than %d", len(uri), MaxForwardURI)}
+	if len(uri) > maxForwardURI {
+		return segs, &forwardError{http.StatusRequestURITooLong, fmt.Sprintf("the proxied URI has %d bytes, more than %d", len(uri), maxForwardURI)}
 	}
 	p := uri
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
@@ -462,8 +462,8 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 // read turns the proxied request into the route that matches it (nil for
 // none) and that route's policy path, in b's buffers.
 func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch) ([]string, *route, *forwardError) {
-	if len(method) > MaxForwardMethod {
-		return nil, nil, &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), MaxForwardMethod)}
+	if len(method) > maxForwardMethod {
+		return nil, nil, &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), maxForwardMethod)}
 	}
 	segs, fe := cleanPath(uri, b.segs[:0])
 	b.segs = segs[:0]

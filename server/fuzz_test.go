@@ -20,7 +20,7 @@ func FuzzParseCheck(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := ParseCheckRequest(body)
+		req, err := parseCheckRequest(body)
 		path, cost, hasCost, ok := parseCheckFast(body, nil)
 		if !ok {
 			return
@@ -58,7 +58,7 @@ schema:
 `)
 	g := &rateLimitService{s: s}
 	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2 string, hits uint32, n int) {
-		n = max(0, min(n, 2*MaxDescriptors))
+		n = max(0, min(n, 2*maxDescriptors))
 		req := &rlv3.RateLimitRequest{Domain: domain, HitsAddend: hits}
 		for i := range n {
 			d := &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: k1, Value: v1}}}

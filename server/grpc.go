@@ -30,10 +30,10 @@ type rateLimitService struct {
 
 // Bounds on one gRPC request: the descriptors and each one's entries (its
 // path has 1 + 2·entries segments, as an HTTP check's path has at most
-// MaxPathSegments). A request above them is INVALID_ARGUMENT.
+// maxPathSegments). A request above them is INVALID_ARGUMENT.
 const (
-	MaxDescriptors = 64
-	MaxEntries     = (MaxPathSegments - 1) / 2
+	maxDescriptors = 64
+	maxEntries     = (maxPathSegments - 1) / 2
 )
 
 // DescriptorPath returns the policy path of an Envoy descriptor:
@@ -130,14 +130,14 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 		return nil, 0, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	case n == 0:
 		return nil, 0, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	case n > MaxDescriptors:
-		return nil, 0, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, MaxDescriptors)
+	case n > maxDescriptors:
+		return nil, 0, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
 	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
 	q = b.query(len(req.Descriptors))
 	for i, d := range req.Descriptors {
-		if n := len(d.GetEntries()); n > MaxEntries {
-			return nil, 0, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, MaxEntries)
+		if n := len(d.GetEntries()); n > maxEntries {
+			return nil, 0, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
 		}
 		if d.GetIsNegativeHits() {
 			neg |= 1 << i
@@ -258,7 +258,7 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitR
 	if !mine[best].Shadow {
 		r.Remaining, r.ResetAfter = sum.Remaining, sum.ResetAfter
 	}
-	st.CurrentLimit = EnvoyLimit(mine[best].Limit, mine[best].Pattern)
+	st.CurrentLimit = envoyLimit(mine[best].Limit, mine[best].Pattern)
 	st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(r.ResetAfter)
 	return st
@@ -303,11 +303,11 @@ func addHeaders(resp *rlv3.RateLimitResponse, d *policy.Decision, buf []byte) []
 	return fields[:0]
 }
 
-// QuotaHeader is the gRPC request metadata by which a client asks for
+// quotaHeader is the gRPC request metadata by which a client asks for
 // quota (RateLimitResponse.Quota): the number of requests it would admit
 // on its own. An Envoy proxy sends it with the rate limit service's
 // grpc_service initial_metadata.
-const QuotaHeader = "x-sluice-quota"
+const quotaHeader = "x-sluice-quota"
 
 // grant asks the store for quota for a proxy that admits q's paths on its
 // own: units more requests of q (policy.LeaseRequests), or nothing when
@@ -327,7 +327,7 @@ func (s *Server) grant(ctx context.Context, q *policy.Query, units int64) (store
 // quotaAsked returns the units the call's metadata asks for (0 when it asks
 // for none, or for something that is not a positive number).
 func quotaAsked(ctx context.Context) int64 {
-	v := metadata.ValueFromIncomingContext(ctx, QuotaHeader)
+	v := metadata.ValueFromIncomingContext(ctx, quotaHeader)
 	if len(v) == 0 {
 		return 0
 	}
@@ -370,12 +370,12 @@ var envoyUnits = []struct {
 	{rlv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
 }
 
-// EnvoyLimit expresses a limit's steady rate (algo.Limit.SteadyRate) as
+// envoyLimit expresses a limit's steady rate (algo.Limit.SteadyRate) as
 // Envoy's requests per unit: a period of exactly one unit gives n per that
 // unit; otherwise the smallest unit in which the rate is a whole number of
 // at least 1, or else the largest unit, rounded down. A nil limit (a user
 // script's level) gives a limit with only its name.
-func EnvoyLimit(l algo.Limit, name string) *rlv3.RateLimitResponse_RateLimit {
+func envoyLimit(l algo.Limit, name string) *rlv3.RateLimitResponse_RateLimit {
 	var n int64
 	var period time.Duration
 	if l != nil {

@@ -396,7 +396,7 @@ func TestEnvoyLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := EnvoyLimit(l, "n")
+		got := envoyLimit(l, "n")
 		if c.rpu == 0 {
 			if got.RequestsPerUnit == 0 || got.Unit == rlv3.RateLimitResponse_RateLimit_UNKNOWN {
 				t.Errorf("%v: no Envoy limit: %v", c.spec.Algorithm, got)
@@ -415,12 +415,12 @@ func TestGRPCBounds(t *testing.T) {
 	s := newTestServer(t, "schema:\n  d:\n    children:\n      k:\n        children:\n          \"*\": {limits: [{algorithm: fixed_window, limit: 1, window: 1h}]}\n")
 	g := &rateLimitService{s: s}
 	ctx := context.Background()
-	many := make([]*rlcommon.RateLimitDescriptor, MaxDescriptors+1)
+	many := make([]*rlcommon.RateLimitDescriptor, maxDescriptors+1)
 	for i := range many {
 		many[i] = desc("k", "v")
 	}
 	long := desc()
-	for range MaxEntries + 1 {
+	for range maxEntries + 1 {
 		long.Entries = append(long.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
 	}
 	for name, req := range map[string]*rlv3.RateLimitRequest{

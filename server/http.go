@@ -24,8 +24,8 @@ import (
 
 // Handler returns the HTTP API:
 //
-//	POST   /v1/check                  decide a path (CheckRequest → DecisionJSON)
-//	POST   /v1/queues/{name}          admit an entry to a configured queue (→ QueueAdded)
+//	POST   /v1/check                  decide a path (checkRequest → DecisionJSON)
+//	POST   /v1/queues/{name}          admit an entry to a configured queue (→ queueAdded)
 //	GET    /healthz                   200 while the process is up
 //	GET    /readyz                    200 when the policy is loaded and the store answers
 //	GET    /metrics                   Prometheus metrics
@@ -113,7 +113,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req CheckRequest
+	var req checkRequest
 	path, cost, hasCost, fast := parseCheckFast(body, b.path[:0])
 	b.path = path[:0]
 	if fast {
@@ -123,7 +123,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		var err error
-		if req, err = ParseCheckRequest(body); err != nil {
+		if req, err = parseCheckRequest(body); err != nil {
 			s.m.badRequests.WithLabelValues("http").Inc()
 			writeProblem(w, http.StatusBadRequest, err.Error())
 			return
@@ -186,7 +186,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
 	status := addDecisionHeaders(h, b, storeErr != "")
-	out := AppendDecisionJSON(b.buf[:0], &b.d, storeErr)
+	out := appendDecisionJSON(b.buf[:0], &b.d, storeErr)
 	out = append(out, '\n')
 	b.buf = out[:0]
 	if len(out) > 2048 { // past what net/http measures by itself
@@ -242,11 +242,11 @@ func answerStatus(d *policy.Decision, storeFailed bool) int {
 // contentTypeJSON is shared by every answer: net/http only reads it.
 var contentTypeJSON = []string{"application/json"}
 
-// errTooLarge is readBody's error for a body over MaxBodyBytes: a 413.
+// errTooLarge is readBody's error for a body over maxBodyBytes: a 413.
 var errTooLarge = errors.New("the body is too large")
 
 // readBodyOrRefuse reads the body into buf (readBody), or answers 413 for
-// one over MaxBodyBytes and 400 for one that cannot be read, counts the
+// one over maxBodyBytes and 400 for one that cannot be read, counts the
 // bad request and reports false.
 func (s *Server) readBodyOrRefuse(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, bool) {
 	body, err := readBody(r, buf)
@@ -262,16 +262,16 @@ func (s *Server) readBodyOrRefuse(w http.ResponseWriter, r *http.Request, buf []
 	return body, true
 }
 
-// readBody reads at most MaxBodyBytes of the body into buf.
+// readBody reads at most maxBodyBytes of the body into buf.
 func readBody(r *http.Request, buf []byte) ([]byte, error) {
-	if r.ContentLength > MaxBodyBytes {
-		return buf, fmt.Errorf("%w: %d bytes, more than %d", errTooLarge, r.ContentLength, MaxBodyBytes)
+	if r.ContentLength > maxBodyBytes {
+		return buf, fmt.Errorf("%w: %d bytes, more than %d", errTooLarge, r.ContentLength, maxBodyBytes)
 	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		room := buf[len(buf):min(cap(buf), MaxBodyBytes+1)]
+		room := buf[len(buf):min(cap(buf), maxBodyBytes+1)]
 		if len(room) == 0 {
 			break
 		}
@@ -284,8 +284,8 @@ func readBody(r *http.Request, buf []byte) ([]byte, error) {
 			return buf, bodyErrorf("reading the body: %v", err)
 		}
 	}
-	if len(buf) > MaxBodyBytes {
-		return buf, fmt.Errorf("%w: more than %d bytes", errTooLarge, MaxBodyBytes)
+	if len(buf) > maxBodyBytes {
+		return buf, fmt.Errorf("%w: more than %d bytes", errTooLarge, maxBodyBytes)
 	}
 	return buf, nil
 }
@@ -372,11 +372,11 @@ func adminPath(w http.ResponseWriter, r *http.Request) ([]string, bool) {
 		writeProblem(w, http.StatusBadRequest, "name a key by its path: ?path=user&path=alex&path=trade")
 		return nil, false
 	}
-	if len(path) > MaxPathSegments {
+	if len(path) > maxPathSegments {
 		writeProblem(w, http.StatusBadRequest, "path has too many segments")
 		return nil, false
 	}
-	if err := ValidPath(path); err != nil {
+	if err := validPath(path); err != nil {
 		writeProblem(w, http.StatusBadRequest, err.Error())
 		return nil, false
 	}
@@ -451,17 +451,17 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"reset": keys})
 }
 
-// ConsumersJSON is the answer of GET /admin/v1/consumers: for each level
+// consumersJSON is the answer of GET /admin/v1/consumers: for each level
 // of the path, its recent consumers, newest first.
-type ConsumersJSON struct {
-	Levels []LevelConsumersJSON `json:"levels"`
+type consumersJSON struct {
+	Levels []levelConsumersJSON `json:"levels"`
 }
 
-// LevelConsumersJSON is one level's consumers list.
-type LevelConsumersJSON struct {
+// levelConsumersJSON is one level's consumers list.
+type levelConsumersJSON struct {
 	Pattern   string     `json:"pattern"`
 	Key       string     `json:"key"`
-	Consumers []Consumer `json:"consumers"`
+	Consumers []consumer `json:"consumers"`
 }
 
 // handleConsumers serves GET /admin/v1/consumers.
@@ -471,7 +471,7 @@ func (s *Server) handleConsumers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := s.holder.Load().Match(path)
-	out := ConsumersJSON{Levels: []LevelConsumersJSON{}}
+	out := consumersJSON{Levels: []levelConsumersJSON{}}
 	ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
 	defer cancel()
 	for _, lv := range m.Hits {
@@ -480,7 +480,7 @@ func (s *Server) handleConsumers(w http.ResponseWriter, r *http.Request) {
 			s.adminStoreError(w, err)
 			return
 		}
-		out.Levels = append(out.Levels, LevelConsumersJSON{Pattern: lv.Pattern, Key: lv.Key, Consumers: cs})
+		out.Levels = append(out.Levels, levelConsumersJSON{Pattern: lv.Pattern, Key: lv.Key, Consumers: cs})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -104,10 +104,10 @@ func NewDecisionJSON(d *policy.Decision) DecisionJSON {
 	return out
 }
 
-// AppendDecisionJSON appends the JSON of NewDecisionJSON(d) (with
+// appendDecisionJSON appends the JSON of NewDecisionJSON(d) (with
 // storeError as store_error) to b, byte for byte what encoding/json
 // writes for it, without its allocations.
-func AppendDecisionJSON(b []byte, d *policy.Decision, storeError string) []byte {
+func appendDecisionJSON(b []byte, d *policy.Decision, storeError string) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
 	b = appendResult(b, d.Summary)
@@ -187,16 +187,16 @@ func levelSpec(l *policy.Level) algo.Spec {
 	return l.Limit.Spec()
 }
 
-// CheckRequest is the body of POST /v1/check:
+// checkRequest is the body of POST /v1/check:
 //
 //	{"path": ["user", "alex", "trade"], "cost": 1, "meta": {"user_id": "u-17"}}
 //
 // Path is required and not empty; Cost defaults to 1 when left out (0
 // peeks: nothing is consumed); Meta, optional, is any JSON object of at
-// most MaxMetaBytes, recorded in the consumers list of every level the
+// most maxMetaBytes, recorded in the consumers list of every level the
 // request consumed from (see the package documentation). Unknown fields
 // are an error.
-type CheckRequest struct {
+type checkRequest struct {
 	Path []string        `json:"path"`
 	Cost *int64          `json:"cost,omitempty"`
 	Meta json.RawMessage `json:"meta,omitempty"`
@@ -204,12 +204,12 @@ type CheckRequest struct {
 
 // Limits on a check request.
 const (
-	// MaxBodyBytes bounds the body of POST /v1/check.
-	MaxBodyBytes = 64 << 10
-	// MaxPathSegments bounds the segments of a path.
-	MaxPathSegments = 64
-	// MaxMetaBytes bounds a check's meta object.
-	MaxMetaBytes = 1024
+	// maxBodyBytes bounds the body of POST /v1/check.
+	maxBodyBytes = 64 << 10
+	// maxPathSegments bounds the segments of a path.
+	maxPathSegments = 64
+	// maxMetaBytes bounds a check's meta object.
+	maxMetaBytes = 1024
 )
 
 // errBody is a problem with a request body; its message is the detail of
@@ -236,26 +236,26 @@ func decodeBody(body []byte, v any) error {
 	return nil
 }
 
-// ParseCheckRequest decodes and validates a check request body: one JSON
+// parseCheckRequest decodes and validates a check request body: one JSON
 // object with no unknown fields, a non-empty path of at most
-// MaxPathSegments segments, a cost that is not negative, and a meta that is
-// an object of at most MaxMetaBytes. The error says what is wrong.
-func ParseCheckRequest(body []byte) (CheckRequest, error) {
-	var req CheckRequest
+// maxPathSegments segments, a cost that is not negative, and a meta that is
+// an object of at most maxMetaBytes. The error says what is wrong.
+func parseCheckRequest(body []byte) (checkRequest, error) {
+	var req checkRequest
 	if err := decodeBody(body, &req); err != nil {
 		return req, err
 	}
 	switch {
 	case len(req.Path) == 0:
 		return req, bodyErrorf(`"path" is missing or empty: give the request's path segments, e.g. ["user","alex","trade"]`)
-	case len(req.Path) > MaxPathSegments:
-		return req, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), MaxPathSegments)
+	case len(req.Path) > maxPathSegments:
+		return req, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), maxPathSegments)
 	case req.Cost != nil && *req.Cost < 0:
 		return req, bodyErrorf(`"cost" must not be negative, got %d`, *req.Cost)
 	case !utf8.Valid(body):
 		return req, bodyErrorf("the body is not valid UTF-8")
 	}
-	if err := ValidPath(req.Path); err != nil {
+	if err := validPath(req.Path); err != nil {
 		return req, err
 	}
 	if len(req.Meta) > 0 {
@@ -269,8 +269,8 @@ func ParseCheckRequest(body []byte) (CheckRequest, error) {
 			if err := json.Compact(&buf, m); err != nil {
 				return req, bodyErrorf(`"meta": %v`, err)
 			}
-			if buf.Len() > MaxMetaBytes {
-				return req, bodyErrorf(`"meta" is %d bytes, more than %d`, buf.Len(), MaxMetaBytes)
+			if buf.Len() > maxMetaBytes {
+				return req, bodyErrorf(`"meta" is %d bytes, more than %d`, buf.Len(), maxMetaBytes)
 			}
 			req.Meta = buf.Bytes()
 		}
@@ -278,12 +278,12 @@ func ParseCheckRequest(body []byte) (CheckRequest, error) {
 	return req, nil
 }
 
-// ValidPath checks the segments of a check's path: each a string that is
+// validPath checks the segments of a check's path: each a string that is
 // not empty (a JSON null decodes to one), holds no control character and
 // no U+FFFD, which is what a decoder makes of invalid UTF-8 or a lone
 // surrogate escape, so that ids that are not text cannot all share one
 // counter.
-func ValidPath(path []string) error {
+func validPath(path []string) error {
 	for i, seg := range path {
 		switch {
 		case seg == "":

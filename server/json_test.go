@@ -41,12 +41,12 @@ func TestAppendDecisionJSONMatchesEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := AppendDecisionJSON(nil, d, storeErr)
+		got := appendDecisionJSON(nil, d, storeErr)
 		if string(got) != string(wantB) {
-			t.Errorf("AppendDecisionJSON:\n got %s\nwant %s", got, wantB)
+			t.Errorf("appendDecisionJSON:\n got %s\nwant %s", got, wantB)
 		}
 	}
-	empty := AppendDecisionJSON(nil, &policy.Decision{Allowed: true}, "")
+	empty := appendDecisionJSON(nil, &policy.Decision{Allowed: true}, "")
 	if !strings.Contains(string(empty), `"levels":[]`) {
 		t.Errorf("no levels should be [], got %s", empty)
 	}
@@ -64,7 +64,7 @@ func TestParseCheckRequest(t *testing.T) {
 		{`{"path": ["a"], "meta": null}`, 1, ""},
 	}
 	for _, c := range ok {
-		req, err := ParseCheckRequest([]byte(c.body))
+		req, err := parseCheckRequest([]byte(c.body))
 		if err != nil {
 			t.Errorf("%s: %v", c.body, err)
 			continue
@@ -90,8 +90,8 @@ func TestParseCheckRequest(t *testing.T) {
 		{`{"path": ["a"]} {}`, "more than one value"},
 		{`[]`, "must be a JSON object"},
 		{`{"path": ["a"], "meta": "alex"}`, `"meta" must be a JSON object`},
-		{`{"path": ["a"], "meta": {"x": "` + strings.Repeat("y", MaxMetaBytes) + `"}}`, `"meta" is`},
-		{`{"path": [` + strings.Repeat(`"a",`, MaxPathSegments) + `"a"]}`, "segments, more than"},
+		{`{"path": ["a"], "meta": {"x": "` + strings.Repeat("y", maxMetaBytes) + `"}}`, `"meta" is`},
+		{`{"path": [` + strings.Repeat(`"a",`, maxPathSegments) + `"a"]}`, "segments, more than"},
 		{`{"path": ["a"],}`, "malformed JSON at byte"},
 		{`{"path": ["user", ""]}`, `"path"[1] is empty`},
 		{`{"path": ["user", null]}`, `"path"[1] is empty`},
@@ -99,7 +99,7 @@ func TestParseCheckRequest(t *testing.T) {
 		{`{"path": ["user", "\ud800"]}`, "lone surrogate"},
 	}
 	for _, c := range bad {
-		_, err := ParseCheckRequest([]byte(c.body))
+		_, err := parseCheckRequest([]byte(c.body))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%.60s: error %v, want one containing %q", c.body, err, c.want)
 		}
@@ -137,8 +137,8 @@ func TestParseCheckFastAgrees(t *testing.T) {
 		`{"path": null}`,
 		`{"path": ["a"] "cost": 1}`,
 		`{"path": ["` + strings.Repeat("x", 100) + `"]}`,
-		`{"path": [` + strings.Repeat(`"a",`, MaxPathSegments-1) + `"a"]}`,
-		`{"path": [` + strings.Repeat(`"a",`, MaxPathSegments) + `"a"]}`,
+		`{"path": [` + strings.Repeat(`"a",`, maxPathSegments-1) + `"a"]}`,
+		`{"path": [` + strings.Repeat(`"a",`, maxPathSegments) + `"a"]}`,
 		`{"path": ["a", ""]}`,
 	}
 	for i, body := range bodies[:5] {
@@ -148,12 +148,12 @@ func TestParseCheckFastAgrees(t *testing.T) {
 	}
 	for _, body := range bodies {
 		path, cost, hasCost, ok := parseCheckFast([]byte(body), nil)
-		req, err := ParseCheckRequest([]byte(body))
+		req, err := parseCheckRequest([]byte(body))
 		if !ok {
 			continue
 		}
 		if err != nil {
-			t.Errorf("%q: the fast path accepts what ParseCheckRequest refuses: %v", body, err)
+			t.Errorf("%q: the fast path accepts what parseCheckRequest refuses: %v", body, err)
 			continue
 		}
 		want := int64(1)
@@ -178,7 +178,7 @@ func TestEveryKindEncodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := AppendDecisionJSON(nil, d, ""); string(got) != string(want) {
+		if got := appendDecisionJSON(nil, d, ""); string(got) != string(want) {
 			t.Errorf("%v:\n got %s\nwant %s", k, got, want)
 		}
 		if !strings.Contains(string(want), `"algorithm":"`+k.String()+`"`) {

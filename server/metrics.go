@@ -91,7 +91,7 @@ func newMetrics(ping func(context.Context) error) *metrics {
 		Name: "sluice_policy_loaded_timestamp_seconds", Help: "When the current policy was loaded.",
 	})
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sluice_consumers_dropped_total", Help: "Consumer entries dropped (queue full or store error).",
+		Name: "sluice_consumers_dropped_total", Help: "consumer entries dropped (queue full or store error).",
 	})
 	m.quotaGranted = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_quota_granted_total", Help: "Requests granted to gRPC clients as quota (RateLimitResponse.Quota).",

@@ -256,8 +256,8 @@ func TestTraefikForwardAuthHeaders(t *testing.T) {
 	if got := traefik("POST", "/%6Cogin", "203.0.113.7", nil); got.status != 429 {
 		t.Errorf("POST /%%6Cogin: %d, want 429 (it is /login)", got.status)
 	}
-	// Bounds: a URI over MaxForwardURI is 414, a bad escape 400, a long
-	// method 400; headers past MaxHeaderBytes are net/http's 431.
+	// Bounds: a URI over maxForwardURI is 414, a bad escape 400, a long
+	// method 400; headers past maxHeaderBytes are net/http's 431.
 	for _, tc := range []struct {
 		name, method, uri string
 		extra             map[string]string

@@ -56,9 +56,9 @@ func (s *Server) openQueue(ctx context.Context, slot *queueSlot) (*queue.Queue, 
 	return q, nil
 }
 
-// QueueAdded is the body of a 201 (or, for a deduplicated entry, 200)
+// queueAdded is the body of a 201 (or, for a deduplicated entry, 200)
 // answer to POST /v1/queues/{name}.
-type QueueAdded struct {
+type queueAdded struct {
 	ID        string `json:"id"`
 	Length    int64  `json:"length"`
 	Duplicate bool   `json:"duplicate"`
@@ -137,10 +137,10 @@ func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, fmt.Sprintf("the store failed: %v; the entry may have been queued: retry with Idempotency-Key: %s, which answers 200 with duplicate: true if it was", err, key))
 	case a.Duplicate:
 		w.Header().Set("Idempotency-Key", key)
-		writeJSON(w, http.StatusOK, QueueAdded{a.ID, a.Length, true, key})
+		writeJSON(w, http.StatusOK, queueAdded{a.ID, a.Length, true, key})
 	default:
 		w.Header().Set("Idempotency-Key", key)
-		writeJSON(w, http.StatusCreated, QueueAdded{a.ID, a.Length, false, key})
+		writeJSON(w, http.StatusCreated, queueAdded{a.ID, a.Length, false, key})
 	}
 }
 

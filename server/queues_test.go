@@ -43,7 +43,7 @@ func TestQueueEndpoint(t *testing.T) {
 				return post(t, srv.URL+path, body, h...)
 			}
 			resp, body := post("/v1/queues/jobs", `{"job":"resize"}`, "Idempotency-Key", "k1")
-			var first QueueAdded
+			var first queueAdded
 			if resp.StatusCode != 201 || json.Unmarshal([]byte(body), &first) != nil || first.ID == "" || first.Length != 1 {
 				t.Fatalf("first add: %d %s", resp.StatusCode, body)
 			}
@@ -51,7 +51,7 @@ func TestQueueEndpoint(t *testing.T) {
 				t.Fatalf("the key with another body: %d %s, want 422", resp.StatusCode, body)
 			}
 			resp, body = post("/v1/queues/jobs", `{"job":"resize"}`, "Idempotency-Key", "k1")
-			var dup QueueAdded
+			var dup queueAdded
 			if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &dup) != nil || dup.ID != first.ID || !dup.Duplicate {
 				t.Fatalf("duplicate add: %d %s", resp.StatusCode, body)
 			}
@@ -70,7 +70,7 @@ func TestQueueEndpoint(t *testing.T) {
 				{"/v1/queues/jobs", `[1]`, 400},
 				{"/v1/queues/jobs", `{"n": 1}`, 400},
 				{"/v1/queues/jobs", "{\"a\":\"\xff\"}", 400},
-				{"/v1/queues/jobs", `{"a":"` + strings.Repeat("x", MaxBodyBytes) + `"}`, 413},
+				{"/v1/queues/jobs", `{"a":"` + strings.Repeat("x", maxBodyBytes) + `"}`, 413},
 				{"/v1/queues/jobs", `{"": ""}`, 400},
 				{"/v1/queues/" + strings.Repeat("n", 5000), `{}`, 404},
 			} {
@@ -120,7 +120,7 @@ func TestQueueRetryAfterStoreFailure(t *testing.T) {
 		return post(t, srv.URL+"/v1/queues/jobs", body, "Idempotency-Key", key)
 	}
 	resp, body := add(`{"n": "0"}`, "")
-	var first QueueAdded
+	var first queueAdded
 	if resp.StatusCode != 201 || json.Unmarshal([]byte(body), &first) != nil || first.IdempotencyKey == "" || resp.Header.Get("Idempotency-Key") != first.IdempotencyKey {
 		t.Fatalf("first post: %d %s", resp.StatusCode, body)
 	}

@@ -38,7 +38,7 @@ func TestQuotaGrants(t *testing.T) {
 	}
 	defer s.Close()
 	g := &rateLimitService{s: s}
-	ask := metadata.NewIncomingContext(context.Background(), metadata.Pairs(QuotaHeader, "100"))
+	ask := metadata.NewIncomingContext(context.Background(), metadata.Pairs(quotaHeader, "100"))
 	call := func(ctx context.Context, key string) *rlv3.RateLimitResponse {
 		t.Helper()
 		resp, err := g.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc(key, "10.0.0.1")}})
@@ -60,8 +60,8 @@ func TestQuotaGrants(t *testing.T) {
 	if resp.OverallCode != rlv3.RateLimitResponse_OK || q == nil || q.Requests != 100 {
 		t.Fatalf("asked for 100: %v", resp)
 	}
-	if until := q.GetValidUntil().AsTime(); until.Before(before) || until.After(time.Now().Add(DefaultLeaseFor)) {
-		t.Fatalf("valid until %v, want within %v of now", until, DefaultLeaseFor)
+	if until := q.GetValidUntil().AsTime(); until.Before(before) || until.After(time.Now().Add(defaultLeaseFor)) {
+		t.Fatalf("valid until %v, want within %v of now", until, defaultLeaseFor)
 	}
 	admitted += 1 + int64(q.Requests)
 	for range 100 {

@@ -66,12 +66,12 @@ type Server struct {
 	waiting atomic.Int64
 }
 
-// MaxHeaderBytes bounds a request's line and header fields on the HTTP
+// maxHeaderBytes bounds a request's line and header fields on the HTTP
 // listeners: a request past it gets 431 from net/http. It matches what
 // nginx accepts by default (4 buffers of 8 KiB), so that what nginx
 // forwards Sluice reads, and a proxy that forwards more (Caddy, Traefik)
 // hands its client the 431.
-const MaxHeaderBytes = 32 << 10
+const maxHeaderBytes = 32 << 10
 
 // New loads the policy and opens the store the config names. An invalid
 // policy file returns its policy.ErrorList (every error, positioned).
@@ -220,7 +220,7 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 		srv := &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
-			MaxHeaderBytes:    MaxHeaderBytes,
+			MaxHeaderBytes:    maxHeaderBytes,
 			ReadTimeout:       30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),

@@ -12,28 +12,28 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// SlotRequest is the body of POST /v1/renew and POST /v1/release: the
+// slotRequest is the body of POST /v1/renew and POST /v1/release: the
 // path a check acquired slots on, and the permit id its answer gave.
-type SlotRequest struct {
+type slotRequest struct {
 	Path   []string `json:"path"`
 	Permit string   `json:"permit"`
 }
 
-// ParseSlotRequest decodes and validates a renew or release body: one
+// parseSlotRequest decodes and validates a renew or release body: one
 // JSON object with no unknown fields, a path as a check's, and a permit id
 // in decimal, 1 to algo.MaxPermitID.
-func ParseSlotRequest(body []byte) (path []string, permit int64, err error) {
-	var req SlotRequest
+func parseSlotRequest(body []byte) (path []string, permit int64, err error) {
+	var req slotRequest
 	if err := decodeBody(body, &req); err != nil {
 		return nil, 0, err
 	}
 	switch {
 	case len(req.Path) == 0:
 		return nil, 0, bodyErrorf(`"path" is missing or empty: give the path the check acquired slots on`)
-	case len(req.Path) > MaxPathSegments:
-		return nil, 0, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), MaxPathSegments)
+	case len(req.Path) > maxPathSegments:
+		return nil, 0, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), maxPathSegments)
 	}
-	if err := ValidPath(req.Path); err != nil {
+	if err := validPath(req.Path); err != nil {
 		return nil, 0, err
 	}
 	id, perr := strconv.ParseInt(req.Permit, 10, 64)
@@ -66,7 +66,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		path, permit, err := ParseSlotRequest(body)
+		path, permit, err := parseSlotRequest(body)
 		if err != nil {
 			s.badSlotRequest(w, err)
 			return
@@ -157,30 +157,30 @@ func (s *Server) countSlots(api string, op algo.SlotOp, d *policy.Decision) {
 	}
 }
 
-// MaxHoldersListed bounds the holders GET /admin/v1/holders lists per
+// maxHoldersListed bounds the holders GET /admin/v1/holders lists per
 // level (a key has up to algo.MaxSlots); Total still counts them all.
-const MaxHoldersListed = 1000
+const maxHoldersListed = 1000
 
-// HoldersJSON is the answer of GET /admin/v1/holders: for each
+// holdersJSON is the answer of GET /admin/v1/holders: for each
 // concurrency level of the path, who holds its slots.
-type HoldersJSON struct {
-	Levels []LevelHoldersJSON `json:"levels"`
+type holdersJSON struct {
+	Levels []levelHoldersJSON `json:"levels"`
 }
 
-// LevelHoldersJSON is one concurrency level's holders, the earliest lease
-// first, at most MaxHoldersListed of Total.
-type LevelHoldersJSON struct {
+// levelHoldersJSON is one concurrency level's holders, the earliest lease
+// first, at most maxHoldersListed of Total.
+type levelHoldersJSON struct {
 	Pattern string       `json:"pattern"`
 	Key     string       `json:"key"`
 	Limit   int64        `json:"limit"`
 	Held    int64        `json:"held"`
 	Total   int          `json:"total"`
-	Holders []HolderJSON `json:"holders"`
+	Holders []holderJSON `json:"holders"`
 }
 
-// HolderJSON is one holder: its permit id (empty for slots taken for no
+// holderJSON is one holder: its permit id (empty for slots taken for no
 // permit, such as Envoy's), its slots and when its lease ends.
-type HolderJSON struct {
+type holderJSON struct {
 	Permit    string `json:"permit,omitempty"`
 	Units     int64  `json:"units"`
 	LeaseEnds string `json:"lease_ends"` // RFC 3339, µs
@@ -210,7 +210,7 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 		}
 		now = t
 	}
-	out := HoldersJSON{Levels: []LevelHoldersJSON{}}
+	out := holdersJSON{Levels: []levelHoldersJSON{}}
 	m := s.holder.Load().Match(path)
 	for _, h := range m.Hits {
 		for j := range h.Limits {
@@ -225,13 +225,13 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 				s.adminStoreError(w, err)
 				return
 			}
-			lv := LevelHoldersJSON{Pattern: h.Pattern, Key: req.Key, Limit: c.Limit, Total: len(hs), Holders: []HolderJSON{}}
+			lv := levelHoldersJSON{Pattern: h.Pattern, Key: req.Key, Limit: c.Limit, Total: len(hs), Holders: []holderJSON{}}
 			for i, x := range hs {
 				lv.Held += x.Units
-				if i >= MaxHoldersListed {
+				if i >= maxHoldersListed {
 					continue
 				}
-				hj := HolderJSON{Units: x.Units, LeaseEnds: time.UnixMicro(x.End).UTC().Format("2006-01-02T15:04:05.000000Z07:00"), LeftNs: int64(time.UnixMicro(x.End).Sub(now))}
+				hj := holderJSON{Units: x.Units, LeaseEnds: time.UnixMicro(x.End).UTC().Format("2006-01-02T15:04:05.000000Z07:00"), LeftNs: int64(time.UnixMicro(x.End).Sub(now))}
 				if x.Permit != 0 {
 					hj.Permit = strconv.FormatInt(x.Permit, 10)
 				}
@@ -256,7 +256,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := ParseCheckRequest(body)
+	req, err := parseCheckRequest(body)
 	if err == nil && req.Cost != nil && *req.Cost < 1 {
 		err = bodyErrorf(`"cost" of an acquire must be at least 1 slot, got %d`, *req.Cost)
 	}

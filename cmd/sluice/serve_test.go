@@ -397,7 +397,7 @@ func TestServeMalformedRequests(t *testing.T) {
 		{`{"cost": 1}`, `"path" is missing or empty`, 0},
 		{`{"path": ["user"], "cost": -3}`, `"cost" must not be negative, got -3`, 0},
 		{`{"path": ["user"], "cost": "1"}`, `"cost" must be an integer`, 0},
-		{strings.Repeat(" ", server.MaxBodyBytes+1), "too large", 413},
+		{strings.Repeat(" ", 64<<10+1), "too large", 413},
 		{`{"path": ["user", "` + strings.Repeat("x", 600) + `"]}`, "exceeds 512", 0},
 		{`{"path": ["user", "a\u0000b"]}`, "control character", 0},
 		{`{"path": ["user"], "cost": 99999999999999999999}`, `"cost" must be an integer`, 0},
@@ -540,7 +540,14 @@ func TestServeAdmin(t *testing.T) {
 	if d := a.decision(t); a.status != 200 || len(d.Levels) != 1 || d.Levels[0].Remaining != 94 {
 		t.Fatalf("state: %d %s", a.status, a.body)
 	}
-	var cons server.ConsumersJSON
+	var cons struct { // GET /admin/v1/consumers
+		Levels []struct {
+			Consumers []struct {
+				Cost int64           `json:"cost"`
+				Meta json.RawMessage `json:"meta"`
+			} `json:"consumers"`
+		} `json:"levels"`
+	}
 	deadline := time.Now().Add(waitLimit)
 	for {
 		a = do(t, "GET", base+"consumers?path=shared", token, "")

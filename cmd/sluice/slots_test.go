@@ -11,7 +11,6 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/server"
 )
 
 // slotsServePolicy limits exports per tenant over HTTP, and streams per
@@ -44,10 +43,20 @@ func TestServeSlots(t *testing.T) {
 			if a.status != 200 || d.Permit == "" || a.header.Get("RateLimit") != `"exports/*";r=1;t=30` {
 				t.Fatalf("check: %d %v %s", a.status, a.header, a.body)
 			}
-			holders := func(path string) server.LevelHoldersJSON {
+			type level struct { // GET /admin/v1/holders
+				Held    int64 `json:"held"`
+				Holders []struct {
+					Permit string `json:"permit"`
+					Units  int64  `json:"units"`
+					LeftNs int64  `json:"lease_left_ns"`
+				} `json:"holders"`
+			}
+			holders := func(path string) level {
 				t.Helper()
 				a := do(t, "GET", base+"/admin/v1/holders?"+path, token, "")
-				var h server.HoldersJSON
+				var h struct {
+					Levels []level `json:"levels"`
+				}
 				if err := json.Unmarshal(a.body, &h); err != nil || a.status != 200 || len(h.Levels) != 1 {
 					t.Fatalf("holders: %d %s %v", a.status, a.body, err)
 				}
