@@ -19,16 +19,16 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// Chart sizes: the PNG is ChartWidth × ChartHeight(strategies) pixels.
+// Chart sizes: the PNG is chartWidth × chartHeight(strategies) pixels.
 const (
-	ChartWidth = 1200
+	chartWidth = 1200
 	chartDPI   = 96
 )
 
-// WriteCSV writes the series: t_ms,strategy,offered,admitted,in_flight,
+// writeCSV writes the series: t_ms,strategy,offered,admitted,in_flight,
 // one row per slice per strategy, slices in time order, strategies in run
 // order.
-func WriteCSV(w io.Writer, r *Result) error {
+func writeCSV(w io.Writer, r *Result) error {
 	var b bytes.Buffer
 	b.WriteString("t_ms,strategy,offered,admitted,in_flight\n")
 	for i := 0; i < r.Slices; i++ {
@@ -54,8 +54,8 @@ func csvField(s string) string {
 	return s
 }
 
-// SummaryJSON is summary.json.
-type SummaryJSON struct {
+// summaryJSON is summary.json.
+type summaryJSON struct {
 	Scenario   string            `json:"scenario"`
 	Seed       uint64            `json:"seed"`
 	DurationMs int64             `json:"duration_ms"`
@@ -63,23 +63,23 @@ type SummaryJSON struct {
 	Callers    int               `json:"callers,omitempty"`
 	Events     int               `json:"events"`
 	SliceMs    int64             `json:"slice_ms"`
-	Strategies []StrategySummary `json:"strategies"`
+	Strategies []strategySummary `json:"strategies"`
 }
 
-// StrategySummary is one strategy in summary.json.
-type StrategySummary struct {
+// strategySummary is one strategy in summary.json.
+type strategySummary struct {
 	Name string `json:"name"`
 	Summary
 }
 
-// NewSummary gathers a result's summary.
-func NewSummary(r *Result) SummaryJSON {
-	out := SummaryJSON{
+// newSummary gathers a result's summary.
+func newSummary(r *Result) summaryJSON {
+	out := summaryJSON{
 		Scenario: r.Scenario, Seed: r.Seed, DurationMs: r.Params.Duration.Milliseconds(),
 		Rate: r.Params.Rate, Callers: r.Params.Callers, Events: r.Events, SliceMs: r.Slice.Milliseconds(),
 	}
 	for _, s := range r.Strategies {
-		out.Strategies = append(out.Strategies, StrategySummary{Name: s.Name, Summary: s.Summary})
+		out.Strategies = append(out.Strategies, strategySummary{Name: s.Name, Summary: s.Summary})
 	}
 	return out
 }
@@ -168,16 +168,16 @@ func flightLegend(c color.RGBA) plot.Thumbnailer {
 	return l
 }
 
-// ChartHeight returns the height of chart.png for a result of n
+// chartHeight returns the height of chart.png for a result of n
 // strategies: a panel for the offered requests, one for the requests in
 // flight and one per strategy.
-func ChartHeight(n int) int { return chartPanelHeight * (n + 2) }
+func chartHeight(n int) int { return chartPanelHeight * (n + 2) }
 
 // chartPanelHeight is the height of one panel, in pixels.
 const chartPanelHeight = 170
 
-// WriteChart writes the chart (chartPanels) in format "png" or "svg".
-func WriteChart(w io.Writer, r *Result, format string) error {
+// writeChart writes the chart (chartPanels) in format "png" or "svg".
+func writeChart(w io.Writer, r *Result, format string) error {
 	if len(r.Strategies) == 0 {
 		return fmt.Errorf("sim: no strategy to chart")
 	}
@@ -185,7 +185,7 @@ func WriteChart(w io.Writer, r *Result, format string) error {
 	if err != nil {
 		return err
 	}
-	return drawColumn(w, plots, ChartWidth, ChartHeight(len(r.Strategies)), format)
+	return drawColumn(w, plots, chartWidth, chartHeight(len(r.Strategies)), format)
 }
 
 // drawColumn draws plots one above the other, aligned, on a canvas of
@@ -208,10 +208,10 @@ func drawColumn(w io.Writer, plots []*plot.Plot, width, height int, format strin
 	return err
 }
 
-// CallersChart is who got through: for each strategy, the requests it
+// callersChart is who got through: for each strategy, the requests it
 // admitted per caller, on average over each class of callers
 // (Summary.Classes: slow and fast), on the scale of the data.
-func CallersChart(r *Result) (*plot.Plot, error) {
+func callersChart(r *Result) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "who got through: requests admitted per caller, on average, by class of caller"
 	p.Title.TextStyle.Font.Size = vg.Points(11)
@@ -230,7 +230,7 @@ func CallersChart(r *Result) (*plot.Plot, error) {
 			classes = append(classes, c.Name)
 		}
 	}
-	width := vg.Points(float64(ChartWidth) / float64(max(1, len(names))) / float64(len(classes)+1) * 0.45)
+	width := vg.Points(float64(chartWidth) / float64(max(1, len(names))) / float64(len(classes)+1) * 0.45)
 	most := 1.0
 	for _, s := range r.Strategies {
 		for _, c := range s.Summary.Classes {
@@ -263,17 +263,17 @@ func CallersChart(r *Result) (*plot.Plot, error) {
 	return p, nil
 }
 
-// WriteCallersChart writes CallersChart in format "png" or "svg".
-func WriteCallersChart(w io.Writer, r *Result, format string) error {
-	p, err := CallersChart(r)
+// writeCallersChart writes callersChart in format "png" or "svg".
+func writeCallersChart(w io.Writer, r *Result, format string) error {
+	p, err := callersChart(r)
 	if err != nil {
 		return err
 	}
-	return drawColumn(w, []*plot.Plot{p}, ChartWidth, CallersChartHeight, format)
+	return drawColumn(w, []*plot.Plot{p}, chartWidth, callersChartHeight, format)
 }
 
-// CallersChartHeight is the height of callers.png, in pixels.
-const CallersChartHeight = 320
+// callersChartHeight is the height of callers.png, in pixels.
+const callersChartHeight = 320
 
 // share renders a as a share of o.
 func share(a, o int64) string {
@@ -389,20 +389,20 @@ func inlineSVG(write func(io.Writer, *Result, string) error, r *Result) (templat
 	return template.HTML(b), nil // gonum's own SVG
 }
 
-// WriteReport writes one self-contained HTML page: a few sentences on what
+// writeReport writes one self-contained HTML page: a few sentences on what
 // the run shows, the charts (inline SVG) and the summary table with each
 // strategy's limits.
-func WriteReport(w io.Writer, r *Result, description string) error {
-	chart, err := inlineSVG(WriteChart, r)
+func writeReport(w io.Writer, r *Result, description string) error {
+	chart, err := inlineSVG(writeChart, r)
 	if err != nil {
 		return err
 	}
-	callers, err := inlineSVG(WriteCallersChart, r)
+	callers, err := inlineSVG(writeCallersChart, r)
 	if err != nil {
 		return err
 	}
 	return reportTemplate.Execute(w, map[string]any{
-		"S":           NewSummary(r),
+		"S":           newSummary(r),
 		"Description": description,
 		"Duration":    r.Params.Duration.String(),
 		"Hold":        r.Params.Hold.String(),
@@ -429,16 +429,16 @@ func WriteDir(dir string, r *Result, description string) error {
 		name string
 		f    func(io.Writer) error
 	}{
-		{"series.csv", func(w io.Writer) error { return WriteCSV(w, r) }},
+		{"series.csv", func(w io.Writer) error { return writeCSV(w, r) }},
 		{"summary.json", func(w io.Writer) error {
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
-			return enc.Encode(NewSummary(r))
+			return enc.Encode(newSummary(r))
 		}},
-		{"chart.png", func(w io.Writer) error { return WriteChart(w, r, "png") }},
-		{"chart.svg", func(w io.Writer) error { return WriteChart(w, r, "svg") }},
-		{"callers.png", func(w io.Writer) error { return WriteCallersChart(w, r, "png") }},
-		{"report.html", func(w io.Writer) error { return WriteReport(w, r, description) }},
+		{"chart.png", func(w io.Writer) error { return writeChart(w, r, "png") }},
+		{"chart.svg", func(w io.Writer) error { return writeChart(w, r, "svg") }},
+		{"callers.png", func(w io.Writer) error { return writeCallersChart(w, r, "png") }},
+		{"report.html", func(w io.Writer) error { return writeReport(w, r, description) }},
 	}
 	for _, s := range steps {
 		if err := write(s.name, s.f); err != nil {

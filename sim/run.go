@@ -62,8 +62,8 @@ func matchesTraffic(s Strategy, events []Event) error {
 	return fmt.Errorf("sim: strategy %q limits none of the scenario's requests: a request by caller c is the path caller/c, and no path caller/<c> of its %d callers matches a limit of its policy, so it would admit everything", s.Name, len(tried))
 }
 
-// T0 is the virtual time of a scenario's start.
-var T0 = time.Unix(1_800_000_000, 0)
+// t0 is the virtual time of a scenario's start.
+var t0 = time.Unix(1_800_000_000, 0)
 
 // Options configure Run.
 type Options struct {
@@ -205,7 +205,7 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 		}
 		at := time.Time{}
 		if opts.Store == nil {
-			at = T0.Add(ev.At)
+			at = t0.Add(ev.At)
 		} else if wait := time.Until(start.Add(ev.At)); wait > 0 {
 			bar.update(n)
 			select {
@@ -226,7 +226,7 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 				e := r.ending[r.ended]
 				end := time.Time{}
 				if opts.Store == nil {
-					end = T0.Add(e.at + p.Hold)
+					end = t0.Add(e.at + p.Hold)
 				}
 				path[1] = e.caller
 				if err := c.Release(ctx, oneQuery(end, path, e.cost), e.permit, &d); err != nil {

@@ -43,15 +43,15 @@ type Params struct {
 	Duration time.Duration
 	Rate     float64 // requests per second, over all callers
 	Callers  int
-	// Hold is how long an admitted request runs (DefaultHold when zero):
+	// Hold is how long an admitted request runs (defaultHold when zero):
 	// it is in flight from its time for Hold, and holds the slots of a
 	// strategy's concurrency limits as long, releasing them at its end.
 	Hold time.Duration
 }
 
-// DefaultHold is how long an admitted request runs when Params.Hold is
+// defaultHold is how long an admitted request runs when Params.Hold is
 // zero.
-const DefaultHold = 200 * time.Millisecond
+const defaultHold = 200 * time.Millisecond
 
 // Scenario is a traffic pattern.
 type Scenario struct {
@@ -88,7 +88,7 @@ func (p Params) or(d Params) Params {
 		p.Hold = d.Hold
 	}
 	if p.Hold <= 0 {
-		p.Hold = DefaultHold
+		p.Hold = defaultHold
 	}
 	return p
 }

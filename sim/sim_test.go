@@ -38,7 +38,7 @@ func TestDeterministic(t *testing.T) {
 			t.Fatal(err)
 		}
 		var b bytes.Buffer
-		if err := WriteCSV(&b, res); err != nil {
+		if err := writeCSV(&b, res); err != nil {
 			t.Fatal(err)
 		}
 		return b.Bytes()
@@ -95,7 +95,7 @@ func TestSummaryByHand(t *testing.T) {
 		t.Errorf("gate summary %+v", s)
 	}
 	var b bytes.Buffer
-	WriteCSV(&b, res)
+	writeCSV(&b, res)
 	want := "t_ms,strategy,offered,admitted,in_flight\n0,fw,2,2,1\n0,gate,2,1,1\n2000,fw,2,1,1\n2000,gate,2,1,1\n"
 	if b.String() != want {
 		t.Errorf("series:\n%s\nwant\n%s", b.String(), want)
@@ -127,8 +127,8 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := img.Bounds(); b.Dx() != ChartWidth || b.Dy() != ChartHeight(len(res.Strategies)) {
-		t.Errorf("chart.png is %dx%d, want %dx%d", b.Dx(), b.Dy(), ChartWidth, ChartHeight(len(res.Strategies)))
+	if b := img.Bounds(); b.Dx() != chartWidth || b.Dy() != chartHeight(len(res.Strategies)) {
+		t.Errorf("chart.png is %dx%d, want %dx%d", b.Dx(), b.Dy(), chartWidth, chartHeight(len(res.Strategies)))
 	}
 
 	bin, err := exec.LookPath("chromium")
