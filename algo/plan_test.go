@@ -204,3 +204,17 @@ func TestUnreserved(t *testing.T) {
 		}
 	}
 }
+
+// TestInBatch: a nary log's plan in a batch is a binary copy, and the
+// plan passed is unchanged; any other plan is itself.
+func TestInBatch(t *testing.T) {
+	nary := MustCompile(SlidingLog{Limits: []Window{{Limit: 3, Window: time.Second}}, Mode: Nary})
+	gate := MustCompile(Gate{Interval: time.Second})
+	if InBatch(gate) != gate {
+		t.Error("a gate's batch plan is not itself")
+	}
+	b := InBatch(nary)
+	if b == nary || b.Limit().(SlidingLog).Mode != Binary || nary.Limit().(SlidingLog).Mode != Nary {
+		t.Fatalf("batch plan %v, nary now %v", b.Limit(), nary.Limit())
+	}
+}

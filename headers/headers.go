@@ -10,7 +10,7 @@
 //	RateLimit: "user/*";r=15;t=2, "user/*/trade#0";r=999;t=1800
 //
 // There is one Item per enforced level of the decision, from the root
-// down. The Item's String is the level's name (LevelName): its policy node
+// down. The Item's String is the level's name (AppendLevelName): its policy node
 // pattern, with "#" and the limit's index appended when the node has
 // several limits (taken from the level's key), and any byte outside
 // printable ASCII, and '%', percent-encoded. The quota q is the level's
@@ -144,13 +144,6 @@ func levelReset(r algo.Result) int64 {
 		return CeilSeconds(r.ResetAfter)
 	}
 	return RetrySeconds(r.RetryAfter)
-}
-
-// LevelName returns the name a level goes by in the RateLimit fields and
-// in problem details: see the package documentation.
-func LevelName(lv *policy.Level) string {
-	var nb [128]byte
-	return string(AppendLevelName(nb[:0], lv))
 }
 
 // appendName appends a level's name as a String.

@@ -27,7 +27,7 @@ func TestLevelNames(t *testing.T) {
 		{"tab\there", "k", "tab%09here"},
 	} {
 		lv := &policy.Level{Pattern: tc.pattern, Key: tc.key}
-		if got := headers.LevelName(lv); got != tc.want {
+		if got := string(headers.AppendLevelName(nil, lv)); got != tc.want {
 			t.Errorf("LevelName(%q, %q) = %q, want %q", tc.pattern, tc.key, got, tc.want)
 		}
 	}

@@ -32,7 +32,7 @@ import (
 // or the store fails, entries are dropped and counted in
 // sluice_consumers_dropped_total. The store keeps the lists (a
 // store.ConsumerLog): Redis next to the level's state, in its Cluster slot
-// (redis.ConsumersKey); the memory store in this process.
+// (store/redis: consumers.go); the memory store in this process.
 type consumer struct {
 	At   time.Time       `json:"at"`
 	Cost int64           `json:"cost"`

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/store/overlimit"
 )
 
 // Options configure Open. The embedded store ignores them.
@@ -160,8 +159,16 @@ type Resetter interface {
 // OverLimitStats returns its counters, and ClearOverLimit forgets every
 // cached denial (a policy reload).
 type DenialCache interface {
-	OverLimitStats() overlimit.Stats
+	OverLimitStats() OverLimitStats
 	ClearOverLimit()
+}
+
+// OverLimitStats are a DenialCache's counters.
+type OverLimitStats struct {
+	// Entries is how many denials the cache holds (some may have expired).
+	Entries int64
+	// Hits is how many decisions the cache answered.
+	Hits int64
 }
 
 // Leaser is a store that leases quota ahead of decisions (the Redis

@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -161,10 +160,6 @@ func TestConsumerLogs(t *testing.T) {
 			}
 		})
 	}
-	// On Redis the list lives in its level's Cluster slot.
-	if redis.Slot(redis.ConsumersKey("sluice:", "user:alex:trade", "user:alex")) != redis.Slot(redis.KeyName("sluice:", "user:alex:trade", "user:alex")) {
-		t.Error("the consumers list is in another slot than its key")
-	}
 }
 
 func join(bs [][]byte) []byte {
@@ -176,34 +171,6 @@ func join(bs [][]byte) []byte {
 		out = append(out, b...)
 	}
 	return out
-}
-
-// TestConsumerLogBytesBound: the memory store's lists stay within their
-// byte bound, dropping (and saying how many) what does not fit.
-func TestConsumerLogBytesBound(t *testing.T) {
-	st := memory.New(memory.WithConsumerBytes(64 << 10))
-	defer st.Close()
-	entry := bytes.Repeat([]byte("x"), 1024)
-	var dropped int
-	for i := range 1000 {
-		err := st.PushConsumers(context.Background(), []store.Consumed{{Key: "k" + strconv.Itoa(i), Entry: entry}}, 20, time.Hour)
-		var d *store.DroppedError
-		if errors.As(err, &d) {
-			dropped += d.Dropped
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// 64 KiB holds about 58 lists of one 1 KiB entry with their overhead.
-	if dropped < 900 || dropped > 960 {
-		t.Errorf("dropped %d of 1000 entries of 1 KiB within 64 KiB", dropped)
-	}
-	if got, _ := st.Consumers(context.Background(), "k0", ""); len(got) != 1 {
-		t.Errorf("the first list: %d entries", len(got))
-	}
-	if got, _ := st.Consumers(context.Background(), "k999", ""); len(got) != 0 {
-		t.Errorf("a list past the bound: %d entries", len(got))
-	}
 }
 
 func TestCheckAll(t *testing.T) {
@@ -234,19 +201,5 @@ func TestCheckAll(t *testing.T) {
 	reqs[1].Plan, reqs[1].Cost = algo.MustCompile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}}), algo.MaxExactCost+1
 	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("a cost above an exact log's bound: %v", err)
-	}
-}
-
-// TestInBatch: a nary log's plan in a batch is a binary copy, and the
-// plan passed is unchanged; any other plan is itself.
-func TestInBatch(t *testing.T) {
-	nary := algo.MustCompile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Nary})
-	gate := algo.MustCompile(algo.Gate{Interval: time.Second})
-	if algo.InBatch(gate) != gate {
-		t.Error("a gate's batch plan is not itself")
-	}
-	b := algo.InBatch(nary)
-	if b == nary || b.Limit().(algo.SlidingLog).Mode != algo.Binary || nary.Limit().(algo.SlidingLog).Mode != algo.Nary {
-		t.Fatalf("batch plan %v, nary now %v", b.Limit(), nary.Limit())
 	}
 }

@@ -86,7 +86,7 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 				}
 				key := lv.LimitKey(j)
 				name := redis.StateKey(prefix, lv.Request(j, 0))
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", level, pattern, quoteIfUnclear(key), quoteIfUnclear(name), redis.Slot(name), shadow, specJSON(l.Spec()))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", level, pattern, quoteIfUnclear(key), quoteIfUnclear(name), redis.HashSlot(name), shadow, specJSON(l.Spec()))
 			}
 		}
 		tw.Flush()

@@ -129,7 +129,7 @@ func TestSlots(t *testing.T) {
 		var out []int
 		for _, h := range p.Match(path).Hits {
 			for j := range h.Limits {
-				out = append(out, redis.Slot(redis.KeyName(redis.DefaultPrefix, h.LimitKey(j), h.Tag)))
+				out = append(out, redis.HashSlot(redis.StateKey(redis.DefaultPrefix, h.Request(j, 0))))
 			}
 		}
 		return out

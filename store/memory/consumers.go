@@ -13,18 +13,18 @@ var _ store.ConsumerLog = (*Store)(nil)
 
 // Bounds of the consumers lists, which callers fill: at most
 // maxConsumerLists keys have a list, and the lists hold at most
-// DefaultConsumerBytes (WithConsumerBytes) of entries and keys. Past
+// defaultConsumerBytes (withConsumerBytes) of entries and keys. Past
 // either bound, expired lists are swept to make room, and what still does
 // not fit is dropped (and counted: PushConsumers' error).
 const (
 	maxConsumerLists     = 100_000
-	DefaultConsumerBytes = 32 << 20
+	defaultConsumerBytes = 32 << 20
 	listOverhead         = 96 // a list's map entry and ring, roughly
 )
 
-// WithConsumerBytes bounds the memory the consumers lists take, in bytes
-// (DefaultConsumerBytes by default).
-func WithConsumerBytes(n int) Option {
+// withConsumerBytes bounds the memory the consumers lists take, in bytes
+// (defaultConsumerBytes by default).
+func withConsumerBytes(n int) Option {
 	return func(s *Store) { s.consumers.budget = n }
 }
 
@@ -58,7 +58,7 @@ func (s *Store) PushConsumers(_ context.Context, entries []store.Consumed, max i
 		c.lists = map[string]*ring{}
 	}
 	if c.budget <= 0 {
-		c.budget = DefaultConsumerBytes
+		c.budget = defaultConsumerBytes
 	}
 	swept, dropped := false, 0
 	for _, it := range entries {

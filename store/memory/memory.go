@@ -204,8 +204,8 @@ func (sh *shard) add(e *entry) {
 // set back, nor between goroutines on different CPUs.
 func (s *Store) now() int64 { return s.baseUS + int64(time.Since(s.base))/1000 }
 
-// Len returns the number of keys the store holds, expired or not.
-func (s *Store) Len() int {
+// keys returns the number of keys the store holds, expired or not.
+func (s *Store) keys() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -216,13 +216,13 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Sweep forgets every key whose state has expired, judged in each shard
+// sweep forgets every key whose state has expired, judged in each shard
 // against the latest decision time it has seen plus the wall time elapsed
 // since a sweep first saw that time (so at most one sweep interval late),
 // and shrinks the index of a shard whose keys fell to an eighth of its
 // size, so that memory follows the live keys, not their peak. The
 // background sweeper calls it; tests may too.
-func (s *Store) Sweep() {
+func (s *Store) sweep() {
 	wall := s.now()
 	var dead []*entry
 	for i := range s.shards {
@@ -264,7 +264,7 @@ func (s *Store) sweeper(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.Sweep()
+			s.sweep()
 		}
 	}
 }

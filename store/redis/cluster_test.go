@@ -77,7 +77,7 @@ func TestCluster(t *testing.T) {
 		shared := store.Request{Key: "tigerfeeding", Tag: "tigerfeeding", Plan: algo.MustCompile(algo.FixedWindow{Limit: 100, Window: time.Hour}), Cost: 1}
 		caller := sluice.Key("tigerfeeding", "alex")
 		mine := store.Request{Key: caller, Tag: caller, Plan: algo.MustCompile(algo.Gate{Interval: time.Hour}), Cost: 1}
-		if redis.Slot(redis.KeyName(redis.DefaultPrefix, shared.Key, shared.Tag)) == redis.Slot(redis.KeyName(redis.DefaultPrefix, mine.Key, mine.Tag)) {
+		if redis.HashSlot(redis.KeyName(redis.DefaultPrefix, shared.Key, shared.Tag)) == redis.HashSlot(redis.KeyName(redis.DefaultPrefix, mine.Key, mine.Tag)) {
 			t.Fatal("test keys share a slot")
 		}
 		res := make([]algo.Result, 2)

@@ -16,11 +16,11 @@ const consumersSuffix = "#consumers"
 
 var consumersScript = embeddedScript("consumers.lua")
 
-// ConsumersKey returns the Redis key of a key's consumers list: the key's
-// own name (KeyName) with "#consumers" appended, so that it lives in the
+// consumersKey returns the Redis key of a key's consumers list: the key's
+// own name (keyName) with "#consumers" appended, so that it lives in the
 // key's Cluster slot.
-func ConsumersKey(prefix, key, tag string) string {
-	return KeyName(prefix, key+consumersSuffix, tag)
+func consumersKey(prefix, key, tag string) string {
+	return keyName(prefix, key+consumersSuffix, tag)
 }
 
 // PushConsumers implements store.ConsumerLog: one consumers.lua call per
@@ -37,7 +37,7 @@ func (s *Store) PushConsumers(ctx context.Context, entries []store.Consumed, kee
 	n, ms := strconv.Itoa(keep), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)
 	execs := make([]rueidis.LuaExec, len(entries))
 	for i, e := range entries {
-		execs[i] = rueidis.LuaExec{Keys: []string{ConsumersKey(s.prefix, e.Key, e.Tag)}, Args: []string{string(e.Entry), n, ms}}
+		execs[i] = rueidis.LuaExec{Keys: []string{consumersKey(s.prefix, e.Key, e.Tag)}, Args: []string{string(e.Entry), n, ms}}
 	}
 	for _, res := range consumersScript.ExecMulti(ctx, s.client(), execs...) {
 		if err := res.Error(); err != nil {
@@ -55,7 +55,7 @@ func (s *Store) Consumers(ctx context.Context, key, tag string) ([][]byte, error
 	}
 	defer cancel()
 	c := s.client()
-	vals, err := c.Do(ctx, c.B().Lrange().Key(ConsumersKey(s.prefix, key, tag)).Start(0).Stop(-1).Build()).AsStrSlice()
+	vals, err := c.Do(ctx, c.B().Lrange().Key(consumersKey(s.prefix, key, tag)).Start(0).Stop(-1).Build()).AsStrSlice()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return nil, fmt.Errorf("redis store: consumers: %w", err)
 	}
@@ -69,5 +69,5 @@ func (s *Store) Consumers(ctx context.Context, key, tag string) ([][]byte, error
 // ResetConsumers implements store.ConsumerLog: the lists' keys are deleted
 // each on its own, in one pipelined round trip.
 func (s *Store) ResetConsumers(ctx context.Context, reqs []store.Request) error {
-	return s.deleteEach(ctx, "consumers", reqs, func(r store.Request) string { return ConsumersKey(s.prefix, r.Key, r.Tag) })
+	return s.deleteEach(ctx, "consumers", reqs, func(r store.Request) string { return consumersKey(s.prefix, r.Key, r.Tag) })
 }

@@ -79,7 +79,7 @@ func TestSentinelFailover(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	c := redistest.StartClusterWithReplicas(t)
 	req := store.Request{Key: "failover:alex", Tag: "failover:alex", Plan: algo.MustCompile(failoverLimit), Cost: 1}
-	slot := redis.Slot(redis.StateKey(redis.DefaultPrefix, req))
+	slot := redis.HashSlot(redis.StateKey(redis.DefaultPrefix, req))
 	master := c.MasterOf(c.Nodes[0], slot)
 	if master == nil {
 		t.Fatal("no master for the key's slot")

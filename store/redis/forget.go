@@ -30,7 +30,7 @@ const ForgetPoll = 250 * time.Millisecond
 var forgetScript = embeddedScript("forget.lua")
 
 // forgetNames are the channel and the generation counter: '%' followed
-// by a letter is in no escaped key (KeyName writes '%' as "%25").
+// by a letter is in no escaped key (keyName writes '%' as "%25").
 func (s *Store) forgetNames() (channel, gen string) {
 	return s.prefix + "%forget", s.prefix + "%forget:gen"
 }

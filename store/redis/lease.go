@@ -52,8 +52,8 @@ import (
 //
 // A next lease-like mechanism belongs here, beside them.
 
-// DefaultMaxLease is Options.MaxLease when zero.
-const DefaultMaxLease = 10_000
+// defaultMaxLease is Options.MaxLease when zero.
+const defaultMaxLease = 10_000
 
 // maxLeaseKeys bounds the keys whose rate a store follows for leases.
 const maxLeaseKeys = 1 << 16
@@ -286,7 +286,7 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 		return 0, 0, 0, 0, err
 	}
 	defer s.release()
-	name := KeyName(s.prefix, key, tag) + fixedWindowShape
+	name := keyName(s.prefix, key, tag) + fixedWindowShape
 	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit), itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}
 	v, err := detached(ctx, s.timeout, func(ctx context.Context) ([]int64, error) {
 		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
@@ -490,7 +490,7 @@ func (s *Store) giveBackExpired(now int64, all bool) {
 	defer cancel()
 	execs := make([]rueidis.LuaExec, len(out))
 	for i, o := range out {
-		execs[i] = rueidis.LuaExec{Keys: []string{KeyName(s.prefix, o.key, o.tag) + fixedWindowShape},
+		execs[i] = rueidis.LuaExec{Keys: []string{keyName(s.prefix, o.key, o.tag) + fixedWindowShape},
 			Args: []string{"", itoa(o.window), itoa(o.limit), "0", l.holder, itoa(o.units), itoa(o.end), "0"}}
 	}
 	if c := s.client(); c != nil {

@@ -17,18 +17,18 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/store"
-	"github.com/sluicehq/sluice/store/overlimit"
+	"github.com/sluicehq/sluice/store/redis/internal/overlimit"
 )
 
 // DefaultPrefix is the prefix of every key the store writes, unless
 // Options.Prefix says otherwise.
 const DefaultPrefix = "sluice:"
 
-// DefaultMaxFlushDelay is Open's Options.MaxFlushDelay when zero.
-const DefaultMaxFlushDelay = 20 * time.Microsecond
+// defaultMaxFlushDelay is Open's Options.MaxFlushDelay when zero.
+const defaultMaxFlushDelay = 20 * time.Microsecond
 
-// DefaultTimeout bounds a decision whose context has no deadline.
-const DefaultTimeout = time.Second
+// defaultTimeout bounds a decision whose context has no deadline.
+const defaultTimeout = time.Second
 
 // Options configure a Store.
 type Options struct {
@@ -82,8 +82,8 @@ type Options struct {
 	MaxLease int64
 }
 
-// DefaultMaxInFlight is Options.MaxInFlight when zero.
-const DefaultMaxInFlight = 4096
+// defaultMaxInFlight is Options.MaxInFlight when zero.
+const defaultMaxInFlight = 4096
 
 // Store is the Redis store.
 type Store struct {
@@ -138,7 +138,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	co.DisableCache = true
 	switch {
 	case opts.MaxFlushDelay == 0:
-		co.MaxFlushDelay = DefaultMaxFlushDelay
+		co.MaxFlushDelay = defaultMaxFlushDelay
 	case opts.MaxFlushDelay > 0:
 		co.MaxFlushDelay = opts.MaxFlushDelay
 	}
@@ -231,10 +231,10 @@ func newStore(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redis store: prefix %q may not contain '{' or '}'", opts.Prefix)
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
+		opts.Timeout = defaultTimeout
 	}
 	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = DefaultMaxInFlight
+		opts.MaxInFlight = defaultMaxInFlight
 	}
 	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, inflight: make(chan struct{}, opts.MaxInFlight),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -245,7 +245,7 @@ func newStore(opts Options) (*Store, error) {
 	}
 	if opts.LeaseFor > 0 {
 		if opts.MaxLease <= 0 {
-			opts.MaxLease = DefaultMaxLease
+			opts.MaxLease = defaultMaxLease
 		}
 		s.leases = newLeaser(opts.LeaseFor, opts.MaxLease)
 		go s.sweep()

@@ -5,7 +5,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
-	"github.com/sluicehq/sluice/store/overlimit"
+	"github.com/sluicehq/sluice/store/redis/internal/overlimit"
 )
 
 var _ store.DenialCache = (*Store)(nil)
@@ -63,9 +63,9 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 }
 
 // OverLimitStats implements store.DenialCache (zero when the cache is off).
-func (s *Store) OverLimitStats() overlimit.Stats {
+func (s *Store) OverLimitStats() store.OverLimitStats {
 	if s.denials == nil {
-		return overlimit.Stats{}
+		return store.OverLimitStats{}
 	}
 	return s.denials.Stats()
 }

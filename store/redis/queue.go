@@ -39,10 +39,10 @@ type queue struct {
 	keysAdd, keysAck, keysClaim     []string
 }
 
-// QueueKey names a queue's stream: the store's prefix, then the escaped
+// queueKey names a queue's stream: the store's prefix, then the escaped
 // name (sluice.Escape, which leaves no brace) as a hash tag. The queue's
 // other keys add a suffix to it.
-func QueueKey(prefix, name string) string {
+func queueKey(prefix, name string) string {
 	return prefix + "{queue:" + sluice.Escape(name) + "}"
 }
 
@@ -50,7 +50,7 @@ func QueueKey(prefix, name string) string {
 // 'capacity' field, and the stream and its group are created when
 // missing.
 func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (store.Queue, error) {
-	base := QueueKey(s.prefix, name)
+	base := queueKey(s.prefix, name)
 	q := &queue{s: s, group: group, stream: base, dead: base + ":dead", meta: base + ":meta",
 		dedup: base + ":dedup", errs: base + ":errors"}
 	q.keysAdd = []string{q.stream, q.meta, q.dedup}

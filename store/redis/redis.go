@@ -181,11 +181,11 @@ func embeddedScript(names ...string) *rueidis.Lua {
 	return rueidis.NewLuaScript(b.String())
 }
 
-// KeyName returns the Redis key that holds the state of a request's key
+// keyName returns the Redis key that holds the state of a request's key
 // and tag: prefix + key without a tag, prefix + "{" + tag + "}" + the rest
 // of key with one. '%', '{' and '}' in key are percent-encoded first, so
 // every (key, tag) has its own Redis key and only the tag picks a slot.
-func KeyName(prefix, key, tag string) string {
+func keyName(prefix, key, tag string) string {
 	if strings.ContainsAny(key, "%{}") {
 		key, tag = braceEscaper.Replace(key), braceEscaper.Replace(tag)
 	}
@@ -197,7 +197,7 @@ func KeyName(prefix, key, tag string) string {
 
 var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// StateKey is the Redis key of a request's state: KeyName, then, for the
+// StateKey is the Redis key of a request's state: keyName, then, for the
 // algorithms whose state is not one TAT, the shape of the plan's state
 // (algo.Plan.ShapeKey: "%:", the algorithm's name and the layout's
 // numbers, such as "%:fixed_window"; no escaped key holds "%:"), so
@@ -205,7 +205,7 @@ var braceEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // no state of another type (no WRONGTYPE) and starts cleanly; the old
 // key expires. A request without a plan (Reset) names the TAT key.
 func StateKey(prefix string, r store.Request) string {
-	name := KeyName(prefix, r.Key, r.Tag)
+	name := keyName(prefix, r.Key, r.Tag)
 	if r.Plan == nil {
 		return name
 	}

@@ -64,12 +64,16 @@ func TestKeysAreEscaped(t *testing.T) {
 	}
 }
 
-func TestSlot(t *testing.T) {
+func TestHashSlot(t *testing.T) {
 	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
 	for key, want := range map[string]int{"foo": 12182, "{user1000}.following": 3443, "{user1000}.followers": 3443, "foo{}{bar}": 8363, "123456789": 12739} {
-		if got := redis.Slot(key); got != want {
-			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		if got := redis.HashSlot(key); got != want {
+			t.Errorf("HashSlot(%q) = %d, want %d", key, got, want)
 		}
+	}
+	// A consumers list lives in its level's hash slot.
+	if redis.HashSlot(redis.ConsumersKey("sluice:", "user:alex:trade", "user:alex")) != redis.HashSlot(redis.KeyName("sluice:", "user:alex:trade", "user:alex")) {
+		t.Error("the consumers list is in another hash slot than its key")
 	}
 }
 

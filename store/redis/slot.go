@@ -2,10 +2,10 @@ package redis
 
 import "strings"
 
-// Slot returns the Redis Cluster hash slot of a Redis key: CRC16 (XMODEM)
+// HashSlot returns the Redis Cluster hash slot of a Redis key: CRC16 (XMODEM)
 // of the key, or of its hash tag (the text between the first '{' and the
 // next '}', when not empty), modulo 16384.
-func Slot(key string) int {
+func HashSlot(key string) int {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]

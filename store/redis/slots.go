@@ -16,7 +16,7 @@ import (
 func slotGroups(keys []string) [][]int {
 	bySlot := map[int][]int{}
 	for i, k := range keys {
-		slot := Slot(k)
+		slot := HashSlot(k)
 		bySlot[slot] = append(bySlot[slot], i)
 	}
 	slots := make([]int, 0, len(bySlot))

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 const numShards = 64
@@ -207,12 +208,7 @@ func (c *Cache) Clear() {
 }
 
 // Stats are a cache's counters.
-type Stats struct {
-	// Entries is how many denials the cache holds (some may have expired).
-	Entries int64
-	// Hits is how many decisions the cache answered (Answered).
-	Hits int64
-}
+type Stats = store.OverLimitStats
 
 // Stats returns the cache's counters.
 func (c *Cache) Stats() Stats { return Stats{Entries: c.entries.Load(), Hits: c.hits.Load()} }
