@@ -206,14 +206,25 @@ func (s *steppedClock) at() time.Time {
 }
 
 func (s *steppedClock) Decide(ctx context.Context, req store.Request) (algo.Result, error) {
-	if req.Time.IsZero() {
-		req.Time = s.at()
+	var r [1]algo.Result
+	_, err := s.DecideAll(ctx, []store.Request{req}, r[:])
+	return r[0], err
+}
+
+func (s *steppedClock) DecideAll(ctx context.Context, reqs []store.Request, res []algo.Result) (bool, error) {
+	renew := false
+	for i := range reqs {
+		if reqs[i].Time.IsZero() {
+			reqs[i].Time = s.at()
+		}
+		_, op := reqs[i].Plan.Permit()
+		renew = renew || op == algo.Renew
 	}
-	r, err := s.Store.Decide(ctx, req)
-	if _, op := req.Plan.Permit(); op == algo.Renew && err == nil {
-		s.renews <- req.Time
+	pass, err := s.Store.DecideAll(ctx, reqs, res)
+	if renew && err == nil {
+		s.renews <- reqs[0].Time
 	}
-	return r, err
+	return pass, err
 }
 
 // TestPermitRenewsItself: a permit from Acquire renews its lease while

@@ -64,7 +64,7 @@ type Options struct {
 	// every call returns by its deadline.
 	MaxInFlight int
 	// OverLimitCache, when positive, keeps an exact over-limit cache of
-	// about that many keys (package store/overlimit): a denial is repeated
+	// about that many keys (package store/redis/internal/overlimit): a denial is repeated
 	// without a round trip while it must still hold. Resets and refunds
 	// made through any store on the same Redis and prefix forget their
 	// keys: this store's at once, another's within ForgetPoll plus a
