@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -219,7 +220,7 @@ schema:
 			if err == nil {
 				t.Fatalf("Parse = %v, nil", p)
 			}
-			var list policy.ErrorList
+			var list yamlfile.ErrorList
 			if !errors.As(err, &list) {
 				t.Fatalf("error %T is not an ErrorList: %v", err, err)
 			}
@@ -252,12 +253,12 @@ func TestErrorDetails(t *testing.T) {
 	if !errors.Is(err, algo.ErrInvalid) {
 		t.Errorf("errors.Is(%v, algo.ErrInvalid) = false", err)
 	}
-	var e *policy.Error
+	var e *yamlfile.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("errors.As(*Error) failed: %v", err)
 	}
-	want := policy.Error{
-		Pos:   policy.Position{Filename: "f.yaml", Line: 2, Column: 19},
+	want := yamlfile.Error{
+		Pos:   yamlfile.Position{Filename: "f.yaml", Line: 2, Column: 19},
 		Field: "schema.a.limits.count",
 		Msg:   "gcra count must be positive, got 0",
 	}
@@ -278,7 +279,7 @@ func TestAliasBombs(t *testing.T) {
 		b.WriteString("schema:\n  top: *a39\n")
 		start := time.Now()
 		_, err := policy.Parse("bomb.yaml", []byte(b.String()))
-		if err == nil || !strings.Contains(err.Error(), "policy too large") {
+		if err == nil || !strings.Contains(err.Error(), "file too large") {
 			t.Errorf("%s: err = %v", form, err)
 		}
 		if d := time.Since(start); d > 5*time.Second {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -31,7 +32,7 @@ func FuzzParse(f *testing.F) {
 			if p != nil {
 				t.Fatal("both a policy and an error")
 			}
-			var list policy.ErrorList
+			var list yamlfile.ErrorList
 			if !errors.As(err, &list) || len(list) == 0 {
 				t.Fatalf("error is not a non-empty ErrorList: %#v", err)
 			}

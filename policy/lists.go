@@ -83,24 +83,24 @@ func (k *keyList) match(seg string) (string, bool) {
 // keyList reads an allow or deny list: a list of strings (one string is a
 // list of one), each an IP address, a CIDR range or a key.
 func (l *loader) keyList(n ast.Node, path string) *keyList {
-	v, ok := l.deref(n, path)
+	v, ok := l.Deref(n, path)
 	if !ok {
 		return nil
 	}
 	if seq, isSeq := v.(*ast.SequenceNode); isSeq && len(seq.Values) > MaxListEntries {
-		l.errorf(v, path, "at most %d entries, got %d (keep long lists in a store, not a policy)", MaxListEntries, len(seq.Values))
+		l.Errorf(v, path, "at most %d entries, got %d (keep long lists in a store, not a policy)", MaxListEntries, len(seq.Values))
 		return nil
 	}
 	k := &keyList{}
-	for i, s := range l.strs(v, path) {
+	for i, s := range l.Strs(v, path) {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		switch {
 		case s == "":
-			l.errorf(v, p, "an entry is never empty")
+			l.Errorf(v, p, "an entry is never empty")
 		case strings.Contains(s, "/"):
 			pfx, err := netip.ParsePrefix(s)
 			if err != nil {
-				l.errorf(v, p, "%q is not a CIDR range: %v", s, err)
+				l.Errorf(v, p, "%q is not a CIDR range: %v", s, err)
 				continue
 			}
 			if pfx.Addr().Is4In6() {
@@ -114,7 +114,7 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 				continue
 			}
 			if len(s) > MaxListKeyBytes {
-				l.errorf(v, p, "a key of %d bytes: at most %d", len(s), MaxListKeyBytes)
+				l.Errorf(v, p, "a key of %d bytes: at most %d", len(s), MaxListKeyBytes)
 				continue
 			}
 			if k.keys == nil {

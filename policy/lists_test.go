@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -100,7 +101,7 @@ func TestListErrors(t *testing.T) {
 		{"schema:\n  a:\n    limits: [1, 1, 1]\n    allow: [k]\n", `l.yaml:4:5: schema.a.allow: allow and deny lists are for a "*" or pattern child: the segment that reaches a is always its name`},
 	} {
 		_, err := Parse("l.yaml", []byte(tc.yaml))
-		var list ErrorList
+		var list yamlfile.ErrorList
 		if !errors.As(err, &list) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%.60q:\n got %v\nwant %s", tc.yaml, err, tc.want)
 		}

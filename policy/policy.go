@@ -69,7 +69,7 @@
 // work; YAML tags and more than one document are errors.
 //
 // Parse and Load report every problem in a file, not just the first, each
-// with its file:line:col and field path (an ErrorList): unknown fields,
+// with its file:line:col and field path (an yamlfile.ErrorList): unknown fields,
 // wrong types, invalid limits (as algo.Spec.Build judges them: a negative
 // burst, a zero count or period, a field the algorithm does not take),
 // duplicate children and fields, an empty tree or node, a shorthand of the
@@ -304,7 +304,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 func (h *Hit) LimitKey(j int) string { return limitKey(h.Key, j, len(h.Limits)) }
 
 // Load reads and compiles the policy file at path. An invalid file returns
-// an ErrorList.
+// an yamlfile.ErrorList.
 func Load(path string) (*Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -314,12 +314,12 @@ func Load(path string) (*Policy, error) {
 }
 
 // Parse compiles a policy from the YAML text data; name is the file name
-// that error positions carry. An invalid policy returns an ErrorList of
+// that error positions carry. An invalid policy returns an yamlfile.ErrorList of
 // every problem found.
 func Parse(name string, data []byte) (*Policy, error) {
 	p, errs := parse(name, data)
 	if len(errs) > 0 {
-		errs.sort()
+		errs.Sort()
 		return nil, errs
 	}
 	return p, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -394,7 +395,7 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load: %q %+v", p.Name(), p.Match([]string{"user", "alex", "trade"}))
 	}
 	_, err = policy.Load("testdata/missing.yaml")
-	var list policy.ErrorList
+	var list yamlfile.ErrorList
 	if err == nil || errors.As(err, &list) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Load(missing) = %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -241,14 +241,14 @@ func (c Config) Validate() error {
 }
 
 // LoadConfigFile reads a sluice.yaml into c. Unknown fields are errors,
-// and every problem is reported as a policy.ErrorList, in the format of a
+// and every problem is reported as a yamlfile.ErrorList, in the format of a
 // limits.yaml's: "file:line:col: field: message".
 func LoadConfigFile(path string, c *Config) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	return policy.Decode(path, data, c)
+	return yamlfile.Decode(path, data, c)
 }
 
 // EnvVars lists the environment variables ApplyEnv reads, each with the

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 )
 
 // TestConfigErrors: a sluice.yaml's problems are reported all at once, in
@@ -21,7 +21,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	var c Config
 	err := LoadConfigFile(path, &c)
-	var list policy.ErrorList
+	var list yamlfile.ErrorList
 	if !errors.As(err, &list) || len(list) != 4 {
 		t.Fatalf("errors: %v", err)
 	}

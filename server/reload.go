@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -74,7 +74,7 @@ func (s *Server) Reload(reason string) bool {
 	s.fileState = stamp
 	if err != nil {
 		s.m.reloads.WithLabelValues("failure").Inc()
-		var list policy.ErrorList
+		var list yamlfile.ErrorList
 		if errors.As(err, &list) {
 			s.log.Error("policy reload failed; the previous policy stays", "reason", reason,
 				"file", s.cfg.Policy, "errors", len(list))

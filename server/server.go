@@ -74,7 +74,7 @@ type Server struct {
 const maxHeaderBytes = 32 << 10
 
 // New loads the policy and opens the store the config names. An invalid
-// policy file returns its policy.ErrorList (every error, positioned).
+// policy file returns its yamlfile.ErrorList (every error, positioned).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {

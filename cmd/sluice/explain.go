@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -50,7 +51,7 @@ flags:`)
 	file, path := fs.Arg(0), fs.Args()[1:]
 	p, err := policy.Load(file)
 	if err != nil {
-		var list policy.ErrorList
+		var list yamlfile.ErrorList
 		if errors.As(err, &list) {
 			for _, pe := range list {
 				fmt.Fprintln(e.stderr, pe)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store"
@@ -147,7 +148,7 @@ flags:`)
 	srv, err := server.New(openCtx, cfg, log)
 	cancel()
 	if err != nil {
-		var list policy.ErrorList
+		var list yamlfile.ErrorList
 		if errors.As(err, &list) {
 			fmt.Fprintf(e.stderr, "serve: the policy has %d error(s):\n%v\n", len(list), list)
 		} else {

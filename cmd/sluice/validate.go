@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -43,7 +44,7 @@ status is then 1 when any path matches nothing too.`)
 		p, err := policy.Load(file)
 		if err != nil {
 			status = 1
-			var list policy.ErrorList
+			var list yamlfile.ErrorList
 			if !errors.As(err, &list) {
 				fmt.Fprintf(e.stderr, "validate: %v\n", err)
 				continue

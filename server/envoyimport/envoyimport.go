@@ -53,7 +53,7 @@
 //     Envoy limits nothing in it.
 //
 // Errors name the file, line and field, in the format of a limits.yaml's
-// (policy.Decode): an unknown field or unit, a key that is not a string,
+// (yamlfile.Decode): an unknown field or unit, a key that is not a string,
 // a list of something else than mappings, a missing domain or key, a
 // missing requests_per_unit, a unit next to unlimited, an empty replaces
 // name or one that names its own descriptor, duplicate descriptors and
@@ -76,6 +76,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -206,8 +207,8 @@ func Convert(files []File) ([]byte, []string, error) {
 		c.file = f
 		c.ast, _ = parser.ParseBytes(f.Data, 0)
 		var r root
-		if err := policy.Decode(f.Name, f.Data, &r); err != nil {
-			var list policy.ErrorList
+		if err := yamlfile.Decode(f.Name, f.Data, &r); err != nil {
+			var list yamlfile.ErrorList
 			if !errors.As(err, &list) {
 				return nil, c.warnings, err
 			}

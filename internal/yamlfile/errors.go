@@ -1,4 +1,4 @@
-package policy
+package yamlfile
 
 import (
 	"fmt"
@@ -68,7 +68,7 @@ func (l ErrorList) Unwrap() []error {
 
 // sort orders the list by position, keeping the order of problems found at
 // one position.
-func (l ErrorList) sort() {
+func (l ErrorList) Sort() {
 	sort.SliceStable(l, func(i, j int) bool {
 		a, b := l[i].Pos, l[j].Pos
 		if a.Line != b.Line {

@@ -1,6 +1,7 @@
-package policy
+package yamlfile
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -9,8 +10,6 @@ import (
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
-
-	"github.com/sluicehq/sluice/algo"
 )
 
 // futureSpec has the kinds of fields algorithms may add to algo.Spec (such
@@ -39,10 +38,11 @@ func decodeYAML(t *testing.T, src string, v any) ErrorList {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &loader{name: "f.yaml", seen: map[errKey]bool{}, aliases: map[*ast.AliasNode]ast.Node{}}
-	l.collect(f.Docs[0].Body, map[string]ast.Node{})
-	l.decode(f.Docs[0].Body, reflect.ValueOf(v).Elem(), "limit")
-	return l.errs
+	l := New("f.yaml")
+	l.Trim = errInvalid.Error() + ": "
+	l.Collect(f.Docs[0].Body, map[string]ast.Node{})
+	l.Decode(f.Docs[0].Body, reflect.ValueOf(v).Elem(), "limit")
+	return l.Errs
 }
 
 func TestDecodeFutureFields(t *testing.T) {
@@ -94,7 +94,7 @@ strict: 1
 		`f.yaml:8:13: limit.labels.a: want a string, got integer 1`,
 		`f.yaml:9:9: limit.strict: want true or false, got integer 1`,
 	}
-	if errs.sort(); !reflect.DeepEqual(msgs, wantMsgs) {
+	if errs.Sort(); !reflect.DeepEqual(msgs, wantMsgs) {
 		t.Errorf("errors:\n got %s\nwant %s", strings.Join(msgs, "\n     "), strings.Join(wantMsgs, "\n     "))
 	}
 }
@@ -115,7 +115,7 @@ func (w *windows) UnmarshalYAML(unmarshal func(any) error) error {
 	}
 	var l []windowLimit
 	if err := unmarshal(&l); err != nil {
-		return fmt.Errorf("%w: want a list or a mapping: %v", algo.ErrInvalid, err)
+		return fmt.Errorf("%w: want a list or a mapping: %v", errInvalid, err)
 	}
 	*w = l
 	return nil
@@ -153,3 +153,5 @@ func TestDecodeUnmarshaler(t *testing.T) {
 		}
 	}
 }
+
+var errInvalid = errors.New("invalid limit")
