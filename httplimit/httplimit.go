@@ -51,7 +51,7 @@
 // # Lua limiters
 //
 // NewScript runs a user-supplied Lua script in Redis instead of a
-// PathChecker: see store/redis's UserScript for the scripts' contract.
+// PathChecker: reply.go states the scripts' contract.
 package httplimit
 
 import (

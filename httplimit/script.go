@@ -28,10 +28,14 @@ type ScriptConfig struct {
 	// Prefix is put before every key (ScriptKeyPrefix when empty). It may
 	// not contain '{' or '}', which would pick a Redis Cluster hash tag.
 	Prefix string
+	// Headers are the headers whose values the script's reply gives, in
+	// order (see reply.go's contract).
+	Headers []string
 }
 
 type scriptLimit struct {
 	s      store.Script
+	names  []string // cfg.Headers, canonical
 	args   []string
 	cost   []int // indexes of CostArg in args
 	prefix string
@@ -44,7 +48,8 @@ type scriptLimit struct {
 // OnLimited and OnDecision get a Decision with one Level, named after the
 // script's file, whose RetryAfter is the script's Retry-After header when
 // it sets one in delta-seconds (0, unknown, when not). It panics if s is
-// nil or cfg.Prefix holds a brace.
+// nil, cfg.Prefix holds a brace, or a header name is not an HTTP token a
+// script may set.
 func NewScript(s store.Script, cfg ScriptConfig, opts Options) *Middleware {
 	if s == nil {
 		panic("httplimit: nil Script")
@@ -55,7 +60,11 @@ func NewScript(s store.Script, cfg ScriptConfig, opts Options) *Middleware {
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		panic("httplimit: script key prefix " + strconv.Quote(cfg.Prefix) + " may not contain '{' or '}'")
 	}
-	sl := &scriptLimit{s: s, args: append([]string(nil), cfg.Args...), prefix: cfg.Prefix}
+	names, err := headerNames(cfg.Headers)
+	if err != nil {
+		panic("httplimit: script " + s.Name() + ": " + err.Error())
+	}
+	sl := &scriptLimit{s: s, names: names, args: append([]string(nil), cfg.Args...), prefix: cfg.Prefix}
 	for i, a := range sl.args {
 		if a == CostArg {
 			sl.cost = append(sl.cost, i)
@@ -101,32 +110,36 @@ func (l *Middleware) serveScript(w http.ResponseWriter, r *http.Request, next ht
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), l.timeout)
-	rep, err := sl.s.Run(ctx, []string{k}, args)
+	v, err := sl.s.Run(ctx, []string{k}, args)
 	cancel()
+	var rep scriptReply
+	if err == nil {
+		rep, err = parseReply(sl.s.Name(), sl.names, v)
+	}
 	if err != nil {
 		l.failed(w, r, next, err)
 		return
 	}
 	h := w.Header()
 	var retry time.Duration
-	for _, f := range rep.Headers {
-		h[f.Name] = []string{f.Value}
-		if f.Name == hdrRetryAfter {
-			if v, err := strconv.ParseInt(f.Value, 10, 64); err == nil && v >= 0 && v < int64(algo.MaxHorizon/time.Second) {
+	for _, f := range rep.headers {
+		h[f.name] = []string{f.value}
+		if f.name == hdrRetryAfter {
+			if v, err := strconv.ParseInt(f.value, 10, 64); err == nil && v >= 0 && v < int64(algo.MaxHorizon/time.Second) {
 				retry = time.Duration(v) * time.Second
 			}
 		}
 	}
-	if l.opts.OnDecision == nil && rep.Allow {
+	if l.opts.OnDecision == nil && rep.allow {
 		next.ServeHTTP(w, r)
 		return
 	}
-	res := algo.Result{Allowed: rep.Allow}
-	if !rep.Allow {
+	res := algo.Result{Allowed: rep.allow}
+	if !rep.allow {
 		res.RetryAfter = retry
 	}
 	d := &policy.Decision{
-		Allowed: rep.Allow,
+		Allowed: rep.allow,
 		Matched: true,
 		Summary: res,
 		Levels:  []policy.Level{{Pattern: sl.s.Name(), Key: k, Result: res}},
@@ -134,7 +147,7 @@ func (l *Middleware) serveScript(w http.ResponseWriter, r *http.Request, next ht
 	if l.opts.OnDecision != nil {
 		l.opts.OnDecision(r, d)
 	}
-	if !rep.Allow {
+	if !rep.allow {
 		l.opts.OnLimited(w, r, d)
 		return
 	}

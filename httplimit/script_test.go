@@ -2,17 +2,20 @@ package httplimit_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -20,7 +23,7 @@ var legacyNames = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-Rate
 
 func loadScript(t *testing.T, st *redis.Store, file string) *redis.UserScript {
 	t.Helper()
-	s, err := st.LoadScript(context.Background(), file, legacyNames)
+	s, err := st.LoadScript(context.Background(), file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +65,7 @@ func atoi(t *testing.T, s string) int {
 func TestScriptFixedWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	s := loadScript(t, redisStore(t, srv), "../store/redis/examples/window_from_first.lua")
-	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"3", "60", httplimit.CostArg}}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Headers: legacyNames, Args: []string{"3", "60", httplimit.CostArg}}, scriptOptions()).Wrap(okHandler)
 
 	for i := 0; i < 3; i++ {
 		w := do(h, "GET", "/", keyed("alex"), "")
@@ -123,7 +126,7 @@ func TestScriptFixedWindow(t *testing.T) {
 func TestScriptTokenBucket(t *testing.T) {
 	srv := redistest.Start(t)
 	s := loadScript(t, redisStore(t, srv), "../store/redis/examples/token_bucket.lua")
-	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Headers: legacyNames, Args: []string{"3", "1", "60"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
 	for i := 0; i < 3; i++ {
 		w := do(h, "GET", "/", keyed("alex"), "")
 		if w.Code != 200 {
@@ -147,7 +150,7 @@ func TestScriptTokenBucket(t *testing.T) {
 	if n, err := srv.Do("EXISTS", "tb:api:alex"); err != nil || n != "1" {
 		t.Errorf("EXISTS: %q %v", n, err)
 	}
-	withCost := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"3", "1", "60", "$cost"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
+	withCost := httplimit.NewScript(s, httplimit.ScriptConfig{Headers: legacyNames, Args: []string{"3", "1", "60", "$cost"}, Prefix: "tb:"}, scriptOptions()).Wrap(okHandler)
 	w = do(withCost, "GET", "/", map[string]string{"X-API-Key": "bob", "X-Cost": "4"}, "")
 	if w.Code != 429 || w.Header().Get("Retry-After") != "" || w.Header().Get("X-RateLimit-Remaining") != "3" {
 		t.Errorf("cost 4: %d %v", w.Code, w.Header())
@@ -170,7 +173,7 @@ func TestScriptNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redisStore(t, srv)
 	s := loadScript(t, c, "../store/redis/examples/window_from_first.lua")
-	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"5", "60"}}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Headers: legacyNames, Args: []string{"5", "60"}}, scriptOptions()).Wrap(okHandler)
 	if w := do(h, "GET", "/", keyed("a"), ""); w.Code != 200 {
 		t.Fatal(w.Code)
 	}
@@ -193,45 +196,44 @@ func TestScriptReplies(t *testing.T) {
 		kind      error  // nil: valid
 		where     string // in the error
 	}{
-		{"not an array", `return 1`, redis.ErrReplyShape, "reply"},
-		{"nil", `return nil`, redis.ErrReplyShape, "reply"},
-		{"one element", `return {"allow"}`, redis.ErrReplyShape, "reply"},
-		{"three elements", `return {"allow", {1, 2, 3}, 4}`, redis.ErrReplyShape, "reply"},
-		{"bad verdict", `return {"maybe", {1, 2, 3}}`, redis.ErrReplyVerdict, "reply[1]"},
-		{"verdict case", `return {"Allow", {1, 2, 3}}`, redis.ErrReplyVerdict, "reply[1]"},
-		{"integer verdict", `return {1, {1, 2, 3}}`, redis.ErrReplyVerdict, "reply[1]"},
-		{"items not an array", `return {"allow", "1,2,3"}`, redis.ErrReplyValues, "reply[2]"},
-		{"too few values", `return {"allow", {1, 2}}`, redis.ErrReplyValues, "reply[2]"},
-		{"too many values", `return {"allow", {1, 2, 3, 4}}`, redis.ErrReplyValues, "reply[2][4]"},
-		{"pair of one", `return {"allow", {1, 2, 3, {"X-A"}}}`, redis.ErrReplyHeader, "reply[2][4]"},
-		{"pair name not a token", `return {"allow", {1, 2, 3, {"X A", "v"}}}`, redis.ErrReplyHeader, "reply[2][4][1]"},
-		{"pair name integer", `return {"allow", {1, 2, 3, {7, "v"}}}`, redis.ErrReplyHeader, "reply[2][4][1]"},
-		{"framing header", `return {"allow", {1, 2, 3, {"content-length", "5"}}}`, redis.ErrReplyHeader, "reply[2][4][1]"},
-		{"value with newline", `return {"deny", {1, 2, "3\r\nX-Evil: 1"}}`, redis.ErrReplyHeader, "reply[2][3]"},
-		{"pair value nested", `return {"allow", {1, 2, 3, {"X-A", {1}}}}`, redis.ErrReplyHeader, "reply[2][4][2]"},
-		{"value false (nil)", `return {"allow", {1, false, 3}}`, redis.ErrReplyHeader, "reply[2][2]"},
+		{"not an array", `return 1`, httplimit.ErrReplyShape, "reply"},
+		{"nil", `return nil`, httplimit.ErrReplyShape, "reply"},
+		{"one element", `return {"allow"}`, httplimit.ErrReplyShape, "reply"},
+		{"three elements", `return {"allow", {1, 2, 3}, 4}`, httplimit.ErrReplyShape, "reply"},
+		{"bad verdict", `return {"maybe", {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
+		{"verdict case", `return {"Allow", {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
+		{"integer verdict", `return {1, {1, 2, 3}}`, httplimit.ErrReplyVerdict, "reply[1]"},
+		{"items not an array", `return {"allow", "1,2,3"}`, httplimit.ErrReplyValues, "reply[2]"},
+		{"too few values", `return {"allow", {1, 2}}`, httplimit.ErrReplyValues, "reply[2]"},
+		{"too many values", `return {"allow", {1, 2, 3, 4}}`, httplimit.ErrReplyValues, "reply[2][4]"},
+		{"pair of one", `return {"allow", {1, 2, 3, {"X-A"}}}`, httplimit.ErrReplyHeader, "reply[2][4]"},
+		{"pair name not a token", `return {"allow", {1, 2, 3, {"X A", "v"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
+		{"pair name integer", `return {"allow", {1, 2, 3, {7, "v"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
+		{"framing header", `return {"allow", {1, 2, 3, {"content-length", "5"}}}`, httplimit.ErrReplyHeader, "reply[2][4][1]"},
+		{"value with newline", `return {"deny", {1, 2, "3\r\nX-Evil: 1"}}`, httplimit.ErrReplyHeader, "reply[2][3]"},
+		{"pair value nested", `return {"allow", {1, 2, 3, {"X-A", {1}}}}`, httplimit.ErrReplyHeader, "reply[2][4][2]"},
+		{"value false (nil)", `return {"allow", {1, false, 3}}`, httplimit.ErrReplyHeader, "reply[2][2]"},
 		{"valid", `return {"deny", {{"X-Custom", "hi"}, 1, "", 3, {"retry-after", 7}}}`, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := loadScript(t, c, scriptFile(t, "s.lua", tc.src))
-			rep, err := s.Run(context.Background(), []string{"k"}, nil)
+			v, err := s.Run(context.Background(), []string{"k"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			allow, headers, err := httplimit.ParseReply(s.Name(), legacyNames, v)
 			if tc.kind == nil {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := []store.HeaderField{{Name: "X-Ratelimit-Limit", Value: "1"}, {Name: "X-Ratelimit-Reset", Value: "3"}, {Name: "X-Custom", Value: "hi"}, {Name: "Retry-After", Value: "7"}}
-				if rep.Allow || len(rep.Headers) != len(want) {
-					t.Fatalf("reply %+v", rep)
-				}
-				for i := range want {
-					if rep.Headers[i] != want[i] {
-						t.Errorf("header %d: %+v, want %+v", i, rep.Headers[i], want[i])
-					}
+				want := [][2]string{{"X-Ratelimit-Limit", "1"}, {"X-Ratelimit-Reset", "3"}, {"X-Custom", "hi"}, {"Retry-After", "7"}}
+				if allow || !slices.Equal(headers, want) {
+					t.Fatalf("reply %v %q, want deny %q", allow, headers, want)
 				}
 				return
 			}
-			var re *redis.ReplyError
-			if !errors.As(err, &re) || !errors.Is(err, redis.ErrBadReply) || !errors.Is(err, tc.kind) {
+			var re *httplimit.ReplyError
+			if !errors.As(err, &re) || !errors.Is(err, httplimit.ErrBadReply) || !errors.Is(err, tc.kind) {
 				t.Fatalf("err = %v, want a ReplyError of kind %v", err, tc.kind)
 			}
 			if re.Where != tc.where || !strings.Contains(err.Error(), "s.lua") {
@@ -248,24 +250,24 @@ func TestScriptReplies(t *testing.T) {
 		opts.Failure = f
 		var seen error
 		opts.OnStoreError = func(r *http.Request, err error) { seen = err }
-		l := httplimit.NewScript(s, httplimit.ScriptConfig{}, opts)
+		l := httplimit.NewScript(s, httplimit.ScriptConfig{Headers: legacyNames}, opts)
 		w := do(l.Wrap(okHandler), "GET", "/", keyed("a"), "")
 		want := map[httplimit.FailurePolicy]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503}[f]
-		if w.Code != want || l.StoreErrors() != 1 || !errors.Is(seen, redis.ErrReplyValues) {
+		if w.Code != want || l.StoreErrors() != 1 || !errors.Is(seen, httplimit.ErrReplyValues) {
 			t.Errorf("policy %d: status %d, StoreErrors %d, error %v", f, w.Code, l.StoreErrors(), seen)
 		}
 	}
 
 	// A runtime error in the script is a store failure naming the script.
 	s = loadScript(t, c, scriptFile(t, "runtime.lua", `return redis.call("NO-SUCH-COMMAND")`))
-	if _, err := s.Run(context.Background(), []string{"k"}, nil); err == nil || !strings.Contains(err.Error(), "runtime.lua") || errors.Is(err, redis.ErrBadReply) {
+	if _, err := s.Run(context.Background(), []string{"k"}, nil); err == nil || !strings.Contains(err.Error(), "runtime.lua") {
 		t.Errorf("runtime error: %v", err)
 	}
 
 	// A valid deny through the middleware: the script's headers, 429, and
 	// the problem's retry time from the script's Retry-After.
 	s = loadScript(t, c, scriptFile(t, "deny.lua", `return {"deny", {{"X-Custom", "hi"}, 1, "", 3, {"Retry-After", 7}}}`))
-	w := do(httplimit.NewScript(s, httplimit.ScriptConfig{}, scriptOptions()).Wrap(okHandler), "GET", "/", keyed("a"), "")
+	w := do(httplimit.NewScript(s, httplimit.ScriptConfig{Headers: legacyNames}, scriptOptions()).Wrap(okHandler), "GET", "/", keyed("a"), "")
 	if w.Code != 429 || w.Header().Get("Retry-After") != "7" || w.Header().Get("X-Custom") != "hi" ||
 		w.Header().Get("X-RateLimit-Limit") != "1" || w.Header().Values("X-RateLimit-Remaining") != nil {
 		t.Errorf("deny: %d %v", w.Code, w.Header())
@@ -280,11 +282,11 @@ func TestScriptReplies(t *testing.T) {
 func TestScriptArgs(t *testing.T) {
 	srv := redistest.Start(t)
 	s, err := redisStore(t, srv).LoadScript(context.Background(),
-		scriptFile(t, "echo.lua", `return {"allow", {KEYS[1], table.concat(ARGV, " ")}}`), []string{"X-Key", "X-Args"})
+		scriptFile(t, "echo.lua", `return {"allow", {KEYS[1], table.concat(ARGV, " ")}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"a", httplimit.CostArg, "b c", "$cost"}}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Headers: []string{"X-Key", "X-Args"}, Args: []string{"a", httplimit.CostArg, "b c", "$cost"}}, scriptOptions()).Wrap(okHandler)
 	w := do(h, "GET", "/", map[string]string{"X-API-Key": "alex", "X-Cost": "5"}, "")
 	if w.Header().Get("X-Key") != "sluice:lua:api:alex" || w.Header().Get("X-Args") != "a 5 b c 5" {
 		t.Errorf("%v", w.Header())
@@ -303,18 +305,25 @@ func TestLoadScriptCluster(t *testing.T) {
 	}
 	cl := redistest.StartCluster(t)
 	c := redistest.Client(t, cl.URL())
-	s := loadScript(t, redisStoreAt(t, cl.URL()), "../store/redis/examples/window_from_first.lua")
+	const file = "../store/redis/examples/window_from_first.lua"
+	s := loadScript(t, redisStoreAt(t, cl.URL()), file)
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(src)
+	sha := hex.EncodeToString(sum[:])
 	nodes := c.Nodes()
 	if len(nodes) != len(cl.Nodes) {
 		t.Fatalf("the client knows %d nodes, want %d", len(nodes), len(cl.Nodes))
 	}
 	for addr, n := range nodes {
-		got, err := n.Do(context.Background(), n.B().ScriptExists().Sha1(s.SHA1()).Build()).AsIntSlice()
+		got, err := n.Do(context.Background(), n.B().ScriptExists().Sha1(sha).Build()).AsIntSlice()
 		if err != nil || len(got) != 1 || got[0] != 1 {
 			t.Errorf("node %s: SCRIPT EXISTS: %v %v", addr, got, err)
 		}
 	}
-	h := httplimit.NewScript(s, httplimit.ScriptConfig{Args: []string{"1", "60"}}, scriptOptions()).Wrap(okHandler)
+	h := httplimit.NewScript(s, httplimit.ScriptConfig{Headers: legacyNames, Args: []string{"1", "60"}}, scriptOptions()).Wrap(okHandler)
 	for i := 0; i < 20; i++ { // keys spread over the slots of every node
 		key := "user" + strconv.Itoa(i)
 		if w := do(h, "GET", "/", keyed(key), ""); w.Code != 200 {
@@ -324,4 +333,21 @@ func TestLoadScriptCluster(t *testing.T) {
 			t.Fatalf("%s again: %d", key, w.Code)
 		}
 	}
+}
+
+// TestScriptHeaderNames: a header name a script may not set is refused
+// when the limiter is made (NewScript panics, as for a bad prefix).
+func TestScriptHeaderNames(t *testing.T) {
+	s := loadScript(t, redisStore(t, redistest.Start(t)), scriptFile(t, "ok.lua", `return {"allow", {}}`))
+	for _, names := range [][]string{{"X-Ok", "bad name"}, {""}, {"Content-Length"}, {"X-Ok\r\n"}} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "ok.lua") {
+					t.Errorf("header names %q: %v", names, r)
+				}
+			}()
+			httplimit.NewScript(s, httplimit.ScriptConfig{Headers: names}, scriptOptions())
+		}()
+	}
+	httplimit.NewScript(s, httplimit.ScriptConfig{}, scriptOptions()) // no header names
 }

@@ -276,26 +276,14 @@ type Adjuster interface {
 
 // Script is a user-supplied limiter that a store runs in place of the
 // algorithms: the httplimit middleware's script limiter
-// (httplimit.NewScript). The Redis store runs Lua scripts
-// (store/redis: Store.LoadScript documents their contract).
+// (httplimit.NewScript), which reads its reply by its contract. The Redis
+// store runs Lua scripts (store/redis: Store.LoadScript).
 type Script interface {
 	// Name names the script in decisions: its file's base name.
 	Name() string
-	// Run decides one request: keys and args are the script's KEYS and
-	// ARGV. A reply that breaks the script's contract is an error, as a
-	// store failure is.
-	Run(ctx context.Context, keys, args []string) (ScriptReply, error)
-}
-
-// ScriptReply is a script's validated reply.
-type ScriptReply struct {
-	Allow bool
-	// Headers are the response headers to set, in order.
-	Headers []HeaderField
-}
-
-// HeaderField is one header a script's reply sets.
-type HeaderField struct {
-	Name  string // canonical
-	Value string
+	// Run runs the script once: keys and args are its KEYS and ARGV. The
+	// reply is as the script gave it, in Go values: nil, int64, float64,
+	// bool, string, []any or map[string]any. A store failure, or the
+	// script's own error, is an error naming the script.
+	Run(ctx context.Context, keys, args []string) (any, error)
 }
