@@ -155,7 +155,7 @@ func do(h http.Handler, method, target string, hdr map[string]string, remote str
 }
 
 // testTimeout bounds checks in tests far beyond any decision's time, so
-// that no test depends on the scheduler meeting DefaultTimeout (50ms) on
+// that no test depends on the scheduler meeting the default timeout (50ms) on
 // a busy machine: a check that hit it would fail open and the test with
 // it. Tests of the timeout itself set their own.
 const testTimeout = time.Minute

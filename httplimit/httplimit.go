@@ -31,7 +31,7 @@
 //
 // # Failures
 //
-// The check runs under a deadline of Options.Timeout (DefaultTimeout,
+// The check runs under a deadline of Options.Timeout (50 ms by default,
 // 50ms), counted from the checker's first look at its context (for the
 // sluice checkers, when they call the store, microseconds in; a checker
 // that never looks, such as one on the memory store, costs no timer and no
@@ -76,8 +76,8 @@ type PathChecker interface {
 	Check(ctx context.Context, path []string, cost int64, d *policy.Decision) error
 }
 
-// DefaultTimeout bounds a check when Options.Timeout is zero.
-const DefaultTimeout = 50 * time.Millisecond
+// defaultTimeout bounds a check when Options.Timeout is zero.
+const defaultTimeout = 50 * time.Millisecond
 
 // An Undoer is a PathChecker that can give back what an allowed check
 // took (policy.Checker is one): the middleware calls it for a request
@@ -87,9 +87,9 @@ type Undoer interface {
 	Undo(ctx context.Context, path []string, cost int64) error
 }
 
-// DefaultMaxWaiting bounds the requests a Middleware holds at once for a
+// defaultMaxWaiting bounds the requests a Middleware holds at once for a
 // policy's delay when Options.MaxWaiting is zero.
-const DefaultMaxWaiting = 1000
+const defaultMaxWaiting = 1000
 
 // A PathFunc returns the policy path of a request whose key is key, by
 // appending its segments to path (which is empty, with room for 8
@@ -134,7 +134,7 @@ type Options struct {
 	// Failure says what to do when the check fails: FailOpen (the zero
 	// value) or FailClosed.
 	Failure FailurePolicy
-	// Timeout bounds the check; zero means DefaultTimeout.
+	// Timeout bounds the check; zero means 50 ms.
 	Timeout time.Duration
 	// Logger receives store failures; nil means slog.Default().
 	Logger *slog.Logger
@@ -144,7 +144,7 @@ type Options struct {
 	// MaxWaiting bounds the requests held at once for a policy's delay
 	// (a node with delay: {max: ...}): a request that would be the next is
 	// answered at once as limited, its units given back. Zero means
-	// DefaultMaxWaiting; negative, none held (every delayed request is
+	// 1000; negative, none held (every delayed request is
 	// limited).
 	MaxWaiting int
 	// OnDecision, if set, is called with every decision, allowed or not,
@@ -193,12 +193,12 @@ func (l *Middleware) setOptions(opts Options) {
 	}
 	l.timeout = opts.Timeout
 	if l.timeout <= 0 {
-		l.timeout = DefaultTimeout
+		l.timeout = defaultTimeout
 	}
 	l.maxWaiting = int64(opts.MaxWaiting)
 	switch {
 	case opts.MaxWaiting == 0:
-		l.maxWaiting = DefaultMaxWaiting
+		l.maxWaiting = defaultMaxWaiting
 	case opts.MaxWaiting < 0:
 		l.maxWaiting = 0
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// ScriptKeyPrefix is the default ScriptConfig.Prefix.
-const ScriptKeyPrefix = "sluice:lua:"
+// scriptKeyPrefix is the default ScriptConfig.Prefix.
+const scriptKeyPrefix = "sluice:lua:"
 
 // CostArg is the script argument that stands for the request's cost.
 const CostArg = "$cost"
@@ -25,7 +25,7 @@ type ScriptConfig struct {
 	// Args are the script's ARGV; an argument equal to CostArg is the
 	// request's cost.
 	Args []string
-	// Prefix is put before every key (ScriptKeyPrefix when empty). It may
+	// Prefix is put before every key ("sluice:lua:" when empty). It may
 	// not contain '{' or '}', which would pick a Redis Cluster hash tag.
 	Prefix string
 	// Headers are the headers whose values the script's reply gives, in
@@ -55,7 +55,7 @@ func NewScript(s store.Script, cfg ScriptConfig, opts Options) *Middleware {
 		panic("httplimit: nil Script")
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = ScriptKeyPrefix
+		cfg.Prefix = scriptKeyPrefix
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		panic("httplimit: script key prefix " + strconv.Quote(cfg.Prefix) + " may not contain '{' or '}'")

@@ -18,11 +18,11 @@ import (
 // When both match (on one node or on two), allow wins. Match.Listed says
 // which entry decided.
 
-// MaxListEntries bounds a node's allow list and its deny list, and
-// MaxListKeyBytes an entry that is a key.
+// maxListEntries bounds a node's allow list and its deny list, and
+// maxListKeyBytes an entry that is a key.
 const (
-	MaxListEntries  = 10_000
-	MaxListKeyBytes = 1024
+	maxListEntries  = 10_000
+	maxListKeyBytes = 1024
 )
 
 // Listed is the list entry that decided a path, if any.
@@ -87,8 +87,8 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 	if !ok {
 		return nil
 	}
-	if seq, isSeq := v.(*ast.SequenceNode); isSeq && len(seq.Values) > MaxListEntries {
-		l.Errorf(v, path, "at most %d entries, got %d (keep long lists in a store, not a policy)", MaxListEntries, len(seq.Values))
+	if seq, isSeq := v.(*ast.SequenceNode); isSeq && len(seq.Values) > maxListEntries {
+		l.Errorf(v, path, "at most %d entries, got %d (keep long lists in a store, not a policy)", maxListEntries, len(seq.Values))
 		return nil
 	}
 	k := &keyList{}
@@ -113,8 +113,8 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 				k.addNet(netip.PrefixFrom(a, a.BitLen()), s)
 				continue
 			}
-			if len(s) > MaxListKeyBytes {
-				l.Errorf(v, p, "a key of %d bytes: at most %d", len(s), MaxListKeyBytes)
+			if len(s) > maxListKeyBytes {
+				l.Errorf(v, p, "a key of %d bytes: at most %d", len(s), maxListKeyBytes)
 				continue
 			}
 			if k.keys == nil {

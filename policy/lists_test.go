@@ -92,12 +92,12 @@ func TestLists(t *testing.T) {
 // TestListErrors: bad entries and oversized lists are reported where they
 // are, with the bound.
 func TestListErrors(t *testing.T) {
-	long := "[" + strings.Repeat("a, ", MaxListEntries) + "a]"
+	long := "[" + strings.Repeat("a, ", maxListEntries) + "a]"
 	for _, tc := range []struct{ yaml, want string }{
 		{"schema:\n  \"*\":\n    limits: [1, 1, 1]\n    deny: [10.0.0.0/33]\n", `l.yaml:4:11: schema.*.deny[0]: "10.0.0.0/33" is not a CIDR range`},
 		{"schema:\n  \"*\":\n    limits: [1, 1, 1]\n    allow: [\"\"]\n", `schema.*.allow[0]: an entry is never empty`},
-		{"schema:\n  \"*\":\n    limits: [1, 1, 1]\n    allow: " + long + "\n", fmt.Sprintf("schema.*.allow: at most %d entries, got %d", MaxListEntries, MaxListEntries+1)},
-		{"schema:\n  a:\n    children:\n      \"*\":\n        allow: [" + strings.Repeat("k", MaxListKeyBytes+1) + "]\n", fmt.Sprintf("a key of %d bytes: at most %d", MaxListKeyBytes+1, MaxListKeyBytes)},
+		{"schema:\n  \"*\":\n    limits: [1, 1, 1]\n    allow: " + long + "\n", fmt.Sprintf("schema.*.allow: at most %d entries, got %d", maxListEntries, maxListEntries+1)},
+		{"schema:\n  a:\n    children:\n      \"*\":\n        allow: [" + strings.Repeat("k", maxListKeyBytes+1) + "]\n", fmt.Sprintf("a key of %d bytes: at most %d", maxListKeyBytes+1, maxListKeyBytes)},
 		{"schema:\n  a:\n    limits: [1, 1, 1]\n    allow: [k]\n", `l.yaml:4:5: schema.a.allow: allow and deny lists are for a "*" or pattern child: the segment that reaches a is always its name`},
 	} {
 		_, err := Parse("l.yaml", []byte(tc.yaml))

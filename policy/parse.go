@@ -250,8 +250,8 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 // would admit within the delay, reserved, and the caller waits.
 func (l *loader) delayNode(nd *node, e *yamlfile.Entry, hasLimits bool, path string) {
 	switch {
-	case nd.delay <= 0 || nd.delay > MaxDelay:
-		l.Errorf(e.Value, yamlfile.Sub(path, "max"), "want a delay above 0 and at most %v, got %v", MaxDelay, nd.delay)
+	case nd.delay <= 0 || nd.delay > maxDelay:
+		l.Errorf(e.Value, yamlfile.Sub(path, "max"), "want a delay above 0 and at most %v, got %v", maxDelay, nd.delay)
 		nd.delay = 0
 		return
 	case !hasLimits:

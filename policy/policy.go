@@ -58,7 +58,7 @@
 //     service grant quota to an Envoy proxy that asks for it.
 //   - allow and deny, on a "*" or pattern child: lists of the segments
 //     reaching it (keys, IP addresses, CIDR ranges; at most
-//     MaxListEntries each) that are never limited (the path decides
+//     10,000 each) that are never limited (the path decides
 //     nothing, ancestors included) or always denied (the whole decision
 //     is denied and counts nothing). Allow wins over deny; Match.Listed
 //     and Decision.Listed name the entry (lists.go).
@@ -144,8 +144,8 @@ type node struct {
 	delay time.Duration
 }
 
-// MaxDelay bounds a node's delay: a request waits at most this long.
-const MaxDelay = time.Minute
+// maxDelay bounds a node's delay: a request waits at most this long.
+const maxDelay = time.Minute
 
 // child returns the child a segment reaches: the named one, else the
 // first pattern (in file order) that matches it, else "*".
