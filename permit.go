@@ -14,15 +14,15 @@ import (
 )
 
 // ErrLost is the error of a Permit whose slots are no longer held: a
-// renewal found its lease ended (the holder was paused or cut off from the
+// renewal found its hold ended (the holder was paused or cut off from the
 // store for longer than the limit's HoldFor), or the store could not renew
-// it before its lease ran out.
-var ErrLost = errors.New("sluice: permit lost: its lease ended before it was renewed")
+// it before its hold ran out.
+var ErrLost = errors.New("sluice: permit lost: its hold ended before it was renewed")
 
 // A Permit holds slots of a concurrency limit (algo.Concurrency) for one
 // key, under a random id: Limiter.Acquire takes them, the Permit renews
-// their lease while it is held, and Release gives them back. A holder that
-// dies without releasing frees them when the lease runs out.
+// their hold while it is held, and Release gives them back. A holder that
+// dies without releasing frees them when the hold runs out.
 type Permit struct {
 	l   *Limiter
 	key string
@@ -47,11 +47,11 @@ func (p *Permit) ID() int64 { return p.id }
 func (p *Permit) OK() bool { return p != nil && p.ok }
 
 // Result is the acquire's result: the slots left, and for a denied one
-// when a lease ends (RetryAfter).
+// when a hold ends (RetryAfter).
 func (p *Permit) Result() algo.Result { return p.res }
 
 // Lost returns a channel closed when a renewing permit (Acquire's) finds
-// its slots no longer held, or cannot renew them before their lease ends:
+// its slots no longer held, or cannot renew them before their hold ends:
 // the work it guards may now overlap another holder's. It is never closed
 // for a permit that does not renew, nor by Release.
 func (p *Permit) Lost() <-chan struct{} { return p.lost }
@@ -64,14 +64,14 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // AcquireN waits until n slots are free for key and takes them, all or
 // none, under one new permit id, like Wait: it retries a denied acquire
 // after a short, growing pause (1 ms to 100 ms, never beyond the time a
-// lease ends), since a holder may release at any time. It returns ctx's
+// hold ends), since a holder may release at any time. It returns ctx's
 // error if ctx is done first, and ErrNever at once when n exceeds the
-// limit. The Permit renews the lease every third of HoldFor until
+// limit. The Permit renews the hold every third of HoldFor until
 // Release, from its own goroutine; Lost tells when it could not.
 //
 // The limit must be a concurrency limit (others: an error wrapping
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
-// may have taken the slots: they are freed when their lease ends.
+// may have taken the slots: they are freed when their hold ends.
 func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, error) {
 	c, _ := l.plan.Concurrency() // l.slots refuses another limit
 	id := store.NewPermitID()
@@ -133,9 +133,9 @@ func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {
 	return &Permit{l: l, key: key, id: id, n: n, ok: r.Allowed, res: r, stop: make(chan struct{}), lost: make(chan struct{})}
 }
 
-// renew renews the lease every third of hold until Release, and closes
+// renew renews the hold every third of hold until Release, and closes
 // lost when a renewal finds the permit gone, or when none succeeded for
-// a whole lease (the store unreachable).
+// a whole hold (the store unreachable).
 func (p *Permit) renew(hold time.Duration) {
 	defer p.renewing.Done()
 	tick := time.NewTicker(hold / 3)
@@ -161,9 +161,9 @@ func (p *Permit) renew(hold time.Duration) {
 	}
 }
 
-// RenewAt renews the permit's lease at t (the zero Time: the store's
+// RenewAt renews the permit's hold at t (the zero Time: the store's
 // clock): it runs HoldFor from t. It reports false when the slots are no
-// longer held (released, or the lease ended): a permit once lost is never
+// longer held (released, or the hold ended): a permit once lost is never
 // renewed.
 func (p *Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
 	if !p.OK() || p.released.Load() {
@@ -183,7 +183,7 @@ func (p *Permit) Release(ctx context.Context) error { return p.ReleaseAt(ctx, ti
 // ReleaseAt gives the permit's slots back at t (the zero Time: the
 // store's clock) and stops renewing it. It is safe to call more than
 // once, from any goroutine: once a release has succeeded, later calls do
-// nothing; a release of slots no longer held (their lease ended) changes
+// nothing; a release of slots no longer held (their hold ended) changes
 // nothing. A release that failed may be called again.
 func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	if !p.OK() || p.released.Load() {

@@ -43,7 +43,7 @@ var ErrNotAdjustable = errors.New("penalty and reward are for gcra, token_bucket
 // now; see Penalize and Reward. The error wraps ErrInvalid for a bad n or
 // op, and ErrNotAdjustable (and ErrUnsupported) for the other kinds.
 func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
-	if err := p.CheckAdjust(op, n); err != nil {
+	if err := p.ValidateAdjust(op, n); err != nil {
 		return err
 	}
 	switch p.kind {
@@ -75,13 +75,13 @@ func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
 		s.A, s.B, s.Expire = end, count, end
 		return nil
 	}
-	panic("algo: Adjust on a plan CheckAdjust refuses")
+	panic("algo: Adjust on a plan ValidateAdjust refuses")
 }
 
-// CheckAdjust reports whether Adjust would take op of n units: an error
+// ValidateAdjust reports whether Adjust would take op of n units: an error
 // wrapping ErrInvalid for a bad n or op, and ErrNotAdjustable (and
 // ErrUnsupported) for a kind without a count to move both ways.
-func (p *Plan) CheckAdjust(op Adjust, n int64) error {
+func (p *Plan) ValidateAdjust(op Adjust, n int64) error {
 	switch {
 	case n < 1 || n > MaxCount:
 		return fmt.Errorf("%w: %v of %d units: want 1 to %d", ErrInvalid, op, n, MaxCount)
@@ -103,7 +103,7 @@ var noBlock = fmt.Errorf("%w: %w", ErrUnsupported, ErrNoBlock)
 // block was: a block an operator sets. It counts as a block in a row for
 // the next one, and is forgotten ForgetAfter after it ends.
 func (p *Plan) BlockFor(s *State, now int64, d time.Duration) error {
-	if err := p.CheckBlock(d); err != nil {
+	if err := p.ValidateBlock(d); err != nil {
 		return err
 	}
 	until := now + Micros(d)
@@ -121,10 +121,10 @@ func (p *Plan) Unblock(s *State) error {
 	return nil
 }
 
-// CheckBlock reports whether BlockFor would take a block of d: an error
+// ValidateBlock reports whether BlockFor would take a block of d: an error
 // wrapping ErrNoBlock (and ErrUnsupported) for a limit without a block
 // (Unblock's only error), ErrInvalid for d outside MinBlock..MaxBlock.
-func (p *Plan) CheckBlock(d time.Duration) error {
+func (p *Plan) ValidateBlock(d time.Duration) error {
 	switch {
 	case p.blk == nil:
 		return noBlock

@@ -10,47 +10,47 @@ import (
 // Concurrency bounds how much is in flight at once per key: a key has
 // Limit slots, an admitted cost n holds n of them until its holder
 // releases them, and a holder that neither releases nor renews within
-// HoldFor loses them (its lease ends), so a holder that crashed frees its
+// HoldFor loses them (its hold ends), so a holder that crashed frees its
 // slots after at most HoldFor.
 //
 // A decision acts for a permit (ForPermit: an id and an op); a plain
 // decision acquires for no permit. With held the units that holders whose
-// lease has not ended hold at now:
+// hold has not ended have at now:
 //
 //	Acquire, cost n   admitted when held + n <= Limit: a holder of n with
-//	                  a lease to now + HoldFor. An id already held is
+//	                  a hold to now + HoldFor. An id already held is
 //	                  renewed instead (an acquire retried is not taken
-//	                  twice). Denied: RetryAfter is when enough leases end
+//	                  twice). Denied: RetryAfter is when enough holds end
 //	                  for n, Never for n > Limit. Cost 0 peeks.
-//	Renew             the permit's lease runs to now + HoldFor; denied,
+//	Renew             the permit's hold runs to now + HoldFor; denied,
 //	                  with RetryAfter Never, when the id is not held (it
-//	                  was released, its lease ended, or it never was): a
+//	                  was released, its hold ended, or it never was): a
 //	                  permit once lost is never renewed.
 //	Release           the id's units are freed, Admitted says how many (0
 //	                  when it was not held: a release is idempotent). Id 0
 //	                  frees cost units of the holders without an id (a
-//	                  plain acquire, Envoy's hits), the earliest lease
+//	                  plain acquire, Envoy's hits), the earliest hold
 //	                  first.
 //
 // Remaining is Limit - held after the decision (0 when a lowered Limit
-// is below held), ResetAfter how long until the last lease ends as far as
-// the state knows (a bound: a released holder's lease may have been the
+// is below held), ResetAfter how long until the last hold ends as far as
+// the state knows (a bound: a released holder's hold may have been the
 // last).
 //
 // The state: Log holds the holders, three values each: the permit id (0
-// for none), when its lease ends and its units. A is the units in Log, B
-// a time no lease in Log ends before (0 for none) and Expire one none ends
-// after, so that a decision scans Log only when a lease may have ended (B
+// for none), when its hold ends and its units. A is the units in Log, B
+// a time no hold in Log ends before (0 for none) and Expire one none ends
+// after, so that a decision scans Log only when a hold may have ended (B
 // <= now), when it denies (for RetryAfter) and when it releases.
 type Concurrency struct {
 	// Limit is the number of slots: 1 to MaxSlots.
 	Limit int64
-	// HoldFor is a slot's lease: MinHoldFor to MaxHoldFor.
+	// HoldFor is a slot's hold: MinHoldFor to MaxHoldFor.
 	HoldFor time.Duration
 }
 
 // The bounds of a concurrency limit: a state holds at most Limit holders
-// (three numbers each), and a lease is long enough to renew over a network
+// (three numbers each), and a hold is long enough to renew over a network
 // and short enough that a lost holder's slots come back the same day.
 // Renewing does not grow the state, however often.
 const (
@@ -147,7 +147,7 @@ func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64,
 }
 
 // Result is a decision's Result: held is the units held after it, end
-// the state's Expire after it (no lease ends later), and admitted the cost
+// the state's Expire after it (no hold ends later), and admitted the cost
 // taken (Acquire) or the units freed (Release).
 func (c Concurrency) Result(ok bool, now, held, end int64, retry time.Duration, admitted int64) Result {
 	r := Result{Allowed: ok, Quota: c.Limit, Remaining: max(c.Limit-held, 0), RetryAfter: retry, Admitted: admitted}
@@ -157,7 +157,7 @@ func (c Concurrency) Result(ok bool, now, held, end int64, retry time.Duration, 
 	return r
 }
 
-// held returns the units held at now: those of the holders whose lease
+// held returns the units held at now: those of the holders whose hold
 // ends after now.
 func (c Concurrency) held(s *State, now int64) int64 {
 	if s.B == 0 || s.B > now {
@@ -172,7 +172,7 @@ func (c Concurrency) held(s *State, now int64) int64 {
 	return n
 }
 
-// holderAt returns the index in s.Log of id's holder if its lease ends
+// holderAt returns the index in s.Log of id's holder if its hold ends
 // after now, or -1 (always for id 0).
 func holderAt(s *State, id, now int64) int {
 	if id == 0 {
@@ -189,7 +189,7 @@ func holderAt(s *State, id, now int64) int {
 	return -1
 }
 
-// sweep drops the holders whose lease has ended by now, if B says one may
+// sweep drops the holders whose hold has ended by now, if B says one may
 // have, and sets A, B and Expire to what the holders left say; a state
 // left without holders is the zero State (of its shape).
 func (c Concurrency) sweep(s *State, now int64) {
@@ -212,7 +212,7 @@ func (c Concurrency) sweep(s *State, now int64) {
 }
 
 // release frees id's units (the holder at index at), or for id 0 up to
-// cost units of the holders without an id, the earliest lease first (the
+// cost units of the holders without an id, the earliest hold first (the
 // first taken among equal ones), and returns the units freed; with commit
 // false it only counts them.
 func (c Concurrency) release(s *State, now, id int64, at int, cost int64, commit bool) int64 {
@@ -246,7 +246,7 @@ func (c Concurrency) release(s *State, now, id int64, at int, cost int64, commit
 }
 
 // freeAnonymous frees up to cost units of the live holders without an id,
-// the earliest lease first (the first taken among equal ones), leaving a
+// the earliest hold first (the first taken among equal ones), leaving a
 // holder of 0 units in Log, and returns the units freed; with commit
 // false it only counts them.
 func (c Concurrency) freeAnonymous(s *State, now, cost int64, commit bool) int64 {
@@ -281,17 +281,17 @@ func (c Concurrency) drop(s *State, n int64) {
 }
 
 // freeAt returns when need units held at now will have been freed by
-// leases ending (none released or renewed meanwhile): the end of the
-// lease that brings the units freed to need.
+// holds ending (none released or renewed meanwhile): the end of the
+// hold that brings the units freed to need.
 func (c Concurrency) freeAt(s *State, now, need int64) int64 {
-	type lease struct{ end, n int64 }
-	var ls []lease
+	type hold struct{ end, n int64 }
+	var ls []hold
 	for i := 0; i+2 < len(s.Log); i += 3 {
 		if s.Log[i+1] > now {
-			ls = append(ls, lease{s.Log[i+1], s.Log[i+2]})
+			ls = append(ls, hold{s.Log[i+1], s.Log[i+2]})
 		}
 	}
-	slices.SortFunc(ls, func(a, b lease) int { return cmp.Compare(a.end, b.end) })
+	slices.SortFunc(ls, func(a, b hold) int { return cmp.Compare(a.end, b.end) })
 	var freed int64
 	for _, l := range ls {
 		if freed += l.n; freed >= need {
@@ -321,7 +321,7 @@ func (c Concurrency) Spec() Spec {
 func (c Concurrency) Quota() (int64, time.Duration) { return c.Limit, c.HoldFor }
 
 // SteadyRate implements Limit: Limit per HoldFor, the most that holders
-// who keep their slots the whole lease start.
+// who keep their slots for a whole hold start.
 func (c Concurrency) SteadyRate() (int64, time.Duration) { return c.Limit, c.HoldFor }
 
 // DeniedBy implements Limit: a concurrency limit has one limit.
@@ -333,12 +333,12 @@ type Holder struct {
 	Permit int64
 	// Units is how many slots it holds.
 	Units int64
-	// End is when its lease ends (µs since the epoch), unless renewed.
+	// End is when its hold ends (µs since the epoch), unless renewed.
 	End int64
 }
 
-// Holders returns the holders of s whose lease ends after now, the
-// earliest lease first (the first taken among equal ones).
+// Holders returns the holders of s whose hold ends after now, the
+// earliest hold first (the first taken among equal ones).
 func (c Concurrency) Holders(s *State, now int64) []Holder {
 	var hs []Holder
 	for i := 0; i+2 < len(s.Log); i += 3 {

@@ -303,7 +303,7 @@ func (p *Plan) at(s *State, now int64) int64 {
 // MaxCost returns the largest cost one decision of the plan may have:
 // MaxExactCost for an exact sliding log, MaxCount for the others, and 0
 // for a Plan that Compile did not make. A larger cost is a bad request
-// (store.Check); a cost up to it but above the limit is denied, never to
+// (store.Validate); a cost up to it but above the limit is denied, never to
 // be admitted.
 func (p *Plan) MaxCost() int64 {
 	switch {

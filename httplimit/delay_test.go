@@ -30,7 +30,7 @@ schema:
 	st := memory.New()
 	t.Cleanup(func() { st.Close() })
 	var lastDelay, served atomic.Int64
-	m := httplimit.New(&policy.Checker{Policy: policy.NewHolder(p), Store: st}, httplimit.Options{
+	m := httplimit.New(&policy.Checker{Policy: policy.NewCurrent(p), Store: st}, httplimit.Options{
 		Key:        func(*http.Request) (string, error) { return "k", nil },
 		MaxWaiting: maxWaiting,
 		OnDecision: func(r *http.Request, d *policy.Decision) { lastDelay.Store(int64(d.Delay)) },

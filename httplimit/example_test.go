@@ -29,7 +29,7 @@ schema:
 	}
 	st := memory.New()
 	defer st.Close()
-	checker := &policy.Checker{Policy: policy.NewHolder(pol), Store: st}
+	checker := &policy.Checker{Policy: policy.NewCurrent(pol), Store: st}
 	limiter := httplimit.New(checker, httplimit.Options{
 		Key: httplimit.Header("X-API-Key", nil),
 		Path: func(r *http.Request, key string, path []string) []string {

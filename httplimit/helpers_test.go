@@ -67,7 +67,7 @@ func (c *clock) Set(t time.Time) {
 // newChecker returns the policy's Checker on a store, deciding at the
 // clock's time, or at the store's when clk is nil.
 func newChecker(pol *policy.Policy, st store.Store, clk *clock) httplimit.PathChecker {
-	c := &policy.Checker{Policy: policy.NewHolder(pol), Store: st}
+	c := &policy.Checker{Policy: policy.NewCurrent(pol), Store: st}
 	if clk == nil {
 		return c
 	}

@@ -231,7 +231,7 @@ type request struct {
 type scratch struct {
 	d    policy.Decision
 	path [8]string
-	q    policy.Query // a SlotHolder's one-path query
+	q    policy.Query // a SlotChecker's one-path query
 }
 
 // query returns the scratch's query of one path at cost, keeping the
@@ -271,7 +271,7 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	*d = policy.Decision{Levels: d.Levels[:0]}
 	rq := new(request)
 	rq.ctx.init(r.Context(), l.timeout)
-	sh, holds := l.checker.(SlotHolder)
+	sh, holds := l.checker.(SlotChecker)
 	if holds {
 		err = sh.Acquire(&rq.ctx, sc.query(path, cost), 0, d)
 	} else {

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// A SlotHolder is a PathChecker that can hold slots of concurrency limits
+// A SlotChecker is a PathChecker that can hold slots of concurrency limits
 // (algo.Concurrency) while a request runs; policy.Checker is one. The
 // middleware then checks with Acquire: a path that hits a concurrency
 // limit takes its slots under a permit id (policy.Decision.Permit), which
@@ -19,9 +19,9 @@ import (
 // cancels the request's context: a handler that stops then releases at
 // once, one that does not keeps its slots until it returns, since its
 // work is still in flight. Should a renewal find the slots gone (their
-// lease ended while the store was out of reach), the request's context is
+// hold ended while the store was out of reach), the request's context is
 // cancelled with sluice.ErrLost as its cause.
-type SlotHolder interface {
+type SlotChecker interface {
 	PathChecker
 	Acquire(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
 	Renew(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
@@ -41,7 +41,7 @@ type holding struct {
 // hold starts renewing d's permit on path every third of the shortest
 // hold_for of its concurrency levels, and returns the request to serve,
 // whose context the renewer cancels if the slots are lost.
-func (l *Middleware) hold(r *http.Request, sh SlotHolder, path []string, d *policy.Decision) (*holding, *http.Request) {
+func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *policy.Decision) (*holding, *http.Request) {
 	hold := time.Duration(0)
 	for i := range d.Levels {
 		if lv := &d.Levels[i]; lv.Limit != nil && lv.Limit.Kind() == algo.KindConcurrency {
@@ -79,7 +79,7 @@ func (l *Middleware) hold(r *http.Request, sh SlotHolder, path []string, d *poli
 
 // release stops renewing and gives the slots back, within the check's
 // timeout, whether or not the client is still there.
-func (h *holding) release(r *http.Request, sh SlotHolder) {
+func (h *holding) release(r *http.Request, sh SlotChecker) {
 	close(h.stop)
 	<-h.done
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.l.timeout)

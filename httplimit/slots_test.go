@@ -43,7 +43,7 @@ func slotCheckers(t *testing.T) map[string]*policy.Checker {
 	t.Cleanup(func() { rs.Close(); ms.Close() })
 	out := map[string]*policy.Checker{}
 	for name, st := range map[string]store.Store{"memory": ms, "redis": rs} {
-		out[name] = &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+		out[name] = &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 	}
 	return out
 }
@@ -170,7 +170,7 @@ func TestSlotsRenewedWhileServing(t *testing.T) {
 	clk := &clock{now: t0}
 	renewed := make(chan struct{}, 1)
 	st := &onRenew{Store: memory.New(), clk: clk, renewed: renewed}
-	c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+	c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 	release := make(chan struct{})
 	mw := httplimit.New(c, httplimit.Options{
 		Key:  func(r *http.Request) (string, error) { return "acme", nil },

@@ -63,7 +63,7 @@ func (c *Checker) Change(ctx context.Context, t time.Time, path []string, ch Cha
 					err = a.Block(ctx, req, ch.Block)
 				}
 			default:
-				if err := p.CheckAdjust(ch.Op, ch.Units); errors.Is(err, algo.ErrNotAdjustable) {
+				if err := p.ValidateAdjust(ch.Op, ch.Units); errors.Is(err, algo.ErrNotAdjustable) {
 					continue // a kind without a count to move
 				} else if err != nil {
 					return keys, fmt.Errorf("policy: %w: %w", store.ErrBadRequest, err)

@@ -11,13 +11,13 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Checker decides request paths against the policy a Holder holds, on a
+// Checker decides request paths against the policy in force (Current), on a
 // store: every limit the paths hit in one all-or-nothing DecideAll (one
 // script call per Redis slot involved). It is the one way Sluice decides a
 // path: the service's HTTP and gRPC APIs, its admin peek, sluice replay
 // and the httplimit middleware all go through it.
 type Checker struct {
-	Policy *Holder
+	Policy *Current
 	Store  store.Store
 }
 

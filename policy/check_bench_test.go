@@ -68,7 +68,7 @@ func BenchmarkCheck(b *testing.B) {
 		b.Run(s.name, func(b *testing.B) {
 			st := s.open(b)
 			defer st.Close()
-			c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+			c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 			for _, lv := range []struct {
 				name string
 				path func(id string) []string

@@ -30,7 +30,7 @@ func checker(t *testing.T, src string, st store.Store) *policy.Checker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+	return &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 }
 
 // stores returns the memory store, a Redis server and a Redis Cluster.

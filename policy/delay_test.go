@@ -37,7 +37,7 @@ schema:
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	stores := []*Checker{{Policy: NewHolder(p), Store: mem}, {Policy: NewHolder(p), Store: rs}}
+	stores := []*Checker{{Policy: NewCurrent(p), Store: mem}, {Policy: NewCurrent(p), Store: rs}}
 	t0 := time.Unix(1_800_000_000, 0)
 	var offsets []int
 	for range 25 {
@@ -155,5 +155,5 @@ func memoryChecker(t *testing.T, src string) *Checker {
 	}
 	st := memory.New()
 	t.Cleanup(func() { st.Close() })
-	return &Checker{Policy: NewHolder(p), Store: st}
+	return &Checker{Policy: NewCurrent(p), Store: st}
 }

@@ -66,7 +66,7 @@ schema:
 `)
 	st := memory.New()
 	defer st.Close()
-	c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+	c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 	q := &policy.Query{Paths: []policy.PathQuery{
 		{Path: []string{"k1", "v1"}, Cost: 1, Exact: true},
 		{Path: []string{"k2", "v2"}, Cost: 1, Exact: true},
@@ -97,7 +97,7 @@ schema:
 `)
 	st := memory.New()
 	defer st.Close()
-	c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+	c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 	for _, exact := range []bool{false, true} {
 		q := &policy.Query{Paths: []policy.PathQuery{{Path: []string{"svc", "x"}, Cost: 1, Exact: exact}}}
 		var d policy.Decision

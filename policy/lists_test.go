@@ -38,7 +38,7 @@ func TestLists(t *testing.T) {
 	}
 	st := memory.New()
 	defer st.Close()
-	c := &Checker{Policy: NewHolder(p), Store: st}
+	c := &Checker{Policy: NewCurrent(p), Store: st}
 	at := time.Unix(1_800_000_000, 0)
 	check := func(segs ...string) Decision {
 		t.Helper()

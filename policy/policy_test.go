@@ -187,7 +187,7 @@ func TestMultipleLimits(t *testing.T) {
 		if r.Cost != 2 || !r.Time.Equal(time.Unix(100, 0)) || r.Tag != "user:alex" || r.Shadow || r.Plan == nil {
 			t.Errorf("request %+v", r)
 		}
-		if err := store.Check(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
+		if err := store.Validate(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
 			t.Errorf("request %q: %v", r.Key, err)
 		}
 	}
@@ -280,7 +280,7 @@ func TestEscaping(t *testing.T) {
 						t.Errorf("Match(%q) reaches %q", path, s)
 					}
 				}
-				if err := store.Check(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
+				if err := store.Validate(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
 					t.Errorf("Match(%q): %v", path, err)
 				}
 			}

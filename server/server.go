@@ -36,7 +36,7 @@ import (
 type Server struct {
 	cfg        Config
 	log        *slog.Logger
-	holder     *policy.Holder
+	holder     *policy.Current
 	checker    *policy.Checker
 	store      store.Store
 	m          *metrics
@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		forwardAuth: fa,
 		cfg:         cfg, log: log, adminToken: token,
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
-		holder: new(policy.Holder),
+		holder: new(policy.Current),
 	}
 	s.m = newMetrics(s.ping) // s.ping reads s.store when scraped
 	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

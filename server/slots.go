@@ -48,12 +48,12 @@ func parseSlotRequest(body []byte) (path []string, permit int64, err error) {
 // the RateLimit fields of those levels.
 //
 // Renew: 200 with the decision when every concurrency level still held
-// the permit, and its lease runs hold_for from now on each; 404 when a
-// level no longer holds it (released, its lease ended, or an id never
+// the permit, and its hold runs hold_for from now on each; 404 when a
+// level no longer holds it (released, its hold ended, or an id never
 // acquired or forged): the holder has lost its slots and renews nothing.
 //
 // Release: 200 with the decision and "released": true when the permit's
-// slots are now free, false when it held none (released before, lease
+// slots are now free, false when it held none (released before, hold
 // ended, never acquired): a release is idempotent.
 //
 // Both: 400 for a malformed body or a path with no concurrency limit,
@@ -88,7 +88,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 		}
 		status := addDecisionHeaders(w.Header(), b, false)
 		if op == algo.Renew && !b.d.Allowed {
-			writeProblem(w, http.StatusNotFound, "permit "+strconv.FormatInt(permit, 10)+" holds no slot on this path: it was released, its lease ended, or it was never acquired; acquire anew with POST /v1/check")
+			writeProblem(w, http.StatusNotFound, "permit "+strconv.FormatInt(permit, 10)+" holds no slot on this path: it was released, its hold ended, or it was never acquired; acquire anew with POST /v1/check")
 			return
 		}
 		writeJSON(w, status, out)
@@ -167,7 +167,7 @@ type holdersJSON struct {
 	Levels []levelHoldersJSON `json:"levels"`
 }
 
-// levelHoldersJSON is one concurrency level's holders, the earliest lease
+// levelHoldersJSON is one concurrency level's holders, the earliest hold
 // first, at most maxHoldersListed of Total.
 type levelHoldersJSON struct {
 	Pattern string       `json:"pattern"`
@@ -179,7 +179,7 @@ type levelHoldersJSON struct {
 }
 
 // holderJSON is one holder: its permit id (empty for slots taken for no
-// permit, such as Envoy's), its slots and when its lease ends.
+// permit, such as Envoy's), its slots and when its hold ends.
 type holderJSON struct {
 	Permit    string `json:"permit,omitempty"`
 	Units     int64  `json:"units"`
@@ -188,7 +188,7 @@ type holderJSON struct {
 }
 
 // handleHolders serves GET /admin/v1/holders: the holders of every
-// concurrency limit on the path, with their leases.
+// concurrency limit on the path, with their holds.
 func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 	path, ok := adminPath(w, r)
 	if !ok {

@@ -186,7 +186,7 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 		}
 		defer st.Close()
 		stores[i] = st
-		checkers[i] = &policy.Checker{Policy: policy.NewHolder(s.Policy), Store: st}
+		checkers[i] = &policy.Checker{Policy: policy.NewCurrent(s.Policy), Store: st}
 		res.Strategies = append(res.Strategies, StrategyResult{
 			Name: s.Name, Offered: make([]int64, res.Slices), Admitted: make([]int64, res.Slices),
 			perCaller: map[string][2]int64{},

@@ -8,13 +8,13 @@ import (
 	"github.com/sluicehq/sluice/algo"
 )
 
-// Check checks what a store decides before it decides it: a key of 1 to
+// Validate checks what a store decides before it decides it: a key of 1 to
 // MaxKeyLen bytes, a tag that is a prefix of it, a plan, a cost of 0 to
 // the plan's MaxCost, and a time (when set) within 1970..2255. Its errors
 // wrap ErrBadRequest. It takes the parts one by one, so that a store's
 // entry point that has them in registers (memory.Store.AllowN) keeps them
 // there; nothing escapes.
-func Check(key, tag string, p *algo.Plan, cost int64, t time.Time) error {
+func Validate(key, tag string, p *algo.Plan, cost int64, t time.Time) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrBadRequest)
@@ -41,9 +41,9 @@ func Check(key, tag string, p *algo.Plan, cost int64, t time.Time) error {
 	return nil
 }
 
-// CheckAll checks the requests of a DecideAll as Check does, and that all
+// ValidateAll checks the requests of a DecideAll as Check does, and that all
 // share the first one's Time and that there is one result per request.
-func CheckAll(reqs []Request, results []algo.Result) error {
+func ValidateAll(reqs []Request, results []algo.Result) error {
 	switch {
 	case len(reqs) == 0:
 		return fmt.Errorf("%w: no requests", ErrBadRequest)
@@ -52,7 +52,7 @@ func CheckAll(reqs []Request, results []algo.Result) error {
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		if err := Check(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
+		if err := Validate(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 		if !r.Time.Equal(reqs[0].Time) {
@@ -62,11 +62,11 @@ func CheckAll(reqs []Request, results []algo.Result) error {
 	return nil
 }
 
-// CheckHolders checks r as Check does for a HolderLister, whose plan must
+// ValidateHolders checks r as Check does for a HolderLister, whose plan must
 // be a concurrency limit's (else an error wrapping algo.ErrUnsupported),
 // and returns that limit.
-func CheckHolders(r *Request) (algo.Concurrency, error) {
-	if err := Check(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
+func ValidateHolders(r *Request) (algo.Concurrency, error) {
+	if err := Validate(r.Key, r.Tag, r.Plan, r.Cost, r.Time); err != nil {
 		return algo.Concurrency{}, err
 	}
 	c, ok := r.Plan.Concurrency()

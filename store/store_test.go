@@ -177,29 +177,29 @@ func TestCheckAll(t *testing.T) {
 	lim := algo.MustCompile(algo.Gate{Interval: time.Second})
 	t0 := time.Unix(1800000000, 0)
 	reqs := []store.Request{{Key: "a", Plan: lim, Time: t0}, {Key: "b", Plan: lim, Time: t0.Add(time.Second)}}
-	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
+	if err := store.ValidateAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("requests with different times: %v", err)
 	}
 	reqs[1].Time = t0
-	if err := store.CheckAll(reqs, make([]algo.Result, 1)); !errors.Is(err, store.ErrBadRequest) {
+	if err := store.ValidateAll(reqs, make([]algo.Result, 1)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("too few results: %v", err)
 	}
-	if err := store.CheckAll(nil, nil); !errors.Is(err, store.ErrBadRequest) {
+	if err := store.ValidateAll(nil, nil); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("an empty batch: %v", err)
 	}
-	if err := store.CheckAll(reqs, make([]algo.Result, 2)); err != nil {
+	if err := store.ValidateAll(reqs, make([]algo.Result, 2)); err != nil {
 		t.Fatal(err)
 	}
 	reqs[1].Tag = "x"
-	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
+	if err := store.ValidateAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
 		t.Errorf("a tag that is not a prefix: %v", err)
 	}
 	reqs[1].Tag, reqs[1].Plan = "", nil
-	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
+	if err := store.ValidateAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
 		t.Errorf("a request without a plan: %v", err)
 	}
 	reqs[1].Plan, reqs[1].Cost = algo.MustCompile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}}), algo.MaxExactCost+1
-	if err := store.CheckAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
+	if err := store.ValidateAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("a cost above an exact log's bound: %v", err)
 	}
 }

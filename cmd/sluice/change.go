@@ -73,7 +73,7 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 			return fail(err)
 		}
 		defer st.Close()
-		c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+		c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 		keys, err := c.Change(ctx, time.Time{}, fs.Args(), ch)
 		if err != nil {
 			return fail(err)

@@ -129,7 +129,7 @@ flags:`)
 			fmt.Fprintf(e.stderr, "replay: %v\n", err)
 			return 1
 		}
-		c := &policy.Checker{Policy: policy.NewHolder(p), Store: st}
+		c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 		var d policy.Decision
 		apply = func(line []byte) (any, error) {
 			ev, err := decodeEvent(line)
@@ -242,7 +242,7 @@ func parseEvent(line []byte) (store.Request, slotVerb, int64, error) {
 		return store.Request{}, nil, 0, err
 	}
 	req := store.Request{Key: ev.Key, Plan: &p, Cost: ev.cost(), Time: ev.time()}
-	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
+	if err := store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return store.Request{}, nil, 0, err
 	}
 	var verb slotVerb

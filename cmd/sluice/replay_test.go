@@ -232,7 +232,7 @@ func FuzzParseEvent(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		req, _, _, err := parseEvent(line)
 		if err == nil {
-			if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
+			if err := store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 				t.Fatalf("%q parsed into an invalid request: %v", line, err)
 			}
 		}

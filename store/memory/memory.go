@@ -114,7 +114,7 @@ func init() {
 // while the algorithm reads and writes the state (algo.Plan.DecideUnlock).
 func (s *Store) Decide(_ context.Context, req store.Request) (r algo.Result, err error) {
 	// The fields go one by one: a Request is too large for registers.
-	if err = store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
+	if err = store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return
 	}
 	s.apply(req.Key, req.Plan, req.Time, req.Cost, &r)
@@ -127,7 +127,7 @@ var _ store.Allower = (*Store)(nil)
 // only whether the cost was admitted, which for GCRA, the token bucket,
 // the fixed window and the gate spares computing the rest of the Result.
 func (s *Store) AllowN(_ context.Context, key string, p *algo.Plan, t time.Time, n int64) (bool, error) {
-	if err := store.Check(key, "", p, n, t); err != nil {
+	if err := store.Validate(key, "", p, n, t); err != nil {
 		return false, err
 	}
 	return s.apply(key, p, t, n, nil), nil
@@ -311,7 +311,7 @@ func (s *Store) DecideAll(ctx context.Context, reqs []store.Request, results []a
 	hs, ents, plans = hs[:len(reqs)], ents[:len(reqs)], plans[:len(reqs)]
 	// Each request's plan to apply in a batch (a nary log is all or
 	// nothing, a copy; the others are the request's own).
-	if err := store.CheckAll(reqs, results); err != nil {
+	if err := store.ValidateAll(reqs, results); err != nil {
 		return false, err
 	}
 	for i := range reqs {

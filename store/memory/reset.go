@@ -39,7 +39,7 @@ func (s *Store) Now(context.Context) (time.Time, error) { return time.UnixMicro(
 
 // Refund implements store.Refunder.
 func (s *Store) Refund(_ context.Context, req store.Request) error {
-	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
+	if err := store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return err
 	}
 	p := req.Plan
@@ -70,7 +70,7 @@ var _ store.HolderLister = (*Store)(nil)
 
 // Holders implements store.HolderLister.
 func (s *Store) Holders(_ context.Context, req store.Request) ([]algo.Holder, error) {
-	c, err := store.CheckHolders(&req)
+	c, err := store.ValidateHolders(&req)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (s *Store) Unblock(_ context.Context, req store.Request) error {
 // clock when zero), under the key's lock, adding the key if it is new and
 // its state outlives the time.
 func (s *Store) change(req store.Request, f func(p *algo.Plan, st *algo.State, t int64) error) error {
-	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
+	if err := store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return err
 	}
 	p := req.Plan

@@ -20,7 +20,7 @@ func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) e
 	if err != nil {
 		return err
 	}
-	if err := p.CheckAdjust(op, req.Cost); err != nil {
+	if err := p.ValidateAdjust(op, req.Cost); err != nil {
 		return err
 	}
 	letter := "t"
@@ -47,7 +47,7 @@ func (s *Store) Block(ctx context.Context, req store.Request, d time.Duration) e
 	if err != nil {
 		return err
 	}
-	if err := p.CheckBlock(d); err != nil {
+	if err := p.ValidateBlock(d); err != nil {
 		return err
 	}
 	b, _ := p.Blocks()
@@ -68,7 +68,7 @@ func (s *Store) Unblock(ctx context.Context, req store.Request) error {
 
 // checkOne checks one request and returns its plan.
 func checkOne(req *store.Request) (*algo.Plan, error) {
-	if err := store.Check(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
+	if err := store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return nil, err
 	}
 	return req.Plan, nil

@@ -13,9 +13,9 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Concurrency runs scripts/concurrency.lua with the limit, the lease, the
+// Concurrency runs scripts/concurrency.lua with the limit, the hold, the
 // cost and the plan's permit id and op (algo.ForPermit); besides ok
-// and the refund token it reports the units held, the latest lease end,
+// and the refund token it reports the units held, the latest hold's end,
 // when the cost would fit and the units admitted or freed.
 var concurrencyBinding = func() binding {
 	b := bind(binding{file: "concurrency.lua", letter: "c"},
@@ -52,7 +52,7 @@ var _ store.HolderLister = (*Store)(nil)
 // Holders implements store.HolderLister: one HGETALL of the key's hash
 // (scripts/concurrency.lua's layout), judged at req.Time or Redis TIME.
 func (s *Store) Holders(ctx context.Context, req store.Request) ([]algo.Holder, error) {
-	c, err := store.CheckHolders(&req)
+	c, err := store.ValidateHolders(&req)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +73,7 @@ func (s *Store) Holders(ctx context.Context, req store.Request) ([]algo.Holder, 
 	}
 	// The hash as the state algo.Concurrency keeps: holders in the order
 	// they were taken, which a number gives those without a permit (the
-	// others' order matters only among equal lease ends).
+	// others' order matters only among equal hold ends).
 	type field struct {
 		seq int64
 		h   algo.Holder

@@ -255,11 +255,11 @@ func (s *Store) decide(ctx context.Context, reqs []store.Request, results []algo
 	return s.decideAll(ctx, reqs, results)
 }
 
-// batch checks the requests of a DecideAll (store.CheckAll) and returns
+// batch checks the requests of a DecideAll (store.ValidateAll) and returns
 // them with the plans to apply in a batch of several (algo.InBatch: a nary
 // log is all or nothing), in a copy unless own when a plan changes.
 func batch(reqs []store.Request, results []algo.Result, own bool) ([]store.Request, error) {
-	if err := store.CheckAll(reqs, results); err != nil {
+	if err := store.ValidateAll(reqs, results); err != nil {
 		return nil, err
 	}
 	if len(reqs) == 1 {

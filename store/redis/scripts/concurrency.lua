@@ -1,10 +1,10 @@
--- concurrency.lua: slots held under leases, for a permit (algo.Concurrency,
+-- concurrency.lua: slots held for a while (a hold), for a permit (algo.Concurrency,
 -- which states the rules and the bookkeeping this file repeats).
 --
 -- Key    one hash per key. 'A': the units its holders hold; 'B': a time no
---        holder's lease ends before; 'E': one none ends after; 'S': the
+--        holder's hold ends before; 'E': one none ends after; 'S': the
 --        last number given to a holder without a permit id. One field per
---        holder, its permit id or 'a' and its number, valued '<lease end>
+--        holder, its permit id or 'a' and its number, valued '<hold's end>
 --        <units>' (µs, units). The hash lives until E; it is deleted when
 --        its last holder leaves.
 -- Args   a+0: limit; a+1: hold_for in µs; a+2: cost; a+3: permit id ("0":
@@ -17,7 +17,7 @@
 --        holder it added, or minus the number of one without an id; 0 when
 --        it added none.
 
--- c_all returns every holder in the hash, its lease ended or not:
+-- c_all returns every holder in the hash, its hold ended or not:
 -- {field, end, units, number} each, number being 0 for a permit id.
 local function c_all(key)
   local h = redis.call('HGETALL', key)
@@ -36,7 +36,7 @@ end
 
 -- c_holders returns the live holders at now, in the order
 -- algo.Concurrency keeps them for a release without an id (earliest
--- lease first, then first taken).
+-- hold first, then first taken).
 local function c_holders(key, now)
   local out = {}
   for _, hd in ipairs(c_all(key)) do
@@ -52,7 +52,7 @@ end
 local function c_val(e, n) return string.format('%d %d', e, n) end
 
 -- c_state reads A, B, E and the permit's holder; held is the units held at
--- now (A unless a lease may have ended).
+-- now (A unless a hold may have ended).
 local c_read = {}
 local function c_state(key, now, a)
   local id = ARGV[a + 3]
@@ -113,7 +113,7 @@ local function c_check(key, now, a, reply, p)
   return true, 0, 4
 end
 
--- c_sweep drops the holders whose lease has ended, if B says one may
+-- c_sweep drops the holders whose hold has ended, if B says one may
 -- have, and sets A, B and E from those left (s is c_state's table).
 local function c_sweep(key, now, s)
   if s[2] == 0 or s[2] > now then return end

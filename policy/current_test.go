@@ -18,13 +18,13 @@ func TestHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var zero policy.Holder
+	var zero policy.Current
 	if zero.Load() != nil {
-		t.Error("zero Holder holds a policy")
+		t.Error("the zero Current holds a policy")
 	}
 
 	write(seed)
-	h := policy.NewHolder(nil)
+	h := policy.NewCurrent(nil)
 	if err := h.Reload(path); err != nil {
 		t.Fatal(err)
 	}
