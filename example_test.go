@@ -121,7 +121,7 @@ func ExampleLimiter_Acquire() {
 
 	// At most 2 exports per tenant at once; a holder that dies without
 	// releasing frees its slot 30s after it last renewed it.
-	lim, err := sluice.NewLimiter(st, algo.Concurrency{Limit: 2, HoldFor: 30 * time.Second})
+	lim, err := sluice.NewLimiter(st, algo.Concurrency{Count: 2, HoldFor: 30 * time.Second})
 	if err != nil {
 		panic(err)
 	}
@@ -153,7 +153,7 @@ func ExampleLimiter_Penalize() {
 	st := memory.New()
 	defer st.Close()
 	lim, err := sluice.NewLimiter(st, algo.Blocking{
-		Limit: algo.FixedWindow{Limit: 5, Window: time.Minute},
+		Limit: algo.FixedWindow{Count: 5, Window: time.Minute},
 		Block: algo.Block{For: 30 * time.Second, Growth: 2},
 	})
 	if err != nil {

@@ -42,12 +42,12 @@ func TestLimiterAllowIsExact(t *testing.T) {
 	stores, _ := limiterStores(t)
 	limits := map[string]algo.Limit{
 		"gcra":           algo.GCRA{Burst: 36, Count: 1, Period: time.Hour},
-		"token_bucket":   algo.TokenBucket{Burst: 37, Rate: 1, Per: time.Hour},
-		"fixed_window":   algo.FixedWindow{Limit: 37, Window: 1000 * time.Hour},
+		"token_bucket":   algo.TokenBucket{Burst: 37, Count: 1, Period: time.Hour},
+		"fixed_window":   algo.FixedWindow{Count: 37, Window: 1000 * time.Hour},
 		"gate":           algo.Gate{Interval: time.Hour},
-		"sliding_log":    algo.SlidingLog{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}},
-		"window_counter": algo.WindowCounter{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}},
-		"concurrency":    algo.Concurrency{Limit: 37, HoldFor: time.Hour},
+		"sliding_log":    algo.SlidingLog{Limits: []algo.Window{{Count: 37, Window: time.Hour}}},
+		"window_counter": algo.WindowCounter{Limits: []algo.Window{{Count: 37, Window: time.Hour}}},
+		"concurrency":    algo.Concurrency{Count: 37, HoldFor: time.Hour},
 	}
 	if len(limits) != algo.NumKinds {
 		t.Fatalf("%d limits for %d kinds", len(limits), algo.NumKinds)
@@ -263,7 +263,7 @@ func TestReserveRefusals(t *testing.T) {
 			if r, _ := lim.DecideN(context.Background(), "k", time.Time{}, 0); r.ResetAfter > time.Hour {
 				t.Errorf("a refused reservation took capacity: %+v", r)
 			}
-			fw, err := sluice.NewLimiter(st, algo.FixedWindow{Limit: 5, Window: time.Second})
+			fw, err := sluice.NewLimiter(st, algo.FixedWindow{Count: 5, Window: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +281,7 @@ func TestNoAllocs(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	burst, count := int64(1<<20), int64(1_000_000)
-	lim, err := sluice.NewLimiter(st, algo.TokenBucket{Burst: burst, Rate: count, Per: time.Second})
+	lim, err := sluice.NewLimiter(st, algo.TokenBucket{Burst: burst, Count: count, Period: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestNoAllocs(t *testing.T) {
 			st.Decide(ctx, store.Request{Key: "a", Plan: &p, Cost: 1})
 		},
 		"Decide with a fixed window value compiled at the call": func() {
-			p, _ := algo.Compile(algo.FixedWindow{Limit: burst, Window: time.Hour})
+			p, _ := algo.Compile(algo.FixedWindow{Count: burst, Window: time.Hour})
 			st.Decide(ctx, store.Request{Key: "b", Plan: &p, Cost: 1})
 		},
 		"Limiter.Allow": func() { lim.Allow(ctx, "c") },
@@ -387,7 +387,7 @@ func TestReserveWithADoneContext(t *testing.T) {
 func TestReserveUnsupportedSaysWhatToDo(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	lim, err := sluice.NewLimiter(st, algo.FixedWindow{Limit: 5, Window: time.Second})
+	lim, err := sluice.NewLimiter(st, algo.FixedWindow{Count: 5, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

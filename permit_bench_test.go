@@ -31,7 +31,7 @@ func BenchmarkSlots(b *testing.B) {
 	defer rs.Close()
 	ms := memory.New()
 	defer ms.Close()
-	slots := algo.Concurrency{Limit: 1 << 16, HoldFor: time.Minute}
+	slots := algo.Concurrency{Count: 1 << 16, HoldFor: time.Minute}
 	gcra := algo.GCRA{Burst: 1 << 30, Count: 1_000_000, Period: time.Second}
 	for _, st := range []struct {
 		name string

@@ -18,7 +18,7 @@ import (
 )
 
 // killLimit is the limit the holder process and the test share.
-var killLimit = algo.Concurrency{Limit: 3, HoldFor: 2 * time.Second}
+var killLimit = algo.Concurrency{Count: 3, HoldFor: 2 * time.Second}
 
 // TestHolderProcess is not a test: TestSlotsFreedAfterKill runs the test
 // binary with SLUICE_HOLDER set to a Redis URL, and this takes every slot
@@ -36,7 +36,7 @@ func TestHolderProcess(t *testing.T) {
 		os.Exit(1)
 	}
 	lim, _ := sluice.NewLimiter(st, killLimit)
-	p, err := lim.AcquireN(ctx, "job", killLimit.Limit)
+	p, err := lim.AcquireN(ctx, "job", killLimit.Count)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -98,7 +98,7 @@ func TestSlotsFreedAfterKill(t *testing.T) {
 		return r
 	}
 	if r := peek(time.Time{}); r.Remaining != 0 {
-		t.Fatalf("the holder holds %d of %d slots", killLimit.Limit-r.Remaining, killLimit.Limit)
+		t.Fatalf("the holder holds %d of %d slots", killLimit.Count-r.Remaining, killLimit.Count)
 	}
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
@@ -116,10 +116,10 @@ func TestSlotsFreedAfterKill(t *testing.T) {
 	if r := peek(end.Add(-time.Microsecond)); r.Remaining != 0 {
 		t.Fatalf("free before the lease ended: %+v", r)
 	}
-	if r := peek(end); r.Remaining != killLimit.Limit {
+	if r := peek(end); r.Remaining != killLimit.Count {
 		t.Fatalf("at the lease's end: %+v", r)
 	}
-	for peek(time.Time{}).Remaining != killLimit.Limit {
+	for peek(time.Time{}).Remaining != killLimit.Count {
 		time.Sleep(10 * time.Millisecond)
 	}
 	freed, _ := st.Now(ctx)

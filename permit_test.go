@@ -25,7 +25,7 @@ func TestAcquireMaxInFlight(t *testing.T) {
 	for name, st := range stores {
 		t.Run(name, func(t *testing.T) {
 			const limit = 10
-			lim, err := sluice.NewLimiter(st, algo.Concurrency{Limit: limit, HoldFor: time.Minute})
+			lim, err := sluice.NewLimiter(st, algo.Concurrency{Count: limit, HoldFor: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestPermitExplicitTime(t *testing.T) {
 	ctx := context.Background()
 	for name, st := range stores {
 		t.Run(name, func(t *testing.T) {
-			c := algo.Concurrency{Limit: 2, HoldFor: 10 * time.Second}
+			c := algo.Concurrency{Count: 2, HoldFor: 10 * time.Second}
 			lim, err := sluice.NewLimiter(st, c)
 			if err != nil {
 				t.Fatal(err)
@@ -132,7 +132,7 @@ func TestAcquireRefusals(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	lim, _ := sluice.NewLimiter(st, algo.Concurrency{Limit: 2, HoldFor: time.Second})
+	lim, _ := sluice.NewLimiter(st, algo.Concurrency{Count: 2, HoldFor: time.Second})
 	if _, err := lim.AcquireN(ctx, "k", 3); !errors.Is(err, sluice.ErrNever) {
 		t.Errorf("3 of 2 slots: %v", err)
 	}
@@ -165,7 +165,7 @@ func TestAcquireWaitsForARelease(t *testing.T) {
 	for name, st := range stores {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			lim, _ := sluice.NewLimiter(st, algo.Concurrency{Limit: 1, HoldFor: time.Hour})
+			lim, _ := sluice.NewLimiter(st, algo.Concurrency{Count: 1, HoldFor: time.Hour})
 			first, err := lim.Acquire(ctx, "one")
 			if err != nil {
 				t.Fatal(err)
@@ -237,7 +237,7 @@ func TestPermitRenewsItself(t *testing.T) {
 	st := &steppedClock{Store: memory.New(), now: conformance.T0, renews: make(chan time.Time)}
 	defer st.Close()
 	ctx := context.Background()
-	c := algo.Concurrency{Limit: 1, HoldFor: 30 * time.Millisecond}
+	c := algo.Concurrency{Count: 1, HoldFor: 30 * time.Millisecond}
 	lim, _ := sluice.NewLimiter(st, c)
 	p, err := lim.Acquire(ctx, "k")
 	if err != nil {
@@ -283,7 +283,7 @@ func TestSlotsWithABlock(t *testing.T) {
 	ctx := context.Background()
 	for name, st := range stores {
 		t.Run(name, func(t *testing.T) {
-			lim, err := sluice.NewLimiter(st, algo.Blocking{Limit: algo.Concurrency{Limit: 1, HoldFor: time.Minute}, Block: algo.Block{For: time.Hour}})
+			lim, err := sluice.NewLimiter(st, algo.Blocking{Limit: algo.Concurrency{Count: 1, HoldFor: time.Minute}, Block: algo.Block{For: time.Hour}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -160,23 +160,23 @@ func TestBounds(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	_, err := algo.Compile(algo.FixedWindow{Limit: math.MaxInt64, Window: time.Second})
+	_, err := algo.Compile(algo.FixedWindow{Count: math.MaxInt64, Window: time.Second})
 	if !errors.Is(err, algo.ErrInvalid) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
 		t.Errorf("fixed_window limit 2^63-1: %v", err)
 	}
-	_, err = st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1, Window: time.Second}), Cost: algo.MaxCount + 1})
+	_, err = st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1, Window: time.Second}), Cost: algo.MaxCount + 1})
 	if !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 9007199254740991") {
 		t.Errorf("cost 2^53: %v", err)
 	}
-	if _, err := sluice.NewLimiter(st, algo.FixedWindow{Limit: algo.MaxCount + 1, Window: time.Second}); !errors.Is(err, algo.ErrInvalid) {
+	if _, err := sluice.NewLimiter(st, algo.FixedWindow{Count: algo.MaxCount + 1, Window: time.Second}); !errors.Is(err, algo.ErrInvalid) {
 		t.Errorf("NewLimiter with a fixed_window limit of 2^53: %v", err)
 	}
-	if _, err := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit + 1, Window: time.Second}}}); !errors.Is(err, algo.ErrInvalid) {
+	if _, err := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Count: algo.MaxExactLimit + 1, Window: time.Second}}}); !errors.Is(err, algo.ErrInvalid) {
 		t.Errorf("exact sliding_log limit %d: %v", algo.MaxExactLimit+1, err)
 	}
 	// An exact log writes an entry per action: one decision takes at most
 	// algo.MaxExactCost, in Decide, AllowN and DecideAll alike.
-	exact := algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: time.Second}}}
+	exact := algo.SlidingLog{Limits: []algo.Window{{Count: algo.MaxExactLimit, Window: time.Second}}}
 	big := store.Request{Key: "k", Plan: algo.MustCompile(exact), Cost: algo.MaxExactCost + 1}
 	if _, err := st.Decide(ctx, big); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 10000") {
 		t.Errorf("Decide, exact log, cost %d: %v", big.Cost, err)

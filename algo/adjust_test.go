@@ -33,7 +33,7 @@ func TestAdjust(t *testing.T) {
 		t.Fatalf("penalty of MaxCount: %v, TAT %d ahead", err, s.A-t0)
 	}
 
-	f, _ := Compile(FixedWindow{Limit: 3, Window: 10 * time.Second})
+	f, _ := Compile(FixedWindow{Count: 3, Window: 10 * time.Second})
 	var w State
 	f.Decide(&w, t0, 1, true)
 	f.Adjust(&w, t0, Penalize, 5)
@@ -49,7 +49,7 @@ func TestAdjust(t *testing.T) {
 		t.Fatalf("window after a big reward: %+v", r)
 	}
 
-	for _, l := range []Limit{Gate{Interval: time.Second}, SlidingLog{Limits: []Window{{Limit: 1, Window: time.Second}}}, Concurrency{Limit: 1, HoldFor: time.Second}} {
+	for _, l := range []Limit{Gate{Interval: time.Second}, SlidingLog{Limits: []Window{{Count: 1, Window: time.Second}}}, Concurrency{Count: 1, HoldFor: time.Second}} {
 		p, _ := Compile(l)
 		if err := p.Adjust(&State{}, t0, Penalize, 1); !errors.Is(err, ErrNotAdjustable) {
 			t.Errorf("%v: %v", p.Kind(), err)

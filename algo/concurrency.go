@@ -43,8 +43,8 @@ import (
 // after, so that a decision scans Log only when a hold may have ended (B
 // <= now), when it denies (for RetryAfter) and when it releases.
 type Concurrency struct {
-	// Limit is the number of slots: 1 to MaxSlots.
-	Limit int64
+	// Count is the number of slots: 1 to MaxSlots.
+	Count int64
 	// HoldFor is a slot's hold: MinHoldFor to MaxHoldFor.
 	HoldFor time.Duration
 }
@@ -90,8 +90,8 @@ func (o SlotOp) String() string {
 // validate implements Limit.
 func (c Concurrency) validate() error {
 	switch {
-	case c.Limit < 1 || c.Limit > MaxSlots:
-		return fmt.Errorf("%w: concurrency limit must be 1 to %d slots, got %d", ErrInvalid, MaxSlots, c.Limit)
+	case c.Count < 1 || c.Count > MaxSlots:
+		return fmt.Errorf("%w: concurrency limit must be 1 to %d slots, got %d", ErrInvalid, MaxSlots, c.Count)
 	case c.HoldFor < minHoldFor || c.HoldFor > MaxHoldFor:
 		return fmt.Errorf("%w: hold_for must be %v to %v, got %v", ErrInvalid, minHoldFor, MaxHoldFor, c.HoldFor)
 	}
@@ -128,10 +128,10 @@ func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64,
 		return c.Result(true, now, held, s.Expire, 0, admitted)
 	case cost == 0:
 		return c.Result(true, now, held, s.Expire, 0, 0)
-	case cost > c.Limit:
+	case cost > c.Count:
 		return c.Result(false, now, held, s.Expire, Never, 0)
-	case held+cost > c.Limit:
-		return c.Result(false, now, held, s.Expire, dur(c.freeAt(s, now, held+cost-c.Limit)-now), 0)
+	case held+cost > c.Count:
+		return c.Result(false, now, held, s.Expire, dur(c.freeAt(s, now, held+cost-c.Count)-now), 0)
 	}
 	if commit {
 		c.sweep(s, now)
@@ -150,7 +150,7 @@ func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64,
 // the state's Expire after it (no hold ends later), and admitted the cost
 // taken (Acquire) or the units freed (Release).
 func (c Concurrency) Result(ok bool, now, held, end int64, retry time.Duration, admitted int64) Result {
-	r := Result{Allowed: ok, Quota: c.Limit, Remaining: max(c.Limit-held, 0), RetryAfter: retry, Admitted: admitted}
+	r := Result{Allowed: ok, Quota: c.Count, Remaining: max(c.Count-held, 0), RetryAfter: retry, Admitted: admitted}
 	if held > 0 {
 		r.ResetAfter = dur(max(end-now, 0))
 	}
@@ -304,8 +304,8 @@ func (c Concurrency) freeAt(s *State, now, need int64) int64 {
 var concurrencyKind = kindInfo{
 	name:    nameConcurrency,
 	fields:  []string{"limit", "hold_for"},
-	build:   func(s Spec) (Limit, error) { return Concurrency{Limit: s.Limit, HoldFor: s.HoldFor}, nil },
-	example: Concurrency{Limit: 10, HoldFor: 30 * time.Second},
+	build:   func(s Spec) (Limit, error) { return Concurrency{Count: s.Limit, HoldFor: s.HoldFor}, nil },
+	example: Concurrency{Count: 10, HoldFor: 30 * time.Second},
 }
 
 // Kind implements Limit.
@@ -313,16 +313,16 @@ func (Concurrency) Kind() Kind { return KindConcurrency }
 
 // Spec implements Limit.
 func (c Concurrency) Spec() Spec {
-	return Spec{Algorithm: nameConcurrency, Limit: c.Limit, HoldFor: c.HoldFor}
+	return Spec{Algorithm: nameConcurrency, Limit: c.Count, HoldFor: c.HoldFor}
 }
 
 // Quota implements Limit: Limit slots, which a holder keeps for HoldFor at
 // most without renewing.
-func (c Concurrency) Quota() (int64, time.Duration) { return c.Limit, c.HoldFor }
+func (c Concurrency) Quota() (int64, time.Duration) { return c.Count, c.HoldFor }
 
-// SteadyRate implements Limit: Limit per HoldFor, the most that holders
+// SteadyRate implements Limit: Count per HoldFor, the most that holders
 // who keep their slots for a whole hold start.
-func (c Concurrency) SteadyRate() (int64, time.Duration) { return c.Limit, c.HoldFor }
+func (c Concurrency) SteadyRate() (int64, time.Duration) { return c.Count, c.HoldFor }
 
 // DeniedBy implements Limit: a concurrency limit has one limit.
 func (Concurrency) DeniedBy(int) string { return "" }

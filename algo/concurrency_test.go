@@ -90,14 +90,14 @@ func (m *model) decide(now, cost, id int64, op SlotOp) (bool, int64, int64, int6
 	case cost == 0:
 		keep()
 		return true, 0, m.held(now), 0
-	case cost > m.c.Limit:
+	case cost > m.c.Count:
 		keep()
 		return false, 0, m.held(now), -1
-	case m.held(now)+cost > m.c.Limit:
+	case m.held(now)+cost > m.c.Count:
 		defer keep()
 		ends := slices.Clone(m.holders)
 		slices.SortFunc(ends, func(a, b modelHolder) int { return int(a.end - b.end) })
-		need, freed := m.held(now)+cost-m.c.Limit, int64(0)
+		need, freed := m.held(now)+cost-m.c.Count, int64(0)
 		for _, h := range ends {
 			if freed += h.n; freed >= need {
 				return false, 0, m.held(now), h.end - now
@@ -117,7 +117,7 @@ func TestConcurrencyAgainstModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 1))
 	decisions := map[SlotOp]int{}
 	for trace := range 300 {
-		c := Concurrency{Limit: 1 + r.Int64N(6), HoldFor: time.Duration(1+r.Int64N(50)) * time.Millisecond}
+		c := Concurrency{Count: 1 + r.Int64N(6), HoldFor: time.Duration(1+r.Int64N(50)) * time.Millisecond}
 		base, err := Compile(c)
 		if err != nil {
 			t.Fatal(err)
@@ -155,14 +155,14 @@ func TestConcurrencyAgainstModel(t *testing.T) {
 			if retry < 0 {
 				wantRetry = Never
 			}
-			if got.Allowed != ok || got.Admitted != admitted || got.Remaining != max(c.Limit-held, 0) || got.RetryAfter != wantRetry || got.Quota != c.Limit {
+			if got.Allowed != ok || got.Admitted != admitted || got.Remaining != max(c.Count-held, 0) || got.RetryAfter != wantRetry || got.Quota != c.Count {
 				t.Fatalf("trace %d step %d: %v id %d cost %d at %d: got %+v, model allowed %v admitted %d held %d retry %v",
 					trace, step, op, id, cost, now, got, ok, admitted, held, wantRetry)
 			}
 			if held > 0 && (got.ResetAfter <= 0 || got.ResetAfter > c.HoldFor+time.Duration(latest-now)*time.Microsecond) || held == 0 && got.ResetAfter != 0 {
 				t.Fatalf("trace %d step %d: held %d, ResetAfter %v", trace, step, held, got.ResetAfter)
 			}
-			if held > 0 && s.Expire <= now || len(s.Log) > 3*int(c.Limit) {
+			if held > 0 && s.Expire <= now || len(s.Log) > 3*int(c.Count) {
 				t.Fatalf("trace %d step %d: state %+v with %d held", trace, step, s, held)
 			}
 			decisions[op]++
@@ -173,14 +173,14 @@ func TestConcurrencyAgainstModel(t *testing.T) {
 
 func TestConcurrencyBounds(t *testing.T) {
 	for _, c := range []Concurrency{
-		{Limit: 0, HoldFor: time.Second}, {Limit: MaxSlots + 1, HoldFor: time.Second},
-		{Limit: 1, HoldFor: 0}, {Limit: 1, HoldFor: time.Microsecond}, {Limit: 1, HoldFor: MaxHoldFor + 1},
+		{Count: 0, HoldFor: time.Second}, {Count: MaxSlots + 1, HoldFor: time.Second},
+		{Count: 1, HoldFor: 0}, {Count: 1, HoldFor: time.Microsecond}, {Count: 1, HoldFor: MaxHoldFor + 1},
 	} {
 		if _, err := Compile(c); err == nil {
 			t.Errorf("%+v compiled", c)
 		}
 	}
-	p, err := Compile(Concurrency{Limit: 2, HoldFor: time.Second})
+	p, err := Compile(Concurrency{Count: 2, HoldFor: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

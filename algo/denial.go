@@ -19,7 +19,7 @@ func (p *Plan) DenialHolds() bool {
 // Equal reports whether p and q decide alike: the same kind and
 // parameters (a window's Name aside).
 func (p *Plan) Equal(q *Plan) bool {
-	same := func(a, b Window) bool { return a.Limit == b.Limit && a.Window == b.Window }
+	same := func(a, b Window) bool { return a.Count == b.Count && a.Window == b.Window }
 	return p.kind == q.kind && p.ok == q.ok && p.tat == q.tat &&
 		p.gcra == q.gcra && p.tb == q.tb && p.fw == q.fw && p.gate == q.gate && p.cc == q.cc &&
 		p.permit == q.permit && p.op == q.op && (p.blk == nil) == (q.blk == nil) && (p.blk == nil || *p.blk == *q.blk) &&

@@ -14,9 +14,9 @@ func randomLimit(r *rand.Rand, k Kind) Limit {
 	case KindGCRA:
 		return GCRA{Burst: r.Int64N(8), Count: 1 + r.Int64N(8), Period: ms(2000)}
 	case KindTokenBucket:
-		return TokenBucket{Burst: 1 + r.Int64N(8), Rate: 1 + r.Int64N(8), Per: ms(2000)}
+		return TokenBucket{Burst: 1 + r.Int64N(8), Count: 1 + r.Int64N(8), Period: ms(2000)}
 	case KindFixedWindow:
-		return FixedWindow{Limit: 1 + r.Int64N(8), Window: ms(2000)}
+		return FixedWindow{Count: 1 + r.Int64N(8), Window: ms(2000)}
 	case KindGate:
 		return Gate{Interval: ms(1000)}
 	case KindSlidingLog:
@@ -24,7 +24,7 @@ func randomLimit(r *rand.Rand, k Kind) Limit {
 	case KindWindowCounter:
 		return randomCounter(r)
 	case KindConcurrency:
-		return Concurrency{Limit: 1 + r.Int64N(8), HoldFor: ms(2000)}
+		return Concurrency{Count: 1 + r.Int64N(8), HoldFor: ms(2000)}
 	}
 	panic("randomLimit: add the kind")
 }
@@ -95,10 +95,10 @@ func TestDenialHolds(t *testing.T) {
 }
 
 func TestPlanEqual(t *testing.T) {
-	a, _ := Compile(SlidingLog{Limits: []Window{{Name: "a", Limit: 3, Window: time.Second}}})
-	b, _ := Compile(SlidingLog{Limits: []Window{{Name: "b", Limit: 3, Window: time.Second}}})
-	c, _ := Compile(SlidingLog{Limits: []Window{{Limit: 4, Window: time.Second}}})
-	d, _ := Compile(SlidingLog{Limits: []Window{{Limit: 3, Window: time.Second}}, MinGap: time.Millisecond})
+	a, _ := Compile(SlidingLog{Limits: []Window{{Name: "a", Count: 3, Window: time.Second}}})
+	b, _ := Compile(SlidingLog{Limits: []Window{{Name: "b", Count: 3, Window: time.Second}}})
+	c, _ := Compile(SlidingLog{Limits: []Window{{Count: 4, Window: time.Second}}})
+	d, _ := Compile(SlidingLog{Limits: []Window{{Count: 3, Window: time.Second}}, MinGap: time.Millisecond})
 	g1, _ := Compile(GCRA{Burst: 3, Count: 1, Period: time.Second})
 	g2, _ := Compile(GCRA{Burst: 4, Count: 1, Period: time.Second})
 	if !a.Equal(&b) || a.Equal(&c) || a.Equal(&d) || g1.Equal(&g2) || !g1.Equal(&g1) || a.Equal(&g1) {

@@ -44,7 +44,7 @@ func TestDivisor(t *testing.T) {
 func TestWindowEndByDivisor(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, w := range []time.Duration{time.Microsecond, time.Millisecond, time.Second, time.Minute, 7 * time.Hour, MaxHorizon} {
-		f := FixedWindow{Limit: 10, Window: w}
+		f := FixedWindow{Count: 10, Window: w}
 		p := MustCompile(f)
 		for range 5000 {
 			now := r.Int64N(MaxTime + 1)
@@ -59,7 +59,7 @@ func TestWindowEndByDivisor(t *testing.T) {
 }
 
 func BenchmarkWindowEnd(b *testing.B) {
-	f := FixedWindow{Limit: 10, Window: time.Hour}
+	f := FixedWindow{Count: 10, Window: time.Hour}
 	p, _ := Compile(f)
 	now := int64(1795448029911637)
 	b.Run("divisor", func(b *testing.B) {

@@ -5,30 +5,30 @@ import (
 	"time"
 )
 
-// FixedWindow admits at most Limit per Window, counting in windows aligned
+// FixedWindow admits at most Count per Window, counting in windows aligned
 // to the Unix epoch: the window holding now ends at end = now - now%W + W.
 // The state is the window's end (State.A) and its count (State.B); it
-// expires at end. A decision of cost n is allowed when count+n <= Limit.
-// RetryAfter is end - now (Never when n > Limit); ResetAfter is end - now
+// expires at end. A decision of cost n is allowed when count+n <= Count.
+// RetryAfter is end - now (Never when n > Count); ResetAfter is end - now
 // while the window has a count, else 0.
 //
 // A clock that steps back never reopens a window: a decision at a time
 // before the start of the window the state counts (State.A - W) is taken
-// at that start, in that window (see At).
+// at that start, in that window (see at).
 type FixedWindow struct {
-	Limit  int64
+	Count  int64
 	Window time.Duration
 }
 
-// validate implements Limit. A Limit is at most MaxCount. A Limit of 0
+// validate implements Limit. Count is at most MaxCount. A Count of 0
 // admits nothing but peeks (every cost above 0 is denied, Never to be
 // admitted): envoyproxy/ratelimit's requests_per_unit 0.
 func (f FixedWindow) validate() error {
-	if f.Limit < 0 {
-		return fmt.Errorf("%w: fixed_window limit must be zero or more, got %d", ErrInvalid, f.Limit)
+	if f.Count < 0 {
+		return fmt.Errorf("%w: fixed_window limit must be zero or more, got %d", ErrInvalid, f.Count)
 	}
-	if f.Limit > MaxCount {
-		return fmt.Errorf("%w: fixed_window limit %d exceeds %d (2^53-1, the largest count both stores hold exactly)", ErrInvalid, f.Limit, MaxCount)
+	if f.Count > MaxCount {
+		return fmt.Errorf("%w: fixed_window limit %d exceeds %d (2^53-1, the largest count both stores hold exactly)", ErrInvalid, f.Count, MaxCount)
 	}
 	return positiveSpan("fixed_window window", f.Window)
 }
@@ -63,7 +63,7 @@ func (f FixedWindow) step(s *State, now, end, cost int64, commit bool) (bool, in
 	if s.A >= end {
 		end, count = s.A, s.B
 	}
-	if cost > f.Limit-count {
+	if cost > f.Count-count {
 		return false, count
 	}
 	if commit && cost > 0 {
@@ -81,13 +81,13 @@ func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
 // numbers are the Result's numbers in the window ending at end.
 func (f FixedWindow) numbers(allowed bool, now, end, count, cost int64) numbers {
 	left := dur(end - now)
-	n := numbers{quota: f.Limit, remaining: max(f.Limit-count, 0)}
+	n := numbers{quota: f.Count, remaining: max(f.Count-count, 0)}
 	if count > 0 {
 		n.reset = left
 	}
 	if !allowed {
 		n.retry = left
-		if cost > f.Limit {
+		if cost > f.Count {
 			n.retry = Never
 		}
 	}
@@ -99,9 +99,9 @@ var fixedWindowKind = kindInfo{
 	stepwise: true,
 	fields:   []string{"limit", "window"},
 	build: func(s Spec) (Limit, error) {
-		return FixedWindow{Limit: s.Limit, Window: time.Duration(s.Window)}, nil
+		return FixedWindow{Count: s.Limit, Window: time.Duration(s.Window)}, nil
 	},
-	example:  FixedWindow{Limit: 100, Window: 10 * time.Second},
+	example:  FixedWindow{Count: 100, Window: 10 * time.Second},
 	leasable: true,
 }
 
@@ -110,14 +110,14 @@ func (FixedWindow) Kind() Kind { return KindFixedWindow }
 
 // Spec implements Limit.
 func (f FixedWindow) Spec() Spec {
-	return Spec{Algorithm: nameFixedWindow, Limit: f.Limit, Window: f.Window}
+	return Spec{Algorithm: nameFixedWindow, Limit: f.Count, Window: f.Window}
 }
 
 // Quota implements Limit: Limit per Window.
-func (f FixedWindow) Quota() (int64, time.Duration) { return f.Limit, f.Window }
+func (f FixedWindow) Quota() (int64, time.Duration) { return f.Count, f.Window }
 
 // SteadyRate implements Limit: Limit per Window.
-func (f FixedWindow) SteadyRate() (int64, time.Duration) { return f.Limit, f.Window }
+func (f FixedWindow) SteadyRate() (int64, time.Duration) { return f.Count, f.Window }
 
 // DeniedBy implements Limit: a fixed window has one limit.
 func (FixedWindow) DeniedBy(int) string { return "" }

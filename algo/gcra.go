@@ -57,21 +57,21 @@ func (g GCRA) tat() (TAT, error) {
 	return newTAT("gcra", Micros(g.Period), g.Count, g.Burst+1)
 }
 
-// TokenBucket holds up to Burst tokens and gains Rate tokens every Per; a
-// decision of cost n takes n tokens or is limited. A key never seen has a
-// full bucket.
+// TokenBucket holds up to Burst tokens and gains Count tokens every Period
+// (in YAML: rate per per); a decision of cost n takes n tokens or is
+// limited. A key never seen has a full bucket.
 //
 // A limit "L per window W with an initial burst B" (PlugLimit's form) is
-// TokenBucket{Burst: B, Rate: L, Per: W}: B may go at once, and L per W on
-// average after that.
+// TokenBucket{Burst: B, Count: L, Period: W}: B may go at once, and L per
+// W on average after that.
 //
-// It is computed like GCRA with T = Per/Rate (whole µs) and τ = T·Burst, so
-// Limit = Burst and the state is one TAT; the tokens in the bucket at time
+// It is computed like GCRA with T = Period/Count (whole µs) and
+// τ = T·Burst, so Limit = Burst and the state is one TAT; the tokens in the bucket at time
 // now are ⌊(τ - (TAT - now))/T⌋.
 type TokenBucket struct {
-	Burst int64
-	Rate  int64
-	Per   time.Duration
+	Burst  int64
+	Count  int64
+	Period time.Duration
 }
 
 // validate implements Limit.
@@ -93,13 +93,13 @@ func (b TokenBucket) tat() (TAT, error) {
 	if b.Burst <= 0 {
 		return TAT{}, fmt.Errorf("%w: token_bucket burst must be positive, got %d", ErrInvalid, b.Burst)
 	}
-	if b.Rate <= 0 {
-		return TAT{}, fmt.Errorf("%w: token_bucket rate must be positive, got %d", ErrInvalid, b.Rate)
+	if b.Count <= 0 {
+		return TAT{}, fmt.Errorf("%w: token_bucket rate must be positive, got %d", ErrInvalid, b.Count)
 	}
-	if err := positiveSpan("token_bucket per", b.Per); err != nil {
+	if err := positiveSpan("token_bucket per", b.Period); err != nil {
 		return TAT{}, err
 	}
-	return newTAT("token_bucket", Micros(b.Per), b.Rate, b.Burst)
+	return newTAT("token_bucket", Micros(b.Period), b.Count, b.Burst)
 }
 
 // TAT is the virtual-scheduling core shared by GCRA and TokenBucket: an
@@ -201,9 +201,9 @@ var tokenBucketKind = kindInfo{
 	stepwise: true,
 	fields:   []string{"burst", "rate", "per"},
 	build: func(s Spec) (Limit, error) {
-		return TokenBucket{Burst: s.Burst, Rate: s.Rate, Per: time.Duration(s.Per)}, nil
+		return TokenBucket{Burst: s.Burst, Count: s.Rate, Period: time.Duration(s.Per)}, nil
 	},
-	example: TokenBucket{Burst: 10, Rate: 5, Per: time.Second},
+	example: TokenBucket{Burst: 10, Count: 5, Period: time.Second},
 }
 
 // Kind implements Limit.
@@ -211,14 +211,16 @@ func (TokenBucket) Kind() Kind { return KindTokenBucket }
 
 // Spec implements Limit.
 func (b TokenBucket) Spec() Spec {
-	return Spec{Algorithm: nameTokenBucket, Burst: b.Burst, Rate: b.Rate, Per: b.Per}
+	return Spec{Algorithm: nameTokenBucket, Burst: b.Burst, Rate: b.Count, Per: b.Period}
 }
 
 // Quota implements Limit: Burst in Burst·T.
-func (b TokenBucket) Quota() (int64, time.Duration) { return tatQuota(Micros(b.Per), b.Rate, b.Burst) }
+func (b TokenBucket) Quota() (int64, time.Duration) {
+	return tatQuota(Micros(b.Period), b.Count, b.Burst)
+}
 
-// SteadyRate implements Limit: Rate per Per.
-func (b TokenBucket) SteadyRate() (int64, time.Duration) { return b.Rate, b.Per }
+// SteadyRate implements Limit: Count per Period.
+func (b TokenBucket) SteadyRate() (int64, time.Duration) { return b.Count, b.Period }
 
 // DeniedBy implements Limit: a token bucket has one limit.
 func (TokenBucket) DeniedBy(int) string { return "" }

@@ -105,7 +105,7 @@ func TestSpecJSONEveryField(t *testing.T) {
 }
 
 func TestWindowedDeniedBy(t *testing.T) {
-	l := SlidingLog{Limits: []Window{{Limit: 1, Window: 10e9}, {Name: "hour", Limit: 5, Window: 3600e9}}}
+	l := SlidingLog{Limits: []Window{{Count: 1, Window: 10e9}, {Name: "hour", Count: 5, Window: 3600e9}}}
 	for by, want := range map[int]string{0: "", 1: "10s", 2: "hour", 3: "", DeniedByGap: "min_gap"} {
 		if got := l.DeniedBy(by); got != want {
 			t.Errorf("DeniedBy(%d) = %q, want %q", by, got, want)

@@ -114,7 +114,7 @@ func TestReserving(t *testing.T) {
 	if !reflect.DeepEqual(s, State{Log: s.Log}) {
 		t.Fatalf("undone to now: %+v, want no state", s)
 	}
-	fw, _ := Compile(FixedWindow{Limit: 1, Window: time.Second})
+	fw, _ := Compile(FixedWindow{Count: 1, Window: time.Second})
 	if _, err := Reserving(&fw, time.Second); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("fixed window Reserving: %v", err)
 	}
@@ -142,12 +142,12 @@ func TestShapeKeysAreStable(t *testing.T) {
 		want string
 	}{
 		{GCRA{Burst: 1, Count: 1, Period: time.Second}, ""},
-		{TokenBucket{Burst: 1, Rate: 1, Per: time.Second}, ""},
-		{FixedWindow{Limit: 5, Window: time.Minute}, "%:fixed_window"},
+		{TokenBucket{Burst: 1, Count: 1, Period: time.Second}, ""},
+		{FixedWindow{Count: 5, Window: time.Minute}, "%:fixed_window"},
 		{Gate{Interval: time.Second}, "%:gate"},
-		{SlidingLog{Limits: []Window{{Limit: 5, Window: time.Minute}}}, "%:sliding_log"},
-		{SlidingLog{Limits: []Window{{Limit: 5, Window: time.Minute}, {Limit: 9, Window: time.Hour}}, Buckets: 10}, "%:sliding_log-sampled-10-6000000-360000000"},
-		{WindowCounter{Slice: time.Second, Limits: []Window{{Limit: 5, Window: time.Minute}}}, "%:window_counter-1000000-60-1"},
+		{SlidingLog{Limits: []Window{{Count: 5, Window: time.Minute}}}, "%:sliding_log"},
+		{SlidingLog{Limits: []Window{{Count: 5, Window: time.Minute}, {Count: 9, Window: time.Hour}}, Buckets: 10}, "%:sliding_log-sampled-10-6000000-360000000"},
+		{WindowCounter{Slice: time.Second, Limits: []Window{{Count: 5, Window: time.Minute}}}, "%:window_counter-1000000-60-1"},
 	} {
 		p, err := Compile(c.l)
 		if err != nil {
@@ -173,7 +173,7 @@ func TestShapeKeysAreStable(t *testing.T) {
 // original plan's own, and they match what the original plan says of the
 // same state once the delay has passed.
 func TestUnreserved(t *testing.T) {
-	for _, l := range []Limit{GCRA{Burst: 5, Count: 10, Period: time.Second}, TokenBucket{Burst: 6, Rate: 10, Per: time.Second}} {
+	for _, l := range []Limit{GCRA{Burst: 5, Count: 10, Period: time.Second}, TokenBucket{Burst: 6, Count: 10, Period: time.Second}} {
 		orig, _ := Compile(l)
 		const wait = 1500 * time.Millisecond
 		res, err := Reserving(&orig, wait)
@@ -208,7 +208,7 @@ func TestUnreserved(t *testing.T) {
 // TestInBatch: a nary log's plan in a batch is a binary copy, and the
 // plan passed is unchanged; any other plan is itself.
 func TestInBatch(t *testing.T) {
-	nary := MustCompile(SlidingLog{Limits: []Window{{Limit: 3, Window: time.Second}}, Mode: Nary})
+	nary := MustCompile(SlidingLog{Limits: []Window{{Count: 3, Window: time.Second}}, Mode: Nary})
 	gate := MustCompile(Gate{Interval: time.Second})
 	if InBatch(gate) != gate {
 		t.Error("a gate's batch plan is not itself")

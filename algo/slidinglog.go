@@ -56,7 +56,7 @@ type Window struct {
 	// Name optionally names the limit in reports (sluice replay's
 	// denied_by); the algorithms ignore it.
 	Name   string
-	Limit  int64
+	Count  int64
 	Window time.Duration
 }
 
@@ -175,8 +175,8 @@ func (l SlidingLog) validate() error {
 	}
 	if l.Buckets == 0 {
 		for _, w := range l.Limits {
-			if w.Limit > MaxExactLimit {
-				return fmt.Errorf("%w: sliding_log limit %d exceeds %d for an exact log, which keeps one entry per action (set buckets)", ErrInvalid, w.Limit, MaxExactLimit)
+			if w.Count > MaxExactLimit {
+				return fmt.Errorf("%w: sliding_log limit %d exceeds %d for an exact log, which keeps one entry per action (set buckets)", ErrInvalid, w.Count, MaxExactLimit)
 			}
 		}
 	}
@@ -191,11 +191,11 @@ func validateWindows(name string, ws []Window) error {
 		return fmt.Errorf("%w: %s has %d limits, more than %d", ErrInvalid, name, len(ws), maxWindows)
 	}
 	for i, w := range ws {
-		if w.Limit <= 0 {
-			return fmt.Errorf("%w: %s limits[%d]: limit must be positive, got %d", ErrInvalid, name, i, w.Limit)
+		if w.Count <= 0 {
+			return fmt.Errorf("%w: %s limits[%d]: limit must be positive, got %d", ErrInvalid, name, i, w.Count)
 		}
-		if w.Limit > MaxWindowLimit {
-			return fmt.Errorf("%w: %s limits[%d]: limit %d exceeds %d", ErrInvalid, name, i, w.Limit, MaxWindowLimit)
+		if w.Count > MaxWindowLimit {
+			return fmt.Errorf("%w: %s limits[%d]: limit %d exceeds %d", ErrInvalid, name, i, w.Count, MaxWindowLimit)
 		}
 		if w.Window < time.Microsecond || w.Window > MaxHorizon {
 			return positiveSpan(fmt.Sprintf("%s limits[%d] window", name, i), w.Window)
@@ -242,15 +242,15 @@ func (l SlidingLog) minLimit() int64 { return minLimit(l.Limits) }
 func (l SlidingLog) MaxLimit() int64 {
 	var m int64
 	for _, w := range l.Limits {
-		m = max(m, w.Limit)
+		m = max(m, w.Count)
 	}
 	return m
 }
 
 func minLimit(ws []Window) int64 {
-	m := ws[0].Limit
+	m := ws[0].Count
 	for _, w := range ws[1:] {
-		m = min(m, w.Limit)
+		m = min(m, w.Count)
 	}
 	return m
 }
@@ -325,10 +325,10 @@ func (l SlidingLog) admit(c *[maxWindows]int64, cost int64, gapOK bool) (admitte
 	}
 	fits, room := true, cost
 	for i, w := range l.Limits {
-		if c[i]+cost > w.Limit {
+		if c[i]+cost > w.Count {
 			fits = false
 		}
-		room = min(room, w.Limit-c[i])
+		room = min(room, w.Count-c[i])
 	}
 	switch l.Mode {
 	case Nary:
@@ -355,14 +355,14 @@ func (l SlidingLog) admit(c *[maxWindows]int64, cost int64, gapOK bool) (admitte
 // gapAt is when the gap is kept again (0 when it does not matter).
 func (l SlidingLog) wait(o *Outcome, c *[maxWindows]int64, cost, gapAt int64, leave func(i int, j int64) int64) {
 	for i, w := range l.Limits {
-		if cost > w.Limit {
+		if cost > w.Count {
 			o.Wait, o.DeniedBy = -1, i+1
 			return
 		}
 	}
 	for i, w := range l.Limits {
-		if c[i]+cost > w.Limit {
-			if t := leave(i, w.Limit-cost+1); t > o.Wait {
+		if c[i]+cost > w.Count {
+			if t := leave(i, w.Count-cost+1); t > o.Wait {
 				o.Wait, o.DeniedBy = t, i+1
 			}
 		}
@@ -374,9 +374,9 @@ func (l SlidingLog) wait(o *Outcome, c *[maxWindows]int64, cost, gapAt int64, le
 
 // remaining returns min_i (L_i - c_i).
 func remaining(ws []Window, c *[maxWindows]int64) int64 {
-	r := ws[0].Limit - c[0]
+	r := ws[0].Count - c[0]
 	for i, w := range ws[1:] {
-		r = min(r, w.Limit-c[i+1])
+		r = min(r, w.Count-c[i+1])
 	}
 	return r
 }
@@ -595,7 +595,7 @@ var slidingLogKind = kindInfo{
 		}
 		return l, nil
 	},
-	example: SlidingLog{Limits: []Window{{Limit: 10, Window: time.Second}, {Name: "hour", Limit: 1000, Window: time.Hour}}, MinGap: 10 * time.Millisecond},
+	example: SlidingLog{Limits: []Window{{Count: 10, Window: time.Second}, {Name: "hour", Count: 1000, Window: time.Hour}}, MinGap: 10 * time.Millisecond},
 }
 
 // Kind implements Limit.
@@ -627,7 +627,7 @@ func (l SlidingLog) DeniedBy(by int) string { return windowsDeniedBy(l.Limits, b
 func windowSpecs(ws []Window) WindowSpecs {
 	out := make(WindowSpecs, len(ws))
 	for i, w := range ws {
-		out[i] = WindowSpec{Name: w.Name, Limit: w.Limit, Window: w.Window}
+		out[i] = WindowSpec{Name: w.Name, Limit: w.Count, Window: w.Window}
 	}
 	return out
 }
@@ -640,7 +640,7 @@ func windowsQuota(ws []Window) (int64, time.Duration) {
 	}
 	q := minLimit(ws)
 	for _, w := range ws {
-		if w.Limit == q {
+		if w.Count == q {
 			return q, w.Window
 		}
 	}
@@ -655,11 +655,11 @@ func windowsRate(ws []Window) (int64, time.Duration) {
 	}
 	best := ws[0]
 	for _, w := range ws[1:] {
-		if float64(w.Limit)/float64(w.Window) < float64(best.Limit)/float64(best.Window) {
+		if float64(w.Count)/float64(w.Window) < float64(best.Count)/float64(best.Window) {
 			best = w
 		}
 	}
-	return best.Limit, best.Window
+	return best.Count, best.Window
 }
 
 // windowsDeniedBy names limit by-1 (its name, else its window), or the

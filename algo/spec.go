@@ -117,7 +117,7 @@ func (ws *WindowSpecs) fromMap(m map[string]WindowSpec) error {
 func (ws WindowSpecs) windows() []Window {
 	out := make([]Window, len(ws))
 	for i, w := range ws {
-		out[i] = Window{Name: w.Name, Limit: w.Limit, Window: w.Window}
+		out[i] = Window{Name: w.Name, Count: w.Limit, Window: w.Window}
 	}
 	return out
 }

@@ -24,16 +24,16 @@ func TestWindowedSpecs(t *testing.T) {
 		want Limit
 	}{
 		{`{"algorithm": "sliding_log", "limits": [{"limit": 1000, "window": "1h"}, {"limit": 100, "window": "1m"}], "min_gap": "100ms"}`,
-			SlidingLog{Limits: []Window{{Limit: 1000, Window: time.Hour}, {Limit: 100, Window: time.Minute}}, MinGap: 100 * time.Millisecond}},
+			SlidingLog{Limits: []Window{{Count: 1000, Window: time.Hour}, {Count: 100, Window: time.Minute}}, MinGap: 100 * time.Millisecond}},
 		// Named limits are ordered by window, then name.
 		{`{"algorithm": "sliding_log", "limits": {"hour": {"limit": 1000, "window": "1h"}, "b": {"limit": 50, "window": "1m"}, "a": {"limit": 100, "window": "1m"}}, "buckets": 60, "mode": "uniform"}`,
-			SlidingLog{Limits: []Window{{Name: "a", Limit: 100, Window: time.Minute}, {Name: "b", Limit: 50, Window: time.Minute}, {Name: "hour", Limit: 1000, Window: time.Hour}}, Buckets: 60, Mode: Uniform}},
+			SlidingLog{Limits: []Window{{Name: "a", Count: 100, Window: time.Minute}, {Name: "b", Count: 50, Window: time.Minute}, {Name: "hour", Count: 1000, Window: time.Hour}}, Buckets: 60, Mode: Uniform}},
 		{`{"algorithm": "sliding_log", "limits": [{"name": "burst", "limit": 5, "window": "1s"}], "mode": "nary"}`,
-			SlidingLog{Limits: []Window{{Name: "burst", Limit: 5, Window: time.Second}}, Mode: Nary}},
+			SlidingLog{Limits: []Window{{Name: "burst", Count: 5, Window: time.Second}}, Mode: Nary}},
 		{`{"algorithm": "window_counter", "limits": [{"limit": 1000, "window": "1s"}, {"limit": 5000, "window": "10s"}, {"limit": 7000, "window": "15s"}]}`,
-			WindowCounter{Limits: []Window{{Limit: 1000, Window: time.Second}, {Limit: 5000, Window: 10 * time.Second}, {Limit: 7000, Window: 15 * time.Second}}}},
+			WindowCounter{Limits: []Window{{Count: 1000, Window: time.Second}, {Count: 5000, Window: 10 * time.Second}, {Count: 7000, Window: 15 * time.Second}}}},
 		{`{"algorithm": "window_counter", "slice": "100ms", "limits": {"fast": {"limit": 10, "window": "500ms"}}}`,
-			WindowCounter{Slice: 100 * time.Millisecond, Limits: []Window{{Name: "fast", Limit: 10, Window: 500 * time.Millisecond}}}},
+			WindowCounter{Slice: 100 * time.Millisecond, Limits: []Window{{Name: "fast", Count: 10, Window: 500 * time.Millisecond}}}},
 	} {
 		got, err := buildJSON(t, tc.src)
 		if err != nil {

@@ -121,7 +121,7 @@ func (wc WindowCounter) decide(s *State, now, cost int64, commit bool) Result {
 	}
 	fits := true
 	for i, w := range wc.Limits {
-		if cost > 0 && c[i]+cost > w.Limit {
+		if cost > 0 && c[i]+cost > w.Count {
 			fits = false
 		}
 	}
@@ -138,11 +138,11 @@ func (wc WindowCounter) decide(s *State, now, cost int64, commit bool) Result {
 	o.Remaining = remaining(wc.Limits, &c)
 	if !fits {
 		for i, w := range wc.Limits {
-			if cost > w.Limit {
+			if cost > w.Count {
 				o.Wait, o.DeniedBy = -1, i+1
 				break
 			}
-			if c[i]+cost <= w.Limit {
+			if c[i]+cost <= w.Count {
 				continue
 			}
 			// Walk back from the newest slice until more than L_i - n
@@ -151,7 +151,7 @@ func (wc WindowCounter) decide(s *State, now, cost int64, commit bool) Result {
 			var acc int64
 			for k := s.A; k > cur-mi; k-- {
 				acc += s.Log[k%m]
-				if acc > w.Limit-cost {
+				if acc > w.Count-cost {
 					if t := (k + mi) * sl; t > o.Wait {
 						o.Wait, o.DeniedBy = t, i+1
 					}
@@ -186,7 +186,7 @@ var windowCounterKind = kindInfo{
 		}
 		return WindowCounter{Slice: time.Duration(s.Slice), Limits: s.Limits.windows()}, nil
 	},
-	example: WindowCounter{Limits: []Window{{Limit: 1000, Window: time.Second}, {Limit: 5000, Window: 10 * time.Second}}},
+	example: WindowCounter{Limits: []Window{{Count: 1000, Window: time.Second}, {Count: 5000, Window: 10 * time.Second}}},
 }
 
 // Kind implements Limit.

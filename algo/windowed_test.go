@@ -57,11 +57,11 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 	gapOK := !hasLast || l.MinGap == 0 || e-last >= Micros(l.MinGap)
 	fits, room, lmax := true, cost, int64(0)
 	for i, w := range l.Limits {
-		if c[i]+cost > w.Limit {
+		if c[i]+cost > w.Count {
 			fits = false
 		}
-		room = min(room, w.Limit-c[i])
-		lmax = max(lmax, w.Limit)
+		room = min(room, w.Count-c[i])
+		lmax = max(lmax, w.Count)
 	}
 	var admitted, record int64
 	if cost > 0 {
@@ -98,9 +98,9 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 	}
 	c = counts()
 	r := Result{Allowed: admitted == cost, Admitted: admitted, Quota: l.minLimit()}
-	r.Remaining = l.Limits[0].Limit - c[0]
+	r.Remaining = l.Limits[0].Count - c[0]
 	for i, w := range l.Limits {
-		r.Remaining = min(r.Remaining, w.Limit-c[i])
+		r.Remaining = min(r.Remaining, w.Count-c[i])
 	}
 	if l.Mode != Uniform {
 		r.Remaining = max(r.Remaining, 0)
@@ -123,16 +123,16 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 		var wait int64
 		by := 0
 		for i, w := range l.Limits {
-			if cost > w.Limit {
+			if cost > w.Count {
 				r.RetryAfter, r.DeniedBy = Never, i+1
 				return r
 			}
 		}
 		for i, w := range l.Limits {
-			if c[i]+cost <= w.Limit {
+			if c[i]+cost <= w.Count {
 				continue
 			}
-			j := w.Limit - cost + 1
+			j := w.Count - cost + 1
 			var t int64
 			if l.Buckets == 0 {
 				var in []int64
@@ -199,7 +199,7 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 	}
 	fits := true
 	for i, w := range wc.Limits {
-		if cost > 0 && count(i)+cost > w.Limit {
+		if cost > 0 && count(i)+cost > w.Count {
 			fits = false
 		}
 	}
@@ -211,7 +211,7 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 	}
 	r.Remaining = 1 << 62
 	for i, w := range wc.Limits {
-		r.Remaining = min(r.Remaining, max(w.Limit-count(i), 0))
+		r.Remaining = min(r.Remaining, max(w.Count-count(i), 0))
 	}
 	if n.has {
 		if reset := (n.latest + wc.maxSlices()) * s; reset > now {
@@ -221,17 +221,17 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 	if !fits {
 		var wait int64
 		for i, w := range wc.Limits {
-			if cost > w.Limit {
+			if cost > w.Count {
 				r.RetryAfter, r.DeniedBy = Never, i+1
 				return r
 			}
-			if count(i)+cost <= w.Limit {
+			if count(i)+cost <= w.Count {
 				continue
 			}
 			var acc int64
 			for k := n.latest; ; k-- {
 				acc += n.slices[k]
-				if acc > w.Limit-cost {
+				if acc > w.Count-cost {
 					if t := (k + wc.Slices(i)) * s; t > wait {
 						wait, r.DeniedBy = t, i+1
 					}
@@ -247,7 +247,7 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 func randomLog(r *rand.Rand) SlidingLog {
 	l := SlidingLog{Mode: Mode(r.IntN(3))}
 	for range 1 + r.IntN(3) {
-		l.Limits = append(l.Limits, Window{Limit: 1 + r.Int64N(8), Window: time.Duration(1+r.Int64N(3000)) * time.Millisecond})
+		l.Limits = append(l.Limits, Window{Count: 1 + r.Int64N(8), Window: time.Duration(1+r.Int64N(3000)) * time.Millisecond})
 	}
 	if r.IntN(2) == 0 {
 		l.Buckets = 1 + r.Int64N(7)
@@ -262,7 +262,7 @@ func randomCounter(r *rand.Rand) WindowCounter {
 	slice := time.Duration(1+r.Int64N(500)) * time.Millisecond
 	wc := WindowCounter{Slice: slice}
 	for range 1 + r.IntN(3) {
-		wc.Limits = append(wc.Limits, Window{Limit: 1 + r.Int64N(10), Window: slice * time.Duration(1+r.IntN(8))})
+		wc.Limits = append(wc.Limits, Window{Count: 1 + r.Int64N(10), Window: slice * time.Duration(1+r.IntN(8))})
 	}
 	return wc
 }
@@ -392,7 +392,7 @@ func TestSlidingLogHammering(t *testing.T) {
 		mode    Mode
 		allowed int
 	}{{Binary, 5 * 10}, {Uniform, 5}, {Nary, 5 * 10}} {
-		l := SlidingLog{Limits: []Window{{Limit: 5, Window: time.Second}}, Mode: tc.mode}
+		l := SlidingLog{Limits: []Window{{Count: 5, Window: time.Second}}, Mode: tc.mode}
 		var s State
 		n := 0
 		for i := int64(0); i < 100; i++ {
@@ -407,7 +407,7 @@ func TestSlidingLogHammering(t *testing.T) {
 }
 
 func TestWindowedValidate(t *testing.T) {
-	w := func(l int64, d time.Duration) []Window { return []Window{{Limit: l, Window: d}} }
+	w := func(l int64, d time.Duration) []Window { return []Window{{Count: l, Window: d}} }
 	bad := []Limit{
 		SlidingLog{},
 		SlidingLog{Limits: w(0, time.Second)},
@@ -435,9 +435,9 @@ func TestWindowedValidate(t *testing.T) {
 		}
 	}
 	good := []Limit{
-		SlidingLog{Limits: []Window{{Limit: 1000, Window: time.Hour}, {Limit: 100, Window: time.Minute}}, MinGap: 100 * time.Millisecond},
+		SlidingLog{Limits: []Window{{Count: 1000, Window: time.Hour}, {Count: 100, Window: time.Minute}}, MinGap: 100 * time.Millisecond},
 		SlidingLog{Limits: w(MaxWindowLimit, time.Hour), Buckets: maxBuckets, Mode: Uniform},
-		WindowCounter{Limits: []Window{{Limit: 1000, Window: time.Second}, {Limit: 5000, Window: 10 * time.Second}, {Limit: 7000, Window: 15 * time.Second}}},
+		WindowCounter{Limits: []Window{{Count: 1000, Window: time.Second}, {Count: 5000, Window: 10 * time.Second}, {Count: 7000, Window: 15 * time.Second}}},
 	}
 	for _, l := range good {
 		if err := l.validate(); err != nil {
@@ -448,9 +448,9 @@ func TestWindowedValidate(t *testing.T) {
 
 func TestWindowedZeroAllocs(t *testing.T) {
 	limits := []Limit{
-		SlidingLog{Limits: []Window{{Limit: 100, Window: time.Second}, {Limit: 1000, Window: time.Minute}}},
-		SlidingLog{Limits: []Window{{Limit: 100, Window: time.Second}}, Buckets: 10, Mode: Uniform},
-		WindowCounter{Limits: []Window{{Limit: 100, Window: time.Second}, {Limit: 1000, Window: 10 * time.Second}}},
+		SlidingLog{Limits: []Window{{Count: 100, Window: time.Second}, {Count: 1000, Window: time.Minute}}},
+		SlidingLog{Limits: []Window{{Count: 100, Window: time.Second}}, Buckets: 10, Mode: Uniform},
+		WindowCounter{Limits: []Window{{Count: 100, Window: time.Second}, {Count: 1000, Window: 10 * time.Second}}},
 	}
 	for _, l := range limits {
 		var s State

@@ -29,7 +29,7 @@ func TestBlocksStoresAgree(t *testing.T) {
 		case 4:
 			inner = randomWindowed(r, trace)
 		case 5:
-			inner = algo.Concurrency{Limit: 1 + r.Int64N(4), HoldFor: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond}
+			inner = algo.Concurrency{Count: 1 + r.Int64N(4), HoldFor: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond}
 		default:
 			inner = randomLimit(r, trace)
 		}

@@ -30,10 +30,10 @@ type Racer struct {
 // a test run to see it.
 var CoreRacers = []Racer{
 	{Name: "gcra", Limit: algo.GCRA{Burst: 36, Count: 1, Period: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
-	{Name: "token_bucket", Limit: algo.TokenBucket{Burst: 37, Rate: 1, Per: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
-	{Name: "fixed_window", Limit: algo.FixedWindow{Limit: 37, Window: 1000 * time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
+	{Name: "token_bucket", Limit: algo.TokenBucket{Burst: 37, Count: 1, Period: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
+	{Name: "fixed_window", Limit: algo.FixedWindow{Count: 37, Window: 1000 * time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 	{Name: "gate", Limit: algo.Gate{Interval: time.Hour}, Cost: 1, Attempts: 1, Want: 1, Goroutines: 100},
-	{Name: "concurrency", Limit: algo.Concurrency{Limit: 37, HoldFor: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
+	{Name: "concurrency", Limit: algo.Concurrency{Count: 37, HoldFor: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 }
 
 // WindowedRacers are the concurrency cases of the windowed algorithms:
@@ -42,7 +42,7 @@ var CoreRacers = []Racer{
 // also under the store's clock.
 var WindowedRacers = func() []Racer {
 	h := time.Hour
-	one := []algo.Window{{Limit: 37, Window: h}, {Limit: 50, Window: 2 * h}}
+	one := []algo.Window{{Count: 37, Window: h}, {Count: 50, Window: 2 * h}}
 	var rs []Racer
 	for _, b := range []int64{0, 10} {
 		kind := "exact"
@@ -57,7 +57,7 @@ var WindowedRacers = func() []Racer {
 			Racer{Name: "sliding_log/uniform-gap/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, MinGap: h, Mode: algo.Uniform}, Cost: 1, Attempts: 1, Want: 1},
 		)
 	}
-	rs = append(rs, Racer{Name: "window_counter", Limit: algo.WindowCounter{Limits: []algo.Window{{Limit: 37, Window: h}, {Limit: 60, Window: 2 * h}}, Slice: time.Minute}, Cost: 1, Attempts: 1, Want: 37})
+	rs = append(rs, Racer{Name: "window_counter", Limit: algo.WindowCounter{Limits: []algo.Window{{Count: 37, Window: h}, {Count: 60, Window: 2 * h}}, Slice: time.Minute}, Cost: 1, Attempts: 1, Want: 37})
 	for i := range rs {
 		rs[i].Goroutines = 100
 	}
@@ -109,8 +109,8 @@ func RunConcurrency(t *testing.T, st store.Store, ns string, racers []Racer) {
 // counter: exactly the smaller limit passes, and each level records just
 // that.
 func RunBatchConcurrency(t *testing.T, st store.Store, ns string) {
-	log := algo.SlidingLog{Limits: []algo.Window{{Limit: 37, Window: time.Hour}}, Mode: algo.Nary}
-	wc := algo.WindowCounter{Limits: []algo.Window{{Limit: 50, Window: time.Hour}}, Slice: time.Minute}
+	log := algo.SlidingLog{Limits: []algo.Window{{Count: 37, Window: time.Hour}}, Mode: algo.Nary}
+	wc := algo.WindowCounter{Limits: []algo.Window{{Count: 50, Window: time.Hour}}, Slice: time.Minute}
 	reqs := []store.Request{
 		{Key: ns + ":race-batch:log", Plan: algo.MustCompile(log), Cost: 1, Time: T0},
 		{Key: ns + ":race-batch:wc", Plan: algo.MustCompile(wc), Cost: 1, Time: T0},
@@ -155,7 +155,7 @@ func RunBatchConcurrency(t *testing.T, st store.Store, ns string) {
 // that could take only part records nothing, and the batch is denied.
 func RunNaryInBatch(t *testing.T, st store.Store, ns string) {
 	ctx := context.Background()
-	nary := algo.SlidingLog{Limits: []algo.Window{{Limit: 5, Window: time.Minute}}, Mode: algo.Nary}
+	nary := algo.SlidingLog{Limits: []algo.Window{{Count: 5, Window: time.Minute}}, Mode: algo.Nary}
 	other := algo.GCRA{Burst: 100, Count: 1, Period: time.Second}
 	for i, tc := range []struct {
 		batch bool

@@ -68,7 +68,7 @@ var Traces = []Trace{
 	{
 		// 10 tokens, 5 per second: T = 200ms, tau = 2s.
 		Name:  "token_bucket",
-		Limit: algo.TokenBucket{Burst: 10, Rate: 5, Per: time.Second},
+		Limit: algo.TokenBucket{Burst: 10, Count: 5, Period: time.Second},
 		Steps: []Step{
 			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 10, Remaining: 9, ResetAfter: 200 * time.Millisecond}},
 			{At: 0, Cost: 9, Want: algo.Result{Allowed: true, Admitted: 9, Quota: 10, Remaining: 0, ResetAfter: 2 * s}},
@@ -82,7 +82,7 @@ var Traces = []Trace{
 	{
 		// 3 per 10s window; T0 lies 0.334587s into its window.
 		Name:  "fixed_window",
-		Limit: algo.FixedWindow{Limit: 3, Window: 10 * s},
+		Limit: algo.FixedWindow{Count: 3, Window: 10 * s},
 		Steps: []Step{
 			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 1, ResetAfter: 9665413 * time.Microsecond}},
 			{At: 1 * s, Cost: 2, Want: algo.Result{Allowed: false, Quota: 3, Remaining: 1, RetryAfter: 8665413 * time.Microsecond, ResetAfter: 8665413 * time.Microsecond}},
@@ -99,7 +99,7 @@ var Traces = []Trace{
 		// A window that admits nothing (Envoy's requests_per_unit 0):
 		// every cost is denied, Never to be admitted; a peek is allowed.
 		Name:  "fixed_window/deny-all",
-		Limit: algo.FixedWindow{Limit: 0, Window: s},
+		Limit: algo.FixedWindow{Count: 0, Window: s},
 		Steps: []Step{
 			{At: 0, Cost: 1, Want: algo.Result{Allowed: false, Quota: 0, Remaining: 0, RetryAfter: algo.Never}},
 			{At: 0, Cost: 0, Want: algo.Result{Allowed: true, Quota: 0, Remaining: 0}},
@@ -122,7 +122,7 @@ var Traces = []Trace{
 	{
 		// 3 per 10s and 2 per 1s, at least 100ms apart.
 		Name:  "sliding_log/binary",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: 10 * s}, {Limit: 2, Window: s}}, MinGap: 100 * ms},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: 10 * s}, {Count: 2, Window: s}}, MinGap: 100 * ms},
 		Steps: []Step{
 			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: 10 * s}},
 			// Too close: waits for the gap.
@@ -143,7 +143,7 @@ var Traces = []Trace{
 	{
 		// 5 per 1s, admitting as much of a batch as fits.
 		Name:  "sliding_log/nary",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 5, Window: s}}, Mode: algo.Nary},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 5, Window: s}}, Mode: algo.Nary},
 		Steps: []Step{
 			{At: 0, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 5, Remaining: 2, ResetAfter: s}},
 			{At: 200 * ms, Cost: 4, Want: algo.Result{Admitted: 2, Quota: 5, Remaining: 0, RetryAfter: s, ResetAfter: s, DeniedBy: 1}},
@@ -157,7 +157,7 @@ var Traces = []Trace{
 	{
 		// 2 per 1s, every attempt recorded: hammering keeps the caller out.
 		Name:  "sliding_log/uniform",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 2, Window: s}}, Mode: algo.Uniform},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 2, Window: s}}, Mode: algo.Uniform},
 		Steps: []Step{
 			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: s}},
 			{At: 100 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: s}},
@@ -174,7 +174,7 @@ var Traces = []Trace{
 		// 4 per 1s in 4 buckets of 250ms; T0 is 84.587ms into its bucket
 		// b, which counts until (b+5)·250ms = T0 + 1165.413ms.
 		Name:  "sliding_log/buckets",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 4, Window: s}}, Buckets: 4},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 4, Window: s}}, Buckets: 4},
 		Steps: []Step{
 			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 4, Remaining: 2, ResetAfter: 1165413 * us}},
 			{At: 500 * ms, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 4, Remaining: 0, ResetAfter: 1165413 * us}},
@@ -186,7 +186,7 @@ var Traces = []Trace{
 	{
 		// 3 per 2s in 2 buckets of 1s, 500ms apart, every attempt recorded.
 		Name:  "sliding_log/buckets-uniform-gap",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: 2 * s}}, Buckets: 2, MinGap: 500 * ms, Mode: algo.Uniform},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: 2 * s}}, Buckets: 2, MinGap: 500 * ms, Mode: algo.Uniform},
 		Steps: []Step{
 			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 2665413 * us}},
 			// Too close: recorded, and the gap counts from it.
@@ -202,7 +202,7 @@ var Traces = []Trace{
 		// T0 + 665.413ms.
 		Name: "window_counter",
 		Limit: algo.WindowCounter{Limits: []algo.Window{
-			{Limit: 3, Window: s}, {Limit: 4, Window: 3 * s}, {Limit: 5, Window: 5 * s}}},
+			{Count: 3, Window: s}, {Count: 4, Window: 3 * s}, {Count: 5, Window: 5 * s}}},
 		Steps: []Step{
 			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 1, ResetAfter: 4665413 * us}},
 			{At: 500 * ms, Cost: 2, Want: algo.Result{Quota: 3, Remaining: 1, RetryAfter: 165413 * us, ResetAfter: 4165413 * us, DeniedBy: 1}},
@@ -224,7 +224,7 @@ var Traces = []Trace{
 	// their state already covers.
 	{
 		Name:  "fixed_window/clock-back",
-		Limit: algo.FixedWindow{Limit: 3, Window: 10 * s},
+		Limit: algo.FixedWindow{Count: 3, Window: 10 * s},
 		Steps: []Step{
 			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 100 * ms}},
 			{At: e, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
@@ -253,7 +253,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "token_bucket/clock-back",
-		Limit: algo.TokenBucket{Burst: 3, Rate: 3, Per: 10 * s},
+		Limit: algo.TokenBucket{Burst: 3, Count: 3, Period: 10 * s},
 		Steps: []Step{
 			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 9999999 * us}},
 			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9899999 * us, ResetAfter: 9899999 * us}},
@@ -274,7 +274,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "sliding_log/clock-back",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: 10 * s}}},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: 10 * s}}},
 		Steps: []Step{
 			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
 			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9900 * ms, ResetAfter: 9900 * ms, DeniedBy: 1}},
@@ -285,7 +285,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "sliding_log/buckets-clock-back",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: 10 * s}}, Buckets: 10},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: 10 * s}}, Buckets: 10},
 		Steps: []Step{
 			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10100 * ms}},
 			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 10 * s, ResetAfter: 10 * s, DeniedBy: 1}},
@@ -296,7 +296,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "window_counter/clock-back",
-		Limit: algo.WindowCounter{Limits: []algo.Window{{Limit: 3, Window: 10 * s}}},
+		Limit: algo.WindowCounter{Limits: []algo.Window{{Count: 3, Window: 10 * s}}},
 		Steps: []Step{
 			{At: e - 100*ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 9100 * ms}},
 			{At: e, Cost: 3, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 9 * s, ResetAfter: 9 * s, DeniedBy: 1}},
@@ -312,7 +312,7 @@ var Traces = []Trace{
 		// it still counts permit 1's (to 13s), a bound, until a lease
 		// ends and the state is swept.
 		Name:  "concurrency",
-		Limit: algo.Concurrency{Limit: 3, HoldFor: 10 * s},
+		Limit: algo.Concurrency{Count: 3, HoldFor: 10 * s},
 		Steps: []Step{
 			{At: 0, Cost: 2, Permit: 1, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 1, ResetAfter: 10 * s}},
 			// 2 more need permit 1's lease to end.
@@ -350,7 +350,7 @@ var Traces = []Trace{
 		// The clock steps back 50ms after a lease was taken: leases are
 		// times, so the earlier time sees them held, never free.
 		Name:  "concurrency/clock-back",
-		Limit: algo.Concurrency{Limit: 2, HoldFor: 10 * s},
+		Limit: algo.Concurrency{Count: 2, HoldFor: 10 * s},
 		Steps: []Step{
 			{At: 10 * s, Cost: 1, Permit: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: 10 * s}},
 			{At: 9950 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: 10050 * ms}},
@@ -392,7 +392,7 @@ var Traces = []Trace{
 		// A window's block: 3 per 10s window (T0 0.334587s in), blocking
 		// 5s, growth 2, max 8s; forget_after 24h.
 		Name:  "fixed_window/block",
-		Limit: algo.Blocking{Limit: algo.FixedWindow{Limit: 3, Window: 10 * s}, Block: algo.Block{For: 5 * s, Growth: 2, Max: 8 * s}},
+		Limit: algo.Blocking{Limit: algo.FixedWindow{Count: 3, Window: 10 * s}, Block: algo.Block{For: 5 * s, Growth: 2, Max: 8 * s}},
 		Steps: []Step{
 			{At: 0, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: e}},
 			{At: 1 * s, Cost: 1, Want: algo.Result{Quota: 3, RetryAfter: 5 * s, ResetAfter: 5 * s, DeniedBy: algo.DeniedByBlock}},
@@ -435,7 +435,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "token_bucket/edge",
-		Limit: algo.TokenBucket{Burst: maxTAT, Rate: 1_000_000, Per: s},
+		Limit: algo.TokenBucket{Burst: maxTAT, Count: 1_000_000, Period: s},
 		Steps: []Step{
 			{At: 0, Cost: maxTAT, Want: algo.Result{Allowed: true, Admitted: maxTAT, Quota: maxTAT, Remaining: 0, ResetAfter: maxTAT * us}},
 			{At: 0, Cost: 1, Want: algo.Result{Quota: maxTAT, Remaining: 0, RetryAfter: us, ResetAfter: maxTAT * us}},
@@ -444,7 +444,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "fixed_window/edge",
-		Limit: algo.FixedWindow{Limit: algo.MaxCount, Window: 10 * s},
+		Limit: algo.FixedWindow{Count: algo.MaxCount, Window: 10 * s},
 		Steps: []Step{
 			{At: 0, Cost: algo.MaxCount - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxCount - 1, Quota: algo.MaxCount, Remaining: 1, ResetAfter: e}},
 			{At: 0, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxCount, Remaining: 0, ResetAfter: e}},
@@ -459,7 +459,7 @@ var Traces = []Trace{
 		// An exact log counts to its last unit; one decision takes at most
 		// algo.MaxExactCost (a larger cost is a bad request).
 		Name:  "sliding_log/exact-edge",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactCost, Window: 10 * s}}},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: algo.MaxExactCost, Window: 10 * s}}},
 		Steps: []Step{
 			{At: 0, Cost: algo.MaxExactCost - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxExactCost - 1, Quota: algo.MaxExactCost, Remaining: 1, ResetAfter: 10 * s}},
 			{At: 1 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxExactCost, Remaining: 0, ResetAfter: 10 * s}},
@@ -470,7 +470,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "sliding_log/exact-largest",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: 10 * s}}},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: algo.MaxExactLimit, Window: 10 * s}}},
 		Steps: []Step{
 			{At: 0, Cost: algo.MaxExactCost, Want: algo.Result{Allowed: true, Admitted: algo.MaxExactCost, Quota: algo.MaxExactLimit, Remaining: algo.MaxExactLimit - algo.MaxExactCost, ResetAfter: 10 * s}},
 			{At: 1 * ms, Cost: algo.MaxExactCost, Want: algo.Result{Allowed: true, Admitted: algo.MaxExactCost, Quota: algo.MaxExactLimit, Remaining: algo.MaxExactLimit - 2*algo.MaxExactCost, ResetAfter: 10 * s}},
@@ -479,7 +479,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "sliding_log/buckets-edge",
-		Limit: algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxWindowLimit, Window: 10 * s}}, Buckets: 10},
+		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: algo.MaxWindowLimit, Window: 10 * s}}, Buckets: 10},
 		Steps: []Step{
 			{At: 0, Cost: algo.MaxWindowLimit - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxWindowLimit - 1, Quota: algo.MaxWindowLimit, Remaining: 1, ResetAfter: 10665413 * us}},
 			{At: 1 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxWindowLimit, Remaining: 0, ResetAfter: 10664413 * us}},
@@ -489,7 +489,7 @@ var Traces = []Trace{
 	},
 	{
 		Name:  "window_counter/edge",
-		Limit: algo.WindowCounter{Limits: []algo.Window{{Limit: algo.MaxWindowLimit, Window: 10 * s}}},
+		Limit: algo.WindowCounter{Limits: []algo.Window{{Count: algo.MaxWindowLimit, Window: 10 * s}}},
 		Steps: []Step{
 			{At: 0, Cost: algo.MaxWindowLimit - 1, Want: algo.Result{Allowed: true, Admitted: algo.MaxWindowLimit - 1, Quota: algo.MaxWindowLimit, Remaining: 1, ResetAfter: e}},
 			{At: 1 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: algo.MaxWindowLimit, Remaining: 0, ResetAfter: e - ms}},
@@ -500,7 +500,7 @@ var Traces = []Trace{
 	{
 		// The most slots, the largest permit id, the longest lease.
 		Name:  "concurrency/edge",
-		Limit: algo.Concurrency{Limit: algo.MaxSlots, HoldFor: algo.MaxHoldFor},
+		Limit: algo.Concurrency{Count: algo.MaxSlots, HoldFor: algo.MaxHoldFor},
 		Steps: []Step{
 			{At: 0, Cost: algo.MaxSlots - 1, Permit: algo.MaxPermitID, Want: algo.Result{Allowed: true, Admitted: algo.MaxSlots - 1, Quota: algo.MaxSlots, Remaining: 1, ResetAfter: algo.MaxHoldFor}},
 			{At: 0, Cost: 2, Want: algo.Result{Quota: algo.MaxSlots, Remaining: 1, RetryAfter: algo.MaxHoldFor, ResetAfter: algo.MaxHoldFor}},

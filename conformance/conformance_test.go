@@ -87,9 +87,9 @@ func randomLimit(r *rand.Rand, i int) algo.Limit {
 	case 0:
 		return algo.GCRA{Burst: r.Int64N(5), Count: 1 + r.Int64N(10), Period: d(30)}
 	case 1:
-		return algo.TokenBucket{Burst: 1 + r.Int64N(8), Rate: 1 + r.Int64N(10), Per: d(30)}
+		return algo.TokenBucket{Burst: 1 + r.Int64N(8), Count: 1 + r.Int64N(10), Period: d(30)}
 	case 2:
-		return algo.FixedWindow{Limit: 1 + r.Int64N(8), Window: d(30)}
+		return algo.FixedWindow{Count: 1 + r.Int64N(8), Window: d(30)}
 	default:
 		return algo.Gate{Interval: d(20)}
 	}
@@ -242,13 +242,13 @@ func TestChangedAlgorithm(t *testing.T) {
 	ctx := context.Background()
 	t0 := conformance.T0
 	limits := []algo.Limit{
-		algo.FixedWindow{Limit: 2, Window: time.Hour},
+		algo.FixedWindow{Count: 2, Window: time.Hour},
 		algo.GCRA{Burst: 1, Count: 1, Period: time.Hour},
-		algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Hour}}, Buckets: 10},
-		algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Hour}, {Limit: 5, Window: 2 * time.Hour}}, Buckets: 10},
-		algo.WindowCounter{Limits: []algo.Window{{Limit: 4, Window: time.Minute}}},
+		algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: time.Hour}}, Buckets: 10},
+		algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: time.Hour}, {Count: 5, Window: 2 * time.Hour}}, Buckets: 10},
+		algo.WindowCounter{Limits: []algo.Window{{Count: 4, Window: time.Minute}}},
 		algo.Gate{Interval: time.Hour},
-		algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Hour}}},
+		algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: time.Hour}}},
 	}
 	for name, st := range stores(t) {
 		for i, l := range limits {

@@ -26,7 +26,7 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 	g := newTTLGuard(st)
 	ops, holders := map[algo.SlotOp]int{}, 0
 	for trace := range 40 {
-		c := algo.Concurrency{Limit: 1 + r.Int64N(5), HoldFor: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond}
+		c := algo.Concurrency{Count: 1 + r.Int64N(5), HoldFor: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond}
 		base, err := algo.Compile(c)
 		if err != nil {
 			t.Fatal(err)
@@ -105,8 +105,8 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 // slot, and one denied by a concurrency level consumes no rate.
 func TestConcurrencyAllOrNothing(t *testing.T) {
 	ctx := context.Background()
-	slots := algo.Concurrency{Limit: 1, HoldFor: time.Minute}
-	rate := algo.FixedWindow{Limit: 1, Window: time.Hour}
+	slots := algo.Concurrency{Count: 1, HoldFor: time.Minute}
+	rate := algo.FixedWindow{Count: 1, Window: time.Hour}
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			at := conformance.T0

@@ -28,7 +28,7 @@ func randomWindowed(r *rand.Rand, i int) algo.Limit {
 	if i%2 == 0 {
 		l := algo.SlidingLog{Mode: algo.Mode(r.IntN(3))}
 		for range 1 + r.IntN(3) {
-			l.Limits = append(l.Limits, algo.Window{Limit: 1 + r.Int64N(8), Window: time.Duration(1+r.IntN(5)) * time.Second})
+			l.Limits = append(l.Limits, algo.Window{Count: 1 + r.Int64N(8), Window: time.Duration(1+r.IntN(5)) * time.Second})
 		}
 		if r.IntN(2) == 0 {
 			l.Buckets = []int64{1, 2, 4, 5, 10}[r.IntN(5)] // widths on the grid
@@ -41,7 +41,7 @@ func randomWindowed(r *rand.Rand, i int) algo.Limit {
 	slice := []time.Duration{grid, 2 * grid, 5 * grid, 10 * grid}[r.IntN(4)]
 	l := algo.WindowCounter{Slice: slice}
 	for range 1 + r.IntN(3) {
-		l.Limits = append(l.Limits, algo.Window{Limit: 1 + r.Int64N(10), Window: slice * time.Duration(1+r.IntN(8))})
+		l.Limits = append(l.Limits, algo.Window{Count: 1 + r.Int64N(10), Window: slice * time.Duration(1+r.IntN(8))})
 	}
 	return l
 }

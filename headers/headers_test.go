@@ -37,7 +37,7 @@ func TestRateLimitFields(t *testing.T) {
 	levels := []policy.Level{
 		{Pattern: "user/*", Key: "user:alex", Limit: algo.GCRA{Burst: 15, Count: 30, Period: time.Minute},
 			Result: algo.Result{Allowed: true, Quota: 16, Remaining: 15, ResetAfter: 1500 * time.Millisecond}},
-		{Pattern: "user/*/trade", Key: "user:alex:trade#0", Limit: algo.FixedWindow{Limit: 1000, Window: time.Hour},
+		{Pattern: "user/*/trade", Key: "user:alex:trade#0", Limit: algo.FixedWindow{Count: 1000, Window: time.Hour},
 			Result: algo.Result{Allowed: true, Quota: 1000, Remaining: 999, ResetAfter: 10 * time.Second}},
 		{Pattern: "x", Key: "x", Shadow: true, Limit: algo.Gate{Interval: time.Second},
 			Result: algo.Result{Quota: 1}},

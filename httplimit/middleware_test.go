@@ -388,7 +388,7 @@ func TestWindows(t *testing.T) {
 		{build(t, algo.Spec{Algorithm: "sliding_log", MinGap: 5 * time.Second, Limits: algo.WindowSpecs{{Limit: 1, Window: 5 * time.Second}}}), 1, `"p";q=1;w=5`},
 		// A limit from outside package algo, and a level with no limit
 		// (a user script's).
-		{futureLimit{algo.FixedWindow{Limit: 7, Window: 30 * time.Second}}, 7, `"p";q=7;w=30`},
+		{futureLimit{algo.FixedWindow{Count: 7, Window: 30 * time.Second}}, 7, `"p";q=7;w=30`},
 		{nil, 42, `"p";q=42`},
 	} {
 		st := stubChecker{d: policy.Decision{Allowed: true, Matched: true, Levels: []policy.Level{{

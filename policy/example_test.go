@@ -59,7 +59,7 @@ schema:
 		}
 	}
 	// Output:
-	// key tigerfeeding        tag tigerfeeding      {Limit:100 Window:10s}
+	// key tigerfeeding        tag tigerfeeding      {Count:100 Window:10s}
 	// key tigerfeeding:alex#0 tag tigerfeeding:alex {Interval:10s}
 	// key tigerfeeding:alex#1 tag tigerfeeding:alex {Burst:0 Count:1 Period:10s}
 }

@@ -121,7 +121,7 @@ schema:
 	if got := p.Match([]string{"a"}).Hits[0].Limits[0]; got != (algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}) {
 		t.Errorf("a: %#v", got)
 	}
-	if got := p.Match([]string{"b"}).Hits[0].Limits[0]; got != (algo.TokenBucket{Burst: 10, Rate: 5, Per: time.Second}) {
+	if got := p.Match([]string{"b"}).Hits[0].Limits[0]; got != (algo.TokenBucket{Burst: 10, Count: 5, Period: time.Second}) {
 		t.Errorf("b: %#v", got)
 	}
 	for _, bad := range []string{

@@ -147,7 +147,7 @@ schema:
 
 func TestNamedBeatsWildcard(t *testing.T) {
 	p := mustParse(t, full)
-	vip := algo.TokenBucket{Burst: 100, Rate: 100, Per: time.Second}
+	vip := algo.TokenBucket{Burst: 100, Count: 100, Period: time.Second}
 	// vip's own node applies, not "*"'s; the tag is the caller's, as it
 	// would be under "*".
 	checkLevels(t, p, []string{"user", "vip", "report"}, []level{
@@ -175,7 +175,7 @@ func TestMultipleLimits(t *testing.T) {
 	}
 	want := level{"user/*/trade", "user:alex:trade", "user:alex", false,
 		[]string{"user:alex:trade#0", "user:alex:trade#1"},
-		[]algo.Limit{algo.FixedWindow{Limit: 1000, Window: time.Hour}, algo.GCRA{Burst: 5, Count: 10, Period: time.Second}}}
+		[]algo.Limit{algo.FixedWindow{Count: 1000, Window: time.Hour}, algo.GCRA{Burst: 5, Count: 10, Period: time.Second}}}
 	if !reflect.DeepEqual(got[1], want) {
 		t.Errorf("trade level:\n got %+v\nwant %+v", got[1], want)
 	}
@@ -240,7 +240,7 @@ func TestUnlimited(t *testing.T) {
 
 func TestTigerfeeding(t *testing.T) {
 	p := mustParse(t, full)
-	shared := algo.FixedWindow{Limit: 100, Window: 10 * time.Second}
+	shared := algo.FixedWindow{Count: 100, Window: 10 * time.Second}
 	gate := algo.Gate{Interval: 10 * time.Second}
 	for _, caller := range []string{"alex", "bo"} {
 		checkLevels(t, p, []string{"tigerfeeding", caller}, []level{

@@ -85,7 +85,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	if !b.d.Allowed {
 		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 	}
-	denyUnmatched := s.holder.Load().DenyUnmatched()
+	denyUnmatched := s.current.Load().DenyUnmatched()
 	for i := range q.Paths {
 		resp.Statuses[i] = descriptorStatus(&q.Paths[i], denyUnmatched)
 	}
@@ -208,7 +208,7 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 	} else {
 		s.m.grpcChecks.limited.Inc()
 	}
-	denyUnmatched := s.holder.Load().DenyUnmatched()
+	denyUnmatched := s.current.Load().DenyUnmatched()
 	r, p := 0, 0
 	for i := range q.Paths {
 		if neg&(1<<i) != 0 {

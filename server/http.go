@@ -325,7 +325,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "shutting down\n")
 		return
 	}
-	if s.holder.Load() == nil {
+	if s.current.Load() == nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, "no policy loaded\n")
 		return
@@ -418,7 +418,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, `levels must be "all" (reset shared levels too) or left out`)
 		return
 	}
-	m := s.holder.Load().Match(path)
+	m := s.current.Load().Match(path)
 	reqs := []store.Request{}
 	keys := []string{}
 	var lists []store.Request // the levels' consumers lists
@@ -470,7 +470,7 @@ func (s *Server) handleConsumers(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	m := s.holder.Load().Match(path)
+	m := s.current.Load().Match(path)
 	out := consumersJSON{Levels: []levelConsumersJSON{}}
 	ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
 	defer cancel()

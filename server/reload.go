@@ -87,7 +87,7 @@ func (s *Server) Reload(reason string) bool {
 		}
 		return false
 	}
-	s.holder.Store(p)
+	s.current.Store(p)
 	if dc, ok := s.store.(store.DenialCache); ok {
 		dc.ClearOverLimit() // denials of limits that may have changed
 	}

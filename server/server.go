@@ -36,7 +36,7 @@ import (
 type Server struct {
 	cfg        Config
 	log        *slog.Logger
-	holder     *policy.Current
+	current     *policy.Current
 	checker    *policy.Checker
 	store      store.Store
 	m          *metrics
@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		forwardAuth: fa,
 		cfg:         cfg, log: log, adminToken: token,
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
-		holder: new(policy.Current),
+		current: new(policy.Current),
 	}
 	s.m = newMetrics(s.ping) // s.ping reads s.store when scraped
 	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -108,13 +108,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.holder.Store(p)
+	s.current.Store(p)
 	s.fileState = stamp
 	s.m.loadedAt.SetToCurrentTime()
 	if s.store, err = openStore(ctx, cfg, log); err != nil {
 		return nil, err
 	}
-	s.checker = &policy.Checker{Policy: s.holder, Store: s.store}
+	s.checker = &policy.Checker{Policy: s.current, Store: s.store}
 	s.consumers = newConsumerRecorder(s.store, cfg.Consumers, s.m.dropped, log)
 	if len(cfg.Queues) > 0 && !queue.Shared(s.store) {
 		s.store.Close()
@@ -152,7 +152,7 @@ func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
 }
 
 // Policy returns the policy in force.
-func (s *Server) Policy() *policy.Policy { return s.holder.Load() }
+func (s *Server) Policy() *policy.Policy { return s.current.Load() }
 
 // Listen binds the configured addresses ("off" skips one). Port 0 picks a
 // free port; HTTPAddr and GRPCAddr tell which.

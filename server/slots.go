@@ -211,7 +211,7 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 		now = t
 	}
 	out := holdersJSON{Levels: []levelHoldersJSON{}}
-	m := s.holder.Load().Match(path)
+	m := s.current.Load().Match(path)
 	for _, h := range m.Hits {
 		for j := range h.Limits {
 			req := h.Request(j, 0)
@@ -225,7 +225,7 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 				s.adminStoreError(w, err)
 				return
 			}
-			lv := levelHoldersJSON{Pattern: h.Pattern, Key: req.Key, Limit: c.Limit, Total: len(hs), Holders: []holderJSON{}}
+			lv := levelHoldersJSON{Pattern: h.Pattern, Key: req.Key, Limit: c.Count, Total: len(hs), Holders: []holderJSON{}}
 			for i, x := range hs {
 				lv.Held += x.Units
 				if i >= maxHoldersListed {

@@ -44,7 +44,7 @@ func (s *Server) noteUnmatched(q *policy.Query) {
 				path[j] = truncate(seg, 64)
 			}
 			how := "allowed (unmatched: allow)"
-			if s.holder.Load().DenyUnmatched() {
+			if s.current.Load().DenyUnmatched() {
 				how = "denied (unmatched: deny)"
 			}
 			s.log.Warn("a path matched no limit and was "+how+"; later ones that fall off the policy here are only counted (sluice_unmatched_paths_total)",

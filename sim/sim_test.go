@@ -263,11 +263,11 @@ func TestInFlightByHand(t *testing.T) {
 		return []Event{{At: 0, Caller: "A"}, {At: 0, Caller: "A"}, {At: 0, Caller: "A"},
 			{At: at(1000), Caller: "A"}, {At: at(1000), Caller: "A"}, {At: at(1500), Caller: "A"}, {At: at(2000), Caller: "A"}}
 	}}
-	slots, err := LimitStrategy("slots", algo.Concurrency{Limit: 2, HoldFor: time.Minute}, true)
+	slots, err := LimitStrategy("slots", algo.Concurrency{Count: 2, HoldFor: time.Minute}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rate, err := LimitStrategy("rate", algo.FixedWindow{Limit: 2, Window: time.Second}, true)
+	rate, err := LimitStrategy("rate", algo.FixedWindow{Count: 2, Window: time.Second}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

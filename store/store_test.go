@@ -198,7 +198,7 @@ func TestCheckAll(t *testing.T) {
 	if err := store.ValidateAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "request 1") {
 		t.Errorf("a request without a plan: %v", err)
 	}
-	reqs[1].Plan, reqs[1].Cost = algo.MustCompile(algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}}), algo.MaxExactCost+1
+	reqs[1].Plan, reqs[1].Cost = algo.MustCompile(algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: time.Second}}}), algo.MaxExactCost+1
 	if err := store.ValidateAll(reqs, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("a cost above an exact log's bound: %v", err)
 	}

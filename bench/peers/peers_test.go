@@ -158,8 +158,8 @@ func BenchmarkPeers(b *testing.B) {
 		limit func() algo.Limit
 	}{
 		{"gcra", func() algo.Limit { return algo.GCRA{Burst: burst, Count: count, Period: period} }},
-		{"token_bucket", func() algo.Limit { return algo.TokenBucket{Burst: burst, Rate: count, Per: period} }},
-		{"fixed_window", func() algo.Limit { return algo.FixedWindow{Limit: burst, Window: time.Hour} }},
+		{"token_bucket", func() algo.Limit { return algo.TokenBucket{Burst: burst, Count: count, Period: period} }},
+		{"fixed_window", func() algo.Limit { return algo.FixedWindow{Count: burst, Window: time.Hour} }},
 	}
 	for _, l := range limits {
 		b.Run("sluice-decide/"+l.name, func(b *testing.B) {
@@ -178,13 +178,13 @@ func BenchmarkPeers(b *testing.B) {
 				}
 			case "token_bucket":
 				d = func(key string) bool {
-					p, _ := algo.Compile(algo.TokenBucket{Burst: burst, Rate: count, Per: period})
+					p, _ := algo.Compile(algo.TokenBucket{Burst: burst, Count: count, Period: period})
 					r, err := st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: 1})
 					return err == nil && r.Allowed
 				}
 			case "fixed_window":
 				d = func(key string) bool {
-					p, _ := algo.Compile(algo.FixedWindow{Limit: burst, Window: time.Hour})
+					p, _ := algo.Compile(algo.FixedWindow{Count: burst, Window: time.Hour})
 					r, err := st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: 1})
 					return err == nil && r.Allowed
 				}
@@ -204,13 +204,13 @@ func BenchmarkPeers(b *testing.B) {
 				}
 			case "token_bucket":
 				d = func(key string) bool {
-					p, _ := algo.Compile(algo.TokenBucket{Burst: burst, Rate: count, Per: period})
+					p, _ := algo.Compile(algo.TokenBucket{Burst: burst, Count: count, Period: period})
 					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1)
 					return err == nil && ok
 				}
 			case "fixed_window":
 				d = func(key string) bool {
-					p, _ := algo.Compile(algo.FixedWindow{Limit: burst, Window: time.Hour})
+					p, _ := algo.Compile(algo.FixedWindow{Count: burst, Window: time.Hour})
 					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1)
 					return err == nil && ok
 				}

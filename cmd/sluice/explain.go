@@ -102,7 +102,7 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 					l = b.Limit
 				}
 				if c, ok := l.(algo.Concurrency); ok {
-					fmt.Fprintf(w, "slots at %s: at most %d held at once; a check holds its slots under a permit until POST /v1/release (or Envoy's is_negative_hits), and a holder that stops renewing loses them %v after its last renewal\n", h.Pattern, c.Limit, c.HoldFor)
+					fmt.Fprintf(w, "slots at %s: at most %d held at once; a check holds its slots under a permit until POST /v1/release (or Envoy's is_negative_hits), and a holder that stops renewing loses them %v after its last renewal\n", h.Pattern, c.Count, c.HoldFor)
 				}
 			}
 		}

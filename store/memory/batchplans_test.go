@@ -19,8 +19,8 @@ func TestDecideAllSharesPlans(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	g, _ := algo.Compile(algo.GCRA{Burst: 1 << 30, Count: 1_000_000, Period: time.Second})
-	w, _ := algo.Compile(algo.FixedWindow{Limit: 1 << 50, Window: time.Hour})
-	nary, _ := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Limit: 2, Window: time.Hour}}, Mode: algo.Nary})
+	w, _ := algo.Compile(algo.FixedWindow{Count: 1 << 50, Window: time.Hour})
+	nary, _ := algo.Compile(algo.SlidingLog{Limits: []algo.Window{{Count: 2, Window: time.Hour}}, Mode: algo.Nary})
 	reqs := []store.Request{{Key: "a", Plan: &g, Cost: 1}, {Key: "b", Plan: &w, Cost: 1}, {Key: "c", Plan: &g, Cost: 1}}
 	res := make([]algo.Result, 3)
 	st.DecideAll(ctx, reqs, res) // the keys exist from here on

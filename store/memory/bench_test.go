@@ -57,8 +57,8 @@ var benchLimits = []struct {
 }{
 	// T = 1µs and a tolerance of about 1000s: never limited in a run.
 	{"gcra", algo.GCRA{Burst: 1_000_000_000, Count: 1_000_000, Period: time.Second}},
-	{"token_bucket", algo.TokenBucket{Burst: 1_000_000_000, Rate: 1_000_000, Per: time.Second}},
-	{"fixed_window", algo.FixedWindow{Limit: 1 << 50, Window: time.Hour}},
+	{"token_bucket", algo.TokenBucket{Burst: 1_000_000_000, Count: 1_000_000, Period: time.Second}},
+	{"fixed_window", algo.FixedWindow{Count: 1 << 50, Window: time.Hour}},
 	{"gate", algo.Gate{Interval: time.Microsecond}},
 	// CL.THROTTLE k 15 30 60: after the first 16, a key is limited.
 	{"gcra-denied", algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}},

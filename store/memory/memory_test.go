@@ -38,7 +38,7 @@ func TestConcurrentBatches(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			child := store.Request{Key: "p:" + strconv.Itoa(g%4), Plan: algo.MustCompile(algo.FixedWindow{Limit: 10, Window: 1000 * time.Hour}), Cost: 1}
+			child := store.Request{Key: "p:" + strconv.Itoa(g%4), Plan: algo.MustCompile(algo.FixedWindow{Count: 10, Window: 1000 * time.Hour}), Cost: 1}
 			res := make([]algo.Result, 2)
 			ok, err := st.DecideAll(context.Background(), []store.Request{parent, child}, res)
 			if err != nil {
@@ -118,11 +118,11 @@ func TestBadInput(t *testing.T) {
 		"zero period":        algo.GCRA{Burst: 1, Count: 1},
 		"sub-µs interval":    algo.GCRA{Burst: 1, Count: 2000, Period: time.Millisecond},
 		"huge burst":         algo.GCRA{Burst: 1 << 62, Count: 1, Period: time.Second},
-		"negative rate":      algo.TokenBucket{Burst: 1, Rate: -1, Per: time.Second},
-		"zero burst bucket":  algo.TokenBucket{Burst: 0, Rate: 1, Per: time.Second},
-		"zero window":        algo.FixedWindow{Limit: 1},
-		"negative limit":     algo.FixedWindow{Limit: -1, Window: time.Second},
-		"overflowing window": algo.FixedWindow{Limit: 1, Window: 1 << 62},
+		"negative rate":      algo.TokenBucket{Burst: 1, Count: -1, Period: time.Second},
+		"zero burst bucket":  algo.TokenBucket{Burst: 0, Count: 1, Period: time.Second},
+		"zero window":        algo.FixedWindow{Count: 1},
+		"negative limit":     algo.FixedWindow{Count: -1, Window: time.Second},
+		"overflowing window": algo.FixedWindow{Count: 1, Window: 1 << 62},
 		"negative interval":  algo.Gate{Interval: -time.Second},
 	} {
 		if _, err := algo.Compile(lim); !errors.Is(err, algo.ErrInvalid) {
@@ -262,7 +262,7 @@ func TestExactUnderChurn(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	const keys, limit, deciders = 2000, 5, 8
-	lim := algo.FixedWindow{Limit: limit, Window: algo.MaxHorizon}
+	lim := algo.FixedWindow{Count: limit, Window: algo.MaxHorizon}
 	at := time.Unix(1_800_000_000/3600*3600, 0).Add(time.Second) // early in a window
 	var admitted [keys]atomic.Int64
 	stop := make(chan struct{})
@@ -343,7 +343,7 @@ func TestBatchWithANewKeyTwice(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 1 << 40, Window: algo.MaxHorizon}
+	lim := algo.FixedWindow{Count: 1 << 40, Window: algo.MaxHorizon}
 	for i := range 300 {
 		key := "dup:" + strconv.Itoa(i)
 		var wg sync.WaitGroup
@@ -369,8 +369,8 @@ func TestBatchWithANewKeyTwice(t *testing.T) {
 		}
 		wg.Wait()
 		r, err := st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 0})
-		if err != nil || lim.Limit-r.Remaining != admitted.Load() {
-			t.Fatalf("%s: the window counts %d, %d were admitted (%v)", key, lim.Limit-r.Remaining, admitted.Load(), err)
+		if err != nil || lim.Count-r.Remaining != admitted.Load() {
+			t.Fatalf("%s: the window counts %d, %d were admitted (%v)", key, lim.Count-r.Remaining, admitted.Load(), err)
 		}
 	}
 }
@@ -382,7 +382,7 @@ func TestKeysOfEveryLength(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 10, Window: algo.MaxHorizon}
+	lim := algo.FixedWindow{Count: 10, Window: algo.MaxHorizon}
 	for _, n := range []int{1, 31, 32, 33, 100, store.MaxKeyLen} {
 		for _, last := range []byte{'a', 'b'} {
 			key := strings.Repeat("k", n-1) + string(last)
@@ -404,7 +404,7 @@ func TestBatchesInEveryOrder(t *testing.T) {
 	st := memory.New(memory.WithSweepEvery(0))
 	defer st.Close()
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 1 << 40, Window: algo.MaxHorizon}
+	lim := algo.FixedWindow{Count: 1 << 40, Window: algo.MaxHorizon}
 	plan := algo.MustCompile(lim)
 	at := time.Unix(1_800_000_000/3600*3600, 0).Add(time.Second)
 	const nkeys = 6
@@ -458,8 +458,8 @@ func TestBatchesInEveryOrder(t *testing.T) {
 	}
 	for k := range nkeys {
 		r, err := st.Decide(ctx, store.Request{Key: "k" + strconv.Itoa(k), Plan: algo.MustCompile(lim), Cost: 0, Time: at})
-		if err != nil || lim.Limit-r.Remaining != admitted[k].Load() {
-			t.Errorf("k%d: the window counts %d, %d were admitted (%v)", k, lim.Limit-r.Remaining, admitted[k].Load(), err)
+		if err != nil || lim.Count-r.Remaining != admitted[k].Load() {
+			t.Errorf("k%d: the window counts %d, %d were admitted (%v)", k, lim.Count-r.Remaining, admitted[k].Load(), err)
 		}
 	}
 }

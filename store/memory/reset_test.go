@@ -12,7 +12,7 @@ func TestReset(t *testing.T) {
 	s := New()
 	defer s.Close()
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 2, Window: algo.MaxHorizon}
+	lim := algo.FixedWindow{Count: 2, Window: algo.MaxHorizon}
 	req := store.Request{Key: "a", Plan: algo.MustCompile(lim), Cost: 2}
 	if r, _ := s.Decide(ctx, req); !r.Allowed {
 		t.Fatal("first decision denied")

@@ -30,9 +30,9 @@ func TestWindowedZeroAllocs(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	for name, lim := range map[string]algo.Limit{
-		"exact":          algo.SlidingLog{Limits: []algo.Window{{Limit: 100, Window: time.Second}, {Limit: 1000, Window: time.Minute}}},
-		"sampled":        algo.SlidingLog{Limits: []algo.Window{{Limit: 100, Window: time.Second}}, Buckets: 10, Mode: algo.Uniform},
-		"window_counter": algo.WindowCounter{Limits: []algo.Window{{Limit: 100, Window: time.Second}, {Limit: 1000, Window: 10 * time.Second}}, Slice: 100 * time.Millisecond},
+		"exact":          algo.SlidingLog{Limits: []algo.Window{{Count: 100, Window: time.Second}, {Count: 1000, Window: time.Minute}}},
+		"sampled":        algo.SlidingLog{Limits: []algo.Window{{Count: 100, Window: time.Second}}, Buckets: 10, Mode: algo.Uniform},
+		"window_counter": algo.WindowCounter{Limits: []algo.Window{{Count: 100, Window: time.Second}, {Count: 1000, Window: 10 * time.Second}}, Slice: 100 * time.Millisecond},
 	} {
 		at := conformance.T0
 		req := store.Request{Key: "allocs:" + name, Plan: algo.MustCompile(lim), Cost: 1}

@@ -22,7 +22,7 @@ func TestBatches(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{})
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: 10, Window: noBoundary}
+	lim := algo.FixedWindow{Count: 10, Window: noBoundary}
 	poisoned := store.Request{Key: "poisoned", Plan: algo.MustCompile(lim), Cost: 1}
 	if _, err := srv.Do("SET", redis.StateKey(st.Prefix(), poisoned), "not a hash"); err != nil {
 		t.Fatal(err)

@@ -32,8 +32,8 @@ var benchLimits = []struct {
 	limit algo.Limit
 }{
 	{"gcra", algo.GCRA{Burst: 15, Count: 30, Period: time.Minute}},
-	{"token_bucket", algo.TokenBucket{Burst: 16, Rate: 30, Per: time.Minute}},
-	{"fixed_window", algo.FixedWindow{Limit: 100, Window: time.Minute}},
+	{"token_bucket", algo.TokenBucket{Burst: 16, Count: 30, Period: time.Minute}},
+	{"fixed_window", algo.FixedWindow{Count: 100, Window: time.Minute}},
 	{"gate", algo.Gate{Interval: time.Second}},
 }
 

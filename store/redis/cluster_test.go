@@ -59,7 +59,7 @@ func TestCluster(t *testing.T) {
 		reqs := []store.Request{
 			{Key: tag, Tag: tag, Plan: algo.MustCompile(gcra), Cost: 1},
 			{Key: tag + ":trade", Tag: tag, Plan: algo.MustCompile(algo.GCRA{Burst: 5, Count: 10, Period: 15 * time.Second}), Cost: 1},
-			{Key: tag + ":trade:eu", Tag: tag, Plan: algo.MustCompile(algo.FixedWindow{Limit: 100, Window: time.Minute}), Cost: 1},
+			{Key: tag + ":trade:eu", Tag: tag, Plan: algo.MustCompile(algo.FixedWindow{Count: 100, Window: time.Minute}), Cost: 1},
 		}
 		st.DecideAll(ctx, reqs, make([]algo.Result, 3)) // loads the script on its node
 		resetStats(t, c)
@@ -74,7 +74,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("spanning slots refunds on denial", func(t *testing.T) {
-		shared := store.Request{Key: "tigerfeeding", Tag: "tigerfeeding", Plan: algo.MustCompile(algo.FixedWindow{Limit: 100, Window: time.Hour}), Cost: 1}
+		shared := store.Request{Key: "tigerfeeding", Tag: "tigerfeeding", Plan: algo.MustCompile(algo.FixedWindow{Count: 100, Window: time.Hour}), Cost: 1}
 		caller := sluice.Key("tigerfeeding", "alex")
 		mine := store.Request{Key: caller, Tag: caller, Plan: algo.MustCompile(algo.Gate{Interval: time.Hour}), Cost: 1}
 		if redis.HashSlot(redis.KeyName(redis.DefaultPrefix, shared.Key, shared.Tag)) == redis.HashSlot(redis.KeyName(redis.DefaultPrefix, mine.Key, mine.Tag)) {
@@ -122,7 +122,7 @@ func TestCluster(t *testing.T) {
 				}
 				lims := []algo.Limit{
 					algo.GCRA{Burst: r.Int64N(4), Count: 1 + r.Int64N(5), Period: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
-					algo.FixedWindow{Limit: 1 + r.Int64N(5), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
+					algo.FixedWindow{Count: 1 + r.Int64N(5), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
 					algo.Gate{Interval: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond},
 				}
 				reqs[i] = store.Request{Key: key, Tag: tag, Plan: algo.MustCompile(lims[r.IntN(3)]), Shadow: r.IntN(6) == 0}

@@ -28,7 +28,7 @@ func TestDeadlineHoldsWhenRedisHangs(t *testing.T) {
 	}{
 		{"exact", redis.Options{}, store.Request{Key: "hung", Plan: algo.MustCompile(algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}), Cost: 1}},
 		{"over-limit cache", redis.Options{OverLimitCache: 1000}, store.Request{Key: "hung", Plan: algo.MustCompile(algo.GCRA{Burst: 1000, Count: 1000, Period: time.Second}), Cost: 1}},
-		{"leases", redis.Options{LeaseFor: 100 * time.Millisecond}, store.Request{Key: "hung", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1e9, Window: noBoundary}), Cost: 1, Lease: true}},
+		{"leases", redis.Options{LeaseFor: 100 * time.Millisecond}, store.Request{Key: "hung", Plan: algo.MustCompile(algo.FixedWindow{Count: 1e9, Window: noBoundary}), Cost: 1, Lease: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { deadlineHolds(t, tc.opts, tc.req) })
 	}

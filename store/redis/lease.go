@@ -142,11 +142,11 @@ func (l *leaser) take(r *store.Request, fw algo.FixedWindow, res *algo.Result) (
 	now = monoNow()
 	kl = sh.m[r.Key]
 	window := algo.Micros(fw.Window)
-	if kl == nil || kl.limit != fw.Limit || kl.window != window {
+	if kl == nil || kl.limit != fw.Count || kl.window != window {
 		if kl == nil && len(sh.m) >= maxLeaseKeys/len(l.shards) {
 			sh.evict(now)
 		}
-		kl = &keyLease{limit: fw.Limit, window: window, key: r.Key, tag: r.Tag, since: now}
+		kl = &keyLease{limit: fw.Count, window: window, key: r.Key, tag: r.Tag, since: now}
 		sh.m[r.Key] = kl
 	}
 	kl.seen++
@@ -171,7 +171,7 @@ func (l *leaser) take(r *store.Request, fw algo.FixedWindow, res *algo.Result) (
 	// whatever LeaseFor, and a hot key's leases grow at most tenfold a call.
 	elapsed := max(now-kl.since, int64(l.leaseFor)/10, int64(time.Millisecond))
 	k := (kl.seen*int64(l.leaseFor) + elapsed - 1) / elapsed
-	k = min(max(k, kl.size), l.maxLease, fw.Limit)
+	k = min(max(k, kl.size), l.maxLease, fw.Count)
 	if live {
 		want = k - kl.left // a top-up, to k
 	} else if k >= 2 && k >= r.Cost {
@@ -287,7 +287,7 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 	}
 	defer s.release()
 	name := keyName(s.prefix, key, tag) + fixedWindowShape
-	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit), itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}
+	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Count), itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}
 	v, err := detached(ctx, s.timeout, func(ctx context.Context) ([]int64, error) {
 		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
 		if err == nil && len(v) != 4 {
@@ -556,7 +556,7 @@ func (s *Store) Grant(ctx context.Context, reqs []store.Request, units int64) (s
 	holder := "grants-" + s.leases.holder
 	call := func(i int, k, least, back, end int64) rueidis.LuaExec {
 		fw := fws[i]
-		return rueidis.LuaExec{Keys: []string{s.stateKey(reqs[i])}, Args: []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Limit),
+		return rueidis.LuaExec{Keys: []string{s.stateKey(reqs[i])}, Args: []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Count),
 			itoa(k), holder, itoa(back), itoa(end), itoa(least)}}
 	}
 	// giveBack returns what each key granted beyond keep requests.
@@ -634,4 +634,4 @@ type leaseGrant struct {
 
 // fixedWindowShape is the suffix of every fixed window's state key
 // (algo.Plan.ShapeKey), whatever its limit and window.
-var fixedWindowShape = algo.MustCompile(algo.FixedWindow{Limit: 1, Window: time.Second}).ShapeKey()
+var fixedWindowShape = algo.MustCompile(algo.FixedWindow{Count: 1, Window: time.Second}).ShapeKey()

@@ -34,7 +34,7 @@ func windowCount(t *testing.T, srv *redistest.Server, st *redis.Store, req store
 func TestLeasesRacing(t *testing.T) {
 	srv := redistest.Start(t)
 	const instances, perInstance, limit, maxLease = 4, 25, 20000, 200
-	req := store.Request{Key: "hot", Plan: algo.MustCompile(algo.FixedWindow{Limit: limit, Window: noBoundary}), Cost: 1, Lease: true}
+	req := store.Request{Key: "hot", Plan: algo.MustCompile(algo.FixedWindow{Count: limit, Window: noBoundary}), Cost: 1, Lease: true}
 	stores := make([]*redis.Store, instances)
 	for i := range stores {
 		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{LeaseFor: 20 * time.Millisecond, MaxLease: maxLease})
@@ -93,7 +93,7 @@ func TestLeasesRacing(t *testing.T) {
 func TestLeaseNearTheLimitIsExact(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{LeaseFor: time.Second, MaxLease: 1000})
-	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 100, Window: noBoundary}), Cost: 1, Lease: true}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 100, Window: noBoundary}), Cost: 1, Lease: true}
 	n := 0
 	for range 500 {
 		res, err := st.Decide(context.Background(), req)
@@ -118,7 +118,7 @@ func TestLeaseNearTheLimitIsExact(t *testing.T) {
 func TestLeaseOnlyWhereAsked(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{LeaseFor: time.Second})
-	fw := algo.FixedWindow{Limit: 1_000_000, Window: noBoundary}
+	fw := algo.FixedWindow{Count: 1_000_000, Window: noBoundary}
 	ctx := context.Background()
 	for _, req := range []store.Request{
 		{Key: "a", Plan: algo.MustCompile(fw), Cost: 1},
@@ -168,7 +168,7 @@ func TestLeaseOnlyWhereAsked(t *testing.T) {
 		}
 	}
 	settle("before")
-	deny := store.Request{Key: "e", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1, Window: noBoundary}), Cost: 2}
+	deny := store.Request{Key: "e", Plan: algo.MustCompile(algo.FixedWindow{Count: 1, Window: noBoundary}), Cost: 2}
 	res := make([]algo.Result, 2)
 	pass, err := st.DecideAll(ctx, []store.Request{leased, deny}, res)
 	if err != nil || pass || !res[0].Allowed || res[0].Admitted != 0 || res[1].Allowed {
@@ -182,7 +182,7 @@ func TestLeaseOnlyWhereAsked(t *testing.T) {
 func TestLeaseGivenBack(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{LeaseFor: 20 * time.Millisecond})
-	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1_000_000, Window: noBoundary}), Cost: 1, Lease: true}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	admitted := int64(0)
 	for range 200 {
 		if res, _ := st.Decide(context.Background(), req); res.Allowed {
@@ -209,7 +209,7 @@ func TestFirstLeaseIsSmall(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, leaseFor := range []time.Duration{2 * time.Second, time.Minute} { // live while the test looks
 		st := open(t, srv, redis.Options{LeaseFor: leaseFor})
-		req := store.Request{Key: "once-" + leaseFor.String(), Plan: algo.MustCompile(algo.FixedWindow{Limit: 1_000_000, Window: noBoundary}), Cost: 1, Lease: true}
+		req := store.Request{Key: "once-" + leaseFor.String(), Plan: algo.MustCompile(algo.FixedWindow{Count: 1_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 		if res, err := st.Decide(context.Background(), req); err != nil || !res.Allowed {
 			t.Fatalf("%v: %+v, %v", leaseFor, res, err)
 		}
@@ -228,7 +228,7 @@ func TestFirstLeaseIsSmall(t *testing.T) {
 func TestAbandonedLeaseGivenBack(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
-	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	warm := req
 	warm.Key = "warm"
 	if _, err := st.Decide(context.Background(), warm); err != nil { // loads lease.lua
@@ -260,7 +260,7 @@ func TestAbandonedLeaseGivenBack(t *testing.T) {
 func TestAbandonedGrantGivenBack(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
-	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Limit: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
+	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	g, err := st.Grant(context.Background(), []store.Request{req}, 100) // loads lease.lua
 	if err != nil || g.Units != 100 || windowCount(t, srv, st, req) != 100 {
 		t.Fatalf("grant %+v, %v; window %d", g, err, windowCount(t, srv, st, req))
@@ -300,7 +300,7 @@ func TestLeaseAtTheLargestLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{LeaseFor: time.Second, MaxLease: 1 << 40})
 	ctx := context.Background()
-	lim := algo.FixedWindow{Limit: algo.MaxCount, Window: noBoundary}
+	lim := algo.FixedWindow{Count: algo.MaxCount, Window: noBoundary}
 	big := store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: algo.MaxCount - 10}
 	if res, err := st.Decide(ctx, big); err != nil || !res.Allowed {
 		t.Fatalf("cost MaxCount-10: %+v, %v", res, err)

@@ -18,14 +18,14 @@ import (
 // among them.
 var traceLimits = []algo.Limit{
 	algo.GCRA{Burst: 2, Count: 3, Period: time.Second},
-	algo.TokenBucket{Burst: 4, Rate: 2, Per: time.Second},
-	algo.FixedWindow{Limit: 3, Window: time.Second},
+	algo.TokenBucket{Burst: 4, Count: 2, Period: time.Second},
+	algo.FixedWindow{Count: 3, Window: time.Second},
 	algo.Gate{Interval: 300 * time.Millisecond},
-	algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}, {Limit: 5, Window: 3 * time.Second}}, MinGap: 50 * time.Millisecond},
-	algo.SlidingLog{Limits: []algo.Window{{Limit: 4, Window: time.Second}}, Buckets: 4},
-	algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Uniform},
-	algo.SlidingLog{Limits: []algo.Window{{Limit: 3, Window: time.Second}}, Mode: algo.Nary},
-	algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Limit: 4, Window: time.Second}}},
+	algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: time.Second}, {Count: 5, Window: 3 * time.Second}}, MinGap: 50 * time.Millisecond},
+	algo.SlidingLog{Limits: []algo.Window{{Count: 4, Window: time.Second}}, Buckets: 4},
+	algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: time.Second}}, Mode: algo.Uniform},
+	algo.SlidingLog{Limits: []algo.Window{{Count: 3, Window: time.Second}}, Mode: algo.Nary},
+	algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Count: 4, Window: time.Second}}},
 }
 
 // TestOverLimitCacheSameDecisions: one random trace, on a store with the
@@ -270,7 +270,7 @@ func TestResetReachesOtherCaches(t *testing.T) {
 func TestOverLimitCacheLeavesSlotsToRedis(t *testing.T) {
 	st := open(t, redistest.Start(t), redis.Options{OverLimitCache: 1000})
 	ctx := context.Background()
-	c := algo.Concurrency{Limit: 1, HoldFor: time.Minute}
+	c := algo.Concurrency{Count: 1, HoldFor: time.Minute}
 	base, _ := algo.Compile(c)
 	holder, _ := algo.ForPermit(&base, 7, algo.Acquire)
 	release, _ := algo.ForPermit(&base, 7, algo.Release)

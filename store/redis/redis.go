@@ -444,11 +444,11 @@ func windowResult(ws []algo.Window, now, cost int64, ok, committed, floor bool, 
 	case ok:
 		o.Admitted, cost = 0, 0 // not recorded (or a peek): the state without the cost
 	}
-	o.Remaining = ws[0].Limit - extra[4] - add
-	var limit int64 = ws[0].Limit
+	o.Remaining = ws[0].Count - extra[4] - add
+	var limit int64 = ws[0].Count
 	for i, w := range ws[1:] {
-		o.Remaining = min(o.Remaining, w.Limit-extra[5+i]-add)
-		limit = min(limit, w.Limit)
+		o.Remaining = min(o.Remaining, w.Count-extra[5+i]-add)
+		limit = min(limit, w.Count)
 	}
 	return o.Result(now, cost, limit, floor)
 }

@@ -82,7 +82,7 @@ func TestHashSlot(t *testing.T) {
 func TestScriptReloadedAfterFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{})
-	lim := algo.FixedWindow{Limit: 2, Window: noBoundary}
+	lim := algo.FixedWindow{Count: 2, Window: noBoundary}
 	ctx := context.Background()
 	if _, err := st.Decide(ctx, store.Request{Key: "k", Plan: algo.MustCompile(lim), Cost: 1}); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ func TestReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	lim := algo.FixedWindow{Limit: 2, Window: time.Hour}
+	lim := algo.FixedWindow{Count: 2, Window: time.Hour}
 	reqs := []store.Request{
 		{Key: "user:alex", Tag: "user:alex", Plan: algo.MustCompile(lim), Cost: 2},
 		{Key: "user:alex:trade", Tag: "user:alex", Plan: algo.MustCompile(lim), Cost: 2},

@@ -36,11 +36,11 @@ var windowedBenchLimits = []struct {
 	limit algo.Limit
 }{
 	{"gcra", algo.GCRA{Burst: 1_000_000_000, Count: 1_000_000, Period: time.Second}},
-	{"sliding_log/exact", algo.SlidingLog{Limits: []algo.Window{{Limit: 100_000, Window: time.Second}, {Limit: 1_000_000, Window: time.Minute}}}},
-	{"sliding_log/sampled", algo.SlidingLog{Limits: []algo.Window{{Limit: 100_000, Window: time.Second}, {Limit: 1_000_000, Window: time.Minute}}, Buckets: 60}},
-	{"sliding_log/exact-denied", algo.SlidingLog{Limits: []algo.Window{{Limit: 100, Window: time.Second}}}},
-	{"sliding_log/uniform-denied", algo.SlidingLog{Limits: []algo.Window{{Limit: 100, Window: time.Second}}, Buckets: 60, Mode: algo.Uniform}},
-	{"window_counter", algo.WindowCounter{Limits: []algo.Window{{Limit: 1_000_000, Window: time.Second}, {Limit: 5_000_000, Window: 10 * time.Second}, {Limit: 7_000_000, Window: 15 * time.Second}}}},
+	{"sliding_log/exact", algo.SlidingLog{Limits: []algo.Window{{Count: 100_000, Window: time.Second}, {Count: 1_000_000, Window: time.Minute}}}},
+	{"sliding_log/sampled", algo.SlidingLog{Limits: []algo.Window{{Count: 100_000, Window: time.Second}, {Count: 1_000_000, Window: time.Minute}}, Buckets: 60}},
+	{"sliding_log/exact-denied", algo.SlidingLog{Limits: []algo.Window{{Count: 100, Window: time.Second}}}},
+	{"sliding_log/uniform-denied", algo.SlidingLog{Limits: []algo.Window{{Count: 100, Window: time.Second}}, Buckets: 60, Mode: algo.Uniform}},
+	{"window_counter", algo.WindowCounter{Limits: []algo.Window{{Count: 1_000_000, Window: time.Second}, {Count: 5_000_000, Window: 10 * time.Second}, {Count: 7_000_000, Window: 15 * time.Second}}}},
 }
 
 var benchT0 = time.UnixMicro(1800003000334587)

@@ -24,7 +24,7 @@ var slidingLogBinding = bind(binding{file: "sliding_log.lua", letter: "s", lazy:
 			if l.Buckets > 0 {
 				width = l.BucketWidth(i)
 			}
-			args = append(args, itoa(w.Limit), itoa(algo.Micros(w.Window)), itoa(width))
+			args = append(args, itoa(w.Count), itoa(algo.Micros(w.Window)), itoa(width))
 		}
 		return args
 	},

@@ -25,11 +25,11 @@ type memoryCase struct {
 }
 
 var memoryCases = []memoryCase{
-	{"sliding_log exact, 1 limit", algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: time.Hour}}}, time.Hour},
-	{"sliding_log sampled (60 buckets), 1 limit", algo.SlidingLog{Limits: []algo.Window{{Limit: 1_000_000, Window: time.Hour}}, Buckets: 60}, time.Hour},
-	{"sliding_log exact, 2 limits (1h, 1m)", algo.SlidingLog{Limits: []algo.Window{{Limit: algo.MaxExactLimit, Window: time.Hour}, {Limit: algo.MaxExactLimit, Window: time.Minute}}}, time.Hour},
-	{"sliding_log sampled (60 buckets), 2 limits (1h, 1m)", algo.SlidingLog{Limits: []algo.Window{{Limit: 1_000_000, Window: time.Hour}, {Limit: 1_000_000, Window: time.Minute}}, Buckets: 60}, time.Hour},
-	{"window_counter 1s slices, windows 1s/10s/15s", algo.WindowCounter{Limits: []algo.Window{{Limit: 1_000_000, Window: time.Second}, {Limit: 5_000_000, Window: 10 * time.Second}, {Limit: 7_000_000, Window: 15 * time.Second}}}, 15 * time.Second},
+	{"sliding_log exact, 1 limit", algo.SlidingLog{Limits: []algo.Window{{Count: algo.MaxExactLimit, Window: time.Hour}}}, time.Hour},
+	{"sliding_log sampled (60 buckets), 1 limit", algo.SlidingLog{Limits: []algo.Window{{Count: 1_000_000, Window: time.Hour}}, Buckets: 60}, time.Hour},
+	{"sliding_log exact, 2 limits (1h, 1m)", algo.SlidingLog{Limits: []algo.Window{{Count: algo.MaxExactLimit, Window: time.Hour}, {Count: algo.MaxExactLimit, Window: time.Minute}}}, time.Hour},
+	{"sliding_log sampled (60 buckets), 2 limits (1h, 1m)", algo.SlidingLog{Limits: []algo.Window{{Count: 1_000_000, Window: time.Hour}, {Count: 1_000_000, Window: time.Minute}}, Buckets: 60}, time.Hour},
+	{"window_counter 1s slices, windows 1s/10s/15s", algo.WindowCounter{Limits: []algo.Window{{Count: 1_000_000, Window: time.Second}, {Count: 5_000_000, Window: 10 * time.Second}, {Count: 7_000_000, Window: 15 * time.Second}}}, 15 * time.Second},
 }
 
 // memoryUsage records n actions of cost 1 on a fresh key, spread evenly

@@ -51,11 +51,11 @@ func TestWindowedCluster(t *testing.T) {
 			var lim algo.Limit
 			switch r.IntN(4) {
 			case 0:
-				lim = algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Limit: 1 + r.Int64N(6), Window: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond}}}
+				lim = algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Count: 1 + r.Int64N(6), Window: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond}}}
 			case 1:
 				lim = algo.GCRA{Burst: r.Int64N(4), Count: 1 + r.Int64N(5), Period: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond}
 			default:
-				l := algo.SlidingLog{Mode: algo.Mode(r.IntN(3)), Limits: []algo.Window{{Limit: 1 + r.Int64N(6), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond}}}
+				l := algo.SlidingLog{Mode: algo.Mode(r.IntN(3)), Limits: []algo.Window{{Count: 1 + r.Int64N(6), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond}}}
 				if r.IntN(2) == 0 {
 					l.Buckets = 1 + r.Int64N(5)
 				}
@@ -129,9 +129,9 @@ func TestWindowedLayout(t *testing.T) {
 		fields int64 // at most, for a hash
 		ttl    time.Duration
 	}{
-		{"exact", algo.SlidingLog{Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 500 * time.Millisecond}}}, 0, time.Second},
-		{"sampled", algo.SlidingLog{Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 500 * time.Millisecond}}, Buckets: 10, Mode: algo.Uniform}, 2*11 + 2 + 3, 1200 * time.Millisecond},
-		{"window_counter", algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Limit: 1000, Window: time.Second}, {Limit: 1000, Window: 300 * time.Millisecond}}}, 10 + 2 + 1, time.Second},
+		{"exact", algo.SlidingLog{Limits: []algo.Window{{Count: 1000, Window: time.Second}, {Count: 1000, Window: 500 * time.Millisecond}}}, 0, time.Second},
+		{"sampled", algo.SlidingLog{Limits: []algo.Window{{Count: 1000, Window: time.Second}, {Count: 1000, Window: 500 * time.Millisecond}}, Buckets: 10, Mode: algo.Uniform}, 2*11 + 2 + 3, 1200 * time.Millisecond},
+		{"window_counter", algo.WindowCounter{Slice: 100 * time.Millisecond, Limits: []algo.Window{{Count: 1000, Window: time.Second}, {Count: 1000, Window: 300 * time.Millisecond}}}, 10 + 2 + 1, time.Second},
 	} {
 		key := "layout:" + tc.name
 		name := redis.StateKey(redis.DefaultPrefix, store.Request{Key: key, Plan: algo.MustCompile(tc.limit)})

@@ -10,11 +10,11 @@ var windowCounterBinding = bind(binding{file: "window_counter.lua", letter: "w",
 	func(args []string, l algo.WindowCounter, cost int64) []string {
 		var lmax int64
 		for _, w := range l.Limits {
-			lmax = max(lmax, w.Limit)
+			lmax = max(lmax, w.Count)
 		}
 		args = append(args, itoa(min(cost, lmax+1)), itoa(l.SliceMicros()), itoa(int64(len(l.Limits))))
 		for i, w := range l.Limits {
-			args = append(args, itoa(w.Limit), itoa(l.Slices(i)))
+			args = append(args, itoa(w.Count), itoa(l.Slices(i)))
 		}
 		return args
 	},

@@ -68,7 +68,7 @@ func run(addr, key string, limit int64, window, lease time.Duration, maxLease in
 	if err != nil {
 		return err
 	}
-	req := store.Request{Key: key, Plan: algo.MustCompile(algo.FixedWindow{Limit: limit, Window: window}), Cost: 1, Lease: lease > 0}
+	req := store.Request{Key: key, Plan: algo.MustCompile(algo.FixedWindow{Count: limit, Window: window}), Cost: 1, Lease: lease > 0}
 	if once {
 		_, err := st.Decide(ctx, req)
 		st.Close()

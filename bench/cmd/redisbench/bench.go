@@ -37,8 +37,8 @@ var (
 		limit algo.Limit
 	}{
 		{"gcra", gcra},
-		{"token_bucket", algo.TokenBucket{Burst: 16, Rate: 30, Per: time.Minute}},
-		{"fixed_window", algo.FixedWindow{Limit: 100, Window: time.Minute}},
+		{"token_bucket", algo.TokenBucket{Burst: 16, Count: 30, Period: time.Minute}},
+		{"fixed_window", algo.FixedWindow{Count: 100, Window: time.Minute}},
 		{"gate", algo.Gate{Interval: time.Second}},
 	}
 )

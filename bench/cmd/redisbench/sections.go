@@ -34,7 +34,9 @@ var (
 )
 
 // sluiceKey is the Redis key the store uses for a request key.
-func sluiceKey(key string) string { return sredis.KeyName(sredis.DefaultPrefix, key, "") }
+func sluiceKey(key string) string {
+	return sredis.StateKey(sredis.DefaultPrefix, store.Request{Key: key})
+}
 
 // captureSluice returns the command the store sends for one decision.
 func (b *bench) captureSluice(ctx context.Context, lim algo.Limit, reqTime bool) ([]string, error) {
@@ -461,8 +463,8 @@ func (b *bench) memory(ctx context.Context) error {
 		limit algo.Limit
 	}{
 		{"gcra", algo.GCRA{Burst: 15, Count: 1, Period: time.Hour}},
-		{"token_bucket", algo.TokenBucket{Burst: 16, Rate: 1, Per: time.Hour}},
-		{"fixed_window", algo.FixedWindow{Limit: 100, Window: 24 * time.Hour}},
+		{"token_bucket", algo.TokenBucket{Burst: 16, Count: 1, Period: time.Hour}},
+		{"fixed_window", algo.FixedWindow{Count: 100, Window: 24 * time.Hour}},
 		{"gate", algo.Gate{Interval: time.Hour}},
 	}
 	var cases []memCase

@@ -72,7 +72,7 @@ func TestLookup(t *testing.T) {
 func TestNotRemembered(t *testing.T) {
 	c := New(100)
 	g := plan(t, algo.GCRA{Burst: 2, Count: 1, Period: time.Second})
-	uniform := plan(t, algo.SlidingLog{Limits: []algo.Window{{Limit: 2, Window: time.Second}}, Mode: algo.Uniform})
+	uniform := plan(t, algo.SlidingLog{Limits: []algo.Window{{Count: 2, Window: time.Second}}, Mode: algo.Uniform})
 	deny := algo.Result{RetryAfter: time.Second}
 	c.Remember("allowed", g, 1, at(0), c.Epoch(), algo.Result{Allowed: true})
 	c.Remember("never", g, 9, at(0), c.Epoch(), algo.Result{RetryAfter: algo.Never})
