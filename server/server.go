@@ -36,7 +36,7 @@ import (
 type Server struct {
 	cfg        Config
 	log        *slog.Logger
-	current     *policy.Current
+	current    *policy.Current
 	checker    *policy.Checker
 	store      store.Store
 	m          *metrics
