@@ -5,11 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/store"
 )
 
 // slotRequest is the body of POST /v1/renew and POST /v1/release: the
@@ -155,92 +153,6 @@ func (s *Server) countSlots(api string, op algo.SlotOp, d *policy.Decision) {
 	case op == algo.Renew && !d.Allowed:
 		s.m.slots.WithLabelValues(api, "lost").Inc()
 	}
-}
-
-// maxHoldersListed bounds the holders GET /admin/v1/holders lists per
-// level (a key has up to algo.MaxSlots); Total still counts them all.
-const maxHoldersListed = 1000
-
-// holdersJSON is the answer of GET /admin/v1/holders: for each
-// concurrency level of the path, who holds its slots.
-type holdersJSON struct {
-	Levels []levelHoldersJSON `json:"levels"`
-}
-
-// levelHoldersJSON is one concurrency level's holders, the earliest hold
-// first, at most maxHoldersListed of Total.
-type levelHoldersJSON struct {
-	Pattern string       `json:"pattern"`
-	Key     string       `json:"key"`
-	Limit   int64        `json:"limit"`
-	Held    int64        `json:"held"`
-	Total   int          `json:"total"`
-	Holders []holderJSON `json:"holders"`
-}
-
-// holderJSON is one holder: its permit id (empty for slots taken for no
-// permit, such as Envoy's), its slots and when its hold ends.
-type holderJSON struct {
-	Permit    string `json:"permit,omitempty"`
-	Units     int64  `json:"units"`
-	LeaseEnds string `json:"lease_ends"` // RFC 3339, µs
-	LeftNs    int64  `json:"lease_left_ns"`
-}
-
-// handleHolders serves GET /admin/v1/holders: the holders of every
-// concurrency limit on the path, with their holds.
-func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
-	path, ok := adminPath(w, r)
-	if !ok {
-		return
-	}
-	hl, ok := s.store.(store.HolderLister)
-	if !ok {
-		writeProblem(w, http.StatusNotImplemented, "the store cannot list holders")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
-	defer cancel()
-	now := time.Now()
-	if c, ok := s.store.(store.Clock); ok {
-		t, err := c.Now(ctx)
-		if err != nil {
-			s.adminStoreError(w, err)
-			return
-		}
-		now = t
-	}
-	out := holdersJSON{Levels: []levelHoldersJSON{}}
-	m := s.current.Load().Match(path)
-	for _, h := range m.Hits {
-		for j := range h.Limits {
-			req := h.Request(j, 0)
-			c, ok := req.Plan.Concurrency()
-			if !ok {
-				continue
-			}
-			req.Time = now
-			hs, err := hl.Holders(ctx, req)
-			if err != nil {
-				s.adminStoreError(w, err)
-				return
-			}
-			lv := levelHoldersJSON{Pattern: h.Pattern, Key: req.Key, Limit: c.Count, Total: len(hs), Holders: []holderJSON{}}
-			for i, x := range hs {
-				lv.Held += x.Units
-				if i >= maxHoldersListed {
-					continue
-				}
-				hj := holderJSON{Units: x.Units, LeaseEnds: time.UnixMicro(x.End).UTC().Format("2006-01-02T15:04:05.000000Z07:00"), LeftNs: int64(time.UnixMicro(x.End).Sub(now))}
-				if x.Permit != 0 {
-					hj.Permit = strconv.FormatInt(x.Permit, 10)
-				}
-				lv.Holders = append(lv.Holders, hj)
-			}
-			out.Levels = append(out.Levels, lv)
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 // handleAcquire serves POST /v1/acquire: a check (the body of POST
