@@ -41,13 +41,13 @@ func TestScriptsAreOnlyEmbeddedText(t *testing.T) {
 }
 
 // TestLuaScriptsComeFromEmbeddedFiles: the store makes its own Lua
-// scripts in two places only, both in redis.go and from embedded text:
+// scripts in two places only, both in bindings.go and from embedded text:
 // the drivers' compositions and embeddedScript. The third is the
 // operator's own script file (LoadScript).
 func TestLuaScriptsComeFromEmbeddedFiles(t *testing.T) {
 	want := map[string]string{
-		"redis.go":      "rueidis.NewLuaScript(d.compose(set))",
-		"redis.go#2":    "rueidis.NewLuaScript(b.String())", // embeddedScript
+		"bindings.go":   "rueidis.NewLuaScript(d.compose(set))",
+		"bindings.go#2": "rueidis.NewLuaScript(b.String())", // embeddedScript
 		"userscript.go": "rueidis.NewLuaScript(string(src))",
 	}
 	entries, err := os.ReadDir(".")
