@@ -44,6 +44,8 @@ type Plan struct {
 	// A concurrency plan's permit (ForPermit): its id (0: none) and op.
 	permit int64
 	op     SlotOp
+	// quota is the limit's Quota, for a block's denial.
+	quota int64
 	// The limit's block (Blocking), nil for none: a pointer, so that a
 	// plan without one (most) is no larger for it.
 	blk *Block
@@ -121,6 +123,7 @@ func (p *Plan) compile(l Limit) error {
 	}
 	p.ok, p.stepwise = true, kinds[p.kind].stepwise
 	p.shape = p.computeShape()
+	p.quota, _ = l.Quota()
 	return nil
 }
 
@@ -223,12 +226,12 @@ func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 // a block; the state is kept while its block matters.
 func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
 	if s.Block.Blocked(now) {
-		return s.Block.Result(now, p.quota())
+		return s.Block.Result(now, p.quota)
 	}
 	r := p.decide(s, now, cost, commit)
 	if commit && !r.Allowed && cost > 0 { // a peek starts nothing
 		s.Block = p.blk.Start(s.Block, now)
-		r = s.Block.Result(now, p.quota())
+		r = s.Block.Result(now, p.quota)
 	}
 	return r
 }
@@ -396,28 +399,6 @@ func (p *Plan) unblocked() Limit {
 		return p.cc
 	}
 	return nil
-}
-
-// quota is the limit's Quota, without boxing the limit in an interface.
-func (p *Plan) quota() int64 {
-	var q int64
-	switch p.kind {
-	case KindGCRA:
-		q, _ = p.gcra.Quota()
-	case KindTokenBucket:
-		q, _ = p.tb.Quota()
-	case KindFixedWindow:
-		q, _ = p.fw.Quota()
-	case KindGate:
-		q, _ = p.gate.Quota()
-	case KindSlidingLog:
-		q, _ = p.sl.Quota()
-	case KindWindowCounter:
-		q, _ = p.wc.Quota()
-	case KindConcurrency:
-		q, _ = p.cc.Quota()
-	}
-	return q
 }
 
 // Kind returns the plan's algorithm.
