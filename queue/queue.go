@@ -9,7 +9,7 @@
 // counts entries waiting and entries being handled, and nothing accepted
 // is lost.
 //
-// A queue lives in a store that keeps queues (store.Queues). On Redis a
+// A queue lives in a store that keeps queues (backend.Queues). On Redis a
 // queue is a stream with one consumer group; admission is one Lua script
 // (XLEN, XADD), never trimmed with MAXLEN. Workers in any number of
 // processes read with XREADGROUP, ack and delete an entry only after its
@@ -31,6 +31,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/queue/backend"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -159,7 +160,7 @@ type Queue struct {
 	name  string
 	opts  Options
 	st    store.Store
-	b     store.Queue
+	b     backend.Queue
 	hooks hooks
 	// closed is closed by Close.
 	closed    chan struct{}
@@ -187,12 +188,12 @@ func Open(ctx context.Context, st store.Store, name string, opts Options) (*Queu
 	if opts.Group == "" {
 		opts.Group = "workers"
 	}
-	qs, ok := st.(store.Queues)
+	qs, ok := st.(backend.Queues)
 	if !ok {
-		return nil, fmt.Errorf("queue %q: %T keeps no queues (store.Queues)", name, st)
+		return nil, fmt.Errorf("queue %q: %T keeps no queues (backend.Queues)", name, st)
 	}
 	b, err := qs.Queue(ctx, name, opts.Group, opts.Capacity)
-	if errors.Is(err, store.ErrNoQueue) {
+	if errors.Is(err, backend.ErrNoQueue) {
 		return nil, fmt.Errorf("queue %q: %w: give a capacity to define it", name, ErrUnknownQueue)
 	}
 	if err != nil {
@@ -220,9 +221,9 @@ func Define(ctx context.Context, st store.Store, name string, capacity int) erro
 	if err := checkName(name); err != nil {
 		return err
 	}
-	qs, ok := st.(store.Queues)
+	qs, ok := st.(backend.Queues)
 	if !ok {
-		return fmt.Errorf("queue %q: %T keeps no queues (store.Queues)", name, st)
+		return fmt.Errorf("queue %q: %T keeps no queues (backend.Queues)", name, st)
 	}
 	b, err := qs.Queue(ctx, name, "", capacity) // no consumer group: Open makes its own
 	if err == nil {
@@ -269,14 +270,14 @@ func (q *Queue) isClosed() bool {
 // Shared reports whether queues in st are shared between processes (a
 // Redis store), rather than living in this one.
 func Shared(st store.Store) bool {
-	qs, ok := st.(store.Queues)
+	qs, ok := st.(backend.Queues)
 	return ok && qs.QueuesShared()
 }
 
 // EvictionWarning returns a warning when st may lose queued entries (a
 // Redis whose maxmemory-policy evicts keys), and "" otherwise.
 func EvictionWarning(ctx context.Context, st store.Store) string {
-	if qs, ok := st.(store.Queues); ok {
+	if qs, ok := st.(backend.Queues); ok {
 		return qs.QueueWarning(ctx)
 	}
 	return ""
@@ -339,13 +340,13 @@ func (q *Queue) Add(ctx context.Context, fields map[string]string, dedup string)
 }
 
 // added is the answer of an Add (or a Requeue) as the store gave it.
-func (q *Queue) added(a store.QueueAdded) (Added, error) {
+func (q *Queue) added(a backend.Added) (Added, error) {
 	switch a.Outcome {
-	case store.QueueNew:
+	case backend.New:
 		return Added{ID: a.ID, Length: a.Length}, nil
-	case store.QueueDuplicate:
+	case backend.Duplicate:
 		return Added{ID: a.ID, Duplicate: true, Length: a.Length}, nil
-	case store.QueueConflict:
+	case backend.Conflict:
 		return Added{ID: a.ID, Length: a.Length}, fmt.Errorf("queue %q: %w", q.name, ErrDedupConflict)
 	}
 	return Added{Length: a.Length}, &FullError{Length: a.Length, Wait: estimate(a.Length, int64(q.opts.Capacity), a.DrainRate)}
@@ -417,7 +418,7 @@ func (q *Queue) DeadLetters(ctx context.Context, count int) ([]DeadLetter, error
 	}
 	out := make([]DeadLetter, len(ds))
 	for i, d := range ds {
-		e, err := entryOf(d.QueueEntry)
+		e, err := entryOf(d.Entry)
 		if err != nil {
 			return nil, fmt.Errorf("queue %q: %w", q.name, err)
 		}
@@ -427,7 +428,7 @@ func (q *Queue) DeadLetters(ctx context.Context, count int) ([]DeadLetter, error
 }
 
 // entryOf decodes an entry as the store keeps it.
-func entryOf(e store.QueueEntry) (Entry, error) {
+func entryOf(e backend.Entry) (Entry, error) {
 	f, err := decodeFields(e.Fields)
 	if err != nil {
 		return Entry{}, fmt.Errorf("entry %s: %w", e.ID, err)
@@ -436,7 +437,7 @@ func entryOf(e store.QueueEntry) (Entry, error) {
 }
 
 // raw is e as the store keeps it.
-func raw(e Entry) (store.QueueEntry, error) {
+func raw(e Entry) (backend.Entry, error) {
 	f, err := encodeFields(e.Fields)
-	return store.QueueEntry{ID: e.ID, Fields: f, Dedup: e.Dedup, Deliveries: e.Deliveries}, err
+	return backend.Entry{ID: e.ID, Fields: f, Dedup: e.Dedup, Deliveries: e.Deliveries}, err
 }

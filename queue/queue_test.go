@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/queue/backend"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
@@ -521,7 +522,7 @@ func TestShutdownTimeout(t *testing.T) {
 
 // TestClose: a closed handle refuses calls and stops its Work; another
 // handle on the queue goes on. The memory store's Close releases its
-// queues: their handles fail with store.ErrClosed, and a new store starts
+// queues: their handles fail with backend.ErrClosed, and a new store starts
 // with none (they once lived in a process-wide map, never emptied).
 func TestClose(t *testing.T) {
 	stores(t, func(t *testing.T, st store.Store) {
@@ -562,7 +563,7 @@ func TestClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	if _, err := q.Add(context.Background(), nil, ""); !errors.Is(err, store.ErrClosed) {
+	if _, err := q.Add(context.Background(), nil, ""); !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("Add after the store closed: %v", err)
 	}
 	fresh := memory.New()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/queue/backend"
 )
 
 // Handler handles one entry. It returns nil when the entry is done (it is
@@ -113,7 +113,7 @@ func (w *worker) read(ctx context.Context, block time.Duration) ([]Entry, error)
 }
 
 // entries decodes entries as the store keeps them.
-func entries(raws []store.QueueEntry) ([]Entry, error) {
+func entries(raws []backend.Entry) ([]Entry, error) {
 	es := make([]Entry, 0, len(raws))
 	for _, r := range raws {
 		e, err := entryOf(r)

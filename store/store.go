@@ -1,16 +1,19 @@
-// Package store opens Sluice stores by URL and names what a store can do
-// besides deciding. Each store registers itself for its URL scheme, as
-// database/sql drivers do: import store/memory for "memory" (also the
-// empty URL), store/redis for redis:// and rediss://.
+// Package store is the storage contract: a Store decides Requests, each
+// carrying a compiled algo.Plan (contract.go, request.go); Acquire, Renew
+// and Release are the verbs of concurrency slots on any store (slots.go).
+// Stores register for a URL scheme, as database/sql drivers do: import
+// store/memory for "memory" (also the empty URL), store/redis for redis://
+// and rediss://, and Open a URL.
 //
-// A store is a Store. What only some stores can do is behind small
-// interfaces that a caller asks for with a type assertion: Pinger (is the
-// server reachable), Resetter (forget keys), Refunder (give units back),
-// Clock (the store's time), ConsumerLog (who consumed a key), DenialCache
-// and Leaser and Granter (answers without a round trip), Queues
-// (admission queues), HolderLister (who holds slots), Adjuster (penalty,
-// reward, block, unblock) and Script (a user's limiter). A store's insides stay
-// in its package: nothing else asserts a concrete store type.
+// What only some stores can do is behind small interfaces that a caller
+// asks for with a type assertion: Pinger (is the server reachable),
+// Resetter (forget keys), Refunder (give units back), Clock (the store's
+// time), ConsumerLog (who consumed a key), DenialCache and Leaser and
+// Granter (answers without a round trip), HolderLister (who holds slots),
+// Adjuster (penalty, reward, block, unblock) and Script (a user's
+// limiter). Admission queues are package queue's (its backend,
+// queue/backend), not a store capability. A store's insides stay in its
+// package: nothing else asserts a concrete store type.
 package store
 
 import (

@@ -7,15 +7,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/queue/backend"
 )
 
-// The store's admission queues (store.Queues) live in this process: the
+// The store's admission queues (backend.Queues) live in this process: the
 // same admission, delivery, claim, ack and dead-letter rules as the Redis
 // store's streams, with no recovery across processes. They belong to the
 // store: Close releases them, and wakes the readers waiting on them.
 
-var _ store.Queues = (*Store)(nil)
+var _ backend.Queues = (*Store)(nil)
 
 // queues are the store's queues by name.
 type queues struct {
@@ -24,19 +24,19 @@ type queues struct {
 	closed bool
 }
 
-// Queue implements store.Queues. The memory store has one group per queue
+// Queue implements backend.Queues. The memory store has one group per queue
 // and ignores group.
-func (s *Store) Queue(_ context.Context, name, _ string, capacity int) (store.Queue, error) {
+func (s *Store) Queue(_ context.Context, name, _ string, capacity int) (backend.Queue, error) {
 	qs := &s.queues
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if qs.closed {
-		return nil, store.ErrClosed
+		return nil, backend.ErrClosed
 	}
 	q := qs.m[name]
 	if q == nil {
 		if capacity <= 0 {
-			return nil, store.ErrNoQueue
+			return nil, backend.ErrNoQueue
 		}
 		if qs.m == nil {
 			qs.m = map[string]*queue{}
@@ -48,14 +48,14 @@ func (s *Store) Queue(_ context.Context, name, _ string, capacity int) (store.Qu
 	return q, nil
 }
 
-// QueuesShared implements store.Queues: the queues live in this process.
+// QueuesShared implements backend.Queues: the queues live in this process.
 func (s *Store) QueuesShared() bool { return false }
 
-// QueueWarning implements store.Queues: nothing evicts entries here.
+// QueueWarning implements backend.Queues: nothing evicts entries here.
 func (s *Store) QueueWarning(context.Context) string { return "" }
 
 // closeQueues releases the queues: their operations fail with
-// store.ErrClosed from now on.
+// backend.ErrClosed from now on.
 func (s *Store) closeQueues() {
 	qs := &s.queues
 	qs.mu.Lock()
@@ -80,7 +80,7 @@ type queue struct {
 	entries map[string]*queueEntry
 	unread  []string // ids not yet delivered, oldest first
 	dedup   map[string]string
-	dead    []store.QueueDeadLetter
+	dead    []backend.DeadLetter
 	members map[string]bool
 
 	admitted, delivered, acked int64
@@ -109,32 +109,32 @@ func (q *queue) lock() error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return store.ErrClosed
+		return backend.ErrClosed
 	}
 	return nil
 }
 
-func (q *queue) Add(_ context.Context, dedup string, fields []byte) (store.QueueAdded, error) {
+func (q *queue) Add(_ context.Context, dedup string, fields []byte) (backend.Added, error) {
 	if err := q.lock(); err != nil {
-		return store.QueueAdded{}, err
+		return backend.Added{}, err
 	}
 	defer q.mu.Unlock()
 	return q.admit(dedup, fields), nil
 }
 
 // admit admits an entry as Add does; q.mu held.
-func (q *queue) admit(dedup string, fields []byte) store.QueueAdded {
+func (q *queue) admit(dedup string, fields []byte) backend.Added {
 	n := int64(len(q.entries))
 	if dedup != "" {
 		if id, ok := q.dedup[dedup]; ok {
 			if e := q.entries[id]; e != nil && !bytes.Equal(e.fields, fields) {
-				return store.QueueAdded{Outcome: store.QueueConflict, ID: id, Length: n}
+				return backend.Added{Outcome: backend.Conflict, ID: id, Length: n}
 			}
-			return store.QueueAdded{Outcome: store.QueueDuplicate, ID: id, Length: n}
+			return backend.Added{Outcome: backend.Duplicate, ID: id, Length: n}
 		}
 	}
 	if n >= int64(q.capacity) {
-		return store.QueueAdded{Outcome: store.QueueFull, Length: n, DrainRate: q.rate(time.Now())}
+		return backend.Added{Outcome: backend.Full, Length: n, DrainRate: q.rate(time.Now())}
 	}
 	ms := time.Now().UnixMilli()
 	if ms <= q.lastMs {
@@ -151,7 +151,7 @@ func (q *queue) admit(dedup string, fields []byte) store.QueueAdded {
 	q.admitted++
 	close(q.ready)
 	q.ready = make(chan struct{})
-	return store.QueueAdded{Outcome: store.QueueNew, ID: id, Length: n + 1}
+	return backend.Added{Outcome: backend.New, ID: id, Length: n + 1}
 }
 
 func (q *queue) Capacity(context.Context) (int, error) {
@@ -171,18 +171,18 @@ func (q *queue) Define(_ context.Context, capacity int) error {
 	return nil
 }
 
-func (q *queue) Requeue(_ context.Context, deadID string) (store.QueueAdded, bool, error) {
+func (q *queue) Requeue(_ context.Context, deadID string) (backend.Added, bool, error) {
 	if err := q.lock(); err != nil {
-		return store.QueueAdded{}, false, err
+		return backend.Added{}, false, err
 	}
 	defer q.mu.Unlock()
 	i := q.deadIndex(deadID)
 	if i < 0 {
-		return store.QueueAdded{}, false, nil
+		return backend.Added{}, false, nil
 	}
 	d := q.dead[i]
 	a := q.admit(d.Dedup, d.Fields)
-	if a.Outcome == store.QueueNew {
+	if a.Outcome == backend.New {
 		q.dead = append(q.dead[:i], q.dead[i+1:]...)
 	}
 	return a, true, nil
@@ -222,14 +222,14 @@ func (q *queue) rate(now time.Time) float64 {
 	return float64(n) / drainSeconds
 }
 
-func (q *queue) deliver(e *queueEntry, consumer string, now time.Time) store.QueueEntry {
+func (q *queue) deliver(e *queueEntry, consumer string, now time.Time) backend.Entry {
 	e.deliveries++
 	e.owner, e.deliveredAt = consumer, now
 	q.delivered++
-	return store.QueueEntry{ID: e.id, Fields: e.fields, Dedup: e.dedup, Deliveries: e.deliveries}
+	return backend.Entry{ID: e.id, Fields: e.fields, Dedup: e.dedup, Deliveries: e.deliveries}
 }
 
-func (q *queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]store.QueueEntry, error) {
+func (q *queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]backend.Entry, error) {
 	timer := time.NewTimer(block)
 	defer timer.Stop()
 	for {
@@ -238,7 +238,7 @@ func (q *queue) Read(ctx context.Context, consumer string, count int, block time
 		}
 		q.members[consumer] = true
 		if len(q.unread) > 0 {
-			var out []store.QueueEntry
+			var out []backend.Entry
 			now := time.Now()
 			for len(q.unread) > 0 && len(out) < count {
 				e := q.entries[q.unread[0]]
@@ -260,14 +260,14 @@ func (q *queue) Read(ctx context.Context, consumer string, count int, block time
 	}
 }
 
-func (q *queue) Claim(_ context.Context, consumer string, minIdle time.Duration, _ string, count int) (string, []store.QueueEntry, error) {
+func (q *queue) Claim(_ context.Context, consumer string, minIdle time.Duration, _ string, count int) (string, []backend.Entry, error) {
 	if err := q.lock(); err != nil {
 		return "", nil, err
 	}
 	defer q.mu.Unlock()
 	q.members[consumer] = true
 	now := time.Now()
-	var out []store.QueueEntry
+	var out []backend.Entry
 	for _, e := range q.entries {
 		if e.owner != "" && now.Sub(e.deliveredAt) >= minIdle {
 			if len(out) == count {
@@ -336,30 +336,30 @@ func (q *queue) AckAll(ctx context.Context, ids []string, done []bool) error {
 	return nil
 }
 
-func (q *queue) DeadLetter(_ context.Context, e store.QueueEntry, msg string) error {
+func (q *queue) DeadLetter(_ context.Context, e backend.Entry, msg string) error {
 	if err := q.lock(); err != nil {
 		return err
 	}
 	defer q.mu.Unlock()
 	q.deadSeq++
-	q.dead = append(q.dead, store.QueueDeadLetter{QueueEntry: e, DeadID: fmt.Sprintf("%d-%d", time.Now().UnixMilli(), q.deadSeq), Error: msg})
+	q.dead = append(q.dead, backend.DeadLetter{Entry: e, DeadID: fmt.Sprintf("%d-%d", time.Now().UnixMilli(), q.deadSeq), Error: msg})
 	return nil
 }
 
-func (q *queue) DeadLetters(_ context.Context, count int) ([]store.QueueDeadLetter, error) {
+func (q *queue) DeadLetters(_ context.Context, count int) ([]backend.DeadLetter, error) {
 	if err := q.lock(); err != nil {
 		return nil, err
 	}
 	defer q.mu.Unlock()
-	return append([]store.QueueDeadLetter(nil), q.dead[:min(count, len(q.dead))]...), nil
+	return append([]backend.DeadLetter(nil), q.dead[:min(count, len(q.dead))]...), nil
 }
 
-func (q *queue) Stats(context.Context) (store.QueueStats, error) {
+func (q *queue) Stats(context.Context) (backend.Stats, error) {
 	if err := q.lock(); err != nil {
-		return store.QueueStats{}, err
+		return backend.Stats{}, err
 	}
 	defer q.mu.Unlock()
-	s := store.QueueStats{Length: int64(len(q.entries)), Consumers: int64(len(q.members)), DeadLetters: int64(len(q.dead)),
+	s := backend.Stats{Length: int64(len(q.entries)), Consumers: int64(len(q.members)), DeadLetters: int64(len(q.dead)),
 		Admitted: q.admitted, Delivered: q.delivered, Acked: q.acked, DrainRate: q.rate(time.Now()), Capacity: q.capacity}
 	s.Pending = s.Length - int64(len(q.unread))
 	return s, nil

@@ -11,10 +11,11 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/queue/backend"
 	"github.com/sluicehq/sluice/store"
 )
 
-// The store's admission queues (store.Queues) are Redis Streams: a queue
+// The store's admission queues (backend.Queues) are Redis Streams: a queue
 // is a stream with one consumer group, admitted by one script (XLEN,
 // XADD, never trimmed), read with XREADGROUP, claimed with XAUTOCLAIM,
 // acked and deleted only once handled. Its keys share one hash tag, so
@@ -22,7 +23,7 @@ import (
 // for counters, dedup ids and last errors.
 
 var (
-	_ store.Queues = (*Store)(nil)
+	_ backend.Queues = (*Store)(nil)
 
 	queueAddScript     = embeddedScript("queue_rate.lua", "queue_admit.lua", "queue_add.lua")
 	queueRequeueScript = embeddedScript("queue_rate.lua", "queue_admit.lua", "queue_requeue.lua")
@@ -46,10 +47,10 @@ func queueKey(prefix, name string) string {
 	return prefix + "{queue:" + sluice.Escape(name) + "}"
 }
 
-// Queue implements store.Queues: the capacity is the meta hash's
+// Queue implements backend.Queues: the capacity is the meta hash's
 // 'capacity' field, and the stream and its group are created when
 // missing.
-func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (store.Queue, error) {
+func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (backend.Queue, error) {
 	base := queueKey(s.prefix, name)
 	q := &queue{s: s, group: group, stream: base, dead: base + ":dead", meta: base + ":meta",
 		dedup: base + ":dedup", errs: base + ":errors"}
@@ -62,7 +63,7 @@ func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (st
 	}
 	if capacity > 0 {
 		err = c.Do(ctx, c.B().Hsetnx().Key(q.meta).Field("capacity").Value(strconv.Itoa(capacity)).Build()).Error()
-	} else if _, err = q.Capacity(ctx); errors.Is(err, store.ErrNoQueue) {
+	} else if _, err = q.Capacity(ctx); errors.Is(err, backend.ErrNoQueue) {
 		return nil, err // nothing created for a name never defined
 	}
 	if err != nil {
@@ -78,11 +79,11 @@ func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (st
 	return q, nil
 }
 
-// QueuesShared implements store.Queues: every process on the same Redis
+// QueuesShared implements backend.Queues: every process on the same Redis
 // shares them.
 func (s *Store) QueuesShared() bool { return true }
 
-// QueueWarning implements store.Queues: a maxmemory-policy that may evict
+// QueueWarning implements backend.Queues: a maxmemory-policy that may evict
 // keys would lose entries.
 func (s *Store) QueueWarning(ctx context.Context) string {
 	c := s.client()
@@ -109,10 +110,10 @@ func (s *Store) clientOrErr() (rueidis.Client, error) {
 	return c, nil
 }
 
-func (q *queue) Add(ctx context.Context, dedup string, fields []byte) (store.QueueAdded, error) {
+func (q *queue) Add(ctx context.Context, dedup string, fields []byte) (backend.Added, error) {
 	c, err := q.s.clientOrErr()
 	if err != nil {
-		return store.QueueAdded{}, err
+		return backend.Added{}, err
 	}
 	a, _, err := admitted(queueAddScript.Exec(ctx, c, q.keysAdd, []string{dedup, string(fields)}))
 	return a, err
@@ -120,7 +121,7 @@ func (q *queue) Add(ctx context.Context, dedup string, fields []byte) (store.Que
 
 // admitted reads queue_admit.lua's reply; found is false for a requeue of
 // no dead letter.
-func admitted(r rueidis.RedisResult) (a store.QueueAdded, found bool, err error) {
+func admitted(r rueidis.RedisResult) (a backend.Added, found bool, err error) {
 	v, err := r.ToArray()
 	if err != nil {
 		return a, false, err
@@ -133,17 +134,17 @@ func admitted(r rueidis.RedisResult) (a store.QueueAdded, found bool, err error)
 	a.Length, _ = v[2].AsInt64()
 	switch status {
 	case 1:
-		a.Outcome = store.QueueNew
+		a.Outcome = backend.New
 	case 2:
-		a.Outcome = store.QueueDuplicate
+		a.Outcome = backend.Duplicate
 	case 3:
-		a.Outcome = store.QueueConflict
+		a.Outcome = backend.Conflict
 	case 4:
-		return a, false, store.ErrNoQueue
+		return a, false, backend.ErrNoQueue
 	case 5:
 		return a, false, nil
 	default:
-		a.Outcome = store.QueueFull
+		a.Outcome = backend.Full
 		rs, _ := v[3].ToString()
 		a.DrainRate, _ = strconv.ParseFloat(rs, 64)
 	}
@@ -157,7 +158,7 @@ func (q *queue) Capacity(ctx context.Context) (int, error) {
 	}
 	n, err := c.Do(ctx, c.B().Hget().Key(q.meta).Field("capacity").Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
-		return 0, store.ErrNoQueue
+		return 0, backend.ErrNoQueue
 	}
 	return int(n), err
 }
@@ -170,10 +171,10 @@ func (q *queue) Define(ctx context.Context, capacity int) error {
 	return c.Do(ctx, c.B().Hset().Key(q.meta).FieldValue().FieldValue("capacity", strconv.Itoa(capacity)).Build()).Error()
 }
 
-func (q *queue) Requeue(ctx context.Context, deadID string) (store.QueueAdded, bool, error) {
+func (q *queue) Requeue(ctx context.Context, deadID string) (backend.Added, bool, error) {
 	c, err := q.s.clientOrErr()
 	if err != nil {
-		return store.QueueAdded{}, false, err
+		return backend.Added{}, false, err
 	}
 	return admitted(queueRequeueScript.Exec(ctx, c, []string{q.stream, q.meta, q.dedup, q.dead}, []string{deadID}))
 }
@@ -187,7 +188,7 @@ func (q *queue) Drop(ctx context.Context, deadID string) (bool, error) {
 	return n == 1, err
 }
 
-func (q *queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]store.QueueEntry, error) {
+func (q *queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]backend.Entry, error) {
 	c, err := q.s.clientOrErr()
 	if err != nil {
 		return nil, err
@@ -201,7 +202,7 @@ func (q *queue) Read(ctx context.Context, consumer string, count int, block time
 	if err != nil {
 		return nil, err
 	}
-	var out []store.QueueEntry
+	var out []backend.Entry
 	for _, xs := range res {
 		for _, x := range xs {
 			out = append(out, queueEntry(x.ID, x.FieldValues, 1))
@@ -215,11 +216,11 @@ func (q *queue) Read(ctx context.Context, consumer string, count int, block time
 
 // queueEntry is an entry from its stream fields: f (the fields), d (the
 // dedup id).
-func queueEntry(id string, fv map[string]string, deliveries int64) store.QueueEntry {
-	return store.QueueEntry{ID: id, Fields: []byte(fv["f"]), Dedup: fv["d"], Deliveries: deliveries}
+func queueEntry(id string, fv map[string]string, deliveries int64) backend.Entry {
+	return backend.Entry{ID: id, Fields: []byte(fv["f"]), Dedup: fv["d"], Deliveries: deliveries}
 }
 
-func (q *queue) Claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (string, []store.QueueEntry, error) {
+func (q *queue) Claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (string, []backend.Entry, error) {
 	c, err := q.s.clientOrErr()
 	if err != nil {
 		return "", nil, err
@@ -233,7 +234,7 @@ func (q *queue) Claim(ctx context.Context, consumer string, minIdle time.Duratio
 		return "", nil, fmt.Errorf("queue_claim.lua: empty reply")
 	}
 	next, _ := v[0].ToString()
-	var out []store.QueueEntry
+	var out []backend.Entry
 	for _, x := range v[1:] {
 		t, err := x.ToArray()
 		if err != nil || len(t) != 3 {
@@ -307,7 +308,7 @@ func (q *queue) AckAll(ctx context.Context, ids []string, done []bool) error {
 	return nil
 }
 
-func (q *queue) DeadLetter(ctx context.Context, e store.QueueEntry, msg string) error {
+func (q *queue) DeadLetter(ctx context.Context, e backend.Entry, msg string) error {
 	c, err := q.s.clientOrErr()
 	if err != nil {
 		return err
@@ -318,7 +319,7 @@ func (q *queue) DeadLetter(ctx context.Context, e store.QueueEntry, msg string) 
 		FieldValue("error", msg).Build()).Error()
 }
 
-func (q *queue) DeadLetters(ctx context.Context, count int) ([]store.QueueDeadLetter, error) {
+func (q *queue) DeadLetters(ctx context.Context, count int) ([]backend.DeadLetter, error) {
 	c, err := q.s.clientOrErr()
 	if err != nil {
 		return nil, err
@@ -327,18 +328,18 @@ func (q *queue) DeadLetters(ctx context.Context, count int) ([]store.QueueDeadLe
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.QueueDeadLetter, 0, len(xs))
+	out := make([]backend.DeadLetter, 0, len(xs))
 	for _, x := range xs {
 		deliveries, _ := strconv.ParseInt(x.FieldValues["deliveries"], 10, 64)
-		out = append(out, store.QueueDeadLetter{QueueEntry: queueEntry(x.FieldValues["id"], x.FieldValues, deliveries), DeadID: x.ID, Error: x.FieldValues["error"]})
+		out = append(out, backend.DeadLetter{Entry: queueEntry(x.FieldValues["id"], x.FieldValues, deliveries), DeadID: x.ID, Error: x.FieldValues["error"]})
 	}
 	return out, nil
 }
 
-func (q *queue) Stats(ctx context.Context) (store.QueueStats, error) {
+func (q *queue) Stats(ctx context.Context) (backend.Stats, error) {
 	c, err := q.s.clientOrErr()
 	if err != nil {
-		return store.QueueStats{}, err
+		return backend.Stats{}, err
 	}
 	rs := c.DoMulti(ctx,
 		c.B().Xlen().Key(q.stream).Build(),
@@ -349,10 +350,10 @@ func (q *queue) Stats(ctx context.Context) (store.QueueStats, error) {
 	)
 	for _, r := range rs {
 		if err := r.Error(); err != nil {
-			return store.QueueStats{}, err
+			return backend.Stats{}, err
 		}
 	}
-	var s store.QueueStats
+	var s backend.Stats
 	s.Length, _ = rs[0].AsInt64()
 	if p, err := rs[1].ToArray(); err == nil && len(p) > 0 {
 		s.Pending, _ = p[0].AsInt64()

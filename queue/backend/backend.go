@@ -1,4 +1,4 @@
-package store
+package backend
 
 import (
 	"context"
@@ -42,9 +42,9 @@ var ErrNoQueue = errors.New("no such queue")
 type Queue interface {
 	// Add admits an entry of fields unless the queue holds its capacity.
 	// A non-empty dedup id held by a queued entry answers that entry
-	// (QueueDuplicate when its fields are the same, QueueConflict when
+	// (Duplicate when its fields are the same, Conflict when
 	// not) and adds nothing.
-	Add(ctx context.Context, dedup string, fields []byte) (QueueAdded, error)
+	Add(ctx context.Context, dedup string, fields []byte) (Added, error)
 	// Capacity returns the queue's capacity, its definition.
 	Capacity(ctx context.Context) (int, error)
 	// Define sets the queue's capacity; entries beyond a smaller one stay
@@ -52,11 +52,11 @@ type Queue interface {
 	Define(ctx context.Context, capacity int) error
 	// Read hands up to count entries never delivered to consumer, waiting
 	// up to block for one.
-	Read(ctx context.Context, consumer string, count int, block time.Duration) ([]QueueEntry, error)
+	Read(ctx context.Context, consumer string, count int, block time.Duration) ([]Entry, error)
 	// Claim hands consumer up to count entries delivered to a consumer at
 	// least minIdle ago and not acked, looking from cursor on ("0-0"
 	// first); next is "0-0" when it looked at every entry.
-	Claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (next string, es []QueueEntry, err error)
+	Claim(ctx context.Context, consumer string, minIdle time.Duration, cursor string, count int) (next string, es []Entry, err error)
 	// Fail records a delivery's error for an entry still queued.
 	Fail(ctx context.Context, id, msg string) error
 	// LastError returns the error recorded for an entry ("" for none).
@@ -68,24 +68,24 @@ type Queue interface {
 	// ids[i].
 	AckAll(ctx context.Context, ids []string, done []bool) error
 	// DeadLetter appends e, with its last error, to the dead-letter list.
-	DeadLetter(ctx context.Context, e QueueEntry, msg string) error
+	DeadLetter(ctx context.Context, e Entry, msg string) error
 	// DeadLetters returns up to count of the oldest dead letters.
-	DeadLetters(ctx context.Context, count int) ([]QueueDeadLetter, error)
+	DeadLetters(ctx context.Context, count int) ([]DeadLetter, error)
 	// Requeue moves the dead letter deadID back into the queue as a new
 	// entry, with its fields and dedup id, as Add admits it; the dead
 	// letter goes only if the entry was added. found is false when there
 	// is no such dead letter.
-	Requeue(ctx context.Context, deadID string) (a QueueAdded, found bool, err error)
+	Requeue(ctx context.Context, deadID string) (a Added, found bool, err error)
 	// Drop removes the dead letter deadID; false when there is none.
 	Drop(ctx context.Context, deadID string) (bool, error)
 	// Stats describes the queue.
-	Stats(ctx context.Context) (QueueStats, error)
+	Stats(ctx context.Context) (Stats, error)
 	// Leave forgets consumer, unless it holds entries.
 	Leave(ctx context.Context, consumer string) error
 }
 
-// QueueEntry is an entry as a store keeps it.
-type QueueEntry struct {
+// Entry is an entry as a store keeps it.
+type Entry struct {
 	// ID is unique in its queue and grows with admission
 	// ("milliseconds-sequence", as a Redis stream id).
 	ID string
@@ -97,26 +97,26 @@ type QueueEntry struct {
 	Deliveries int64
 }
 
-// QueueOutcome is what an Add did.
-type QueueOutcome int
+// Outcome is what an Add did.
+type Outcome int
 
 // The outcomes of an Add.
 const (
-	// QueueNew: the entry was added.
-	QueueNew QueueOutcome = iota
-	// QueueDuplicate: an entry with the same dedup id and fields is
-	// queued (QueueAdded.ID is that entry's); nothing was added.
-	QueueDuplicate
-	// QueueConflict: an entry with the same dedup id and other fields is
+	// New: the entry was added.
+	New Outcome = iota
+	// Duplicate: an entry with the same dedup id and fields is
+	// queued (Added.ID is that entry's); nothing was added.
+	Duplicate
+	// Conflict: an entry with the same dedup id and other fields is
 	// queued; nothing was added.
-	QueueConflict
-	// QueueFull: the queue held its capacity; nothing was added.
-	QueueFull
+	Conflict
+	// Full: the queue held its capacity; nothing was added.
+	Full
 )
 
-// QueueAdded is the answer of an Add.
-type QueueAdded struct {
-	Outcome QueueOutcome
+// Added is the answer of an Add.
+type Added struct {
+	Outcome Outcome
 	// ID is the entry's id, or the queued entry's for a duplicate or a
 	// conflict ("" when full).
 	ID string
@@ -126,9 +126,9 @@ type QueueAdded struct {
 	DrainRate float64
 }
 
-// QueueDeadLetter is an entry on the dead-letter list.
-type QueueDeadLetter struct {
-	QueueEntry
+// DeadLetter is an entry on the dead-letter list.
+type DeadLetter struct {
+	Entry
 	// DeadID is its id on the dead-letter list, which Requeue and Drop
 	// take (its entry's ID was the queue's).
 	DeadID string
@@ -136,8 +136,8 @@ type QueueDeadLetter struct {
 	Error string
 }
 
-// QueueStats are a queue's numbers.
-type QueueStats struct {
+// Stats are a queue's numbers.
+type Stats struct {
 	// Capacity is the queue's capacity, its definition.
 	Capacity int
 	// Length counts the entries waiting and being handled; Pending those
