@@ -238,8 +238,10 @@ func TestEveryKindDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range algo.Kinds() {
-		if !strings.Contains(string(readme), "\n| `"+k.String()+"` |") {
+		if i := strings.Index(string(readme), "\n| `"+k.String()+"` |"); i < 0 {
 			t.Errorf("the README's table of algorithms has no row for %s", k)
+		} else if row, _, _ := strings.Cut(string(readme[i+1:]), "\n"); !strings.Contains(row, "q = ") || !strings.Contains(row, "w = ") {
+			t.Errorf("the README's row for %s does not give its RateLimit q and w: %s", k, row)
 		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package algo holds the rate-limiting algorithms as pure functions of
-// (stored state, now, parameters). Nothing here does I/O or reads a clock:
-// a store loads a key's State, calls Limit.Decide with the time of the
-// decision, and saves the State back.
+// (stored state, now, parameters). Nothing here does I/O or reads a clock.
+// A Limit describes an algorithm's parameters; Compile makes it a Plan,
+// which decides: a store loads a key's State, calls Plan.Decide (or
+// DecideUnlock) with the time of the decision, and saves the State back.
 //
 // All times inside the package are integer microseconds since the Unix
 // epoch, and all durations are integer microseconds. Integers stay below
@@ -13,29 +14,30 @@
 // The files a new algorithm touches, each guarded by a test that fails
 // while it is missing:
 //
-//   - algo/<name>.go: the Limit type, its Decide, and its kindInfo (name,
-//     Spec fields, build, example, leasable, stepwise); algo/kind.go: the Kind
-//     constant and its line in the registry (TestKindsAnswerForThemselves);
-//     algo/spec.go for new Spec fields, in AppendJSON and UnmarshalJSON
-//     (TestSpecJSONEveryField).
-//   - algo/plan.go: a field of Plan for the limit, its case in
-//     Plan.Compile and in deref (by pointer), Decide (or, for a kind whose
-//     kindInfo says stepwise, Step, Numbers and At), Limit, Equal in
-//     algo/denial.go, and shapeParts when its state has a layout
-//     (TestShapeKeysAreStable, TestPlanDecidesAsTheLimit);
-//     algo/plans.go's paramsOf when its parameters are all numbers
-//     (TestPlansCacheEveryNumericKind);
-//     algo/denial_test.go's randomLimit (TestDenialHolds goes over every
-//     kind).
-//   - store/redis/<name>.go and scripts/<name>.lua, and the bindings table
-//     in store/redis/redis.go; the memory store needs nothing.
-//   - conformance: a hand-checked trace, a race (TestEveryKindCovered), a
-//     clock-back and an edge trace.
-//   - The places that describe the algorithms: the README's table
-//     (TestEveryKindDocumented), `sluice replay -h`
-//     (TestReplayUsageNamesEveryKind), the RateLimit fields' table of q
-//     and w in package headers (TestEveryKindMapped) and the simulator's
-//     windows (sim TestWindowsOfEveryKind).
+//  1. algo/<name>.go: the Limit type (decide, validate, Spec, Quota,
+//     SteadyRate, DeniedBy) and its kindInfo (name, Spec fields, build,
+//     example, leasable, stepwise) (TestKindsAnswerForThemselves).
+//  2. algo/kind.go: the Kind constant and its line in the registry.
+//  3. algo/plan.go: a field of Plan for the limit, and its case in
+//     compile, decide (or, for a stepwise kind, step, numbers and at),
+//     unblocked and shapeParts when its state has a layout
+//     (TestPlanDecidesAsTheLimit, TestShapeKeysAreStable).
+//  4. algo/denial.go: Equal (TestPlanEqualEveryKind).
+//  5. store/redis/<name>.go: the kind's binding (TestEveryKindBound).
+//  6. store/redis/scripts/<name>.lua: its script.
+//  7. store/redis/bindings.go: its line in the bindings table. The memory
+//     store needs nothing.
+//  8. conformance/conformance.go: a hand-checked trace, a clock-back and
+//     an edge trace, and a race (TestEveryKindCovered).
+//  9. README.md: its row in the table of algorithms, with its RateLimit q
+//     and w (TestEveryKindDocumented).
+//  10. algo/spec.go, when it has new Spec fields: AppendJSON and
+//     UnmarshalJSON (TestSpecJSONEveryField); a new duration there is
+//     one the simulator's windows read too (sim TestWindowsOfEveryKind).
+//
+// What is derived from the registry needs no change: `sluice replay -h`
+// shows each kind's example, TestDenialHolds and the agreement tests go
+// over every kind.
 package algo
 
 import (

@@ -17,19 +17,10 @@
 // Result.Quota, the most it admits at once, which is what r counts down
 // from. The window w is the time, in whole seconds rounded up (at least
 // 1), in which the level's algorithm grants q, as its algo.Limit.Quota
-// says:
-//
-//	gcra            q = burst+1        w = (burst+1)·period/count
-//	token_bucket    q = burst          w = burst·per/rate
-//	fixed_window    q = limit          w = window
-//	gate            q = 1              w = interval
-//	sliding_log,    q = the smallest   w = that limit's window
-//	window_counter      of limits
-//	concurrency     q = limit          w = hold_for
-//
-// so q/w is the configured rate for gcra and token_bucket. For a
+// says (the README's table of algorithms gives q and w of each), so q/w is
+// the configured rate for gcra and token_bucket. For a
 // concurrency limit q counts slots: r is the slots free, and t for a
-// level that denied is when the earliest lease ends (a holder may release
+// level that denied is when the earliest hold ends (a holder may release
 // sooner). A level has one
 // Result, so a spec with several windows is one Item, for its tightest
 // limit (r is still the least remaining over all of its windows). A level

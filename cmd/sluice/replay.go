@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
@@ -64,12 +65,11 @@ func runReplay(ctx context.Context, e env, args []string) int {
 Each input line is one decision, applied in order:
   {"t_ns": 1800003000334587000, "key": "a", "limit": {"algorithm": "gcra", "burst": 15, "count": 30, "period": "60s"}, "cost": 1}
 t_ns is the decision time in ns since the epoch (the store's clock when left
-out) and cost defaults to 1. Limits: gcra {burst, count, period},
-token_bucket {burst, rate, per}, fixed_window {limit, window}, gate {interval},
-sliding_log {limits: [{limit, window}, ...], min_gap, buckets, mode} (mode
-binary, nary or uniform; limits may also be named: {"hour": {limit, window}}),
-window_counter {slice, limits: [{limit, window}, ...]} (slice defaults to 1s),
-concurrency {limit, hold_for}. A concurrency event may name a permit id and
+out) and cost defaults to 1. A limit is written as in limits.yaml; one of
+each algorithm:
+`+limitExamples()+`(sliding_log's mode is binary, nary or uniform, and its limits may be named:
+{"hour": {limit, window}}; window_counter's slice defaults to 1s.)
+A concurrency event may name a permit id and
 an op: {"permit": 7, "op": "acquire"} (the default op), "renew" or "release";
 without a permit an acquire takes slots for no one, and a release frees cost
 such slots.
@@ -209,6 +209,17 @@ func (ev event) time() time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, *ev.TNs)
+}
+
+// limitExamples lists the example limit of every algorithm as JSON, a
+// line each, for replay's usage.
+func limitExamples() string {
+	var b strings.Builder
+	for _, k := range algo.Kinds() {
+		j, _ := json.Marshal(k.Example().Spec())
+		fmt.Fprintf(&b, "  %s\n", j)
+	}
+	return b.String()
 }
 
 // cost is the event's cost, 1 when left out.
