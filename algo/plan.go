@@ -11,19 +11,17 @@ import (
 
 // A Plan is a limit made ready to decide: validated once, with what its
 // algorithm derives from its parameters (GCRA's emission interval and
-// tolerance, a fixed window's divisor) computed once. The memory store
-// compiles each request's limit into a Plan; a policy compiles its limits
-// when it loads, and a limiter handle when it is made, and they pass the
-// *Plan itself as the requests' Limit, which compiles to itself.
+// tolerance, a fixed window's divisor) computed once. Callers compile at
+// the edge (a Limiter when it is made, a policy when it loads) and every
+// store.Request carries its *Plan: stores never compile.
 //
 // A Plan holds its limit in the field of its kind, and each method reaches
 // the algorithm through a switch on the kind, not through an interface
-// method, so that a limit value put in a request (an algo.GCRA in a
-// store.Request) does not escape to the heap: deciding it allocates
-// nothing. Compile therefore knows the kinds of this package, by value and
-// by pointer, and no others (ErrUnsupported).
+// method, so that deciding allocates nothing and a Plan compiled on the
+// caller's stack stays there. Compile therefore knows the kinds of this
+// package and no others (ErrUnsupported).
 //
-// The zero Plan is not valid; a *Plan is a Limit.
+// The zero Plan is not valid.
 type Plan struct {
 	kind     Kind
 	ok       bool   // made by Compile
