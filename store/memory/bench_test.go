@@ -234,7 +234,8 @@ func benchLimitInLoop(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		g.Burst++ // a limit that changes, as one built per request would
-		if _, err := st.Decide(ctx, store.Request{Key: "user:0", Plan: algo.MustCompile(g), Cost: 1}); err != nil {
+		p, _ := algo.Compile(g)
+		if _, err := st.Decide(ctx, store.Request{Key: "user:0", Plan: &p, Cost: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -258,6 +259,7 @@ func BenchmarkTenMillionKeys(b *testing.B) {
 	for range b.N {
 		st := memory.New(memory.WithSweepEvery(0))
 		base := heap()
+		plan := algo.MustCompile(lim)
 		t0 := time.Unix(1_800_000_000, 0)
 		key := make([]byte, 0, 16)
 		start := time.Now()
@@ -265,7 +267,7 @@ func BenchmarkTenMillionKeys(b *testing.B) {
 			key = strconv.AppendInt(append(key[:0], 'k'), int64(i), 10)
 			// 100,000 keys per virtual second, for 100 s.
 			at := t0.Add(time.Duration(i) * 10 * time.Microsecond)
-			if _, err := st.Decide(context.Background(), store.Request{Key: string(key), Plan: algo.MustCompile(lim), Cost: 1, Time: at}); err != nil {
+			if _, err := st.Decide(context.Background(), store.Request{Key: string(key), Plan: plan, Cost: 1, Time: at}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -274,7 +276,7 @@ func BenchmarkTenMillionKeys(b *testing.B) {
 		// Two minutes later every state has expired: one decision per
 		// shard's worth of keys moves the shards' clocks, then a sweep.
 		for i := range 10_000 {
-			st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Plan: algo.MustCompile(lim), Cost: 1, Time: t0.Add(220 * time.Second)})
+			st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Plan: plan, Cost: 1, Time: t0.Add(220 * time.Second)})
 		}
 		st.Sweep()
 		after := heap()

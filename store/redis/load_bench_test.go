@@ -41,6 +41,7 @@ func BenchmarkMillionInFlight(b *testing.B) {
 		var wg sync.WaitGroup
 		start := time.Now()
 		gate := make(chan struct{})
+		plan := algo.MustCompile(lim)
 		for i := range n {
 			wg.Add(1)
 			go func() {
@@ -48,7 +49,7 @@ func BenchmarkMillionInFlight(b *testing.B) {
 				<-gate // all in flight together
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				if _, err := st.Decide(ctx, store.Request{Key: keys[i%len(keys)], Plan: algo.MustCompile(lim), Cost: 1}); err != nil {
+				if _, err := st.Decide(ctx, store.Request{Key: keys[i%len(keys)], Plan: plan, Cost: 1}); err != nil {
 					if failed.Add(1) <= 3 {
 						b.Logf("%v", err)
 					}

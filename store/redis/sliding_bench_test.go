@@ -91,11 +91,12 @@ func newFixture(b *testing.B, st *redis.Store, lim algo.Limit, goroutines int, h
 			continue
 		}
 		wg.Add(1)
+		plan := algo.MustCompile(lim)
 		go func() {
 			defer wg.Done()
 			for range 1100 {
 				f.times[w] = f.times[w].Add(time.Millisecond)
-				if _, err := st.Decide(context.Background(), store.Request{Key: f.keys[w], Plan: algo.MustCompile(lim), Cost: 1, Time: f.times[w]}); err != nil {
+				if _, err := st.Decide(context.Background(), store.Request{Key: f.keys[w], Plan: plan, Cost: 1, Time: f.times[w]}); err != nil {
 					b.Error(err)
 					return
 				}
