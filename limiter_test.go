@@ -280,9 +280,7 @@ func TestNoAllocs(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
-	// Constants: a limit built from variables and compiled at the call
-	// allocates once under the race detector (not in a normal build).
-	const burst, count = 1 << 20, 1_000_000
+	burst, count := int64(1<<20), int64(1_000_000)
 	lim, err := sluice.NewLimiter(st, algo.TokenBucket{Burst: burst, Count: count, Period: time.Second})
 	if err != nil {
 		t.Fatal(err)

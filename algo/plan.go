@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -77,29 +78,43 @@ func (p *Plan) compile(l Limit) error {
 	case GCRA:
 		p.kind, p.gcra = KindGCRA, l
 		p.tat, err = l.tat()
+		p.quota, _ = l.Quota()
 	case TokenBucket:
 		p.kind, p.tb = KindTokenBucket, l
 		p.tat, err = l.tat()
+		p.quota, _ = l.Quota()
 	case FixedWindow:
 		p.kind, p.fw = KindFixedWindow, l
 		if err = l.validate(); err == nil {
 			p.win = newDivisor(Micros(l.Window))
 		}
+		p.quota, _ = l.Quota()
 	case Gate:
 		p.kind, p.gate = KindGate, l
 		err = l.validate()
+		p.quota, _ = l.Quota()
 	case SlidingLog:
-		p.kind, p.sl = KindSlidingLog, l
-		err = l.validate()
+		// Field by field, the windows copied: a plan keeps none of the
+		// caller's memory, so a limit compiled at the call stays on the
+		// caller's stack (TestCompileKeepsNoLimit).
+		p.kind = KindSlidingLog
+		p.sl = SlidingLog{Limits: slices.Clone(l.Limits), MinGap: l.MinGap, Buckets: l.Buckets, Mode: l.Mode}
+		err = p.sl.validate()
+		p.quota, _ = p.sl.Quota()
 	case WindowCounter:
-		p.kind, p.wc = KindWindowCounter, l
-		err = l.validate()
+		p.kind = KindWindowCounter
+		p.wc = WindowCounter{Slice: l.Slice, Limits: slices.Clone(l.Limits)}
+		err = p.wc.validate()
+		p.quota, _ = p.wc.Quota()
 	case Concurrency:
 		p.kind, p.cc = KindConcurrency, l
 		err = l.validate()
-	case Blocking:
-		if err = l.validate(); err == nil {
-			err = p.compile(l.Limit)
+		p.quota, _ = l.Quota()
+	case Blocking: // as Blocking.validate, with the limit validated by compiling it
+		if _, nested := l.Limit.(Blocking); nested {
+			err = fmt.Errorf("%w: a block of a block", ErrInvalid)
+		} else if err = p.compile(l.Limit); err == nil {
+			err = l.Block.validate()
 		}
 		if err != nil {
 			*p = Plan{}
@@ -121,7 +136,6 @@ func (p *Plan) compile(l Limit) error {
 	}
 	p.ok, p.stepwise = true, kinds[p.kind].stepwise
 	p.shape = p.computeShape()
-	p.quota, _ = l.Quota()
 	return nil
 }
 

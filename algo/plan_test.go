@@ -2,6 +2,7 @@ package algo
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -216,5 +217,22 @@ func TestInBatch(t *testing.T) {
 	b := InBatch(nary)
 	if b == nary || b.Limit().(SlidingLog).Mode != Binary || nary.Limit().(SlidingLog).Mode != Nary {
 		t.Fatalf("batch plan %v, nary now %v", b.Limit(), nary.Limit())
+	}
+}
+
+// TestCompileKeepsNoLimit: a plan shares no memory with the limit it was
+// compiled from (its windows are copied), so a caller may change or reuse
+// the limit, and a limit compiled at the call does not escape to the heap
+// (TestNoAllocs in the root package).
+func TestCompileKeepsNoLimit(t *testing.T) {
+	ws := []Window{{Count: 3, Window: time.Second}}
+	for _, l := range []Limit{SlidingLog{Limits: ws}, WindowCounter{Limits: ws}, Blocking{Limit: SlidingLog{Limits: ws}, Block: Block{For: time.Second}}} {
+		p := MustCompile(l)
+		before := fmt.Sprint(p.Limit())
+		ws[0].Count = 7
+		if after := fmt.Sprint(p.Limit()); after != before {
+			t.Errorf("%T: the plan changed with its limit's windows: %s, was %s", l, after, before)
+		}
+		ws[0].Count = 3
 	}
 }
