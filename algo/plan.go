@@ -305,6 +305,17 @@ func (p *Plan) DecideUnlock(s *State, now, cost int64, mu sync.Locker, r *Result
 	return ok
 }
 
+// Allows reports whether a decision of cost at now would be admitted on
+// s, changing nothing: the check of an all-or-nothing batch, which
+// computes no more of the Result than that.
+func (p *Plan) Allows(s *State, now, cost int64) bool {
+	if !p.stepwise {
+		return p.Decide(s, now, cost, false).Allowed
+	}
+	ok, _ := p.step(s, p.at(s, now), cost, false)
+	return ok
+}
+
 // at returns the time a stepwise decision at now is taken at on s: now,
 // except for a fixed window whose state counts a window that starts after
 // now (FixedWindow.At).

@@ -32,7 +32,11 @@ func TestPlanDecidesAsTheLimit(t *testing.T) {
 				now += r.Int64N(200_000)
 				cost := r.Int64N(3)
 				commit := r.IntN(4) != 0
+				allows := p.Allows(&b, now, cost)
 				want, got := l.decide(&a, now, cost, commit), p.Decide(&b, now, cost, commit)
+				if allows != want.Allowed {
+					t.Fatalf("%v step %d: Allows %v, Decide %+v", k, i, allows, want)
+				}
 				if !reflect.DeepEqual(want, got) || !reflect.DeepEqual(a, b) {
 					t.Fatalf("%v step %d: plan %+v %+v, limit %+v %+v", k, i, got, b, want, a)
 				}
