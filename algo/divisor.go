@@ -4,8 +4,7 @@ import "math/bits"
 
 // A divisor divides decision times by a fixed number of µs with a
 // multiplication instead of a division instruction, which a fixed-window
-// decision waits for twice (BenchmarkWindowEnd: a window's end in 3.0 ns
-// against 4.1 with the instruction, on the machine of BENCHMARKS.md). It is the method of Granlund and Montgomery
+// decision waits for twice. It is the method of Granlund and Montgomery
 // ("Division by invariant integers using multiplication", 1994, theorem
 // 4.2) for dividends below 2⁵³, which every time a store accepts is
 // (MaxTime is 2⁵²): with l = ⌈log₂ d⌉ and m = ⌊2^(53+l)/d⌋ + 1,
@@ -14,10 +13,8 @@ import "math/bits"
 //
 // so ⌊n/d⌋ = ⌊n·m / 2^(53+l)⌋ for 0 ≤ n < 2⁵³; m < 2⁵⁴ + 1 and the
 // product is below 2¹⁰⁸. Other dividends are divided as Go divides.
-// TestDivisor and TestWindowEndByDivisor hold it to Go's division. It
-// stays on a weak case: the library's parallel AllowN on a fixed window
-// is 1.17x–1.18x slower without it, and no serial benchmark gains
-// (bench/NOTES.md, "What each micro-optimisation pays").
+// TestDivisor and TestWindowEndByDivisor hold it to Go's division. What
+// it pays: bench/NOTES.md, "What each micro-optimisation pays".
 type divisor struct {
 	d     int64  // ≥ 1
 	m     uint64 // ⌊2^(53+l)/d⌋ + 1

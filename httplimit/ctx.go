@@ -11,16 +11,14 @@ import (
 // Done or Err), and the real context (a timer and a channel, three
 // allocations) is made only when someone asks for Done. A checker that
 // never blocks, such as one on the memory store, never asks, so bounding
-// it costs nothing, not even a clock read (some 65 ns on a VM); one that
+// it costs nothing, not even a clock read; one that
 // waits on the network, such as the Redis store, asks before it waits and
 // gets an ordinary deadline context. The timeout so runs from the
 // checker's first look at the context, which for the sluice checkers is
 // when they call the store, microseconds into the check.
 //
-// It stays because context.WithTimeout per request costs the middleware
-// 1.72x (685 → 1180 ns, 3 → 7 allocations; bench/NOTES.md, "What each
-// micro-optimisation pays"); ctx_test.go holds it to WithTimeout's
-// answers.
+// What it pays: bench/NOTES.md, "What each micro-optimisation pays";
+// ctx_test.go holds it to WithTimeout's answers.
 //
 // It lives inside a per-request allocation and is never reused, so a
 // checker that keeps it past Check (it should not) sees a cancelled

@@ -6,9 +6,8 @@ package server
 // of another type, and the caller then decodes with parseCheckRequest,
 // which also words the errors; when ok, the result is what
 // parseCheckRequest would return (TestParseCheckFastAgrees and
-// FuzzParseCheck check that). It stays because encoding/json for every
-// body costs the HTTP service 34.2 → 45.7 µs of CPU a check
-// (bench/NOTES.md, "What each micro-optimisation pays").
+// FuzzParseCheck check that). What it pays: bench/NOTES.md, "What each
+// micro-optimisation pays".
 func parseCheckFast(b []byte, path []string) (_ []string, cost int64, hasCost, ok bool) {
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
