@@ -306,22 +306,22 @@ var Traces = []Trace{
 		},
 	},
 	{
-		// 3 slots, 10s leases. Permit 1 takes 2 at 0 (lease to 10s), a
+		// 3 slots, 10s holds. Permit 1 takes 2 at 0 (hold to 10s), a
 		// plain acquire 1 at 1s (to 11s). ResetAfter is when the last
-		// lease the state knows of ends: after permit 1's release at 4s
-		// it still counts permit 1's (to 13s), a bound, until a lease
+		// hold the state knows of ends: after permit 1's release at 4s
+		// it still counts permit 1's (to 13s), a bound, until a hold
 		// ends and the state is swept.
 		Name:  "concurrency",
 		Limit: algo.Concurrency{Count: 3, HoldFor: 10 * s},
 		Steps: []Step{
 			{At: 0, Cost: 2, Permit: 1, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 1, ResetAfter: 10 * s}},
-			// 2 more need permit 1's lease to end.
+			// 2 more need permit 1's hold to end.
 			{At: 1 * s, Cost: 2, Permit: 2, Want: algo.Result{Quota: 3, Remaining: 1, RetryAfter: 9 * s, ResetAfter: 9 * s}},
 			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
 			// Permit 1 acquired again (a retry) renews, taking nothing more.
 			{At: 2 * s, Cost: 2, Permit: 1, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
 			{At: 3 * s, Permit: 1, Op: algo.Renew, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
-			// 1 more waits for the plain holder's lease (11s), the earliest.
+			// 1 more waits for the plain holder's hold (11s), the earliest.
 			{At: 4 * s, Cost: 1, Permit: 2, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 7 * s, ResetAfter: 9 * s}},
 			// A permit never held is never renewed.
 			{At: 4 * s, Permit: 9, Op: algo.Renew, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 9 * s}},
@@ -331,12 +331,12 @@ var Traces = []Trace{
 			{At: 4 * s, Permit: 1, Op: algo.Renew, Want: algo.Result{Quota: 3, Remaining: 2, RetryAfter: algo.Never, ResetAfter: 9 * s}},
 			{At: 4 * s, Cost: 4, Want: algo.Result{Quota: 3, Remaining: 2, RetryAfter: algo.Never, ResetAfter: 9 * s}},
 			{At: 5 * s, Cost: 0, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 2, ResetAfter: 8 * s}},
-			// At 11s the plain holder's lease has ended: all 3 are free.
+			// At 11s the plain holder's hold has ended: all 3 are free.
 			{At: 11 * s, Cost: 3, Permit: 2, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
 			{At: 12 * s, Cost: 1, Op: algo.Release, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 0, ResetAfter: 9 * s}},
 			{At: 25 * s, Cost: 0, Want: algo.Result{Allowed: true, Quota: 3, Remaining: 3}},
 			// A release without a permit (Envoy's is_negative_hits) frees
-			// plain holders, the earliest lease first, part of one if need
+			// plain holders, the earliest hold first, part of one if need
 			// be, and never a permit's.
 			{At: 0, Key: "plain", Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 10 * s}},
 			{At: 1 * s, Key: "plain", Cost: 1, Permit: 7, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 1, ResetAfter: 10 * s}},
@@ -347,7 +347,7 @@ var Traces = []Trace{
 		},
 	},
 	{
-		// The clock steps back 50ms after a lease was taken: leases are
+		// The clock steps back 50ms after a hold was taken: holds are
 		// times, so the earlier time sees them held, never free.
 		Name:  "concurrency/clock-back",
 		Limit: algo.Concurrency{Count: 2, HoldFor: 10 * s},
@@ -355,7 +355,7 @@ var Traces = []Trace{
 			{At: 10 * s, Cost: 1, Permit: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: 10 * s}},
 			{At: 9950 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: 10050 * ms}},
 			{At: 9900 * ms, Cost: 1, Permit: 2, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: 10050 * ms, ResetAfter: 10100 * ms}},
-			// The plain lease (to 19.95s) has ended, permit 1's (to 20s) not.
+			// The plain hold (to 19.95s) has ended, permit 1's (to 20s) not.
 			{At: 19970 * ms, Cost: 2, Permit: 2, Want: algo.Result{Quota: 2, Remaining: 1, RetryAfter: 30 * ms, ResetAfter: 30 * ms}},
 			{At: 19970 * ms, Cost: 1, Permit: 2, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: 10 * s}},
 			{At: 15 * s, Cost: 1, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: 5 * s, ResetAfter: 14970 * ms}},
@@ -498,7 +498,7 @@ var Traces = []Trace{
 		},
 	},
 	{
-		// The most slots, the largest permit id, the longest lease.
+		// The most slots, the largest permit id, the longest hold.
 		Name:  "concurrency/edge",
 		Limit: algo.Concurrency{Count: algo.MaxSlots, HoldFor: algo.MaxHoldFor},
 		Steps: []Step{
@@ -572,7 +572,7 @@ func Format(r algo.Result) string {
 
 // CoreRacers are the concurrency cases of GCRA, the token bucket, the
 // fixed window, the gate and concurrency slots: 100 goroutines, each limit
-// admitting 37 (the gate 1) and refilling (or ending a lease) too slowly for
+// admitting 37 (the gate 1) and refilling (or ending a hold) too slowly for
 // a test run to see it.
 var CoreRacers = []Racer{
 	{Name: "gcra", Limit: algo.GCRA{Burst: 36, Count: 1, Period: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},

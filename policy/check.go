@@ -100,7 +100,7 @@ func (c *Checker) Acquire(ctx context.Context, q *Query, permit int64, d *Decisi
 	return c.decideSlots(ctx, q, d, slot{op: algo.Acquire, permit: permit, fresh: permit == 0})
 }
 
-// Renew renews the lease of permit's slots on the concurrency limits of
+// Renew renews the hold of permit's slots on the concurrency limits of
 // q's paths (store.Renew), and fills d with those levels alone; it is
 // denied, with RetryAfter algo.Never, when a level no longer holds the
 // permit, and renews no level then.

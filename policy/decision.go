@@ -33,7 +33,7 @@ type Decision struct {
 	Listed string
 	// Permit is the permit id under which an allowed decision holds slots
 	// of concurrency limits (algo.Concurrency): the holder releases them,
-	// or renews their lease, with it. It is 0 when the decision holds no
+	// or renews their hold, with it. It is 0 when the decision holds no
 	// slot under an id.
 	Permit int64
 }

@@ -163,7 +163,7 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 // a stream ends (apply_on_stream_done), to give back what the same
 // descriptors took when it began. Their concurrency limits free
 // hits_addend slots taken for no permit (algo.Concurrency: a release
-// without a permit id), the earliest lease first; their rate limits are
+// without a permit id), the earliest hold first; their rate limits are
 // left as they are, since a rate limit counts what started. The other
 // descriptors are decided as in any request, all or nothing among them,
 // and the releases happen whatever that decision is. A released

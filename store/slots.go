@@ -16,7 +16,7 @@ import (
 
 // Acquire decides reqs all or nothing as DecideAll does, each concurrency
 // level taking its Cost in slots under permit (0: for no permit, freed by
-// a Release without one or when the lease ends). An acquire under a
+// a Release without one or when the hold ends). An acquire under a
 // permit a level already holds renews it there and takes nothing more.
 func Acquire(ctx context.Context, st Store, reqs []Request, permit int64, results []algo.Result) (bool, error) {
 	return slots(ctx, st, reqs, permit, algo.Acquire, results)

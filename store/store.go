@@ -152,7 +152,7 @@ type Pinger interface {
 
 // Resetter is a store that can forget keys: Reset forgets the state of
 // each request's Key (placed, for Redis Cluster, by its Tag, and for its
-// Limit's state layout), as if the key had never been seen; Cost and Time
+// Plan's state layout), as if the key had never been seen; Cost and Time
 // are ignored. Unknown keys are no error.
 type Resetter interface {
 	Reset(ctx context.Context, reqs []Request) error
@@ -207,7 +207,7 @@ type Grant struct {
 }
 
 // Refunder is a store that can give back what a decision admitted: Refund
-// undoes req.Cost of req.Limit on req.Key at req.Time (the zero Time: the
+// undoes req.Cost of req.Plan on req.Key at req.Time (the zero Time: the
 // store's clock). A limiter handle's Reservation.Cancel needs it; it is
 // defined for the GCRA and token bucket limits (others: an error wrapping
 // algo.ErrUnsupported).
@@ -257,16 +257,16 @@ type ConsumerLog interface {
 
 // HolderLister is a store that lists who holds the slots of a
 // concurrency limit's key (the service's admin view): Holders returns the
-// holders of req.Key under req.Limit (placed by req.Tag) whose lease ends
-// after req.Time (the zero Time: the store's clock), the earliest lease
-// first; none for a key never seen. req.Limit must be an
+// holders of req.Key under req.Plan (placed by req.Tag) whose hold ends
+// after req.Time (the zero Time: the store's clock), the earliest hold
+// first; none for a key never seen. req.Plan must be of an
 // algo.Concurrency (others: an error wrapping algo.ErrUnsupported).
 type HolderLister interface {
 	Holders(ctx context.Context, req Request) ([]algo.Holder, error)
 }
 
 // Adjuster is a store that changes a key outside a request, for
-// req.Key under req.Limit (placed by req.Tag) at req.Time (the zero Time:
+// req.Key under req.Plan (placed by req.Tag) at req.Time (the zero Time:
 // the store's clock): Adjust applies a penalty or a reward of req.Cost
 // units (algo.Plan.Adjust), Block blocks the key for d and Unblock ends
 // its block (algo.Plan.BlockFor, Unblock; for a limit with a block). A
