@@ -73,14 +73,14 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
 // may have taken the slots: they are freed when their hold ends.
 func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, error) {
-	c, _ := l.plan.Concurrency() // l.slots refuses another limit
+	c, _ := l.plan.Concurrency() // l.slot refuses another limit
 	id := store.NewPermitID()
 	pause := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		r, err := l.slots(ctx, store.Acquire, key, time.Time{}, id, n)
+		r, err := l.slot(ctx, algo.Acquire, key, time.Time{}, id, n)
 		switch {
 		case err != nil:
 			return nil, err
@@ -111,22 +111,23 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 // A denied acquire returns a Permit that is not OK, with its Result.
 func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (*Permit, error) {
 	id := store.NewPermitID()
-	r, err := l.slots(ctx, store.Acquire, key, t, id, n)
+	r, err := l.slot(ctx, algo.Acquire, key, t, id, n)
 	if err != nil {
 		return nil, err
 	}
 	return l.permit(key, id, n, r), nil
 }
 
-// slots applies a slot verb (store.Acquire, Renew or Release) to key for
-// the permit id.
-func (l *Limiter) slots(ctx context.Context, verb func(context.Context, store.Store, []store.Request, int64, []algo.Result) (bool, error), key string, t time.Time, id, n int64) (algo.Result, error) {
-	if _, ok := l.plan.Concurrency(); !ok {
-		return algo.Result{}, fmt.Errorf("sluice: %w: %v has no slots (only a concurrency limit does)", algo.ErrUnsupported, l.plan.Kind())
+// slot decides op for the permit id on key: store.Acquire, Renew or
+// Release of one request, as one Decide (no slices to allocate). The
+// error wraps algo.ErrUnsupported for a limit that is not a concurrency
+// limit.
+func (l *Limiter) slot(ctx context.Context, op algo.SlotOp, key string, t time.Time, id, n int64) (algo.Result, error) {
+	p, err := algo.ForPermit(l.plan, id, op)
+	if err != nil {
+		return algo.Result{}, err
 	}
-	var res [1]algo.Result
-	_, err := verb(ctx, l.st, []store.Request{{Key: key, Plan: l.plan, Cost: n, Time: t}}, id, res[:])
-	return res[0], err
+	return l.st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: n, Time: t})
 }
 
 func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {
@@ -169,7 +170,7 @@ func (p *Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
 	if !p.OK() || p.released.Load() {
 		return false, nil
 	}
-	r, err := p.l.slots(ctx, store.Renew, p.key, t, p.id, 0)
+	r, err := p.l.slot(ctx, algo.Renew, p.key, t, p.id, 0)
 	if err != nil {
 		return false, fmt.Errorf("sluice: renew permit: %w", err)
 	}
@@ -191,7 +192,7 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	}
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.renewing.Wait() // no renewal after the release
-	if _, err := p.l.slots(ctx, store.Release, p.key, t, p.id, 0); err != nil {
+	if _, err := p.l.slot(ctx, algo.Release, p.key, t, p.id, 0); err != nil {
 		return fmt.Errorf("sluice: release permit: %w", err)
 	}
 	p.released.Store(true)
