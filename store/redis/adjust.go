@@ -16,7 +16,7 @@ var adjustScript = embeddedScript("expire.lua", "adjust.lua")
 // Adjust implements store.Adjuster: scripts/adjust.lua on the key's
 // state, by the rules of algo.Plan.Adjust.
 func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) error {
-	p, err := checkOne(&req)
+	p, err := validateOne(&req)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) e
 
 // Block implements store.Adjuster.
 func (s *Store) Block(ctx context.Context, req store.Request, d time.Duration) error {
-	p, err := checkOne(&req)
+	p, err := validateOne(&req)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *Store) Block(ctx context.Context, req store.Request, d time.Duration) e
 
 // Unblock implements store.Adjuster.
 func (s *Store) Unblock(ctx context.Context, req store.Request) error {
-	p, err := checkOne(&req)
+	p, err := validateOne(&req)
 	if err != nil {
 		return err
 	}
@@ -66,8 +66,8 @@ func (s *Store) Unblock(ctx context.Context, req store.Request) error {
 	return s.adjust(ctx, req, "u", nil)
 }
 
-// checkOne checks one request and returns its plan.
-func checkOne(req *store.Request) (*algo.Plan, error) {
+// validateOne validates one request and returns its plan.
+func validateOne(req *store.Request) (*algo.Plan, error) {
 	if err := store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return nil, err
 	}

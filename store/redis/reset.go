@@ -63,7 +63,7 @@ var (
 // Refund implements store.Refunder: refund.lua on the request's level,
 // at req.Time or Redis TIME.
 func (s *Store) Refund(ctx context.Context, req store.Request) error {
-	p, err := checkOne(&req)
+	p, err := validateOne(&req)
 	if err != nil {
 		return err
 	}
