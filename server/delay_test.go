@@ -99,6 +99,7 @@ func TestForwardAuthDelay(t *testing.T) {
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest("GET", "/v1/forward-auth", nil).WithContext(ctx)
 		r.Header.Set("X-Forwarded-Uri", "/page")
+		r.Header.Set("X-Forwarded-Method", "GET")
 		r.Header.Set("X-Ip", "10.0.0.9")
 		s.Handler().ServeHTTP(w, r)
 		return w

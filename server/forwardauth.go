@@ -71,7 +71,10 @@ type ForwardRoute struct {
 	// path only, "/api/" that path and every path below it, "/" every
 	// path, and a segment "{name}" any one segment, which the route's
 	// path can use. The path is percent-decoded and cleaned (dot segments
-	// resolved, repeated slashes merged) before it is matched.
+	// resolved, repeated slashes merged, each segment's ";params"
+	// dropped) before it is matched, and a literal segment matches in any
+	// case (/LOGIN is /login): a route limits every spelling an app may
+	// route to it. A wildcard takes the segment as sent.
 	Match string `yaml:"match"`
 	// Methods, when set, limits the route to these request methods.
 	Methods []string `yaml:"methods"`
@@ -294,25 +297,28 @@ type forwardError struct {
 
 func (e *forwardError) Error() string { return e.msg }
 
-// original returns the proxied request's method, URI and host, from the
-// headers of Traefik and Caddy (X-Forwarded-*), else nginx's
-// (X-Original-*), else the request itself.
-func original(r *http.Request) (method, uri, host string) {
+// original returns the proxied request's method, URI and host from the
+// headers its proxy sets, and only from those: at the nginx endpoint
+// X-Original-Method and X-Original-URI (the auth_request location sets
+// them), at the other X-Forwarded-Method and X-Forwarded-Uri (Traefik and
+// Caddy set them, overwriting a client's copy). A client's copy of the
+// other endpoint's headers is never read. The host is X-Forwarded-Host,
+// else the request's Host. docs/proxies/README.md tables who sets what.
+func original(r *http.Request, nginx bool) (method, uri, host string, fe *forwardError) {
 	h := r.Header
-	method = first(h["X-Forwarded-Method"], h["X-Original-Method"], r.Method)
-	uri = first(h["X-Forwarded-Uri"], h["X-Original-Uri"], r.URL.RequestURI())
-	host = first(h["X-Forwarded-Host"], nil, r.Host)
-	return method, uri, host
-}
-
-func first(a, b []string, or string) string {
-	if len(a) > 0 && a[0] != "" {
-		return a[0]
+	mName, uName := "X-Forwarded-Method", "X-Forwarded-Uri"
+	if nginx {
+		mName, uName = "X-Original-Method", "X-Original-Uri"
 	}
-	if len(b) > 0 && b[0] != "" {
-		return b[0]
+	method, uri = h.Get(mName), h.Get(uName)
+	if method == "" || uri == "" || len(h[mName]) > 1 || len(h[uName]) > 1 {
+		return "", "", "", &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxy must set %s and %s once each (see docs/proxies)", mName, uName)}
 	}
-	return or
+	host = r.Host
+	if v := h["X-Forwarded-Host"]; len(v) > 0 && v[0] != "" {
+		host = v[0]
+	}
+	return method, uri, host, nil
 }
 
 // cleanPath appends to segs the segments of uri's path, percent-decoded,
@@ -332,6 +338,9 @@ func cleanPath(uri string, segs []string) ([]string, *forwardError) {
 	}
 	if !strings.HasPrefix(p, "/") {
 		return segs, &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxied URI %.64q is not a path", uri)}
+	}
+	if strings.IndexByte(p, ';') >= 0 {
+		p = dropParams(p)
 	}
 	if strings.IndexByte(p, '%') >= 0 {
 		d, err := url.PathUnescape(p)
@@ -356,6 +365,22 @@ func cleanPath(uri string, segs []string) ([]string, *forwardError) {
 	return segs, nil
 }
 
+// dropParams removes each segment's parameters (";jsessionid=x"), which
+// servers such as Tomcat strip before they route: /login;x is /login.
+func dropParams(p string) string {
+	var b strings.Builder
+	for rest := p; ; {
+		seg, tail, more := strings.Cut(rest, "/")
+		seg, _, _ = strings.Cut(seg, ";")
+		b.WriteString(seg)
+		if !more {
+			return b.String()
+		}
+		b.WriteByte('/')
+		rest = tail
+	}
+}
+
 // match returns the first route that matches, or nil. segs are the
 // cleaned path's segments.
 func (fa *forwardAuth) match(method string, segs []string, h http.Header) *route {
@@ -378,7 +403,7 @@ next:
 			}
 		}
 		for j, p := range rt.pattern {
-			if p.name == "" && p.lit != segs[j] {
+			if p.name == "" && !strings.EqualFold(p.lit, segs[j]) {
 				continue next
 			}
 		}
@@ -445,8 +470,12 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 			}
 			writeProblem(w, status, detail)
 		}
-		method, uri, host := original(r)
-		path, rt, fe := fa.read(r, method, uri, host, b)
+		method, uri, host, fe := original(r, nginx)
+		var path []string
+		var rt *route
+		if fe == nil {
+			path, rt, fe = fa.read(r, method, uri, host, b)
+		}
 		switch {
 		case fe != nil:
 			s.m.badRequests.WithLabelValues("forward_auth").Inc()
@@ -476,6 +505,11 @@ func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch)
 	}
 	path, fe := fa.policyPath(rt, r, method, host, segs, b.path[:0])
 	b.path = path[:0]
+	if fe == nil {
+		if err := validPath(path); err != nil {
+			fe = &forwardError{http.StatusBadRequest, "the route's policy path: " + err.Error()}
+		}
+	}
 	return path, rt, fe
 }
 

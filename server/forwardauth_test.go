@@ -60,6 +60,13 @@ func TestForwardAuthRoutes(t *testing.T) {
 		{"GET", "/api/acme", "", "t/acme/GET"},
 		{"GET", "/api", "", "all/h"},
 		{"GET", "http://h/api/a%2Fb/x", "", "t/a/GET"},
+		// Any case of a literal, and a segment's parameters dropped: every
+		// spelling an app may route to its login counts as the login.
+		{"POST", "/LOGIN", "", "login"},
+		{"POST", "/login;jsessionid=x", "", "login"},
+		{"POST", "/Login;a=b/", "", "login"},
+		{"POST", "/login%3Bx", "", "all/h"}, // an escaped ; is the segment's own
+		{"GET", "/API;v=1/Acme;x=1/orders", "", "t/Acme/GET"},
 	} {
 		segs, err := cleanPath(tc.uri, nil)
 		if err != nil {

@@ -82,6 +82,7 @@ schema:
 			}
 			req, _ := http.NewRequest("GET", base+"/v1/forward-auth", nil)
 			req.Header.Set("X-Forwarded-Uri", "/page")
+			req.Header.Set("X-Forwarded-Method", "GET")
 			req.Header.Set("X-Key", "k"+strconv.Itoa(i%20))
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				io.Copy(io.Discard, resp.Body)

@@ -179,6 +179,26 @@ func checkClientView(t *testing.T, proxy *proxytest.Process) {
 	if got := send(t, b, "POST", base+"/login", nil); got.status != 429 {
 		t.Errorf("4th login: %d, want 429", got.status)
 	}
+	// A client's own copy of each header a proxy endpoint reads, alone and
+	// all at once, changes nothing: the login is still its 5th.
+	forged := map[string]string{
+		"X-Forwarded-Uri": "/page", "X-Original-Uri": "/page", "X-Forwarded-Method": "GET", "X-Original-Method": "GET",
+		"X-Forwarded-Host": "forged.example", "X-Forwarded-For": "10.9.9.9", "Forwarded": "for=10.9.9.9",
+	}
+	for k, v := range forged {
+		if got := send(t, b, "POST", base+"/login", map[string]string{k: v}); got.status != 429 {
+			t.Errorf("a 5th login with a forged %s: %d, want 429", k, got.status)
+		}
+	}
+	if got := send(t, b, "POST", base+"/login", forged); got.status != 429 {
+		t.Errorf("a 5th login with every header forged: %d, want 429", got.status)
+	}
+	// Nor does another spelling of the login's path.
+	for _, p := range []string{"/LOGIN", "/login;jsessionid=x", "/Login/"} {
+		if got := send(t, b, "POST", base+p, nil); got.status != 429 {
+			t.Errorf("POST %s after the login limit: %d, want 429", p, got.status)
+		}
+	}
 
 	// Hostile sizes: a 64 KiB URI and a 64 KiB header get a 4xx, from the
 	// proxy or from Sluice, never a 5xx.
@@ -242,6 +262,20 @@ func TestTraefikForwardAuthHeaders(t *testing.T) {
 	if got.status != 429 || got.h.Get("Retry-After") == "" || !strings.Contains(got.h.Get("RateLimit"), `"web/login/*";r=0`) {
 		t.Errorf("4th login: %d %v, want 429 with Retry-After and the fields", got.status, got.h)
 	}
+	// Traefik replaces a client's X-Forwarded-* and passes on its other
+	// headers: a client's copy of nginx's headers or of Forwarded changes
+	// nothing here.
+	for _, k := range []string{"X-Original-Uri", "X-Original-Method", "Forwarded"} {
+		v := map[string]string{"X-Original-Uri": "/page", "X-Original-Method": "GET", "Forwarded": "for=10.9.9.9"}[k]
+		if got := traefik("POST", "/login", "203.0.113.7", map[string]string{k: v}); got.status != 429 {
+			t.Errorf("a 5th login with a forged %s: %d, want 429", k, got.status)
+		}
+	}
+	// Without its proxy's headers the endpoint decides nothing: nginx's
+	// headers at Traefik's endpoint are a 400, not a login.
+	if got := send(t, c, "GET", url, map[string]string{"X-Original-Uri": "/login", "X-Original-Method": "POST", "X-Forwarded-For": "203.0.113.9"}); got.status != 400 {
+		t.Errorf("nginx's headers at /v1/forward-auth: %d %s, want 400", got.status, got.body)
+	}
 	// The method matters (the route is POST only), so does the client.
 	if got := traefik("GET", "/login", "203.0.113.7", nil); got.status != 200 || !strings.Contains(got.h.Get("RateLimit"), "web/client/") {
 		t.Errorf("GET /login: %d %v, want 200 on the client route", got.status, got.h)
@@ -266,6 +300,8 @@ func TestTraefikForwardAuthHeaders(t *testing.T) {
 		{"a 9 KiB URI", "GET", "/" + strings.Repeat("u", 9<<10), nil, 414},
 		{"a bad escape", "GET", "/a%zz", nil, 400},
 		{"a 33-byte method", strings.Repeat("M", 33), "/", nil, 400},
+		{"a wildcard with a control character", "GET", "/api/a%01b/orders", map[string]string{"X-Api-Key": "k"}, 400},
+		{"a wildcard of invalid UTF-8", "GET", "/api/%ff/orders", map[string]string{"X-Api-Key": "k"}, 400},
 		{"40 KiB of headers", "GET", "/", map[string]string{"X-Junk": strings.Repeat("j", 40<<10)}, 431},
 	} {
 		if got := traefik(tc.method, tc.uri, "203.0.113.9", tc.extra); got.status != tc.want {
@@ -286,7 +322,7 @@ func TestForwardAuthStoreDown(t *testing.T) {
 			})
 			c := clientFrom("127.0.0.1")
 			ask := func(path string) answer {
-				return send(t, c, "GET", "http://"+sluiceAddr+path, map[string]string{"X-Forwarded-Uri": "/page", "X-Forwarded-For": "203.0.113.7"})
+				return send(t, c, "GET", "http://"+sluiceAddr+path, map[string]string{"X-Forwarded-Uri": "/page", "X-Forwarded-Method": "GET", "X-Original-Uri": "/page", "X-Original-Method": "GET", "X-Forwarded-For": "203.0.113.7"})
 			}
 			if got := ask("/v1/forward-auth"); got.status != 200 {
 				t.Fatalf("with Redis up: %d, want 200", got.status)
