@@ -180,12 +180,16 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if req.Cost != nil {
 		cost = *req.Cost
 	}
+	if !s.mayHoldSlots(req.Path) {
+		s.badSlotRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
+		return
+	}
 	b := new(batch)
 	if _, err := s.decidePath(r.Context(), s.acquire, req.Path, cost, b); err != nil {
 		s.slotFailed(w, err)
 		return
 	}
-	if !hasSlotLevel(&b.d) {
+	if !hasSlotLevel(&b.d) { // the policy was reloaded between
 		s.badSlotRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
@@ -193,6 +197,24 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	s.countSlots("http", algo.Acquire, &b.d)
 	status := addDecisionHeaders(w.Header(), b, false)
 	writeJSON(w, status, NewDecisionJSON(&b.d))
+}
+
+// mayHoldSlots reports whether path hits a concurrency limit, or a list
+// (which decides it counting nothing), so that an acquire that could hold
+// no slot is refused before anything is decided.
+func (s *Server) mayHoldSlots(path []string) bool {
+	m := s.current.Load().Match(path)
+	if m.Listed.List != "" {
+		return true
+	}
+	for _, h := range m.Hits {
+		for _, l := range h.Limits {
+			if l.Kind() == algo.KindConcurrency {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // acquire is the checker's Acquire under a new permit id, as a verb of

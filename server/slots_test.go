@@ -106,6 +106,14 @@ func TestSlotsOverHTTP(t *testing.T) {
 			t.Errorf("acquire %s: %d %s", bad, w.Code, w.Body)
 		}
 	}
+	// A refused acquire charges nothing: after three, the rate path still
+	// has all 9 of its window.
+	for range 3 {
+		do("/v1/acquire", `{"path": ["rate", "bob"]}`)
+	}
+	if w, d := do("/v1/check", `{"path": ["rate", "bob"]}`); w.Code != 200 || d.Remaining != 8 {
+		t.Errorf("a check after three refused acquires: %d, remaining %d, want 200 and 8", w.Code, d.Remaining)
+	}
 	if w, d := do("/v1/release", slot(acq.Permit)); w.Code != 200 || !*d.Released || d.Remaining != 2 {
 		t.Fatalf("release the acquire: %d %s", w.Code, w.Body)
 	}
