@@ -180,6 +180,9 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 				pq.Match.Hits = append(pq.Match.Hits, n.hit(key, tag, shared, pq.Exact))
 			}
 		})
+		if pq.Match.Err != nil {
+			return pq.Match.Err
+		}
 		pq.Match.applyList()
 		if pq.Exact {
 			m := &pq.Match

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -78,6 +79,80 @@ func (k *keyList) match(seg string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// hasKey reports whether seg is a key the list holds as written.
+func (k *keyList) hasKey(seg string) bool {
+	if k == nil {
+		return false
+	}
+	_, ok := k.keys[seg]
+	return ok
+}
+
+// listsAddrs reports whether the node's lists hold an address or a range:
+// a segment there that reads as an address is then one (see addrSegment).
+func (c *node) listsAddrs() bool {
+	return c.allow != nil && len(c.allow.bits) > 0 || c.deny != nil && len(c.deny.bits) > 0
+}
+
+// addrSegment reads seg, the segment at a node whose lists hold
+// addresses: an address is its one spelling, IPv4 dotted (an IPv4-mapped
+// address is its IPv4 address) or IPv6 as RFC 5952 writes it, without a
+// zone; a segment that some parser would read as an address but is not
+// one in that form (leading zeros, the integer or hex form, a port,
+// brackets, a zone on IPv4, surrounding spaces) is refused (ok false),
+// so that no spelling of an address is a second key; any other segment
+// is a key, as it is.
+func addrSegment(seg string) (out string, ok bool) {
+	if a, err := netip.ParseAddr(seg); err == nil {
+		return a.Unmap().WithZone("").String(), true
+	}
+	return seg, !addrLike(seg)
+}
+
+// addrLike reports whether s reads as an IP address to a lenient parser.
+func addrLike(s string) bool {
+	if t := strings.TrimSpace(s); t != s {
+		return t != "" && (addrLike(t) || isAddr(t))
+	}
+	if inner, ok := strings.CutPrefix(s, "["); ok {
+		if i := strings.IndexByte(inner, ']'); i >= 0 {
+			return isAddr(inner[:i]) || addrLike(inner[:i])
+		}
+	}
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		return isAddr(host) || addrLike(host)
+	}
+	if i := strings.IndexByte(s, '%'); i > 0 {
+		return isAddr(s[:i]) || addrLike(s[:i])
+	}
+	if strings.IndexByte(s, ':') >= 0 { // IPv6-like: hex digits, colons, dots
+		return strings.Trim(s, "0123456789abcdefABCDEF:.") == ""
+	}
+	// inet_aton's forms: one to four parts, decimal, octal or hex.
+	parts := strings.Split(strings.TrimSuffix(s, "."), ".")
+	if len(parts) > 4 {
+		return false
+	}
+	for _, p := range parts {
+		if h, ok := strings.CutPrefix(strings.ToLower(p), "0x"); ok {
+			p = h
+			if strings.Trim(p, "0123456789abcdef") != "" {
+				return false
+			}
+			continue
+		}
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+func isAddr(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // keyList reads an allow or deny list: a list of strings (one string is a

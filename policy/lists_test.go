@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/yamlfile"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -86,6 +87,63 @@ func TestLists(t *testing.T) {
 	// explain's view: Match names the entry, and hits nothing.
 	if m := p.Match([]string{"login", "scraper"}); m.Listed.String() != "deny scraper at login/*" || len(m.Hits) != 0 || m.Unmatched {
 		t.Errorf("Match: %+v", m)
+	}
+}
+
+// TestListsAddressSpellings: at a node whose lists hold addresses, a
+// segment that reads as an address is one address in its one spelling,
+// or refused; any other segment is a key. Every spelling
+// netip reads of a denied address is denied; every other spelling (leading
+// zeros, a port, brackets, a zone on IPv4, the integer form, spaces) is a
+// bad request that counts nothing; and the keys are the canonical
+// spelling, so two spellings of one address share one limit.
+func TestListsAddressSpellings(t *testing.T) {
+	p, err := Parse("lists.yaml", []byte(`
+schema:
+  ip:
+    children:
+      "*":
+        limits: {algorithm: fixed_window, limit: 1, window: 1h}
+        deny: [203.0.113.0/24, "2001:db8::/32"]
+        allow: [health-checker]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	defer st.Close()
+	c := &Checker{Policy: NewCurrent(p), Store: st}
+	decide := func(seg string) (Decision, error) {
+		var d Decision
+		err := c.Decide(context.Background(), &Query{Time: time.Unix(1_800_000_000, 0), Paths: []PathQuery{{Path: []string{"ip", seg}, Cost: 1}}}, &d)
+		return d, err
+	}
+	for _, seg := range []string{"203.0.113.5", "::ffff:203.0.113.5", "::FFFF:cb00:7105", "2001:db8::1%eth0", "2001:DB8::1", "2001:0db8:0000::1"} {
+		if d, err := decide(seg); err != nil || d.Allowed || d.Listed == "" {
+			t.Errorf("%q: allowed %v, listed %q, err %v; want denied", seg, d.Allowed, d.Listed, err)
+		}
+	}
+	for _, seg := range []string{"203.0.113.005", "0203.0.113.5", "203.0.113.5:80", "[2001:db8::1]", "203.0.113.5%eth0", "3405803781",
+		" 203.0.113.5", "203.0.113.5 ", "0xcb.0.113.5", "203.0.113", "203.0.113.5.", "[::ffff:203.0.113.5]:80", "203.0.113.09", "2001:0db8:00000::1"} {
+		if _, err := decide(seg); !errors.Is(err, store.ErrBadRequest) {
+			t.Errorf("%q: err %v, want a bad request", seg, err)
+		}
+	}
+	if d, err := decide("health-checker"); err != nil || !d.Allowed || d.Listed != "allow health-checker at ip/*" {
+		t.Errorf("a listed key: %+v %v", d, err)
+	}
+	if d, err := decide("scraper"); err != nil || !d.Allowed || d.Listed != "" {
+		t.Errorf("a key that is no address: %+v %v, want it limited as a key", d, err)
+	}
+	// One limit per address, whatever its spelling.
+	for i, seg := range []string{"192.0.2.1", "::ffff:192.0.2.1", "2001:db9::1", "2001:DB9:0::1"} {
+		d, err := decide(seg)
+		if err != nil || d.Allowed != (i%2 == 0) {
+			t.Errorf("%q: allowed %v, err %v; want allowed %v", seg, d.Allowed, err, i%2 == 0)
+		}
+		if err == nil && len(d.Levels) == 1 && strings.Contains(d.Levels[0].Key, "::ffff") {
+			t.Errorf("%q: key %q", seg, d.Levels[0].Key)
+		}
 	}
 }
 

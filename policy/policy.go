@@ -240,6 +240,11 @@ type Match struct {
 	// Unmatched, and it is allowed without a decision (allow) or denied
 	// (deny).
 	Listed Listed
+	// Err, when not nil, refuses the path: a segment at a node whose lists
+	// hold addresses reads as an IP address, but not in its one spelling
+	// (a port, leading zeros, the integer form). It wraps
+	// store.ErrBadRequest, and the walk stopped there.
+	Err error
 }
 
 // Hit is one node with limits that a request's walk hits.
@@ -386,6 +391,23 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 		c := n.child(seg)
 		if c == nil {
 			break
+		}
+		if c.listsAddrs() && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
+			// One address, one spelling: keyed and listed by its canonical
+			// form, or refused.
+			a, ok := addrSegment(seg)
+			if !ok {
+				m.Err = fmt.Errorf("policy: %w: segment %d %.64q at %s is an IP address not in its one spelling (the node's lists hold addresses: write 192.0.2.1 or 2001:db8::1)", store.ErrBadRequest, i, seg, c.pattern)
+				m.Unmatched = false
+				return
+			}
+			if a != seg {
+				if counted == nil {
+					counted = append([]string(nil), path...)
+				}
+				counted[i], seg = a, a
+				full, ends = joinEscaped(counted, ends[:0])
+			}
 		}
 		if c.sharedCounter && seg != c.glob {
 			// Every segment the pattern matches counts as the pattern:
