@@ -327,7 +327,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "no policy loaded\n")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), max(s.timeout, time.Second))
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
 	if err := s.ping(ctx); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -50,12 +50,14 @@ type nodeCounters struct {
 	allowed, limited, shadowLimited prometheus.Counter
 }
 
-func newMetrics(ping func(context.Context) error) *metrics {
+// newMetrics makes the metrics; sluice_store_up pings within timeout, the
+// store's, so that a scrape waits no longer on a store that hangs.
+func newMetrics(ping func(context.Context) error, timeout time.Duration) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	storeUp := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_store_up", Help: "1 when the store answers a ping at scrape time, else 0.",
 	}, func() float64 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if ping(ctx) != nil {
 			return 0

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -28,17 +28,32 @@ type QueueConfig struct {
 // queueSlot opens its queue on first use: the Redis store may still be
 // connecting when the server starts.
 type queueSlot struct {
-	name string
-	cfg  QueueConfig
-	mu   sync.Mutex
-	q    *queue.Queue
+	name  string
+	cfg   QueueConfig
+	lock  chan struct{} // held (full) while the queue is being opened
+	q     atomic.Pointer[queue.Queue]
+	stats queue.Stats // the last read, for /metrics; queueStats.mu held
+	read  bool        // stats were read once
 }
 
+func newQueueSlot(name string, cfg QueueConfig) *queueSlot {
+	return &queueSlot{name: name, cfg: cfg, lock: make(chan struct{}, 1)}
+}
+
+// openQueue returns the slot's queue, opening it on first use. A caller
+// waits for another's opening no longer than its ctx allows.
 func (s *Server) openQueue(ctx context.Context, slot *queueSlot) (*queue.Queue, error) {
-	slot.mu.Lock()
-	defer slot.mu.Unlock()
-	if slot.q != nil {
-		return slot.q, nil
+	if q := slot.q.Load(); q != nil {
+		return q, nil
+	}
+	select {
+	case slot.lock <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("queue %s: opening: %w", slot.name, ctx.Err())
+	}
+	defer func() { <-slot.lock }()
+	if q := slot.q.Load(); q != nil {
+		return q, nil
 	}
 	// The config is the queue's definition: its capacity is set, for
 	// every producer (the CLI's too), before the queue is opened.
@@ -52,7 +67,7 @@ func (s *Server) openQueue(ctx context.Context, slot *queueSlot) (*queue.Queue, 
 	if w := queue.EvictionWarning(ctx, s.store); w != "" {
 		s.log.Warn(w, "queue", slot.name)
 	}
-	slot.q = q
+	slot.q.Store(q)
 	return q, nil
 }
 
@@ -171,18 +186,32 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueDescs.rate
 }
 
+// Collect reports each queue's stats as last read. It starts a read (one
+// at a time) and waits for it no longer than the store's timeout, so that
+// a scrape never waits on a store that has stopped answering.
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	for _, slot := range c.s.queues {
-		q, err := c.s.openQueue(ctx, slot)
-		if err != nil {
+	s := c.s
+	s.queueStats.Lock()
+	done := s.queueStats.reading
+	if done == nil {
+		done = make(chan struct{})
+		s.queueStats.reading = done
+		go s.readQueueStats(done)
+	}
+	s.queueStats.Unlock()
+	t := time.NewTimer(s.timeout)
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	t.Stop()
+	s.queueStats.Lock()
+	defer s.queueStats.Unlock()
+	for _, slot := range s.queues {
+		if !slot.read {
 			continue
 		}
-		st, err := q.Stats(ctx)
-		if err != nil {
-			continue
-		}
+		st := &slot.stats
 		g := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, t, v, slot.name)
 		}
@@ -195,4 +224,27 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		g(queueDescs.acked, prometheus.CounterValue, float64(st.Acked))
 		g(queueDescs.rate, prometheus.GaugeValue, st.DrainRate)
 	}
+}
+
+// readQueueStats reads each queue's stats, each within the store's
+// timeout, then closes done.
+func (s *Server) readQueueStats(done chan struct{}) {
+	for _, slot := range s.queues {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		q, err := s.openQueue(ctx, slot)
+		var st queue.Stats
+		if err == nil {
+			st, err = q.Stats(ctx)
+		}
+		cancel()
+		if err == nil {
+			s.queueStats.Lock()
+			slot.stats, slot.read = st, true
+			s.queueStats.Unlock()
+		}
+	}
+	s.queueStats.Lock()
+	s.queueStats.reading = nil
+	s.queueStats.Unlock()
+	close(done)
 }

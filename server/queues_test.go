@@ -181,3 +181,78 @@ func post(t *testing.T, url, body string, h ...string) (*http.Response, string) 
 	resp.Body.Close()
 	return resp, string(b)
 }
+
+// TestHungRedisAnswersEveryEndpoint: with Redis stopped (SIGSTOP) for 12 s
+// and a 50 ms timeout, queue posts (to a queue used before and to one
+// never used, several at once), scrapes of /metrics and /readyz each
+// answer about when the timeout says: 503 for a post and /readyz, 200
+// with the stats last read for /metrics. The stall began about 10 s in,
+// when the client dialed Redis anew and waited for the handshake (posts
+// 4-5 s, scrapes 9 s). The bound checked, 2 s, is 40 timeouts: a margin
+// for a busy machine.
+func TestHungRedisAnswersEveryEndpoint(t *testing.T) {
+	rd := redistest.Start(t)
+	cfg := Config{Store: rd.URL(), Timeout: 50 * time.Millisecond, PolicyData: []byte("schema:\n  api: {limits: [1, 1, 1]}\n"), PolicyName: "t.yaml",
+		Queues: map[string]QueueConfig{"jobs": {Capacity: 100}, "fresh": {Capacity: 100}}}
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	if resp, body := post(t, srv.URL+"/v1/queues/jobs", `{}`); resp.StatusCode != 201 {
+		t.Fatalf("a post with Redis up: %d %s", resp.StatusCode, body)
+	}
+	if err := syscall.Kill(rd.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(rd.Pid(), syscall.SIGCONT)
+	type answer struct {
+		what   string
+		status int
+		took   time.Duration
+	}
+	ask := func(what, url, body string, answers chan<- answer) {
+		method := "GET"
+		if body != "" {
+			method = "POST"
+		}
+		start := time.Now()
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		status := 0
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			status = resp.StatusCode
+		}
+		answers <- answer{what, status, time.Since(start)}
+	}
+	rounds, worst := 0, time.Duration(0)
+	for start := time.Now(); time.Since(start) < 12*time.Second; rounds++ {
+		answers := make(chan answer, 16)
+		n := 0
+		for _, q := range []string{"jobs", "fresh"} {
+			for range 3 {
+				go ask("POST /v1/queues/"+q, srv.URL+"/v1/queues/"+q, `{}`, answers)
+				n++
+			}
+		}
+		go ask("GET /metrics", srv.URL+"/metrics", "", answers)
+		go ask("GET /readyz", srv.URL+"/readyz", "", answers)
+		for range n + 2 {
+			a := <-answers
+			want := 503
+			if a.what == "GET /metrics" {
+				want = 200
+			}
+			worst = max(worst, a.took)
+			if a.status != want || a.took > 2*time.Second {
+				t.Errorf("%s with Redis stopped: %d after %v, want %d about when the 50ms timeout ends", a.what, a.status, a.took, want)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("%d rounds with Redis stopped, the slowest answer in %v", rounds, worst)
+}

@@ -60,6 +60,12 @@ type Server struct {
 	health    *health.Server
 	inflight  sync.WaitGroup
 	queues    map[string]*queueSlot
+	// queueStats guards each queueSlot's stats; reading is closed when
+	// the read in flight ends (nil when none is).
+	queueStats struct {
+		sync.Mutex
+		reading chan struct{}
+	}
 	// forwardAuth is forward_auth compiled; nil when it has no routes.
 	forwardAuth *forwardAuth
 	// waiting counts the requests held for a policy's delay (delay.go).
@@ -100,7 +106,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
 		current: new(policy.Current),
 	}
-	s.m = newMetrics(s.ping) // s.ping reads s.store when scraped
+	s.m = newMetrics(s.ping, s.timeout) // s.ping reads s.store when scraped
 	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_delay_waiting", Help: "Requests held now for a policy's delay (gRPC and forward-auth).",
 	}, func() float64 { return float64(s.waiting.Load()) }))
@@ -122,7 +128,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.queues = make(map[string]*queueSlot, len(cfg.Queues))
 	for name, qc := range cfg.Queues {
-		s.queues[name] = &queueSlot{name: name, cfg: qc}
+		s.queues[name] = newQueueSlot(name, qc)
 	}
 	if len(s.queues) > 0 {
 		s.m.reg.MustRegister(queueCollector{s})

@@ -303,7 +303,10 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	defer cancel()
-	c := s.client()
+	c, err := s.clientOrErr()
+	if err != nil {
+		return err
+	}
 	return c.Do(ctx, c.B().Ping().Build()).Error()
 }
 
