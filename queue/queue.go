@@ -80,8 +80,9 @@ type Entry struct {
 type Added struct {
 	// ID is the entry's id.
 	ID string
-	// Duplicate reports that an entry with the same deduplication id was
-	// still queued: ID is that entry's and nothing was added.
+	// Duplicate reports that an entry with the same deduplication id and
+	// fields is queued, or was handled within backend.DedupWindow: ID is
+	// that entry's and nothing was added.
 	Duplicate bool
 	// Length is the queue's length after the call.
 	Length int64
@@ -112,7 +113,7 @@ var ErrBadEntry = errors.New("bad entry")
 // ErrDedupConflict is the error of an Add whose dedup id is held by a
 // queued entry with other fields: nothing was added (the IETF
 // Idempotency-Key draft's 422).
-var ErrDedupConflict = errors.New("the dedup id is queued with other fields")
+var ErrDedupConflict = errors.New("the dedup id was added with other fields")
 
 // ErrFull matches every *FullError with errors.Is.
 var ErrFull = errors.New("queue full")
@@ -312,10 +313,11 @@ func (q *Queue) Capacity() int { return q.opts.Capacity }
 
 // Add admits an entry with fields unless the queue is full (a
 // *FullError, matching ErrFull). With a non-empty dedup id, an entry with
-// the same id and fields still in the queue is answered instead of adding
-// another (Added.Duplicate), and one with other fields is an error
-// (ErrDedupConflict); once that entry was handled the id may be added
-// again. Fields may be empty (an entry whose arrival is the message);
+// the same id and fields that is queued, or was handled within
+// backend.DedupWindow (an hour), is answered instead of adding another
+// (Added.Duplicate), and one with other fields is an error
+// (ErrDedupConflict); after that window, or once the entry was
+// dead-lettered, the id may be added again. Fields may be empty (an entry whose arrival is the message);
 // a field's name may not (ErrBadEntry).
 //
 // When Add fails for another reason (the store timed out), the entry may

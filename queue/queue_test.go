@@ -174,9 +174,24 @@ func TestDedup(t *testing.T) {
 		if seen != "order-7" {
 			t.Errorf("the handler saw dedup id %q", seen)
 		}
-		c, err := q.Add(ctx, nil, "order-7")
-		if err != nil || c.Duplicate || c.ID == a.ID {
-			t.Fatalf("add after handling: %+v %v", c, err)
+		// Handled, the id is remembered (backend.DedupWindow): a retry of
+		// the add answers the entry handled, and runs nothing again.
+		c, err := q.Add(ctx, map[string]string{"v": "1"}, "order-7")
+		if err != nil || !c.Duplicate || c.ID != a.ID || c.Length != 0 {
+			t.Fatalf("the add again after handling: %+v %v, want the handled entry", c, err)
+		}
+		if c, err := q.Add(ctx, nil, "order-7"); !errors.Is(err, ErrDedupConflict) || c.ID != a.ID {
+			t.Fatalf("the id with other fields after handling: %+v %v, want ErrDedupConflict", c, err)
+		}
+		// A dead-lettered entry's id is forgotten: its dead letter can be
+		// requeued, and the id added anew.
+		d, err := q.Add(ctx, map[string]string{"v": "3"}, "order-8")
+		if err != nil {
+			t.Fatal(err)
+		}
+		drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("poison") }, WorkerOptions{Visibility: 200 * time.Millisecond, MaxDeliveries: 1, Batch: 4})
+		if e, err := q.Add(ctx, map[string]string{"v": "3"}, "order-8"); err != nil || e.Duplicate || e.ID == d.ID {
+			t.Fatalf("the id of a dead letter: %+v %v, want a new entry", e, err)
 		}
 	})
 }

@@ -35,16 +35,17 @@
 // without one the server makes one, and every answer that may have queued
 // the entry carries it in its Idempotency-Key header. 201 with a
 // queueAdded body ({"id", "length", "duplicate", "idempotency_key"}); 200
-// with the queued entry's id while an entry with the same Idempotency-Key
-// and fields is still queued; 422 when it is queued with other fields
-// (nothing queued); 429 with Retry-After (the estimated wait from the
+// with the entry's id while an entry with the same Idempotency-Key and
+// fields is queued, or was handled within the last hour
+// (backend.DedupWindow); 422 when that entry has other fields (nothing
+// queued); 429 with Retry-After (the estimated wait from the
 // drain rate, at least 1 s) when the queue is full (nothing queued); 404
 // for a queue not configured (the name shown up to 64 bytes); 400 for a
 // body that is not such an object; 503 with Retry-After: 1 when the store
 // fails. A 503 does not say the entry was not queued (the store may have
 // applied it after the deadline): retry with its Idempotency-Key, which
-// answers 200 if it was. Once an entry was handled its key is free again,
-// and a worker sees it as queue.Entry.Dedup. Workers drain the queue with
+// answers 200 if it was, for an hour after the entry was handled. A
+// worker sees the key as queue.Entry.Dedup. Workers drain the queue with
 // `sluice queue work` or queue.Queue.Work on the same store, so queues
 // need a Redis store: with the memory store the server refuses to start.
 //

@@ -90,8 +90,8 @@ const maxEchoedName = 64
 // of string fields; an Idempotency-Key header is the entry's dedup id, and
 // without one the server makes one. Every answer that may have queued the
 // entry carries its Idempotency-Key header. 201 with the id; 200 with the
-// queued entry's id when the key is still queued with the same fields;
-// 422 when it is queued with other fields; 429 with Retry-After when the
+// entry's id when the key is queued, or was handled within
+// backend.DedupWindow, with the same fields; 422 with other fields; 429 with Retry-After when the
 // queue is full (nothing queued); 404 for a queue not in the config; 503
 // (Retry-After: 1) when the store fails: the entry may have been queued,
 // and a retry with the same Idempotency-Key answers 200 if it was.
@@ -142,7 +142,7 @@ func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, queue.ErrBadEntry):
 		writeProblem(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, queue.ErrDedupConflict):
-		writeProblem(w, http.StatusUnprocessableEntity, fmt.Sprintf("Idempotency-Key %q is queued (entry %s) with other fields; nothing was queued", key, a.ID))
+		writeProblem(w, http.StatusUnprocessableEntity, fmt.Sprintf("Idempotency-Key %q was added (entry %s) with other fields; nothing was queued", key, a.ID))
 	case err != nil:
 		if n, ok := s.errLog.Allow(time.Now()); ok {
 			s.log.Error("queue add failed", "queue", slot.name, "err", err, "withheld", n)

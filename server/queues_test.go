@@ -11,11 +11,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 // TestQueueEndpoint: POST /v1/queues/{name} on Redis: 201 with an
@@ -163,6 +166,42 @@ func TestQueueRetryAfterStoreFailure(t *testing.T) {
 		t.Fatalf("the stream holds %s entries (%v), want %d: one per post", got, err, n+1)
 	}
 	t.Logf("%d of %d first tries had landed", dups, n)
+
+	// A worker handles and acks every entry; a retry after that (as a
+	// client whose answer was lost would send) is still a duplicate, and
+	// the work runs once.
+	st, err := redis.Open(context.Background(), rd.URL(), redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q, err := queue.Open(context.Background(), st, "jobs", queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var handled atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		q.Work(ctx, func(context.Context, queue.Entry) error {
+			if handled.Add(1) == n+1 {
+				stop()
+			}
+			return nil
+		}, queue.WorkerOptions{})
+	}()
+	<-done
+	for i := range n {
+		resp, body := add(fmt.Sprintf(`{"n": "%d"}`, i+1), keys[i])
+		var a queueAdded
+		if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &a) != nil || !a.Duplicate {
+			t.Errorf("retry %d after its entry was handled: %d %s, want 200 duplicate", i, resp.StatusCode, body)
+		}
+	}
+	if got, err := rd.Do("XLEN", "sluice:{queue:jobs}"); err != nil || got != "0" {
+		t.Errorf("the stream holds %s entries (%v) after the retries, want 0: nothing to run twice", got, err)
+	}
 }
 
 // post sends body to url with the header pairs h, and returns the answer

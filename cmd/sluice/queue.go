@@ -295,7 +295,7 @@ func queueAdd(ctx context.Context, e env, q *queue.Queue, kvs []string, dedup st
 		return 1
 	}
 	if errors.Is(err, queue.ErrDedupConflict) {
-		fmt.Fprintf(e.stderr, "queue add: --dedup %s is queued (entry %s) with other fields; nothing was queued\n", dedup, a.ID)
+		fmt.Fprintf(e.stderr, "queue add: --dedup %s was added (entry %s) with other fields; nothing was queued\n", dedup, a.ID)
 		return 1
 	}
 	if err != nil {

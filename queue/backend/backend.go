@@ -29,6 +29,16 @@ type Queues interface {
 	QueueWarning(ctx context.Context) string
 }
 
+// DedupWindow is how long a handled entry's dedup id is remembered after
+// its ack: an Add with that id within it answers the handled entry
+// (Duplicate, or Conflict for other fields) and adds nothing, so that a
+// producer's retry of an Add whose answer it lost (a timeout, a 503) never
+// runs the work twice. A queued entry's id is remembered while it is
+// queued; a dead-lettered entry's is forgotten, so that it can be
+// requeued. Each remembered id costs its store about its length plus
+// 100 bytes.
+const DedupWindow = time.Hour
+
 // ErrClosed is the error of an operation on a queue of a closed store.
 var ErrClosed = errors.New("store: closed")
 
@@ -41,9 +51,9 @@ var ErrNoQueue = errors.New("no such queue")
 // atomic in the store.
 type Queue interface {
 	// Add admits an entry of fields unless the queue holds its capacity.
-	// A non-empty dedup id held by a queued entry answers that entry
-	// (Duplicate when its fields are the same, Conflict when
-	// not) and adds nothing.
+	// A non-empty dedup id held by a queued entry, or by one handled
+	// within DedupWindow, answers that entry (Duplicate when its fields
+	// are the same, Conflict when not) and adds nothing.
 	Add(ctx context.Context, dedup string, fields []byte) (Added, error)
 	// Capacity returns the queue's capacity, its definition.
 	Capacity(ctx context.Context) (int, error)
@@ -61,8 +71,9 @@ type Queue interface {
 	Fail(ctx context.Context, id, msg string) error
 	// LastError returns the error recorded for an entry ("" for none).
 	LastError(ctx context.Context, id string) (string, error)
-	// Ack removes a delivered entry, counting it as handled, or as dead
-	// (dead lettered); false when it had been removed already.
+	// Ack removes a delivered entry, counting it as handled (its dedup id
+	// remembered for DedupWindow), or as dead (dead lettered, its dedup id
+	// forgotten); false when it had been removed already.
 	Ack(ctx context.Context, id string, dead bool) (bool, error)
 	// AckAll acks handled entries at once: done[i] is Ack's answer for
 	// ids[i].

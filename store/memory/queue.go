@@ -3,7 +3,9 @@ package memory
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,7 +43,7 @@ func (s *Store) Queue(_ context.Context, name, _ string, capacity int) (backend.
 		if qs.m == nil {
 			qs.m = map[string]*queue{}
 		}
-		q = &queue{capacity: capacity, ready: make(chan struct{}), entries: map[string]*queueEntry{},
+		q = &queue{capacity: capacity, ready: make(chan struct{}), entries: map[string]*queueEntry{}, dedupWindow: backend.DedupWindow,
 			dedup: map[string]string{}, members: map[string]bool{}}
 		qs.m[name] = q
 	}
@@ -80,8 +82,13 @@ type queue struct {
 	entries map[string]*queueEntry
 	unread  []string // ids not yet delivered, oldest first
 	dedup   map[string]string
-	dead    []backend.DeadLetter
-	members map[string]bool
+	handled map[string]handledID // dedup id → the entry handled with it
+	forget  []handledAt          // handled dedup ids, in the order of their acks
+	// dedupWindow is how long a handled dedup id is remembered:
+	// backend.DedupWindow, shorter in tests.
+	dedupWindow time.Duration
+	dead        []backend.DeadLetter
+	members     map[string]bool
 
 	admitted, delivered, acked int64
 	capacity                   int                      // the queue's definition
@@ -96,6 +103,19 @@ type queueEntry struct {
 	owner       string
 	deliveredAt time.Time
 	lastErr     string
+}
+
+// A handledID is a dedup id remembered after its entry was handled.
+type handledID struct {
+	id    string
+	sum   [sha256.Size]byte // of the entry's fields
+	until time.Time
+}
+
+// handledAt is a dedup id handled, and when it is forgotten.
+type handledAt struct {
+	dedup string
+	until time.Time
 }
 
 // drainSeconds is the span the drain rate looks back on.
@@ -131,6 +151,12 @@ func (q *queue) admit(dedup string, fields []byte) backend.Added {
 				return backend.Added{Outcome: backend.Conflict, ID: id, Length: n}
 			}
 			return backend.Added{Outcome: backend.Duplicate, ID: id, Length: n}
+		}
+		if h, ok := q.handled[dedup]; ok && time.Now().Before(h.until) {
+			if h.sum != sha256.Sum256(fields) {
+				return backend.Added{Outcome: backend.Conflict, ID: h.id, Length: n}
+			}
+			return backend.Added{Outcome: backend.Duplicate, ID: h.id, Length: n}
 		}
 	}
 	if n >= int64(q.capacity) {
@@ -311,8 +337,18 @@ func (q *queue) Ack(_ context.Context, id string, dead bool) (bool, error) {
 		return false, nil
 	}
 	delete(q.entries, id)
+	now := time.Now()
+	q.forgetHandled(now)
 	if e.dedup != "" && q.dedup[e.dedup] == id {
 		delete(q.dedup, e.dedup)
+		if !dead {
+			if q.handled == nil {
+				q.handled = map[string]handledID{}
+			}
+			until := now.Add(q.dedupWindow)
+			q.handled[e.dedup] = handledID{id, sha256.Sum256(e.fields), until}
+			q.forget = append(q.forget, handledAt{e.dedup, until})
+		}
 	}
 	if !dead {
 		q.acked++
@@ -324,6 +360,24 @@ func (q *queue) Ack(_ context.Context, id string, dead bool) (bool, error) {
 	}
 	c.n++
 	return true, nil
+}
+
+// forgetHandled forgets the handled dedup ids whose window has ended by
+// now; q.mu held.
+func (q *queue) forgetHandled(now time.Time) {
+	n := 0
+	for _, f := range q.forget {
+		if now.Before(f.until) {
+			break
+		}
+		if q.handled[f.dedup].until.Equal(f.until) {
+			delete(q.handled, f.dedup)
+		}
+		n++
+	}
+	if n > 0 {
+		q.forget = slices.Delete(q.forget, 0, n)
+	}
 }
 
 func (q *queue) AckAll(ctx context.Context, ids []string, done []bool) error {

@@ -20,7 +20,9 @@ import (
 // XADD, never trimmed), read with XREADGROUP, claimed with XAUTOCLAIM,
 // acked and deleted only once handled. Its keys share one hash tag, so
 // they live in one Cluster slot: the stream, its dead letters, and hashes
-// for counters, dedup ids and last errors.
+// for counters, dedup ids, last errors and the dedup ids of entries
+// handled within backend.DedupWindow (with a zset of when each is
+// forgotten).
 
 var (
 	_ backend.Queues = (*Store)(nil)
@@ -34,10 +36,13 @@ var (
 )
 
 type queue struct {
-	s                               *Store
-	group                           string
-	stream, dead, meta, dedup, errs string
-	keysAdd, keysAck, keysClaim     []string
+	s                                        *Store
+	group                                    string
+	stream, dead, meta, dedup, errs          string
+	keysAdd, keysRequeue, keysAck, keysClaim []string
+	// dedupWindow is backend.DedupWindow in ms, an ARGV of queue_ack.lua
+	// (shorter in tests).
+	dedupWindow string
 }
 
 // queueKey names a queue's stream: the store's prefix, then the escaped
@@ -53,9 +58,11 @@ func queueKey(prefix, name string) string {
 func (s *Store) Queue(ctx context.Context, name, group string, capacity int) (backend.Queue, error) {
 	base := queueKey(s.prefix, name)
 	q := &queue{s: s, group: group, stream: base, dead: base + ":dead", meta: base + ":meta",
-		dedup: base + ":dedup", errs: base + ":errors"}
-	q.keysAdd = []string{q.stream, q.meta, q.dedup}
-	q.keysAck = []string{q.stream, q.meta, q.dedup, q.errs}
+		dedup: base + ":dedup", errs: base + ":errors", dedupWindow: strconv.FormatInt(backend.DedupWindow.Milliseconds(), 10)}
+	handled, handledAt := base+":handled", base+":handled-at"
+	q.keysAdd = []string{q.stream, q.meta, q.dedup, handled, handledAt}
+	q.keysRequeue = []string{q.stream, q.meta, q.dedup, handled, handledAt, q.dead}
+	q.keysAck = []string{q.stream, q.meta, q.dedup, q.errs, handled, handledAt}
 	q.keysClaim = []string{q.stream, q.meta}
 	c, err := s.clientOrErr()
 	if err != nil {
@@ -217,7 +224,7 @@ func (q *queue) Requeue(ctx context.Context, deadID string) (backend.Added, bool
 	if err != nil {
 		return backend.Added{}, false, err
 	}
-	return admitted(queueRequeueScript.Exec(ctx, c, []string{q.stream, q.meta, q.dedup, q.dead}, []string{deadID}))
+	return admitted(queueRequeueScript.Exec(ctx, c, q.keysRequeue, []string{deadID}))
 }
 
 func (q *queue) Drop(ctx context.Context, deadID string) (bool, error) {
@@ -321,7 +328,7 @@ func (q *queue) Ack(ctx context.Context, id string, dead bool) (bool, error) {
 	if dead {
 		counter = "dead"
 	}
-	n, err := queueAckScript.Exec(ctx, c, q.keysAck, []string{q.group, id, counter}).AsInt64()
+	n, err := queueAckScript.Exec(ctx, c, q.keysAck, []string{q.group, id, counter, q.dedupWindow}).AsInt64()
 	return n == 1, err
 }
 
@@ -337,7 +344,7 @@ func (q *queue) AckAll(ctx context.Context, ids []string, done []bool) error {
 	}
 	execs := make([]rueidis.LuaExec, len(ids))
 	for i, id := range ids {
-		execs[i] = rueidis.LuaExec{Keys: q.keysAck, Args: []string{q.group, id, "acked"}}
+		execs[i] = rueidis.LuaExec{Keys: q.keysAck, Args: []string{q.group, id, "acked", q.dedupWindow}}
 	}
 	for i, r := range queueAckScript.ExecMulti(ctx, c, execs...) {
 		n, err := r.AsInt64()

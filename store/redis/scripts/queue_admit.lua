@@ -3,10 +3,14 @@
 -- entry unless the queue holds its capacity (the meta hash's 'capacity',
 -- the queue's definition). Never trims.
 -- KEYS[1] the stream, KEYS[2] the meta hash, KEYS[3] the dedup hash
---         (dedup id -> entry id of entries still queued)
+--         (dedup id -> entry id of entries still queued), KEYS[4] the
+--         handled hash (dedup id -> "entry-id sha1-of-fields" of entries
+--         handled), KEYS[5] the zset of when each handled id is forgotten
+--         (ms); see queue_ack.lua
 -- Returns {status, id, length, rate}: status 1 added, 2 duplicate (id is
--- the queued entry's), 3 the dedup id is queued with other fields (id is
--- that entry's; nothing added), 0 full (id ""), 4 the queue has no
+-- the entry's, queued or handled within the dedup window), 3 the dedup id
+-- is that of an entry with other fields (id is that entry's; nothing
+-- added), 0 full (id ""), 4 the queue has no
 -- capacity (it was never defined); rate is the drain rate in entries/s as
 -- a string (0 unless full).
 local function admit(dedup, fields)
@@ -24,6 +28,14 @@ local function admit(dedup, fields)
         end
       end
       return {2, id, len, '0'}
+    end
+    local h = redis.call('HGET', KEYS[4], dedup)
+    local until_ms = tonumber(redis.call('ZSCORE', KEYS[5], dedup))
+    if h and until_ms and until_ms > now_us() / 1000 then
+      local sp = string.find(h, ' ', 1, true)
+      local hid = string.sub(h, 1, sp - 1)
+      if string.sub(h, sp + 1) ~= redis.sha1hex(fields) then return {3, hid, len, '0'} end
+      return {2, hid, len, '0'}
     end
   end
   if len >= cap then
