@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 
 	"sort"
@@ -49,6 +50,9 @@ var commands = map[string]command{
 }
 
 func main() {
+	if filepath.Base(os.Args[0]) == guardName {
+		os.Exit(runGuard(os.Args[1:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, env{os.Stdin, os.Stdout, os.Stderr}, os.Args[1:]))

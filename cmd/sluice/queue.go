@@ -325,22 +325,45 @@ func queueWork(ctx context.Context, e env, q *queue.Queue, argv []string, o queu
 		fmt.Fprintln(e.stderr, "queue work: give the command to run after --")
 		return 2
 	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "queue work: %v\n", err)
+		return 1
+	}
 	h := func(ctx context.Context, en queue.Entry) error {
 		in, err := json.Marshal(en.Fields)
 		if err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		// Stopped as a group, so that a shell's children go too.
+		// Run under a guard (guard.go) that leads the handler's process
+		// group and kills it when this worker dies: the group is stopped
+		// by SIGTERM, and by SIGKILL 2 s later when the pipe to the guard
+		// is closed.
+		watch, live, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer live.Close()
+		cmd := exec.CommandContext(ctx, self, argv...)
+		cmd.Args[0] = guardName
+		cmd.ExtraFiles = []*os.File{watch}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-		cmd.WaitDelay = 2 * time.Second
+		cmd.Cancel = func() error {
+			time.AfterFunc(2*time.Second, func() { live.Close() })
+			return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		}
+		cmd.WaitDelay = 3 * time.Second
 		cmd.Stdin = bytes.NewReader(in)
 		cmd.Stdout = e.stdout
 		var stderr bytes.Buffer
 		cmd.Stderr = io.MultiWriter(e.stderr, &limited{&stderr, 1024})
 		cmd.Env = append(os.Environ(), "SLUICE_ENTRY_ID="+en.ID, "SLUICE_ENTRY_DEDUP="+en.Dedup, "SLUICE_ENTRY_DELIVERIES="+strconv.FormatInt(en.Deliveries, 10))
-		if err := cmd.Run(); err != nil {
+		err = cmd.Start()
+		watch.Close()
+		if err == nil {
+			err = cmd.Wait()
+		}
+		if err != nil {
 			if msg := strings.TrimSpace(stderr.String()); msg != "" {
 				return fmt.Errorf("%w: %s", err, msg)
 			}

@@ -414,3 +414,62 @@ func TestQueueDefinitionAndDeadLetters(t *testing.T) {
 		t.Errorf("stats after: %s", out)
 	}
 }
+
+// TestQueueHandlerDiesWithItsWorker: a `sluice queue work` SIGKILLed while
+// its handler runs takes the handler with it, the shell and the shell's
+// child both (they once ran on, beside the redelivery of their entry to a
+// second worker).
+func TestQueueHandlerDiesWithItsWorker(t *testing.T) {
+	rd := redistest.Start(t)
+	url := rd.URL()
+	if out, err := exec.Command(sluiceBin, "queue", "add", "--store", url, "--capacity", "10", "long", "n=1").CombinedOutput(); err != nil {
+		t.Fatalf("add: %v %s", err, out)
+	}
+	dir := t.TempDir()
+	w := exec.Command(sluiceBin, "queue", "work", "--store", url, "--visibility", "1h", "long", "--",
+		"sh", "-c", `sleep 3600 & echo "$! $$" > "$0/pids.tmp"; mv "$0/pids.tmp" "$0/pids"; wait`, dir)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var data []byte
+	for {
+		var err error
+		if data, err = os.ReadFile(filepath.Join(dir, "pids")); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("pids %q", data)
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) != 2 || !alive(pids[0]) || !alive(pids[1]) {
+		t.Fatalf("the handler and its child (%v) are not running", pids)
+	}
+	w.Process.Kill()
+	w.Wait()
+	// The guard kills them within milliseconds; 20 s is a margin for a
+	// busy machine, and far less than the hour they would run.
+	for start := time.Now(); alive(pids[0]) || alive(pids[1]); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 20*time.Second {
+			syscall.Kill(pids[0], syscall.SIGKILL)
+			syscall.Kill(pids[1], syscall.SIGKILL)
+			t.Fatalf("the handler (pid %d) or its child (pid %d) still ran 20 s after its worker was killed", pids[1], pids[0])
+		}
+	}
+}
+
+// alive reports whether process pid runs (a zombie has ended).
+func alive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
