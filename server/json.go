@@ -223,7 +223,8 @@ func bodyErrorf(format string, args ...any) error {
 }
 
 // decodeBody decodes a request body into v: one JSON value, with no
-// field v does not have; the error says what is wrong with the body.
+// field v does not have and none twice; the error says what is wrong with
+// the body.
 func decodeBody(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -233,7 +234,39 @@ func decodeBody(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return bodyErrorf("malformed JSON: more than one value in the body")
 	}
+	if k := repeatedField(body); k != "" {
+		return bodyErrorf("%q is given twice: give each field once", k)
+	}
 	return nil
+}
+
+// repeatedField returns a field of the body's top-level object that
+// appears twice (encoding/json matches names in any case, and keeps the
+// last), or "".
+func repeatedField(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	var seen []string
+	for dec.More() {
+		t, err := dec.Token()
+		k, ok := t.(string)
+		if err != nil || !ok {
+			return ""
+		}
+		for _, s := range seen {
+			if strings.EqualFold(s, k) {
+				return k
+			}
+		}
+		seen = append(seen, k)
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // parseCheckRequest decodes and validates a check request body: one JSON

@@ -83,6 +83,8 @@ func TestParseCheckRequest(t *testing.T) {
 		{`{}`, `"path" is missing or empty`},
 		{`{"path": ["a"], "cost": -1}`, `"cost" must not be negative`},
 		{`{"path": ["a"], "costs": 1}`, `unknown field "costs"`},
+		{`{"path": ["login", "bob"], "path": ["free"]}`, `"path" is given twice`},
+		{`{"path": ["a"], "cost": 1, "Cost": 0}`, `"Cost" is given twice`},
 		{`{"path": "a"}`, `"path" must be an array of strings`},
 		{`{"path": [1]}`, `"path" must be an array of strings`},
 		{`{"path": ["a"], "cost": 1.5}`, `"cost" must be an integer`},

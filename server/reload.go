@@ -26,8 +26,11 @@ func statFile(path string) fileStamp {
 }
 
 // watch reloads the policy on every value from reload (SIGHUP) and, for a
-// policy file, whenever its modification time or size changes (polled
-// every WatchInterval; a negative interval disables polling).
+// policy file, when its modification time or size has changed and then
+// stayed the same for one poll (polled every WatchInterval; a negative
+// interval disables polling), so that a file being written in place is
+// not loaded half-written. A writer that pauses longer than a poll can
+// still be read early: replace the file by a rename for a guarantee.
 func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
 	var tick <-chan time.Time
 	if s.cfg.Policy != "" && s.cfg.WatchInterval > 0 {
@@ -54,9 +57,11 @@ func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
 func (s *Server) reloadIfChanged() {
 	st := statFile(s.cfg.Policy)
 	s.reloadMu.Lock()
-	changed := st.ok && (st.modTime != s.fileState.modTime || st.size != s.fileState.size)
+	changed := st.ok && st != s.fileState
+	settled := changed && st == s.fileSeen
+	s.fileSeen = st
 	s.reloadMu.Unlock()
-	if changed {
+	if settled {
 		s.Reload("file changed")
 	}
 }

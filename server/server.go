@@ -47,6 +47,7 @@ type Server struct {
 
 	reloadMu  sync.Mutex
 	fileState fileStamp // of the policy file when last read
+	fileSeen  fileStamp // of the policy file at the last poll
 
 	ready     atomic.Bool
 	errLog    ratelog.Every // store failures: one line a second
