@@ -1,60 +1,96 @@
 package main
 
 import (
-	"errors"
+	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
+	"sync"
 	"syscall"
 )
 
 // guardName is the name (argv[0]) under which sluice runs as a queue
-// handler's guard: `sluice queue work` starts each handler through it,
-// so that a handler never outlives its worker.
+// worker's guard, so that no handler outlives its worker.
 //
-// The guard leads the handler's process group and holds the read end of
-// a pipe (fd 3) whose write end only the worker holds. When the worker
-// dies, however it dies (SIGKILL too), the kernel closes that end; the
-// guard reads EOF and kills the whole group, itself included, so that the
-// entry's redelivery to another worker never runs beside it. The guard
-// ignores SIGTERM (the worker's stop, sent to the group), waits for the
-// handler and exits as it did.
+// `sluice queue work` starts one guard, and each handler in a process
+// group of its own. It tells the guard, through a pipe (the guard's fd 3)
+// whose write end only the worker holds, each group it starts ("+pgid")
+// and each that ended ("-pgid"). When the worker dies, however it dies
+// (SIGKILL too), the kernel closes that end: the guard reads EOF, kills
+// every group still listed, and exits, so that an entry's redelivery to
+// another worker never runs beside its first run. A handler also gets
+// SIGKILL when the thread that started it ends (Pdeathsig), which covers
+// the moment between its start and the guard's hearing of it.
 const guardName = "sluice-queue-guard"
 
-// runGuard runs argv as the guarded handler and returns its exit code.
-func runGuard(argv []string) int {
-	// Only as the worker starts it: leading its own group (which it
-	// kills), fd 3 a pipe.
+// runGuard is the guard's main.
+func runGuard() int {
 	var st syscall.Stat_t
-	if len(argv) == 0 || syscall.Getpgrp() != os.Getpid() || syscall.Fstat(3, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+	if syscall.Fstat(3, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
 		fmt.Fprintln(os.Stderr, guardName+": started by `sluice queue work` only")
 		return 2
 	}
-	worker := os.NewFile(3, "worker")
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, syscall.SIGINT) // handled, so not inherited as ignored
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 127
-	}
-	go func() {
-		io.Copy(io.Discard, worker) // EOF: the worker has gone, or stops us
-		syscall.Kill(0, syscall.SIGKILL)
-	}()
-	err := cmd.Wait()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exit):
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
+	// A ^C or SIGTERM to the worker's group is the worker's to handle: the
+	// guard ends when the worker does.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, syscall.SIGINT)
+	groups := map[int]bool{}
+	sc := bufio.NewScanner(os.NewFile(3, "worker"))
+	for sc.Scan() {
+		line := sc.Text()
+		pgid, err := strconv.Atoi(line[min(1, len(line)):])
+		if err != nil || pgid <= 1 {
+			continue
 		}
-		return exit.ExitCode()
+		if line[0] == '+' {
+			groups[pgid] = true
+		} else {
+			delete(groups, pgid)
+		}
 	}
-	fmt.Fprintln(os.Stderr, err)
-	return 1
+	for pgid := range groups {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	return 0
+}
+
+// A guard is a worker's end of its guard.
+type guard struct {
+	mu   sync.Mutex
+	live *os.File // the pipe's write end
+	cmd  *exec.Cmd
+}
+
+// startGuard starts the guard, self being this binary.
+func startGuard(self string) (*guard, error) {
+	watch, live, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer watch.Close()
+	cmd := exec.Command(self)
+	cmd.Args[0] = guardName
+	cmd.ExtraFiles = []*os.File{watch}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		live.Close()
+		return nil, fmt.Errorf("starting the handlers' guard: %w", err)
+	}
+	return &guard{live: live, cmd: cmd}, nil
+}
+
+// tell sends the guard a line: "+pgid" for a group started, "-pgid" for
+// one that ended.
+func (g *guard) tell(op byte, pgid int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.live.Write(strconv.AppendInt([]byte{op}, int64(pgid), 10))
+	g.live.Write([]byte{'\n'})
+}
+
+// close ends the guard: it kills the groups still running, and exits.
+func (g *guard) close() {
+	g.live.Close()
+	g.cmd.Wait()
 }

@@ -51,7 +51,7 @@ var commands = map[string]command{
 
 func main() {
 	if filepath.Base(os.Args[0]) == guardName {
-		os.Exit(runGuard(os.Args[1:]))
+		os.Exit(runGuard())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

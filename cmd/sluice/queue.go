@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -325,7 +326,15 @@ func queueWork(ctx context.Context, e env, q *queue.Queue, argv []string, o queu
 		fmt.Fprintln(e.stderr, "queue work: give the command to run after --")
 		return 2
 	}
+	var guarded *guard
 	self, err := os.Executable()
+	if err == nil {
+		var g *guard
+		if g, err = startGuard(self); err == nil {
+			defer g.close()
+			guarded = g
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "queue work: %v\n", err)
 		return 1
@@ -335,33 +344,25 @@ func queueWork(ctx context.Context, e env, q *queue.Queue, argv []string, o queu
 		if err != nil {
 			return err
 		}
-		// Run under a guard (guard.go) that leads the handler's process
-		// group and kills it when this worker dies: the group is stopped
-		// by SIGTERM, and by SIGKILL 2 s later when the pipe to the guard
-		// is closed.
-		watch, live, err := os.Pipe()
-		if err != nil {
-			return err
-		}
-		defer live.Close()
-		cmd := exec.CommandContext(ctx, self, argv...)
-		cmd.Args[0] = guardName
-		cmd.ExtraFiles = []*os.File{watch}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error {
-			time.AfterFunc(2*time.Second, func() { live.Close() })
-			return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		}
-		cmd.WaitDelay = 3 * time.Second
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		// A group of its own, stopped as a whole (a shell's children too),
+		// and killed by the guard if this worker dies (guard.go).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+		cmd.WaitDelay = 2 * time.Second
 		cmd.Stdin = bytes.NewReader(in)
 		cmd.Stdout = e.stdout
 		var stderr bytes.Buffer
 		cmd.Stderr = io.MultiWriter(e.stderr, &limited{&stderr, 1024})
 		cmd.Env = append(os.Environ(), "SLUICE_ENTRY_ID="+en.ID, "SLUICE_ENTRY_DEDUP="+en.Dedup, "SLUICE_ENTRY_DELIVERIES="+strconv.FormatInt(en.Deliveries, 10))
-		err = cmd.Start()
-		watch.Close()
-		if err == nil {
+		// Pdeathsig follows the thread that starts the command: keep it
+		// until the command has ended.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err = cmd.Start(); err == nil {
+			guarded.tell('+', cmd.Process.Pid)
 			err = cmd.Wait()
+			guarded.tell('-', cmd.Process.Pid)
 		}
 		if err != nil {
 			if msg := strings.TrimSpace(stderr.String()); msg != "" {
