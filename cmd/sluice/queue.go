@@ -326,19 +326,16 @@ func queueWork(ctx context.Context, e env, q *queue.Queue, argv []string, o queu
 		fmt.Fprintln(e.stderr, "queue work: give the command to run after --")
 		return 2
 	}
-	var guarded *guard
 	self, err := os.Executable()
+	var guarded *guard
 	if err == nil {
-		var g *guard
-		if g, err = startGuard(self); err == nil {
-			defer g.close()
-			guarded = g
-		}
+		guarded, err = startGuard(self)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "queue work: %v\n", err)
 		return 1
 	}
+	defer guarded.close()
 	h := func(ctx context.Context, en queue.Entry) error {
 		in, err := json.Marshal(en.Fields)
 		if err != nil {
