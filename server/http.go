@@ -312,9 +312,13 @@ func (s *Server) ping(ctx context.Context) error {
 	return nil
 }
 
-// handleReady serves GET /readyz: 200 when a policy is loaded, the store
-// answers a ping within the decision timeout (at least 1s) and the server
-// is not shutting down; 503 with the reason otherwise.
+// handleReady serves GET /readyz: 503 with the reason while the server has
+// no policy loaded or is shutting down, else 200. A store that does not
+// answer a ping within the timeout does not make it 503: the service still
+// answers every request, by on_store_error, and a Redis blip must not take
+// every replica out of its Service at once. The body then says the store
+// is degraded and what the service answers meanwhile (as does
+// sluice_store_up, and a log line when the store's state changes).
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if !s.ready.Load() {
@@ -330,11 +334,33 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
 	if err := s.ping(ctx); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, "store unreachable: "+err.Error()+"\n")
+		s.noteStore(err)
+		io.WriteString(w, "ready; store degraded: "+err.Error()+"; meanwhile "+s.storeErrorAnswer()+"\n")
 		return
 	}
+	s.noteStore(nil)
 	io.WriteString(w, "ready\n")
+}
+
+// storeErrorAnswer says what the service answers while its store fails.
+func (s *Server) storeErrorAnswer() string {
+	if s.failOpen {
+		return "every check is allowed (on_store_error: allow)"
+	}
+	return "every check is denied with 503 (on_store_error: deny)"
+}
+
+// noteStore logs when a ping finds the store's state changed: degraded
+// (err) or back.
+func (s *Server) noteStore(err error) {
+	if s.storeDown.Swap(err != nil) == (err != nil) {
+		return
+	}
+	if err != nil {
+		s.log.Warn("store degraded: the service stays ready and answers by on_store_error", "err", err, "on_store_error", s.cfg.OnStoreError)
+	} else {
+		s.log.Info("store answers again")
+	}
 }
 
 // --- admin ---

@@ -183,15 +183,18 @@ func (m *metrics) node(pattern string) *nodeCounters {
 	return actual.(*nodeCounters)
 }
 
-// Version is the version of the running build: the module version the Go
-// toolchain stamped (a tag for `go install ...@v1.2.0`, "(devel)" for a
-// build from a checkout), with the VCS revision when it stamped one.
+// release is this source's version, the top entry of CHANGELOG.md.
+const release = "v0.1.0"
+
+// Version is the version of the running build: the release, with the VCS
+// revision and its time when the Go toolchain stamped them (a build from a
+// git checkout), "+dirty" for uncommitted changes.
 func Version() string {
+	v := release
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return v
 	}
-	v := bi.Main.Version
 	var rev, at, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -206,7 +209,7 @@ func Version() string {
 		}
 	}
 	if rev == "" {
-		return v + " (no commit recorded: build from a git checkout, without -buildvcs=false)"
+		return v
 	}
 	v += " " + rev[:min(len(rev), 12)] + modified
 	if at != "" {

@@ -50,6 +50,7 @@ type Server struct {
 	fileSeen  fileStamp // of the policy file at the last poll
 
 	ready     atomic.Bool
+	storeDown atomic.Bool   // the last ping failed (noteStore)
 	errLog    ratelog.Every // store failures: one line a second
 	unmatched unmatchedLog  // where unmatched paths were logged
 	httpLn    net.Listener

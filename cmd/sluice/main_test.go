@@ -29,12 +29,13 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		out, err := exec.Command(sluiceBin, args...).CombinedOutput()
-		// Built from a git clone, the binary records its commit (12 hex
-		// digits, +dirty when changed) and the commit's time; built where
-		// Go records none (a git worktree, a tarball), it says so.
-		want := `^sluice \S+ \(no commit recorded: [^)]+\) go1\.`
+		// The release (CHANGELOG.md's top entry); built from a git clone,
+		// the binary adds its commit (12 hex digits, +dirty when changed)
+		// and the commit's time, which Go records nowhere else (a git
+		// worktree, a tarball).
+		want := `^sluice ` + regexp.QuoteMeta(changelogTop(t)) + ` go1\.`
 		if info, _ := exec.Command("go", "version", "-m", sluiceBin).Output(); strings.Contains(string(info), "vcs.revision=") {
-			want = `^sluice \S+ [0-9a-f]{12}(\+dirty)? \d{4}-\d\d-\d\dT\S+ go1\.`
+			want = `^sluice ` + regexp.QuoteMeta(changelogTop(t)) + ` [0-9a-f]{12}(\+dirty)? \d{4}-\d\d-\d\dT\S+ go1\.`
 		}
 		if err != nil || !regexp.MustCompile(want).Match(out) {
 			t.Errorf("sluice %v: %v %q, want %s", args, err, out, want)
@@ -43,6 +44,20 @@ func TestHelpExitsZero(t *testing.T) {
 	if err := exec.Command(sluiceBin, "replay", "--no-such-flag").Run(); err == nil {
 		t.Error("a bad flag exited 0")
 	}
+}
+
+// changelogTop returns the version of CHANGELOG.md's first entry, a
+// heading "## v1.2.3 (date)".
+func changelogTop(t *testing.T) string {
+	data, err := os.ReadFile("../../CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+)\b`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("CHANGELOG.md has no entry such as ## v0.1.0")
+	}
+	return string(m[1])
 }
 
 // TestSim runs sluice sim with limit and policy strategies and checks what

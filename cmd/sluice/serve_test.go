@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -764,8 +765,8 @@ func TestServeStoreDown(t *testing.T) {
 					}
 				}
 			}
-			if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 503 || !strings.Contains(string(a.body), "store unreachable") {
-				t.Errorf("readyz with the store down: %d %s", a.status, a.body)
+			if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 || !strings.Contains(string(a.body), "store degraded") {
+				t.Errorf("readyz with the store down: %d %s, want 200 and the store degraded", a.status, a.body)
 			}
 			m := string(do(t, "GET", "http://"+p.http+"/metrics", "", "").body)
 			outcome := map[string]string{"allow": "store_error_allowed", "deny": "store_error_denied"}[mode]
@@ -1169,8 +1170,8 @@ func TestExampleConfig(t *testing.T) {
 }
 
 // TestServeStartsWithRedisDown: started while Redis is unreachable, the
-// service serves by on_store_error, is not ready, and connects when Redis
-// comes up.
+// service says so in its banner, serves by on_store_error, is ready (it
+// answers) with the store degraded, and connects when Redis comes up.
 func TestServeStartsWithRedisDown(t *testing.T) {
 	port, err := redistest.FreePort()
 	if err != nil {
@@ -1186,7 +1187,7 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 	if a := do(t, "GET", "http://"+p.http+"/metrics", "", ""); !strings.Contains(string(a.body), "\nsluice_store_up 0\n") {
 		t.Errorf("metrics before Redis lack sluice_store_up 0")
 	}
-	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 503 {
+	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 || !strings.Contains(string(a.body), "store degraded") {
 		t.Errorf("readyz before Redis: %d %s", a.status, a.body)
 	}
 
@@ -1207,9 +1208,46 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 	if a := p.check(`{"path": ["shared"]}`); a.status != 200 || strings.Contains(string(a.body), "store_error") {
 		t.Errorf("after Redis came up: %d %s", a.status, a.body)
 	}
-	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 {
+	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 || string(a.body) != "ready\n" {
 		t.Errorf("readyz after Redis came up: %d %s", a.status, a.body)
 	}
+}
+
+// TestServeReadyThroughARedisOutage: Redis killed under a running service
+// with on_store_error: allow, then started again on its port: /readyz stays
+// 200 throughout, saying the store is degraded (so does sluice_store_up,
+// and the log), and says ready again once Redis is back; the checks
+// meanwhile are answered by on_store_error.
+func TestServeReadyThroughARedisOutage(t *testing.T) {
+	rd := redistest.Start(t)
+	port, _ := strconv.Atoi(rd.Addr[strings.LastIndexByte(rd.Addr, ':')+1:])
+	p := serve(t, []string{"SLUICE_ON_STORE_ERROR=allow"}, append(local, "--timeout", "50ms", "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
+	ready := func() string {
+		a := do(t, "GET", "http://"+p.http+"/readyz", "", "")
+		if a.status != 200 {
+			t.Fatalf("readyz: %d %s, want 200 whatever the store does", a.status, a.body)
+		}
+		return string(a.body)
+	}
+	if got := ready(); got != "ready\n" {
+		t.Fatalf("readyz with Redis up: %q", got)
+	}
+	rd.Stop()
+	if got := ready(); !strings.Contains(got, "store degraded") || !strings.Contains(got, "every check is allowed") {
+		t.Errorf("readyz with Redis down: %q", got)
+	}
+	p.waitLog("store degraded", 5*time.Second)
+	if a := do(t, "GET", "http://"+p.http+"/metrics", "", ""); !strings.Contains(string(a.body), "\nsluice_store_up 0\n") {
+		t.Errorf("metrics with Redis down lack sluice_store_up 0")
+	}
+	if a := p.check(`{"path": ["shared"]}`); a.status != 200 || !strings.Contains(string(a.body), "store unavailable") {
+		t.Errorf("a check with Redis down: %d %s, want 200 by on_store_error", a.status, a.body)
+	}
+	redistest.StartOn(t, port)
+	for ready() != "ready\n" {
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.waitLog("store answers again", 5*time.Second)
 }
 
 // TestServeAdminListenerAndShutdownDelay: with --admin-http the admin API
