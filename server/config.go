@@ -40,6 +40,11 @@ type Config struct {
 	// OnStoreError is what a check answers when the store fails or times
 	// out: "allow" (fail open, the default) or "deny" (fail closed).
 	OnStoreError string `yaml:"on_store_error"`
+	// RequireStore makes New fail when the store cannot be reached, for a
+	// deployment that prefers a crash loop to answering by OnStoreError
+	// until it can. By default the service starts and connects when it
+	// can.
+	RequireStore bool `yaml:"require_store"`
 	// AdminToken is the bearer token of the /admin/ endpoints. Empty
 	// disables them: they answer 404. AdminTokenFile, if set, is read for it
 	// (trailing white space trimmed).
@@ -260,6 +265,7 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_POLICY", "policy"},
 	{"SLUICE_TIMEOUT", "timeout"},
 	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
+	{"SLUICE_REQUIRE_STORE", "require_store"},
 	{"SLUICE_ADMIN_TOKEN", "admin_token"},
 	{"SLUICE_ADMIN_TOKEN_FILE", "admin_token_file"},
 	{"SLUICE_ADMIN_HTTP", "admin_http"},
@@ -346,13 +352,13 @@ func (c *Config) Set(field, s string) error {
 		c.Redis.MaxLease = n
 		return nil
 	}
-	switch field {
-	case "redis.tls.insecure_skip_verify":
+	bools := map[string]*bool{"redis.tls.insecure_skip_verify": &c.Redis.TLS.InsecureSkipVerify, "require_store": &c.RequireStore}
+	if p, ok := bools[field]; ok {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
 			return fmt.Errorf("want true or false, got %q", s)
 		}
-		c.Redis.TLS.InsecureSkipVerify = b
+		*p = b
 		return nil
 	}
 	return fmt.Errorf("unknown config field %q", field)

@@ -50,8 +50,9 @@
 // need a Redis store: with the memory store the server refuses to start.
 //
 // GET /healthz answers 200 while the process is up; GET /readyz 200 when a
-// policy is loaded, the store answers a PING and the server is not
-// draining. GET /metrics is Prometheus, all prefixed sluice_:
+// policy is loaded and the server is not draining, saying in its body
+// whether the store answers a PING (a store that does not is degraded, not
+// unready: the service answers by on_store_error). GET /metrics is Prometheus, all prefixed sluice_:
 //
 //	sluice_checks_total{api,outcome}          checks by API (http, grpc) and outcome:
 //	                                          allowed, limited, store_error_allowed,

@@ -303,8 +303,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// ping asks the store whether it answers; a store that cannot tell (the
-// memory store) always does.
+// PingStore asks the store whether it answers; a store that cannot tell
+// (the memory store) always does.
+func (s *Server) PingStore(ctx context.Context) error { return s.ping(ctx) }
+
 func (s *Server) ping(ctx context.Context) error {
 	if p, ok := s.store.(store.Pinger); ok {
 		return p.Ping(ctx)

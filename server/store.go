@@ -29,7 +29,7 @@ func openStore(ctx context.Context, c Config, log *slog.Logger) (store.Store, er
 		OverLimitCache: max(c.Redis.OverLimitCache, 0),
 		LeaseFor:       max(time.Duration(c.Redis.LeaseFor), 0),
 		MaxLease:       c.Redis.MaxLease,
-		Background:     true,
+		Background:     !c.RequireStore,
 		Log:            log,
 	}
 	if c.Redis.TLS.enabled() {
@@ -39,7 +39,11 @@ func openStore(ctx context.Context, c Config, log *slog.Logger) (store.Store, er
 		}
 		opts.TLS = tc
 	}
-	return store.Open(ctx, c.Store, opts)
+	st, err := store.Open(ctx, c.Store, opts)
+	if err != nil && c.RequireStore {
+		return nil, fmt.Errorf("the store cannot be reached and require_store is set: %w", err)
+	}
+	return st, err
 }
 
 func tlsConfig(t TLSConfig) (*tls.Config, error) {

@@ -35,6 +35,7 @@ var serveFlags = []struct{ name, field, usage string }{
 	{"policy", "policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)"},
 	{"timeout", "timeout", "decision timeout, store round trip included (default 50ms)"},
 	{"on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)"},
+	{"require-store", "require_store", "true: exit non-zero when the store cannot be reached at start, instead of answering by on-store-error until it can"},
 	{"admin-token", "admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)"},
 	{"admin-token-file", "admin_token_file", "file holding the admin token"},
 	{"admin-http", "admin_http", "serve /admin/ (and health and metrics) on this address of its own, not on --http"},
@@ -175,7 +176,10 @@ flags:`)
 		}
 	}()
 
-	banner(e, cfg, srv)
+	pingCtx, cancel := context.WithTimeout(ctx, max(time.Duration(cfg.Timeout), time.Second))
+	storeErr := srv.PingStore(pingCtx)
+	cancel()
+	banner(e, cfg, srv, storeErr)
 	log.Info("listening", "http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "store", srv.StoreKind(),
 		"policy", srv.Policy().Name(), "timeout", time.Duration(cfg.Timeout).String(), "on_store_error", cfg.OnStoreError)
 	if err := srv.Serve(ctx, reload); err != nil {
@@ -185,8 +189,9 @@ flags:`)
 	return 0
 }
 
-// banner tells the user where the service listens and how to try it.
-func banner(e env, cfg server.Config, srv *server.Server) {
+// banner tells the user where the service listens and how to try it, and
+// loudly when the store cannot be reached (storeErr).
+func banner(e env, cfg server.Config, srv *server.Server, storeErr error) {
 	var b strings.Builder
 	b.WriteString("Sluice is serving.\n")
 	if a := srv.HTTPAddr(); a != "" {
@@ -199,6 +204,13 @@ func banner(e env, cfg server.Config, srv *server.Server) {
 		fmt.Fprintf(&b, "  admin      http://%s   /admin/v1/..., GET /metrics /healthz /readyz\n", a)
 	}
 	fmt.Fprintf(&b, "  store      %s\n", store.Redact(cfg.Store))
+	if storeErr != nil {
+		answer := "ALLOWED (on_store_error: allow): nothing is rate limited"
+		if cfg.OnStoreError == "deny" {
+			answer = "DENIED with 503 (on_store_error: deny)"
+		}
+		fmt.Fprintf(&b, "  WARNING    the store is UNREACHABLE (%v): until it answers, every check is %s. Check the address, or set --require-store=true to exit instead.\n", storeErr, answer)
+	}
 	if cfg.Policy == "" {
 		b.WriteString("  policy     the bundled example (--policy limits.yaml for yours)\n")
 	} else {

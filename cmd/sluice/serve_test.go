@@ -15,6 +15,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -1180,6 +1181,9 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 	p := serve(t, nil, append(local, "--store", fmt.Sprintf("redis://127.0.0.1:%d/0", port), "--on-store-error", "deny",
 		"--policy", policyFile(t, testPolicy))...)
 	p.waitLog("store unreachable", 5*time.Second)
+	if out := p.stdout.String(); !strings.Contains(out, "the store is UNREACHABLE") || !strings.Contains(out, "every check is DENIED with 503") {
+		t.Errorf("the banner does not say the store is unreachable and what is answered:\n%s", out)
+	}
 	a := p.check(`{"path": ["shared"]}`)
 	if d := a.decision(t); a.status != 503 || !strings.Contains(d.StoreError, "not connected") {
 		t.Fatalf("before Redis: %d %s", a.status, a.body)
@@ -1210,6 +1214,37 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 	}
 	if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status != 200 || string(a.body) != "ready\n" {
 		t.Errorf("readyz after Redis came up: %d %s", a.status, a.body)
+	}
+}
+
+// TestServeRequireStore: with --require-store (or its variable) and no
+// store to reach, serve exits 1 with a one-line reason, and serves
+// nothing.
+func TestServeRequireStore(t *testing.T) {
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	for _, how := range [][]string{{"--require-store=true"}, {"SLUICE_REQUIRE_STORE=true"}} {
+		cmd := exec.Command(sluiceBin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "off", "--store", url}, how[0])...)
+		if strings.HasPrefix(how[0], "SLUICE_") {
+			cmd = exec.Command(sluiceBin, "serve", "--http", "127.0.0.1:0", "--grpc", "off", "--store", url)
+			cmd.Env = append(os.Environ(), how[0])
+		}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("%s: %v, want exit status 1", how[0], err)
+		}
+		if lines := strings.Split(strings.TrimSpace(stderr.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "cannot be reached and require_store is set") || !strings.Contains(lines[0], "connection refused") {
+			t.Errorf("%s: stderr %q, want one line with the reason", how[0], stderr.String())
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("%s: printed %q, serving nothing", how[0], stdout.String())
+		}
 	}
 }
 
