@@ -238,6 +238,7 @@ func TestHungRedisAnswersEveryEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	s.ready.Store(true) // as Serve sets it
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	if resp, body := post(t, srv.URL+"/v1/queues/jobs", `{}`); resp.StatusCode != 201 {
