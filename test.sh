@@ -2,8 +2,9 @@
 # The whole test suite: installs what the tests start (Debian's
 # redis-server and redis-tools, chromium, which opens the simulator's
 # report, nginx and caddy, which the forward-auth tests put in front of
-# Sluice, and prometheus, which scrapes it) when it is missing, then vets
-# and runs every test with the race detector.
+# Sluice, prometheus, which scrapes it, and podman, which builds the
+# image) when it is missing, then vets and runs every test with the race
+# detector.
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
@@ -12,6 +13,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v podman >/dev/null 2>&1 || need+=(podman)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

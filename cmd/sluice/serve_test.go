@@ -103,6 +103,12 @@ func serve(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(sluiceBin, append([]string{"serve"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
+	return serveCmd(t, cmd)
+}
+
+// serveCmd starts cmd, a `sluice serve`, and waits for its banner.
+func serveCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

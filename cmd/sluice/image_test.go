@@ -1,0 +1,115 @@
+package main
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestImage builds the image of docs/deploy with the real podman (VFS
+// storage in a directory of the test's, chroot isolation: no daemon, no
+// base image pulled), checks what it holds and how it runs (non-root, the
+// entrypoint `sluice serve`), and runs the program from the image's
+// exported file system, chrooted into it as the image's user: it answers
+// a check.
+func TestImage(t *testing.T) {
+	if _, err := exec.LookPath("podman"); err != nil {
+		t.Fatal("podman is not installed: ./test.sh installs it (Debian's podman)")
+	}
+	dir := t.TempDir()
+	podman := []string{"podman", "--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"), "--storage-driver", "vfs"}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(podman[0], append(podman[1:], args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			stderr := ""
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = string(ee.Stderr)
+			}
+			t.Fatalf("%v: %v\n%s", args, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	build := exec.Command("../../docs/deploy/build-image.sh", "sluice:test")
+	build.Env = append(os.Environ(), "PODMAN="+strings.Join(podman, " "))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build-image.sh: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(podman[0], append(podman[1:], "rmi", "-a", "-f")...).Run() })
+
+	var inspect []struct {
+		Config struct {
+			User         string
+			Entrypoint   []string
+			ExposedPorts map[string]struct{}
+		}
+	}
+	if err := json.Unmarshal([]byte(run("image", "inspect", "sluice:test")), &inspect); err != nil || len(inspect) != 1 {
+		t.Fatalf("image inspect: %v", err)
+	}
+	c := inspect[0].Config
+	if c.User != "65532:65532" || !slices.Equal(c.Entrypoint, []string{"/usr/local/bin/sluice", "serve", "--config", "/etc/sluice/sluice.yaml"}) {
+		t.Errorf("the image runs %v as %q, want sluice serve as 65532:65532", c.Entrypoint, c.User)
+	}
+	if _, ok := c.ExposedPorts["8080/tcp"]; !ok {
+		t.Errorf("ports %v, want 8080 and 8081", c.ExposedPorts)
+	}
+
+	// The image's file system: nothing but the binary, the CA bundle and
+	// the config, and no file the image's user could not read.
+	id := run("create", "sluice:test")
+	rootfs := filepath.Join(dir, "rootfs")
+	tarFile := filepath.Join(dir, "rootfs.tar")
+	run("export", "-o", tarFile, id)
+	var files []string
+	f, err := os.Open(tarFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		files = append(files, h.Name)
+		if h.Mode&0o004 == 0 {
+			t.Errorf("%s is not readable by the image's user (%o)", h.Name, h.Mode)
+		}
+	}
+	slices.Sort(files)
+	want := []string{"etc/sluice/limits.yaml", "etc/sluice/sluice.yaml", "etc/ssl/certs/ca-certificates.crt", "usr/local/bin/sluice"}
+	if !slices.Equal(files, want) {
+		t.Errorf("the image holds %v, want %v", files, want)
+	}
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("tar", "-xf", tarFile, "-C", rootfs).CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v %s", err, out)
+	}
+
+	// Run it as the image would: its entrypoint, as its user, with the
+	// addresses moved to free loopback ports by the variables.
+	cmd := exec.Command("chroot", append([]string{"--userspec=65532:65532", rootfs}, c.Entrypoint...)...)
+	cmd.Env = []string{"SLUICE_HTTP=127.0.0.1:0", "SLUICE_GRPC=127.0.0.1:0"}
+	p := serveCmd(t, cmd)
+	a := p.check(`{"path": ["user", "alex", "trade"]}`)
+	if a.status != 200 || a.header.Get("RateLimit") == "" {
+		t.Errorf("a check of the image's program: %d %s", a.status, a.body)
+	}
+}
