@@ -20,8 +20,24 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# helm, which renders the chart (charts/), built from its module at a
+# pinned version, in the background while the tests run.
+helm_version=v3.22.0
+helm_bin="$(go env GOPATH)/bin/helm"
+helm_pid=""
+if ! "$helm_bin" version --short 2>/dev/null | grep -q "^$helm_version"; then
+  echo "test.sh: installing helm $helm_version (go install)" >&2
+  go install "helm.sh/helm/v3/cmd/helm@$helm_version" > /tmp/sluice-helm-install.log 2>&1 &
+  helm_pid=$!
+fi
 go vet ./...
 go test -race -count=1 ./... "$@"
+# The chart's test is a module of its own (charts/go.mod): the Kubernetes
+# API types stay out of Sluice's.
+if [ -n "$helm_pid" ] && ! wait "$helm_pid"; then
+  cat /tmp/sluice-helm-install.log >&2; echo "test.sh: installing helm failed" >&2; exit 1
+fi
+(cd charts && go vet ./... && PATH="$(go env GOPATH)/bin:$PATH" go test -count=1 ./...)
 # A short run of every fuzz target (their seeds ran above as tests): 10,000
 # inputs each (a second or a few), so that CI explores a little beyond the
 # seeds every time. A count, not a duration: a duration races Go's fuzz
