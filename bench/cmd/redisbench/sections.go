@@ -466,10 +466,16 @@ func (b *bench) memory(ctx context.Context) error {
 		{"token_bucket", algo.TokenBucket{Burst: 16, Count: 1, Period: time.Hour}},
 		{"fixed_window", algo.FixedWindow{Count: 100, Window: 24 * time.Hour}},
 		{"gate", algo.Gate{Interval: time.Hour}},
+		{"window_counter", algo.WindowCounter{Slice: time.Minute, Limits: []algo.Window{{Count: 100, Window: time.Hour}}}},
+		{"sliding_log (1 entry)", algo.SlidingLog{Limits: []algo.Window{{Count: 100, Window: time.Hour}}}},
+		{"concurrency (1 slot held)", algo.Concurrency{Count: 10, HoldFor: time.Hour}},
 	}
 	var cases []memCase
 	for _, a := range long {
-		cases = append(cases, memCase{a.name, b.sluice(a.limit, false), sluiceKey})
+		plan := algo.MustCompile(a.limit)
+		cases = append(cases, memCase{a.name, b.sluice(a.limit, false), func(k string) string {
+			return sredis.StateKey(sredis.DefaultPrefix, store.Request{Key: k, Plan: plan})
+		}})
 	}
 	hourly := redis_rate.Limit{Rate: 1, Burst: 16, Period: time.Hour}
 	cases = append(cases, memCase{"redis_rate v10 (peer)", func(ctx context.Context, key string) (bool, error) {
@@ -481,7 +487,7 @@ func (b *bench) memory(ctx context.Context) error {
 	}, func(k string) string { return rateLimitPrefix + k }})
 
 	fmt.Printf("### Redis memory per key\n\n")
-	fmt.Printf("MEMORY USAGE (SAMPLES 0) of one key after one allowed decision (key `user:1`; limits whose state lives an hour: GCRA 15 per hour, token bucket 16 at 1 per hour, fixed window of a day, gate of an hour, redis_rate 1 per hour burst 16), and the growth of INFO used_memory over %d keys after one decision each, divided by the keys (includes the main and expires dictionaries).\n\n", *flagMemKeys)
+	fmt.Printf("MEMORY USAGE (SAMPLES 0) of one key after one allowed decision (key `user:1`; limits whose state lives an hour: GCRA 15 per hour, token bucket 16 at 1 per hour, fixed window of a day, gate of an hour, a window counter and a sliding log of 100 an hour, 10 concurrency slots held an hour, redis_rate 1 per hour burst 16), and the growth of INFO used_memory over %d keys after one decision each, divided by the keys (includes the main and expires dictionaries).\n\n", *flagMemKeys)
 	fmt.Println("| algorithm | Redis key | type | MEMORY USAGE bytes | used_memory bytes per key |")
 	fmt.Println("|---|---|---|--:|--:|")
 	for _, c := range cases {
