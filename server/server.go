@@ -119,7 +119,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.current.Store(p)
 	s.fileState = stamp
 	s.m.loadedAt.SetToCurrentTime()
-	if s.store, err = openStore(ctx, cfg, log); err != nil {
+	if s.store, err = openStore(ctx, cfg, log, !cfg.RequireStore); err != nil {
+		if cfg.RequireStore {
+			err = fmt.Errorf("the store cannot be reached and require_store is set: %w", err)
+		}
 		return nil, err
 	}
 	s.checker = &policy.Checker{Policy: s.current, Store: s.store}

@@ -14,12 +14,19 @@ import (
 	"time"
 )
 
-// openStore opens the store the config names. A Redis that cannot be
-// dialled (refused, unreachable, timed out) is not an error: the store
-// connects in the background, and meanwhile every decision fails with
-// store.ErrNotConnected. Anything else (a bad URL, a bad password, a TLS
-// certificate that does not verify) is.
-func openStore(ctx context.Context, c Config, log *slog.Logger) (store.Store, error) {
+// OpenStore opens the store cfg names, with its Redis settings, as serve
+// opens it; a store that cannot be reached is an error. The CLI's commands
+// that change a running service's state open theirs so.
+func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
+	return openStore(ctx, cfg, slog.Default(), false)
+}
+
+// openStore opens the store the config names. With background, a Redis
+// that cannot be dialled (refused, unreachable, timed out) is not an
+// error: the store connects in the background, and meanwhile every
+// decision fails with store.ErrNotConnected. Anything else (a bad URL, a
+// bad password, a TLS certificate that does not verify) is.
+func openStore(ctx context.Context, c Config, log *slog.Logger, background bool) (store.Store, error) {
 	opts := store.Options{
 		Prefix:         c.Redis.Prefix,
 		Timeout:        time.Duration(c.Timeout),
@@ -29,7 +36,7 @@ func openStore(ctx context.Context, c Config, log *slog.Logger) (store.Store, er
 		OverLimitCache: max(c.Redis.OverLimitCache, 0),
 		LeaseFor:       max(time.Duration(c.Redis.LeaseFor), 0),
 		MaxLease:       c.Redis.MaxLease,
-		Background:     !c.RequireStore,
+		Background:     background,
 		Log:            log,
 	}
 	if c.Redis.TLS.enabled() {
@@ -39,11 +46,7 @@ func openStore(ctx context.Context, c Config, log *slog.Logger) (store.Store, er
 		}
 		opts.TLS = tc
 	}
-	st, err := store.Open(ctx, c.Store, opts)
-	if err != nil && c.RequireStore {
-		return nil, fmt.Errorf("the store cannot be reached and require_store is set: %w", err)
-	}
-	return st, err
+	return store.Open(ctx, c.Store, opts)
 }
 
 func tlsConfig(t TLSConfig) (*tls.Config, error) {

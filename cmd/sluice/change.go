@@ -3,14 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
-	"github.com/sluicehq/sluice/store"
 )
 
 // runChange is sluice penalty, reward, block and unblock: a change to a
@@ -19,8 +21,9 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 	return func(ctx context.Context, e env, args []string) int {
 		fs := flag.NewFlagSet(kind, flag.ContinueOnError)
 		fs.SetOutput(e.stderr)
-		storeURL := fs.String("store", "memory", "store URL: redis://host:port/db (the memory store forgets at exit)")
-		policyFile := fs.String("policy", "", "the limits.yaml the path is decided by (required)")
+		configFile := fs.String("config", "", "the running service's sluice.yaml: its store, Redis settings and policy")
+		storeURL := fs.String("store", "", "the running service's store: redis://host:port/db (or SLUICE_STORE, or --config)")
+		policyFile := fs.String("policy", "", "the limits.yaml the path is decided by (or SLUICE_POLICY, or --config)")
 		all := fs.Bool("all-levels", false, "change the levels every caller shares too, not only the path's own")
 		var units int64
 		var d time.Duration
@@ -31,7 +34,7 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 			fs.DurationVar(&d, "for", 0, "how long (1ms to 8760h; required)")
 		}
 		fs.Usage = func() {
-			fmt.Fprintf(e.stderr, "usage: sluice %s --store URL --policy limits.yaml [flags] SEGMENT...\n\n%s\n\nflags:\n", kind, changeHelp[kind])
+			fmt.Fprintf(e.stderr, "usage: sluice %s (--store URL --policy limits.yaml | --config sluice.yaml) [flags] SEGMENT...\n\n%s\nThe store and policy are the running service's: from the flags, else\nSLUICE_STORE and SLUICE_POLICY (and the other SLUICE_* variables), else\n--config, as sluice serve reads them.\n\nflags:\n", kind, changeHelp[kind])
 			fs.PrintDefaults()
 		}
 		if code, ok := parseFlags(fs, args); !ok {
@@ -41,8 +44,13 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 			fmt.Fprintf(e.stderr, "%s: %v\n", kind, err)
 			return 1
 		}
-		if *policyFile == "" || fs.NArg() == 0 {
+		if fs.NArg() == 0 {
 			fs.Usage()
+			return 2
+		}
+		cfg, err := serviceConfig(*configFile, *storeURL, *policyFile)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%s: %v\n", kind, err)
 			return 2
 		}
 		var ch policy.Change
@@ -64,11 +72,11 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 			ch.Unblock = true
 		}
 		ch.Shared = *all
-		p, err := policy.Load(*policyFile)
+		p, err := policy.Load(cfg.Policy)
 		if err != nil {
 			return fail(err)
 		}
-		st, err := store.Open(ctx, *storeURL, store.Options{})
+		st, err := server.OpenStore(ctx, cfg)
 		if err != nil {
 			return fail(err)
 		}
@@ -88,6 +96,37 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 		fmt.Fprintln(e.stdout, string(b))
 		return 0
 	}
+}
+
+// serviceConfig returns the settings of the service a command changes:
+// the config file, then the SLUICE_* variables, then the flags, as serve
+// reads them. The store must be named, and shared: a change to a store of
+// this process alone would reach no service.
+func serviceConfig(file, storeURL, policyFile string) (server.Config, error) {
+	var cfg server.Config
+	if file != "" {
+		if err := server.LoadConfigFile(file, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if err := server.ApplyEnv(&cfg, os.Getenv); err != nil {
+		return cfg, err
+	}
+	if storeURL != "" {
+		cfg.Store = storeURL
+	}
+	if policyFile != "" {
+		cfg.Policy = policyFile
+	}
+	switch {
+	case cfg.Store == "":
+		return cfg, errors.New("which store? Give the running service's: --store redis://host:port/db, SLUICE_STORE or --config sluice.yaml")
+	case cfg.Store == "memory" || strings.HasPrefix(cfg.Store, "memory:"):
+		return cfg, errors.New("the memory store lives in one process: a change to it reaches no service; give the running service's Redis (--store, SLUICE_STORE or --config)")
+	case cfg.Policy == "":
+		return cfg, errors.New("which policy? Give the running service's: --policy limits.yaml, SLUICE_POLICY or --config sluice.yaml")
+	}
+	return cfg.Defaults(), nil
 }
 
 var changeHelp = map[string]string{

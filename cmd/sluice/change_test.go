@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +114,57 @@ func TestServeChanges(t *testing.T) {
 	}
 	if status, _, errOut := runSluice(t, "penalty", "--store", rd.URL(), "--policy", pol, "--units", "-1", "login", "alex"); status != 1 || !strings.Contains(errOut, "--units must be 1 to") {
 		t.Errorf("a negative penalty: %d %s", status, errOut)
+	}
+}
+
+// TestChangeReachesTheService: `sluice block` with only SLUICE_STORE
+// naming the store (as a user's shell has it) blocks the key in the
+// running service's Redis; without a store, or with the memory store, it
+// refuses with the reason and changes nothing (it once changed a memory
+// store of its own, printed the block, and exited 0).
+func TestChangeReachesTheService(t *testing.T) {
+	rd := redistest.Start(t)
+	pol := policyFile(t, loginPolicy)
+	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", pol)...)
+	sluice := func(env []string, args ...string) (int, string) {
+		cmd := exec.Command(sluiceBin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), string(out)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "which store?"},
+		{[]string{"SLUICE_STORE=memory"}, "the memory store lives in one process"},
+	} {
+		if code, out := sluice(tc.env, "block", "--policy", pol, "--for", "1h", "login", "mallory"); code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("block with %v: exit %d %q, want 2 and %q", tc.env, code, out, tc.want)
+		}
+	}
+	if a := p.check(`{"path": ["login", "mallory"]}`); a.status != 200 {
+		t.Fatalf("a refused block blocked: %d", a.status)
+	}
+	if code, out := sluice([]string{"SLUICE_STORE=" + rd.URL()}, "block", "--policy", pol, "--for", "1h", "login", "mallory"); code != 0 || !strings.Contains(out, `"denied_by":"block"`) {
+		t.Fatalf("block with SLUICE_STORE: exit %d %s", code, out)
+	}
+	if a := p.check(`{"path": ["login", "mallory"]}`); a.status != 429 {
+		t.Errorf("after the block, the service answered %d", a.status)
+	}
+	// --config reads the service's own file.
+	cfg := writeFile(t, "sluice.yaml", "store: "+rd.URL()+"\npolicy: "+pol+"\n")
+	if code, out := sluice(nil, "unblock", "--config", cfg, "login", "mallory"); code != 0 {
+		t.Fatalf("unblock with --config: exit %d %s", code, out)
+	}
+	for p.check(`{"path": ["login", "mallory"]}`).status != 200 { // the over-limit cache hears of it within redis.ForgetPoll
+		time.Sleep(10 * time.Millisecond)
 	}
 }
