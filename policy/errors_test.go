@@ -129,7 +129,7 @@ schema:
 `, []string{
 			`f.yaml:3:27: schema.a.limits.algorithm: unknown algorithm "sliding" (want gcra, ...`,
 			`f.yaml:4:54: schema.b.limits.limit: gate does not take "limit"`,
-			`f.yaml:5:61: schema.c.limits.period: time: unknown unit " hour" in duration "1 hour"`,
+			`f.yaml:5:61: schema.c.limits.period: time: unknown unit " hour" in duration "1 hour" (write 1h)`,
 			`f.yaml:6:40: schema.d.limits.burst: integer 99999999999999999999 is out of range`,
 		}},
 		{"shorthand length", `

@@ -39,7 +39,7 @@ type Config struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// OnStoreError is what a check answers when the store fails or times
 	// out: "allow" (fail open, the default) or "deny" (fail closed).
-	OnStoreError string `yaml:"on_store_error"`
+	OnStoreError string `yaml:"on_store_error" oneof:"allow deny"`
 	// RequireStore makes New fail when the store cannot be reached, for a
 	// deployment that prefers a crash loop to answering by OnStoreError
 	// until it can. By default the service starts and connects when it
@@ -82,8 +82,8 @@ type Config struct {
 	AdminHTTP string `yaml:"admin_http"`
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
 	// (default) or json.
-	LogLevel  string `yaml:"log_level"`
-	LogFormat string `yaml:"log_format"`
+	LogLevel  string `yaml:"log_level" oneof:"debug info warn error"`
+	LogFormat string `yaml:"log_format" oneof:"text json"`
 }
 
 // RedisConfig is how to reach Redis beyond what the URL says.
@@ -328,7 +328,7 @@ func (c *Config) Set(field, s string) error {
 		"redis.max_flush_delay": &c.Redis.MaxFlushDelay, "redis.lease_for": &c.Redis.LeaseFor,
 	}
 	if p, ok := durs[field]; ok {
-		d, err := time.ParseDuration(s)
+		d, err := yamlfile.ParseDuration(s)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"sort"
 	"syscall"
@@ -42,7 +43,7 @@ var commands = map[string]command{
 	"validate": {"check limits.yaml files, print every error with its position", runValidate},
 	"explain":  {"show the keys, hash slots and limits a request path hits in limits.yaml", runExplain},
 
-	"queue": {"a bounded admission queue on Redis Streams: add, stats, work", runQueue},
+	"queue": {"a bounded admission queue on Redis Streams: define, add, stats, work, dead letters", runQueue},
 
 	"sim": {"fire traffic scenarios at several strategies, chart what got through", runSim},
 
@@ -62,6 +63,9 @@ func run(ctx context.Context, e env, args []string) int {
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
 		return runVersion(ctx, e, nil)
 	}
+	if len(args) == 2 && args[0] == "help" {
+		args = []string{args[1], "-h"} // sluice help serve: serve's help
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(e.stderr)
 		if len(args) == 0 {
@@ -71,11 +75,54 @@ func run(ctx context.Context, e env, args []string) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(e.stderr, "sluice: unknown command %q\n\n", args[0])
-		usage(e.stderr)
+		names := make([]string, 0, len(commands))
+		for n := range commands {
+			names = append(names, n)
+		}
+		fmt.Fprintf(e.stderr, "sluice: unknown command %q%s; sluice -h lists the commands\n", args[0], didYouMean(args[0], names, ""))
 		return 2
 	}
 	return c.run(ctx, e, args[1:])
+}
+
+// didYouMean returns " (did you mean <prefix><name>?)" for the name closest
+// to s (at most 2 edits, or s a prefix of it), or "".
+func didYouMean(s string, names []string, prefix string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		d := editDistance(s, n)
+		if strings.HasPrefix(n, s) && len(s) >= 3 {
+			d = min(d, 1)
+		}
+		if d < bestD || d == bestD && n < best {
+			best, bestD = n, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + prefix + best + "?)"
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func usage(w io.Writer) {
@@ -92,15 +139,31 @@ func usage(w io.Writer) {
 }
 
 // parseFlags parses a subcommand's flags. -h and --help print its usage
-// and exit 0; a bad flag exits 2.
+// and exit 0; a bad flag exits 2 with one line that says what is wrong
+// and, for a misspelt flag, which was meant (not the whole usage, which
+// would bury it).
 func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, false
-		}
-		return 2, false
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return 0, false
 	}
-	return 0, true
+	msg := err.Error()
+	if name, found := strings.CutPrefix(msg, "flag provided but not defined: -"); found {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		msg += didYouMean(strings.TrimLeft(name, "-"), names, "--")
+	}
+	fmt.Fprintf(out, "sluice %s: %s; sluice %s -h lists its flags\n", fs.Name(), msg, fs.Name())
+	return 2, false
 }
 
 func runVersion(_ context.Context, e env, args []string) int {

@@ -132,3 +132,29 @@ func TestSimRealTimeOnRedis(t *testing.T) {
 		t.Errorf("the gate strategy's key under its prefix: %q %v", v, err)
 	}
 }
+
+// TestMistakesNameTheFix: a misspelt flag or command gets one line that
+// says what was meant (not the whole usage, which buried it); `sluice help
+// CMD` and `sluice queue dead -h` print that command's usage.
+func TestMistakesNameTheFix(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "--polciy", "x"}, 2, "flag provided but not defined: -polciy (did you mean --policy?); sluice serve -h lists its flags"},
+		{[]string{"block", "--fr", "1h", "a"}, 2, "(did you mean --for?)"},
+		{[]string{"server"}, 2, `unknown command "server" (did you mean serve?)`},
+		{[]string{"queue", "wrk", "q"}, 2, `unknown command "wrk" (did you mean work?)`},
+		{[]string{"help", "serve"}, 0, "usage: sluice serve"},
+		{[]string{"queue", "dead", "-h"}, 0, "usage: sluice queue"},
+	} {
+		code, _, stderr := runSluice(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("sluice %v: exit %d %q, want %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+		if tc.code == 2 && strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("sluice %v: %d lines, want one:\n%s", tc.args, strings.Count(stderr, "\n"), stderr)
+		}
+	}
+}

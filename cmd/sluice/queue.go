@@ -127,7 +127,7 @@ func runQueue(ctx context.Context, e env, args []string) int {
 		defer done()
 		return queueWork(ctx, e, q, fs.Args()[1:], o)
 	}
-	fmt.Fprintf(e.stderr, "queue: unknown command %q\n\n%s\n", sub, queueUsage)
+	fmt.Fprintf(e.stderr, "sluice queue: unknown command %q%s; sluice queue -h lists the commands\n", sub, didYouMean(sub, []string{"define", "add", "stats", "work", "dead"}, ""))
 	return 2
 }
 
@@ -153,6 +153,10 @@ func runDead(ctx context.Context, e env, fs *flag.FlagSet, args []string, opts *
 		return 2
 	}
 	cmd, args := args[0], args[1:]
+	if cmd == "-h" || cmd == "--help" {
+		fs.Usage()
+		return 0
+	}
 	count := fs.Int("count", 100, "list: the most dead letters to print")
 	minArgs := map[string]int{"list": 1, "show": 2, "requeue": 2, "drop": 2}[cmd]
 	if minArgs == 0 {

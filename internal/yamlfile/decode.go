@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,13 +39,55 @@ func (l *Loader) Duration(n ast.Node, v reflect.Value, path string) bool {
 		l.Errorf(n, path, "want a duration such as \"60s\", got %s", Describe(n))
 		return false
 	}
-	d, err := time.ParseDuration(s)
+	d, err := ParseDuration(s)
 	if err != nil {
 		l.Add(l.Pos(n), nil, path, err.Error(), err)
 		return false
 	}
 	v.SetInt(int64(d))
 	return true
+}
+
+// closest returns " (did you mean x?)" for the word of words nearest s,
+// when it is one or two letters away, or "".
+func closest(s string, words []string) string {
+	for _, w := range words {
+		if len(s) > 1 && (strings.HasPrefix(s, w) || strings.HasPrefix(w, s) || strings.EqualFold(s, w)) {
+			return " (did you mean " + w + "?)"
+		}
+	}
+	return ""
+}
+
+// ParseDuration is time.ParseDuration whose error says how to write what
+// was meant: "1 minute" is `write 1m`, "2 days" `write 48h`.
+func ParseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err == nil {
+		return d, nil
+	}
+	f := strings.Fields(strings.ToLower(s))
+	if len(f) == 1 { // "10min": split the number from its word
+		i := strings.IndexFunc(f[0], func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+		if i > 0 {
+			f = []string{f[0][:i], f[0][i:]}
+		}
+	}
+	if len(f) == 2 {
+		n, perr := strconv.ParseFloat(f[0], 64)
+		unit := strings.TrimSuffix(f[1], "s")
+		hours := map[string]float64{"day": 24, "d": 24, "week": 168, "w": 168}[unit]
+		short := map[string]string{"nanosecond": "ns", "microsecond": "us", "millisecond": "ms", "milli": "ms", "msec": "ms",
+			"second": "s", "sec": "s", "minute": "m", "min": "m", "hour": "h", "hr": "h"}[unit]
+		switch {
+		case perr != nil:
+		case short != "":
+			return 0, fmt.Errorf("%w (write %s%s)", err, f[0], short)
+		case hours > 0:
+			return 0, fmt.Errorf("%w (write %sh: a duration's largest unit is the hour)", err, strconv.FormatFloat(n*hours, 'f', -1, 64))
+		}
+	}
+	return 0, fmt.Errorf("%w (write a duration such as 500ms, 10s, 1m or 24h)", err)
 }
 
 // Decode sets v from the node n, reporting problems under path. It returns
@@ -319,6 +362,12 @@ func (l *Loader) DecodeStruct(m *ast.MappingNode, v reflect.Value, path string) 
 			continue
 		}
 		if !l.Decode(e.Value, v.Field(i), Sub(path, e.Name)) {
+			ok = false
+		} else if one := v.Type().Field(i).Tag.Get("oneof"); one != "" && v.Field(i).Kind() == reflect.String &&
+			!slices.Contains(strings.Fields(one), v.Field(i).String()) {
+			// A field whose tag lists its values: one of them, or an
+			// error where the file writes it.
+			l.Errorf(e.Value, Sub(path, e.Name), "want one of %s, got %q%s", strings.Join(strings.Fields(one), ", "), v.Field(i).String(), closest(v.Field(i).String(), strings.Fields(one)))
 			ok = false
 		}
 		set[e.Name] = l.Peek(e.Value)

@@ -167,6 +167,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		close(s.done)
 		return s, nil
 	}
+	if co.TLSConfig != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+		// A plaintext Redis never answers a TLS handshake: the dial waits
+		// for its timeout and says only that.
+		err = fmt.Errorf("%w (the TLS handshake went unanswered: a plaintext Redis never answers one; if the server does not speak TLS, use redis:// without TLS options)", err)
+	}
 	if !opts.Background || !isDialError(err) {
 		return nil, fmt.Errorf("redis store: connect %s: %w", store.Redact(url), err)
 	}

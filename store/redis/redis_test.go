@@ -198,3 +198,16 @@ func TestEveryKindBound(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSAgainstPlaintextSaysSo: rediss:// against a Redis that does not
+// speak TLS fails by the deadline with a word on what to do (it once said
+// only "context deadline exceeded").
+func TestTLSAgainstPlaintextSaysSo(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := redis.Open(ctx, "rediss://"+srv.Addr+"/0", redis.Options{})
+	if err == nil || !strings.Contains(err.Error(), "use redis://") {
+		t.Errorf("rediss:// against plaintext: %v, want a hint to use redis://", err)
+	}
+}
