@@ -77,8 +77,9 @@ type Config struct {
 	// listeners close. Default 0.
 	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
 	// AdminHTTP, when set, is a listen address that serves the /admin/
-	// endpoints (and health and metrics) on their own; the HTTP listener
-	// then has none. Empty (the default) serves them on the HTTP listener.
+	// endpoints, which the HTTP listener then does not; metrics and health
+	// answer on both (probes and scrapes keep their port). Empty (the
+	// default) serves /admin/ on the HTTP listener.
 	AdminHTTP string `yaml:"admin_http"`
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
 	// (default) or json.

@@ -292,8 +292,10 @@ func writeProblem(w http.ResponseWriter, status int, detail string) {
 	problem.Write(w, status, "", "", detail, nil)
 }
 
+// writeJSON answers status with v as JSON on one line, the style of every
+// answer (/v1/check's too).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := json.Marshal(v)
 	if err != nil {
 		writeProblem(w, http.StatusInternalServerError, err.Error())
 		return

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -373,6 +374,7 @@ func queueWork(ctx context.Context, e env, q *queue.Queue, argv []string, o queu
 		}
 		return nil
 	}
+	o.Log = slog.New(slog.NewTextHandler(e.stderr, nil)) // as serve logs
 	c, err := q.Work(ctx, h, o)
 	b, _ := json.Marshal(map[string]int64{"handled": c.Handled, "duplicates": c.Duplicates, "failed": c.Failed,
 		"dead_lettered": c.DeadLettered, "claimed": c.Claimed})

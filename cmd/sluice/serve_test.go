@@ -1166,6 +1166,16 @@ func TestExampleConfig(t *testing.T) {
 	if a := p.check(`{"path": ["user", "alex", "trade"]}`); a.status != 200 || !a.decision(t).Matched {
 		t.Errorf("a check on the example policy: %d %s", a.status, a.body)
 	}
+	// Its forward-auth routes: a proxied POST /trade is the user's trade.
+	req, _ := http.NewRequest("GET", "http://"+p.http+"/v1/forward-auth", nil)
+	req.Header.Set("X-Forwarded-Method", "POST")
+	req.Header.Set("X-Forwarded-Uri", "/trade")
+	req.Header.Set("X-User", "alex")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("RateLimit"), "user/*/trade") {
+		t.Errorf("forward-auth of the example: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	// Its queue admits, and `sluice queue stats` sees the entry in Redis.
 	if a := do(t, "POST", "http://"+p.http+"/v1/queues/jobs", "", `{"job": "resize"}`); a.status != 201 {
 		t.Errorf("POST /v1/queues/jobs: %d %s", a.status, a.body)
@@ -1309,6 +1319,14 @@ func TestServeAdminListenerAndShutdownDelay(t *testing.T) {
 	}
 	if a := do(t, "POST", "http://"+p.admin+"/v1/check", "", `{"path": ["shared"]}`); a.status != 404 {
 		t.Errorf("checks on the admin listener: %d", a.status)
+	}
+	// Metrics and health answer on both listeners, as the README says.
+	for _, addr := range []string{p.http, p.admin} {
+		for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+			if a := do(t, "GET", "http://"+addr+path, "", ""); a.status != 200 {
+				t.Errorf("GET %s on %s: %d", path, addr, a.status)
+			}
+		}
 	}
 	p.signal(syscall.SIGTERM)
 	deadline := time.Now().Add(waitLimit)

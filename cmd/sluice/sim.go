@@ -63,7 +63,7 @@ scenarios:`)
 		return 2
 	}
 	fail := func(err error) int {
-		fmt.Fprintf(e.stderr, "sim: %v\n", err)
+		fmt.Fprintf(e.stderr, "sim: %s\n", strings.TrimPrefix(err.Error(), "sim: "))
 		return 1
 	}
 	var sc sim.Scenario
