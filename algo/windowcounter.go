@@ -34,7 +34,7 @@ const defaultSlice = time.Second
 // until the newest recorded slice has left the longest window, when the
 // state expires.
 type WindowCounter struct {
-	// Slice is the counting granularity; 0 means DefaultSlice.
+	// Slice is the counting granularity; 0 means 1s.
 	Slice time.Duration
 	// Limits are checked together; at least one, at most MaxWindows. Each
 	// window must be a whole number of slices, at most MaxSlices.

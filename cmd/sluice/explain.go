@@ -91,6 +91,16 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 			}
 		}
 		tw.Flush()
+		for i, h := range m.Hits {
+			for _, l := range h.Limits {
+				if b, ok := l.(algo.Blocking); ok {
+					l = b.Limit
+				}
+				if s := means(l.Spec()); s != "" {
+					fmt.Fprintf(w, "level %d, %s: %s\n", i+1, h.Pattern, s)
+				}
+			}
+		}
 		for _, h := range m.Hits {
 			if h.Delay > 0 {
 				fmt.Fprintf(w, "delay at %s: a request its limits would admit within %v is admitted, held until its time\n", h.Pattern, h.Delay)
@@ -139,7 +149,7 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 // listNodes prints every node of the policy.
 func listNodes(w io.Writer, p *policy.Policy) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PATTERN\tSHADOW\tLIMIT")
+	fmt.Fprintln(tw, "PATTERN\tSHADOW\tLIMIT\tMEANS")
 	for _, n := range p.Nodes() {
 		shadow := "no"
 		if n.Shadow {
@@ -156,7 +166,9 @@ func listNodes(w io.Writer, p *policy.Policy) {
 			if i > 0 {
 				pattern, shadow = "", ""
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", pattern, shadow, specJSON(s))
+			m := s
+			m.Block = nil
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", pattern, shadow, specJSON(s), means(m))
 		}
 	}
 	tw.Flush()

@@ -55,11 +55,15 @@ LEVEL  PATTERN       KEY                REDIS KEY                               
 1      user/*        user:alex          sluice:{user:alex}                        8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
 2      user/*/trade  user:alex:trade#0  sluice:{user:alex}:trade#0%:fixed_window  8291  no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
                      user:alex:trade#1  sluice:{user:alex}:trade#1                8291          {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
+level 1, user/*: 16 at once, then 30 a minute (one every 2s)
+level 2, user/*/trade: 1000 per 1h window (windows start afresh at each multiple of 1h since 1970-01-01 00:00 UTC)
+level 2, user/*/trade: 6 at once, then 10 a second (one every 100ms)
 `},
 		{[]string{"user", "alex", "withdrawal", "x"}, `
 path: user / alex / withdrawal / x
 LEVEL  PATTERN  KEY        REDIS KEY           SLOT  SHADOW  LIMIT
 1      user/*   user:alex  sluice:{user:alex}  8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
+level 1, user/*: 16 at once, then 30 a minute (one every 2s)
 ignored: withdrawal / x (no child matches below user/*)
 `},
 		{[]string{"user", "alex", "quote"}, `
@@ -67,6 +71,8 @@ path: user / alex / quote
 LEVEL  PATTERN       KEY              REDIS KEY                 SLOT  SHADOW  LIMIT
 1      user/*        user:alex        sluice:{user:alex}        8291  no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
 2      user/*/quote  user:alex:quote  sluice:{user:alex}:quote  8291  no      {"algorithm":"token_bucket","burst":10,"rate":5,"per":"1s"}
+level 1, user/*: 16 at once, then 30 a minute (one every 2s)
+level 2, user/*/quote: 10 at once (a full bucket), then 5 a second (one every 200ms)
 delay at user/*/quote: a request its limits would admit within 2s is admitted, held until its time
 `},
 		{[]string{"user", "admin", "trade"}, `
@@ -83,6 +89,8 @@ path: tigerfeeding / "{bob} x"
 LEVEL  PATTERN         KEY                         REDIS KEY                                   SLOT   SHADOW  LIMIT
 1      tigerfeeding    tigerfeeding                app:{tigerfeeding}%:fixed_window            11442  no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
 2      tigerfeeding/*  "tigerfeeding:%7Bbob%7D x"  "app:{tigerfeeding:%257Bbob%257D x}%:gate"  165    no      {"algorithm":"gate","interval":"10s"}
+level 1, tigerfeeding: 100 per 10s window (windows start afresh at each multiple of 10s since 1970-01-01 00:00 UTC)
+level 2, tigerfeeding/*: one at a time, then none for 10s
 `},
 		{[]string{"tigerfeeding", "10.2.3.4"}, `
 path: tigerfeeding / 10.2.3.4
@@ -93,16 +101,16 @@ path: tigerfeeding / scraper
 deny list of tigerfeeding/* matched "scraper": the request is always denied (403); no level is decided
 `},
 		{nil, `
-PATTERN         SHADOW  LIMIT
+PATTERN         SHADOW  LIMIT  MEANS
 user            no      -
-user/*          no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}
-user/*/trade    no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}
-                        {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}
-user/*/report   yes     {"algorithm":"gcra","burst":1,"count":1,"period":"10m0s"}
-user/*/quote    no      {"algorithm":"token_bucket","burst":10,"rate":5,"per":"1s"}
+user/*          no      {"algorithm":"gcra","burst":15,"count":30,"period":"1m0s"}   16 at once, then 30 a minute (one every 2s)
+user/*/trade    no      {"algorithm":"fixed_window","limit":1000,"window":"1h0m0s"}  1000 per 1h window (windows start afresh at each multiple of 1h since 1970-01-01 00:00 UTC)
+                        {"algorithm":"gcra","burst":5,"count":10,"period":"1s"}      6 at once, then 10 a second (one every 100ms)
+user/*/report   yes     {"algorithm":"gcra","burst":1,"count":1,"period":"10m0s"}    2 at once, then 1 per 10m
+user/*/quote    no      {"algorithm":"token_bucket","burst":10,"rate":5,"per":"1s"}  10 at once (a full bucket), then 5 a second (one every 200ms)
 user/admin      no      unlimited
-tigerfeeding    no      {"algorithm":"fixed_window","limit":100,"window":"10s"}
-tigerfeeding/*  no      {"algorithm":"gate","interval":"10s"}
+tigerfeeding    no      {"algorithm":"fixed_window","limit":100,"window":"10s"}  100 per 10s window (windows start afresh at each multiple of 10s since 1970-01-01 00:00 UTC)
+tigerfeeding/*  no      {"algorithm":"gate","interval":"10s"}                    one at a time, then none for 10s
 `},
 	} {
 		args := []string{"explain"}
@@ -189,8 +197,8 @@ func TestExplainNamesTheKeyWritten(t *testing.T) {
 			t.Fatalf("%v: explain status %d: %s", k, status, errOut)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if k == algo.KindConcurrency && len(lines) == 4 && strings.HasPrefix(lines[3], "slots at ") {
-			lines = lines[:3] // what a concurrency level does
+		if len(lines) >= 4 && strings.HasPrefix(lines[3], "level 1, ") {
+			lines = lines[:3] // the level's limit in words, and a concurrency level's slots
 		}
 		if len(lines) != 3 {
 			t.Fatalf("%v: explain printed\n%s", k, out)

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+)
+
+// means says in words what a limit admits, such as "10 at once, then 20 a
+// minute (one every 3s)": its numbers read as a user would, whatever the
+// algorithm's own vocabulary (a gcra's burst is one less than what it
+// admits at once).
+func means(s algo.Spec) string {
+	var out string
+	switch s.Algorithm {
+	case "gcra":
+		out = fmt.Sprintf("%d at once, then %s", s.Burst+1, rate(s.Count, s.Period))
+	case "token_bucket":
+		out = fmt.Sprintf("%d at once (a full bucket), then %s", s.Burst, rate(s.Rate, s.Per))
+	case "fixed_window":
+		out = fmt.Sprintf("%d per %s window (windows start afresh at each multiple of %s since 1970-01-01 00:00 UTC)", s.Limit, short(s.Window), short(s.Window))
+	case "gate":
+		out = fmt.Sprintf("one at a time, then none for %s", short(s.Interval))
+	case "concurrency":
+		out = fmt.Sprintf("at most %d held at once, each until released or %s after its holder last renewed it", s.Limit, short(s.HoldFor))
+	case "sliding_log", "window_counter":
+		var ws []string
+		for _, w := range s.Limits {
+			ws = append(ws, fmt.Sprintf("%d in any %s", w.Limit, short(w.Window)))
+		}
+		out = "at most " + strings.Join(ws, " and ")
+		if s.Algorithm == "window_counter" {
+			slice := s.Slice
+			if slice == 0 {
+				slice = time.Second // a zero Slice is 1s
+			}
+			out += fmt.Sprintf(", counted in slices of %s (a window's start is rounded to one)", short(slice))
+		} else if s.Buckets != nil {
+			out += fmt.Sprintf(", sampled in %d buckets a window", *s.Buckets)
+		}
+		if s.MinGap > 0 {
+			out += fmt.Sprintf(", and %s at least between two", short(s.MinGap))
+		}
+	default:
+		return ""
+	}
+	return out
+}
+
+// short writes d without its zero tails: 1h, 1m, 90s, not 1h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// rate says "20 a minute (one every 3s)".
+func rate(n int64, per time.Duration) string {
+	unit := map[time.Duration]string{time.Second: "a second", time.Minute: "a minute", time.Hour: "an hour", 24 * time.Hour: "a day"}[per]
+	if unit == "" {
+		unit = "per " + short(per)
+	}
+	if n <= 1 {
+		return fmt.Sprintf("%d %s", n, unit)
+	}
+	return fmt.Sprintf("%d %s (one every %s)", n, unit, short(per/time.Duration(n)))
+}
