@@ -284,7 +284,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 						delay = max(delay, wait)
 					}
 				}
-				d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Key: sc.reqs[r].Key, Limit: l, Shadow: hit.Shadow, Result: res})
+				d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: l, Shadow: hit.Shadow, Result: res})
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]

@@ -51,6 +51,9 @@ func (d *Decision) Withdraw() {
 type Level struct {
 	// Pattern is the policy node, e.g. "user/*/trade".
 	Pattern string
+	// Name is the node's name field ("" when it has none): Envoy's
+	// rate_limit name, for a policy import-envoy wrote.
+	Name string
 	// Key is the state key, e.g. "user:alex:trade".
 	Key string
 	// Limit is the limit as configured; Limit.Spec() is its serialized

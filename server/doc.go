@@ -67,9 +67,11 @@
 //	sluice_policy_loaded_timestamp_seconds    when the current policy was loaded
 //	sluice_consumers_dropped_total            consumer entries dropped (queue full or store error)
 //	sluice_store_up                           1 when the store answers a ping at scrape time
-//	                                          (within 1s), else 0; always 1 for the memory store
+//	                                          (within the timeout), else 0; always 1 for the
+//	                                          memory store
 //	sluice_build_info{version,goversion}      1, labelled with the build (see Version)
-//	sluice_queue_length{queue}                per configured queue, read at scrape time:
+//	sluice_queue_length{queue}                per configured queue, as last read (a scrape
+//	                                          reads them, waiting at most the timeout):
 //	sluice_queue_pending{queue}               entries queued, delivered and not acked,
 //	sluice_queue_capacity{queue}              its capacity, workers in its group, dead
 //	sluice_queue_consumers{queue}             letters, entries admitted and acked, and
@@ -112,7 +114,7 @@
 // service's name).
 //
 // Mapping. A descriptor of domain D with entries (k1, v1) … (kn, vn) is
-// the policy path [D, k1, v1, …, kn, vn] (see DescriptorPath): domain,
+// the policy path [D, k1, v1, …, kn, vn] (see descriptorPath): domain,
 // then each entry's key and value as two segments. An entry with an empty
 // value still contributes an empty value segment, which only a "*" child
 // matches, as Envoy's service falls back to the key-only descriptor.
@@ -141,7 +143,8 @@
 //
 // Answers. Each DescriptorStatus has its code, current_limit (the steady
 // rate of its most restrictive limit as requests per unit, named by the
-// node's pattern; exact for fixed_window limits of a whole unit, which is
+// node's name, Envoy's rate_limit name for an imported policy, else its
+// pattern; exact for fixed_window limits of a whole unit, which is
 // what import-envoy writes), limit_remaining and duration_until_reset (the
 // time until the limit is back to full). response_headers_to_add carries
 // the RateLimit-Policy and RateLimit fields for every enforced level, and

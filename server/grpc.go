@@ -36,9 +36,9 @@ const (
 	maxEntries     = (maxPathSegments - 1) / 2
 )
 
-// DescriptorPath returns the policy path of an Envoy descriptor:
+// descriptorPath returns the policy path of an Envoy descriptor:
 // [domain, key1, value1, …, keyN, valueN].
-func DescriptorPath(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) []string {
+func descriptorPath(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) []string {
 	path := make([]string, 1, 1+2*len(entries))
 	path[0] = domain
 	for _, e := range entries {
@@ -152,7 +152,7 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 		pq := &q.Paths[i]
 		pq.Cost, pq.Exact = cost, true
 		if len(d.GetEntries()) > 0 { // Envoy's service limits nothing for an empty descriptor
-			pq.Path = DescriptorPath(req.Domain, d.Entries)
+			pq.Path = descriptorPath(req.Domain, d.Entries)
 		}
 	}
 	return q, neg, nil
@@ -258,7 +258,11 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitR
 	if !mine[best].Shadow {
 		r.Remaining, r.ResetAfter = sum.Remaining, sum.ResetAfter
 	}
-	st.CurrentLimit = envoyLimit(mine[best].Limit, mine[best].Pattern)
+	name := mine[best].Name // Envoy's rate_limit name, as envoyproxy/ratelimit answers it
+	if name == "" {
+		name = mine[best].Pattern
+	}
+	st.CurrentLimit = envoyLimit(mine[best].Limit, name)
 	st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(r.ResetAfter)
 	return st

@@ -15,7 +15,7 @@
 //
 // The service maps a descriptor of domain D with entries (k1, v1) … (kn,
 // vn) to the path D/k1/v1/…/kn/vn and applies only the limits of the node
-// the whole path reaches (see server.DescriptorPath). So the conversion is:
+// the whole path reaches (see the server's descriptorPath). So the conversion is:
 //
 //   - a domain is a top-level node; several files (a directory, as Envoy's
 //     service loads its config directory) are several domains, each at
@@ -42,9 +42,11 @@
 //     too (Sluice has no empty nodes; both are never limited);
 //   - shadow_mode: true is shadow: true, which for Envoy's matching (a
 //     descriptor reaches one node) shadows that node's limits only;
-//   - detailed_metric and value_to_metric shape only Envoy's metrics and
-//     are accepted and ignored (Sluice's metrics are by node pattern);
-//     metadata is dropped with a warning (Sluice's answers carry none);
+//   - detailed_metric (with a warning) and value_to_metric shape only
+//     Envoy's metrics and are dropped (Sluice's metrics are by node
+//     pattern); metadata is dropped with a warning (Sluice's answers carry
+//     none); a rate_limit's name is the node's name, which answers carry
+//     as current_limit.name;
 //   - quota_mode: true is a plain limit, with a warning: the same as
 //     Envoy's for a request with one quota_mode descriptor; with several,
 //     Envoy denies only when all are over their limits, Sluice when any
@@ -287,6 +289,9 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 		}
 		if d.Metadata != nil {
 			c.warnf(p+".metadata", "metadata is dropped: Sluice's answers carry no descriptor metadata")
+		}
+		if d.DetailedMetric {
+			c.warnf(p+".detailed_metric", "detailed_metric is dropped: Sluice's metrics count by policy node (sluice_decisions_total{node}), never by descriptor value; sluice explain and /admin/v1/consumers show a key's state")
 		}
 		if d.ShareThreshold {
 			if !strings.Contains(string(d.Value), "*") || d.Value == "*" {

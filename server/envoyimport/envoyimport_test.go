@@ -30,8 +30,8 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(warnings) != 0 {
-		t.Errorf("warnings %q: every field of Envoy's format converts", warnings)
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "descriptors[0].detailed_metric: detailed_metric is dropped") {
+		t.Errorf("warnings %q: every field of Envoy's format converts, and detailed_metric is dropped with a word", warnings)
 	}
 	p, err := policy.Parse("out", out)
 	if err != nil {
