@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,14 +96,23 @@ schema:
 	defer func() { close(stop); wg.Wait() }()
 
 	addr := proxytest.FreeAddr(t)
+	// The shipped rules, checked by promtool, loaded and evaluated too.
+	rules, err := filepath.Abs("../docs/prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("promtool", "check", "rules", rules).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
 	prom := proxytest.Prometheus(t, fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files: [%q]
 scrape_configs:
   - job_name: sluice
     static_configs:
       - targets: [%q]
-`, s.HTTPAddr()), addr)
+`, rules, s.HTTPAddr()), addr)
 
 	for { // until its database is open
 		resp, err := http.Get("http://" + addr + "/-/ready")
@@ -116,8 +127,12 @@ scrape_configs:
 	}
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
-			// Grafana's $__rate_interval is at least four scrapes.
-			q := strings.ReplaceAll(tg.Expr, "$__rate_interval", "5s")
+			// Grafana's $__rate_interval is at least four scrapes; the
+			// job and instance variables select this service.
+			if !strings.Contains(tg.Expr, `job=~"$job",instance=~"$instance"`) {
+				t.Errorf("panel %q: %s selects no job and instance", p.Title, tg.Expr)
+			}
+			q := strings.NewReplacer("$__rate_interval", "5s", "$job", "sluice", "$instance", s.HTTPAddr()).Replace(tg.Expr)
 			for {
 				vals, err := promQuery(addr, q)
 				if err != nil {
@@ -134,6 +149,51 @@ scrape_configs:
 				time.Sleep(200 * time.Millisecond)
 			}
 		}
+	}
+	// Every rule loaded and evaluated without an error, and the recorded
+	// series of this service have data.
+	for _, rec := range []string{"sluice:checks:rate5m", "sluice:limited:ratio5m", "sluice:check_duration_seconds:p99_5m", "sluice:decisions_limited:rate5m"} {
+		q := rec + `{job="sluice"}`
+		for {
+			vals, err := promQuery(addr, q)
+			if err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			if len(vals) > 0 {
+				break
+			}
+			if scrapes, _ := promValue(addr, `count_over_time(up{job="sluice"}[1h])`); scrapes >= 30 {
+				t.Fatalf("recording rule %s has no data after %v scrapes", rec, scrapes)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	resp, err := http.Get("http://" + addr + "/api/v1/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rulesAPI struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name, Health, LastError string
+				}
+			}
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&rulesAPI)
+	resp.Body.Close()
+	n := 0
+	for _, g := range rulesAPI.Data.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Health == "err" {
+				t.Errorf("rule %s: %s", r.Name, r.LastError)
+			}
+		}
+	}
+	if err != nil || n != 10 {
+		t.Errorf("Prometheus loaded %d rules (%v), want the 10 of docs/prometheus-rules.yaml", n, err)
 	}
 }
 
