@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"image/color"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -117,6 +118,7 @@ func chartPanels(r *Result) ([]*plot.Plot, error) {
 		p.Title.TextStyle.Font.Size = vg.Points(11)
 		p.Y.Label.Text = "per " + r.Slice.String()
 		p.X.Min, p.X.Max = 0, float64(len(r.Strategies[0].Offered))*secs
+		p.X.Tick.Marker, p.Y.Tick.Marker = plainTicks{}, plainTicks{}
 		return p
 	}
 	offered := panel(fmt.Sprintf("%s: requests offered per %v (every strategy gets the same)", r.Scenario, r.Slice))
@@ -159,6 +161,20 @@ func chartPanels(r *Result) ([]*plot.Plot, error) {
 	}
 	plots[len(plots)-1].X.Label.Text = "time (s)"
 	return plots, nil
+}
+
+// plainTicks are gonum's default ticks labelled as plain numbers: 500, not
+// 500.00, as every panel's counts are whole.
+type plainTicks struct{}
+
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		}
+	}
+	return ts
 }
 
 // flightLegend is a legend entry of a strategy's colour.
@@ -308,9 +324,28 @@ func reading(r *Result) []string {
 		line += fmt.Sprintf("; the greediest caller took %.1f%% of all it admitted (fairness %.2f, 1 is even); at most %d ran at once.", 100*s.Summary.GreediestShare, s.Summary.Fairness, s.Summary.MaxInFlight)
 		out = append(out, line)
 	}
-	out = append(out,
-		fmt.Sprintf("%s shares what it admits most evenly among callers; %s admits the most.", r.Strategies[fair].Name, r.Strategies[total].Name),
-		"A limit of each caller's own shares capacity evenly but does not bound the total; one limit shared by all bounds the total but lets the fastest callers take most of it; both together bound the total and share it. Choose by what must be protected: the backend (a shared limit) or each caller's fair turn (a per-caller limit), or both.")
+	alike := true
+	for _, s := range r.Strategies {
+		a := r.Strategies[0].Summary
+		alike = alike && s.Summary.Admitted == a.Admitted && math.Abs(s.Summary.Fairness-a.Fairness) < 0.005
+	}
+	switch {
+	case len(r.Strategies) == 1:
+	case alike:
+		out = append(out, "Every strategy admitted the same, as evenly: on this traffic their limits act alike.")
+	case fair == total:
+		out = append(out, fmt.Sprintf("%s admits the most, and shares it most evenly among callers.", r.Strategies[fair].Name))
+	default:
+		out = append(out, fmt.Sprintf("%s shares what it admits most evenly among callers; %s admits the most.", r.Strategies[fair].Name, r.Strategies[total].Name))
+	}
+	// The scope of the limits, when the strategies differ in it.
+	scopes := map[string]bool{}
+	for _, s := range r.Strategies {
+		scopes[s.scope] = true
+	}
+	if len(scopes) > 1 {
+		out = append(out, "A limit of each caller's own shares capacity evenly but does not bound the total; one limit shared by all bounds the total but lets the fastest callers take most of it; both together bound the total and share it. Choose by what must be protected: the backend (a shared limit) or each caller's fair turn (a per-caller limit), or both.")
+	}
 	return out
 }
 

@@ -14,11 +14,74 @@ import (
 	"github.com/sluicehq/sluice/store/memory"
 )
 
-// Strategy is a named policy; a request by caller c is the path
-// ["caller", c].
+// Strategy is a named policy and the path its requests take.
 type Strategy struct {
 	Name   string
 	Policy *policy.Policy
+	// Path is the path a caller's request takes, a segment "{caller}"
+	// naming the caller; nil is ["caller", "{caller}"].
+	Path []string
+}
+
+// PathFor returns the path of policy p that a scenario's callers take: the
+// first node with enforced limits whose pattern has a "*" segment, that
+// segment the caller and any other "*" segment "sim" (user/*/trade is
+// user/{caller}/trade); nil when p has none, or limits caller/*
+// already.
+func PathFor(p *policy.Policy) []string {
+	if !p.Match([]string{"caller", "c"}).Unmatched {
+		return nil
+	}
+	for _, n := range p.Nodes() {
+		if n.Shadow || n.Unlimited || len(n.Specs) == 0 || !strings.Contains(n.Pattern, "*") {
+			continue
+		}
+		path := strings.Split(n.Pattern, "/")
+		caller := false
+		for i, seg := range path {
+			switch {
+			case strings.Contains(seg, "*") && !caller:
+				path[i], caller = "{caller}", true
+			case strings.Contains(seg, "*"):
+				path[i] = strings.ReplaceAll(seg, "*", "sim")
+			}
+		}
+		return path
+	}
+	return nil
+}
+
+// scopeOf says whether a strategy's enforced limits are each caller's own
+// ("each"), shared by every caller ("shared"), or some of both ("both").
+func scopeOf(s *Strategy) string {
+	each, shared := false, false
+	for _, h := range s.Policy.Match(s.pathOf("c", nil)).Hits {
+		if !h.Shadow {
+			each, shared = each || !h.Shared, shared || h.Shared
+		}
+	}
+	switch {
+	case each && shared:
+		return "both"
+	case shared:
+		return "shared"
+	}
+	return "each"
+}
+
+// pathOf fills a strategy's path template with a caller, into buf.
+func (s *Strategy) pathOf(caller string, buf []string) []string {
+	if s.Path == nil {
+		return append(buf[:0], "caller", caller)
+	}
+	buf = buf[:0]
+	for _, seg := range s.Path {
+		if seg == "{caller}" {
+			seg = caller
+		}
+		buf = append(buf, seg)
+	}
+	return buf
 }
 
 // CompileStrategy parses a strategy's policy text.
@@ -52,14 +115,18 @@ func matchesTraffic(s Strategy, events []Event) error {
 			continue
 		}
 		tried[ev.Caller] = true
-		if !s.Policy.Match([]string{"caller", ev.Caller}).Unmatched {
+		if !s.Policy.Match(s.pathOf(ev.Caller, nil)).Unmatched {
 			return nil
 		}
 	}
 	if len(events) == 0 {
 		return nil
 	}
-	return fmt.Errorf("sim: strategy %q limits none of the scenario's requests: a request by caller c is the path caller/c, and no path caller/<c> of its %d callers matches a limit of its policy, so it would admit everything", s.Name, len(tried))
+	shown := "caller/{caller}"
+	if s.Path != nil {
+		shown = strings.Join(s.Path, "/")
+	}
+	return fmt.Errorf("sim: strategy %q limits none of the scenario's requests: a request by caller c is the path %s, which for none of its %d callers matches a limit of its policy (so it would admit everything); give the path with --path, such as api/{caller}", s.Name, shown, len(tried))
 }
 
 // t0 is the virtual time of a scenario's start.
@@ -99,6 +166,7 @@ type StrategyResult struct {
 	// at once: each runs Params.Hold from its time.
 	InFlight   []int64
 	Summary    Summary
+	scope      string // each (every limit the caller's own), shared, or both
 	admittedAt []time.Duration
 	perCaller  map[string][2]int64 // offered, admitted
 	// running are the admitted requests in time order; ending[ended:] are
@@ -189,13 +257,13 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 		checkers[i] = &policy.Checker{Policy: policy.NewCurrent(s.Policy), Store: st}
 		res.Strategies = append(res.Strategies, StrategyResult{
 			Name: s.Name, Offered: make([]int64, res.Slices), Admitted: make([]int64, res.Slices),
-			perCaller: map[string][2]int64{},
+			perCaller: map[string][2]int64{}, scope: scopeOf(&s),
 		})
 	}
 	bar := newProgress(opts.Progress, len(events))
 	start := time.Now()
 	var d policy.Decision
-	path := []string{"caller", ""}
+	var path []string
 	for n, ev := range events {
 		if n&1023 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -228,12 +296,12 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 				if opts.Store == nil {
 					end = t0.Add(e.at + p.Hold)
 				}
-				path[1] = e.caller
+				path = strategies[i].pathOf(e.caller, path)
 				if err := c.Release(ctx, oneQuery(end, path, e.cost), e.permit, &d); err != nil {
 					return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
 				}
 			}
-			path[1] = ev.Caller
+			path = strategies[i].pathOf(ev.Caller, path)
 			if err := c.Acquire(ctx, oneQuery(at, path, cost), int64(n+1), &d); err != nil {
 				return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
 			}

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/proxytest"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -131,35 +131,8 @@ func TestReport(t *testing.T) {
 		t.Errorf("chart.png is %dx%d, want %dx%d", b.Dx(), b.Dy(), chartWidth, chartHeight(len(res.Strategies)))
 	}
 
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (apt-get install -y chromium; test.sh does): %v", err)
-	}
 	report := "file://" + filepath.Join(dir, "report.html")
-	chrome := func(args ...string) (stdout, stderr string) {
-		t.Helper()
-		args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-			"--disable-background-networking", "--disable-component-update", "--disable-sync",
-			"--user-data-dir=" + t.TempDir(), "--enable-logging=stderr", "--v=0"}, args...)
-		cmd := exec.Command(bin, append(args, report)...)
-		var o, e bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &e
-		done := make(chan error, 1)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("chromium: %v\n%s", err, e.String())
-			}
-		case <-time.After(90 * time.Second):
-			cmd.Process.Kill()
-			t.Fatal("chromium did not finish in 90s")
-		}
-		return o.String(), e.String()
-	}
+	chrome := func(args ...string) (string, string) { return proxytest.Chromium(t, report, args...) }
 	dom, logs := chrome("--dump-dom")
 	for _, want := range []string{"<svg", `<table id="summary">`, "gate per caller", "shared window", "<td>both</td>",
 		`<div class="chart" id="callers"><svg`, `<ul id="reading">`, "slow callers", "fast callers",

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/proxytest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -156,5 +157,53 @@ func TestMistakesNameTheFix(t *testing.T) {
 		if tc.code == 2 && strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 			t.Errorf("sluice %v: %d lines, want one:\n%s", tc.args, strings.Count(stderr, "\n"), stderr)
 		}
+	}
+}
+
+// TestSimRunsTheServicePolicy: `sluice sim` runs the policy `sluice serve`
+// serves (the bundled example) as it is: its callers take the path of its
+// first limited node with a "*" (user/c), and the report opens in headless
+// chromium. SLUICE_SCREENSHOT=FILE keeps a screenshot of it to look at.
+func TestSimRunsTheServicePolicy(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(sluiceBin, "sim", "--scenario", "steady", "--duration", "60s", "--policy", "example=limits.example.yaml",
+		"--limit", `gcra=each:{"algorithm":"gcra","burst":9,"count":20,"period":"1m"}`, "--out", out)
+	text, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	if !strings.Contains(string(text), "strategy example: a request by caller c is the path user/c") {
+		t.Errorf("sim does not say the path it took:\n%s", text)
+	}
+	var sum struct {
+		Strategies []struct {
+			Name              string
+			Offered, Admitted int64
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err := json.Unmarshal(b, &sum); err != nil || len(sum.Strategies) != 2 || sum.Strategies[0].Admitted != sum.Strategies[1].Admitted || sum.Strategies[0].Admitted >= sum.Strategies[0].Offered {
+		t.Errorf("summary %s: %v (want the example's user/* level, gcra 10 at once then 20 a minute, to admit as the same limit alone does)", b, err)
+	}
+	if _, err := exec.Command(sluiceBin, "sim", "--scenario", "steady", "--policy", "x=limits.example.yaml", "--path", "user/alex").CombinedOutput(); err == nil {
+		t.Error("a --path without {caller} was taken")
+	}
+	report := "file://" + filepath.Join(out, "report.html")
+	dom, logs := proxytest.Chromium(t, report, "--dump-dom")
+	for _, want := range []string{`<table id="summary">`, "<td>example</td>", `<ul id="reading">`, "Every strategy admitted the same, as evenly", "<svg"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the rendered report lacks %q", want)
+		}
+	}
+	if strings.Contains(dom, "A limit of each caller's own shares capacity evenly") {
+		t.Error("the report compares per-caller and shared limits where every strategy is per-caller")
+	}
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "CONSOLE") || strings.Contains(line, "Uncaught") {
+			t.Errorf("console: %s", line)
+		}
+	}
+	if shot := os.Getenv("SLUICE_SCREENSHOT"); shot != "" {
+		proxytest.Chromium(t, report, "--window-size=1300,1400", "--screenshot="+shot)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,7 +39,8 @@ func runSim(ctx context.Context, e env, args []string) int {
 	out := fs.String("out", "", "write series.csv, summary.json, chart.png, chart.svg and report.html to this directory")
 	var limits, policies listFlag
 	fs.Var(&limits, "limit", `a strategy of one limit: NAME=each:SPEC (each caller's own) or NAME=shared:SPEC, SPEC as in replay, such as 'gate=each:{"algorithm":"gate","interval":"10s"}' (repeatable)`)
-	fs.Var(&policies, "policy", "a strategy from a limits.yaml: NAME=FILE; a request by caller c is the path [caller, c] (repeatable)")
+	fs.Var(&policies, "policy", "a strategy from a limits.yaml, such as your service's: NAME=FILE (repeatable); see --path for the path a caller's request takes")
+	pathFlag := fs.String("path", "", "the path of a --policy's requests, {caller} the caller, such as api/{caller}; default caller/{caller} when the policy limits it, else its first limited node with a *, that * the caller (user/*/trade: user/{caller}/trade)")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, `usage: sluice sim [--scenario NAME | --trace FILE] [--limit ...] [--policy ...] [--out DIR]
 
@@ -103,6 +105,15 @@ scenarios:`)
 		s, err := sim.CompileStrategy(sim.StrategySource{Name: name, Policy: string(data)})
 		if err != nil {
 			return fail(err)
+		}
+		s.Path = sim.PathFor(s.Policy)
+		if *pathFlag != "" {
+			if s.Path = strings.Split(*pathFlag, "/"); !slices.Contains(s.Path, "{caller}") {
+				return fail(fmt.Errorf("--path %s: want a segment {caller}, such as api/{caller}", *pathFlag))
+			}
+		}
+		if s.Path != nil {
+			fmt.Fprintf(e.stderr, "sim: strategy %s: a request by caller c is the path %s\n", name, strings.ReplaceAll(strings.Join(s.Path, "/"), "{caller}", "c"))
 		}
 		strategies = append(strategies, s)
 	}

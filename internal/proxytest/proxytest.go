@@ -1,6 +1,6 @@
 // Package proxytest starts the real programs that sit next to Sluice in
-// tests: Debian's nginx and caddy in front of it, and prometheus scraping
-// it. Each runs on 127.0.0.1 on a free port, in the test's temporary
+// tests: Debian's nginx and caddy in front of it, prometheus scraping
+// it, and chromium opening the pages it writes. Each runs on 127.0.0.1 on a free port, in the test's temporary
 // directory, and is stopped by its PID when the test ends. A program that
 // is not installed fails the test with the package to install.
 package proxytest
@@ -149,6 +149,38 @@ func Prometheus(tb testing.TB, promYAML, addr string) *Process {
 	write(tb, path, promYAML)
 	return Start(tb, dir, addr, nil, "prometheus", "--config.file="+path,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
+}
+
+// Chromium runs Debian's chromium headless on url with args (such as
+// --dump-dom, or --screenshot=FILE) and returns what it printed. It fails
+// the test when chromium fails, or has not finished in 90 s.
+func Chromium(tb testing.TB, url string, args ...string) (stdout, stderr string) {
+	tb.Helper()
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		tb.Fatalf("chromium is not installed (apt-get install -y chromium; test.sh does): %v", err)
+	}
+	args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + tb.TempDir(), "--enable-logging=stderr", "--v=0"}, args...)
+	cmd := exec.Command(bin, append(args, url)...)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			tb.Fatalf("chromium: %v\n%s", err, e.String())
+		}
+	case <-time.After(90 * time.Second):
+		cmd.Process.Kill()
+		tb.Fatal("chromium did not finish in 90s")
+	}
+	return o.String(), e.String()
 }
 
 func write(tb testing.TB, path, s string) {
