@@ -45,6 +45,11 @@ type Config struct {
 	// until it can. By default the service starts and connects when it
 	// can.
 	RequireStore bool `yaml:"require_store"`
+	// Headers are the rate-limit fields of HTTP answers (checks,
+	// forward-auth): draft (the IETF RateLimit-Policy and RateLimit, the
+	// default), legacy (X-RateLimit-Limit, -Remaining and -Reset, for
+	// clients that read those), or both.
+	Headers string `yaml:"headers" oneof:"draft legacy both"`
 	// AdminToken is the bearer token of the /admin/ endpoints. Empty
 	// disables them: they answer 404. AdminTokenFile, if set, is read for it
 	// (trailing white space trimmed).
@@ -206,6 +211,9 @@ func (c Config) Defaults() Config {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.Headers == "" {
+		c.Headers = "draft"
+	}
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
 	}
@@ -229,6 +237,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: max_waiting must be 0 to 1000000, got %d", c.MaxWaiting)
 	case c.Redis.MaxLease < 0:
 		return fmt.Errorf("config: redis.max_lease must be positive, got %d", c.Redis.MaxLease)
+	case c.Headers != "draft" && c.Headers != "legacy" && c.Headers != "both":
+		return fmt.Errorf("config: headers must be draft, legacy or both, got %q", c.Headers)
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format must be text or json, got %q", c.LogFormat)
 	}
@@ -267,6 +277,7 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_TIMEOUT", "timeout"},
 	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
 	{"SLUICE_REQUIRE_STORE", "require_store"},
+	{"SLUICE_HEADERS", "headers"},
 	{"SLUICE_ADMIN_TOKEN", "admin_token"},
 	{"SLUICE_ADMIN_TOKEN_FILE", "admin_token_file"},
 	{"SLUICE_ADMIN_HTTP", "admin_http"},
@@ -313,7 +324,7 @@ func (c *Config) Set(field, s string) error {
 	str := map[string]*string{
 		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy,
 		"on_store_error": &c.OnStoreError, "admin_token": &c.AdminToken, "admin_token_file": &c.AdminTokenFile,
-		"admin_http":   &c.AdminHTTP,
+		"admin_http": &c.AdminHTTP, "headers": &c.Headers,
 		"redis.prefix": &c.Redis.Prefix, "redis.username": &c.Redis.Username, "redis.password": &c.Redis.Password,
 		"redis.tls.ca_file": &c.Redis.TLS.CAFile, "redis.tls.cert_file": &c.Redis.TLS.CertFile,
 		"redis.tls.key_file": &c.Redis.TLS.KeyFile, "redis.tls.server_name": &c.Redis.TLS.ServerName,

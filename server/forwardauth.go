@@ -546,7 +546,7 @@ func (s *Server) decideForward(w http.ResponseWriter, r *http.Request, b *batch,
 		return // the proxy has gone, and the units are back
 	}
 	s.countLevels(b.d.Levels)
-	status := addDecisionHeaders(w.Header(), b, false)
+	status := s.addDecisionHeaders(w.Header(), b, false)
 	defer func() { b.hdr = [3]string{} }()
 	if b.d.Allowed {
 		c.allowed.Inc()

@@ -182,7 +182,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
-	status := addDecisionHeaders(h, b, storeErr != "")
+	status := s.addDecisionHeaders(h, b, storeErr != "")
 	out := appendDecisionJSON(b.buf[:0], &b.d, storeErr)
 	out = append(out, '\n')
 	b.buf = out[:0]
@@ -199,8 +199,8 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 // answer's status. Header values live in b.hdr: WriteHeader copies them
 // before the batch goes back to the pool, and the caller empties b.hdr
 // then.
-func addDecisionHeaders(h http.Header, b *batch, storeFailed bool) int {
-	if !storeFailed {
+func (s *Server) addDecisionHeaders(h http.Header, b *batch, storeFailed bool) int {
+	if !storeFailed && s.cfg.Headers != "legacy" {
 		fields, end := headers.AppendDraftFields(b.buf[:0], b.d.Levels)
 		b.buf = fields[:0]
 		if end > 0 {
@@ -209,6 +209,19 @@ func addDecisionHeaders(h http.Header, b *batch, storeFailed bool) int {
 			h[hdrPolicy] = b.hdr[0:1:1]
 			h[hdrRateLimit] = b.hdr[1:2:2]
 		}
+	}
+	if !storeFailed && s.cfg.Headers != "draft" && len(b.d.Levels) > 0 {
+		// The older X-RateLimit-* fields, as the middleware's
+		// LegacyHeaders writes them: the summary's limit, remaining, and
+		// seconds until it is full (until Retry-After when denied).
+		sum := b.d.Summary
+		reset := headers.CeilSeconds(sum.ResetAfter)
+		if !b.d.Allowed && sum.RetryAfter > 0 {
+			reset = headers.RetrySeconds(sum.RetryAfter)
+		}
+		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(sum.Quota, 10)}
+		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(max(sum.Remaining, 0), 10)}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
 	}
 	status := answerStatus(&b.d, storeFailed)
 	if status != http.StatusOK && status != http.StatusForbidden {

@@ -199,3 +199,31 @@ schema:
 		}
 	}
 }
+
+// TestLegacyHeaders: with headers: legacy (or both) a check's answer has
+// the older X-RateLimit-* fields, as the middleware's LegacyHeaders
+// writes them; by default only the IETF fields.
+func TestLegacyHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		headers       string
+		draft, legacy bool
+	}{{"", true, false}, {"legacy", false, true}, {"both", true, true}} {
+		s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte("schema:\n  a: {limits: [{algorithm: fixed_window, limit: 2, window: 1h}]}\n"), Headers: tc.headers}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var w *httptest.ResponseRecorder
+		for range 3 {
+			w = httptest.NewRecorder()
+			s.Handler().ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"path": ["a"]}`)))
+		}
+		h := w.Result().Header
+		if (h.Get("RateLimit") != "") != tc.draft || (h.Get("X-RateLimit-Limit") != "") != tc.legacy {
+			t.Errorf("headers %q: %v", tc.headers, h)
+		}
+		if tc.legacy && (w.Code != 429 || h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != "0" || h.Get("X-RateLimit-Reset") != h.Get("Retry-After")) {
+			t.Errorf("headers %q, the 3rd of 2: %d %v", tc.headers, w.Code, h)
+		}
+	}
+}

@@ -84,7 +84,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 			freed := slotUnits(&b.d) > 0
 			out.Released = &freed
 		}
-		status := addDecisionHeaders(w.Header(), b, false)
+		status := s.addDecisionHeaders(w.Header(), b, false)
 		if op == algo.Renew && !b.d.Allowed {
 			writeProblem(w, http.StatusNotFound, "permit "+strconv.FormatInt(permit, 10)+" holds no slot on this path: it was released, its hold ended, or it was never acquired; acquire anew with POST /v1/check")
 			return
@@ -195,7 +195,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	s.countLevels(b.d.Levels)
 	s.countSlots("http", algo.Acquire, &b.d)
-	status := addDecisionHeaders(w.Header(), b, false)
+	status := s.addDecisionHeaders(w.Header(), b, false)
 	writeJSON(w, status, NewDecisionJSON(&b.d))
 }
 

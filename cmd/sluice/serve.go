@@ -36,6 +36,7 @@ var serveFlags = []struct{ name, field, usage string }{
 	{"timeout", "timeout", "decision timeout, a `duration`, store round trip included (default 50ms)"},
 	{"on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)"},
 	{"require-store", "require_store", "`true|false`: true exits non-zero when the store cannot be reached at start, instead of answering by on-store-error until it can"},
+	{"headers", "headers", "the rate-limit fields of HTTP answers: draft (the IETF RateLimit-Policy and RateLimit, default), legacy (X-RateLimit-*) or both"},
 	{"admin-token", "admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)"},
 	{"admin-token-file", "admin_token_file", "file holding the admin token"},
 	{"admin-http", "admin_http", "serve /admin/ on this address of its own, not on --http (metrics and health answer on both)"},
