@@ -48,13 +48,32 @@ func TestKeyIsInjective(t *testing.T) {
 	}
 }
 
-func TestReadmeGoBlocks(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+// docPages returns the README and every page of docs/, joined: the text
+// whose snippets must be code the tests run.
+func docPages(t *testing.T) []byte {
+	t.Helper()
+	pages, err := filepath.Glob("docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	pages = append([]string{"README.md", "docs/proxies/README.md"}, pages...)
+	var all []byte
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(append(all, b...), '\n')
+	}
+	return all
+}
+
+// TestReadmeGoBlocks: every Go block of the README and the docs pages is
+// code that an example or test runs.
+func TestReadmeGoBlocks(t *testing.T) {
+	readme := docPages(t)
 	var files [][]string
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -113,13 +132,10 @@ func containsRun(have, want []string) bool {
 	return false
 }
 
-// TestReadmePolicies: every YAML block of the README that holds a schema
-// is a valid policy.
+// TestReadmePolicies: every YAML block of the README and the docs pages
+// that holds a schema is a valid policy.
 func TestReadmePolicies(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	readme := docPages(t)
 	n := 0
 	for _, b := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
 		if !strings.Contains(b[1], "schema:") {
@@ -281,5 +297,31 @@ func TestLayoutNamesEveryPackage(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDocLinks: every relative link of the README and the docs pages names
+// a file or directory of the repository.
+func TestDocLinks(t *testing.T) {
+	pages, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, "README.md", "docs/proxies/README.md", "CHANGELOG.md", "BENCHMARKS.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(p), target)); err != nil {
+				t.Errorf("%s links to %s, which is not there", p, m[1])
+			}
+		}
 	}
 }

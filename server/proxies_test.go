@@ -16,8 +16,8 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// The proxy tests run the configurations of docs/proxies, which the README
-// shows, with only their addresses replaced by free ones: Sluice with
+// The proxy tests run the configurations of docs/proxies, which
+// docs/proxies/README.md shows, with only their addresses replaced by free ones: Sluice with
 // sluice.yaml and limits.yaml, in front of it a real nginx or caddy, and
 // behind the proxy a small upstream. They check what a client sees.
 
@@ -345,10 +345,10 @@ func TestForwardAuthStoreDown(t *testing.T) {
 	}
 }
 
-// TestReadmeShowsProxyConfigs: the README shows each file of docs/proxies
-// that the proxy tests run, whole, in a code block.
+// TestReadmeShowsProxyConfigs: docs/proxies/README.md shows each file of
+// docs/proxies that the proxy tests run, whole, in a code block.
 func TestReadmeShowsProxyConfigs(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/proxies/README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestReadmeShowsProxyConfigs(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !strings.Contains(string(readme), "\n"+string(data)+"```\n") {
-			t.Errorf("the README does not show docs/proxies/%s as it is", name)
+			t.Errorf("docs/proxies/README.md does not show docs/proxies/%s as it is", name)
 		}
 	}
 }
