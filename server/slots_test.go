@@ -116,6 +116,8 @@ func TestSlotsOverHTTP(t *testing.T) {
 	}
 	if w, d := do("/v1/release", slot(acq.Permit)); w.Code != 200 || !*d.Released || d.Remaining != 2 {
 		t.Fatalf("release the acquire: %d %s", w.Code, w.Body)
+	} else if strings.Count(w.Body, "\n") != 1 {
+		t.Errorf("a release answered on several lines, unlike a check: %q", w.Body)
 	}
 	if got := testutil.ToFloat64(s.m.slots.WithLabelValues("http", "acquired")); got != 4 {
 		t.Errorf("acquired %v", got)
