@@ -19,16 +19,18 @@ type Strategy struct {
 	Name   string
 	Policy *policy.Policy
 	// Path is the path a caller's request takes, a segment "{caller}"
-	// naming the caller; nil is ["caller", "{caller}"].
+	// naming the caller; nil is ["caller", "{caller}"]. CompileStrategy
+	// sets it for a policy that does not limit caller/*: its first node
+	// with enforced limits and a "*", that "*" the caller.
 	Path []string
 }
 
-// PathFor returns the path of policy p that a scenario's callers take: the
+// pathFor returns the path of policy p that a scenario's callers take: the
 // first node with enforced limits whose pattern has a "*" segment, that
 // segment the caller and any other "*" segment "sim" (user/*/trade is
 // user/{caller}/trade); nil when p has none, or limits caller/*
 // already.
-func PathFor(p *policy.Policy) []string {
+func pathFor(p *policy.Policy) []string {
 	if !p.Match([]string{"caller", "c"}).Unmatched {
 		return nil
 	}
@@ -90,7 +92,7 @@ func CompileStrategy(s StrategySource) (Strategy, error) {
 	if err != nil {
 		return Strategy{}, err
 	}
-	return Strategy{Name: s.Name, Policy: p}, nil
+	return Strategy{Name: s.Name, Policy: p, Path: pathFor(p)}, nil
 }
 
 // LimitStrategy is a strategy of one limit: each caller's own (each) or

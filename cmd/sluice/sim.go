@@ -106,7 +106,6 @@ scenarios:`)
 		if err != nil {
 			return fail(err)
 		}
-		s.Path = sim.PathFor(s.Policy)
 		if *pathFlag != "" {
 			if s.Path = strings.Split(*pathFlag, "/"); !slices.Contains(s.Path, "{caller}") {
 				return fail(fmt.Errorf("--path %s: want a segment {caller}, such as api/{caller}", *pathFlag))
