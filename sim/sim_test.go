@@ -212,10 +212,15 @@ func TestWindowsOfEveryKind(t *testing.T) {
 }
 
 // TestRefusesAPolicyThatMatchesNothing: a strategy whose policy limits
-// none of the scenario's paths (caller/c) is refused with why, instead of
-// admitting 100% without a word.
+// none of the scenario's paths (caller/c, or a path of its own with a
+// "*") is refused with why, instead of admitting 100% without a word; one
+// that limits api/* takes api/c.
 func TestRefusesAPolicyThatMatchesNothing(t *testing.T) {
-	other, err := CompileStrategy(StrategySource{Name: "api keys", Policy: "schema:\n  api:\n    children:\n      \"*\": {limits: [1, 1, 60]}\n"})
+	keys, err := CompileStrategy(StrategySource{Name: "api keys", Policy: "schema:\n  api:\n    children:\n      \"*\": {limits: [1, 1, 60]}\n"})
+	if err != nil || strings.Join(keys.Path, "/") != "api/{caller}" {
+		t.Fatalf("api/*: path %v, %v", keys.Path, err)
+	}
+	other, err := CompileStrategy(StrategySource{Name: "api keys", Policy: "schema:\n  api:\n    children:\n      admin: {limits: [1, 1, 60]}\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
