@@ -84,6 +84,11 @@ type ForwardRoute struct {
 	// header is absent or empty does not match, so that the next route
 	// (by client IP, say) can.
 	Path []string `yaml:"path"`
+	// Paths, instead of Path, are several policy paths, each written as
+	// Path is, decided together, all or nothing: per client IP, per API
+	// key and a quota in one decision, so that a request one of them
+	// denies spends nothing of the others. At most maxPaths.
+	Paths [][]string `yaml:"paths"`
 	// Cost is how much one request costs (default 1).
 	Cost int64 `yaml:"cost"`
 }
@@ -121,7 +126,7 @@ type route struct {
 	pattern []patSeg
 	prefix  bool // the pattern ends in "/": paths below it match too
 	methods []string
-	path    []tmplSeg
+	paths   [][]tmplSeg // one or more policy paths, decided together
 	cost    int64
 }
 
@@ -214,18 +219,35 @@ func compileRoute(r ForwardRoute) (route, error) {
 		}
 		cr.methods = append(cr.methods, strings.ToUpper(m))
 	}
-	if len(r.Path) == 0 {
-		return cr, errors.New("path: a route needs a policy path of at least one segment")
+	templates, field := r.Paths, "paths"
+	switch {
+	case len(r.Path) > 0 && len(r.Paths) > 0:
+		return cr, errors.New("path and paths: give one policy path, or several in paths, not both")
+	case len(r.Path) > 0 || len(r.Paths) == 0:
+		templates, field = [][]string{r.Path}, "path"
+	case len(r.Paths) > maxPaths:
+		return cr, fmt.Errorf("paths: at most %d, got %d", maxPaths, len(r.Paths))
 	}
-	if len(r.Path) > maxRouteSegments {
-		return cr, fmt.Errorf("path: at most %d segments, got %d", maxRouteSegments, len(r.Path))
-	}
-	for i, s := range r.Path {
-		t, err := compileSeg(s, cr.pattern)
-		if err != nil {
-			return cr, fmt.Errorf("path[%d]: %w", i, err)
+	for i, tmpl := range templates {
+		at := field
+		if field == "paths" {
+			at = fmt.Sprintf("paths[%d]", i)
 		}
-		cr.path = append(cr.path, t)
+		if len(tmpl) == 0 {
+			return cr, fmt.Errorf("%s: a route needs a policy path of at least one segment", at)
+		}
+		if len(tmpl) > maxRouteSegments {
+			return cr, fmt.Errorf("%s: at most %d segments, got %d", at, maxRouteSegments, len(tmpl))
+		}
+		var path []tmplSeg
+		for j, s := range tmpl {
+			t, err := compileSeg(s, cr.pattern)
+			if err != nil {
+				return cr, fmt.Errorf("%s[%d]: %w", at, j, err)
+			}
+			path = append(path, t)
+		}
+		cr.paths = append(cr.paths, path)
 	}
 	switch {
 	case r.Cost < 0:
@@ -407,10 +429,12 @@ next:
 				continue next
 			}
 		}
-		for _, t := range rt.path {
-			if t.kind == segHeader {
-				if v := h[t.text]; len(v) == 0 || v[0] == "" {
-					continue next
+		for _, path := range rt.paths {
+			for _, t := range path {
+				if t.kind == segHeader {
+					if v := h[t.text]; len(v) == 0 || v[0] == "" {
+						continue next
+					}
 				}
 			}
 		}
@@ -419,9 +443,10 @@ next:
 	return nil
 }
 
-// policyPath appends to path the route's policy path for the request.
-func (fa *forwardAuth) policyPath(rt *route, r *http.Request, method, host string, segs, path []string) ([]string, *forwardError) {
-	for _, t := range rt.path {
+// policyPath appends to path a policy path of the route, tmpl, for the
+// request.
+func (fa *forwardAuth) policyPath(tmpl []tmplSeg, r *http.Request, method, host string, segs, path []string) ([]string, *forwardError) {
+	for _, t := range tmpl {
 		switch t.kind {
 		case segLiteral:
 			path = append(path, t.text)
@@ -471,10 +496,10 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 			writeProblem(w, status, detail)
 		}
 		method, uri, host, fe := original(r, nginx)
-		var path []string
+		var paths [][]string
 		var rt *route
 		if fe == nil {
-			path, rt, fe = fa.read(r, method, uri, host, b)
+			paths, rt, fe = fa.read(r, method, uri, host, b)
 		}
 		switch {
 		case fe != nil:
@@ -483,14 +508,14 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 		case rt == nil:
 			w.WriteHeader(http.StatusOK) // no route: not limited
 		default:
-			s.decideForward(w, r, b, path, rt.cost, refuse)
+			s.decideForward(w, r, b, paths, rt.cost, refuse)
 		}
 	}
 }
 
 // read turns the proxied request into the route that matches it (nil for
-// none) and that route's policy path, in b's buffers.
-func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch) ([]string, *route, *forwardError) {
+// none) and that route's policy paths, the first in b's buffers.
+func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch) ([][]string, *route, *forwardError) {
 	if len(method) > maxForwardMethod {
 		return nil, nil, &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), maxForwardMethod)}
 	}
@@ -503,20 +528,38 @@ func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch)
 	if rt == nil {
 		return nil, nil, nil
 	}
-	path, fe := fa.policyPath(rt, r, method, host, segs, b.path[:0])
-	b.path = path[:0]
-	if fe == nil {
-		if err := validPath(path); err != nil {
-			fe = &forwardError{http.StatusBadRequest, "the route's policy path: " + err.Error()}
+	b.paths = b.paths[:0]
+	for i, tmpl := range rt.paths {
+		var buf []string
+		if i == 0 {
+			buf = b.path[:0]
 		}
+		path, fe := fa.policyPath(tmpl, r, method, host, segs, buf)
+		if i == 0 {
+			b.path = path[:0]
+		}
+		if fe == nil {
+			if err := validPath(path); err != nil {
+				fe = &forwardError{http.StatusBadRequest, "the route's policy path: " + err.Error()}
+			}
+		}
+		if fe != nil {
+			return nil, rt, fe
+		}
+		b.paths = append(b.paths, path)
 	}
-	return path, rt, fe
+	return b.paths, rt, nil
 }
 
-// decideForward decides a proxied request's path and answers.
-func (s *Server) decideForward(w http.ResponseWriter, r *http.Request, b *batch, path []string, cost int64, refuse func(int, string)) {
+// decideForward decides a proxied request's paths, together, and answers.
+func (s *Server) decideForward(w http.ResponseWriter, r *http.Request, b *batch, paths [][]string, cost int64, refuse func(int, string)) {
 	start := time.Now()
-	_, err := s.decidePath(r.Context(), s.checker.Decide, path, cost, b)
+	var err error
+	if len(paths) == 1 {
+		_, err = s.decidePath(r.Context(), s.checker.Decide, paths[0], cost, b)
+	} else {
+		_, err = s.decidePaths(r.Context(), s.checker.Decide, paths, cost, b)
+	}
 	s.m.forwardDuration.Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.noteUnmatched(&b.q)

@@ -82,7 +82,7 @@ func TestForwardAuthRoutes(t *testing.T) {
 			continue
 		}
 		var got []string
-		for _, s := range rt.path {
+		for _, s := range rt.paths[0] {
 			switch s.kind {
 			case segLiteral:
 				got = append(got, s.text)

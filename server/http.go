@@ -140,7 +140,13 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if cost > 0 {
 		verb = s.acquire
 	}
-	pq, err := s.decidePath(r.Context(), verb, req.Path, cost, b)
+	var err error
+	if req.Paths != nil {
+		_, err = s.decidePaths(r.Context(), verb, req.Paths, cost, b)
+	} else {
+		_, err = s.decidePath(r.Context(), verb, req.Path, cost, b)
+	}
+	pqs := b.q.Paths
 	s.m.httpDuration.Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.noteUnmatched(&b.q)
@@ -157,7 +163,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 		s.storeFailed("http", err)
 		storeErr = "store unavailable: " + err.Error()
-		b.d = policy.Decision{Levels: b.d.Levels[:0], Matched: !pq.Match.Unmatched, Allowed: s.failOpen}
+		matched := true
+		for i := range pqs {
+			matched = matched && !pqs[i].Match.Unmatched
+		}
+		b.d = policy.Decision{Levels: b.d.Levels[:0], Matched: matched, Allowed: s.failOpen}
 		b.d.Summary.Allowed = s.failOpen
 		if s.failOpen {
 			s.m.httpChecks.errAllowed.Inc()
@@ -176,7 +186,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			s.m.httpChecks.limited.Inc()
 		}
 		if len(req.Meta) > 0 && b.d.Allowed && cost > 0 {
-			s.consumers.record(pq.Match.Hits, cost, req.Meta)
+			for i := range pqs {
+				s.consumers.record(pqs[i].Match.Hits, cost, req.Meta)
+			}
 		}
 	}
 

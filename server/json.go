@@ -191,13 +191,16 @@ func levelSpec(l *policy.Level) algo.Spec {
 //
 //	{"path": ["user", "alex", "trade"], "cost": 1, "meta": {"user_id": "u-17"}}
 //
-// Path is required and not empty; Cost defaults to 1 when left out (0
-// peeks: nothing is consumed); Meta, optional, is any JSON object of at
+// Path is required and not empty, or Paths, several paths decided
+// together, all or nothing (per IP, per key and a quota in one check), as
+// gRPC's descriptors are; Cost, for each path, defaults to 1 when left out
+// (0 peeks: nothing is consumed); Meta, optional, is any JSON object of at
 // most maxMetaBytes, recorded in the consumers list of every level the
 // request consumed from (see the package documentation). Unknown fields
 // are an error.
 type checkRequest struct {
-	Path []string        `json:"path"`
+	Path  []string        `json:"path"`
+	Paths [][]string      `json:"paths,omitempty"`
 	Cost *int64          `json:"cost,omitempty"`
 	Meta json.RawMessage `json:"meta,omitempty"`
 }
@@ -208,6 +211,9 @@ const (
 	maxBodyBytes = 64 << 10
 	// maxPathSegments bounds the segments of a path.
 	maxPathSegments = 64
+	// maxPaths bounds the paths of one check (as maxDescriptors bounds
+	// gRPC's descriptors).
+	maxPaths = 16
 	// maxMetaBytes bounds a check's meta object.
 	maxMetaBytes = 1024
 )
@@ -278,9 +284,30 @@ func parseCheckRequest(body []byte) (checkRequest, error) {
 	if err := decodeBody(body, &req); err != nil {
 		return req, err
 	}
+	if req.Paths != nil {
+		if req.Path != nil {
+			return req, bodyErrorf(`give "path" or "paths", not both`)
+		}
+		if len(req.Paths) == 0 || len(req.Paths) > maxPaths {
+			return req, bodyErrorf(`"paths" must hold 1 to %d paths, got %d`, maxPaths, len(req.Paths))
+		}
+		for i, p := range req.Paths {
+			err := validPath(p)
+			switch {
+			case len(p) == 0:
+				err = bodyErrorf(`is empty`)
+			case len(p) > maxPathSegments:
+				err = bodyErrorf(`has %d segments, more than %d`, len(p), maxPathSegments)
+			}
+			if err != nil {
+				return req, bodyErrorf(`"paths"[%d]: %s`, i, strings.Replace(err.Error(), `"path"`, "segment ", 1))
+			}
+		}
+		req.Path = req.Paths[0] // for what needs one (the store-error answer's match)
+	}
 	switch {
 	case len(req.Path) == 0:
-		return req, bodyErrorf(`"path" is missing or empty: give the request's path segments, e.g. ["user","alex","trade"]`)
+		return req, bodyErrorf(`"path" is missing or empty: give the request's path segments, e.g. ["user","alex","trade"] (or "paths": several paths decided together)`)
 	case len(req.Path) > maxPathSegments:
 		return req, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), maxPathSegments)
 	case req.Cost != nil && *req.Cost < 0:

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -125,7 +126,7 @@ func checkClientView(t *testing.T, proxy *proxytest.Process) {
 		if got.status != 200 || got.body != "upstream" {
 			t.Fatalf("request %d: %d %q, want 200 from the upstream\n%s", i+1, got.status, got.body, proxy.Output())
 		}
-		if got.h.Get("RateLimit") == "" || got.h.Get("RateLimit-Policy") == "" {
+		if !strings.Contains(got.h.Get("RateLimit"), ";r=") || !strings.Contains(got.h.Get("RateLimit-Policy"), ";q=") {
 			t.Errorf("request %d: allowed without the RateLimit fields: %v", i+1, got.h)
 		}
 	}
@@ -360,5 +361,58 @@ func TestReadmeShowsProxyConfigs(t *testing.T) {
 		if !strings.Contains(string(readme), "\n"+string(data)+"```\n") {
 			t.Errorf("docs/proxies/README.md does not show docs/proxies/%s as it is", name)
 		}
+	}
+}
+
+// TestForwardAuthSeveralPaths: a route with paths (per client IP and per
+// API key) decides both together, through the real nginx and Caddy of
+// docs/proxies, on Redis: a request its key's limit denies spends nothing
+// of its IP's budget, as the IP's count read back from Redis shows.
+func TestForwardAuthSeveralPaths(t *testing.T) {
+	for _, proxy := range []string{"nginx.conf", "Caddyfile"} {
+		t.Run(proxy, func(t *testing.T) {
+			rd := redistest.Start(t)
+			conf, addr, sluiceAddr := startProxied(t, proxy, func(c *Config) {
+				c.Store, c.Policy = rd.URL(), ""
+				c.PolicyData = []byte("schema:\n  ip:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: 5, window: 1h}]}\n" +
+					"  key:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: 2, window: 1h}]}\n")
+				c.ForwardAuth.Routes = []ForwardRoute{{Match: "/api/", Paths: [][]string{{"ip", "{client_ip}"}, {"key", "{header:X-Api-Key}"}}}}
+			})
+			var p *proxytest.Process
+			if proxy == "nginx.conf" {
+				p = proxytest.Nginx(t, conf, addr)
+			} else {
+				p = proxytest.Caddy(t, conf, addr)
+			}
+			c := clientFrom("127.0.0.9")
+			get := func(key string) answer {
+				return send(t, c, "GET", "http://"+p.Addr+"/api/orders", map[string]string{"X-Api-Key": key})
+			}
+			for i, want := range []int{200, 200, 429, 200, 200, 429} {
+				key := "k1"
+				if i >= 3 {
+					key = "k2"
+				}
+				got := get(key)
+				if got.status != want {
+					t.Fatalf("request %d (key %s): %d, want %d\n%s", i+1, key, got.status, want, p.Output())
+				}
+				if want == 200 && (!strings.Contains(got.h.Get("RateLimit"), `"ip/*"`) || !strings.Contains(got.h.Get("RateLimit"), `"key/*"`)) {
+					t.Errorf("request %d: RateLimit %q, want both policies named", i+1, got.h.Get("RateLimit"))
+				}
+			}
+			// Four admitted; the two the keys denied spent nothing of the IP's 5.
+			req, _ := http.NewRequest("POST", "http://"+sluiceAddr+"/v1/check", strings.NewReader(`{"path": ["ip", "127.0.0.9"], "cost": 0}`))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d DecisionJSON
+			json.NewDecoder(resp.Body).Decode(&d)
+			resp.Body.Close()
+			if d.Remaining != 1 {
+				t.Errorf("the IP's remaining, read back from Redis: %d, want 1 (5, less the 4 admitted)", d.Remaining)
+			}
+		})
 	}
 }

@@ -379,13 +379,14 @@ func isBadRequest(err error) bool {
 
 // batch is the reusable scratch space of one check.
 type batch struct {
-	q    policy.Query
-	d    policy.Decision
-	buf  []byte
-	body []byte
-	path []string
-	segs []string  // a proxied URI's path segments (forward-auth)
-	hdr  [3]string // backs header values until WriteHeader copies them
+	q     policy.Query
+	d     policy.Decision
+	buf   []byte
+	body  []byte
+	path  []string
+	paths [][]string // a forward-auth route's policy paths
+	segs  []string   // a proxied URI's path segments (forward-auth)
+	hdr   [3]string  // backs header values until WriteHeader copies them
 }
 
 var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1024), body: make([]byte, 0, 512)} }}
@@ -410,12 +411,24 @@ func (b *batch) query(n int) *policy.Query {
 // policy.
 func (s *Server) decidePath(ctx context.Context, verb func(context.Context, *policy.Query, *policy.Decision) error, path []string, cost int64, b *batch) (*policy.PathQuery, error) {
 	q := b.query(1)
-	pq := &q.Paths[0]
-	pq.Path, pq.Cost = path, cost
+	q.Paths[0].Path, q.Paths[0].Cost = path, cost
+	return &q.Paths[0], s.decideQuery(ctx, verb, q, b)
+}
+
+// decidePaths is decidePath for several paths decided together, all or
+// nothing, each at cost.
+func (s *Server) decidePaths(ctx context.Context, verb func(context.Context, *policy.Query, *policy.Decision) error, paths [][]string, cost int64, b *batch) ([]policy.PathQuery, error) {
+	q := b.query(len(paths))
+	for i := range q.Paths {
+		q.Paths[i].Path, q.Paths[i].Cost = paths[i], cost
+	}
+	return q.Paths, s.decideQuery(ctx, verb, q, b)
+}
+
+func (s *Server) decideQuery(ctx context.Context, verb func(context.Context, *policy.Query, *policy.Decision) error, q *policy.Query, b *batch) error {
 	sctx, cancel := s.storeCtx(ctx)
-	err := verb(sctx, q, &b.d)
-	cancel()
-	return pq, err
+	defer cancel()
+	return verb(sctx, q, &b.d)
 }
 
 // countLevels counts level outcomes in the metrics.
