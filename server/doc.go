@@ -27,6 +27,10 @@
 //
 // # Queues
 //
+// POST /v1/check takes "path", or "paths" (at most maxPaths): several
+// paths decided together, all or nothing, as a gRPC request's descriptors
+// are; a forward-auth route's paths do the same.
+//
 // POST /v1/queues/{name} admits an entry to an admission queue (package
 // queue) named under queues: in the config, each with its capacity. The
 // body is a JSON object of string fields (it may be empty, {}: an entry

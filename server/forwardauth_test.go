@@ -16,6 +16,8 @@ func TestForwardAuthConfigErrors(t *testing.T) {
 		{"forward_auth:\n  routes:\n    - match: /a/{x}-{y}\n      path: [a]\n", `a wildcard is {name} with a name of letters, digits and _, got "{x}-{y}"`},
 		{"forward_auth:\n  routes:\n    - match: /a\n      path: [\"user-{client_ip}\"]\n", `path[0]: a placeholder fills a whole segment, got "user-{client_ip}"`},
 		{"forward_auth:\n  routes:\n    - match: /a\n", "path: a route needs a policy path of at least one segment"},
+		{"forward_auth:\n  routes:\n    - match: /a\n      path: [a]\n      paths: [[b]]\n", "path and paths: give one policy path, or several in paths, not both"},
+		{"forward_auth:\n  routes:\n    - match: /a\n      paths: [[a], [\"{nope}\"]]\n", `paths[1][0]: "{nope}" is none of`},
 		{"forward_auth:\n  routes:\n    - match: /a\n      path: [a]\n      cost: -1\n", "cost must not be negative, got -1"},
 		{"forward_auth:\n  nginx_deny_status: 429\n  routes:\n    - match: /\n      path: [a]\n", "sluice.yaml:2:3: forward_auth: nginx_deny_status must be 401 or 403 (nginx answers 500 for any other), got 429"},
 		{"forward_auth:\n  trusted_proxies: [10.0.0.300/8]\n", "sluice.yaml:2:21: forward_auth.trusted_proxies[0]:"},

@@ -213,17 +213,89 @@ func TestLegacyHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		var w *httptest.ResponseRecorder
+		srv := httptest.NewServer(s.Handler())
+		defer srv.Close()
+		var resp *http.Response
 		for range 3 {
-			w = httptest.NewRecorder()
-			s.Handler().ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"path": ["a"]}`)))
+			if resp, err = http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(`{"path": ["a"]}`)); err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
 		}
-		h := w.Result().Header
+		h := resp.Header
 		if (h.Get("RateLimit") != "") != tc.draft || (h.Get("X-RateLimit-Limit") != "") != tc.legacy {
 			t.Errorf("headers %q: %v", tc.headers, h)
 		}
-		if tc.legacy && (w.Code != 429 || h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != "0" || h.Get("X-RateLimit-Reset") != h.Get("Retry-After")) {
-			t.Errorf("headers %q, the 3rd of 2: %d %v", tc.headers, w.Code, h)
+		if tc.legacy && (resp.StatusCode != 429 || h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != "0" || h.Get("X-RateLimit-Reset") != h.Get("Retry-After")) {
+			t.Errorf("headers %q, the 3rd of 2: %d %v", tc.headers, resp.StatusCode, h)
 		}
+	}
+}
+
+// TestCheckSeveralPaths: "paths" decides per IP, per key and a quota
+// together, all or nothing: a check its key's limit denies spends nothing
+// of its IP's or its quota's budget, and the RateLimit fields name every
+// policy; bad "paths" are a 400 that counts nothing.
+func TestCheckSeveralPaths(t *testing.T) {
+	s := newTestServer(t, `
+schema:
+  ip:
+    children:
+      "*": {limits: [{algorithm: fixed_window, limit: 5, window: 1h}]}
+  key:
+    children:
+      "*": {limits: [{algorithm: fixed_window, limit: 2, window: 1h}]}
+  quota:
+    children:
+      "*": {limits: [{algorithm: fixed_window, limit: 100, window: 24h}]}
+`)
+	srv := httptest.NewServer(s.Handler()) // header values are the batch's until written
+	defer srv.Close()
+	type answer struct {
+		Code   int
+		header http.Header
+	}
+	check := func(body string) (answer, DecisionJSON) {
+		resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d DecisionJSON
+		json.NewDecoder(resp.Body).Decode(&d)
+		return answer{resp.StatusCode, resp.Header}, d
+	}
+	const three = `{"paths": [["ip", "192.0.2.1"], ["key", "k1"], ["quota", "k1"]]}`
+	for i, want := range []int{200, 200, 429, 429} {
+		w, d := check(three)
+		if w.Code != want || len(d.Levels) != 3 {
+			t.Fatalf("check %d: %d, %d levels, want %d and 3", i+1, w.Code, len(d.Levels), want)
+		}
+		if rl := w.header.Get("RateLimit"); !strings.Contains(rl, `"ip/*"`) || !strings.Contains(rl, `"key/*"`) || !strings.Contains(rl, `"quota/*"`) {
+			t.Errorf("check %d: RateLimit %q, want every policy named", i+1, rl)
+		}
+	}
+	for path, want := range map[string]int64{`["ip", "192.0.2.1"]`: 3, `["quota", "k1"]`: 98} {
+		if _, d := check(`{"path": ` + path + `, "cost": 0}`); d.Remaining != want {
+			t.Errorf("%s after 2 admitted and 2 denied by the key: remaining %d, want %d", path, d.Remaining, want)
+		}
+	}
+	many := make([]string, maxPaths+1)
+	for i := range many {
+		many[i] = `["ip", "x"]`
+	}
+	for _, bad := range []string{
+		`{"path": ["ip", "a"], "paths": [["ip", "a"]]}`,
+		`{"paths": []}`,
+		`{"paths": [["ip", "a"], []]}`,
+		`{"paths": [["ip", "a\u0001"]]}`,
+		`{"paths": [` + strings.Join(many, ",") + `]}`,
+	} {
+		if w, _ := check(bad); w.Code != 400 {
+			t.Errorf("%s: %d, want 400", bad, w.Code)
+		}
+	}
+	if _, d := check(`{"path": ["ip", "192.0.2.1"], "cost": 0}`); d.Remaining != 3 {
+		t.Errorf("bad checks counted: remaining %d", d.Remaining)
 	}
 }
