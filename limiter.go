@@ -34,6 +34,8 @@ type Limiter struct {
 	plan *algo.Plan // compiled once, passed as every request's Plan
 	// allower is st as an Allower, or nil.
 	allower store.Allower
+	// renewer renews the holds of the permits Acquire gave.
+	renewer renewer
 }
 
 // NewLimiter returns a Limiter for l on st. An invalid limit is an error

@@ -32,11 +32,16 @@ type Permit struct {
 	res algo.Result
 
 	released atomic.Bool
-	stop     chan struct{} // closed by Release: stops renewing
-	stopOnce sync.Once
-	renewing sync.WaitGroup
 	lost     chan struct{} // closed when the permit is lost
 	lostOnce sync.Once
+
+	// Renewals, by the Limiter's renewer; its mu guards these but renewMu.
+	renewing   bool          // renewed by the renewer (Acquire's permits)
+	hold       time.Duration // the limit's HoldFor
+	last, next time.Time     // the last renewal that held; the next due
+	index      int           // in the renewer's heap; -1 when not in it
+	stopped    bool          // Release has begun: renew no more
+	renewMu    sync.Mutex    // held while a renewal is in flight
 }
 
 // ID returns the permit id: the store knows the slots by it.
@@ -66,8 +71,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // after a short, growing pause (1 ms to 100 ms, never beyond the time a
 // hold ends), since a holder may release at any time. It returns ctx's
 // error if ctx is done first, and ErrNever at once when n exceeds the
-// limit. The Permit renews the hold every third of HoldFor until
-// Release, from its own goroutine; Lost tells when it could not.
+// limit. The Permit's hold is renewed every third of HoldFor until
+// Release, by the Limiter's one renewer (no goroutine per permit); Lost
+// tells when it could not be.
 //
 // The limit must be a concurrency limit (others: an error wrapping
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
@@ -86,8 +92,8 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 			return nil, err
 		case r.Allowed:
 			p := l.permit(key, id, n, r)
-			p.renewing.Add(1)
-			go p.renew(c.HoldFor)
+			p.renewing = true
+			l.renewer.add(p, c.HoldFor)
 			return p, nil
 		case r.RetryAfter == algo.Never:
 			return nil, ErrNever
@@ -131,35 +137,7 @@ func (l *Limiter) slot(ctx context.Context, op algo.SlotOp, key string, t time.T
 }
 
 func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {
-	return &Permit{l: l, key: key, id: id, n: n, ok: r.Allowed, res: r, stop: make(chan struct{}), lost: make(chan struct{})}
-}
-
-// renew renews the hold every third of hold until Release, and closes
-// lost when a renewal finds the permit gone, or when none succeeded for
-// a whole hold (the store unreachable).
-func (p *Permit) renew(hold time.Duration) {
-	defer p.renewing.Done()
-	tick := time.NewTicker(hold / 3)
-	defer tick.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-tick.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), hold/3)
-		held, err := p.RenewAt(ctx, time.Time{})
-		cancel()
-		switch {
-		case err == nil && held:
-			last = time.Now()
-			continue
-		case err == nil || time.Since(last) >= hold:
-			p.lostOnce.Do(func() { close(p.lost) })
-			return
-		}
-	}
+	return &Permit{l: l, key: key, id: id, n: n, ok: r.Allowed, res: r, lost: make(chan struct{}), index: -1}
 }
 
 // RenewAt renews the permit's hold at t (the zero Time: the store's
@@ -190,8 +168,9 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	if !p.OK() || p.released.Load() {
 		return nil
 	}
-	p.stopOnce.Do(func() { close(p.stop) })
-	p.renewing.Wait() // no renewal after the release
+	if p.renewing {
+		p.l.renewer.remove(p) // no renewal after the release
+	}
 	if _, err := p.l.slot(ctx, algo.Release, p.key, t, p.id, 0); err != nil {
 		return fmt.Errorf("sluice: release permit: %w", err)
 	}

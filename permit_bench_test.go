@@ -17,9 +17,9 @@ import (
 
 // BenchmarkSlots: an acquire and its release against a GCRA check, on
 // each store, 32 goroutines on keys of their own (1024 in all), nothing
-// denied. acquire+release is Limiter.Acquire (which starts the goroutine
-// that renews the permit) then Permit.Release; at+release is the
-// explicit-time pair, without that goroutine. ns/op is per pair or per
+// denied. acquire+release is Limiter.Acquire (which hands the permit to
+// the Limiter's renewer) then Permit.Release; at+release is the
+// explicit-time pair, which is not renewed. ns/op is per pair or per
 // check; pairs/s and checks/s are reported.
 //
 //	go test -run '^$' -bench BenchmarkSlots -benchtime 2s .

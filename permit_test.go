@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -313,3 +314,38 @@ func TestSlotsWithABlock(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldSlotsCostNoGoroutine: 10,000 permits held at once, each renewed
+// while it is held, run on a few goroutines, not one per permit (they once
+// had a goroutine and a ticker each); released, the renewer goroutine ends.
+func TestHeldSlotsCostNoGoroutine(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	lim, err := sluice.NewLimiter(st, algo.Concurrency{Count: 10_000, HoldFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	permits := make([]*sluice.Permit, 10_000)
+	for i := range permits {
+		if permits[i], err = lim.Acquire(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := runtime.NumGoroutine() - before; n > maxRenewingGoroutines {
+		t.Errorf("10,000 held permits run %d goroutines, want at most %d", n, maxRenewingGoroutines)
+	}
+	for _, p := range permits {
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for runtime.NumGoroutine() > before { // the renewer ends with the last permit
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// maxRenewingGoroutines is the renewer and the renewals it may run at once.
+const maxRenewingGoroutines = 1 + 64

@@ -201,8 +201,8 @@ func levelSpec(l *policy.Level) algo.Spec {
 type checkRequest struct {
 	Path  []string        `json:"path"`
 	Paths [][]string      `json:"paths,omitempty"`
-	Cost *int64          `json:"cost,omitempty"`
-	Meta json.RawMessage `json:"meta,omitempty"`
+	Cost  *int64          `json:"cost,omitempty"`
+	Meta  json.RawMessage `json:"meta,omitempty"`
 }
 
 // Limits on a check request.
