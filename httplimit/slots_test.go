@@ -72,6 +72,10 @@ func TestSlotsHeldWhileServing(t *testing.T) {
 			mw := httplimit.New(c, httplimit.Options{
 				Key:  func(r *http.Request) (string, error) { return r.URL.Query().Get("tenant"), nil },
 				Path: func(r *http.Request, key string, p []string) []string { return append(p, "exports", key) },
+				// Not the default 50 ms: on a busy machine an acquire that
+				// times out may still take its slot, held until its hold
+				// ends, and the count below would be off by it.
+				Timeout: time.Minute,
 			})
 			srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				switch r.URL.Path {
