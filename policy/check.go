@@ -3,7 +3,9 @@ package policy
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -51,6 +53,17 @@ type PathQuery struct {
 	// than by every node with limits on its walk. A path whose walk stops
 	// early, or reaches an unlimited node, hits nothing.
 	Exact bool
+	// Limit, when set, is a per-request limit (Envoy's
+	// RateLimitDescriptor.limit): the deepest node the path hits decides
+	// by it instead of its own limits, on a key of its window, when the
+	// node says request_limit and the limit is within its bound (at most
+	// max per window, as a rate); one above the bound is an error
+	// wrapping store.ErrBadRequest. On a node without request_limit it
+	// is ignored, and Decide sets LimitIgnored.
+	Limit *algo.FixedWindow
+	// LimitIgnored reports that Limit was set and ignored: the node the
+	// path hit takes no per-request limit.
+	LimitIgnored bool
 
 	// Match is the walk's outcome, set by Decide. Its Hits are the nodes
 	// the path is limited by. With Exact they are at most the last one,
@@ -196,6 +209,12 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 		for h := range pq.Match.Hits {
 			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
 		}
+		pq.LimitIgnored = false
+		if pq.Limit != nil && len(pq.Match.Hits) > 0 {
+			if err := applyRequestLimit(pq); err != nil {
+				return err
+			}
+		}
 	}
 	if replacing && len(q.Paths) > 1 {
 		dropReplaced(q)
@@ -305,6 +324,33 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 	if deny {
 		d.Summary = algo.Result{Allowed: false, RetryAfter: algo.Never}
 	}
+	return nil
+}
+
+// applyRequestLimit makes the deepest hit of pq decide by pq.Limit, when
+// its node takes a per-request limit and pq.Limit is within its bound.
+func applyRequestLimit(pq *PathQuery) error {
+	h := &pq.Match.Hits[len(pq.Match.Hits)-1]
+	bound := h.requestMax
+	if bound == nil {
+		pq.LimitIgnored = true
+		return nil
+	}
+	l := *pq.Limit
+	// Rates compared without division: Count/Window <= Max/MaxWindow.
+	hi1, lo1 := bits.Mul64(uint64(max(l.Count, 0)), uint64(bound.Window))
+	hi2, lo2 := bits.Mul64(uint64(bound.Count), uint64(max(l.Window, 0)))
+	if l.Count < 1 || l.Window <= 0 || hi1 > hi2 || hi1 == hi2 && lo1 > lo2 {
+		return fmt.Errorf("policy: %w: a request's limit of %d per %v on %s: the node takes 1 to %d per %v", store.ErrBadRequest, l.Count, l.Window, h.Pattern, bound.Count, bound.Window)
+	}
+	plan, err := algo.Compile(l)
+	if err != nil {
+		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
+	}
+	h.Limits, h.plans = []algo.Limit{l}, []algo.Plan{plan}
+	// A key of its own per window: the same count whatever the number
+	// (as envoyproxy/ratelimit keys a descriptor's limit by its unit).
+	h.Key += "#per-" + strconv.FormatInt(int64(l.Window/time.Millisecond), 10) + "ms"
 	return nil
 }
 

@@ -186,6 +186,18 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			if l.Decode(e.Value, reflect.ValueOf(&dc).Elem(), yamlfile.Sub(path, e.Name)) {
 				nd.delay = dc.Max
 			}
+		case "request_limit":
+			var rl struct {
+				Max    int64         `yaml:"max"`
+				Window time.Duration `yaml:"window"`
+			}
+			if l.Decode(e.Value, reflect.ValueOf(&rl).Elem(), yamlfile.Sub(path, e.Name)) {
+				if rl.Max < 1 || rl.Max > algo.MaxCount || rl.Window <= 0 {
+					l.Errorf(e.Value, yamlfile.Sub(path, e.Name), "want max 1 to %d per a positive window, such as {max: 1000, window: 1m}", algo.MaxCount)
+				} else {
+					nd.requestMax = &algo.FixedWindow{Count: rl.Max, Window: rl.Window}
+				}
+			}
 		case "allow":
 			listed = &e
 			nd.allow = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
@@ -193,7 +205,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			listed = &e
 			nd.deny = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
 		default:
-			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, allow or deny)", e.Name)
+			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, allow or deny)", e.Name)
 			unknown = true
 		}
 	}

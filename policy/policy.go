@@ -142,6 +142,9 @@ type node struct {
 	// delay is the node's delay: its plans are then the reserving ones
 	// (see Hit.Delay).
 	delay time.Duration
+	// requestMax bounds a per-request limit (PathQuery.Limit) on the node:
+	// at most Count per Window; nil when the node takes none.
+	requestMax *algo.FixedWindow
 }
 
 // maxDelay bounds a node's delay: a request waits at most this long.
@@ -284,6 +287,8 @@ type Hit struct {
 	// plans are Limits compiled when the policy loaded: the requests carry
 	// them.
 	plans []algo.Plan
+	// requestMax is the node's bound of a per-request limit (nil: none).
+	requestMax *algo.FixedWindow
 }
 
 // Request returns the request that decides the hit's limit j at cost:
@@ -300,7 +305,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, requestMax: n.requestMax}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

@@ -142,8 +142,12 @@
 // descriptor consumes nothing on the others (Envoy's service counts each
 // descriptor on its own), and overall_code is OVER_LIMIT when any enforced
 // descriptor is. Descriptors naming the same key add their costs.
-// Descriptor limit overrides (RateLimitDescriptor.limit) are ignored: the
-// policy decides.
+// A descriptor's own limit (RateLimitDescriptor.limit, as Envoy Gateway
+// sets per tenant) is honoured on a node that says request_limit: {max,
+// window}, within that bound as a rate (above it: INVALID_ARGUMENT), as a
+// fixed window of requests_per_unit per unit on a key of its unit; on a
+// node without request_limit it is ignored, counted in
+// sluice_request_limits_ignored_total and logged.
 //
 // Answers. Each DescriptorStatus has its code, current_limit (the steady
 // rate of its most restrictive limit as requests per unit, named by the

@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -151,6 +152,15 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 		}
 		pq := &q.Paths[i]
 		pq.Cost, pq.Exact = cost, true
+		if o := d.GetLimit(); o != nil {
+			// A per-request limit, honoured where the node says
+			// request_limit (policy.PathQuery.Limit).
+			window, ok := overrideUnits[o.GetUnit()]
+			if !ok || o.GetRequestsPerUnit() == 0 {
+				return nil, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
+			}
+			pq.Limit = &algo.FixedWindow{Count: int64(o.GetRequestsPerUnit()), Window: window}
+		}
 		if len(d.GetEntries()) > 0 { // Envoy's service limits nothing for an empty descriptor
 			pq.Path = descriptorPath(req.Domain, d.Entries)
 		}
@@ -361,6 +371,17 @@ func (g *rateLimitService) storeErrorResponse(n int) *rlv3.RateLimitResponse {
 
 // envoyUnits are Envoy's units with their lengths, as Envoy's rate limit
 // service counts them (a month is 30 days, a year 365).
+// overrideUnits are the units of a descriptor's limit, as
+// envoyproxy/ratelimit counts them (a month 30 days, a year 365).
+var overrideUnits = map[typev3.RateLimitUnit]time.Duration{
+	typev3.RateLimitUnit_SECOND: time.Second,
+	typev3.RateLimitUnit_MINUTE: time.Minute,
+	typev3.RateLimitUnit_HOUR:   time.Hour,
+	typev3.RateLimitUnit_DAY:    24 * time.Hour,
+	typev3.RateLimitUnit_MONTH:  30 * 24 * time.Hour,
+	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
+}
+
 var envoyUnits = []struct {
 	unit rlv3.RateLimitResponse_RateLimit_Unit
 	d    time.Duration

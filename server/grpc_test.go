@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -11,7 +13,9 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/goccy/go-yaml"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -440,5 +444,81 @@ func TestGRPCBounds(t *testing.T) {
 	// Nothing was counted: the one allowed request is still there.
 	if r, err := g.ShouldRateLimit(ctx, one); err != nil || r.OverallCode != rlv3.RateLimitResponse_OK {
 		t.Errorf("after the refused requests: %v %v", r, err)
+	}
+}
+
+// TestRequestLimits: a descriptor's own limit (Envoy's
+// RateLimitDescriptor.limit, which Envoy Gateway sets per tenant) and a
+// check's "limit" are honoured on a node that says request_limit, within
+// its bound; above it they are refused (INVALID_ARGUMENT, 400); on a node
+// without request_limit they are ignored, counted and logged.
+func TestRequestLimits(t *testing.T) {
+	s := newTestServer(t, `
+schema:
+  ai:
+    children:
+      tenant:
+        children:
+          "*":
+            limits: {algorithm: fixed_window, limit: 1000, window: 1m}
+            request_limit: {max: 100, window: 1s}
+  plain:
+    children:
+      k:
+        children:
+          "*": {limits: {algorithm: fixed_window, limit: 1, window: 1m}}
+`)
+	g := &rateLimitService{s: s}
+	ctx := context.Background()
+	ask := func(d *rlcommon.RateLimitDescriptor) (*rlv3.RateLimitResponse, error) {
+		return g.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "ai", Descriptors: []*rlcommon.RateLimitDescriptor{d}})
+	}
+	tenant := func(rpu uint32, unit typev3.RateLimitUnit) *rlcommon.RateLimitDescriptor {
+		d := desc("tenant", "acme")
+		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+		return d
+	}
+	for i := range 4 {
+		r, err := ask(tenant(3, typev3.RateLimitUnit_MINUTE))
+		if err != nil || (r.OverallCode == rlv3.RateLimitResponse_OK) != (i < 3) || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 3 {
+			t.Fatalf("request %d at 3 a minute: %v %v", i+1, r, err)
+		}
+	}
+	if _, err := ask(tenant(101, typev3.RateLimitUnit_SECOND)); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("101 a second, above the node's 100: %v, want InvalidArgument", err)
+	}
+	if _, err := ask(tenant(5, typev3.RateLimitUnit_UNKNOWN)); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("an unknown unit: %v, want InvalidArgument", err)
+	}
+	plain := desc("k", "x")
+	plain.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 50, Unit: typev3.RateLimitUnit_SECOND}
+	r, err := g.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "plain", Descriptors: []*rlcommon.RateLimitDescriptor{plain}})
+	if err != nil || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 || testutil.ToFloat64(s.m.limitsIgnored) != 1 {
+		t.Errorf("a node without request_limit: %v %v, ignored %v; want its own limit and the ignoring counted", r, err, testutil.ToFloat64(s.m.limitsIgnored))
+	}
+
+	// The same over HTTP: {"limit": N, "window": D}.
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	post := func(body string) int {
+		resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i, want := range []int{200, 200, 429} {
+		if got := post(`{"path": ["ai", "tenant", "beta"], "limit": {"limit": 2, "window": "1h"}}`); got != want {
+			t.Errorf("HTTP request %d at 2 an hour: %d, want %d", i+1, got, want)
+		}
+	}
+	for _, bad := range []string{
+		`{"path": ["ai", "tenant", "beta"], "limit": {"limit": 1000, "window": "1s"}}`,
+		`{"path": ["ai", "tenant", "beta"], "limit": {"limit": 2, "window": "1 hour"}}`,
+	} {
+		if got := post(bad); got != 400 {
+			t.Errorf("%s: %d, want 400", bad, got)
+		}
 	}
 }

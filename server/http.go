@@ -141,10 +141,19 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		verb = s.acquire
 	}
 	var err error
-	if req.Paths != nil {
-		_, err = s.decidePaths(r.Context(), verb, req.Paths, cost, b)
-	} else {
+	switch {
+	case req.Paths == nil && req.limit == nil:
 		_, err = s.decidePath(r.Context(), verb, req.Path, cost, b)
+	default:
+		paths := req.Paths
+		if paths == nil {
+			paths = [][]string{req.Path}
+		}
+		q := b.query(len(paths))
+		for i := range q.Paths {
+			q.Paths[i].Path, q.Paths[i].Cost, q.Paths[i].Limit = paths[i], cost, req.limit
+		}
+		err = s.decideQuery(r.Context(), verb, q, b)
 	}
 	pqs := b.q.Paths
 	s.m.httpDuration.Observe(time.Since(start).Seconds())

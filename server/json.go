@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/jsonenc"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -199,10 +200,21 @@ func levelSpec(l *policy.Level) algo.Spec {
 // request consumed from (see the package documentation). Unknown fields
 // are an error.
 type checkRequest struct {
-	Path  []string        `json:"path"`
-	Paths [][]string      `json:"paths,omitempty"`
+	Path  []string   `json:"path"`
+	Paths [][]string `json:"paths,omitempty"`
+	// Limit is the request's own limit, honoured on a node that says
+	// request_limit (policy.PathQuery.Limit).
+	Limit *requestLimit   `json:"limit,omitempty"`
 	Cost  *int64          `json:"cost,omitempty"`
 	Meta  json.RawMessage `json:"meta,omitempty"`
+
+	limit *algo.FixedWindow // Limit, parsed
+}
+
+// requestLimit is a check's own limit: {"limit": 100, "window": "1m"}.
+type requestLimit struct {
+	Limit  int64  `json:"limit"`
+	Window string `json:"window"`
 }
 
 // Limits on a check request.
@@ -318,6 +330,13 @@ func parseCheckRequest(body []byte) (checkRequest, error) {
 	if err := validPath(req.Path); err != nil {
 		return req, err
 	}
+	if l := req.Limit; l != nil {
+		w, err := yamlfile.ParseDuration(l.Window)
+		if err != nil || l.Limit < 1 || w <= 0 {
+			return req, bodyErrorf(`"limit" must be {"limit": N, "window": "1m"}, N at least 1 and a positive window%s`, errSuffix(err))
+		}
+		req.limit = &algo.FixedWindow{Count: l.Limit, Window: w}
+	}
 	if len(req.Meta) > 0 {
 		m := bytes.TrimSpace(req.Meta)
 		if bytes.Equal(m, []byte("null")) {
@@ -336,6 +355,13 @@ func parseCheckRequest(body []byte) (checkRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + err.Error()
 }
 
 // validPath checks the segments of a check's path: each a string that is

@@ -29,6 +29,8 @@ type metrics struct {
 	quotaGranted prometheus.Counter
 	// unmatched counts paths that matched no limit.
 	unmatched prometheus.Counter
+	// limitsIgnored counts per-request limits a node took no part of.
+	limitsIgnored prometheus.Counter
 	// delayed counts requests held for a policy's delay, and delayRefused
 	// those refused because max_waiting were held.
 	delayed, delayRefused *prometheus.CounterVec
@@ -101,6 +103,9 @@ func newMetrics(ping func(context.Context) error, timeout time.Duration) *metric
 	m.unmatched = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_unmatched_paths_total", Help: "Paths (and gRPC descriptors) that matched no limit: allowed under unmatched: allow, denied under deny.",
 	})
+	m.limitsIgnored = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_request_limits_ignored_total", Help: "Per-request limits (a descriptor's limit, a check's \"limit\") ignored: the node they hit says no request_limit.",
+	})
 	m.delayed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_delayed_total", Help: "Requests held for a policy's delay before the answer, by API.",
 	}, []string{"api"})
@@ -115,7 +120,7 @@ func newMetrics(ping func(context.Context) error, timeout time.Duration) *metric
 			m.slots.WithLabelValues(api, op)
 		}
 	}
-	m.reg.MustRegister(m.delayed, m.delayRefused, m.slots)
+	m.reg.MustRegister(m.delayed, m.delayRefused, m.slots, m.limitsIgnored)
 	for _, api := range []string{"grpc", "forward_auth"} {
 		m.delayed.WithLabelValues(api)
 		m.delayRefused.WithLabelValues(api)

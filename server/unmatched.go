@@ -30,6 +30,13 @@ type unmatchedLog struct {
 func (s *Server) noteUnmatched(q *policy.Query) {
 	for i := range q.Paths {
 		pq := &q.Paths[i]
+		if pq.LimitIgnored {
+			s.m.limitsIgnored.Inc()
+			if place := pq.Match.Hits[len(pq.Match.Hits)-1].Pattern; s.unmatched.first("request_limit "+place, time.Now()) {
+				s.log.Warn("a request's own limit was ignored: its node takes none (give it request_limit: {max: ..., window: ...}); later ones are only counted (sluice_request_limits_ignored_total)",
+					"node", place, "limit", pq.Limit.Count, "window", pq.Limit.Window.String())
+			}
+		}
 		if !pq.Match.Unmatched {
 			continue
 		}

@@ -1,0 +1,69 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// TestRequestLimit: a per-request limit (Envoy's descriptor limit) is
+// honoured on a node that says request_limit, within its bound as a rate;
+// above it is a bad request that counts nothing; on a node without
+// request_limit it is ignored, and the path says so.
+func TestRequestLimit(t *testing.T) {
+	p, err := Parse("l.yaml", []byte(`
+schema:
+  tenant:
+    children:
+      "*":
+        limits: {algorithm: fixed_window, limit: 5, window: 1m}
+        request_limit: {max: 1000, window: 1m}
+  plain:
+    children:
+      "*": {limits: {algorithm: fixed_window, limit: 2, window: 1m}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	defer st.Close()
+	c := &Checker{Policy: NewCurrent(p), Store: st}
+	at := time.Unix(1_800_000_000, 0)
+	decide := func(path []string, l *algo.FixedWindow) (Decision, *Query, error) {
+		q := &Query{Time: at, Paths: []PathQuery{{Path: path, Cost: 1, Limit: l}}}
+		var d Decision
+		err := c.Decide(context.Background(), q, &d)
+		return d, q, err
+	}
+	ten := &algo.FixedWindow{Count: 10, Window: time.Minute}
+	for i := range 11 {
+		d, _, err := decide([]string{"tenant", "acme"}, ten)
+		if err != nil || d.Allowed != (i < 10) || d.Summary.Quota != 10 {
+			t.Fatalf("request %d at 10 a minute: allowed %v, quota %d, %v", i+1, d.Allowed, d.Summary.Quota, err)
+		}
+	}
+	// The node's own limit (5) is another key, untouched.
+	if d, _, err := decide([]string{"tenant", "acme"}, nil); err != nil || !d.Allowed || d.Summary.Remaining != 4 {
+		t.Errorf("the node's own limit after 10 by the request's: %+v %v", d.Summary, err)
+	}
+	for _, l := range []*algo.FixedWindow{{Count: 1001, Window: time.Minute}, {Count: 20, Window: time.Second}, {Count: 0, Window: time.Minute}} {
+		if _, _, err := decide([]string{"tenant", "beta"}, l); !errors.Is(err, store.ErrBadRequest) {
+			t.Errorf("%d per %v, above the bound of 1000 a minute: %v, want a bad request", l.Count, l.Window, err)
+		}
+	}
+	if d, _, err := decide([]string{"tenant", "beta"}, &algo.FixedWindow{Count: 16, Window: time.Second}); err != nil || !d.Allowed {
+		t.Errorf("16 a second (960 a minute) is within the bound: %+v %v", d.Summary, err)
+	}
+	d, q, err := decide([]string{"plain", "x"}, ten)
+	if err != nil || !q.Paths[0].LimitIgnored || d.Summary.Quota != 2 {
+		t.Errorf("a node without request_limit: ignored %v, quota %d, %v; want ignored and its own limit", q.Paths[0].LimitIgnored, d.Summary.Quota, err)
+	}
+	if _, err := Parse("l.yaml", []byte("schema:\n  a: {limits: [1, 1, 1], request_limit: {max: 0, window: 1m}}\n")); err == nil {
+		t.Error("request_limit max 0 was taken")
+	}
+}
