@@ -98,7 +98,7 @@ func TestLists(t *testing.T) {
 // bad request that counts nothing; and the keys are the canonical
 // spelling, so two spellings of one address share one limit.
 func TestListsAddressSpellings(t *testing.T) {
-	p, err := Parse("lists.yaml", []byte(`
+	c := memoryChecker(t, `
 schema:
   ip:
     children:
@@ -106,13 +106,7 @@ schema:
         limits: {algorithm: fixed_window, limit: 1, window: 1h}
         deny: [203.0.113.0/24, "2001:db8::/32"]
         allow: [health-checker]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New()
-	defer st.Close()
-	c := &Checker{Policy: NewCurrent(p), Store: st}
+`)
 	decide := func(seg string) (Decision, error) {
 		var d Decision
 		err := c.Decide(context.Background(), &Query{Time: time.Unix(1_800_000_000, 0), Paths: []PathQuery{{Path: []string{"ip", seg}, Cost: 1}}}, &d)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
-	"github.com/sluicehq/sluice/store/memory"
 )
 
 // TestRequestLimit: a per-request limit (Envoy's descriptor limit) is
@@ -16,7 +15,7 @@ import (
 // above it is a bad request that counts nothing; on a node without
 // request_limit it is ignored, and the path says so.
 func TestRequestLimit(t *testing.T) {
-	p, err := Parse("l.yaml", []byte(`
+	c := memoryChecker(t, `
 schema:
   tenant:
     children:
@@ -26,13 +25,7 @@ schema:
   plain:
     children:
       "*": {limits: {algorithm: fixed_window, limit: 2, window: 1m}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New()
-	defer st.Close()
-	c := &Checker{Policy: NewCurrent(p), Store: st}
+`)
 	at := time.Unix(1_800_000_000, 0)
 	decide := func(path []string, l *algo.FixedWindow) (Decision, *Query, error) {
 		q := &Query{Time: at, Paths: []PathQuery{{Path: path, Cost: 1, Limit: l}}}
