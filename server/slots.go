@@ -169,8 +169,12 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := parseCheckRequest(body)
-	if err == nil && req.Cost != nil && *req.Cost < 1 {
+	switch {
+	case err != nil:
+	case req.Cost != nil && *req.Cost < 1:
 		err = bodyErrorf(`"cost" of an acquire must be at least 1 slot, got %d`, *req.Cost)
+	case req.Paths != nil || req.Limit != nil:
+		err = bodyErrorf(`an acquire takes one "path", and no "paths" or "limit"`)
 	}
 	if err != nil {
 		s.badSlotRequest(w, err)

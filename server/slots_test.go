@@ -101,7 +101,8 @@ func TestSlotsOverHTTP(t *testing.T) {
 	if w, _ := do("/v1/acquire", check); w.Code != 429 || w.Header.Get("Retry-After") == "" {
 		t.Fatalf("acquire on a full key: %d %v %s", w.Code, w.Header, w.Body)
 	}
-	for _, bad := range []string{`{"path": ["rate", "acme"]}`, `{"path": ["exports", "acme"], "cost": 0}`, `{"path": []}`} {
+	for _, bad := range []string{`{"path": ["rate", "acme"]}`, `{"path": ["exports", "acme"], "cost": 0}`, `{"path": []}`,
+		`{"paths": [["exports", "acme"], ["exports", "b"]]}`, `{"path": ["exports", "acme"], "limit": {"limit": 5, "window": "1m"}}`} {
 		if w, _ := do("/v1/acquire", bad); w.Code != 400 {
 			t.Errorf("acquire %s: %d %s", bad, w.Code, w.Body)
 		}
