@@ -45,6 +45,11 @@ type Config struct {
 	// until it can. By default the service starts and connects when it
 	// can.
 	RequireStore bool `yaml:"require_store"`
+	// GRPCTLS serves gRPC over TLS, mutual with ca_file; HTTPTLS
+	// the HTTP listener. Both reread their files when they change.
+	// They take cert_file, key_file and ca_file (the clients' CA).
+	GRPCTLS TLSConfig `yaml:"grpc_tls"`
+	HTTPTLS TLSConfig `yaml:"http_tls"`
 	// Headers are the rate-limit fields of HTTP answers (checks,
 	// forward-auth): draft (the IETF RateLimit-Policy and RateLimit, the
 	// default), legacy (X-RateLimit-Limit, -Remaining and -Reset, for
@@ -124,7 +129,11 @@ type RedisConfig struct {
 	TLS TLSConfig `yaml:"tls"`
 }
 
-// TLSConfig is a TLS client configuration.
+// TLSConfig names the files of one side of a TLS connection: its
+// certificate and key (CertFile, KeyFile), and the CA that verifies the
+// other side (CAFile: a client's CA that signs the servers it trusts, a
+// server's the client certificates it asks for). ServerName and
+// InsecureSkipVerify are a client's only.
 type TLSConfig struct {
 	CAFile             string `yaml:"ca_file"`
 	CertFile           string `yaml:"cert_file"`
@@ -278,6 +287,12 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
 	{"SLUICE_REQUIRE_STORE", "require_store"},
 	{"SLUICE_HEADERS", "headers"},
+	{"SLUICE_GRPC_TLS_CERT_FILE", "grpc_tls.cert_file"},
+	{"SLUICE_GRPC_TLS_KEY_FILE", "grpc_tls.key_file"},
+	{"SLUICE_GRPC_TLS_CA_FILE", "grpc_tls.ca_file"},
+	{"SLUICE_HTTP_TLS_CERT_FILE", "http_tls.cert_file"},
+	{"SLUICE_HTTP_TLS_KEY_FILE", "http_tls.key_file"},
+	{"SLUICE_HTTP_TLS_CA_FILE", "http_tls.ca_file"},
 	{"SLUICE_ADMIN_TOKEN", "admin_token"},
 	{"SLUICE_ADMIN_TOKEN_FILE", "admin_token_file"},
 	{"SLUICE_ADMIN_HTTP", "admin_http"},
@@ -325,6 +340,8 @@ func (c *Config) Set(field, s string) error {
 		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy,
 		"on_store_error": &c.OnStoreError, "admin_token": &c.AdminToken, "admin_token_file": &c.AdminTokenFile,
 		"admin_http": &c.AdminHTTP, "headers": &c.Headers,
+		"grpc_tls.cert_file": &c.GRPCTLS.CertFile, "grpc_tls.key_file": &c.GRPCTLS.KeyFile, "grpc_tls.ca_file": &c.GRPCTLS.CAFile,
+		"http_tls.cert_file": &c.HTTPTLS.CertFile, "http_tls.key_file": &c.HTTPTLS.KeyFile, "http_tls.ca_file": &c.HTTPTLS.CAFile,
 		"redis.prefix": &c.Redis.Prefix, "redis.username": &c.Redis.Username, "redis.password": &c.Redis.Password,
 		"redis.tls.ca_file": &c.Redis.TLS.CAFile, "redis.tls.cert_file": &c.Redis.TLS.CertFile,
 		"redis.tls.key_file": &c.Redis.TLS.KeyFile, "redis.tls.server_name": &c.Redis.TLS.ServerName,

@@ -24,7 +24,7 @@ import (
 //	POST   /v1/check                  decide a path (checkRequest → DecisionJSON)
 //	POST   /v1/queues/{name}          admit an entry to a configured queue (→ queueAdded)
 //	GET    /healthz                   200 while the process is up
-//	GET    /readyz                    200 when the policy is loaded and the store answers
+//	GET    /readyz, /healthcheck      200 while a policy is loaded and not draining
 //	GET    /metrics                   Prometheus metrics
 //	GET    /admin/v1/state?path=a&path=b      peek every level of a path
 //	DELETE /admin/v1/state?path=a&path=b      reset every level of a path
@@ -63,6 +63,7 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.HandleFunc("GET /healthcheck", s.handleReady) // envoyproxy/ratelimit's path, which Envoy Gateway probes
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	if admin {
 		mux.HandleFunc("GET /admin/v1/state", s.admin(s.handleState))

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/store"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -62,6 +64,8 @@ type Server struct {
 	health    *health.Server
 	inflight  sync.WaitGroup
 	queues    map[string]*queueSlot
+	// grpcTLS and httpTLS serve the listeners over TLS (nil: plain).
+	grpcTLS, httpTLS *tlsFiles
 	// queueStats guards each queueSlot's stats; reading is closed when
 	// the read in flight ends (nil when none is).
 	queueStats struct {
@@ -95,6 +99,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var grpcTLS, httpTLS *tlsFiles
+	if cfg.GRPCTLS != (TLSConfig{}) {
+		if grpcTLS, err = newTLSFiles(cfg.GRPCTLS); err != nil {
+			return nil, fmt.Errorf("config: grpc_tls: %w", err)
+		}
+	}
+	if cfg.HTTPTLS != (TLSConfig{}) {
+		if httpTLS, err = newTLSFiles(cfg.HTTPTLS); err != nil {
+			return nil, fmt.Errorf("config: http_tls: %w", err)
+		}
+	}
 	fa, err := newForwardAuth(cfg.ForwardAuth)
 	if err != nil {
 		return nil, fmt.Errorf("config: forward_auth: %w", err)
@@ -103,8 +118,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		fa = nil
 	}
 	s := &Server{
-		forwardAuth: fa,
-		cfg:         cfg, log: log, adminToken: token,
+		forwardAuth: fa, grpcTLS: grpcTLS, httpTLS: httpTLS,
+		cfg: cfg, log: log, adminToken: token,
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
 		current: new(policy.Current),
 	}
@@ -172,6 +187,9 @@ func (s *Server) Listen() error {
 	if s.cfg.HTTP != "off" {
 		if s.httpLn, err = net.Listen("tcp", s.cfg.HTTP); err != nil {
 			return fmt.Errorf("listen http: %w", err)
+		}
+		if s.httpTLS != nil {
+			s.httpLn = tls.NewListener(s.httpLn, s.httpTLS.config())
 		}
 	}
 	if s.cfg.GRPC != "off" {
@@ -253,7 +271,11 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 		// Stream workers: each call runs on a worker goroutine whose stack
 		// has already grown, not on a new goroutine per call whose stack
 		// grows again (copystack was a fifth of the service's CPU).
-		s.grpcSrv = grpc.NewServer(grpc.NumStreamWorkers(256))
+		opts := []grpc.ServerOption{grpc.NumStreamWorkers(256)}
+		if s.grpcTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(s.grpcTLS.config())))
+		}
+		s.grpcSrv = grpc.NewServer(opts...)
 		rlv3.RegisterRateLimitServiceServer(s.grpcSrv, &rateLimitService{s: s})
 		s.health = health.NewServer()
 		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
