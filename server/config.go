@@ -30,6 +30,11 @@ type Config struct {
 	// Policy is the limits.yaml file; empty means the bundled example
 	// (PolicyData).
 	Policy string `yaml:"policy"`
+	// EnvoyConfigDir, instead of Policy, serves envoyproxy/ratelimit's
+	// configuration as it is: the directory's *.yaml files, one domain
+	// each, with Envoy's meaning (as import-envoy converts them), reloaded
+	// when they change (a ConfigMap's symlink swap too).
+	EnvoyConfigDir string `yaml:"envoy_config_dir"`
 	// PolicyData is the policy used when Policy is empty, and PolicyName
 	// the name its errors carry.
 	PolicyData []byte `yaml:"-"`
@@ -234,6 +239,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.HTTP == "off" && c.GRPC == "off":
 		return errors.New("config: http and grpc are both off: nothing to serve")
+	case c.Policy != "" && c.EnvoyConfigDir != "":
+		return errors.New("config: give policy (a limits.yaml) or envoy_config_dir (envoyproxy/ratelimit's files), not both")
 	case c.Timeout <= 0:
 		return fmt.Errorf("config: timeout must be positive, got %v", time.Duration(c.Timeout))
 	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
@@ -283,6 +290,7 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_GRPC", "grpc"},
 	{"SLUICE_STORE", "store"},
 	{"SLUICE_POLICY", "policy"},
+	{"SLUICE_ENVOY_CONFIG_DIR", "envoy_config_dir"},
 	{"SLUICE_TIMEOUT", "timeout"},
 	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
 	{"SLUICE_REQUIRE_STORE", "require_store"},
@@ -337,7 +345,7 @@ func ApplyEnv(c *Config, getenv func(string) string) error {
 // fields, as in EnvVars) from its text form.
 func (c *Config) Set(field, s string) error {
 	str := map[string]*string{
-		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy,
+		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy, "envoy_config_dir": &c.EnvoyConfigDir,
 		"on_store_error": &c.OnStoreError, "admin_token": &c.AdminToken, "admin_token_file": &c.AdminTokenFile,
 		"admin_http": &c.AdminHTTP, "headers": &c.Headers,
 		"grpc_tls.cert_file": &c.GRPCTLS.CertFile, "grpc_tls.key_file": &c.GRPCTLS.KeyFile, "grpc_tls.ca_file": &c.GRPCTLS.CAFile,

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -41,7 +42,21 @@ func TestEnvoyReadmeConfigs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("convert: %v", err)
 	}
-	s := newTestServer(t, string(pol))
+	// The same files decide the same way converted by import-envoy and
+	// served as a runtime directory (envoy_config_dir).
+	for _, mode := range []string{"import-envoy", "envoy_config_dir"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "import-envoy" {
+				envoyReadmeAnswers(t, newTestServer(t, string(pol)))
+			} else {
+				envoyReadmeAnswers(t, newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir}))
+			}
+		})
+	}
+}
+
+// envoyReadmeAnswers checks each README example's documented answers.
+func envoyReadmeAnswers(t *testing.T, s *Server) {
 	g := &rateLimitService{s: s}
 	ctx := context.Background()
 
@@ -150,4 +165,52 @@ func TestEnvoyReadmeConfigs(t *testing.T) {
 	expect("11 shared, 11th", ask(1, "example11", desc("files", "files/c.txt")), "OVER_LIMIT OVER_LIMIT")
 	expect("11 apart x10", ask(10, "example11", desc("files_no_share", "files_no_share/a.pdf")), "OK OK")
 	expect("11 apart, another", ask(1, "example11", desc("files_no_share", "files_no_share/b.csv")), "OK OK")
+}
+
+// TestEnvoyConfigDirSymlinkSwap: a runtime directory laid out as a
+// Kubernetes ConfigMap is (files that are links through ..data into a
+// timestamped directory, which an update swaps by renaming a new link
+// over ..data) is served, and a swap is applied at the next polls that
+// find it settled.
+func TestEnvoyConfigDirSymlinkSwap(t *testing.T) {
+	root := t.TempDir()
+	version := func(name string, n int) {
+		dir := filepath.Join(root, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", n)
+		if err := os.WriteFile(filepath.Join(dir, "ratelimit.yaml"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(root, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(root, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_11_26_v1", 2)
+	if err := os.Symlink(filepath.Join("..data", "ratelimit.yaml"), filepath.Join(root, "ratelimit.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: root, WatchInterval: -1})
+	g := &rateLimitService{s: s}
+	limit := func() uint32 {
+		r, err := g.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Statuses[0].CurrentLimit.GetRequestsPerUnit()
+	}
+	if got := limit(); got != 2 {
+		t.Fatalf("served %d a minute, want the files' 2", got)
+	}
+	version("..2026_11_26_v2", 5)
+	s.reloadIfChanged() // sees the change
+	s.reloadIfChanged() // finds it settled: loads it
+	if got := limit(); got != 5 {
+		t.Fatalf("after the swap: %d a minute, want 5", got)
+	}
 }

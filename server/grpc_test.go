@@ -48,8 +48,14 @@ func (f fixedTime) Refund(ctx context.Context, req store.Request) error {
 // newTestServer serves policy on the memory store at a fixed time.
 func newTestServer(t testing.TB, policyYAML string) *Server {
 	t.Helper()
+	return newTestServerConfig(t, Config{Store: "memory", PolicyData: []byte(policyYAML), PolicyName: "test.yaml"})
+}
+
+// newTestServerConfig is newTestServer for a config of its own.
+func newTestServerConfig(t testing.TB, cfg Config) *Server {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := New(context.Background(), Config{Store: "memory", PolicyData: []byte(policyYAML), PolicyName: "test.yaml"}, log)
+	s, err := New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,11 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/yamlfile"
@@ -15,6 +19,54 @@ type fileStamp struct {
 	modTime time.Time
 	size    int64
 	ok      bool
+	sum     uint64 // a directory's: of its files' names, times and sizes
+}
+
+// statDir stamps the *.yaml and *.yml files of dir, following symlinks
+// (a Kubernetes ConfigMap's files are links into a directory it swaps).
+func statDir(dir string) fileStamp {
+	files, err := envoyFiles(dir)
+	if err != nil {
+		return fileStamp{}
+	}
+	h := fnv.New64a()
+	st := fileStamp{ok: true}
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return fileStamp{}
+		}
+		fmt.Fprintf(h, "%s %d %d\n", f, fi.ModTime().UnixNano(), fi.Size())
+		st.size += fi.Size()
+		if fi.ModTime().After(st.modTime) {
+			st.modTime = fi.ModTime()
+		}
+	}
+	st.sum = h.Sum64()
+	return st
+}
+
+// envoyFiles lists the configuration files of an Envoy config directory.
+func envoyFiles(dir string) ([]string, error) {
+	var out []string
+	for _, pat := range []string{"*.yaml", "*.yml"} {
+		m, err := filepath.Glob(filepath.Join(dir, pat))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m...)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// policyStamp stamps what the policy is read from: the file, or the Envoy
+// configuration directory.
+func (s *Server) policyStamp() fileStamp {
+	if s.cfg.EnvoyConfigDir != "" {
+		return statDir(s.cfg.EnvoyConfigDir)
+	}
+	return statFile(s.cfg.Policy)
 }
 
 func statFile(path string) fileStamp {
@@ -33,7 +85,7 @@ func statFile(path string) fileStamp {
 // still be read early: replace the file by a rename for a guarantee.
 func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
 	var tick <-chan time.Time
-	if s.cfg.Policy != "" && s.cfg.WatchInterval > 0 {
+	if (s.cfg.Policy != "" || s.cfg.EnvoyConfigDir != "") && s.cfg.WatchInterval > 0 {
 		t := time.NewTicker(time.Duration(s.cfg.WatchInterval))
 		defer t.Stop()
 		tick = t.C
@@ -55,7 +107,7 @@ func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
 }
 
 func (s *Server) reloadIfChanged() {
-	st := statFile(s.cfg.Policy)
+	st := s.policyStamp()
 	s.reloadMu.Lock()
 	changed := st.ok && st != s.fileState
 	settled := changed && st == s.fileSeen

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/server/envoyimport"
 
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/store"
@@ -164,6 +165,32 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 
 // loadPolicy reads the policy file, or parses the bundled policy.
 func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
+	if dir := s.cfg.EnvoyConfigDir; dir != "" {
+		stamp := statDir(dir)
+		names, err := envoyFiles(dir)
+		if err == nil && len(names) == 0 {
+			err = fmt.Errorf("envoy_config_dir %s holds no *.yaml file", dir)
+		}
+		if err != nil {
+			return nil, stamp, err
+		}
+		files := make([]envoyimport.File, len(names))
+		for i, n := range names {
+			if files[i].Data, err = os.ReadFile(n); err != nil {
+				return nil, stamp, err
+			}
+			files[i].Name = n
+		}
+		out, warnings, err := envoyimport.Convert(files)
+		if err != nil {
+			return nil, stamp, err
+		}
+		for _, w := range warnings {
+			s.log.Warn("envoy config: "+w, "dir", dir)
+		}
+		p, err := policy.Parse(dir, out)
+		return p, stamp, err
+	}
 	if s.cfg.Policy == "" {
 		name := s.cfg.PolicyName
 		if name == "" {
