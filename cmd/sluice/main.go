@@ -14,11 +14,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 
-	"sort"
 	"syscall"
 
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -79,50 +80,10 @@ func run(ctx context.Context, e env, args []string) int {
 		for n := range commands {
 			names = append(names, n)
 		}
-		fmt.Fprintf(e.stderr, "sluice: unknown command %q%s; sluice -h lists the commands\n", args[0], didYouMean(args[0], names, ""))
+		fmt.Fprintf(e.stderr, "sluice: unknown command %q%s; sluice -h lists the commands\n", args[0], yamlfile.DidYouMean(args[0], names, ""))
 		return 2
 	}
 	return c.run(ctx, e, args[1:])
-}
-
-// didYouMean returns " (did you mean <prefix><name>?)" for the name closest
-// to s (at most 2 edits, or s a prefix of it), or "".
-func didYouMean(s string, names []string, prefix string) string {
-	best, bestD := "", 3
-	for _, n := range names {
-		d := editDistance(s, n)
-		if strings.HasPrefix(n, s) && len(s) >= 3 {
-			d = min(d, 1)
-		}
-		if d < bestD || d == bestD && n < best {
-			best, bestD = n, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return " (did you mean " + prefix + best + "?)"
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 func usage(w io.Writer) {
@@ -160,7 +121,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	if name, found := strings.CutPrefix(msg, "flag provided but not defined: -"); found {
 		var names []string
 		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-		msg += didYouMean(strings.TrimLeft(name, "-"), names, "--")
+		msg += yamlfile.DidYouMean(strings.TrimLeft(name, "-"), names, "--")
 	}
 	fmt.Fprintf(out, "sluice %s: %s; sluice %s -h lists its flags\n", fs.Name(), msg, fs.Name())
 	return 2, false

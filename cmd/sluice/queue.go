@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/store"
 )
@@ -128,7 +129,7 @@ func runQueue(ctx context.Context, e env, args []string) int {
 		defer done()
 		return queueWork(ctx, e, q, fs.Args()[1:], o)
 	}
-	fmt.Fprintf(e.stderr, "sluice queue: unknown command %q%s; sluice queue -h lists the commands\n", sub, didYouMean(sub, []string{"define", "add", "stats", "work", "dead"}, ""))
+	fmt.Fprintf(e.stderr, "sluice queue: unknown command %q%s; sluice queue -h lists the commands\n", sub, yamlfile.DidYouMean(sub, []string{"define", "add", "stats", "work", "dead"}, ""))
 	return 2
 }
 

@@ -48,15 +48,45 @@ func (l *Loader) Duration(n ast.Node, v reflect.Value, path string) bool {
 	return true
 }
 
-// closest returns " (did you mean x?)" for the word of words nearest s,
-// when it is one or two letters away, or "".
-func closest(s string, words []string) string {
-	for _, w := range words {
-		if len(s) > 1 && (strings.HasPrefix(s, w) || strings.HasPrefix(w, s) || strings.EqualFold(s, w)) {
-			return " (did you mean " + w + "?)"
+// DidYouMean returns " (did you mean <prefix><name>?)" for the name of
+// names closest to s (at most 2 edits, or s a prefix of it), or "": the
+// hint of every misspelt flag, command and config value.
+func DidYouMean(s string, names []string, prefix string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		d := editDistance(s, n)
+		if strings.HasPrefix(n, s) && len(s) >= 3 {
+			d = min(d, 1)
+		}
+		if d < bestD || d == bestD && n < best {
+			best, bestD = n, d
 		}
 	}
-	return ""
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + prefix + best + "?)"
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // ParseDuration is time.ParseDuration whose error says how to write what
@@ -367,7 +397,7 @@ func (l *Loader) DecodeStruct(m *ast.MappingNode, v reflect.Value, path string) 
 			!slices.Contains(strings.Fields(one), v.Field(i).String()) {
 			// A field whose tag lists its values: one of them, or an
 			// error where the file writes it.
-			l.Errorf(e.Value, Sub(path, e.Name), "want one of %s, got %q%s", strings.Join(strings.Fields(one), ", "), v.Field(i).String(), closest(v.Field(i).String(), strings.Fields(one)))
+			l.Errorf(e.Value, Sub(path, e.Name), "want one of %s, got %q%s", strings.Join(strings.Fields(one), ", "), v.Field(i).String(), DidYouMean(v.Field(i).String(), strings.Fields(one), ""))
 			ok = false
 		}
 		set[e.Name] = l.Peek(e.Value)
