@@ -342,9 +342,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // PingStore asks the store whether it answers; a store that cannot tell
 // (the memory store) always does.
-func (s *Server) PingStore(ctx context.Context) error { return s.ping(ctx) }
-
-func (s *Server) ping(ctx context.Context) error {
+func (s *Server) PingStore(ctx context.Context) error {
 	if p, ok := s.store.(store.Pinger); ok {
 		return p.Ping(ctx)
 	}
@@ -372,7 +370,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
-	if err := s.ping(ctx); err != nil {
+	if err := s.PingStore(ctx); err != nil {
 		s.noteStore(err)
 		io.WriteString(w, "ready; store degraded: "+err.Error()+"; meanwhile "+s.storeErrorAnswer()+"\n")
 		return

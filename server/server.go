@@ -124,7 +124,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
 		current: new(policy.Current),
 	}
-	s.m = newMetrics(s.ping, s.timeout) // s.ping reads s.store when scraped
+	s.m = newMetrics(s.PingStore, s.timeout) // reads s.store when scraped
 	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_delay_waiting", Help: "Requests held now for a policy's delay (gRPC and forward-auth).",
 	}, func() float64 { return float64(s.waiting.Load()) }))
