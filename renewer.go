@@ -22,7 +22,7 @@ type renewer struct {
 	due      permitHeap
 	wake     chan struct{} // a permit was added: the earliest may be sooner
 	running  bool
-	renewing int           // renewals in flight: their permits are out of due
+	inFlight int           // renewals in flight: their permits are out of due
 	slots    chan struct{} // renewals in flight, at most maxRenewing
 }
 
@@ -73,7 +73,7 @@ func (rn *renewer) run() {
 	defer t.Stop()
 	for {
 		rn.mu.Lock()
-		if len(rn.due) == 0 && rn.renewing == 0 {
+		if len(rn.due) == 0 && rn.inFlight == 0 {
 			rn.running = false
 			rn.mu.Unlock()
 			return
@@ -94,7 +94,7 @@ func (rn *renewer) run() {
 		}
 		p := heap.Pop(&rn.due).(*Permit)
 		p.renewMu.Lock() // held until the renewal ends: remove waits for it
-		rn.renewing++
+		rn.inFlight++
 		rn.mu.Unlock()
 		rn.slots <- struct{}{}
 		go rn.renew(p)
@@ -109,7 +109,7 @@ func (rn *renewer) renew(p *Permit) {
 	cancel()
 	now := time.Now()
 	rn.mu.Lock()
-	rn.renewing--
+	rn.inFlight--
 	lost := false
 	switch {
 	case p.stopped:
