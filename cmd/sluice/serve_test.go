@@ -131,9 +131,11 @@ func serveCmd(t *testing.T, cmd *exec.Cmd) *proc {
 	})
 	lines := make(chan string, 100)
 	go func() {
-		sc := bufio.NewScanner(out)
+		// stdout gets each chunk as it is read, before its lines are
+		// scanned: the banner is one write, so when its policy line is
+		// seen, the whole banner (its try-it lines too) is in p.stdout.
+		sc := bufio.NewScanner(io.TeeReader(out, p.stdout))
 		for sc.Scan() {
-			p.stdout.Write([]byte(sc.Text() + "\n"))
 			select {
 			case lines <- sc.Text():
 			default:
