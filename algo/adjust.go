@@ -15,12 +15,14 @@ const (
 	// Penalize consumes n units more, past the limit if need be: a GCRA
 	// or token bucket key waits n·T longer (its TAT moves on by n·T, at
 	// most MaxHorizon ahead), a fixed window's count grows by n (at most
+	// MaxCount), a window counter's current slice by n (no window above
 	// MaxCount), so the key is denied longer than a request could make
 	// it.
 	Penalize Adjust = iota + 1
 	// Reward gives back n units, never more than the key has consumed:
 	// remaining never rises above the limit (the TAT moves back by n·T,
-	// not before now; a window's count falls by n, not below 0).
+	// not before now; a window's count falls by n, not below 0; a window
+	// counter's slices lose n, the newest first, none below 0).
 	Reward
 )
 
@@ -37,7 +39,7 @@ func (a Adjust) String() string {
 
 // ErrNotAdjustable is wrapped by the error of a penalty or reward on a
 // limit that has no count to move both ways.
-var ErrNotAdjustable = errors.New("penalty and reward are for gcra, token_bucket and fixed_window: a sliding log or window counter keeps when actions happened, which a penalty would have to invent; a gate holds one action; concurrency slots are released")
+var ErrNotAdjustable = errors.New("penalty and reward are for gcra, token_bucket, fixed_window and window_counter: a sliding log keeps when each action happened, which a penalty would have to invent; a gate holds one action; concurrency slots are released")
 
 // Adjust applies a penalty or a reward of n units (1 to MaxCount) to s at
 // now; see Penalize and Reward. The error wraps ErrInvalid for a bad n or
@@ -74,6 +76,13 @@ func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
 		}
 		s.A, s.B, s.Expire = end, count, end
 		return nil
+	case KindWindowCounter:
+		if op == Penalize {
+			p.wc.penalize(s, now, n)
+		} else {
+			p.wc.reward(s, n)
+		}
+		return nil
 	}
 	panic("algo: Adjust on a plan ValidateAdjust refuses")
 }
@@ -87,7 +96,7 @@ func (p *Plan) ValidateAdjust(op Adjust, n int64) error {
 		return fmt.Errorf("%w: %v of %d units: want 1 to %d", ErrInvalid, op, n, MaxCount)
 	case op != Penalize && op != Reward:
 		return fmt.Errorf("%w: %v", ErrInvalid, op)
-	case p.kind != KindGCRA && p.kind != KindTokenBucket && p.kind != KindFixedWindow:
+	case p.kind != KindGCRA && p.kind != KindTokenBucket && p.kind != KindFixedWindow && p.kind != KindWindowCounter:
 		return fmt.Errorf("%w: %w: %v", ErrUnsupported, ErrNotAdjustable, p.kind)
 	}
 	return nil

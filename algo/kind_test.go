@@ -71,7 +71,7 @@ func TestSpecJSONEveryField(t *testing.T) {
 	b := int64(7)
 	s := Spec{Algorithm: "x<y", Burst: 1, Count: 2, Period: 3 * time.Second, Rate: 4, Per: 5 * time.Minute, Limit: 6, Window: 7 * time.Millisecond, Interval: 8 * time.Hour, HoldFor: 13 * time.Second,
 		Limits: WindowSpecs{{Name: "a\"b", Limit: 1, Window: 9 * time.Second}, {Limit: 2, Window: 10 * time.Microsecond}}, MinGap: 11 * time.Second, Buckets: &b, Mode: "nary", Slice: 12 * time.Second,
-		Block: &Block{For: 14 * time.Second, Growth: 1.5, Max: time.Hour, ForgetAfter: 15 * time.Minute}}
+		Block: &Block{For: 14 * time.Second, Growth: 1.5, Max: time.Hour, ForgetAfter: 15 * time.Minute}, Debt: true}
 	v := reflect.ValueOf(s)
 	for i := range v.NumField() {
 		if v.Field(i).IsZero() {
@@ -82,7 +82,7 @@ func TestSpecJSONEveryField(t *testing.T) {
 	if err != nil || !json.Valid(out) {
 		t.Fatalf("Marshal: %s, %v", out, err)
 	}
-	for _, want := range []string{`"period":"3s"`, `"per":"5m0s"`, `"window":"7ms"`, `"interval":"8h0m0s"`, `"window":"10µs"`, `"min_gap":"11s"`, `"slice":"12s"`, `"hold_for":"13s"`, `"block":{"for":"14s","growth":1.5,"max":"1h0m0s","forget_after":"15m0s"}`} {
+	for _, want := range []string{`"period":"3s"`, `"per":"5m0s"`, `"window":"7ms"`, `"interval":"8h0m0s"`, `"window":"10µs"`, `"min_gap":"11s"`, `"slice":"12s"`, `"hold_for":"13s"`, `"block":{"for":"14s","growth":1.5,"max":"1h0m0s","forget_after":"15m0s"}`, `"debt":true`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("%s lacks %s", out, want)
 		}

@@ -48,6 +48,8 @@ type Plan struct {
 	// The limit's block (Blocking), nil for none: a pointer, so that a
 	// plan without one (most) is no larger for it.
 	blk *Block
+	// debt: the limit records denied charges (Debt).
+	debt bool
 }
 
 // Compile validates l and returns its Plan: what a store decides with
@@ -113,6 +115,8 @@ func (p *Plan) compile(l Limit) error {
 	case Blocking: // as Blocking.validate, with the limit validated by compiling it
 		if _, nested := l.Limit.(Blocking); nested {
 			err = fmt.Errorf("%w: a block of a block", ErrInvalid)
+		} else if _, debt := l.Limit.(Debt); debt {
+			err = fmt.Errorf("%w: debt with a block: a blocked key records nothing, so a charge would be lost", ErrInvalid)
 		} else if err = p.compile(l.Limit); err == nil {
 			err = l.Block.validate()
 		}
@@ -125,6 +129,8 @@ func (p *Plan) compile(l Limit) error {
 		blk := l.Block
 		p.blk, p.stepwise = &blk, false
 		return nil
+	case Debt:
+		return p.compileDebt(l)
 	case nil:
 		err = errNilLimit
 	default:
@@ -230,7 +236,12 @@ func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
 	if p.blk != nil && p.op == Acquire { // a block stops no renewal or release of slots held
 		return p.decideBlocking(s, now, cost, commit)
 	}
-	return p.decide(s, now, cost, commit)
+	r := p.decide(s, now, cost, commit)
+	if p.debt && commit && !r.Allowed && cost > 0 {
+		// The charge is answered as the denial it is, and recorded.
+		p.owe(s, now, cost)
+	}
+	return r
 }
 
 // decideBlocking decides for a plan with a block (see Block): a key
@@ -396,8 +407,11 @@ func (p *Plan) Limit() Limit {
 	if p == nil || !p.ok {
 		return nil
 	}
-	if p.blk != nil {
+	switch {
+	case p.blk != nil:
 		return Blocking{Limit: p.unblocked(), Block: *p.blk}
+	case p.debt:
+		return Debt{Limit: p.unblocked()}
 	}
 	return p.unblocked()
 }

@@ -280,7 +280,9 @@ type Outcome struct {
 // Result derives the decision's Result. limit is Result.Limit; floor
 // floors Remaining at 0.
 func (o Outcome) Result(now, cost, limit int64, floor bool) Result {
-	r := Result{Allowed: o.Admitted == cost, Quota: limit, Remaining: o.Remaining, Admitted: o.Admitted}
+	// A peek (cost 0) is denied when it must wait: a count above a limit
+	// (a debt, or a limit lowered).
+	r := Result{Allowed: o.Admitted == cost && (cost > 0 || o.Wait == 0), Quota: limit, Remaining: o.Remaining, Admitted: o.Admitted}
 	if floor && r.Remaining < 0 {
 		r.Remaining = 0
 	}

@@ -43,6 +43,9 @@ type Spec struct {
 	Slice time.Duration `json:"slice,omitempty" yaml:"slice,omitempty"` // 0: 1s
 	// any algorithm: block the keys that go over (Blocking)
 	Block *Block `json:"block,omitempty" yaml:"block,omitempty"`
+	// gcra, token_bucket, fixed_window and window_counter: record a
+	// denied charge in full (Debt)
+	Debt bool `json:"debt,omitempty" yaml:"debt,omitempty"`
 }
 
 // WindowSpec is one limit of a sliding_log or window_counter spec.
@@ -138,6 +141,9 @@ func (s Spec) Build() (Limit, error) {
 	if s.Block != nil {
 		l = Blocking{Limit: l, Block: *s.Block}
 	}
+	if s.Debt {
+		l = Debt{Limit: l}
+	}
 	if err := l.validate(); err != nil {
 		return nil, err
 	}
@@ -219,6 +225,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		Mode      string       `json:"mode"`
 		Slice     jsonDuration `json:"slice"`
 		Block     *Block       `json:"block"`
+		Debt      bool         `json:"debt"`
 	}
 	if err := strictJSON(b, &j); err != nil {
 		return err
@@ -226,7 +233,7 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 	*s = Spec{Algorithm: j.Algorithm, Burst: j.Burst, Count: j.Count, Period: time.Duration(j.Period),
 		Rate: j.Rate, Per: time.Duration(j.Per), Limit: j.Limit, Window: time.Duration(j.Window),
 		Interval: time.Duration(j.Interval), HoldFor: time.Duration(j.HoldFor), Limits: j.Limits, MinGap: time.Duration(j.MinGap),
-		Buckets: j.Buckets, Mode: j.Mode, Slice: time.Duration(j.Slice), Block: j.Block}
+		Buckets: j.Buckets, Mode: j.Mode, Slice: time.Duration(j.Slice), Block: j.Block, Debt: j.Debt}
 	return nil
 }
 
@@ -333,6 +340,9 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 	if s.Block != nil {
 		b = append(b, `,"block":`...)
 		b = s.Block.appendJSON(b)
+	}
+	if s.Debt {
+		b = append(b, `,"debt":true`...)
 	}
 	return append(b, '}')
 }

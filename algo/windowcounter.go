@@ -21,7 +21,9 @@ const defaultSlice = time.Second
 //
 // so a window is between W_i - Slice and W_i long, the approximation of
 // the pattern. A decision of cost n admits n when c_i + n ≤ L_i for every
-// i and then adds n to the current slice; otherwise it records nothing.
+// i and then adds n to the current slice; otherwise it records nothing (a
+// Debt records n all the same). A peek (n = 0) is denied while a count is
+// above its limit.
 // A counter's clock does not go back: a decision in a slice earlier than
 // the latest recorded one is counted in the latest.
 //
@@ -107,21 +109,12 @@ func (wc WindowCounter) decide(s *State, now, cost int64, commit bool) Result {
 	sl := wc.SliceMicros()
 	m := wc.maxSlices()
 	valid := int64(len(s.Log)) == m
-	cur := now / sl
-	if valid {
-		cur = max(cur, s.A)
-	}
-	var c [maxWindows]int64
-	if valid {
-		for i := range wc.Limits {
-			for k := max(cur-wc.Slices(i)+1, s.A-m+1); k <= s.A; k++ {
-				c[i] += s.Log[k%m]
-			}
-		}
-	}
+	cur, c := wc.counts(s, now)
+	// A count above its limit (a debt, or a limit lowered) denies even a
+	// peek.
 	fits := true
 	for i, w := range wc.Limits {
-		if cost > 0 && c[i]+cost > w.Count {
+		if c[i]+cost > w.Count {
 			fits = false
 		}
 	}
@@ -161,20 +154,77 @@ func (wc WindowCounter) decide(s *State, now, cost int64, commit bool) Result {
 		}
 	}
 	if commit && o.Admitted > 0 {
-		if !valid {
-			s.Log = grow(s.Log[:0], int(m))
-			clear(s.Log)
-		} else if cur-s.A >= m {
-			clear(s.Log)
-		} else {
-			for k := s.A + 1; k <= cur; k++ {
-				s.Log[k%m] = 0
-			}
-		}
-		s.Log[cur%m] += cost
-		s.A, s.Expire = cur, o.Reset
+		wc.add(s, cur, cost)
 	}
 	return o.Result(now, cost, wc.minLimit(), true)
+}
+
+// counts returns the slice a decision at now counts in (the latest
+// recorded one when later: the clock stepped back) and each window's
+// count at it.
+func (wc WindowCounter) counts(s *State, now int64) (cur int64, c [maxWindows]int64) {
+	m := wc.maxSlices()
+	cur = now / wc.SliceMicros()
+	if int64(len(s.Log)) != m {
+		return cur, c
+	}
+	cur = max(cur, s.A)
+	for i := range wc.Limits {
+		for k := max(cur-wc.Slices(i)+1, s.A-m+1); k <= s.A; k++ {
+			c[i] += s.Log[k%m]
+		}
+	}
+	return cur, c
+}
+
+// add records n in slice cur (from counts), clearing the slices between
+// the latest recorded one and cur.
+func (wc WindowCounter) add(s *State, cur, n int64) {
+	m := wc.maxSlices()
+	if int64(len(s.Log)) != m {
+		s.Log = grow(s.Log[:0], int(m))
+		clear(s.Log)
+	} else if cur-s.A >= m {
+		clear(s.Log)
+	} else {
+		for k := s.A + 1; k <= cur; k++ {
+			s.Log[k%m] = 0
+		}
+	}
+	s.Log[cur%m] += n
+	s.A, s.Expire = cur, (cur+m)*wc.SliceMicros()
+}
+
+// penalize records n more at now, past the limits if need be, with no
+// window's count above MaxCount.
+func (wc WindowCounter) penalize(s *State, now, n int64) {
+	cur, c := wc.counts(s, now)
+	for i := range wc.Limits {
+		n = min(n, MaxCount-c[i])
+	}
+	if n > 0 {
+		wc.add(s, cur, n)
+	}
+}
+
+// reward gives back n, taken from the newest slices first, never below
+// an empty state.
+func (wc WindowCounter) reward(s *State, n int64) {
+	m := wc.maxSlices()
+	if int64(len(s.Log)) != m {
+		return
+	}
+	for k := s.A; k > s.A-m && n > 0; k-- {
+		take := min(s.Log[k%m], n)
+		s.Log[k%m] -= take
+		n -= take
+	}
+	for _, v := range s.Log {
+		if v != 0 {
+			return
+		}
+	}
+	*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
 }
 
 var windowCounterKind = kindInfo{

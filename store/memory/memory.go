@@ -430,8 +430,9 @@ func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, 
 	}
 	for i, r := range reqs {
 		st := &ents[i].st
-		if pass || !results[i].Allowed {
-			// Record the cost, or let the algorithm record a denied attempt.
+		if pass || !results[i].Allowed || plans[i].Debt() {
+			// Record the cost, or let the algorithm record a denied
+			// attempt or a debt.
 			results[i] = plans[i].Decide(st, t, r.Cost, true)
 		} else {
 			results[i] = plans[i].Decide(st, t, 0, false)

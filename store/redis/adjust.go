@@ -11,7 +11,7 @@ import (
 
 var _ store.Adjuster = (*Store)(nil)
 
-var adjustScript = embeddedScript("expire.lua", "adjust.lua")
+var adjustScript = embeddedScript("expire.lua", "window_counter.lua", "adjust.lua")
 
 // Adjust implements store.Adjuster: scripts/adjust.lua on the key's
 // state, by the rules of algo.Plan.Adjust.
@@ -29,6 +29,9 @@ func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) e
 	case algo.KindGCRA, algo.KindTokenBucket:
 		t, _ := p.TAT()
 		args = []string{itoa(req.Cost), itoa(t.Interval), itoa(algo.Micros(algo.MaxHorizon))}
+	case algo.KindWindowCounter:
+		letter = "w"
+		args = windowCounterArgs(nil, limitOf[algo.WindowCounter](p), req.Cost)
 	default: // a fixed window: the only other kind Adjust allows
 		letter = "f"
 		fw := limitOf[algo.FixedWindow](p)

@@ -67,13 +67,17 @@ func bind[L algo.Limit](b binding, args func([]string, L, int64) []string, extra
 }
 
 // limitOf returns the limit a plan was compiled from, without its block
-// (algo.Blocking): the driver keeps blocks, the kind's binding decides.
+// (algo.Blocking) or debt (algo.Debt): the driver keeps those, the kind's
+// binding decides.
 func limitOf[L algo.Limit](p *algo.Plan) L {
-	l := p.Limit()
-	if b, ok := l.(algo.Blocking); ok {
-		l = b.Limit
+	switch l := p.Limit().(type) {
+	case algo.Blocking:
+		return l.Limit.(L)
+	case algo.Debt:
+		return l.Limit.(L)
+	default:
+		return l.(L)
 	}
-	return l.(L)
 }
 
 // A driver is decide.lua or refund.lua, with the scripts composed for each

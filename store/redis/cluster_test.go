@@ -124,8 +124,11 @@ func TestCluster(t *testing.T) {
 					algo.GCRA{Burst: r.Int64N(4), Count: 1 + r.Int64N(5), Period: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
 					algo.FixedWindow{Count: 1 + r.Int64N(5), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond},
 					algo.Gate{Interval: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond},
+					// A debt records its charge whatever the other slots
+					// decide: not refunded.
+					algo.Debt{Limit: algo.FixedWindow{Count: 1 + r.Int64N(5), Window: time.Duration(1+r.IntN(20)) * 100 * time.Millisecond}},
 				}
-				reqs[i] = store.Request{Key: key, Tag: tag, Plan: algo.MustCompile(lims[r.IntN(3)]), Shadow: r.IntN(6) == 0}
+				reqs[i] = store.Request{Key: key, Tag: tag, Plan: algo.MustCompile(lims[r.IntN(len(lims))]), Shadow: r.IntN(6) == 0}
 			}
 			at := time.UnixMicro(1800003000334587).Add(time.Duration(r.Int64N(int64(time.Hour))))
 			for step := 0; step < 40; step++ {

@@ -121,8 +121,8 @@ func leasable(r *store.Request) (algo.FixedWindow, bool) {
 	if !r.Lease || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Plan == nil || !r.Plan.Kind().Leasable() {
 		return algo.FixedWindow{}, false
 	}
-	if _, blocks := r.Plan.Blocks(); blocks {
-		return algo.FixedWindow{}, false // a lease would admit during a block
+	if _, blocks := r.Plan.Blocks(); blocks || r.Plan.Debt() {
+		return algo.FixedWindow{}, false // a lease would admit during a block, and hold no debt
 	}
 	return limitOf[algo.FixedWindow](r.Plan), true
 }

@@ -154,7 +154,7 @@ func (s *Store) decideAll(ctx context.Context, reqs []store.Request, results []a
 		return false, err
 	}
 	for i, r := range reqs {
-		results[i] = levelResult(r, c.now, c.ok[i], c.val[i], c.extra(i), !c.ok[i] || c.pass)
+		results[i] = levelResult(r, c.now, c.ok[i], c.val[i], c.extra(i), committed(r, c.ok[i], c.pass))
 	}
 	return c.pass, nil
 }
@@ -220,14 +220,18 @@ func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) 
 // argument count, arguments, then a block's (block.lua).
 func appendLevel(args []string, b *binding, r store.Request) []string {
 	blk, blocks := r.Plan.Blocks()
-	flag := "-"
-	switch {
+	flag := "-" // "s" shadow, "b" a block, "d" a debt (which has no block)
+	switch debt := r.Plan.Debt(); {
 	case r.Shadow && blocks:
 		flag = "sb"
+	case r.Shadow && debt:
+		flag = "sd"
 	case r.Shadow:
 		flag = "s"
 	case blocks:
 		flag = "b"
+	case debt:
+		flag = "d"
 	}
 	args = append(args, b.letter, flag, "")
 	n := len(args)
@@ -304,6 +308,12 @@ func windowResult(ws []algo.Window, now, cost int64, ok, committed, floor bool, 
 	}
 	return o.Result(now, cost, limit, floor)
 }
+
+// committed reports whether decide.lua committed a level that was ok or
+// not, in a decision that passed or not: a level not ok (to record its
+// attempt, or its debt), every level of a decision that passed, and a
+// level with debt whatever the others decided.
+func committed(r store.Request, ok, pass bool) bool { return !ok || pass || r.Plan.Debt() }
 
 // levelResult derives a level's Result from the script's check value (and
 // extra values). A level that was ok but not committed (another level

@@ -109,7 +109,7 @@ func (s *Store) decideAcrossSlots(ctx context.Context, reqs []store.Request, key
 	for g, idx := range groups {
 		c := checks[g]
 		for j, i := range idx {
-			results[i] = levelResult(reqs[i], c.now, c.ok[j], c.val[j], c.extra(j), !c.ok[j] || pass)
+			results[i] = levelResult(reqs[i], c.now, c.ok[j], c.val[j], c.extra(j), committed(reqs[i], c.ok[j], pass))
 		}
 	}
 	return pass, nil
@@ -125,7 +125,7 @@ func (s *Store) refund(ctx context.Context, levels []store.Request, stateKeys []
 	args[0] = strconv.FormatInt(c.now, 10)
 	k := len(c.args) // the value of level j's key; "" for a block key
 	for j, r := range levels {
-		if c.ok[j] && r.Cost > 0 { // a peek committed nothing
+		if c.ok[j] && r.Cost > 0 && !r.Plan.Debt() { // a peek committed nothing; a debt stays
 			args[k] = strconv.FormatInt(c.val[j], 10)
 		}
 		k += 1 + int(blockExtras(r.Plan))

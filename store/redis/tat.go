@@ -19,7 +19,12 @@ var (
 
 func tatArgs(args []string, pl *algo.Plan, cost int64) []string {
 	p, _ := pl.TAT()
-	n := min(cost, p.Quota+1) // beyond Quota+1 the answer is the same, and n·T cannot overflow
+	// Beyond Quota+1 the answer is the same, and beyond the horizon a
+	// debt's (algo.Debt); n·T cannot overflow.
+	n := min(cost, p.Quota+1)
+	if pl.Debt() {
+		n = min(cost, algo.Micros(algo.MaxHorizon)/p.Interval+1)
+	}
 	return append(args, itoa(n*p.Interval), itoa(p.Tolerance))
 }
 

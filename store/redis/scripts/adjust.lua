@@ -7,11 +7,17 @@
 --          an unblock
 -- ARGV[1]  now in µs since the epoch, or "" for Redis TIME
 -- ARGV[2]  the change: "tp" / "tr" a penalty / reward on a TAT, "fp" /
---          "fr" on a fixed window, "b" a block, "u" an unblock
+--          "fr" on a fixed window, "wp" / "wr" on a window counter, "b" a
+--          block, "u" an unblock
 -- ARGV[3..] TAT: n, T in µs, the horizon in µs; window: n, the window in
---          µs, the largest count; block: its length in µs, forget_after
---          in µs
+--          µs, the largest count; window counter: n, then what
+--          window_counter.lua takes after its cost; block: its length in
+--          µs, forget_after in µs
 -- Reply    1
+--
+-- The store composes it after expire.lua and window_counter.lua: a
+-- penalty on a window counter is the debt of a decision (its check, then
+-- its commit with go = 'owe').
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -52,6 +58,33 @@ elseif op == 'fp' or op == 'fr' then
   end
   redis.call('HSET', KEYS[1], 'e', e, 'n', count)
   redis.call('PEXPIRE', KEYS[1], ttl(e - now))
+elseif op == 'wp' then
+  local w, reply = w_kind(), {}
+  local _, la = w.check(KEYS[1], now, 3, reply, 1)
+  w.commit(KEYS[1], now, 3, 'owe', la, reply, 1)
+elseif op == 'wr' then
+  -- The newest slices first, none below 0; each window's sum loses what
+  -- its slices lose.
+  local n, k = tonumber(ARGV[3]), tonumber(ARGV[5])
+  local la = tonumber(redis.call('HGET', KEYS[1], 'a'))
+  if la then
+    local m = 0
+    for i = 0, k - 1 do m = math.max(m, tonumber(ARGV[7 + 2 * i])) end
+    local left = 0
+    for s = la, la - m + 1, -1 do
+      local c = tonumber(redis.call('HGET', KEYS[1], s % m)) or 0
+      local take = math.min(c, n)
+      if take > 0 then
+        redis.call('HINCRBY', KEYS[1], s % m, -take)
+        for i = 0, k - 1 do
+          if la - s < tonumber(ARGV[7 + 2 * i]) then redis.call('HINCRBY', KEYS[1], -(i + 1), -take) end
+        end
+        n = n - take
+      end
+      left = left + c - take
+    end
+    if left == 0 then redis.call('DEL', KEYS[1]) end
+  end
 elseif op == 'b' then
   local v = redis.call('GET', KEYS[1])
   local count = 1

@@ -66,6 +66,14 @@ local function b_check(key, now, ok, extra, reply, p, blocked)
   return ok, extra + 1
 end
 
+-- b_debt reports whether the level whose arguments start at ARGV[a] has a
+-- debt (its flag holds 'd', algo.Debt): it is committed whatever the
+-- other levels decide, and when not ok with go = 'owe', which records
+-- the cost in full.
+local function b_debt(a)
+  return string.find(ARGV[a + 1], 'd', 1, true) ~= nil
+end
+
 -- b_enforced reports whether the level whose arguments start at ARGV[a]
 -- is enforced (its flag is not shadow's).
 local function b_enforced(a)

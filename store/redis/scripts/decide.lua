@@ -22,7 +22,7 @@
 --          with a block
 -- ARGV[1]  now in µs since the epoch, or "" to use Redis TIME
 -- ARGV[2..] per level, in KEYS order: kind, flag ("s" for shadow, "b" for
---          a block, "sb" for both, else "-"), the number of the level's
+--          a block, "d" for a debt, "sb" or "sd" for both, else "-"), the number of the level's
 --          own arguments, then those arguments, then for a block its five
 --          (block.lua)
 -- Reply    {now, pass (1 or 0), then per level: code, value, extras...}
@@ -36,7 +36,9 @@
 -- shadow is ok; then each level is committed, with go = ok, so ok levels
 -- record their cost. When pass is 0, only the levels whose own check
 -- failed are committed (with go = false), so that an algorithm may record
--- a denied attempt (a uniform sliding log), and each starts its block.
+-- a denied attempt (a uniform sliding log), and each starts its block. A
+-- level with a debt (flag 'd') is committed either way, with go = 'owe'
+-- when its own check failed: it records the cost in full (algo.Debt).
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -67,8 +69,11 @@ while j <= #KEYS do
   local ok = code % 2 == 1
   local span, keys, b = b_level(i)
   local last = p + 1 + (code - code % 2) / 2
-  if not blocked[p] and (reply[2] == 1 or not ok) then
-    commit[ARGV[i]](KEYS[j], now, i + 3, ok, reply[p + 1], reply, p)
+  local debt = b_debt(i)
+  if not blocked[p] and (reply[2] == 1 or not ok or debt) then
+    local go = ok
+    if debt and not ok then go = 'owe' end
+    commit[ARGV[i]](KEYS[j], now, i + 3, go, reply[p + 1], reply, p)
     if b and not ok then reply[last] = b_start(KEYS[j + 1], now, b) end
   end
   i, p, j = i + span, last + 1, j + keys

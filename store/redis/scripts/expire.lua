@@ -8,6 +8,9 @@
 -- behind Redis's between two decisions may find state gone early. ARGV[1]
 -- is the call's time but in batch.lua, which sets grace for each decision.
 local grace = ARGV[1] == '' and 0 or 60000
+-- The bounds of a debt (algo.Debt): a TAT at most horizon µs ahead of now
+-- (algo.MaxHorizon), a count at most maxcount (algo.MaxCount).
+local horizon, maxcount = 3153600000000000, 9007199254740991
 local function ttl(us)
   return math.ceil(us / 1000) + grace
 end

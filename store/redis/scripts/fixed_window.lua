@@ -33,6 +33,19 @@ end
 
 local function f_commit(key, now, a, go, after)
   if not go or ARGV[a + 2] == '0' then return end
+  if go == 'owe' then
+    -- a debt: after is the count before, which grows by the cost, to at
+    -- most maxcount
+    after = math.min(after + ARGV[a + 2], maxcount)
+    local stored = tonumber(redis.call('HGET', key, 'e'))
+    local e = f_end(now, a, stored)
+    if stored ~= e and redis.call('HLEN', key) > 2 then
+      redis.call('DEL', key) -- another window's lease holders (lease.lua)
+    end
+    redis.call('HSET', key, 'e', e, 'n', after)
+    redis.call('PEXPIRE', key, ttl(e - now))
+    return
+  end
   if after == tonumber(ARGV[a + 2]) then
     -- a window's first cost (or the first after its count was given back)
     local stored = tonumber(redis.call('HGET', key, 'e'))

@@ -14,6 +14,11 @@ local function t_check(key, now, a)
 end
 
 local function t_commit(key, now, a, go, new)
+  if go == 'owe' then
+    -- a debt: new is max(stored TAT, now), which moves on by n*T, to at
+    -- most the horizon ahead
+    new = math.min(new + ARGV[a], now + horizon)
+  end
   if go and ARGV[a] ~= '0' then
     redis.call('SET', key, new, 'PX', ttl(new - now))
   end

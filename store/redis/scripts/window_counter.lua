@@ -81,7 +81,7 @@ local function w_kind()
     end
     local fits = true
     for i = 0, k - 1 do
-      if n > 0 and reply[p + 6 + i] + n > v[5 + 2 * i] then fits = false end
+      if reply[p + 6 + i] + n > v[5 + 2 * i] then fits = false end
     end
     if la then reply[p + 4] = (la + m) * s end
     if fits then
@@ -126,6 +126,11 @@ local function w_kind()
     local v = w_args(a)
     local n, s, k, m = v[1], v[2], v[3], v[4]
     if not go or n == 0 then return end
+    if go == 'owe' then
+      -- a debt: the cost in full, but no window's count above maxcount
+      for i = 0, k - 1 do n = math.min(n, maxcount - reply[p + 6 + i]) end
+      if n <= 0 then return end
+    end
     local now_slice = math.floor(now / s)
     local cur = now_slice
     if la < 0 then

@@ -1,0 +1,115 @@
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Debt is a limit that records a charge in full even when it denies it:
+// the charge is answered as over the limit, but its units are counted, so
+// that the decisions after it are denied until the refill or the window's
+// end has paid them back. It is how usage known only after the fact (the
+// tokens of a response) is metered: nothing charged is lost.
+//
+// A recorded excess means, per kind: for gcra and token_bucket, a TAT
+// moved past the limit by cost·T (at most MaxHorizon ahead of now); for
+// fixed_window, a count above the limit (at most MaxCount); for
+// window_counter, a slice's count that lifts its windows above their
+// limits (no window above MaxCount). A gate, a sliding log and
+// concurrency slots take no debt (ErrNoDebt). A decision of cost 0 (a
+// peek) records nothing and is denied while a debt remains.
+//
+// In a decision over several levels (a policy path), a level with debt
+// records the charge whatever the other levels decide; the others record
+// it only when all admit it.
+type Debt struct {
+	Limit Limit
+}
+
+// ErrNoDebt is wrapped by the error of a debt on a kind that cannot
+// record an excess.
+var ErrNoDebt = errors.New("debt is for gcra, token_bucket, fixed_window and window_counter")
+
+// Kind implements Limit: the kind of the limit it records debt for.
+func (d Debt) Kind() Kind { return d.Limit.Kind() }
+
+// validate implements Limit.
+func (d Debt) validate() error {
+	_, err := Compile(d)
+	return err
+}
+
+// decide implements Limit.
+func (d Debt) decide(s *State, now, cost int64, commit bool) Result {
+	p, err := Compile(d)
+	if err != nil {
+		panic("algo: Decide on an invalid Debt: " + err.Error())
+	}
+	return p.Decide(s, now, cost, commit)
+}
+
+// Spec implements Limit: the limit's spec with debt: true.
+func (d Debt) Spec() Spec {
+	s := d.Limit.Spec()
+	s.Debt = true
+	return s
+}
+
+// Quota implements Limit.
+func (d Debt) Quota() (int64, time.Duration) { return d.Limit.Quota() }
+
+// SteadyRate implements Limit.
+func (d Debt) SteadyRate() (int64, time.Duration) { return d.Limit.SteadyRate() }
+
+// DeniedBy implements Limit.
+func (d Debt) DeniedBy(by int) string { return d.Limit.DeniedBy(by) }
+
+// compileDebt makes p the plan of d.
+func (p *Plan) compileDebt(d Debt) error {
+	switch d.Limit.(type) {
+	case nil:
+		return errNilLimit
+	case Debt:
+		return fmt.Errorf("%w: a debt of a debt", ErrInvalid)
+	case Blocking:
+		return fmt.Errorf("%w: debt with a block: a blocked key records nothing, so a charge would be lost", ErrInvalid)
+	}
+	if err := p.compile(d.Limit); err != nil {
+		return err
+	}
+	switch p.kind {
+	case KindGCRA, KindTokenBucket, KindFixedWindow, KindWindowCounter:
+	default:
+		k := p.kind
+		*p = Plan{}
+		return fmt.Errorf("%w: %w, not %v", ErrInvalid, ErrNoDebt, k)
+	}
+	// Decide records the debt: not stepwise.
+	p.debt, p.stepwise = true, false
+	return nil
+}
+
+// Debt reports whether the plan records denied charges (Debt): a store
+// deciding several levels at once records such a level's charge even when
+// another level denies.
+func (p *Plan) Debt() bool { return p.debt }
+
+// owe records a denied charge of cost on s at now: as a penalty does,
+// but that a TAT moves on by cost·T to at most MaxHorizon ahead (not by
+// whole steps), as the Redis store's tat.lua does.
+func (p *Plan) owe(s *State, now, cost int64) {
+	if p.kind == KindGCRA || p.kind == KindTokenBucket {
+		t := p.tat.Interval
+		tat, most := max(s.A, now), now+Micros(MaxHorizon)
+		s.A = most
+		if n := min(cost, Micros(MaxHorizon)/t+1); tat+n*t < most {
+			s.A = tat + n*t
+		}
+		s.Expire = s.A
+		return
+	}
+	if err := p.Adjust(s, now, Penalize, cost); err != nil {
+		panic("algo: a debt on a plan Adjust refuses: " + err.Error())
+	}
+}
