@@ -91,3 +91,38 @@ func (ch Change) need() string {
 	}
 	return fmt.Sprintf("a %v needs a level of gcra, token_bucket or fixed_window", ch.Op)
 }
+
+// GiveBack gives back what the paths of q took at their costs, as Envoy's
+// is_negative_hits asks: concurrency slots held for no permit are
+// released (Release with permit 0, which fills d), and every other level
+// whose limit counts both ways (gcra, token_bucket, fixed_window,
+// window_counter) gets its units back by a reward, never beyond an empty
+// state. A gate or a sliding log keeps what it recorded. The levels are
+// given back one by one, not all or nothing: each gets back no more than
+// it took.
+func (c *Checker) GiveBack(ctx context.Context, q *Query, d *Decision) error {
+	if err := c.Release(ctx, q, 0, d); err != nil {
+		return err
+	}
+	a, adjusts := c.Store.(store.Adjuster)
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		for h := range pq.Match.Hits {
+			hit := &pq.Match.Hits[h]
+			for j := range hit.Limits {
+				req := hit.Request(j, pq.Cost)
+				req.Time = q.Time
+				if takesSlots(req) || req.Plan.ValidateAdjust(algo.Reward, req.Cost) != nil {
+					continue // released above; or nothing to give back (or a cost of 0)
+				}
+				if !adjusts {
+					return fmt.Errorf("policy: %w: the store cannot give units back", algo.ErrUnsupported)
+				}
+				if err := a.Adjust(ctx, req, algo.Reward); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -46,6 +46,28 @@ func TestErrors(t *testing.T) {
 		{"two documents", "schema:\n  a: {unlimited: true}\n---\nschema: {}\n", []string{
 			"f.yaml:4:1: more than one YAML document (only one is allowed)",
 		}},
+		{"debt", `
+schema:
+  tokens:
+    debt: true
+    limits:
+      - {algorithm: fixed_window, limit: 1000, window: 1h}
+      - {algorithm: sliding_log, limits: [{limit: 5, window: 1s}]}
+    children:
+      "*":
+        limits: {algorithm: gate, interval: 1s, debt: true}
+  leased:
+    lease: true
+    limits: {algorithm: fixed_window, limit: 10, window: 1s, debt: true}
+  bare:
+    debt: true
+    children: {x: {unlimited: true}}
+`, []string{
+			`f.yaml:4:5: schema.tokens.debt: limit 1: debt is for gcra, token_bucket, fixed_window and window_counter, not sliding_log`,
+			`f.yaml:10:55: schema.tokens.children.*.limits.debt: debt is for gcra, token_bucket, fixed_window and window_counter, not gate`,
+			`f.yaml:12:5: schema.leased.lease: limit 0 has a debt: a lease admits from units taken ahead, and a charge it denied would never reach the store`,
+			`f.yaml:15:5: schema.bare.debt: debt needs the node's own limits`,
+		}},
 		{"unknown fields", `
 unmatched: maybe
 extra: 1
@@ -58,7 +80,7 @@ schema:
 `, []string{
 			`f.yaml:2:12: unmatched: want allow or deny, got "maybe"`,
 			`f.yaml:3:1: extra: unknown field "extra" (want schema, unmatched or definitions)`,
-			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, allow or deny)`,
+			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, debt, allow or deny)`,
 			`f.yaml:9:35: schema.user.children.*.limits.brust: unknown field "brust" (want algorithm, burst, count, period, ...`,
 		}},
 		{"wrong types", `
@@ -212,7 +234,7 @@ schema:
 			`f.yaml:4:6: schema.b: YAML tags (!!map) are not supported`,
 			`f.yaml:5:3: schema: want a name as key, got null`,
 			`f.yaml:6:11: schema.c: a merge key (<<) takes a mapping or a list of mappings, got integer 5`,
-			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, allow or deny)`,
+			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, debt, allow or deny)`,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

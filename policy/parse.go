@@ -149,7 +149,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	}
 	nd := &node{pattern: pattern, shadow: shadow}
 	var limits, children, unlimited, shadowed, counter, leased *yamlfile.Entry
-	var listed, delayed *yamlfile.Entry
+	var listed, delayed, owed *yamlfile.Entry
 	uok, unknown := false, false
 	for _, e := range l.Mapping(m, path, "field") {
 		switch e.Name {
@@ -198,6 +198,10 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 					nd.requestMax = &algo.FixedWindow{Count: rl.Max, Window: rl.Window}
 				}
 			}
+		case "debt":
+			if debt, _ := l.Bool(e.Value, yamlfile.Sub(path, e.Name)); debt {
+				owed = &e
+			}
 		case "allow":
 			listed = &e
 			nd.allow = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
@@ -205,7 +209,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			listed = &e
 			nd.deny = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
 		default:
-			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, allow or deny)", e.Name)
+			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, debt, allow or deny)", e.Name)
 			unknown = true
 		}
 	}
@@ -218,6 +222,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		nd.plans = make([]algo.Plan, len(cs))
 		for i, c := range cs {
 			nd.limits[i], nd.specs[i], nd.plans[i] = c.limit, c.spec, c.plan
+		}
+		if owed != nil {
+			l.debtNode(nd, owed, yamlfile.Sub(path, "debt"))
 		}
 	}
 	if children != nil {
@@ -236,6 +243,8 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		l.Errorf(listed.Key, yamlfile.Sub(path, listed.Name), "allow and deny lists are for a \"*\" or pattern child: the segment that reaches %s is always its name", pattern)
 	case limits == nil && children == nil && listed == nil && !unknown && (unlimited == nil || uok && !nd.unlimited):
 		l.Errorf(key, path, "empty node: give it limits, children or unlimited: true")
+	case owed != nil && limits == nil:
+		l.Errorf(owed.Key, yamlfile.Sub(path, "debt"), "debt needs the node's own limits")
 	case nd.lease && limits == nil:
 		l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "lease needs the node's own limits")
 	case nd.lease:
@@ -248,6 +257,10 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 				l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "limit %d has a block: a lease admits from units taken ahead, which a block that starts meanwhile could not stop", i)
 				break
 			}
+			if _, ok := lim.(algo.Debt); ok {
+				l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "limit %d has a debt: a lease admits from units taken ahead, and a charge it denied would never reach the store", i)
+				break
+			}
 		}
 	}
 	if delayed != nil {
@@ -255,6 +268,24 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	}
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Delay: nd.delay}
 	return nd
+}
+
+// debtNode makes every limit of a node with debt: true one with debt
+// (algo.Debt), refusing the kinds that cannot record one.
+func (l *loader) debtNode(nd *node, e *yamlfile.Entry, path string) {
+	for i := range nd.specs {
+		s := nd.specs[i]
+		s.Debt = true
+		lim, err := s.Build()
+		if err == nil {
+			nd.plans[i], err = algo.Compile(lim)
+		}
+		if err != nil {
+			l.Errorf(e.Key, path, "limit %d: %s", i, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+			continue
+		}
+		nd.limits[i], nd.specs[i] = lim, s
+	}
 }
 
 // delayNode checks a node's delay and makes its plans the reserving ones

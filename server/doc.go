@@ -136,8 +136,14 @@
 //
 // Counting. hits_addend is the cost: the request's (0, which proto3 cannot
 // tell from unset, means 1, as in Envoy's service) unless a descriptor sets
-// its own hits_addend, where 0 checks without consuming. is_negative_hits
-// is refused (InvalidArgument). Every limit of every descriptor is decided
+// its own hits_addend, where 0 checks without consuming. A descriptor
+// with is_negative_hits gives hits_addend back (policy.Checker.GiveBack):
+// concurrency slots are released, and rate limits that count both ways
+// (gcra, token_bucket, fixed_window, window_counter) get the units back,
+// never beyond an empty state. A node with debt: true records a charge in
+// full even past its limit (algo.Debt), which is how a cost known only when
+// the stream ends (apply_on_stream_done with a hits_addend from response
+// metadata) is metered without loss. Every limit of every descriptor is decided
 // in one all-or-nothing DecideAll: a request that is over limit on one
 // descriptor consumes nothing on the others (Envoy's service counts each
 // descriptor on its own), and overall_code is OVER_LIMIT when any enforced

@@ -171,13 +171,14 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 // negativeHits answers a request with descriptors that carry
 // is_negative_hits (bit i of neg for descriptor i): Envoy sends them when
 // a stream ends (apply_on_stream_done), to give back what the same
-// descriptors took when it began. Their concurrency limits free
-// hits_addend slots taken for no permit (algo.Concurrency: a release
-// without a permit id), the earliest hold first; their rate limits are
-// left as they are, since a rate limit counts what started. The other
-// descriptors are decided as in any request, all or nothing among them,
-// and the releases happen whatever that decision is. A released
-// descriptor's status is OK, with its slots left.
+// descriptors took when it began (policy.Checker.GiveBack): their
+// concurrency limits free hits_addend slots taken for no permit
+// (algo.Concurrency: a release without a permit id), the earliest hold
+// first, and their rate limits get hits_addend units back where they
+// count both ways, never beyond an empty state. The other descriptors are
+// decided as in any request, all or nothing among them, and the give-backs
+// happen whatever that decision is. A descriptor given back has status
+// OK, with its slots left.
 func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, neg uint64) (*rlv3.RateLimitResponse, error) {
 	s := g.s
 	rel := &policy.Query{}
@@ -193,7 +194,7 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 	sctx, cancel := s.storeCtx(ctx)
 	defer cancel()
 	start := time.Now()
-	err := s.checker.Release(sctx, rel, 0, &relD)
+	err := s.checker.GiveBack(sctx, rel, &relD)
 	if err == nil && len(pos.Paths) > 0 {
 		err = s.checker.Decide(sctx, pos, &posD)
 	}

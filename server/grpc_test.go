@@ -45,6 +45,23 @@ func (f fixedTime) Refund(ctx context.Context, req store.Request) error {
 	return f.Store.(store.Refunder).Refund(ctx, req)
 }
 
+// Adjust changes a key at the fixed time (the memory store adjusts).
+func (f fixedTime) Adjust(ctx context.Context, req store.Request, op algo.Adjust) error {
+	req.Time = f.t
+	return f.Store.(store.Adjuster).Adjust(ctx, req, op)
+}
+
+// Block and Unblock are the memory store's, at the fixed time.
+func (f fixedTime) Block(ctx context.Context, req store.Request, d time.Duration) error {
+	req.Time = f.t
+	return f.Store.(store.Adjuster).Block(ctx, req, d)
+}
+
+func (f fixedTime) Unblock(ctx context.Context, req store.Request) error {
+	req.Time = f.t
+	return f.Store.(store.Adjuster).Unblock(ctx, req)
+}
+
 // newTestServer serves policy on the memory store at a fixed time.
 func newTestServer(t testing.TB, policyYAML string) *Server {
 	t.Helper()

@@ -132,9 +132,9 @@ func TestSlotsOverHTTP(t *testing.T) {
 }
 
 // TestNegativeHits: Envoy's is_negative_hits gives back the slots the same
-// descriptor took when its stream began, and only those: a descriptor of
-// a rate limit keeps its count, and in a request with both kinds the
-// others are decided as usual.
+// descriptor took when its stream began, and a rate limit's units, never
+// more than were taken; in a request with both kinds the others are
+// decided as usual.
 func TestNegativeHits(t *testing.T) {
 	s := newTestServer(t, `
 schema:
@@ -185,13 +185,22 @@ schema:
 	if r := ask(neg(stream(), 1)); r.Statuses[0].LimitRemaining != 2 {
 		t.Fatalf("an end with nothing held: %v", r)
 	}
-	// A rate limit keeps its count: an end gives nothing back.
+	// A rate limit gets its units back, never beyond an empty window.
 	rate := func() *rlcommon.RateLimitDescriptor { return desc("rate", "acme") }
 	if r := ask(rate()); r.OverallCode != rlv3.RateLimitResponse_OK {
 		t.Fatalf("rate: %v", r)
 	}
-	ask(neg(rate(), 1))
 	if r := ask(rate()); r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT {
-		t.Fatalf("a negative hit gave a rate limit back: %v", r)
+		t.Fatalf("rate, second: %v", r)
+	}
+	ask(neg(rate(), 1))
+	if r := ask(rate()); r.OverallCode != rlv3.RateLimitResponse_OK {
+		t.Fatalf("a negative hit gave nothing back to a rate limit: %v", r)
+	}
+	ask(neg(rate(), 5)) // more than was taken: the window is empty, no more
+	for i, want := range []rlv3.RateLimitResponse_Code{rlv3.RateLimitResponse_OK, rlv3.RateLimitResponse_OVER_LIMIT} {
+		if r := ask(rate()); r.OverallCode != want {
+			t.Fatalf("after 5 back on a window of 1, check %d: %v", i, r)
+		}
 	}
 }
