@@ -277,6 +277,37 @@ type Adjuster interface {
 	Unblock(ctx context.Context, req Request) error
 }
 
+// Settler is a store that keeps the tickets of estimates to be settled
+// (policy.Checker.Estimate, Settle): Issue keeps a ticket named t.Key
+// (placed by t.Tag) for ttl (MinTicket to MaxTicket) from t.Time (the
+// zero Time: the store's clock); Settle, if the ticket is still kept,
+// deletes it and applies op of each request's Cost to its key as Adjust
+// does, in one atomic step, and reports whether it did. A ticket settled,
+// expired or never issued changes nothing.
+type Settler interface {
+	Issue(ctx context.Context, t Request, ttl time.Duration) error
+	Settle(ctx context.Context, t Request, reqs []Request, op algo.Adjust) (bool, error)
+}
+
+// The bounds of a ticket's life (Settler.Issue).
+const (
+	MinTicket = time.Millisecond
+	MaxTicket = 24 * time.Hour
+)
+
+// ValidateTicket checks a ticket and its life for Settler.Issue: a key as
+// Validate takes one, and a ttl of MinTicket to MaxTicket. Its errors
+// wrap ErrBadRequest.
+func ValidateTicket(t Request, ttl time.Duration) error {
+	if ttl < MinTicket || ttl > MaxTicket {
+		return fmt.Errorf("%w: a ticket for %v: want %v to %v", ErrBadRequest, ttl, MinTicket, MaxTicket)
+	}
+	return Validate(t.Key, t.Tag, ticketPlan, 0, t.Time)
+}
+
+// ticketPlan stands for the plan a ticket has not, in Validate.
+var ticketPlan = algo.MustCompile(algo.Gate{Interval: time.Second})
+
 // Script is a user-supplied limiter that a store runs in place of the
 // algorithms: the httplimit middleware's script limiter
 // (httplimit.NewScript), which reads its reply by its contract. The Redis

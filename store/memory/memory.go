@@ -40,6 +40,7 @@ type Store struct {
 	sweepEvery time.Duration
 	consumers  consumerLists
 	queues     queues
+	tickets    tickets
 }
 
 // A shard holds the keys whose hash ends in its number. Decisions on a

@@ -11,17 +11,27 @@ import (
 
 var _ store.Adjuster = (*Store)(nil)
 
-var adjustScript = embeddedScript("expire.lua", "window_counter.lua", "adjust.lua")
+var adjustScript = embeddedScript("expire.lua", "window_counter.lua", "change.lua", "adjust.lua")
 
-// Adjust implements store.Adjuster: scripts/adjust.lua on the key's
+// Adjust implements store.Adjuster: scripts/change.lua on the key's
 // state, by the rules of algo.Plan.Adjust.
 func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) error {
-	p, err := validateOne(&req)
+	code, args, err := adjustArgs(&req, op)
 	if err != nil {
 		return err
 	}
+	return s.adjust(ctx, req, code, args)
+}
+
+// adjustArgs validates a penalty or reward of req.Cost on req's key and
+// returns change.lua's op and arguments for it.
+func adjustArgs(req *store.Request, op algo.Adjust) (string, []string, error) {
+	p, err := validateOne(req)
+	if err != nil {
+		return "", nil, err
+	}
 	if err := p.ValidateAdjust(op, req.Cost); err != nil {
-		return err
+		return "", nil, err
 	}
 	letter := "t"
 	var args []string
@@ -37,11 +47,10 @@ func (s *Store) Adjust(ctx context.Context, req store.Request, op algo.Adjust) e
 		fw := limitOf[algo.FixedWindow](p)
 		args = []string{itoa(req.Cost), itoa(algo.Micros(fw.Window)), itoa(algo.MaxCount)}
 	}
-	code := "p"
 	if op == algo.Reward {
-		code = "r"
+		return letter + "r", args, nil
 	}
-	return s.adjust(ctx, req, letter+code, args)
+	return letter + "p", args, nil
 }
 
 // Block implements store.Adjuster.

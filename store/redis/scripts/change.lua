@@ -1,0 +1,93 @@
+-- change.lua: a change to a key outside a request: a penalty or a reward
+-- (algo.Plan.Adjust), a block or an unblock (algo.Plan.BlockFor,
+-- Unblock), by the rules algo states. It defines change(key, now, op, a)
+-- for the drivers adjust.lua (one change) and settle.lua (an estimate's
+-- changes); the store composes it after expire.lua and window_counter.lua
+-- (a penalty on a window counter is the debt of a decision: its check,
+-- then its commit with go = 'owe').
+--
+-- key      the key's state (tat.lua's, fixed_window.lua's or
+--          window_counter.lua's layout) for a penalty or a reward, its
+--          block key (block.lua's) for a block or an unblock
+-- op       "tp" / "tr" a penalty / reward on a TAT, "fp" / "fr" on a fixed
+--          window, "wp" / "wr" on a window counter, "b" a block, "u" an
+--          unblock
+-- ARGV[a..] TAT: n, T in µs, the horizon in µs; window: n, the window in
+--          µs, the largest count; window counter: n, then what
+--          window_counter.lua takes after its cost; block: its length in
+--          µs, forget_after in µs
+local function change(key, now, op, a)
+  if op == 'tp' or op == 'tr' then
+    local n, step = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    local tat = tonumber(redis.call('GET', key)) or now
+    if tat < now then tat = now end
+    if op == 'tp' then
+      n = math.min(n, math.floor((now + tonumber(ARGV[a + 2]) - tat) / step))
+      tat = tat + n * step
+    elseif n > math.floor((tat - now) / step) then
+      tat = now
+    else
+      tat = tat - n * step
+    end
+    if tat <= now then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, tat, 'PX', ttl(tat - now))
+    end
+  elseif op == 'fp' or op == 'fr' then
+    local n, w = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    local v = redis.call('HMGET', key, 'e', 'n')
+    local e, count = now - now % w + w, 0
+    local stored = tonumber(v[1])
+    if stored and stored >= e then
+      e, count = stored, tonumber(v[2]) or 0
+    elseif stored and redis.call('HLEN', key) > 2 then
+      redis.call('DEL', key) -- another window's count and leases
+    end
+    if op == 'fp' then
+      count = math.min(count + n, tonumber(ARGV[a + 2]))
+    else
+      count = math.max(count - n, 0)
+    end
+    redis.call('HSET', key, 'e', e, 'n', count)
+    redis.call('PEXPIRE', key, ttl(e - now))
+  elseif op == 'wp' then
+    local w, reply = w_kind(), {}
+    local _, la = w.check(key, now, a, reply, 1)
+    w.commit(key, now, a, 'owe', la, reply, 1)
+  elseif op == 'wr' then
+    -- The newest slices first, none below 0; each window's sum loses what
+    -- its slices lose.
+    local n, k = tonumber(ARGV[a]), tonumber(ARGV[a + 2])
+    local la = tonumber(redis.call('HGET', key, 'a'))
+    if la then
+      local m = 0
+      for i = 0, k - 1 do m = math.max(m, tonumber(ARGV[a + 4 + 2 * i])) end
+      local left = 0
+      for s = la, la - m + 1, -1 do
+        local c = tonumber(redis.call('HGET', key, s % m)) or 0
+        local take = math.min(c, n)
+        if take > 0 then
+          redis.call('HINCRBY', key, s % m, -take)
+          for i = 0, k - 1 do
+            if la - s < tonumber(ARGV[a + 4 + 2 * i]) then redis.call('HINCRBY', key, -(i + 1), -take) end
+          end
+          n = n - take
+        end
+        left = left + c - take
+      end
+      if left == 0 then redis.call('DEL', key) end
+    end
+  elseif op == 'b' then
+    local v = redis.call('GET', key)
+    local count = 1
+    if v then
+      local _, c = string.match(v, '^(%d+) (%d+)$')
+      if tonumber(c) > 1 then count = tonumber(c) end
+    end
+    local u = now + tonumber(ARGV[a])
+    redis.call('SET', key, string.format('%d %d', u, count), 'PX', ttl(u + tonumber(ARGV[a + 1]) - now))
+  elseif op == 'u' then
+    redis.call('DEL', key)
+  end
+end
