@@ -187,24 +187,8 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 	replacing := false
 	for i := range q.Paths {
 		pq := &q.Paths[i]
-		pq.Match = Match{Hits: pq.Match.Hits[:0]}
-		p.walk(pq.Path, &pq.Match, func(n *node, seg int, key, tag string, shared bool) {
-			if !pq.Exact || seg == len(pq.Path)-1 {
-				pq.Match.Hits = append(pq.Match.Hits, n.hit(key, tag, shared, pq.Exact))
-			}
-		})
-		if pq.Match.Err != nil {
-			return pq.Match.Err
-		}
-		pq.Match.applyList()
-		if pq.Exact {
-			m := &pq.Match
-			if m.Depth != len(pq.Path) {
-				m.Hits, m.Unlimited = m.Hits[:0], false // the walk stopped early
-			} else if m.Unlimited {
-				m.Hits = m.Hits[:0]
-			}
-			m.Unmatched = len(m.Hits) == 0 && !m.Unlimited && m.Listed.List == ""
+		if err := p.match(pq); err != nil {
+			return err
 		}
 		for h := range pq.Match.Hits {
 			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
@@ -439,6 +423,32 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, op algo.SlotOp, merge bool) {
 			sc.index = append(sc.index, i)
 		}
 	}
+}
+
+// match sets pq.Match to what pq's path hits in p: every level of the
+// walk, or with Exact only the node the whole path reaches (Envoy's
+// descriptor), its lists applied.
+func (p *Policy) match(pq *PathQuery) error {
+	pq.Match = Match{Hits: pq.Match.Hits[:0]}
+	p.walk(pq.Path, &pq.Match, func(n *node, seg int, key, tag string, shared bool) {
+		if !pq.Exact || seg == len(pq.Path)-1 {
+			pq.Match.Hits = append(pq.Match.Hits, n.hit(key, tag, shared, pq.Exact))
+		}
+	})
+	if pq.Match.Err != nil {
+		return pq.Match.Err
+	}
+	pq.Match.applyList()
+	if pq.Exact {
+		m := &pq.Match
+		if m.Depth != len(pq.Path) {
+			m.Hits, m.Unlimited = m.Hits[:0], false // the walk stopped early
+		} else if m.Unlimited {
+			m.Hits = m.Hits[:0]
+		}
+		m.Unmatched = len(m.Hits) == 0 && !m.Unlimited && m.Listed.List == ""
+	}
+	return nil
 }
 
 // mergeRequest appends r to reqs, or adds its cost to the request of its
