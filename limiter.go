@@ -187,7 +187,7 @@ func (r *Reservation) CancelAt(ctx context.Context, t time.Time) error {
 	if !r.OK() {
 		return nil
 	}
-	rf, ok := r.l.st.(store.Refunder)
+	a, ok := r.l.st.(store.Adjuster)
 	if !ok {
 		return fmt.Errorf("sluice: %T cannot give units back", r.l.st)
 	}
@@ -202,7 +202,7 @@ func (r *Reservation) CancelAt(ctx context.Context, t time.Time) error {
 	if !now.Before(r.act) {
 		return nil
 	}
-	return rf.Refund(ctx, store.Request{Key: r.key, Plan: r.l.plan, Cost: r.n, Time: now})
+	return a.Adjust(ctx, store.Request{Key: r.key, Plan: r.l.plan, Cost: r.n, Time: now}, algo.Reward)
 }
 
 // at returns t, or for the zero Time the store's clock (store.Clock), or
@@ -236,7 +236,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string) (*Reservation, error)
 // ReserveN is for the limits with a steady refill, GCRA and the token
 // bucket, where capacity taken ahead has a meaning: for the others it
 // returns an error wrapping algo.ErrUnsupported. The store must give units
-// back (store.Refunder) for Cancel: the memory and Redis stores do.
+// back (store.Adjuster) for Cancel: the memory and Redis stores do.
 //
 // With the zero Time the decision is at the store's clock (store.Clock:
 // Redis TIME on Redis, read first), and Delay and TimeToAct are by it.

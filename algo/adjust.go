@@ -51,7 +51,7 @@ func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
 	switch p.kind {
 	case KindGCRA, KindTokenBucket:
 		if op == Reward {
-			if s.A <= now || n > (s.A-now)/p.tat.Interval { // all of it back: a full key
+			if s.A <= now || n > (s.A-now-1)/p.tat.Interval { // all of it back (n·T ≥ TAT - now): a full key
 				*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
 				return nil
 			}

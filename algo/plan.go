@@ -457,30 +457,3 @@ func (p *Plan) Concurrency() (Concurrency, bool) { return p.cc, p.ok && p.kind =
 // Permit returns the permit id and op of a plan ForPermit made (0 and
 // Acquire for any other).
 func (p *Plan) Permit() (int64, SlotOp) { return p.permit, p.op }
-
-// Undo gives back cost admitted at a time no later than now, as the Redis
-// store's refund does: a GCRA or token bucket's TAT moves back by cost·T,
-// and a TAT no later than now is no state. The error wraps ErrUnsupported
-// for the other kinds.
-func (p *Plan) Undo(s *State, now, cost int64) error {
-	t, err := p.TAT()
-	if err != nil {
-		return err
-	}
-	t.undo(s, now, cost)
-	return nil
-}
-
-// undo moves the state's TAT back by cost·T; a TAT no later than now is
-// the zero State.
-func (p TAT) undo(s *State, now, cost int64) {
-	if s.A == 0 {
-		return
-	}
-	back := s.A - min(cost, p.Quota+1)*p.Interval
-	if back <= now {
-		*s = State{Log: s.Log[:0], Block: s.Block}
-		return
-	}
-	s.A, s.Expire = back, back
-}

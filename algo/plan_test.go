@@ -112,19 +112,16 @@ func TestReserving(t *testing.T) {
 	if s.A != now+3*T {
 		t.Fatalf("TAT %d, want now+3T", s.A-now)
 	}
-	if err := p.Undo(&s, now, 1); err != nil || s.A != now+2*T {
-		t.Fatalf("after Undo: TAT now+%d, %v", s.A-now, err)
+	if err := p.Adjust(&s, now, Reward, 1); err != nil || s.A != now+2*T {
+		t.Fatalf("after a reward of 1: TAT now+%d, %v", s.A-now, err)
 	}
-	p.Undo(&s, now, 2)
+	p.Adjust(&s, now, Reward, 2)
 	if !reflect.DeepEqual(s, State{Log: s.Log}) {
-		t.Fatalf("undone to now: %+v, want no state", s)
+		t.Fatalf("given back to now: %+v, want no state", s)
 	}
 	fw, _ := Compile(FixedWindow{Count: 1, Window: time.Second})
 	if _, err := Reserving(&fw, time.Second); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("fixed window Reserving: %v", err)
-	}
-	if err := fw.Undo(&s, now, 1); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("fixed window Undo: %v", err)
 	}
 }
 

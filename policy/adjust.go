@@ -92,28 +92,30 @@ func (ch Change) need() string {
 	return fmt.Sprintf("a %v needs a level of gcra, token_bucket or fixed_window", ch.Op)
 }
 
-// GiveBack gives back what the paths of q took at their costs, as Envoy's
-// is_negative_hits asks: concurrency slots held for no permit are
-// released (Release with permit 0, which fills d), and every other level
-// whose limit counts both ways (gcra, token_bucket, fixed_window,
+// GiveBack gives back what the paths of q took at their costs (an
+// allowed check given up, Envoy's is_negative_hits): every level whose
+// limit counts both ways (gcra, token_bucket, fixed_window,
 // window_counter) gets its units back by a reward, never beyond an empty
-// state. A gate or a sliding log keeps what it recorded. The levels are
-// given back one by one, not all or nothing: each gets back no more than
-// it took.
-func (c *Checker) GiveBack(ctx context.Context, q *Query, d *Decision) error {
-	if err := c.Release(ctx, q, 0, d); err != nil {
-		return err
-	}
+// state. A gate or a sliding log keeps what it recorded, and concurrency
+// slots are released, not given back (Release). The levels are given back
+// one by one, not all or nothing: each gets back no more than it took. It
+// walks the policy in force, so after a reload it gives back by the new
+// one.
+func (c *Checker) GiveBack(ctx context.Context, q *Query) error {
 	a, adjusts := c.Store.(store.Adjuster)
+	p := c.Policy.Load()
 	for i := range q.Paths {
 		pq := &q.Paths[i]
+		if err := p.match(pq); err != nil {
+			return err
+		}
 		for h := range pq.Match.Hits {
 			hit := &pq.Match.Hits[h]
 			for j := range hit.Limits {
 				req := hit.Request(j, pq.Cost)
 				req.Time = q.Time
 				if takesSlots(req) || req.Plan.ValidateAdjust(algo.Reward, req.Cost) != nil {
-					continue // released above; or nothing to give back (or a cost of 0)
+					continue // released, not given back; or nothing to give back (a cost of 0)
 				}
 				if !adjusts {
 					return fmt.Errorf("policy: %w: the store cannot give units back", algo.ErrUnsupported)
@@ -125,4 +127,9 @@ func (c *Checker) GiveBack(ctx context.Context, q *Query, d *Decision) error {
 		}
 	}
 	return nil
+}
+
+// Undo is GiveBack for one path at cost, as Check is Decide for one.
+func (c *Checker) Undo(ctx context.Context, path []string, cost int64) error {
+	return c.GiveBack(ctx, &Query{Paths: []PathQuery{{Path: path, Cost: cost}}})
 }

@@ -134,34 +134,6 @@ func (c *Checker) decideSlots(ctx context.Context, q *Query, d *Decision, s slot
 	return c.decide(ctx, q, d, sc, s)
 }
 
-// Undo gives back what an allowed check of path at cost took, as a
-// caller does that gives up waiting out a Decision.Delay: on every level
-// whose limit can give units back (gcra and token_bucket) through a store
-// that refunds (the memory and Redis stores: store.Refunder). A window
-// keeps its count, erring towards denying. It walks the policy in force,
-// so after a reload it gives back by the new one.
-func (c *Checker) Undo(ctx context.Context, path []string, cost int64) error {
-	r, ok := c.Store.(store.Refunder)
-	if !ok {
-		return fmt.Errorf("policy: %w: the store cannot give units back", algo.ErrUnsupported)
-	}
-	m := c.Policy.Load().Match(path)
-	var first error
-	for i := range m.Hits {
-		h := &m.Hits[i]
-		for j := range h.Limits {
-			req := h.Request(j, cost)
-			if _, err := req.Plan.TAT(); err != nil {
-				continue // a window: it cannot give back
-			}
-			if err := r.Refund(ctx, req); err != nil && first == nil {
-				first = err
-			}
-		}
-	}
-	return first
-}
-
 // Decide decides every path of q together, all or nothing, and fills d
 // (reusing the capacity of d.Levels) and each path's Match and Levels. d
 // is allowed when every enforced level allowed and no path is unmatched

@@ -115,8 +115,8 @@ schema:
 	if d.Delay != 100*time.Millisecond {
 		t.Errorf("after the undo: delay %v, want 100ms again", d.Delay)
 	}
-	if got := d.Levels[0].Result.Remaining; got != 97 {
-		t.Errorf("the window above: %d remaining, want 97 (it keeps the undone request's count)", got)
+	if got := d.Levels[0].Result.Remaining; got != 98 {
+		t.Errorf("the window above: %d remaining, want 98 (the undone request's count given back)", got)
 	}
 }
 

@@ -52,12 +52,10 @@ func (s *Server) hold(ctx context.Context, api string, q *policy.Query, d *polic
 func (s *Server) giveBack(ctx context.Context, q *policy.Query, d *policy.Decision) {
 	uctx, cancel := s.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
-	for i := range q.Paths {
-		if err := s.checker.Undo(uctx, q.Paths[i].Path, q.Paths[i].Cost); err != nil {
-			s.m.storeErrors.Inc()
-			if n, ok := s.errLog.Allow(time.Now()); ok {
-				s.log.Error("store failed to give back a delayed request's units", "err", err, "suppressed", n)
-			}
+	if err := s.checker.GiveBack(uctx, q); err != nil {
+		s.m.storeErrors.Inc()
+		if n, ok := s.errLog.Allow(time.Now()); ok {
+			s.log.Error("store failed to give back a delayed request's units", "err", err, "suppressed", n)
 		}
 	}
 	d.Withdraw()

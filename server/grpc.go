@@ -194,9 +194,16 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 	sctx, cancel := s.storeCtx(ctx)
 	defer cancel()
 	start := time.Now()
-	err := s.checker.GiveBack(sctx, rel, &relD)
+	// Slots are released first, so that a stream starting in the same
+	// request may take one; units are given back last, after the other
+	// descriptors' charges, so that what is recorded never falls below
+	// what was used (a charge and a give-back in one request: a settle).
+	err := s.checker.Release(sctx, rel, 0, &relD)
 	if err == nil && len(pos.Paths) > 0 {
 		err = s.checker.Decide(sctx, pos, &posD)
+	}
+	if err == nil {
+		err = s.checker.GiveBack(sctx, rel)
 	}
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
 	if err != nil {

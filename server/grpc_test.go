@@ -39,11 +39,6 @@ func (f fixedTime) DecideAll(ctx context.Context, reqs []store.Request, res []al
 	return f.Store.DecideAll(ctx, reqs, res)
 }
 
-// Refund gives back at the fixed time (the memory store refunds).
-func (f fixedTime) Refund(ctx context.Context, req store.Request) error {
-	req.Time = f.t
-	return f.Store.(store.Refunder).Refund(ctx, req)
-}
 
 // Adjust changes a key at the fixed time (the memory store adjusts).
 func (f fixedTime) Adjust(ctx context.Context, req store.Request, op algo.Adjust) error {

@@ -146,4 +146,3 @@ func rlsCall(t *testing.T, rls rlv3.RateLimitServiceClient, tenant string, cost 
 	}
 	return r
 }
-

@@ -7,7 +7,7 @@
 //
 // What only some stores can do is behind small interfaces that a caller
 // asks for with a type assertion: Pinger (is the server reachable),
-// Resetter (forget keys), Refunder (give units back), Clock (the store's
+// Resetter (forget keys), Clock (the store's
 // time), ConsumerLog (who consumed a key), DenialCache and Leaser and
 // Granter (answers without a round trip), HolderLister (who holds slots),
 // Adjuster (penalty, reward, block, unblock) and Script (a user's
@@ -204,15 +204,6 @@ type Granter interface {
 type Grant struct {
 	Units int64
 	Until time.Time
-}
-
-// Refunder is a store that can give back what a decision admitted: Refund
-// undoes req.Cost of req.Plan on req.Key at req.Time (the zero Time: the
-// store's clock). A limiter handle's Reservation.Cancel needs it; it is
-// defined for the GCRA and token bucket limits (others: an error wrapping
-// algo.ErrUnsupported).
-type Refunder interface {
-	Refund(ctx context.Context, req Request) error
 }
 
 // Clock is a store that tells the time of its clock: the time a decision

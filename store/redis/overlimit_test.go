@@ -139,13 +139,13 @@ func TestOverLimitCacheSkipsRedis(t *testing.T) {
 	if !decide().Allowed {
 		t.Fatal("denied after a reset")
 	}
-	if err := st.Refund(ctx, req); err != nil {
+	if err := st.Adjust(ctx, req, algo.Reward); err != nil {
 		t.Fatal(err)
 	}
 	if !decide().Allowed || decide().Allowed {
 		t.Fatal("want one admission after one refund, then a denial")
 	}
-	if err := st.Refund(ctx, req); err != nil {
+	if err := st.Adjust(ctx, req, algo.Reward); err != nil {
 		t.Fatal(err)
 	}
 	if !decide().Allowed {
@@ -247,10 +247,20 @@ func TestResetReachesOtherCaches(t *testing.T) {
 	until("a reset")
 
 	denied()
-	if err := a.Refund(ctx, req); err != nil {
+	if err := a.Adjust(ctx, req, algo.Reward); err != nil {
 		t.Fatal(err)
 	}
-	until("a refund")
+	until("a reward")
+
+	denied()
+	ticket := store.Request{Key: "ticket"}
+	if err := a.Issue(ctx, ticket, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.Settle(ctx, ticket, []store.Request{req}, algo.Reward); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	until("a settle that gives back")
 
 	// A forget whose message no store received: the counter moves alone.
 	denied()

@@ -55,35 +55,4 @@ func (s *Store) deleteEach(ctx context.Context, op string, reqs []store.Request,
 	return nil
 }
 
-var (
-	_ store.Refunder = (*Store)(nil)
-	_ store.Clock    = (*Store)(nil)
-)
-
-// Refund implements store.Refunder: refund.lua on the request's level,
-// at req.Time or Redis TIME.
-func (s *Store) Refund(ctx context.Context, req store.Request) error {
-	p, err := validateOne(&req)
-	if err != nil {
-		return err
-	}
-	if _, err := p.TAT(); err != nil {
-		return fmt.Errorf("redis store: refund: %w", err)
-	}
-	ctx, cancel, err := s.connected(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	b := bindings[p.Kind()]
-	args := []string{""}
-	if !req.Time.IsZero() {
-		args[0] = itoa(req.Time.UnixMicro())
-	}
-	args = append(appendLevel(args, b, req), "0") // a value: the level is refunded
-	keys := []string{s.stateKey(req)}
-	if err := refundDriver.script(1<<p.Kind()).Exec(ctx, s.client(), keys, args).Error(); err != nil {
-		return fmt.Errorf("redis store: refund: %w", err)
-	}
-	return s.forget(ctx, req)
-}
+var _ store.Clock = (*Store)(nil)

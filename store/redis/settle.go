@@ -18,7 +18,9 @@ var settleScript = embeddedScript("expire.lua", "window_counter.lua", "change.lu
 
 // ticketKey is the Redis key of a ticket: in its tag's slot, and apart from
 // every state key ("%:", which no escaped key holds).
-func (s *Store) ticketKey(t store.Request) string { return keyName(s.prefix, t.Key, t.Tag) + "%:ticket" }
+func (s *Store) ticketKey(t store.Request) string {
+	return keyName(s.prefix, t.Key, t.Tag) + "%:ticket"
+}
 
 // Issue implements store.Settler: the ticket is a key that expires after
 // ttl by Redis's clock.
