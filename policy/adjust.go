@@ -92,16 +92,16 @@ func (ch Change) need() string {
 	return fmt.Sprintf("a %v needs a level of gcra, token_bucket or fixed_window", ch.Op)
 }
 
-// GiveBack gives back what the paths of q took at their costs (an
-// allowed check given up, Envoy's is_negative_hits): every level whose
+// Adjust applies op of each path's cost to every level of q's paths whose
 // limit counts both ways (gcra, token_bucket, fixed_window,
-// window_counter) gets its units back by a reward, never beyond an empty
-// state. A gate or a sliding log keeps what it recorded, and concurrency
-// slots are released, not given back (Release). The levels are given back
-// one by one, not all or nothing: each gets back no more than it took. It
-// walks the policy in force, so after a reload it gives back by the new
-// one.
-func (c *Checker) GiveBack(ctx context.Context, q *Query) error {
+// window_counter): a reward gives back what the path took (an allowed
+// check given up, Envoy's is_negative_hits), never beyond an empty state;
+// a penalty records the cost past the limit if need be (the excess of a
+// real cost over its estimate). A gate or a sliding log keeps what it
+// recorded, and concurrency slots are released, not given back (Release).
+// The levels change one by one, not all or nothing. It walks the policy
+// in force, so after a reload it changes by the new one.
+func (c *Checker) Adjust(ctx context.Context, q *Query, op algo.Adjust) error {
 	a, adjusts := c.Store.(store.Adjuster)
 	p := c.Policy.Load()
 	for i := range q.Paths {
@@ -114,13 +114,13 @@ func (c *Checker) GiveBack(ctx context.Context, q *Query) error {
 			for j := range hit.Limits {
 				req := hit.Request(j, pq.Cost)
 				req.Time = q.Time
-				if takesSlots(req) || req.Plan.ValidateAdjust(algo.Reward, req.Cost) != nil {
-					continue // released, not given back; or nothing to give back (a cost of 0)
+				if takesSlots(req) || req.Plan.ValidateAdjust(op, req.Cost) != nil {
+					continue // released, not adjusted; or nothing to change (a cost of 0)
 				}
 				if !adjusts {
-					return fmt.Errorf("policy: %w: the store cannot give units back", algo.ErrUnsupported)
+					return fmt.Errorf("policy: %w: the store cannot change keys outside a request", algo.ErrUnsupported)
 				}
-				if err := a.Adjust(ctx, req, algo.Reward); err != nil {
+				if err := a.Adjust(ctx, req, op); err != nil {
 					return err
 				}
 			}
@@ -129,7 +129,8 @@ func (c *Checker) GiveBack(ctx context.Context, q *Query) error {
 	return nil
 }
 
-// Undo is GiveBack for one path at cost, as Check is Decide for one.
+// Undo gives back what an allowed check of path at cost took: Adjust of
+// a reward on one path, as Check is Decide for one.
 func (c *Checker) Undo(ctx context.Context, path []string, cost int64) error {
-	return c.GiveBack(ctx, &Query{Paths: []PathQuery{{Path: path, Cost: cost}}})
+	return c.Adjust(ctx, &Query{Paths: []PathQuery{{Path: path, Cost: cost}}}, algo.Reward)
 }

@@ -40,6 +40,9 @@ type slot struct {
 	op     algo.SlotOp
 	permit int64
 	fresh  bool
+	// estimate: the cost is an estimate (Estimate), which a level with
+	// debt does not record when it denies it: the request does not go on.
+	estimate bool
 }
 
 // PathQuery is one path of a Query, and, after Decide, what it hit.
@@ -192,6 +195,13 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 	}
 	for i := range q.Paths {
 		sc.add(&q.Paths[i], q.Time, s.op, len(q.Paths) > 1)
+	}
+	if s.estimate {
+		for i := range sc.reqs {
+			if r := &sc.reqs[i]; r.Plan.Debt() {
+				r.Plan = algo.MustCompile(r.Plan.Limit().(algo.Debt).Limit)
+			}
+		}
 	}
 	// A delay node decides with a reserving plan, which must never see a
 	// cost above its limit's burst (algo.Reserving): such a cost is

@@ -20,7 +20,8 @@ import (
 // Estimate decides the one path of q at its cost, an estimate of a cost
 // known only later (the tokens of a response, written as max_tokens), and,
 // when it is admitted, returns the id to Settle it with, for within
-// (store.MinTicket to store.MaxTicket). An estimate not settled within
+// (store.MinTicket to store.MaxTicket). A denied estimate records nothing,
+// even on a level with debt: the request does not go on. An estimate not settled within
 // that time stays counted in full, as if its holder had crashed: nothing
 // is ever given back that was not settled. The error wraps
 // store.ErrBadRequest for a query of several paths or a bad within, and
@@ -35,7 +36,9 @@ func (c *Checker) Estimate(ctx context.Context, q *Query, d *Decision, within ti
 	case within < store.MinTicket || within > store.MaxTicket:
 		return "", fmt.Errorf("policy: %w: settle within %v: want %v to %v", store.ErrBadRequest, within, store.MinTicket, store.MaxTicket)
 	}
-	if err := c.Decide(ctx, q, d); err != nil || !d.Allowed {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	if err := c.decide(ctx, q, d, sc, slot{op: algo.Acquire, estimate: true}); err != nil || !d.Allowed {
 		return "", err
 	}
 	pq := &q.Paths[0]

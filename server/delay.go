@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -52,7 +53,7 @@ func (s *Server) hold(ctx context.Context, api string, q *policy.Query, d *polic
 func (s *Server) giveBack(ctx context.Context, q *policy.Query, d *policy.Decision) {
 	uctx, cancel := s.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
-	if err := s.checker.GiveBack(uctx, q); err != nil {
+	if err := s.checker.Adjust(uctx, q, algo.Reward); err != nil {
 		s.m.storeErrors.Inc()
 		if n, ok := s.errLog.Allow(time.Now()); ok {
 			s.log.Error("store failed to give back a delayed request's units", "err", err, "suppressed", n)

@@ -137,7 +137,7 @@
 // Counting. hits_addend is the cost: the request's (0, which proto3 cannot
 // tell from unset, means 1, as in Envoy's service) unless a descriptor sets
 // its own hits_addend, where 0 checks without consuming. A descriptor
-// with is_negative_hits gives hits_addend back (policy.Checker.GiveBack):
+// with is_negative_hits gives hits_addend back (policy.Checker.Adjust):
 // concurrency slots are released, and rate limits that count both ways
 // (gcra, token_bucket, fixed_window, window_counter) get the units back,
 // never beyond an empty state. A node with debt: true records a charge in

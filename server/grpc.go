@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -171,23 +172,63 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 // negativeHits answers a request with descriptors that carry
 // is_negative_hits (bit i of neg for descriptor i): Envoy sends them when
 // a stream ends (apply_on_stream_done), to give back what the same
-// descriptors took when it began (policy.Checker.GiveBack): their
+// descriptors took when it began (policy.Checker.Adjust): their
 // concurrency limits free hits_addend slots taken for no permit
 // (algo.Concurrency: a release without a permit id), the earliest hold
 // first, and their rate limits get hits_addend units back where they
-// count both ways, never beyond an empty state. The other descriptors are
-// decided as in any request, all or nothing among them, and the give-backs
-// happen whatever that decision is. A descriptor given back has status
-// OK, with its slots left.
+// count both ways, never beyond an empty state.
+//
+// A descriptor given back and another one with the same entries charged in
+// the same request are a settle: the estimate taken when the stream began
+// given back and its real cost charged, as one change of their difference
+// on the rate limits (a reward of what the estimate took beyond the cost,
+// or a penalty of the excess, past the limit if need be), so that the
+// charge is neither lost nor admitted beyond the limit in between. The
+// other descriptors are decided as in any request, all or nothing among
+// them, and the changes happen whatever that decision is. A descriptor
+// given back or settled has status OK, with its slots left.
 func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, neg uint64) (*rlv3.RateLimitResponse, error) {
 	s := g.s
-	rel := &policy.Query{}
-	pos := &policy.Query{}
+	// rel: every descriptor given back (its slots released); back: those
+	// that are not part of a settle (their units given back); pos: the
+	// charges decided; over, under: the settles' differences.
+	rel, back, pos, over, under := &policy.Query{}, &policy.Query{}, &policy.Query{}, &policy.Query{}, &policy.Query{}
+	settled := uint64(0) // bit i: descriptor i is a charge of a settle
 	for i := range q.Paths {
 		if neg&(1<<i) != 0 {
 			rel.Paths = append(rel.Paths, q.Paths[i])
-		} else {
-			pos.Paths = append(pos.Paths, q.Paths[i])
+		}
+	}
+	paired := make([]bool, len(rel.Paths))
+	for i := range q.Paths {
+		if neg&(1<<i) != 0 {
+			continue
+		}
+		pq := q.Paths[i]
+		k := slices.IndexFunc(rel.Paths, func(r policy.PathQuery) bool { return slices.Equal(r.Path, pq.Path) })
+		for k >= 0 && paired[k] {
+			next := slices.IndexFunc(rel.Paths[k+1:], func(r policy.PathQuery) bool { return slices.Equal(r.Path, pq.Path) })
+			if next < 0 {
+				k = -1
+			} else {
+				k += 1 + next
+			}
+		}
+		if k < 0 || pq.Path == nil {
+			pos.Paths = append(pos.Paths, pq)
+			continue
+		}
+		paired[k], settled = true, settled|1<<i
+		switch net := pq.Cost - rel.Paths[k].Cost; {
+		case net > 0:
+			over.Paths = append(over.Paths, policy.PathQuery{Path: pq.Path, Exact: true, Cost: net})
+		case net < 0:
+			under.Paths = append(under.Paths, policy.PathQuery{Path: pq.Path, Exact: true, Cost: -net})
+		}
+	}
+	for k := range rel.Paths {
+		if !paired[k] {
+			back.Paths = append(back.Paths, rel.Paths[k])
 		}
 	}
 	var relD, posD policy.Decision
@@ -195,15 +236,21 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 	defer cancel()
 	start := time.Now()
 	// Slots are released first, so that a stream starting in the same
-	// request may take one; units are given back last, after the other
-	// descriptors' charges, so that what is recorded never falls below
-	// what was used (a charge and a give-back in one request: a settle).
+	// request may take one; the charges and the settles' excesses are
+	// recorded before units are given back, so that what is recorded
+	// never falls below what was used.
 	err := s.checker.Release(sctx, rel, 0, &relD)
 	if err == nil && len(pos.Paths) > 0 {
 		err = s.checker.Decide(sctx, pos, &posD)
 	}
 	if err == nil {
-		err = s.checker.GiveBack(sctx, rel)
+		err = s.checker.Adjust(sctx, over, algo.Penalize)
+	}
+	if err == nil {
+		err = s.checker.Adjust(sctx, under, algo.Reward)
+	}
+	if err == nil {
+		err = s.checker.Adjust(sctx, back, algo.Reward)
 	}
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -229,11 +276,14 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 	denyUnmatched := s.current.Load().DenyUnmatched()
 	r, p := 0, 0
 	for i := range q.Paths {
-		if neg&(1<<i) != 0 {
+		switch {
+		case neg&(1<<i) != 0:
 			resp.Statuses[i] = descriptorStatus(&rel.Paths[r], false)
 			resp.Statuses[i].Code = rlv3.RateLimitResponse_OK
 			r++
-		} else {
+		case settled&(1<<i) != 0:
+			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
+		default:
 			resp.Statuses[i] = descriptorStatus(&pos.Paths[p], denyUnmatched)
 			p++
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/internal/jsonenc"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
@@ -53,6 +54,8 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		mux.HandleFunc("POST /v1/release", s.handleSlot(algo.Release))
 		mux.HandleFunc("/v1/renew", methodNotAllowed("POST"))
 		mux.HandleFunc("/v1/release", methodNotAllowed("POST"))
+		mux.HandleFunc("POST /v1/settle", s.handleSettle)
+		mux.HandleFunc("/v1/settle", methodNotAllowed("POST"))
 		mux.HandleFunc("/v1/forward-auth", s.handleForwardAuth(false))
 		mux.HandleFunc("/v1/forward-auth/nginx", s.handleForwardAuth(true))
 		mux.HandleFunc("POST /v1/queues/{name}", s.handleQueueAdd)
@@ -141,6 +144,13 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if cost > 0 {
 		verb = s.acquire
 	}
+	var settleID string
+	if req.within > 0 {
+		verb = func(ctx context.Context, q *policy.Query, d *policy.Decision) (err error) {
+			settleID, err = s.checker.Estimate(ctx, q, d, req.within)
+			return err
+		}
+	}
 	var err error
 	switch {
 	case req.Paths == nil && req.limit == nil:
@@ -206,6 +216,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	h["Content-Type"] = contentTypeJSON
 	status := s.addDecisionHeaders(h, b, storeErr != "")
 	out := appendDecisionJSON(b.buf[:0], &b.d, storeErr)
+	if settleID != "" {
+		out = append(out[:len(out)-1], `,"settle_id":`...)
+		out = append(jsonenc.AppendString(out, settleID), '}')
+	}
 	out = append(out, '\n')
 	b.buf = out[:0]
 	if len(out) > 2048 { // past what net/http measures by itself

@@ -8,12 +8,14 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/jsonenc"
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 )
 
 // DecisionJSON is a hierarchical decision as JSON: the body of POST
@@ -58,6 +60,9 @@ type DecisionJSON struct {
 	// StoreError is set, and the decision is the configured store-error
 	// policy's (allow or deny), when the store failed or timed out.
 	StoreError string `json:"store_error,omitempty"`
+	// SettleID, in the answer of an allowed check with "settle_within",
+	// is the id to settle its estimate with (POST /v1/settle).
+	SettleID string `json:"settle_id,omitempty"`
 }
 
 // LevelJSON is one level of a DecisionJSON: one limit of one policy node on
@@ -207,8 +212,12 @@ type checkRequest struct {
 	Limit *requestLimit   `json:"limit,omitempty"`
 	Cost  *int64          `json:"cost,omitempty"`
 	Meta  json.RawMessage `json:"meta,omitempty"`
+	// SettleWithin makes the cost an estimate, settled later with POST
+	// /v1/settle (policy.Checker.Estimate): "10m".
+	SettleWithin string `json:"settle_within,omitempty"`
 
-	limit *algo.FixedWindow // Limit, parsed
+	limit  *algo.FixedWindow // Limit, parsed
+	within time.Duration     // SettleWithin, parsed
 }
 
 // requestLimit is a check's own limit: {"limit": 100, "window": "1m"}.
@@ -336,6 +345,18 @@ func parseCheckRequest(body []byte) (checkRequest, error) {
 			return req, bodyErrorf(`"limit" must be {"limit": N, "window": "1m"}, N at least 1 and a positive window%s`, errSuffix(err))
 		}
 		req.limit = &algo.FixedWindow{Count: l.Limit, Window: w}
+	}
+	if req.SettleWithin != "" {
+		w, err := yamlfile.ParseDuration(req.SettleWithin)
+		switch {
+		case err != nil || w < store.MinTicket || w > store.MaxTicket:
+			return req, bodyErrorf(`"settle_within" must be a duration from %v to %v, such as "10m"%s`, store.MinTicket, store.MaxTicket, errSuffix(err))
+		case req.Paths != nil:
+			return req, bodyErrorf(`"settle_within" is for a check of one "path", not "paths"`)
+		case req.limit != nil:
+			return req, bodyErrorf(`"settle_within" and "limit" do not combine: an estimate is settled by the policy's limits`)
+		}
+		req.within = w
 	}
 	if len(req.Meta) > 0 {
 		m := bytes.TrimSpace(req.Meta)

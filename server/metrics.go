@@ -37,6 +37,9 @@ type metrics struct {
 	// slots counts units of concurrency limits by API and what became of
 	// them: acquired, released, lost (a renewal found its permit gone).
 	slots *prometheus.CounterVec
+	// settles counts POST /v1/settle by outcome: settled, or refused (an
+	// id settled already, expired or never issued).
+	settles *prometheus.CounterVec
 
 	// per-API children, looked up once
 	httpChecks, grpcChecks, forwardChecks       outcomeCounters
@@ -120,7 +123,12 @@ func newMetrics(ping func(context.Context) error, timeout time.Duration) *metric
 			m.slots.WithLabelValues(api, op)
 		}
 	}
-	m.reg.MustRegister(m.delayed, m.delayRefused, m.slots, m.limitsIgnored)
+	m.settles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_settles_total", Help: "Estimates settled (POST /v1/settle), and settles refused: an id settled already, not settled within its time, or never issued.",
+	}, []string{"outcome"})
+	m.settles.WithLabelValues("settled")
+	m.settles.WithLabelValues("refused")
+	m.reg.MustRegister(m.delayed, m.delayRefused, m.slots, m.limitsIgnored, m.settles)
 	for _, api := range []string{"grpc", "forward_auth"} {
 		m.delayed.WithLabelValues(api)
 		m.delayRefused.WithLabelValues(api)

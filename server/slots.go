@@ -66,7 +66,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 		}
 		path, permit, err := parseSlotRequest(body)
 		if err != nil {
-			s.badSlotRequest(w, err)
+			s.badRequest(w, err)
 			return
 		}
 		b := new(batch)
@@ -75,7 +75,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 			return
 		}
 		if !hasSlotLevel(&b.d) {
-			s.badSlotRequest(w, errors.New("the path has no concurrency limit: nothing holds slots there"))
+			s.badRequest(w, errors.New("the path has no concurrency limit: nothing holds slots there"))
 			return
 		}
 		s.countSlots("http", op, &b.d)
@@ -120,9 +120,9 @@ func hasSlotLevel(d *policy.Decision) bool {
 	return false
 }
 
-// badSlotRequest answers 400 for a slot request that is the caller's
+// badRequest answers 400 for a request that is the caller's
 // fault, and counts it.
-func (s *Server) badSlotRequest(w http.ResponseWriter, err error) {
+func (s *Server) badRequest(w http.ResponseWriter, err error) {
 	s.m.badRequests.WithLabelValues("http").Inc()
 	writeProblem(w, http.StatusBadRequest, err.Error())
 }
@@ -131,7 +131,7 @@ func (s *Server) badSlotRequest(w http.ResponseWriter, err error) {
 // request was bad, else 503 with Retry-After (the store failed).
 func (s *Server) slotFailed(w http.ResponseWriter, err error) {
 	if isBadRequest(err) {
-		s.badSlotRequest(w, err)
+		s.badRequest(w, err)
 		return
 	}
 	s.storeFailed("http", err)
@@ -177,7 +177,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		err = bodyErrorf(`an acquire takes one "path", and no "paths" or "limit"`)
 	}
 	if err != nil {
-		s.badSlotRequest(w, err)
+		s.badRequest(w, err)
 		return
 	}
 	cost := int64(1)
@@ -185,7 +185,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		cost = *req.Cost
 	}
 	if !s.mayHoldSlots(req.Path) {
-		s.badSlotRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
+		s.badRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
 	b := new(batch)
@@ -194,7 +194,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !hasSlotLevel(&b.d) { // the policy was reloaded between
-		s.badSlotRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
+		s.badRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
 	s.countLevels(b.d.Levels)

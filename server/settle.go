@@ -1,0 +1,61 @@
+package server
+
+import (
+	"net/http"
+	"time"
+)
+
+// settleRequest is the body of POST /v1/settle.
+type settleRequest struct {
+	SettleID string `json:"settle_id"`
+	Cost     *int64 `json:"cost"`
+}
+
+// settleAnswer is the answer of POST /v1/settle.
+type settleAnswer struct {
+	// Settled is false when the id was settled already, was not settled
+	// within its time (it stays counted at its estimate) or was never
+	// issued: nothing changed.
+	Settled bool `json:"settled"`
+}
+
+// handleSettle serves POST /v1/settle: the estimate of a check made with
+// "settle_within" is settled at its real cost (policy.Checker.Settle),
+// once. It is part of the check API, with no admin token: only the holder
+// of an id, which is unguessable, can settle it. 200 with "settled"; 400
+// for a malformed body or id; 503 when the store failed.
+func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	body, ok := s.readBodyOrRefuse(w, r, nil)
+	if !ok {
+		return
+	}
+	var req settleRequest
+	if err := decodeBody(body, &req); err != nil {
+		s.badRequest(w, err)
+		return
+	}
+	if req.SettleID == "" || req.Cost == nil {
+		s.badRequest(w, bodyErrorf(`want {"settle_id": the id a check with "settle_within" answered, "cost": the real cost}`))
+		return
+	}
+	ctx, cancel := s.storeCtx(r.Context())
+	defer cancel()
+	settled, err := s.checker.Settle(ctx, time.Time{}, req.SettleID, *req.Cost)
+	switch {
+	case isBadRequest(err):
+		s.badRequest(w, err)
+		return
+	case err != nil:
+		s.storeFailed("http", err)
+		writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+		return
+	}
+	outcome := "refused"
+	if settled {
+		outcome = "settled"
+	}
+	s.m.settles.WithLabelValues(outcome).Inc()
+	writeJSON(w, http.StatusOK, settleAnswer{Settled: settled})
+}
