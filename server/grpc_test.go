@@ -39,7 +39,6 @@ func (f fixedTime) DecideAll(ctx context.Context, reqs []store.Request, res []al
 	return f.Store.DecideAll(ctx, reqs, res)
 }
 
-
 // Adjust changes a key at the fixed time (the memory store adjusts).
 func (f fixedTime) Adjust(ctx context.Context, req store.Request, op algo.Adjust) error {
 	req.Time = f.t
