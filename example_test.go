@@ -191,3 +191,30 @@ func ExampleLimiter_Penalize() {
 	// blocked
 	// welcome
 }
+
+// ExampleLimiter_Estimate keeps a budget of LLM tokens when the cost of a
+// call is known only when its response ends: estimate max_tokens before
+// the call, admitted only if it fits, and settle the real cost after, so
+// that concurrent calls never spend more than the budget.
+func ExampleLimiter_Estimate() {
+	st := memory.New()
+	defer st.Close()
+	lim, err := sluice.NewLimiter(st, algo.FixedWindow{Count: 10_000, Window: time.Hour})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	e, err := lim.Estimate(ctx, "tenant:acme", 4000) // max_tokens
+	if err != nil || !e.OK() {
+		return // over budget: e.Result().RetryAfter says when to try again
+	}
+	fmt.Println(e.Result().Remaining)
+	// ... the call, whose response used 1,250 tokens ...
+	e.Settle(ctx, 1250)
+	e.Settle(ctx, 1250) // once only
+	r, _ := lim.DecideN(ctx, "tenant:acme", time.Time{}, 0)
+	fmt.Println(r.Remaining)
+	// Output:
+	// 6000
+	// 8750
+}
