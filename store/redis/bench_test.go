@@ -137,3 +137,41 @@ func BenchmarkBlockedCheck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSettle: a settle (settle.lua: take the ticket, give back on one
+// fixed window, tell the over-limit caches) against a check (decide.lua)
+// of the same key, one at a time: each is one round trip. The tickets are
+// issued before the timer starts.
+func BenchmarkSettle(b *testing.B) {
+	srv := redistest.Start(b)
+	st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	req := store.Request{Key: "budget:acme", Plan: algo.MustCompile(algo.FixedWindow{Count: algo.MaxCount, Window: time.Hour}), Cost: 1}
+	b.Run("check", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := st.Decide(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("settle", func(b *testing.B) {
+		tickets := make([]store.Request, b.N)
+		for i := range tickets {
+			tickets[i] = store.Request{Key: "budget:acme#" + strconv.Itoa(i)}
+			if err := st.Issue(ctx, tickets[i], time.Hour); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reqs := []store.Request{req}
+		b.ResetTimer()
+		for i := range b.N {
+			if ok, err := st.Settle(ctx, tickets[i], reqs, algo.Reward); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+}
