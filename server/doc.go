@@ -25,11 +25,20 @@
 // the store get 400 with an application/problem+json body (RFC 9457) whose
 // detail says what is wrong.
 //
-// # Queues
-//
 // POST /v1/check takes "path", or "paths" (at most maxPaths): several
 // paths decided together, all or nothing, as a gRPC request's descriptors
 // are; a forward-auth route's paths do the same.
+//
+// # Estimates
+//
+// A check with "settle_within" (1ms to 24h) makes its cost an estimate
+// (policy.Checker.Estimate): admitted only if it fits, never recorded when
+// denied, and answered with a "settle_id". POST /v1/settle {"settle_id",
+// "cost"} settles it at its real cost once (policy.Checker.Settle), with no
+// admin token: 200 {"settled": true}, or false for an id settled, expired
+// or never issued; 400 for a malformed body; 503 when the store failed.
+//
+// # Queues
 //
 // POST /v1/queues/{name} admits an entry to an admission queue (package
 // queue) named under queues: in the config, each with its capacity. The
@@ -143,7 +152,9 @@
 // never beyond an empty state. A node with debt: true records a charge in
 // full even past its limit (algo.Debt), which is how a cost known only when
 // the stream ends (apply_on_stream_done with a hits_addend from response
-// metadata) is metered without loss. Every limit of every descriptor is decided
+// metadata) is metered without loss. A descriptor given back and the same
+// descriptor charged in one request are a settle: one change of their
+// difference (see negativeHits). Every limit of every descriptor is decided
 // in one all-or-nothing DecideAll: a request that is over limit on one
 // descriptor consumes nothing on the others (Envoy's service counts each
 // descriptor on its own), and overall_code is OVER_LIMIT when any enforced

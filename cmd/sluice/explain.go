@@ -111,6 +111,9 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 					fmt.Fprintf(w, "block at %s: a key that goes over is denied for %v; each further block within %v of the last one's end is %gx longer, up to %v\n", h.Pattern, bl.For, bl.ForgetAfter, bl.Growth, bl.Max)
 					l = b.Limit
 				}
+				if _, ok := l.(algo.Debt); ok {
+					fmt.Fprintf(w, "debt at %s: a charge past the limit is recorded in full (and answered 429), so the checks after it are denied until the window's end or the refill has paid it back\n", h.Pattern)
+				}
 				if c, ok := l.(algo.Concurrency); ok {
 					fmt.Fprintf(w, "slots at %s: at most %d held at once; a check holds its slots under a permit until POST /v1/release (or Envoy's is_negative_hits), and a holder that stops renewing loses them %v after its last renewal\n", h.Pattern, c.Count, c.HoldFor)
 				}

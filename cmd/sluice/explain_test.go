@@ -302,3 +302,18 @@ func TestBlocksExplainedValidatedReplayed(t *testing.T) {
 
 	replayTrace(t, "gcra/block")
 }
+
+// TestDebtExplainedReplayed: explain says what a debt does; replay takes
+// debt in a limit's JSON spec and plays the conformance trace of a fixed
+// window with debt (denied charges recorded) on both stores.
+func TestDebtExplainedReplayed(t *testing.T) {
+	pol := t.TempDir() + "/debt.yaml"
+	writeTestFile(t, pol, "schema:\n  llm:\n    children:\n      \"*\": {debt: true, limits: {algorithm: fixed_window, limit: 100000, window: 1h}}\n")
+	status, out, errOut := runSluice(t, "explain", pol, "llm", "acme")
+	if status != 0 || !strings.Contains(out, "debt at llm/*: a charge past the limit is recorded in full") {
+		t.Fatalf("explain: %d\n%s%s", status, out, errOut)
+	}
+	if spec := replayTrace(t, "fixed_window/debt"); !strings.Contains(spec, `"debt":true`) {
+		t.Fatalf("the replayed spec %s has no debt", spec)
+	}
+}
