@@ -19,7 +19,7 @@ func (l *Limiter) adjuster() (store.Adjuster, error) {
 
 // Penalize consumes n more units of key's limit outside a request, past
 // the limit if need be (algo.Penalize): a failed login that costs more.
-// For gcra, token_bucket, fixed_window and window_counter (others: an error wrapping
+// For every algorithm but gate and concurrency (those: an error wrapping
 // algo.ErrNotAdjustable); n is 1 to algo.MaxCount.
 func (l *Limiter) Penalize(ctx context.Context, key string, n int64) error {
 	a, err := l.adjuster()

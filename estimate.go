@@ -24,8 +24,7 @@ type Estimate struct {
 // store's clock but that a limit with debt (algo.Debt) records nothing
 // when it denies it, and returns the Estimate: OK when admitted. Settling
 // needs a store that changes keys outside a request (store.Adjuster) and a
-// limit that counts both ways (gcra, token_bucket, fixed_window,
-// window_counter).
+// limit that counts both ways (any but a gate and concurrency slots).
 func (l *Limiter) Estimate(ctx context.Context, key string, n int64) (*Estimate, error) {
 	p := l.plan
 	if d, ok := p.Limit().(algo.Debt); ok {

@@ -16,13 +16,15 @@ const (
 	// or token bucket key waits n·T longer (its TAT moves on by n·T, at
 	// most MaxHorizon ahead), a fixed window's count grows by n (at most
 	// MaxCount), a window counter's current slice by n (no window above
-	// MaxCount), so the key is denied longer than a request could make
-	// it.
+	// MaxCount), a sliding log records n actions at its clock (no window
+	// above MaxExactLimit, or MaxCount sampled), so the key is denied
+	// longer than a request could make it.
 	Penalize Adjust = iota + 1
 	// Reward gives back n units, never more than the key has consumed:
 	// remaining never rises above the limit (the TAT moves back by n·T,
 	// not before now; a window's count falls by n, not below 0; a window
-	// counter's slices lose n, the newest first, none below 0).
+	// counter's slices lose n, the newest first, none below 0; a sliding
+	// log loses its n newest actions, or its newest buckets n).
 	Reward
 )
 
@@ -39,7 +41,7 @@ func (a Adjust) String() string {
 
 // ErrNotAdjustable is wrapped by the error of a penalty or reward on a
 // limit that has no count to move both ways.
-var ErrNotAdjustable = errors.New("penalty and reward are for gcra, token_bucket, fixed_window and window_counter: a sliding log keeps when each action happened, which a penalty would have to invent; a gate holds one action; concurrency slots are released")
+var ErrNotAdjustable = errors.New("penalty and reward are for gcra, token_bucket, fixed_window, sliding_log and window_counter: a gate holds one action; concurrency slots are released")
 
 // Adjust applies a penalty or a reward of n units (1 to MaxCount) to s at
 // now; see Penalize and Reward. The error wraps ErrInvalid for a bad n or
@@ -83,6 +85,13 @@ func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
 			p.wc.reward(s, n)
 		}
 		return nil
+	case KindSlidingLog:
+		if op == Penalize {
+			p.sl.penalize(s, now, n)
+		} else {
+			p.sl.reward(s, n)
+		}
+		return nil
 	}
 	panic("algo: Adjust on a plan ValidateAdjust refuses")
 }
@@ -96,7 +105,7 @@ func (p *Plan) ValidateAdjust(op Adjust, n int64) error {
 		return fmt.Errorf("%w: %v of %d units: want 1 to %d", ErrInvalid, op, n, MaxCount)
 	case op != Penalize && op != Reward:
 		return fmt.Errorf("%w: %v", ErrInvalid, op)
-	case p.kind != KindGCRA && p.kind != KindTokenBucket && p.kind != KindFixedWindow && p.kind != KindWindowCounter:
+	case p.kind == KindGate || p.kind == KindConcurrency:
 		return fmt.Errorf("%w: %w: %v", ErrUnsupported, ErrNotAdjustable, p.kind)
 	}
 	return nil

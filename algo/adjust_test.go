@@ -49,7 +49,7 @@ func TestAdjust(t *testing.T) {
 		t.Fatalf("window after a big reward: %+v", r)
 	}
 
-	for _, l := range []Limit{Gate{Interval: time.Second}, SlidingLog{Limits: []Window{{Count: 1, Window: time.Second}}}, Concurrency{Count: 1, HoldFor: time.Second}} {
+	for _, l := range []Limit{Gate{Interval: time.Second}, Concurrency{Count: 1, HoldFor: time.Second}} {
 		p, _ := Compile(l)
 		if err := p.Adjust(&State{}, t0, Penalize, 1); !errors.Is(err, ErrNotAdjustable) {
 			t.Errorf("%v: %v", p.Kind(), err)

@@ -16,8 +16,11 @@ import (
 // moved past the limit by cost·T (at most MaxHorizon ahead of now); for
 // fixed_window, a count above the limit (at most MaxCount); for
 // window_counter, a slice's count that lifts its windows above their
-// limits (no window above MaxCount). A gate, a sliding log and
-// concurrency slots take no debt (ErrNoDebt). A decision of cost 0 (a
+// limits (no window above MaxCount); for a binary sliding_log, cost
+// actions recorded at its clock (no window above MaxExactLimit, or
+// MaxCount sampled). A gate, concurrency slots, and a nary or uniform
+// log (which admits part of a cost, or records attempts itself) take no
+// debt (ErrNoDebt). A decision of cost 0 (a
 // peek) records nothing and is denied while a debt remains.
 //
 // In a decision over several levels (a policy path), a level with debt
@@ -29,7 +32,7 @@ type Debt struct {
 
 // ErrNoDebt is wrapped by the error of a debt on a kind that cannot
 // record an excess.
-var ErrNoDebt = errors.New("debt is for gcra, token_bucket, fixed_window and window_counter")
+var ErrNoDebt = errors.New("debt is for gcra, token_bucket, fixed_window, window_counter and a binary sliding_log")
 
 // Kind implements Limit: the kind of the limit it records debt for.
 func (d Debt) Kind() Kind { return d.Limit.Kind() }
@@ -78,11 +81,15 @@ func (p *Plan) compileDebt(d Debt) error {
 	if err := p.compile(d.Limit); err != nil {
 		return err
 	}
-	switch p.kind {
-	case KindGCRA, KindTokenBucket, KindFixedWindow, KindWindowCounter:
+	switch {
+	case p.kind == KindGCRA || p.kind == KindTokenBucket || p.kind == KindFixedWindow || p.kind == KindWindowCounter:
+	case p.kind == KindSlidingLog && p.sl.Mode == Binary:
 	default:
-		k := p.kind
+		k, mode := p.kind, p.sl.Mode
 		*p = Plan{}
+		if k == KindSlidingLog {
+			return fmt.Errorf("%w: %w, not a %v one", ErrInvalid, ErrNoDebt, mode)
+		}
 		return fmt.Errorf("%w: %w, not %v", ErrInvalid, ErrNoDebt, k)
 	}
 	// Decide records the debt: not stepwise.

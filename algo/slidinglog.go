@@ -126,8 +126,9 @@ const (
 //     max_i L_i of one attempt: more could never be admitted and would
 //     change nothing but how negative Remaining gets).
 //
-// Allowed is Admitted == n (a peek, n = 0, is allowed and records
-// nothing); Limit is min_i L_i; Remaining is min_i (L_i - c'_i) with c'_i
+// Allowed is Admitted == n (a peek, n = 0, records nothing, and is
+// allowed unless a count is above its limit: a debt, a uniform log's
+// attempts); Limit is min_i L_i; Remaining is min_i (L_i - c'_i) with c'_i
 // the counts after the decision, floored at 0 except in Uniform.
 //
 // RetryAfter ("wait") is 0 when allowed, Never when n > L_i for some i,
@@ -415,9 +416,9 @@ func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome 
 		o.Reset = last + wmax
 	}
 	o.Remaining = remaining(l.Limits, &c)
-	if admitted != cost {
+	if admitted != cost || l.over(&c) {
 		var gapAt int64
-		if gap > 0 && hasLast {
+		if gap > 0 && hasLast && cost > 0 { // a peek keeps no gap
 			gapAt = last + gap
 		}
 		// The j-th newest action of the log after the decision: the log
@@ -486,29 +487,7 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 	r := b + 1
 	k := int64(len(l.Limits))
 	valid := int64(len(s.Log)) == k*r+k
-	e := now
-	if valid {
-		e = max(now, s.A)
-	}
-	// Counts at e: limit i's buckets in [cur_i-B, a_i] (a_i ≤ cur_i): its
-	// running sum over the ring (a_i-B-1, a_i], less the buckets that
-	// leave when the ring moves to cur_i, which sit in the slots of
-	// (a_i, cur_i].
-	var c [maxWindows]int64
-	if valid {
-		for i := range l.Limits {
-			w := l.BucketWidth(i)
-			cur, a := e/w, s.A/w
-			if cur-a >= r {
-				continue
-			}
-			ring := s.Log[int64(i)*r : int64(i+1)*r]
-			c[i] = s.Log[k*r+int64(i)]
-			for kb := a + 1; kb <= cur; kb++ {
-				c[i] -= ring[kb%r]
-			}
-		}
-	}
+	e, c := l.sampledCounts(s, now)
 	gap := Micros(l.MinGap)
 	gapOK := !valid || gap == 0 || e-s.A >= gap
 	admitted, record := l.admit(&c, cost, gapOK)
@@ -525,9 +504,9 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 		o.Reset = l.RecordedReset(clock, clock, true)
 	}
 	o.Remaining = remaining(l.Limits, &c)
-	if admitted != cost {
+	if admitted != cost || l.over(&c) {
 		var gapAt int64
-		if gap > 0 && hasClock {
+		if gap > 0 && hasClock && cost > 0 { // a peek keeps no gap
 			gapAt = clock + gap
 		}
 		// Walk limit i's buckets from the newest after the decision down
@@ -555,29 +534,160 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 		})
 	}
 	if commit && record > 0 {
-		if !valid {
-			s.Log = grow(s.Log[:0], int(k*r+k))
-			clear(s.Log)
-		}
-		for i := range l.Limits {
-			w := l.BucketWidth(i)
-			cur := e / w
-			ring := s.Log[int64(i)*r : int64(i+1)*r]
-			if a := s.A / w; valid && cur > a {
-				if cur-a >= r {
-					clear(ring)
-				} else {
-					for kb := a + 1; kb <= cur; kb++ {
-						ring[kb%r] = 0
-					}
-				}
-			}
-			ring[cur%r] += record
-			s.Log[k*r+int64(i)] = c[i] // the counts after the decision
-		}
-		s.A, s.Expire = e, o.Reset
+		l.recordSampled(s, e, record, &c)
+		s.Expire = o.Reset
 	}
 	return o
+}
+
+// sampledCounts returns a sampled log's clock for a decision at now
+// (e = max(now, A)) and each limit's count at e: limit i's buckets in
+// [cur_i-B, a_i] (a_i ≤ cur_i), its running sum over the ring
+// (a_i-B-1, a_i] less the buckets that leave when the ring moves to
+// cur_i, which sit in the slots of (a_i, cur_i].
+func (l SlidingLog) sampledCounts(s *State, now int64) (e int64, c [maxWindows]int64) {
+	r := l.Buckets + 1
+	k := int64(len(l.Limits))
+	if int64(len(s.Log)) != k*r+k {
+		return now, c
+	}
+	e = max(now, s.A)
+	for i := range l.Limits {
+		w := l.BucketWidth(i)
+		cur, a := e/w, s.A/w
+		if cur-a >= r {
+			continue
+		}
+		ring := s.Log[int64(i)*r : int64(i+1)*r]
+		c[i] = s.Log[k*r+int64(i)]
+		for kb := a + 1; kb <= cur; kb++ {
+			c[i] -= ring[kb%r]
+		}
+	}
+	return e, c
+}
+
+// recordSampled records n actions at the clock e in a sampled log whose
+// counts after them are c, moving each limit's ring on to e's bucket; the
+// caller sets Expire.
+func (l SlidingLog) recordSampled(s *State, e, n int64, c *[maxWindows]int64) {
+	r := l.Buckets + 1
+	k := int64(len(l.Limits))
+	valid := int64(len(s.Log)) == k*r+k
+	if !valid {
+		s.Log = grow(s.Log[:0], int(k*r+k))
+		clear(s.Log)
+	}
+	for i := range l.Limits {
+		w := l.BucketWidth(i)
+		cur := e / w
+		ring := s.Log[int64(i)*r : int64(i+1)*r]
+		if a := s.A / w; valid && cur > a {
+			if cur-a >= r {
+				clear(ring)
+			} else {
+				for kb := a + 1; kb <= cur; kb++ {
+					ring[kb%r] = 0
+				}
+			}
+		}
+		ring[cur%r] += n
+		s.Log[k*r+int64(i)] = c[i]
+	}
+	s.A = e
+}
+
+// penalize records n actions at now, past the limits if need be (a debt,
+// a penalty): at the log's clock, never before its newest action, with no
+// window counting more than MaxExactLimit (exact) or MaxCount (sampled).
+func (l SlidingLog) penalize(s *State, now, n int64) {
+	most := MaxCount
+	var e int64
+	var c [maxWindows]int64
+	if l.Buckets > 0 {
+		e, c = l.sampledCounts(s, now)
+	} else {
+		most = MaxExactLimit
+		live := l.live(s)
+		e = now
+		if len(live) > 0 {
+			e = max(now, live[len(live)-1])
+		}
+		for i, w := range l.Limits {
+			c[i] = int64(len(live) - firstAfter(live, e-Micros(w.Window)))
+		}
+	}
+	for i := range l.Limits {
+		n = min(n, most-c[i])
+	}
+	if n <= 0 {
+		return
+	}
+	if l.Buckets == 0 {
+		l.recordExact(s, e, n, l.maxWindow())
+		return
+	}
+	k := int64(len(l.Limits))
+	valid := int64(len(s.Log)) == k*(l.Buckets+1)+k
+	for i := range l.Limits {
+		c[i] += n
+	}
+	prev := s.A
+	l.recordSampled(s, e, n, &c)
+	s.Expire = l.RecordedReset(now, prev, valid)
+}
+
+// reward removes n recorded actions, the newest first, never below an
+// empty log: entries of an exact log; from each limit's buckets, newest
+// first, in a sampled one (whose clock stays).
+func (l SlidingLog) reward(s *State, n int64) {
+	if l.Buckets == 0 {
+		live := l.live(s)
+		k := min(n, int64(len(live)))
+		s.Log = s.Log[:int64(len(s.Log))-k]
+		if live = l.live(s); len(live) == 0 {
+			*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
+			return
+		}
+		s.Expire = live[len(live)-1] + l.maxWindow()
+		return
+	}
+	r := l.Buckets + 1
+	k := int64(len(l.Limits))
+	if int64(len(s.Log)) != k*r+k {
+		return
+	}
+	for i := range l.Limits {
+		w := l.BucketWidth(i)
+		a := s.A / w
+		ring := s.Log[int64(i)*r : int64(i+1)*r]
+		left := n
+		for kb := a; kb > a-r && left > 0; kb-- {
+			take := min(ring[kb%r], left)
+			ring[kb%r] -= take
+			s.Log[k*r+int64(i)] -= take
+			left -= take
+		}
+	}
+}
+
+// over reports whether a count is above its limit (a debt, a uniform
+// log's attempts, a limit lowered): then a peek is denied, and waits.
+func (l SlidingLog) over(c *[maxWindows]int64) bool {
+	for i, w := range l.Limits {
+		if c[i] > w.Count {
+			return true
+		}
+	}
+	return false
+}
+
+// live returns an exact log's entries that are not dropped.
+func (l SlidingLog) live(s *State) []int64 {
+	if s.B >= 0 && s.B <= int64(len(s.Log)) {
+		return s.Log[s.B:]
+	}
+	return s.Log
 }
 
 var slidingLogKind = kindInfo{

@@ -43,8 +43,8 @@ type Spec struct {
 	Slice time.Duration `json:"slice,omitempty" yaml:"slice,omitempty"` // 0: 1s
 	// any algorithm: block the keys that go over (Blocking)
 	Block *Block `json:"block,omitempty" yaml:"block,omitempty"`
-	// gcra, token_bucket, fixed_window and window_counter: record a
-	// denied charge in full (Debt)
+	// gcra, token_bucket, fixed_window, window_counter and a binary
+	// sliding_log: record a denied charge in full (Debt)
 	Debt bool `json:"debt,omitempty" yaml:"debt,omitempty"`
 }
 

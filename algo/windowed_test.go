@@ -97,7 +97,11 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 		last, hasLast = e, true
 	}
 	c = counts()
-	r := Result{Allowed: admitted == cost, Admitted: admitted, Quota: l.minLimit()}
+	over := false // a peek is denied while a count is above its limit
+	for i, w := range l.Limits {
+		over = over || c[i] > w.Count
+	}
+	r := Result{Allowed: admitted == cost && !(cost == 0 && over), Admitted: admitted, Quota: l.minLimit()}
 	r.Remaining = l.Limits[0].Count - c[0]
 	for i, w := range l.Limits {
 		r.Remaining = min(r.Remaining, w.Count-c[i])
@@ -165,7 +169,7 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 				wait, by = t, i+1
 			}
 		}
-		if l.MinGap > 0 && hasLast && last+Micros(l.MinGap) > wait {
+		if l.MinGap > 0 && hasLast && cost > 0 && last+Micros(l.MinGap) > wait { // a peek keeps no gap
 			wait, by = last+Micros(l.MinGap), DeniedByGap
 		}
 		r.RetryAfter, r.DeniedBy = dur(wait-now), by

@@ -560,6 +560,19 @@ var Traces = []Trace{
 		},
 	},
 	{
+		// Debt: an exact log of 5 in 3s; a denied charge of 4 is recorded
+		// as 4 entries, and the peeks wait for the 6th newest to leave.
+		Name:  "sliding_log/debt",
+		Limit: algo.Debt{Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 5, Window: 3 * s}}}},
+		Steps: []Step{
+			{At: 0, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 5, Remaining: 2, ResetAfter: 3 * s}},
+			{At: 0, Cost: 4, Want: algo.Result{Quota: 5, Remaining: 2, RetryAfter: 3 * s, ResetAfter: 3 * s, DeniedBy: 1}}, // 7 entries
+			{At: 0, Cost: 0, Want: algo.Result{Quota: 5, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 3 * s, DeniedBy: 1}},
+			{At: 1 * s, Cost: 0, Want: algo.Result{Quota: 5, Remaining: 0, RetryAfter: 2 * s, ResetAfter: 2 * s, DeniedBy: 1}},
+			{At: 3 * s, Cost: 5, Want: algo.Result{Allowed: true, Admitted: 5, Quota: 5, Remaining: 0, ResetAfter: 3 * s}},
+		},
+	},
+	{
 		// The most slots, the largest permit id, the longest hold.
 		Name:  "concurrency/edge",
 		Limit: algo.Concurrency{Count: algo.MaxSlots, HoldFor: algo.MaxHoldFor},

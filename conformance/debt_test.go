@@ -14,13 +14,19 @@ import (
 )
 
 // randomDebt returns a limit with debt of each kind that takes one in
-// turn (gcra, token_bucket, fixed_window, window_counter), small enough
-// that charges go past it often.
+// turn (gcra, token_bucket, fixed_window, window_counter, a binary
+// sliding log, exact or sampled), small enough that charges go past it
+// often.
 func randomDebt(r *rand.Rand, i int) algo.Limit {
-	if i%4 == 3 {
+	switch i % 5 {
+	case 3:
 		return algo.Debt{Limit: randomWindowed(r, 1)} // a window counter
+	case 4:
+		l := randomWindowed(r, 0).(algo.SlidingLog)
+		l.Mode = algo.Binary
+		return algo.Debt{Limit: l}
 	}
-	return algo.Debt{Limit: randomLimit(r, i%4)}
+	return algo.Debt{Limit: randomLimit(r, i%5)}
 }
 
 // TestDebtStoresAgree plays random traces of charges (some above the
@@ -32,7 +38,7 @@ func TestDebtStoresAgree(t *testing.T) {
 	r := randomSource(t, 41)
 	ctx := context.Background()
 	denied := 0
-	for trace := range 40 {
+	for trace := range 50 {
 		n := 1 + r.IntN(3)
 		reqs := make([]store.Request, n)
 		for i := range reqs {
@@ -128,6 +134,17 @@ func TestRefundTraces(t *testing.T) {
 		{"fixed_window/debt", algo.Debt{Limit: algo.FixedWindow{Count: 3, Window: 10 * s}}, []op{
 			// The largest debt is MaxCount: MaxCount - 3 back leaves 3.
 			{0, false, algo.MaxCount, 3}, {0, true, algo.MaxCount - 3, 0}, {0, false, 0, 0}, {0, true, 1, 0}, {0, false, 1, 0},
+		}},
+		{"sliding_log", algo.SlidingLog{Limits: []algo.Window{{Count: 5, Window: 3 * s}}}, []op{
+			// 3 at 0, 2 at 1s; 3 back: the 2 newest, then 1 of the 3; the
+			// other 2 leave the window at 3s.
+			{0, false, 3, 2}, {s, false, 2, 0}, {s, true, 3, 0}, {s, false, 0, 3}, {3 * s, false, 0, 5}, {3 * s, true, 9, 0}, {3 * s, false, 5, 0},
+		}},
+		{"sliding_log/sampled", algo.SlidingLog{Buckets: 3, Limits: []algo.Window{{Count: 5, Window: 3 * s}}}, []op{
+			// buckets of 1s, 4 counted: 3 in T0's, 2 in the next; 3 back: the
+			// 2, then 1 of the 3, which leave when T0's bucket does, 4
+			// buckets on.
+			{0, false, 3, 2}, {s, false, 2, 0}, {s, true, 3, 0}, {s, false, 0, 3}, {3665413 * us, false, 0, 5}, {3665413 * us, true, 9, 0}, {3665413 * us, false, 5, 0},
 		}},
 		{"window_counter", algo.WindowCounter{Slice: s, Limits: []algo.Window{{Count: 5, Window: 3 * s}}}, []op{
 			// 3 in T0's slice, 2 in the next; 3 back: the 2, then 1 of the 3.

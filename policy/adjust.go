@@ -31,7 +31,7 @@ var ErrNothingToChange = errors.New("no level of the path can take the change")
 // Change applies c at time t (the zero Time: the store's clock) to the
 // keys of the path's own levels (its caller's; with c.Shared, every level)
 // whose limit can take it: a penalty or a reward where the limit counts
-// both ways (gcra, token_bucket, fixed_window), a block or an unblock
+// both ways (any but a gate and concurrency slots), a block or an unblock
 // where it has a block. It returns the keys changed, in walk order; an
 // error wrapping ErrNothingToChange (and store.ErrBadRequest) when there
 // were none.
@@ -89,16 +89,16 @@ func (ch Change) need() string {
 	case ch.Block > 0:
 		return "a block needs a level with a block (block: {for: ...})"
 	}
-	return fmt.Sprintf("a %v needs a level of gcra, token_bucket or fixed_window", ch.Op)
+	return fmt.Sprintf("a %v needs a level that counts both ways: not a gate or concurrency slots", ch.Op)
 }
 
 // Adjust applies op of each path's cost to every level of q's paths whose
-// limit counts both ways (gcra, token_bucket, fixed_window,
-// window_counter): a reward gives back what the path took (an allowed
-// check given up, Envoy's is_negative_hits), never beyond an empty state;
-// a penalty records the cost past the limit if need be (the excess of a
-// real cost over its estimate). A gate or a sliding log keeps what it
-// recorded, and concurrency slots are released, not given back (Release).
+// limit counts both ways (any but a gate and concurrency slots): a reward
+// gives back what the path took (an allowed check given up, Envoy's
+// is_negative_hits), never beyond an empty state; a penalty records the
+// cost past the limit if need be (the excess of a real cost over its
+// estimate). A gate keeps what it recorded, and concurrency slots are
+// released, not given back (Release).
 // The levels change one by one, not all or nothing. It walks the policy
 // in force, so after a reload it changes by the new one.
 func (c *Checker) Adjust(ctx context.Context, q *Query, op algo.Adjust) error {

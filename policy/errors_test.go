@@ -52,7 +52,7 @@ schema:
     debt: true
     limits:
       - {algorithm: fixed_window, limit: 1000, window: 1h}
-      - {algorithm: sliding_log, limits: [{limit: 5, window: 1s}]}
+      - {algorithm: sliding_log, limits: [{limit: 5, window: 1s}], mode: uniform}
     children:
       "*":
         limits: {algorithm: gate, interval: 1s, debt: true}
@@ -63,8 +63,8 @@ schema:
     debt: true
     children: {x: {unlimited: true}}
 `, []string{
-			`f.yaml:4:5: schema.tokens.debt: limit 1: debt is for gcra, token_bucket, fixed_window and window_counter, not sliding_log`,
-			`f.yaml:10:55: schema.tokens.children.*.limits.debt: debt is for gcra, token_bucket, fixed_window and window_counter, not gate`,
+			`f.yaml:4:5: schema.tokens.debt: limit 1: debt is for gcra, token_bucket, fixed_window, window_counter and a binary sliding_log, not a uniform one`,
+			`f.yaml:10:55: schema.tokens.children.*.limits.debt: debt is for gcra, token_bucket, fixed_window, window_counter and a binary sliding_log, not gate`,
 			`f.yaml:12:5: schema.leased.lease: limit 0 has a debt: a lease admits from units taken ahead, and a charge it denied would never reach the store`,
 			`f.yaml:15:5: schema.bare.debt: debt needs the node's own limits`,
 		}},

@@ -56,8 +56,8 @@ func (c *Checker) Estimate(ctx context.Context, q *Query, d *Decision, within ti
 }
 
 // Settle settles the estimate id at its real cost: every level of its
-// path whose limit counts both ways (gcra, token_bucket, fixed_window,
-// window_counter) gets back what the estimate took beyond cost, or records
+// path whose limit counts both ways (any but a gate and concurrency slots)
+// gets back what the estimate took beyond cost, or records
 // what cost took beyond the estimate (a penalty, past the limit if need
 // be), in one atomic step with taking its ticket. It reports false,
 // changing nothing, for an id settled already, not settled within its

@@ -148,7 +148,7 @@
 // its own hits_addend, where 0 checks without consuming. A descriptor
 // with is_negative_hits gives hits_addend back (policy.Checker.Adjust):
 // concurrency slots are released, and rate limits that count both ways
-// (gcra, token_bucket, fixed_window, window_counter) get the units back,
+// (every kind but gate and concurrency) get the units back,
 // never beyond an empty state. A node with debt: true records a charge in
 // full even past its limit (algo.Debt), which is how a cost known only when
 // the stream ends (apply_on_stream_done with a hits_addend from response

@@ -11,7 +11,7 @@ import (
 
 var _ store.Adjuster = (*Store)(nil)
 
-var adjustScript = embeddedScript("expire.lua", "window_counter.lua", "change.lua", "adjust.lua")
+var adjustScript = embeddedScript("expire.lua", "window_counter.lua", "sliding_log.lua", "change.lua", "adjust.lua")
 
 // Adjust implements store.Adjuster: scripts/change.lua on the key's
 // state, by the rules of algo.Plan.Adjust.
@@ -42,7 +42,10 @@ func adjustArgs(req *store.Request, op algo.Adjust) (string, []string, error) {
 	case algo.KindWindowCounter:
 		letter = "w"
 		args = windowCounterArgs(nil, limitOf[algo.WindowCounter](p), req.Cost)
-	default: // a fixed window: the only other kind Adjust allows
+	case algo.KindSlidingLog:
+		letter = "s"
+		args = slidingLogArgs(nil, limitOf[algo.SlidingLog](p), req.Cost)
+	default: // a fixed window: the last kind Adjust allows
 		letter = "f"
 		fw := limitOf[algo.FixedWindow](p)
 		args = []string{itoa(req.Cost), itoa(algo.Micros(fw.Window)), itoa(algo.MaxCount)}

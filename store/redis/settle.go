@@ -14,7 +14,7 @@ import (
 
 var _ store.Settler = (*Store)(nil)
 
-var settleScript = embeddedScript("expire.lua", "window_counter.lua", "change.lua", "settle.lua")
+var settleScript = embeddedScript("expire.lua", "window_counter.lua", "sliding_log.lua", "change.lua", "settle.lua")
 
 // ticketKey is the Redis key of a ticket: in its tag's slot, and apart from
 // every state key ("%:", which no escaped key holds).

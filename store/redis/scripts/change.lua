@@ -2,20 +2,20 @@
 -- (algo.Plan.Adjust), a block or an unblock (algo.Plan.BlockFor,
 -- Unblock), by the rules algo states. It defines change(key, now, op, a)
 -- for the drivers adjust.lua (one change) and settle.lua (an estimate's
--- changes); the store composes it after expire.lua and window_counter.lua
--- (a penalty on a window counter is the debt of a decision: its check,
--- then its commit with go = 'owe').
+-- changes); the store composes it after expire.lua, window_counter.lua and
+-- sliding_log.lua (a penalty on either is the debt of a decision: its
+-- check, then its commit with go = 'owe').
 --
 -- key      the key's state (tat.lua's, fixed_window.lua's or
 --          window_counter.lua's layout) for a penalty or a reward, its
 --          block key (block.lua's) for a block or an unblock
 -- op       "tp" / "tr" a penalty / reward on a TAT, "fp" / "fr" on a fixed
---          window, "wp" / "wr" on a window counter, "b" a block, "u" an
---          unblock
+--          window, "wp" / "wr" on a window counter, "sp" / "sr" on a
+--          sliding log, "b" a block, "u" an unblock
 -- ARGV[a..] TAT: n, T in µs, the horizon in µs; window: n, the window in
---          µs, the largest count; window counter: n, then what
---          window_counter.lua takes after its cost; block: its length in
---          µs, forget_after in µs
+--          µs, the largest count; window counter, sliding log: n, then
+--          what window_counter.lua or sliding_log.lua takes after its
+--          cost; block: its length in µs, forget_after in µs
 local function change(key, now, op, a)
   if op == 'tp' or op == 'tr' then
     local n, step = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
@@ -77,6 +77,35 @@ local function change(key, now, op, a)
         left = left + c - take
       end
       if left == 0 then redis.call('DEL', key) end
+    end
+  elseif op == 'sp' then
+    local sl, reply = s_kind(), {}
+    local _, v = sl.check(key, now, a, reply, 1)
+    sl.commit(key, now, a, 'owe', v, reply, 1)
+  elseif op == 'sr' then
+    -- The newest actions first, none below an empty log: entries of an
+    -- exact log; each limit's buckets, newest first, in a sampled one.
+    local n, b, k = tonumber(ARGV[a]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+    if b == 0 then
+      local z = redis.call('ZCARD', key)
+      if z > 0 then redis.call('ZREMRANGEBYRANK', key, -math.min(n, z), -1) end
+    else
+      local t = tonumber(redis.call('HGET', key, 't'))
+      local r = b + 1
+      for i = 0, k - 1 do
+        if not t then break end
+        local ai, left = math.floor(t / tonumber(ARGV[a + 7 + 3 * i])), n
+        for kb = ai, ai - b, -1 do
+          if left <= 0 then break end
+          local f = i * r + kb % r
+          local take = math.min(tonumber(redis.call('HGET', key, f)) or 0, left)
+          if take > 0 then
+            redis.call('HINCRBY', key, f, -take)
+            redis.call('HINCRBY', key, -(i + 1), -take)
+            left = left - take
+          end
+        end
+      end
     end
   elseif op == 'b' then
     local v = redis.call('GET', key)

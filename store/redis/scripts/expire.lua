@@ -9,8 +9,9 @@
 -- is the call's time but in batch.lua, which sets grace for each decision.
 local grace = ARGV[1] == '' and 0 or 60000
 -- The bounds of a debt (algo.Debt): a TAT at most horizon µs ahead of now
--- (algo.MaxHorizon), a count at most maxcount (algo.MaxCount).
-local horizon, maxcount = 3153600000000000, 9007199254740991
+-- (algo.MaxHorizon), a count at most maxcount (algo.MaxCount), an exact
+-- log's window at most maxexact entries (algo.MaxExactLimit).
+local horizon, maxcount, maxexact = 3153600000000000, 9007199254740991, 1000000
 local function ttl(us)
   return math.ceil(us / 1000) + grace
 end

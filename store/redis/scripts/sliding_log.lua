@@ -53,8 +53,9 @@ local function s_kind()
 
   -- s_record returns how many actions the commit records: binary what the
   -- batch passed (go), nary what it admitted, uniform every attempt, at most
-  -- the largest limit.
+  -- the largest limit; a debt (go = 'owe') the whole cost.
   local function s_record(a, go, adm, n, mode, k)
+    if go == 'owe' then return n end -- a debt (binary logs only)
     if mode == 'n' then return adm end
     if mode ~= 'u' then return go and adm or 0 end
     local lmax = 0
@@ -105,6 +106,22 @@ local function s_kind()
     reply[p + 3], reply[p + 5] = wait, by
   end
 
+  -- s_over reports whether a count in the reply is above its limit (a
+  -- debt, a uniform log's attempts): then a peek is denied, and waits.
+  local function s_over(a, reply, p, k)
+    for i = 0, k - 1 do
+      if reply[p + 6 + i] > tonumber(ARGV[a + 5 + 3 * i]) then return true end
+    end
+    return false
+  end
+
+  -- s_owe caps a debt of n so that no window counts more than most, given
+  -- the counts before it in the reply.
+  local function s_owe(reply, p, n, k, most)
+    for i = 0, k - 1 do n = math.min(n, most - reply[p + 6 + i]) end
+    return math.max(n, 0)
+  end
+
   local function s_window_max(a, k)
     local wmax = 0
     for i = 0, k - 1 do
@@ -135,7 +152,7 @@ local function s_kind()
     reply[p + 2] = adm
     if last then
       reply[p + 4] = last + s_window_max(a, k)
-      return adm == n, tonumber(top[1], 16)
+      return adm == n and not s_over(a, reply, p, k), tonumber(top[1], 16)
     end
     return adm == n, 0
   end
@@ -146,6 +163,15 @@ local function s_kind()
     local wmax = s_window_max(a, k)
     local last
     if reply[p + 4] > 0 then last = reply[p + 4] - wmax end
+    -- A debt is answered as the denial it was checked to be (its wait, on
+    -- the log before it), and then recorded.
+    local owe = go == 'owe'
+    if owe then
+      local gapat = 0
+      if gap > 0 and last and n > 0 then gapat = last + gap end
+      s_wait(a, reply, p, n, k, gapat, se_leave, key)
+      rec = s_owe(reply, p, rec, k, maxexact)
+    end
     if rec > 0 then
       local e = now
       if last and last > now then e = last end
@@ -173,14 +199,14 @@ local function s_kind()
       last = e
       redis.call('PEXPIRE', key, ttl(last + wmax - now))
       reply[p + 1] = seq
-      if adm ~= n then
+      if adm ~= n and not owe then
         reply[p + 4] = last + wmax
         for i = 0, k - 1 do reply[p + 6 + i] = reply[p + 6 + i] + rec end
       end
     end
-    if adm ~= n then
+    if (adm ~= n or s_over(a, reply, p, k)) and not owe then
       local gapat = 0
-      if gap > 0 and last then gapat = last + gap end
+      if gap > 0 and last and n > 0 then gapat = last + gap end
       s_wait(a, reply, p, n, k, gapat, se_leave, key)
     end
   end
@@ -285,7 +311,7 @@ local function s_kind()
     end
     local adm = s_admit(a, reply, p, n, mode, k, not g or gap == 0 or e - g >= gap)
     reply[p + 2], reply[p + 4] = adm, reset
-    return adm == n, t or -1
+    return adm == n and not s_over(a, reply, p, k), t or -1
   end
 
   local function ss_commit(key, now, a, go, t, reply, p, n, mode, gap, b, k)
@@ -297,13 +323,22 @@ local function s_kind()
     if t < 0 then t = nil end
     local e = now
     if t and t > now then e = t end
+    -- A debt is answered as the denial it was checked to be, and then
+    -- recorded (see se_commit).
+    local owe = go == 'owe'
+    if owe then
+      local gapat = 0
+      if gap > 0 and g and n > 0 then gapat = g + gap end
+      s_wait(a, reply, p, n, k, gapat, ss_leave, key, r, e, t or e)
+      rec = s_owe(reply, p, rec, k, maxcount)
+    end
     if rec > 0 then
       local set, del, reset, moved = {'t', e, 'g', e, 'p', g or -1}, nil, 0, not t
       for i = 0, k - 1 do
         local w = tonumber(ARGV[a + 7 + 3 * i])
         local cur = math.floor(e / w)
         local c = reply[p + 6 + i] + rec
-        if adm ~= n then reply[p + 6 + i] = c end
+        if adm ~= n and not owe then reply[p + 6 + i] = c end
         local x = #set
         set[x + 1], set[x + 2] = -(i + 1), c
         if (cur + r) * w > reset then reset = (cur + r) * w end
@@ -330,12 +365,12 @@ local function s_kind()
       -- The expiry moves only when a bucket does.
       if moved then redis.call('PEXPIRE', key, ttl(reset - now)) end
       reply[p + 1] = e
-      if adm ~= n then reply[p + 4] = reset end
+      if adm ~= n and not owe then reply[p + 4] = reset end
       t, g = e, e
     end
-    if adm ~= n then
+    if (adm ~= n or s_over(a, reply, p, k)) and not owe then
       local gapat = 0
-      if gap > 0 and g then gapat = g + gap end
+      if gap > 0 and g and n > 0 then gapat = g + gap end
       s_wait(a, reply, p, n, k, gapat, ss_leave, key, r, e, t or e)
     end
   end
