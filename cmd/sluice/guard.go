@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,10 +21,41 @@ import (
 // and each that ended ("-pgid"). When the worker dies, however it dies
 // (SIGKILL too), the kernel closes that end: the guard reads EOF, kills
 // every group still listed, and exits, so that an entry's redelivery to
-// another worker never runs beside its first run. A handler also gets
-// SIGKILL when the thread that started it ends (Pdeathsig), which covers
-// the moment between its start and the guard's hearing of it.
+// another worker never runs beside its first run. A handler is held
+// stopped at its first instruction until the guard has heard of its group
+// (startHeld), and gets SIGKILL when the thread that started it ends
+// (Pdeathsig): a worker that dies in between leaves nothing running.
 const guardName = "sluice-queue-guard"
+
+// startHeld starts the command newCmd makes, held stopped at its first
+// instruction (traced, PTRACE_TRACEME: it stops when it execs) so that it
+// can start nothing before release; held is false when the system refuses
+// to trace (EPERM, as some container sandboxes do): then it runs at once,
+// and a child it starts before the guard hears of its group may outlive a
+// worker killed in that moment. The caller's thread is locked: it is the
+// tracer.
+func startHeld(newCmd func() *exec.Cmd) (cmd *exec.Cmd, held bool, err error) {
+	cmd = newCmd()
+	cmd.SysProcAttr.Ptrace = true
+	if err = cmd.Start(); errors.Is(err, syscall.EPERM) {
+		cmd = newCmd()
+		return cmd, false, cmd.Start()
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	// The exec's stop: the command has run nothing of its own yet.
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(cmd.Process.Pid, &ws, 0, nil); err != nil || !ws.Stopped() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, false, fmt.Errorf("a handler did not stop at its start: %v %v", ws, err)
+	}
+	return cmd, true, nil
+}
+
+// release lets a command startHeld held run: it is no longer traced.
+func release(cmd *exec.Cmd) error { return syscall.PtraceDetach(cmd.Process.Pid) }
 
 // runGuard is the guard's main.
 func runGuard() int {

@@ -347,24 +347,36 @@ func queueWork(ctx context.Context, e env, q *queue.Queue, argv []string, o queu
 		if err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		// A group of its own, stopped as a whole (a shell's children too),
-		// and killed by the guard if this worker dies (guard.go).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-		cmd.WaitDelay = 2 * time.Second
-		cmd.Stdin = bytes.NewReader(in)
-		cmd.Stdout = e.stdout
 		var stderr bytes.Buffer
-		cmd.Stderr = io.MultiWriter(e.stderr, &limited{&stderr, 1024})
-		cmd.Env = append(os.Environ(), "SLUICE_ENTRY_ID="+en.ID, "SLUICE_ENTRY_DEDUP="+en.Dedup, "SLUICE_ENTRY_DELIVERIES="+strconv.FormatInt(en.Deliveries, 10))
-		// Pdeathsig follows the thread that starts the command: keep it
-		// until the command has ended.
+		command := func() *exec.Cmd {
+			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+			// A group of its own, stopped as a whole (a shell's children
+			// too), and killed by the guard if this worker dies (guard.go).
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+			cmd.WaitDelay = 2 * time.Second
+			cmd.Stdin = bytes.NewReader(in)
+			cmd.Stdout = e.stdout
+			cmd.Stderr = io.MultiWriter(e.stderr, &limited{&stderr, 1024})
+			cmd.Env = append(os.Environ(), "SLUICE_ENTRY_ID="+en.ID, "SLUICE_ENTRY_DEDUP="+en.Dedup, "SLUICE_ENTRY_DELIVERIES="+strconv.FormatInt(en.Deliveries, 10))
+			return cmd
+		}
+		// Pdeathsig and ptrace follow the thread that starts the command:
+		// keep it until the command has ended.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err = cmd.Start(); err == nil {
+		cmd, held, err := startHeld(command)
+		if err == nil {
 			guarded.tell('+', cmd.Process.Pid)
-			err = cmd.Wait()
+			if held {
+				err = release(cmd)
+			}
+			if err == nil {
+				err = cmd.Wait()
+			} else {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
 			guarded.tell('-', cmd.Process.Pid)
 		}
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -472,4 +473,41 @@ func alive(pid int) bool {
 	s := string(stat)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestHandlerHeldUntilGuarded: a handler starts stopped at its first
+// instruction (traced), so that it runs nothing, and starts no child the
+// guard would not know of, until the worker has told the guard of its
+// group and releases it.
+func TestHandlerHeldUntilGuarded(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	mark := filepath.Join(t.TempDir(), "ran")
+	cmd, held, err := startHeld(func() *exec.Cmd {
+		c := exec.Command("sh", "-c", `: > "$0"`, mark)
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		return c
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Skip("this system does not let a process trace its child (EPERM): handlers start unheld here")
+	}
+	stat, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
+	if i := strings.LastIndexByte(string(stat), ')'); i < 0 || i+2 >= len(stat) || stat[i+2] != 't' {
+		t.Fatalf("the held handler is not in a tracing stop: %s", stat)
+	}
+	if _, err := os.Stat(mark); !os.IsNotExist(err) {
+		t.Fatalf("the held handler ran: %v", err)
+	}
+	if err := release(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the released handler did not run: %v", err)
+	}
 }
