@@ -20,8 +20,8 @@ import (
 // actions recorded at its clock (no window above MaxExactLimit, or
 // MaxCount sampled). A gate, concurrency slots, and a nary or uniform
 // log (which admits part of a cost, or records attempts itself) take no
-// debt (ErrNoDebt). A decision of cost 0 (a
-// peek) records nothing and is denied while a debt remains.
+// debt (ErrNoDebt). A decision of cost 0 (a peek) records nothing and is
+// denied while a debt remains.
 //
 // In a decision over several levels (a policy path), a level with debt
 // records the charge whatever the other levels decide; the others record

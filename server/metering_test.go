@@ -36,6 +36,22 @@ const meteringPolicy = `schema:
 
 const meteringBudget = 100_000
 
+// meteringServer serves meteringPolicy on the memory store or a fresh
+// Redis (where), over HTTP and gRPC, and returns it with an RLS client.
+func meteringServer(t *testing.T, where string) (*Server, rlv3.RateLimitServiceClient) {
+	cfg := Config{Store: "memory", HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0", PolicyData: []byte(meteringPolicy), PolicyName: "t.yaml"}
+	if where == "redis" {
+		cfg.Store = redistest.Start(t).URL()
+	}
+	s := serveForTest(t, cfg)
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return s, rlv3.NewRateLimitServiceClient(conn)
+}
+
 // meter is one way of reaching a server: a check that charges cost (0: a
 // check before the request) and says whether it was admitted.
 type meter func(t *testing.T, tenant string, cost int64) bool
@@ -50,17 +66,7 @@ type meter func(t *testing.T, tenant string, cost int64) bool
 func TestAIGatewayFlow(t *testing.T) {
 	for _, where := range []string{"memory", "redis"} {
 		t.Run(where, func(t *testing.T) {
-			cfg := Config{Store: "memory", HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0", PolicyData: []byte(meteringPolicy), PolicyName: "t.yaml"}
-			if where == "redis" {
-				cfg.Store = redistest.Start(t).URL()
-			}
-			s := serveForTest(t, cfg)
-			conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			rls := rlv3.NewRateLimitServiceClient(conn)
+			s, rls := meteringServer(t, where)
 			grpcMeter := func(t *testing.T, tenant string, cost int64) bool {
 				r := rlsCall(t, rls, tenant, cost, false)
 				return r.OverallCode == rlv3.RateLimitResponse_OK
@@ -170,17 +176,7 @@ func TestEstimateSettleFlow(t *testing.T) {
 	const maxTokens = 3000
 	for _, where := range []string{"memory", "redis"} {
 		t.Run(where, func(t *testing.T) {
-			cfg := Config{Store: "memory", HTTP: "127.0.0.1:0", GRPC: "127.0.0.1:0", PolicyData: []byte(meteringPolicy), PolicyName: "t.yaml"}
-			if where == "redis" {
-				cfg.Store = redistest.Start(t).URL()
-			}
-			s := serveForTest(t, cfg)
-			conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			rls := rlv3.NewRateLimitServiceClient(conn)
+			s, rls := meteringServer(t, where)
 			base := "http://" + s.HTTPAddr()
 			// A flow on a descriptor key (tenant: debt, key: none): estimate,
 			// then settle; false when the estimate is denied.

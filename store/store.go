@@ -273,7 +273,8 @@ type Adjuster interface {
 // (placed by t.Tag) for ttl (MinTicket to MaxTicket) from t.Time (the
 // zero Time: the store's clock); Settle, if the ticket is still kept,
 // deletes it and applies op of each request's Cost to its key as Adjust
-// does, in one atomic step, and reports whether it did. A ticket settled,
+// does, and reports whether it did: the ticket is taken once, whoever
+// races for it, so that the changes are made once. A ticket settled,
 // expired or never issued changes nothing.
 type Settler interface {
 	Issue(ctx context.Context, t Request, ttl time.Duration) error

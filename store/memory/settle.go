@@ -50,7 +50,8 @@ func (s *Store) Issue(_ context.Context, t store.Request, ttl time.Duration) err
 }
 
 // Settle implements store.Settler. The ticket is taken under its lock, so
-// that it is settled once; each key then changes under its own.
+// that it is settled once; each key then changes under its own (a
+// decision on several of them in between may see some changed, not all).
 func (s *Store) Settle(_ context.Context, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
 	if err := store.ValidateTicket(t, store.MinTicket); err != nil {
 		return false, err
