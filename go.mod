@@ -4,7 +4,9 @@ go 1.25.0
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
+	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.39.0
+	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0
 	github.com/goccy/go-yaml v1.19.2
 	github.com/prometheus/client_golang v1.24.1
 	github.com/redis/rueidis v1.0.79

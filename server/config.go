@@ -35,6 +35,13 @@ type Config struct {
 	// each, with Envoy's meaning (as import-envoy converts them), reloaded
 	// when they change (a ConfigMap's symlink swap too).
 	EnvoyConfigDir string `yaml:"envoy_config_dir"`
+	// XDSServer, instead of Policy, takes the policy from an xDS
+	// management server (host:port; state of the world over ADS, Envoy's
+	// RateLimitConfig resources, as Envoy Gateway serves them), each
+	// update applied as a reload and a bad one refused (NACK). XDSNodeID
+	// is this instance's node id there (default "sluice").
+	XDSServer string `yaml:"xds_server"`
+	XDSNodeID string `yaml:"xds_node_id"`
 	// PolicyData is the policy used when Policy is empty, and PolicyName
 	// the name its errors carry.
 	PolicyData []byte `yaml:"-"`
@@ -186,6 +193,9 @@ func (c Config) Defaults() Config {
 	if c.Store == "" {
 		c.Store = "memory"
 	}
+	if c.XDSServer != "" && c.XDSNodeID == "" {
+		c.XDSNodeID = "sluice"
+	}
 	if c.Timeout == 0 {
 		c.Timeout = defaultTimeout
 	}
@@ -239,8 +249,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.HTTP == "off" && c.GRPC == "off":
 		return errors.New("config: http and grpc are both off: nothing to serve")
-	case c.Policy != "" && c.EnvoyConfigDir != "":
-		return errors.New("config: give policy (a limits.yaml) or envoy_config_dir (envoyproxy/ratelimit's files), not both")
+	case c.Policy != "" && c.EnvoyConfigDir != "" || c.XDSServer != "" && (c.Policy != "" || c.EnvoyConfigDir != ""):
+		return errors.New("config: give one of policy (a limits.yaml), envoy_config_dir (envoyproxy/ratelimit's files) and xds_server (its xDS), not several")
 	case c.Timeout <= 0:
 		return fmt.Errorf("config: timeout must be positive, got %v", time.Duration(c.Timeout))
 	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
@@ -291,6 +301,8 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_STORE", "store"},
 	{"SLUICE_POLICY", "policy"},
 	{"SLUICE_ENVOY_CONFIG_DIR", "envoy_config_dir"},
+	{"SLUICE_XDS_SERVER", "xds_server"},
+	{"SLUICE_XDS_NODE_ID", "xds_node_id"},
 	{"SLUICE_TIMEOUT", "timeout"},
 	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
 	{"SLUICE_REQUIRE_STORE", "require_store"},
@@ -346,6 +358,7 @@ func ApplyEnv(c *Config, getenv func(string) string) error {
 func (c *Config) Set(field, s string) error {
 	str := map[string]*string{
 		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy, "envoy_config_dir": &c.EnvoyConfigDir,
+		"xds_server": &c.XDSServer, "xds_node_id": &c.XDSNodeID,
 		"on_store_error": &c.OnStoreError, "admin_token": &c.AdminToken, "admin_token_file": &c.AdminTokenFile,
 		"admin_http": &c.AdminHTTP, "headers": &c.Headers,
 		"grpc_tls.cert_file": &c.GRPCTLS.CertFile, "grpc_tls.key_file": &c.GRPCTLS.KeyFile, "grpc_tls.ca_file": &c.GRPCTLS.CAFile,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/yamlfile"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -144,6 +145,12 @@ func (s *Server) Reload(reason string) bool {
 		}
 		return false
 	}
+	s.swap(p, reason)
+	return true
+}
+
+// swap puts p in force, for reason. The caller holds reloadMu.
+func (s *Server) swap(p *policy.Policy, reason string) {
 	s.current.Store(p)
 	if dc, ok := s.store.(store.DenialCache); ok {
 		dc.ClearOverLimit() // denials of limits that may have changed
@@ -151,5 +158,4 @@ func (s *Server) Reload(reason string) bool {
 	s.m.reloads.WithLabelValues("success").Inc()
 	s.m.loadedAt.SetToCurrentTime()
 	s.log.Info("policy reloaded", "reason", reason, "file", p.Name(), "nodes", len(p.Nodes()))
-	return true
 }

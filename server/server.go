@@ -165,6 +165,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 
 // loadPolicy reads the policy file, or parses the bundled policy.
 func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
+	if s.cfg.XDSServer != "" { // the xDS server's, until its first: none (watchXDS)
+		if p := s.current.Load(); p != nil {
+			return p, fileStamp{}, nil
+		}
+		p, err := policy.Parse("xds:"+s.cfg.XDSServer, []byte(xdsWaiting))
+		return p, fileStamp{}, err
+	}
 	if dir := s.cfg.EnvoyConfigDir; dir != "" {
 		stamp := statDir(dir)
 		names, err := envoyFiles(dir)
@@ -318,7 +325,16 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
+		var xds sync.WaitGroup
+		if s.cfg.XDSServer != "" {
+			xds.Add(1)
+			go func() {
+				defer xds.Done()
+				s.watchXDS(watchCtx)
+			}()
+		}
 		s.watch(watchCtx, reload)
+		xds.Wait()
 	}()
 
 	var serveErr error

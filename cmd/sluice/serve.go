@@ -34,6 +34,8 @@ var serveFlags = []struct{ name, field, usage string }{
 	{"store", "store", "store: memory (default), redis://[user:pass@]host:port/db, rediss://..., a Cluster seed list redis://h1:p1?addr=h2:p2, or Sentinel redis://h:26379?master_set=name"},
 	{"policy", "policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)"},
 	{"envoy-config-dir", "envoy_config_dir", "instead of --policy, serve envoyproxy/ratelimit's config directory as it is (its *.yaml files, reloaded when they change)"},
+	{"xds-server", "xds_server", "instead of --policy, take Envoy's RateLimitConfig from this xDS management server (host:port; state of the world, as Envoy Gateway serves it)"},
+	{"xds-node-id", "xds_node_id", "this instance's node id at the xDS server (default sluice)"},
 	{"timeout", "timeout", "decision timeout, a `duration`, store round trip included (default 50ms)"},
 	{"on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)"},
 	{"require-store", "require_store", "`true|false`: true exits non-zero when the store cannot be reached at start, instead of answering by on-store-error until it can"},

@@ -1,0 +1,160 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/envoyimport"
+)
+
+// xdsWaiting is the policy until the xDS server's first configuration:
+// nothing is limited, as envoyproxy/ratelimit limits nothing in a domain
+// it has no configuration for.
+const xdsWaiting = "unmatched: allow\nschema:\n  \"%no-configuration-yet\": {unlimited: true}\n"
+
+// xdsRetry bounds the wait before connecting to the xDS server again.
+const xdsRetry = 5 * time.Second
+
+// watchXDS takes the policy from the xDS server until ctx is done: it
+// subscribes to RateLimitConfig resources (state of the world over ADS),
+// applies each response as a reload, all its domains at once, and
+// acknowledges it; a response that does not convert or parse is refused
+// (NACK, with the reason) and the policy in force stays. A lost
+// connection is made again, after a growing pause of up to xdsRetry.
+func (s *Server) watchXDS(ctx context.Context) {
+	pause := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.followXDS(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("xds: connection lost; connecting again", "server", s.cfg.XDSServer, "err", err, "in", pause)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, xdsRetry)
+	}
+}
+
+// followXDS follows one connection to the xDS server until it fails.
+func (s *Server) followXDS(ctx context.Context) error {
+	conn, err := grpc.NewClient(s.cfg.XDSServer, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := sotw.NewADSClient(ctx, &corev3.Node{Id: s.cfg.XDSNodeID}, resource.RateLimitConfigType)
+	if err := c.InitConnect(conn); err != nil {
+		return err
+	}
+	for {
+		resp, err := c.Fetch()
+		if err != nil {
+			return err
+		}
+		if err := s.applyXDS(resp.Resources); err != nil {
+			s.m.reloads.WithLabelValues("failure").Inc()
+			s.log.Error("xds: configuration refused; the previous policy stays", "server", s.cfg.XDSServer, "err", err)
+			if err := c.Nack(err.Error()); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := c.Ack(); err != nil {
+			return err
+		}
+	}
+}
+
+// applyXDS converts RateLimitConfig resources, one domain each, as
+// import-envoy converts Envoy's files, and swaps the policy in.
+func (s *Server) applyXDS(resources []*anypb.Any) error {
+	files := make([]envoyimport.File, 0, len(resources))
+	for _, r := range resources {
+		var c rlsconfv3.RateLimitConfig
+		if err := anypb.UnmarshalTo(r, &c, proto.UnmarshalOptions{}); err != nil {
+			return fmt.Errorf("a resource that is not a RateLimitConfig: %w", err)
+		}
+		data, err := json.Marshal(map[string]any{"domain": c.Domain, "descriptors": xdsDescriptors(c.Descriptors)})
+		if err != nil {
+			return err
+		}
+		files = append(files, envoyimport.File{Name: "xds:" + c.Name, Data: data})
+	}
+	src := []byte(xdsWaiting)
+	if len(files) > 0 {
+		out, warnings, err := envoyimport.Convert(files)
+		if err != nil {
+			return err
+		}
+		for _, w := range warnings {
+			s.log.Warn("xds: " + w)
+		}
+		src = out
+	}
+	p, err := policy.Parse("xds:"+s.cfg.XDSServer, src)
+	if err != nil {
+		return err
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	s.swap(p, "xds")
+	return nil
+}
+
+// xdsDescriptors writes descriptors as Envoy's configuration files do.
+func xdsDescriptors(ds []*rlsconfv3.RateLimitDescriptor) []map[string]any {
+	out := make([]map[string]any, len(ds))
+	for i, d := range ds {
+		m := map[string]any{"key": d.Key}
+		if d.Value != "" {
+			m["value"] = d.Value
+		}
+		if d.ShadowMode {
+			m["shadow_mode"] = true
+		}
+		if d.DetailedMetric {
+			m["detailed_metric"] = true
+		}
+		if rl := d.RateLimit; rl != nil {
+			r := map[string]any{}
+			if rl.Unlimited {
+				r["unlimited"] = true
+			} else {
+				r["unit"] = strings.ToLower(rl.Unit.String())
+				r["requests_per_unit"] = rl.RequestsPerUnit
+			}
+			if rl.Name != "" {
+				r["name"] = rl.Name
+			}
+			if len(rl.Replaces) > 0 {
+				rs := make([]map[string]string, len(rl.Replaces))
+				for j, x := range rl.Replaces {
+					rs[j] = map[string]string{"name": x.Name}
+				}
+				r["replaces"] = rs
+			}
+			m["rate_limit"] = r
+		}
+		if len(d.Descriptors) > 0 {
+			m["descriptors"] = xdsDescriptors(d.Descriptors)
+		}
+		out[i] = m
+	}
+	return out
+}
