@@ -42,6 +42,10 @@ type Config struct {
 	// is this instance's node id there (default "sluice").
 	XDSServer string `yaml:"xds_server"`
 	XDSNodeID string `yaml:"xds_node_id"`
+	// XDSTLS, when set, connects to the xDS server over TLS: CAFile
+	// verifies it, CertFile and KeyFile are this instance's certificate
+	// (mutual TLS, as Envoy Gateway asks), ServerName the name checked.
+	XDSTLS TLSConfig `yaml:"xds_tls"`
 	// PolicyData is the policy used when Policy is empty, and PolicyName
 	// the name its errors carry.
 	PolicyData []byte `yaml:"-"`
@@ -303,6 +307,10 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_ENVOY_CONFIG_DIR", "envoy_config_dir"},
 	{"SLUICE_XDS_SERVER", "xds_server"},
 	{"SLUICE_XDS_NODE_ID", "xds_node_id"},
+	{"SLUICE_XDS_TLS_CA_FILE", "xds_tls.ca_file"},
+	{"SLUICE_XDS_TLS_CERT_FILE", "xds_tls.cert_file"},
+	{"SLUICE_XDS_TLS_KEY_FILE", "xds_tls.key_file"},
+	{"SLUICE_XDS_TLS_SERVER_NAME", "xds_tls.server_name"},
 	{"SLUICE_TIMEOUT", "timeout"},
 	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
 	{"SLUICE_REQUIRE_STORE", "require_store"},
@@ -359,6 +367,8 @@ func (c *Config) Set(field, s string) error {
 	str := map[string]*string{
 		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy, "envoy_config_dir": &c.EnvoyConfigDir,
 		"xds_server": &c.XDSServer, "xds_node_id": &c.XDSNodeID,
+		"xds_tls.ca_file": &c.XDSTLS.CAFile, "xds_tls.cert_file": &c.XDSTLS.CertFile,
+		"xds_tls.key_file": &c.XDSTLS.KeyFile, "xds_tls.server_name": &c.XDSTLS.ServerName,
 		"on_store_error": &c.OnStoreError, "admin_token": &c.AdminToken, "admin_token_file": &c.AdminTokenFile,
 		"admin_http": &c.AdminHTTP, "headers": &c.Headers,
 		"grpc_tls.cert_file": &c.GRPCTLS.CertFile, "grpc_tls.key_file": &c.GRPCTLS.KeyFile, "grpc_tls.ca_file": &c.GRPCTLS.CAFile,

@@ -111,6 +111,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, fmt.Errorf("config: http_tls: %w", err)
 		}
 	}
+	if cfg.XDSTLS.enabled() { // read at each connection; refused now if wrong
+		if _, err := tlsConfig(cfg.XDSTLS); err != nil {
+			return nil, fmt.Errorf("config: xds_tls %w", err)
+		}
+	}
 	fa, err := newForwardAuth(cfg.ForwardAuth)
 	if err != nil {
 		return nil, fmt.Errorf("config: forward_auth: %w", err)

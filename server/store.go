@@ -42,30 +42,32 @@ func openStore(ctx context.Context, c Config, log *slog.Logger, background bool)
 	if c.Redis.TLS.enabled() {
 		tc, err := tlsConfig(c.Redis.TLS)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("store: redis tls %w", err)
 		}
 		opts.TLS = tc
 	}
 	return store.Open(ctx, c.Store, opts)
 }
 
+// tlsConfig is a client's tls.Config of t (Redis's, the xDS server's);
+// an error names the field that is wrong.
 func tlsConfig(t TLSConfig) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("store: redis tls ca_file: %w", err)
+			return nil, fmt.Errorf("ca_file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("store: redis tls ca_file %s holds no PEM certificate", t.CAFile)
+			return nil, fmt.Errorf("ca_file %s holds no PEM certificate", t.CAFile)
 		}
 		tc.RootCAs = pool
 	}
 	if t.CertFile != "" || t.KeyFile != "" {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("store: redis tls client certificate: %w", err)
+			return nil, fmt.Errorf("cert_file, key_file: %w", err)
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}

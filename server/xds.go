@@ -12,6 +12,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -53,7 +54,15 @@ func (s *Server) watchXDS(ctx context.Context) {
 
 // followXDS follows one connection to the xDS server until it fails.
 func (s *Server) followXDS(ctx context.Context) error {
-	conn, err := grpc.NewClient(s.cfg.XDSServer, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if s.cfg.XDSTLS.enabled() {
+		tc, err := tlsConfig(s.cfg.XDSTLS)
+		if err != nil {
+			return fmt.Errorf("xds_tls %w", err)
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	conn, err := grpc.NewClient(s.cfg.XDSServer, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}
