@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/yamlfile"
@@ -47,7 +48,10 @@ func statDir(dir string) fileStamp {
 	return st
 }
 
-// envoyFiles lists the configuration files of an Envoy config directory.
+// envoyFiles lists the configuration files of an Envoy config directory:
+// its *.yaml and *.yml files but those whose name starts with a dot (as
+// envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES=true, which Envoy Gateway
+// and Istio set).
 func envoyFiles(dir string) ([]string, error) {
 	var out []string
 	for _, pat := range []string{"*.yaml", "*.yml"} {
@@ -55,7 +59,11 @@ func envoyFiles(dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, m...)
+		for _, f := range m {
+			if !strings.HasPrefix(filepath.Base(f), ".") {
+				out = append(out, f)
+			}
+		}
 	}
 	slices.Sort(out)
 	return out, nil

@@ -57,7 +57,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, env{os.Stdin, os.Stdout, os.Stderr}, os.Args[1:]))
+	args := os.Args[1:]
+	if isEnvoyName() { // envoyproxy/ratelimit's /bin/ratelimit: its variables
+		args = append([]string{"serve", "--envoy-env"}, args...)
+	}
+	os.Exit(run(ctx, env{os.Stdin, os.Stdout, os.Stderr}, args))
 }
 
 func run(ctx context.Context, e env, args []string) int {

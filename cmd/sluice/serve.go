@@ -67,6 +67,7 @@ func runServe(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	configFile := fs.String("config", "", "read settings from this sluice.yaml (env and flags override it)")
+	envoyEnv := fs.Bool("envoy-env", false, "read envoyproxy/ratelimit's environment variables (REDIS_URL, PORT, GRPC_PORT, RUNTIME_ROOT, CONFIG_TYPE, ...) as its service does, before SLUICE_* and flags; as when started as ratelimit")
 	for _, f := range serveFlags {
 		fs.String(f.name, "", f.usage)
 	}
@@ -110,6 +111,14 @@ flags:`)
 			return 2
 		}
 	}
+	var envoyIgnored []string
+	if *envoyEnv {
+		var err error
+		if envoyIgnored, err = applyEnvoyEnv(&cfg, os.Getenv); err != nil {
+			fmt.Fprintf(e.stderr, "serve: envoyproxy/ratelimit's variables: %v\n", err)
+			return 2
+		}
+	}
 	if err := server.ApplyEnv(&cfg, os.Getenv); err != nil {
 		fmt.Fprintf(e.stderr, "serve: %v\n", err)
 		return 2
@@ -142,6 +151,9 @@ flags:`)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "serve: %v\n", err)
 		return 2
+	}
+	for _, v := range envoyIgnored {
+		log.Warn("envoyproxy/ratelimit variable not honoured: " + v)
 	}
 
 	// The live heap is small and allocation is per request: collect less
@@ -215,13 +227,19 @@ func banner(e env, cfg server.Config, srv *server.Server, storeErr error) {
 		}
 		fmt.Fprintf(&b, "  WARNING    the store is UNREACHABLE (%v): until it answers, every check is %s. Check the address, or set --require-store=true to exit instead.\n", storeErr, answer)
 	}
-	if cfg.Policy == "" {
+	bundled := cfg.Policy == "" && cfg.EnvoyConfigDir == "" && cfg.XDSServer == ""
+	switch {
+	case cfg.EnvoyConfigDir != "":
+		fmt.Fprintf(&b, "  policy     envoyproxy/ratelimit's files in %s (reloads on change)\n", cfg.EnvoyConfigDir)
+	case cfg.XDSServer != "":
+		fmt.Fprintf(&b, "  policy     from the xDS server %s as node %s (each update applied)\n", cfg.XDSServer, cfg.XDSNodeID)
+	case bundled:
 		b.WriteString("  policy     the bundled example (--policy limits.yaml for yours)\n")
-	} else {
+	default:
 		fmt.Fprintf(&b, "  policy     %s (reloads on SIGHUP and on change)\n", cfg.Policy)
 	}
 	if a := srv.HTTPAddr(); a != "" {
-		if cfg.Policy == "" {
+		if bundled {
 			b.WriteString("Try it (the 4th check within 10s is denied with 429):\n")
 			fmt.Fprintf(&b, "  for i in 1 2 3 4; do curl -s -w ' %%{http_code}\\n' http://%s/v1/check -d '{\"path\": [\"user\", \"alex\", \"trade\"]}'; done\n", a)
 		} else if path := samplePath(srv.Policy()); path != nil {
