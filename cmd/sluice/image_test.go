@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -10,6 +11,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestImage builds the image of docs/deploy with the real podman (VFS
@@ -69,6 +74,7 @@ func TestImage(t *testing.T) {
 	tarFile := filepath.Join(dir, "rootfs.tar")
 	run("export", "-o", tarFile, id)
 	var files []string
+	links := 0
 	f, err := os.Open(tarFile)
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +89,9 @@ func TestImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if h.Typeflag == tar.TypeSymlink && h.Name == "bin/ratelimit" && h.Linkname == "/usr/local/bin/sluice" {
+			links++
+		}
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
@@ -95,6 +104,9 @@ func TestImage(t *testing.T) {
 	want := []string{"etc/sluice/limits.yaml", "etc/sluice/sluice.yaml", "etc/ssl/certs/ca-certificates.crt", "usr/local/bin/sluice"}
 	if !slices.Equal(files, want) {
 		t.Errorf("the image holds %v, want %v", files, want)
+	}
+	if links != 1 {
+		t.Error("the image has no /bin/ratelimit linked to /usr/local/bin/sluice")
 	}
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		t.Fatal(err)
@@ -111,5 +123,27 @@ func TestImage(t *testing.T) {
 	a := p.check(`{"path": ["user", "alex", "trade"]}`)
 	if a.status != 200 || a.header.Get("RateLimit") == "" {
 		t.Errorf("a check of the image's program: %d %s", a.status, a.body)
+	}
+
+	// Run /bin/ratelimit as Envoy Gateway's Deployment does: by
+	// envoyproxy/ratelimit's variables, its configuration directory
+	// mounted at /data/ratelimit/config.
+	conf := filepath.Join(rootfs, "data", "ratelimit", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(conf, "gw.yaml"), "domain: gw\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	os.Chmod(filepath.Join(conf, "gw.yaml"), 0o644)
+	rd := redistest.Start(t)
+	cmd = exec.Command("chroot", "--userspec=65532:65532", rootfs, "/bin/ratelimit")
+	cmd.Env = []string{"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rd.Addr, "RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "USE_STATSD=false"}
+	rl := serveCmd(t, cmd)
+	for i, want := range []rlv3.RateLimitResponse_Code{rlv3.RateLimitResponse_OK, rlv3.RateLimitResponse_OVER_LIMIT} {
+		r, err := rl.rls(t).ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "gw",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "tenant", Value: "acme"}}}}})
+		if err != nil || r.OverallCode != want {
+			t.Fatalf("/bin/ratelimit, check %d: %v %v", i, r, err)
+		}
 	}
 }

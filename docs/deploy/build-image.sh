@@ -14,5 +14,10 @@ CGO_ENABLED=0 go build -ldflags=-s -o "$ctx/sluice" ./cmd/sluice
 cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
 cp docs/deploy/sluice.yaml "$ctx/"
 cp cmd/sluice/limits.example.yaml "$ctx/limits.yaml"
+# /bin/ratelimit, a link to the binary: envoyproxy/ratelimit's command, as
+# Envoy Gateway's Deployment runs it (a tar, so that ADD keeps the link).
+mkdir -p "$ctx/links/bin"
+ln -s /usr/local/bin/sluice "$ctx/links/bin/ratelimit"
+tar -C "$ctx/links" -cf "$ctx/links.tar" bin
 ${PODMAN:-podman} build --isolation chroot -f docs/deploy/Containerfile -t "$tag" "$ctx" >&2
 echo "$tag"
