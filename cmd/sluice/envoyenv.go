@@ -42,6 +42,7 @@ var envoyVars = []envoyVar{
 	{"GRPC_SERVER_TLS_KEY", "", ""},
 	{"GRPC_CLIENT_TLS_CACERT", "", ""},
 	{"GRPC_CLIENT_TLS_SAN", "", "any client certificate the CA signed is accepted, whatever its SAN"},
+	{"GRPC_SERVER_TLS_CA_CERT", "", "envoyproxy/ratelimit does not read it either (Envoy Gateway sets it): GRPC_CLIENT_TLS_CACERT asks clients for certificates"},
 	{"GRPC_MAX_CONNECTION_AGE", "24h", "connections are not aged"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "1h", "connections are not aged"},
 	{"LOG_LEVEL", "WARN", ""},

@@ -140,3 +140,27 @@ func TestEnvoyRedisURL(t *testing.T) {
 		t.Errorf("xds, SHADOW_MODE: %v %v %+v", ignored, err, cfg)
 	}
 }
+
+// TestEnvoyVarsDocumented: docs/envoy-migration.md's table names every
+// variable of envoyproxy/ratelimit that Sluice knows, and says for those
+// it does not honour why, as the start's warning does.
+func TestEnvoyVarsDocumented(t *testing.T) {
+	page, err := os.ReadFile("../../docs/envoy-migration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range envoyVars {
+		row := ""
+		for _, l := range strings.Split(string(page), "\n") {
+			if strings.HasPrefix(l, "| `"+v.name+"` |") {
+				row = l
+			}
+		}
+		switch {
+		case row == "":
+			t.Errorf("docs/envoy-migration.md has no row for %s", v.name)
+		case v.not != "" && !strings.Contains(row, "not honoured: "+v.not):
+			t.Errorf("the row of %s does not say why it is not honoured (%q): %s", v.name, v.not, row)
+		}
+	}
+}
