@@ -75,4 +75,3 @@ func (p *PKI) Issue(t testing.TB, name string, server bool) (certFile, keyFile s
 	kder, _ := x509.MarshalECPrivateKey(key)
 	return p.write(t, name+".pem", "CERTIFICATE", der), p.write(t, name+"-key.pem", "EC PRIVATE KEY", kder), p.serial
 }
-
