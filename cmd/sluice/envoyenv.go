@@ -26,9 +26,9 @@ type envoyVar struct {
 	name, def, not string
 }
 
-// envoyVars are envoyproxy/ratelimit's settings (src/settings/settings.go)
-// that a deployment sets. docs/envoy-migration.md tables them; a
-// variable set that Sluice does not honour is named in a warning at start.
+// envoyVars are envoyproxy/ratelimit's settings (src/settings/settings.go).
+// docs/envoy-migration.md tables them; a variable set that Sluice does not
+// honour is named in a warning at start.
 var envoyVars = []envoyVar{
 	{"HOST", "0.0.0.0", ""},
 	{"PORT", "8080", ""},
@@ -95,6 +95,50 @@ var envoyVars = []envoyVar{
 	{"MERGE_DOMAIN_CONFIG", "false", "a domain is defined by one file"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", "/healthcheck answers as /readyz"},
 	{"TRACING_ENABLED", "false", "no traces are exported"},
+	{"TRACING_SERVICE_NAME", "RateLimit", "no traces are exported"},
+	{"TRACING_SERVICE_NAMESPACE", "", "no traces are exported"},
+	{"TRACING_SERVICE_INSTANCE_ID", "", "no traces are exported"},
+	{"TRACING_EXPORTER_PROTOCOL", "http", "no traces are exported"},
+	{"TRACING_SAMPLING_RATE", "1", "no traces are exported"},
+	{"STATSD_HOST", "localhost", "metrics are Prometheus's, at /metrics"},
+	{"STATSD_PORT", "8125", "metrics are Prometheus's, at /metrics"},
+	{"EXTRA_TAGS", "", "metrics are Prometheus's, at /metrics"},
+	{"STATS_FLUSH_INTERVAL", "10s", "metrics are Prometheus's, at /metrics"},
+	{"DISABLE_STATS", "false", "metrics are Prometheus's, at /metrics"},
+	{"USE_DOG_STATSD_MOGRIFIERS", "", "metrics are Prometheus's, at /metrics"},
+	{"PROMETHEUS_MAPPER_YAML", "", "metrics have Sluice's names"},
+	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", "a lost connection is made again after 0.1s, doubling to 5s"},
+	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", "a lost connection is made again after 0.1s, doubling to 5s"},
+	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", "a lost connection is made again after 0.1s, doubling to 5s"},
+	{"XDS_CLIENT_BACKOFF_JITTER", "true", "a lost connection is made again after 0.1s, doubling to 5s"},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", "gRPC's default (4 MiB) bounds an update"},
+	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
+	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
+	{"LIMIT_RESET_HEADER", "RateLimit-Reset", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
+	{"QUOTA_MODE", "false", "quota mode is a descriptor's (quota_mode, a plain limit)"},
+	{"RESPONSE_DYNAMIC_METADATA", "false", "answers carry no dynamic metadata"},
+	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "the client pipelines over its own connections"},
+	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", "/readyz and the store's metrics say when Redis is down"},
+	{"REDIS_PERSECOND_SOCKET_TYPE", "unix", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_TYPE", "SINGLE", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_POOL_SIZE", "10", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_AUTH", "", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_TLS", "false", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_SENTINEL_AUTH", "", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_PIPELINE_WINDOW", "0", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_PIPELINE_LIMIT", "0", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_TIMEOUT", "10s", "one Redis holds every limit"},
+	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "one Redis holds every limit"},
+	{"MEMCACHE_HOST_PORT", "", "limits are kept in Redis (BACKEND_TYPE)"},
+	{"MEMCACHE_MAX_IDLE_CONNS", "2", "limits are kept in Redis (BACKEND_TYPE)"},
+	{"MEMCACHE_SRV", "", "limits are kept in Redis (BACKEND_TYPE)"},
+	{"MEMCACHE_SRV_REFRESH", "0", "limits are kept in Redis (BACKEND_TYPE)"},
+	{"MEMCACHE_TLS", "false", "limits are kept in Redis (BACKEND_TYPE)"},
+	{"MEMCACHE_TLS_CLIENT_CERT", "", "limits are kept in Redis (BACKEND_TYPE)"},
+	{"MEMCACHE_TLS_CLIENT_KEY", "", "limits are kept in Redis (BACKEND_TYPE)"},
+	{"MEMCACHE_TLS_CACERT", "", "limits are kept in Redis (BACKEND_TYPE)"},
+	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "limits are kept in Redis (BACKEND_TYPE)"},
 }
 
 // applyEnvoyEnv sets cfg from envoyproxy/ratelimit's variables (getenv),
@@ -111,7 +155,10 @@ func applyEnvoyEnv(cfg *server.Config, getenv func(string) string) (ignored []st
 	}
 	on := func(name string) bool { b, _ := strconv.ParseBool(get(name)); return b }
 	for _, v := range envoyVars {
-		if v.not != "" && getenv(v.name) != "" && getenv(v.name) != v.def {
+		// Set to other than its default, or turning a feature on (such as
+		// USE_STATSD=true, the default there).
+		val := getenv(v.name)
+		if b, _ := strconv.ParseBool(val); v.not != "" && val != "" && (val != v.def || b) {
 			ignored = append(ignored, v.name+" ("+v.not+")")
 		}
 	}
