@@ -67,7 +67,7 @@ func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
 		s.Expire = s.A
 		return nil
 	case KindFixedWindow:
-		end, count := p.win.end(now), int64(0)
+		end, count := p.windowEnd(now), int64(0)
 		if s.A >= end {
 			end, count = s.A, s.B
 		}

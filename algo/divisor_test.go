@@ -51,7 +51,7 @@ func TestWindowEndByDivisor(t *testing.T) {
 			if r.IntN(10) == 0 {
 				now = r.Int64() - r.Int64() // beyond what stores accept: Go's division
 			}
-			if got, want := p.win.end(now), f.windowEnd(now); got != want {
+			if got, want := p.win.end(now), f.WindowEnd(now); got != want {
 				t.Fatalf("window %v at %d: end %d, want %d", w, now, got, want)
 			}
 		}
@@ -69,7 +69,7 @@ func BenchmarkWindowEnd(b *testing.B) {
 	})
 	b.Run("division", func(b *testing.B) {
 		for b.Loop() {
-			now = f.windowEnd(now) - 12345
+			now = f.WindowEnd(now) - 12345
 		}
 	})
 }

@@ -71,9 +71,13 @@ func TestSpecJSONEveryField(t *testing.T) {
 	b := int64(7)
 	s := Spec{Algorithm: "x<y", Burst: 1, Count: 2, Period: 3 * time.Second, Rate: 4, Per: 5 * time.Minute, Limit: 6, Window: 7 * time.Millisecond, Interval: 8 * time.Hour, HoldFor: 13 * time.Second,
 		Limits: WindowSpecs{{Name: "a\"b", Limit: 1, Window: 9 * time.Second}, {Limit: 2, Window: 10 * time.Microsecond}}, MinGap: 11 * time.Second, Buckets: &b, Mode: "nary", Slice: 12 * time.Second,
-		Block: &Block{For: 14 * time.Second, Growth: 1.5, Max: time.Hour, ForgetAfter: 15 * time.Minute}, Debt: true}
+		Block: &Block{For: 14 * time.Second, Growth: 1.5, Max: time.Hour, ForgetAfter: 15 * time.Minute}, Debt: true,
+		TimeZone: "Europe/Berlin", AnchorDay: 15, WeekStart: "sunday"}
 	v := reflect.ValueOf(s)
 	for i := range v.NumField() {
+		if v.Type().Field(i).Name == "Calendar" {
+			continue // written as the window: below
+		}
 		if v.Field(i).IsZero() {
 			t.Fatalf("set Spec.%s here: the round trip below checks every field", v.Type().Field(i).Name)
 		}
@@ -90,6 +94,13 @@ func TestSpecJSONEveryField(t *testing.T) {
 	var back struct{ S Spec }
 	if err := json.Unmarshal(out, &back); err != nil || !reflect.DeepEqual(back.S, s) {
 		t.Fatalf("round trip: %+v, %v; want %+v", back.S, err, s)
+	}
+	// A calendar window is written as the window.
+	cal := Spec{Algorithm: "fixed_window", Limit: 1, Calendar: "month", TimeZone: "Europe/Berlin", AnchorDay: 31}
+	out, _ = json.Marshal(cal)
+	back.S = Spec{}
+	if err := json.Unmarshal(out, &back.S); err != nil || !reflect.DeepEqual(back.S, cal) || !strings.Contains(string(out), `"window":"month"`) {
+		t.Fatalf("calendar round trip: %s: %+v, %v", out, back.S, err)
 	}
 	for _, bad := range []string{
 		`{"algorithm":"gcra","burst":1,"count":2,"period":60}`,

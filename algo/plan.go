@@ -30,8 +30,9 @@ type Plan struct {
 	shape    uint64 // see Shape
 	// What is derived from the limit, first, beside the fields above that
 	// every decision reads.
-	tat TAT     // gcra, token_bucket
-	win divisor // fixed_window: the window in µs
+	tat TAT       // gcra, token_bucket
+	win divisor   // fixed_window: the window in µs
+	cal *calendar // fixed_window: a calendar's windows instead (nil: win's)
 	// The limit, in the field of its kind; the others are zero.
 	gcra GCRA
 	tb   TokenBucket
@@ -88,7 +89,11 @@ func (p *Plan) compile(l Limit) error {
 	case FixedWindow:
 		p.kind, p.fw = KindFixedWindow, l
 		if err = l.validate(); err == nil {
-			p.win = newDivisor(Micros(l.Window))
+			if l.Calendar != (Calendar{}) {
+				p.cal = l.calendar()
+			} else {
+				p.win = newDivisor(Micros(l.Window))
+			}
 		}
 		p.quota, _ = l.Quota()
 	case Gate:
@@ -332,6 +337,9 @@ func (p *Plan) Allows(s *State, now, cost int64) bool {
 // now (FixedWindow.At).
 func (p *Plan) at(s *State, now int64) int64 {
 	if p.kind == KindFixedWindow {
+		if p.cal != nil {
+			return p.fw.at(s, now)
+		}
 		return max(now, s.A-p.win.d)
 	}
 	return now
@@ -361,7 +369,7 @@ func (p *Plan) step(s *State, now, cost int64, commit bool) (allowed bool, v int
 	case KindGCRA, KindTokenBucket:
 		return p.tat.step(s, now, cost, commit)
 	case KindFixedWindow:
-		return p.fw.step(s, now, p.win.end(now), cost, commit)
+		return p.fw.step(s, now, p.windowEnd(now), cost, commit)
 	case KindGate:
 		return p.gate.step(s, now, cost, commit)
 	}
@@ -375,11 +383,20 @@ func (p *Plan) numbers(allowed bool, now, v, cost int64) numbers {
 	case KindGCRA, KindTokenBucket:
 		return p.tat.numbers(allowed, now, v, cost)
 	case KindFixedWindow:
-		return p.fw.numbers(allowed, now, p.win.end(now), v, cost)
+		return p.fw.numbers(allowed, now, p.windowEnd(now), v, cost)
 	case KindGate:
 		return p.gate.numbers(allowed, now, v, cost)
 	}
 	panic("algo: numbers of a Plan that is not stepwise")
+}
+
+// windowEnd returns the end of the fixed window that holds now.
+func (p *Plan) windowEnd(now int64) int64 {
+	if p.cal != nil {
+		_, end := p.cal.bounds(now)
+		return end
+	}
+	return p.win.end(now)
 }
 
 // numbers are a stepwise decision's Result but for Allowed and Admitted.

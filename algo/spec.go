@@ -27,6 +27,13 @@ type Spec struct {
 	// fixed_window
 	Limit  int64         `json:"limit,omitempty" yaml:"limit,omitempty"`
 	Window time.Duration `json:"window,omitempty" yaml:"window,omitempty"`
+	// Calendar is the window when it is the calendar's: day, week, month
+	// or year, written as the window ("window": "month"); with its
+	// TimeZone, AnchorDay (a month's) and WeekStart (a week's).
+	Calendar  string `json:"-" yaml:"-"`
+	TimeZone  string `json:"time_zone,omitempty" yaml:"time_zone,omitempty"`
+	AnchorDay int64  `json:"anchor_day,omitempty" yaml:"anchor_day,omitempty"`
+	WeekStart string `json:"week_start,omitempty" yaml:"week_start,omitempty"`
 	// gate
 	Interval time.Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
 	// concurrency (also Limit)
@@ -162,6 +169,7 @@ func (s Spec) extra(used []string) string {
 		{"hold_for", s.HoldFor != 0},
 		{"limits", s.Limits != nil}, {"min_gap", s.MinGap != 0}, {"buckets", s.Buckets != nil},
 		{"mode", s.Mode != ""}, {"slice", s.Slice != 0},
+		{"window", s.Calendar != ""}, {"time_zone", s.TimeZone != ""}, {"anchor_day", s.AnchorDay != 0}, {"week_start", s.WeekStart != ""},
 	}
 next:
 	for _, f := range set {
@@ -216,7 +224,10 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		Rate      int64        `json:"rate"`
 		Per       jsonDuration `json:"per"`
 		Limit     int64        `json:"limit"`
-		Window    jsonDuration `json:"window"`
+		Window    jsonWindow   `json:"window"`
+		TimeZone  string       `json:"time_zone"`
+		AnchorDay int64        `json:"anchor_day"`
+		WeekStart string       `json:"week_start"`
 		Interval  jsonDuration `json:"interval"`
 		HoldFor   jsonDuration `json:"hold_for"`
 		Limits    WindowSpecs  `json:"limits"`
@@ -231,7 +242,8 @@ func (s *Spec) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = Spec{Algorithm: j.Algorithm, Burst: j.Burst, Count: j.Count, Period: time.Duration(j.Period),
-		Rate: j.Rate, Per: time.Duration(j.Per), Limit: j.Limit, Window: time.Duration(j.Window),
+		Rate: j.Rate, Per: time.Duration(j.Per), Limit: j.Limit, Window: j.Window.d, Calendar: j.Window.calendar,
+		TimeZone: j.TimeZone, AnchorDay: j.AnchorDay, WeekStart: j.WeekStart,
 		Interval: time.Duration(j.Interval), HoldFor: time.Duration(j.HoldFor), Limits: j.Limits, MinGap: time.Duration(j.MinGap),
 		Buckets: j.Buckets, Mode: j.Mode, Slice: time.Duration(j.Slice), Block: j.Block, Debt: j.Debt}
 	return nil
@@ -259,6 +271,27 @@ func strictJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
+}
+
+// jsonWindow is a spec's window in JSON: a Go duration string, or a
+// calendar unit ("month").
+type jsonWindow struct {
+	d        time.Duration
+	calendar string
+}
+
+func (w *jsonWindow) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil && IsCalendarUnit(s) {
+		w.calendar = s
+		return nil
+	}
+	var d jsonDuration
+	if err := d.UnmarshalJSON(b); err != nil {
+		return fmt.Errorf("window must be a duration such as \"60s\", or day, week, month or year: %w", err)
+	}
+	w.d = time.Duration(d)
+	return nil
 }
 
 // jsonDuration is a duration in a spec's JSON: a Go duration string.
@@ -336,6 +369,21 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 	}
 	if s.Slice != 0 {
 		b = dur(b, "slice", s.Slice)
+	}
+	if s.Calendar != "" {
+		b = append(b, `,"window":`...)
+		b = jsonenc.AppendString(b, s.Calendar)
+	}
+	if s.TimeZone != "" {
+		b = append(b, `,"time_zone":`...)
+		b = jsonenc.AppendString(b, s.TimeZone)
+	}
+	if s.AnchorDay != 0 {
+		b = num(b, "anchor_day", s.AnchorDay)
+	}
+	if s.WeekStart != "" {
+		b = append(b, `,"week_start":`...)
+		b = jsonenc.AppendString(b, s.WeekStart)
 	}
 	if s.Block != nil {
 		b = append(b, `,"block":`...)
