@@ -13,7 +13,9 @@ import (
 func TestCalendarBounds(t *testing.T) {
 	berlin, _ := time.LoadLocation("Europe/Berlin")
 	ny, _ := time.LoadLocation("America/New_York")
-	at := func(loc *time.Location, y int, m time.Month, d, h, min int) time.Time { return time.Date(y, m, d, h, min, 0, 0, loc) }
+	at := func(loc *time.Location, y int, m time.Month, d, h, min int) time.Time {
+		return time.Date(y, m, d, h, min, 0, 0, loc)
+	}
 	for _, c := range []struct {
 		name       string
 		cal        Calendar

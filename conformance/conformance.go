@@ -573,6 +573,41 @@ var Traces = []Trace{
 		},
 	},
 	{
+		// A month from the 31st in Berlin (from a shorter month's last
+		// day): windows [Dec 31, Jan 31), [Jan 31, Feb 28), [Feb 28, Mar
+		// 31); 1ms before and after each boundary.
+		Name:  "fixed_window/calendar-month",
+		Limit: algo.FixedWindow{Count: 3, Calendar: algo.Calendar{Unit: "month", TimeZone: "Europe/Berlin", AnchorDay: 31}},
+		Steps: []Step{
+			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 1, ResetAfter: berlin(2027, 1, 31).Sub(T0)}},
+			{At: berlin(2027, 1, 31).Sub(T0) - ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 0, ResetAfter: ms}},
+			{At: berlin(2027, 1, 31).Sub(T0) - ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: ms, ResetAfter: ms}},
+			{At: berlin(2027, 1, 31).Sub(T0) + ms, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 28*24*time.Hour - ms}},
+			{At: berlin(2027, 2, 28).Sub(T0) - ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: ms, ResetAfter: ms}},
+			{At: berlin(2027, 2, 28).Sub(T0) + ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: (31*24-1)*time.Hour - ms}}, // spring forward on Mar 28
+		},
+	},
+	{
+		// A day in New York as the clocks fall back: 25 hours.
+		Name:  "fixed_window/calendar-day",
+		Limit: algo.FixedWindow{Count: 2, Calendar: algo.Calendar{Unit: "day", TimeZone: "America/New_York"}},
+		Steps: []Step{
+			{At: newYork(2027, 11, 7).Sub(T0) + ms, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 2, Remaining: 0, ResetAfter: 25*time.Hour - ms}},
+			{At: newYork(2027, 11, 8).Sub(T0) - ms, Cost: 1, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: ms, ResetAfter: ms}},
+			{At: newYork(2027, 11, 8).Sub(T0) + ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: 24*time.Hour - ms}},
+		},
+	},
+	{
+		// A week from Sunday in New York over the spring change: 167 hours.
+		Name:  "fixed_window/calendar-week",
+		Limit: algo.FixedWindow{Count: 2, Calendar: algo.Calendar{Unit: "week", TimeZone: "America/New_York", WeekStart: "sunday"}},
+		Steps: []Step{
+			{At: newYork(2027, 3, 14).Sub(T0) - ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 1, ResetAfter: ms}},
+			{At: newYork(2027, 3, 14).Sub(T0) + ms, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 2, Remaining: 0, ResetAfter: 167*time.Hour - ms}},
+			{At: newYork(2027, 3, 21).Sub(T0) - ms, Cost: 1, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: ms, ResetAfter: ms}},
+		},
+	},
+	{
 		// The most slots, the largest permit id, the longest hold.
 		Name:  "concurrency/edge",
 		Limit: algo.Concurrency{Count: algo.MaxSlots, HoldFor: algo.MaxHoldFor},
@@ -597,6 +632,18 @@ var Traces = []Trace{
 // maxTAT is the largest limit of a GCRA or token bucket: one action per µs
 // over the 100-year horizon (algo.MaxHorizon in µs).
 const maxTAT = 3_153_600_000_000_000
+
+// berlin and newYork are midnight of a day in those zones.
+func berlin(y int, m time.Month, d int) time.Time  { return midnight("Europe/Berlin", y, m, d) }
+func newYork(y int, m time.Month, d int) time.Time { return midnight("America/New_York", y, m, d) }
+
+func midnight(zone string, y int, m time.Month, d int) time.Time {
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		panic(err)
+	}
+	return time.Date(y, m, d, 0, 0, 0, 0, loc)
+}
 
 // e is the end of the 10s window that holds T0, since T0.
 const e = 9665413 * us

@@ -48,7 +48,7 @@ func adjustArgs(req *store.Request, op algo.Adjust) (string, []string, error) {
 	default: // a fixed window: the last kind Adjust allows
 		letter = "f"
 		fw := limitOf[algo.FixedWindow](p)
-		args = []string{itoa(req.Cost), itoa(algo.Micros(fw.Window)), itoa(algo.MaxCount)}
+		args = calendarWindows([]string{itoa(req.Cost), itoa(algo.Micros(fw.Window)), itoa(algo.MaxCount)}, p, req.Time)
 	}
 	if op == algo.Reward {
 		return letter + "r", args, nil

@@ -124,7 +124,11 @@ func leasable(r *store.Request) (algo.FixedWindow, bool) {
 	if _, blocks := r.Plan.Blocks(); blocks || r.Plan.Debt() {
 		return algo.FixedWindow{}, false // a lease would admit during a block, and hold no debt
 	}
-	return limitOf[algo.FixedWindow](r.Plan), true
+	fw := limitOf[algo.FixedWindow](r.Plan)
+	if fw.Calendar != (algo.Calendar{}) {
+		return algo.FixedWindow{}, false // lease.lua counts windows aligned to the epoch
+	}
+	return fw, true
 }
 
 // take admits cost from key's lease, if it holds that much and is live.

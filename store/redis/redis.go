@@ -235,7 +235,7 @@ func appendLevel(args []string, b *binding, r store.Request) []string {
 	}
 	args = append(args, b.letter, flag, "")
 	n := len(args)
-	args = b.args(args, r.Plan, r.Cost)
+	args = calendarWindows(b.args(args, r.Plan, r.Cost), r.Plan, r.Time)
 	args[n-1] = strconv.Itoa(len(args) - n)
 	if blocks {
 		blk = blk.WithDefaults()

@@ -211,3 +211,34 @@ func TestTLSAgainstPlaintextSaysSo(t *testing.T) {
 		t.Errorf("rediss:// against plaintext: %v, want a hint to use redis://", err)
 	}
 }
+
+// TestCalendarWindowOnRedisTime: a fixed window of the calendar decided by
+// Redis TIME (no explicit time): the store gives the windows around its own
+// clock, and Redis picks the one that holds its time; the answer says the
+// time to the next midnight in the zone.
+func TestCalendarWindowOnRedisTime(t *testing.T) {
+	st := open(t, redistest.Start(t), redis.Options{})
+	ctx := context.Background()
+	req := store.Request{Key: "calendar:now", Plan: algo.MustCompile(algo.FixedWindow{Count: 2, Calendar: algo.Calendar{Unit: "day", TimeZone: "Asia/Kolkata"}}), Cost: 1}
+	loc, _ := time.LoadLocation("Asia/Kolkata")
+	for i, want := range []bool{true, true, false} {
+		t1 := time.Now()
+		r, err := st.Decide(ctx, req)
+		t2 := time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Redis decided at a time between t1 and t2 (its clock is this
+		// machine's, give or take 50ms): the reset is the time from it to
+		// the next midnight in Kolkata.
+		y, m, d := t1.In(loc).Date()
+		end := time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+		if t2.After(end) {
+			return // a midnight passed during the call: nothing to judge
+		}
+		slack := 50 * time.Millisecond
+		if r.Allowed != want || r.ResetAfter < end.Sub(t2)-slack || r.ResetAfter > end.Sub(t1)+slack {
+			t.Fatalf("decision %d: %+v, want allowed %v and a reset at %v", i, r, want, end)
+		}
+	}
+}

@@ -13,7 +13,8 @@
 --          window, "wp" / "wr" on a window counter, "sp" / "sr" on a
 --          sliding log, "b" a block, "u" an unblock
 -- ARGV[a..] TAT: n, T in µs, the horizon in µs; window: n, the window in
---          µs, the largest count; window counter, sliding log: n, then
+--          µs (0: a calendar's), the largest count, then a calendar's
+--          windows (window_end); window counter, sliding log: n, then
 --          what window_counter.lua or sliding_log.lua takes after its
 --          cost; block: its length in µs, forget_after in µs
 local function change(key, now, op, a)
@@ -37,7 +38,7 @@ local function change(key, now, op, a)
   elseif op == 'fp' or op == 'fr' then
     local n, w = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
     local v = redis.call('HMGET', key, 'e', 'n')
-    local e, count = now - now % w + w, 0
+    local e, count = window_end(now, w, a + 3), 0
     local stored = tonumber(v[1])
     if stored and stored >= e then
       e, count = stored, tonumber(v[2]) or 0

@@ -12,6 +12,22 @@ local grace = ARGV[1] == '' and 0 or 60000
 -- (algo.MaxHorizon), a count at most maxcount (algo.MaxCount), an exact
 -- log's window at most maxexact entries (algo.MaxExactLimit).
 local horizon, maxcount, maxexact = 3153600000000000, 9007199254740991, 1000000
+
+-- window_end returns the end of the window that holds now: of w µs
+-- aligned to the epoch, or for w = 0 a calendar's window (Redis has no
+-- time zone data: the store gives the windows around its own time), the
+-- first of the ends ARGV[b+2 .. b+ARGV[b]] after now, ARGV[b+1] being the
+-- earliest start. A now outside them (clocks a window apart) is an error.
+local function window_end(now, w, b)
+  if w > 0 then return now - now % w + w end
+  if now >= tonumber(ARGV[b + 1]) then
+    for i = b + 2, b + tonumber(ARGV[b]) do
+      local e = tonumber(ARGV[i])
+      if e > now then return e end
+    end
+  end
+  error('a calendar window: the time ' .. now .. ' is outside the windows given around the caller\'s (clocks a window apart)')
+end
 local function ttl(us)
   return math.ceil(us / 1000) + grace
 end

@@ -1,11 +1,14 @@
--- fixed_window.lua: a counter per window aligned to the epoch.
+-- fixed_window.lua: a counter per window aligned to the epoch, or per
+-- window of the calendar (algo.Calendar).
 --
 -- Key    a hash: e = the end of the counted window (µs), n = its count,
 --        and the window's lease holders (lease.lua); it expires when the
 --        window ends
--- Args   a+0: window in µs
+-- Args   a+0: window in µs, or 0 for a calendar's windows
 --        a+1: limit
 --        a+2: cost (0 peeks and writes nothing)
+--        a+3..: a calendar's windows around the caller's time (window_end):
+--        their count, the earliest start, then the ends
 -- Check  ok, value: the window's count after the decision (before it when
 --        not ok), and one extra value: the end of the window counted, which
 --        is the stored window's when that one is later than now's (the clock
@@ -14,7 +17,7 @@
 -- f_end returns the end of the window a decision at now counts in, given
 -- the stored window's end e (nil for none).
 local function f_end(now, a, e)
-  local mine = now - now % ARGV[a] + ARGV[a]
+  local mine = window_end(now, tonumber(ARGV[a]), a + 3)
   if e and e > mine then return e end
   return mine
 end
