@@ -46,6 +46,26 @@ func TestErrors(t *testing.T) {
 		{"two documents", "schema:\n  a: {unlimited: true}\n---\nschema: {}\n", []string{
 			"f.yaml:4:1: more than one YAML document (only one is allowed)",
 		}},
+		{"calendar windows", `
+schema:
+  bad:
+    limits: {algorithm: fixed_window, limit: 10, window: week, time_zone: Mars/Base}
+  bad2:
+    limits: {algorithm: gcra, burst: 1, count: 1, period: 1s, time_zone: UTC}
+  bad3:
+    lease: true
+    limits: {algorithm: fixed_window, limit: 10, window: day}
+  bad4:
+    limits: {algorithm: fixed_window, limit: 10, window: day, anchor_day: 3}
+  bad5:
+    limits: {algorithm: fixed_window, limit: 10, window: 1h, time_zone: UTC}
+`, []string{
+			`f.yaml:4:75: schema.bad.limits.time_zone: time_zone "Mars/Base" is not an IANA time zone, such as Europe/Berlin`,
+			`f.yaml:6:74: schema.bad2.limits.time_zone: gcra does not take "time_zone"`,
+			`f.yaml:8:5: schema.bad3.lease: limit 0 is a calendar window: leases are for windows of a duration`,
+			`f.yaml:11:75: schema.bad4.limits.anchor_day: anchor_day is for a month's window, not a day's`,
+			`f.yaml:13:73: schema.bad5.limits.time_zone: time_zone, anchor_day and week_start are for a calendar window (window: day, week, month or year)`,
+		}},
 		{"debt", `
 schema:
   tokens:

@@ -261,6 +261,10 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 				l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "limit %d has a debt: a lease admits from units taken ahead, and a charge it denied would never reach the store", i)
 				break
 			}
+			if fw, ok := lim.(algo.FixedWindow); ok && fw.Calendar != (algo.Calendar{}) {
+				l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "limit %d is a calendar window: leases are for windows of a duration", i)
+				break
+			}
 		}
 	}
 	if delayed != nil {
@@ -437,9 +441,13 @@ func (l *loader) shorthand(s *ast.SequenceNode, path string) (compiled, bool) {
 func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 	var spec algo.Spec
 	m, plain, at := l.plainRate(m)
+	m, calendar, calAt := takeField(m, "window", algo.IsCalendarUnit)
 	fields, ok := l.DecodeStruct(m, reflect.ValueOf(&spec).Elem(), path)
 	if !ok {
 		return compiled{}, false
+	}
+	if calAt != nil {
+		spec.Calendar, fields["window"] = calendar, calAt
 	}
 	if at != nil {
 		n, per, err := algo.ParseRate(plain)
@@ -464,13 +472,21 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 // it returns the mapping without it, the text and where it is (nil when
 // there is none).
 func (l *loader) plainRate(m *ast.MappingNode) (*ast.MappingNode, string, ast.Node) {
+	return takeField(m, "rate", func(v string) bool { return strings.Contains(v, "/") })
+}
+
+// takeField takes the field name out of a mapping when its value is text
+// that is: it returns the mapping without it, the text and where it is
+// (nil when the field is not there, or not such text). A calendar window
+// (window: month) is taken so, since a Spec's window is a duration.
+func takeField(m *ast.MappingNode, name string, is func(string) bool) (*ast.MappingNode, string, ast.Node) {
 	for i, kv := range m.Values {
 		k, ok := yamlfile.StringValue(kv.Key)
-		if !ok || k != "rate" {
+		if !ok || k != name {
 			continue
 		}
 		v, ok := yamlfile.StringValue(kv.Value)
-		if !ok || !strings.Contains(v, "/") {
+		if !ok || !is(v) {
 			return m, "", nil
 		}
 		c := *m

@@ -317,3 +317,20 @@ func TestDebtExplainedReplayed(t *testing.T) {
 		t.Fatalf("the replayed spec %s has no debt", spec)
 	}
 }
+
+// TestCalendarExplainedReplayed: explain says when a calendar window
+// resets; replay takes window: month (and its zone and anchor day) in a
+// limit's JSON spec and reproduces the conformance trace through month
+// ends in Berlin, with explicit times, on both stores.
+func TestCalendarExplainedReplayed(t *testing.T) {
+	pol := t.TempDir() + "/quota.yaml"
+	writeTestFile(t, pol, "schema:\n  api:\n    children:\n      \"*\": {limits: {algorithm: fixed_window, limit: 100000, window: month, time_zone: Europe/Berlin}}\n")
+	status, out, errOut := runSluice(t, "explain", pol, "api", "acme")
+	if status != 0 || !strings.Contains(out, "100000 a calendar month (resets on the 1st at 00:00 Europe/Berlin)") {
+		t.Fatalf("explain: %d\n%s%s", status, out, errOut)
+	}
+	if spec := replayTrace(t, "fixed_window/calendar-month"); !strings.Contains(spec, `"window":"month"`) {
+		t.Fatalf("the replayed spec %s is not a calendar month", spec)
+	}
+	replayTrace(t, "fixed_window/calendar-day")
+}

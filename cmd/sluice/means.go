@@ -20,6 +20,11 @@ func means(s algo.Spec) string {
 	case "token_bucket":
 		out = fmt.Sprintf("%d at once (a full bucket), then %s", s.Burst, rate(s.Rate, s.Per))
 	case "fixed_window":
+		if s.Calendar != "" {
+			c := algo.Calendar{Unit: s.Calendar, TimeZone: s.TimeZone, AnchorDay: int(s.AnchorDay), WeekStart: s.WeekStart}
+			out = fmt.Sprintf("%d a calendar %s (%s)", s.Limit, s.Calendar, c.Describe())
+			break
+		}
 		out = fmt.Sprintf("%d per %s window (windows start afresh at each multiple of %s since 1970-01-01 00:00 UTC)", s.Limit, short(s.Window), short(s.Window))
 	case "gate":
 		out = fmt.Sprintf("one at a time, then none for %s", short(s.Interval))
