@@ -55,13 +55,14 @@ schema:
 	m := p.Match([]string{"tigerfeeding", "alex"})
 	for _, h := range m.Hits {
 		for j, l := range h.Limits {
-			fmt.Printf("key %-19s tag %-17s %+v\n", h.LimitKey(j), h.Tag, l)
+			spec := l.Spec()
+			fmt.Printf("key %-19s tag %-17s %s\n", h.LimitKey(j), h.Tag, spec.AppendJSON(nil))
 		}
 	}
 	// Output:
-	// key tigerfeeding        tag tigerfeeding      {Count:100 Window:10s}
-	// key tigerfeeding:alex#0 tag tigerfeeding:alex {Interval:10s}
-	// key tigerfeeding:alex#1 tag tigerfeeding:alex {Burst:0 Count:1 Period:10s}
+	// key tigerfeeding        tag tigerfeeding      {"algorithm":"fixed_window","limit":100,"window":"10s"}
+	// key tigerfeeding:alex#0 tag tigerfeeding:alex {"algorithm":"gate","interval":"10s"}
+	// key tigerfeeding:alex#1 tag tigerfeeding:alex {"algorithm":"gcra","count":1,"period":"10s"}
 }
 
 func ExampleParse_errors() {
