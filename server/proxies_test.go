@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -10,8 +11,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/proxytest"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -414,5 +417,74 @@ func TestForwardAuthSeveralPaths(t *testing.T) {
 				t.Errorf("the IP's remaining, read back from Redis: %d, want 1 (5, less the 4 admitted)", d.Remaining)
 			}
 		})
+	}
+}
+
+// TestRecipeBehindNginx: docs/recipes.md's route with three paths (per IP,
+// per key, a month's quota) and its limits.yaml, as they are but for the
+// addresses and store, behind the real nginx of docs/proxies on Redis: the
+// key's 60 a minute are admitted, the 61st denied, and the denied one
+// spends nothing of the IP's budget or the quota.
+func TestRecipeBehindNginx(t *testing.T) {
+	page, err := os.ReadFile("../docs/recipes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := func(name string) []byte {
+		m := regexp.MustCompile("(?s)```yaml\n# recipes: " + regexp.QuoteMeta(name) + "\n(.*?)```").FindSubmatch(page)
+		if m == nil {
+			t.Fatalf("docs/recipes.md has no %s block", name)
+		}
+		return m[1]
+	}
+	sluiceYAML := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(sluiceYAML, block("sluice.yaml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var recipe Config
+	if err := LoadConfigFile(sluiceYAML, &recipe); err != nil {
+		t.Fatal(err)
+	}
+	rd := redistest.Start(t)
+	conf, addr, sluiceAddr := startProxied(t, "nginx.conf", func(c *Config) {
+		c.ForwardAuth = recipe.ForwardAuth
+		c.Store, c.Policy, c.PolicyData = rd.URL(), "", block("limits.yaml")
+	})
+	p := proxytest.Nginx(t, conf, addr)
+	left := func(path string) int64 {
+		t.Helper()
+		resp, err := http.Post("http://"+sluiceAddr+"/v1/check", "application/json", strings.NewReader(`{"path": `+path+`, "cost": 0}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d DecisionJSON
+		json.NewDecoder(resp.Body).Decode(&d)
+		return d.Remaining
+	}
+	for round := 0; ; round++ {
+		ip, key := fmt.Sprintf("127.0.1.%d", round+1), fmt.Sprintf("k%d", round)
+		start := time.Now()
+		c := clientFrom(ip)
+		denied := 0
+		for i := range 61 {
+			got := send(t, c, "GET", "http://"+p.Addr+"/api/orders", map[string]string{"X-Api-Key": key})
+			if want := map[bool]int{true: 429, false: 200}[i == 60]; got.status != want {
+				if start.Truncate(time.Minute) != time.Now().Truncate(time.Minute) {
+					break // the key's minute rolled over: again, afresh
+				}
+				t.Fatalf("request %d: %d, want %d\n%s", i+1, got.status, want, p.Output())
+			}
+			if got.status == 429 {
+				denied++
+			}
+		}
+		if start.Truncate(time.Minute) != time.Now().Truncate(time.Minute) || denied != 1 {
+			continue
+		}
+		if ipLeft, quotaLeft := left(`["ip", "`+ip+`"]`), left(`["quota", "`+key+`"]`); ipLeft != 940 || quotaLeft != 99940 {
+			t.Fatalf("after 60 admitted and 1 denied: the IP has %d left (want 940), the quota %d (want 99940)", ipLeft, quotaLeft)
+		}
+		return
 	}
 }
