@@ -23,7 +23,10 @@
 # The scenarios:
 #   allow  1000 callers, a limit of 1,000,000/s: nothing is denied; sluice
 #          exact (its default), and with lease: true on the node, with
-#          redis.lease_for at its default (1s) and at 100ms
+#          redis.lease_for at its default (1s) and at 100ms; and the floor
+#          (bench/cmd/floor: decode, one EVALSHA of a minimal fixed-window
+#          script through rueidis, answer), the least an exact check costs
+#          in Go on this Redis
 #   deny   1000 callers, a limit of 1/s each: nearly every check is denied
 #          (the share is measured); Envoy with its local over-limit cache
 #          (LOCAL_CACHE_SIZE_IN_BYTES) on and off, sluice with its own
@@ -61,6 +64,7 @@ if [ -n "${BASELINE:-}" ]; then
 fi
 (cd cmd/loadgen && go build -o "$TMP/loadgen" .)
 (cd cmd/envoyrl && go build -o "$TMP/envoyrl" .)
+go build -o "$TMP/floor" ./cmd/floor
 go build -o "$TMP/hotkey" ./cmd/hotkey
 
 RPORT=$(freeport)
@@ -116,6 +120,9 @@ run() { # scenario service api
       env SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${leasefor[@]}" "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
         --policy "$policy" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
       ;;
+    floor)
+      "${SIDE[@]}" "${SVC[@]}" "$TMP/floor" -http "127.0.0.1:$hp" -grpc "127.0.0.1:$gp" -redis "127.0.0.1:$RPORT" -limit "$(limits "$scenario")" >"$TMP/svc.log" 2>&1 &
+      ;;
     envoy*)
       local cache=0
       [[ $service == *"cache on"* ]] && cache=104857600
@@ -130,7 +137,7 @@ run() { # scenario service api
   local addr args=(-c 50 -d "$DURATION" -pid "$pid" -redis-pid "$RPID" -keys "$(keys "$scenario")")
   if [ "$api" = http ]; then
     waitport "$hp"; addr=127.0.0.1:$hp
-    if [[ $service == sluice* ]]; then
+    if [[ $service == sluice* || $service == floor ]]; then
       args+=(-path /v1/check -body '{"path": ["edge", "remote_address", "{ip}"]}')
     else
       args+=(-path /json -body '{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "{ip}"}]}]}')
@@ -149,7 +156,7 @@ services() { # scenario api
     deny-*) printf '%s\n' "sluice" "sluice (cache off)" "envoy (cache on)" "envoy (cache off)" ;;
     hot-grpc) printf '%s\n' "sluice" "sluice (lease_for 100ms)" "sluice (quota client)" "envoy" ;;
     hot-*) printf '%s\n' "sluice" "sluice (lease_for 100ms)" "envoy" ;;
-    allow-*) printf '%s\n' "sluice" "sluice (leases)" "sluice (leases, lease_for 100ms)" "envoy" ;;
+    allow-*) printf '%s\n' "sluice" "sluice (leases)" "sluice (leases, lease_for 100ms)" "envoy" "floor" ;;
     *) printf '%s\n' sluice envoy ;;
   esac
 }
@@ -216,17 +223,19 @@ for n in order:
     if s != scen:
         scen = s
         print(f"\n### {s}\n")
-        print("| service | API | checks/s | vs Envoy | p50 | p99 | service CPU per check | Redis CPU per check | denied |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| service | API | checks/s | vs Envoy | p50 | p99 | service CPU per check | × floor's | Redis CPU per check | denied |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     rs = by[n]
     med = lambda k, rs=rs: st.median(r.get(k, 0) for r in rs)
     peer = next((m for m in order if m.startswith(f"{s}|envoy") and m.endswith("|" + api) and "cache off" not in m), None)
     ratio = f"{med('rps') / st.median(r['rps'] for r in by[peer]):.2f}x" if peer and not svc.startswith("envoy") else ""
+    fl = by.get(f"{s}|floor|{api}")
+    cpux = f"{med('cpu_us_per_req') / st.median(r['cpu_us_per_req'] for r in fl):.2f}x" if fl and svc != "floor" else ""
     tot = sum(sum(r["statuses"].values()) for r in rs)
     denied = sum(r["statuses"].get(k, 0) for r in rs for k in ("429", "OVER_LIMIT"))
     errs = sum(r.get("errors", 0) for r in rs)
     print(f"| {svc} | {api} | {med('rps'):,.0f} | {ratio} | {med('p50_us')/1000:.2f} ms | {med('p99_us')/1000:.2f} ms "
-          f"| {med('cpu_us_per_req'):.1f} µs | {med('redis_cpu_us_per_req'):.1f} µs | {100*denied/max(tot,1):.1f}%"
+          f"| {med('cpu_us_per_req'):.1f} µs | {cpux} | {med('redis_cpu_us_per_req'):.1f} µs | {100*denied/max(tot,1):.1f}%"
           + (f" ({errs} errors)" if errs else "") + " |")
 hot = [json.loads(l) for l in open(sys.argv[4])]
 if hot:
