@@ -281,6 +281,43 @@ type Settler interface {
 	Settle(ctx context.Context, t Request, reqs []Request, op algo.Adjust) (bool, error)
 }
 
+// A Board is a store that keeps a small table that every instance of a
+// service reads (the overrides of limits, package policy): Post sets the
+// named entry (a nil value removes it) and moves the board's generation
+// on; Read returns the generation and, with all, every entry, both as of
+// one moment, with the store's time then. An instance that polls the
+// generation sees every Post within its poll.
+type Board interface {
+	Post(ctx context.Context, name string, value []byte) error
+	Read(ctx context.Context, all bool) (BoardState, error)
+}
+
+// BoardState is a Board as Read saw it.
+type BoardState struct {
+	Gen     int64
+	Entries map[string][]byte // nil unless all
+	Time    time.Time         // the store's clock
+}
+
+// The bounds of a Board: entries, and bytes of a name and of a value.
+const (
+	MaxBoardEntries = 10000
+	MaxBoardName    = 1024
+	MaxBoardValue   = 4096
+)
+
+// ValidatePost checks a Post's name and value against the bounds; its
+// errors wrap ErrBadRequest.
+func ValidatePost(name string, value []byte) error {
+	switch {
+	case name == "" || len(name) > MaxBoardName:
+		return fmt.Errorf("%w: a board entry's name of %d bytes: want 1 to %d", ErrBadRequest, len(name), MaxBoardName)
+	case len(value) > MaxBoardValue:
+		return fmt.Errorf("%w: a board entry of %d bytes, more than %d", ErrBadRequest, len(value), MaxBoardValue)
+	}
+	return nil
+}
+
 // The bounds of a ticket's life (Settler.Issue).
 const (
 	MinTicket = time.Millisecond

@@ -41,6 +41,7 @@ type Store struct {
 	consumers  consumerLists
 	queues     queues
 	tickets    tickets
+	board      board
 }
 
 // A shard holds the keys whose hash ends in its number. Decisions on a
