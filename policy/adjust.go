@@ -109,6 +109,7 @@ func (c *Checker) Adjust(ctx context.Context, q *Query, op algo.Adjust) error {
 		if err := p.match(pq); err != nil {
 			return err
 		}
+		c.override(p, pq, q.Time)
 		for h := range pq.Match.Hits {
 			hit := &pq.Match.Hits[h]
 			for j := range hit.Limits {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
@@ -21,6 +22,8 @@ import (
 type Checker struct {
 	Policy *Current
 	Store  store.Store
+
+	overrides atomic.Pointer[overrideSet] // as of the last Refresh
 }
 
 // Query is what Checker.Decide decides: one or more paths at one time,
@@ -165,6 +168,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 		if err := p.match(pq); err != nil {
 			return err
 		}
+		c.override(p, pq, q.Time)
 		for h := range pq.Match.Hits {
 			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
 		}

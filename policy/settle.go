@@ -81,9 +81,11 @@ func (c *Checker) Settle(ctx context.Context, t time.Time, id string, cost int64
 		op, units = algo.Penalize, cost-e.cost
 	}
 	pq := PathQuery{Path: e.path, Exact: e.exact}
-	if err := c.Policy.Load().match(&pq); err != nil {
+	p := c.Policy.Load()
+	if err := p.match(&pq); err != nil {
 		return false, err
 	}
+	c.override(p, &pq, t)
 	m := &pq.Match
 	var reqs []store.Request
 	for h := range m.Hits {

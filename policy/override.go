@@ -1,0 +1,286 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
+)
+
+// An Override changes a node's limits for one of its keys, or for the keys
+// a glob matches, at runtime and without a reload: an exact limit
+// (Limits) or the node's own limits with their counts times Factor (10:
+// ten times as many), until a time or for good. Overrides are kept in the
+// store (store.Board), so that every instance that polls it (Refresh)
+// applies them. A key's state carries over when the override keeps the
+// node's number of limits.
+type Override struct {
+	// Node is the node's pattern, such as "key/*".
+	Node string `json:"node"`
+	// Key is the level's key, such as "key:acme", or a glob of keys
+	// ("key:trial-*", path.Match's).
+	Key    string      `json:"key"`
+	Limits []algo.Spec `json:"limits,omitempty"`
+	Factor float64     `json:"factor,omitempty"`
+	// Until is when it ends, by the store's clock (the zero Time: never).
+	Until time.Time `json:"until,omitzero"`
+}
+
+// Bounds of overrides: a factor, and the limits of one.
+const (
+	maxFactor         = 1e6
+	maxOverrideLimits = 8
+)
+
+// overridePrefix names an override's entry on the board.
+const overridePrefix = "override\x00"
+
+func (o Override) entry() string { return overridePrefix + o.Node + "\x00" + o.Key }
+
+// SetOverride validates o against the policy in force, as limits.yaml's
+// limits are validated, and keeps it in the store, where every instance
+// finds it at its next Refresh (this one at once). An override of the same
+// node and key is replaced. The error wraps store.ErrBadRequest for an
+// invalid one, and algo.ErrUnsupported for a store without a board.
+func (c *Checker) SetOverride(ctx context.Context, o Override) error {
+	b, ok := c.Store.(store.Board)
+	if !ok {
+		return fmt.Errorf("policy: %w: the store keeps no overrides", algo.ErrUnsupported)
+	}
+	if _, err := compileOverride(c.Policy.Load(), o); err != nil {
+		return fmt.Errorf("policy: %w: %w", store.ErrBadRequest, err)
+	}
+	data, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	if err := b.Post(ctx, o.entry(), data); err != nil {
+		return err
+	}
+	return c.Refresh(ctx)
+}
+
+// RemoveOverride removes the override of node and key; the node's limits
+// apply again, at every instance's next Refresh.
+func (c *Checker) RemoveOverride(ctx context.Context, node, key string) error {
+	b, ok := c.Store.(store.Board)
+	if !ok {
+		return fmt.Errorf("policy: %w: the store keeps no overrides", algo.ErrUnsupported)
+	}
+	if err := b.Post(ctx, Override{Node: node, Key: key}.entry(), nil); err != nil {
+		return err
+	}
+	return c.Refresh(ctx)
+}
+
+// Overrides returns the overrides the store keeps, by node and key,
+// expired ones included until they are removed.
+func (c *Checker) Overrides(ctx context.Context) ([]Override, error) {
+	b, ok := c.Store.(store.Board)
+	if !ok {
+		return nil, nil
+	}
+	st, err := b.Read(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return decodeOverrides(st.Entries), nil
+}
+
+// Refresh reads the store's overrides when they changed since the last
+// Refresh (one round trip for the board's generation when they have not),
+// and applies them from then on. The service calls it every 250ms
+// (server.OverridePoll); a library user calls it, or lives with the
+// overrides of the last call.
+func (c *Checker) Refresh(ctx context.Context) error {
+	b, ok := c.Store.(store.Board)
+	if !ok {
+		return nil
+	}
+	st, err := b.Read(ctx, false)
+	if err != nil {
+		return err
+	}
+	if cur := c.overrides.Load(); cur != nil && cur.gen == st.Gen {
+		return nil
+	}
+	if st, err = b.Read(ctx, true); err != nil {
+		return err
+	}
+	set := &overrideSet{gen: st.Gen, offset: time.Until(st.Time), list: decodeOverrides(st.Entries)}
+	set.build(c.Policy.Load())
+	c.overrides.Store(set)
+	if dc, ok := c.Store.(store.DenialCache); ok {
+		dc.ClearOverLimit() // denials by limits that may have changed
+	}
+	return nil
+}
+
+func decodeOverrides(entries map[string][]byte) []Override {
+	var out []Override
+	for name, data := range entries {
+		var o Override
+		if strings.HasPrefix(name, overridePrefix) && json.Unmarshal(data, &o) == nil {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b Override) int { return strings.Compare(a.entry(), b.entry()) })
+	return out
+}
+
+// override applies the overrides in force to pq's hits, at t.
+func (c *Checker) override(p *Policy, pq *PathQuery, t time.Time) {
+	if o := c.overrides.Load(); o != nil {
+		o.apply(p, pq.Match.Hits, t)
+	}
+}
+
+// overrideSet is the overrides in force, compiled for one policy.
+type overrideSet struct {
+	gen    int64
+	offset time.Duration // the store's clock less this machine's, at the read
+	list   []Override
+
+	mu     sync.Mutex
+	policy *Policy                      // what exact and globs were compiled for
+	exact  map[string]*compiledOverride // node + "\x00" + key
+	globs  map[string][]*compiledOverride
+}
+
+type compiledOverride struct {
+	glob   string // the key's glob, for one of globs
+	limits []algo.Limit
+	plans  []algo.Plan
+	until  int64 // µs; 0: never
+}
+
+// build compiles the set's overrides for p; one that no longer fits p (a
+// node gone) is left out.
+func (s *overrideSet) build(p *Policy) {
+	s.policy = p
+	s.exact, s.globs = map[string]*compiledOverride{}, map[string][]*compiledOverride{}
+	for _, o := range s.list {
+		co, err := compileOverride(p, o)
+		if err != nil {
+			continue
+		}
+		if strings.ContainsAny(o.Key, "*?[") {
+			s.globs[o.Node] = append(s.globs[o.Node], co)
+			co.glob = o.Key
+		} else {
+			s.exact[o.Node+"\x00"+o.Key] = co
+		}
+	}
+}
+
+// apply replaces the limits of the hits an override in force at t covers.
+func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
+	if len(s.list) == 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.policy != p { // a reload since: compile again for it
+		s.build(p)
+	}
+	s.mu.Unlock()
+	if t.IsZero() {
+		t = time.Now().Add(s.offset)
+	}
+	now := t.UnixMicro()
+	for i := range hits {
+		h := &hits[i]
+		co := s.exact[h.Pattern+"\x00"+h.Key]
+		if co == nil {
+			for _, g := range s.globs[h.Pattern] {
+				if ok, _ := path.Match(g.glob, h.Key); ok {
+					co = g
+					break
+				}
+			}
+		}
+		if co != nil && (co.until == 0 || now < co.until) {
+			h.Limits, h.plans = co.limits, co.plans
+		}
+	}
+}
+
+// compileOverride checks o against p and compiles its limits.
+func compileOverride(p *Policy, o Override) (*compiledOverride, error) {
+	var n *Node
+	for i := range p.nodes {
+		if p.nodes[i].Pattern == o.Node {
+			n = &p.nodes[i]
+		}
+	}
+	switch {
+	case n == nil:
+		return nil, fmt.Errorf("override: no node %q in the policy", o.Node)
+	case len(n.Specs) == 0:
+		return nil, fmt.Errorf("override: node %q has no limits to override", o.Node)
+	case n.Delay > 0:
+		return nil, fmt.Errorf("override: node %q delays: its limits reserve ahead, which an override's would not", o.Node)
+	case o.Key == "":
+		return nil, errors.New("override: a key, or a glob of keys, is needed")
+	case (len(o.Limits) > 0) == (o.Factor != 0):
+		return nil, errors.New("override: give limits or a factor, one of them")
+	case o.Factor != 0 && (o.Factor <= 0 || o.Factor > maxFactor || math.IsNaN(o.Factor)):
+		return nil, fmt.Errorf("override: factor %v: want above 0 and at most %g", o.Factor, maxFactor)
+	case len(o.Limits) > maxOverrideLimits:
+		return nil, fmt.Errorf("override: %d limits, more than %d", len(o.Limits), maxOverrideLimits)
+	}
+	if _, err := path.Match(o.Key, ""); err != nil {
+		return nil, fmt.Errorf("override: key %q: %v", o.Key, err)
+	}
+	specs := o.Limits
+	if o.Factor != 0 {
+		specs = make([]algo.Spec, len(n.Specs))
+		for i, s := range n.Specs {
+			specs[i] = scaled(s, o.Factor)
+		}
+	}
+	co := &compiledOverride{limits: make([]algo.Limit, len(specs)), plans: make([]algo.Plan, len(specs))}
+	for i, s := range specs {
+		l, err := s.Build()
+		if err == nil {
+			co.plans[i], err = algo.Compile(l)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("override: limits[%d]: %s", i, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+		}
+		co.limits[i] = l
+	}
+	if !o.Until.IsZero() {
+		co.until = o.Until.UnixMicro()
+	}
+	return co, nil
+}
+
+// scaled is s with its counts times f (at least 1; a gcra's burst+1 and
+// count; a token bucket's burst and rate).
+func scaled(s algo.Spec, f float64) algo.Spec {
+	mul := func(n int64) int64 { return max(int64(math.Round(float64(n)*f)), 1) }
+	switch s.Algorithm {
+	case "gcra":
+		s.Burst, s.Count = mul(s.Burst+1)-1, mul(s.Count)
+	case "token_bucket":
+		s.Burst, s.Rate = mul(s.Burst), mul(s.Rate)
+	case "fixed_window", "concurrency":
+		s.Limit = mul(s.Limit)
+	case "sliding_log", "window_counter":
+		ws := slices.Clone(s.Limits)
+		for i := range ws {
+			ws[i].Limit = mul(ws[i].Limit)
+		}
+		s.Limits = ws
+	}
+	return s
+}

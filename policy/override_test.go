@@ -1,0 +1,136 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
+)
+
+const overridePolicy = `schema:
+  key:
+    children:
+      "*": {limits: {algorithm: fixed_window, limit: 3, window: 1h}}
+`
+
+// TestOverrides: an override changes one key's limit, or the keys a glob
+// matches (a factor), at once for the instance that sets it and at its
+// next Refresh for another on the same store; it ends at its time (by the
+// decision's clock) and when removed; an invalid one is refused as
+// limits.yaml's are. On the memory store, Redis and a Redis Cluster.
+func TestOverrides(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := checker(t, overridePolicy, st)
+			other := checker(t, overridePolicy, st) // another instance
+			t0 := time.Date(2027, 6, 1, 10, 0, 0, 0, time.UTC)
+			admitted := func(c *policy.Checker, key string, at time.Time) int {
+				t.Helper()
+				n := 0
+				for range 50 {
+					var d policy.Decision
+					if err := c.Decide(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"key", key}, Cost: 1}}}, &d); err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						n++
+					}
+				}
+				return n
+			}
+			key := func(k string) string { return c.Policy.Load().Match([]string{"key", k}).Hits[0].Key }
+			if err := c.SetOverride(ctx, policy.Override{Node: "key/*", Key: key("acme"), Until: t0.Add(90 * time.Minute),
+				Limits: []algo.Spec{{Algorithm: "fixed_window", Limit: 5, Window: time.Hour}}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetOverride(ctx, policy.Override{Node: "key/*", Key: "key:trial-*", Factor: 10}); err != nil {
+				t.Fatal(err)
+			}
+			if n := admitted(c, "acme", t0); n != 5 {
+				t.Fatalf("acme under its override: %d admitted, want 5", n)
+			}
+			if n := admitted(c, "bravo", t0); n != 3 {
+				t.Fatalf("bravo, no override: %d, want 3", n)
+			}
+			if n := admitted(c, "trial-7", t0); n != 30 {
+				t.Fatalf("trial-7 under 10x: %d, want 30", n)
+			}
+			// The other instance has not refreshed: the configured limit;
+			// after Refresh, the overrides.
+			if n := admitted(other, "trial-8", t0); n != 3 {
+				t.Fatalf("trial-8 on an instance that has not refreshed: %d, want 3", n)
+			}
+			if err := other.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := admitted(other, "trial-9", t0); n != 30 {
+				t.Fatalf("trial-9 after Refresh: %d, want 30", n)
+			}
+			// Past its time, acme's override no longer applies (in the next
+			// hour's window: 3).
+			if n := admitted(c, "acme", t0.Add(2*time.Hour)); n != 3 {
+				t.Fatalf("acme after its override ended: %d, want 3", n)
+			}
+			// Removed: the glob's keys have the node's limit again.
+			if err := c.RemoveOverride(ctx, "key/*", "key:trial-*"); err != nil {
+				t.Fatal(err)
+			}
+			if n := admitted(c, "trial-10", t0); n != 3 {
+				t.Fatalf("trial-10 after the removal: %d, want 3", n)
+			}
+			if list, err := c.Overrides(ctx); err != nil || len(list) != 1 || list[0].Key != key("acme") {
+				t.Fatalf("Overrides: %+v %v", list, err)
+			}
+			for _, bad := range []policy.Override{
+				{Node: "nope/*", Key: "x", Factor: 2},
+				{Node: "key/*", Factor: 2},
+				{Node: "key/*", Key: "k", Factor: 2, Limits: []algo.Spec{{Algorithm: "gate", Interval: time.Second}}},
+				{Node: "key/*", Key: "k", Factor: -1},
+				{Node: "key/*", Key: "k", Limits: []algo.Spec{{Algorithm: "gcra", Burst: -1, Count: 1, Period: time.Second}}},
+				{Node: "key/*", Key: "k["},
+			} {
+				if err := c.SetOverride(ctx, bad); !errors.Is(err, store.ErrBadRequest) {
+					t.Errorf("%+v: %v", bad, err)
+				}
+			}
+		})
+	}
+}
+
+// TestOverrideRace: 200 goroutines race for a key whose override allows
+// 37 (its node: 3), on Redis: exactly 37 are admitted.
+func TestOverrideRace(t *testing.T) {
+	st := stores(t)["redis"]
+	ctx := context.Background()
+	c := checker(t, overridePolicy, st)
+	k := c.Policy.Load().Match([]string{"key", "racer"}).Hits[0].Key
+	if err := c.SetOverride(ctx, policy.Override{Node: "key/*", Key: k, Limits: []algo.Spec{{Algorithm: "fixed_window", Limit: 37, Window: 1000 * time.Hour}}}); err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var d policy.Decision
+			if err := c.Decide(ctx, &policy.Query{Paths: []policy.PathQuery{{Path: []string{"key", "racer"}, Cost: 1}}}, &d); err != nil {
+				t.Error(err)
+			}
+			if d.Allowed {
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n.Load() != 37 {
+		t.Fatalf("%d admitted under an override of 37", n.Load())
+	}
+}
