@@ -41,6 +41,18 @@ const (
 	maxOverrideLimits = 8
 )
 
+// Target returns the node a whole path reaches, which must have limits,
+// and the path's key there: what an Override names. A last segment with
+// *, ? or [ makes the key a glob of keys.
+func (p *Policy) Target(path []string) (node, key string, err error) {
+	m := p.Match(path)
+	if m.Depth != len(path) || len(m.Hits) == 0 || m.Hits[len(m.Hits)-1].Pattern != m.Pattern {
+		return "", "", fmt.Errorf("policy: %w: path %q reaches no node with limits", store.ErrBadRequest, path)
+	}
+	h := m.Hits[len(m.Hits)-1]
+	return h.Pattern, h.Key, nil
+}
+
 // overridePrefix names an override's entry on the board.
 const overridePrefix = "override\x00"
 
@@ -98,9 +110,8 @@ func (c *Checker) Overrides(ctx context.Context) ([]Override, error) {
 
 // Refresh reads the store's overrides when they changed since the last
 // Refresh (one round trip for the board's generation when they have not),
-// and applies them from then on. The service calls it every 250ms
-// (server.OverridePoll); a library user calls it, or lives with the
-// overrides of the last call.
+// and applies them from then on. The service calls it every 250ms; a
+// library user calls it, or lives with the overrides of the last call.
 func (c *Checker) Refresh(ctx context.Context) error {
 	b, ok := c.Store.(store.Board)
 	if !ok {

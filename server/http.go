@@ -75,6 +75,7 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		mux.HandleFunc("GET /admin/v1/consumers", s.admin(s.handleConsumers))
 		mux.HandleFunc("/admin/v1/consumers", s.admin(methodNotAllowed("GET")))
 		mux.HandleFunc("GET /admin/v1/holders", s.admin(s.handleHolders))
+		mux.HandleFunc("/admin/v1/overrides", s.admin(s.handleOverrides))
 		for _, kind := range []string{"penalty", "reward", "block", "unblock"} {
 			mux.HandleFunc("POST /admin/v1/"+kind, s.admin(s.handleChange(kind)))
 			mux.HandleFunc("/admin/v1/"+kind, s.admin(methodNotAllowed("POST")))

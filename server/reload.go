@@ -99,10 +99,18 @@ func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
 		defer t.Stop()
 		tick = t.C
 	}
+	overrides := time.NewTicker(overridePoll)
+	defer overrides.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-overrides.C:
+			sctx, cancel := s.storeCtx(ctx)
+			if err := s.checker.Refresh(sctx); err != nil {
+				s.storeFailed("overrides", err)
+			}
+			cancel()
 		case _, ok := <-reload:
 			if !ok {
 				reload = nil

@@ -130,7 +130,7 @@ func serviceConfig(file, storeURL, policyFile string) (server.Config, error) {
 }
 
 var changeHelp = map[string]string{
-	"penalty": "Consumes --units more of the path's own limits (gcra, token_bucket,\nfixed_window), past the limit if need be: a failed login that costs more.",
+	"penalty": "Consumes --units more of the path's own limits (any but a gate or slots),\npast the limit if need be: a failed login that costs more.",
 	"reward":  "Gives --units of the path's own limits back, never more than they consumed:\na good login that earns one back.",
 	"block":   "Blocks the path's own keys whose limits have a block (block: {for: ...})\nfor --for, whatever their block was.",
 	"unblock": "Ends the blocks of the path's own keys and forgets their counts.",

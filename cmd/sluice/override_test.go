@@ -1,0 +1,63 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestServeOverrides: an override set on one `sluice serve` (admin API) or
+// by the CLI applies on another on the same Redis within its poll (250ms)
+// and a round trip, measured here; removed, the configured limit returns.
+func TestServeOverrides(t *testing.T) {
+	rd := redistest.Start(t)
+	pol := policyFile(t, "schema:\n  key:\n    children:\n      \"*\": {limits: {algorithm: fixed_window, limit: 3, window: 1h}}\n")
+	const token = "t0ken-for-tests"
+	env := []string{"SLUICE_ADMIN_TOKEN=" + token}
+	a := serve(t, env, append(local, "--store", rd.URL(), "--policy", pol)...)
+	b := serve(t, env, append(local, "--store", rd.URL(), "--policy", pol)...)
+	// until polls b's answer for path until its limit is want, and says
+	// how long that took.
+	until := func(what, path string, want string) {
+		t.Helper()
+		start := time.Now()
+		for {
+			r := b.check(`{"path": ` + path + `, "cost": 0}`)
+			if strings.Contains(string(r.body), `"limit":`+want+`,`) {
+				break
+			}
+			if time.Since(start) > time.Minute { // far past the bound, on any machine
+				t.Fatalf("%s: the other instance still answers %s", what, r.body)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Logf("%s reached the other instance in %v", what, time.Since(start))
+	}
+	r := do(t, "POST", "http://"+a.http+"/admin/v1/overrides", token, `{"path": ["key", "acme"], "limits": [{"algorithm": "fixed_window", "limit": 5, "window": "1h"}], "for": "1h"}`)
+	if r.status != 200 || !strings.Contains(string(r.body), `"node":"key/*"`) {
+		t.Fatalf("set by the admin API: %d %s", r.status, r.body)
+	}
+	until("an override by the admin API", `["key", "acme"]`, "5")
+	if status, out, errOut := runSluice(t, "override", "set", "--store", rd.URL(), "--policy", pol, "--factor", "10", "key", "trial-*"); status != 0 {
+		t.Fatalf("override set: %d %s %s", status, out, errOut)
+	}
+	until("an override by the CLI", `["key", "trial-42"]`, "30")
+	if status, out, _ := runSluice(t, "override", "list", "--store", rd.URL(), "--policy", pol); status != 0 || !strings.Contains(out, `"key":"key:trial-*"`) || !strings.Contains(out, `"factor":10`) {
+		t.Fatalf("override list: %d %s", status, out)
+	}
+	if r := do(t, "DELETE", "http://"+a.http+"/admin/v1/overrides?path=key&path=acme", token, ""); r.status != 200 {
+		t.Fatalf("remove by the admin API: %d %s", r.status, r.body)
+	}
+	until("a removal by the admin API", `["key", "acme"]`, "3")
+	if status, _, errOut := runSluice(t, "override", "remove", "--store", rd.URL(), "--policy", pol, "key", "trial-*"); status != 0 {
+		t.Fatalf("override remove: %d %s", status, errOut)
+	}
+	until("a removal by the CLI", `["key", "trial-42"]`, "3")
+	for _, bad := range []string{`{"path": ["nope"], "factor": 2}`, `{"path": ["key", "x"], "factor": 0}`, `{"path": ["key", "x"], "factor": 2, "for": "1h", "until": "2030-01-01T00:00:00Z"}`} {
+		if r := do(t, "POST", "http://"+a.http+"/admin/v1/overrides", token, bad); r.status != 400 {
+			t.Errorf("set %s: %d %s", bad, r.status, r.body)
+		}
+	}
+}
