@@ -2,9 +2,13 @@ package policy_test
 
 import (
 	"context"
+	"os"
+	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
@@ -96,6 +100,70 @@ func BenchmarkCheck(b *testing.B) {
 						}
 					})
 				})
+			}
+		})
+	}
+}
+
+// BenchmarkOverride measures a one-level check on the memory store (on
+// Redis with SLUICE_BENCH_REDIS=1; one goroutine, so that the lookup is
+// not hidden behind parallel work) with
+// no override in force, with 1000 overrides of other keys and 10 globs
+// that match none of the keys checked, and with every key checked under
+// an exact override: the cost of looking overrides up, in one run.
+func BenchmarkOverride(b *testing.B) {
+	p, err := policy.Parse("bench.yaml", []byte(benchPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = "c" + strconv.Itoa(i)
+	}
+	spec := []algo.Spec{{Algorithm: "gcra", Burst: 1000000, Count: 1000000, Period: time.Second}}
+	for _, tc := range []struct {
+		name string
+		set  func(c *policy.Checker)
+	}{
+		{"none", func(*policy.Checker) {}},
+		{"others", func(c *policy.Checker) {
+			for i := range 1000 {
+				c.SetOverride(ctx, policy.Override{Node: "solo/*", Key: "solo:other" + strconv.Itoa(i), Limits: spec})
+			}
+			for i := range 10 {
+				c.SetOverride(ctx, policy.Override{Node: "solo/*", Key: "solo:trial" + strconv.Itoa(i) + "-*", Factor: 2})
+			}
+		}},
+		{"in-force", func(c *policy.Checker) {
+			for _, id := range ids {
+				c.SetOverride(ctx, policy.Override{Node: "solo/*", Key: c.Policy.Load().Match([]string{"solo", id}).Hits[0].Key, Limits: spec})
+			}
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var st store.Store = memory.New()
+			if os.Getenv("SLUICE_BENCH_REDIS") != "" { // the same on a Redis: a round trip a check
+				var err error
+				if st, err = redis.Open(ctx, redistest.Start(b).URL(), redis.Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			defer st.Close()
+			c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
+			tc.set(c)
+			runtime.GC() // the setting's garbage is not the check's
+			paths := make([][]string, len(ids))
+			for i, id := range ids {
+				paths[i] = []string{"solo", id}
+			}
+			var d policy.Decision
+			i := 0
+			for b.Loop() {
+				if err := c.Check(ctx, paths[i%len(paths)], 1, &d); err != nil {
+					b.Fatal(err)
+				}
+				i++
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
@@ -161,9 +162,16 @@ type overrideSet struct {
 	offset time.Duration // the store's clock less this machine's, at the read
 	list   []Override
 
-	mu     sync.Mutex
-	policy *Policy                      // what exact and globs were compiled for
-	exact  map[string]*compiledOverride // node + "\x00" + key
+	mu       sync.Mutex                   // held to compile for another policy
+	compiled atomic.Pointer[overridesFor] // for the policy it names
+}
+
+// overridesFor is an overrideSet's overrides compiled for one policy: by node,
+// then key (two maps, so that a lookup builds no string), and the globs by
+// node.
+type overridesFor struct {
+	policy *Policy
+	exact  map[string]map[string]*compiledOverride
 	globs  map[string][]*compiledOverride
 }
 
@@ -176,21 +184,25 @@ type compiledOverride struct {
 
 // build compiles the set's overrides for p; one that no longer fits p (a
 // node gone) is left out.
-func (s *overrideSet) build(p *Policy) {
-	s.policy = p
-	s.exact, s.globs = map[string]*compiledOverride{}, map[string][]*compiledOverride{}
+func (s *overrideSet) build(p *Policy) *overridesFor {
+	c := &overridesFor{policy: p, exact: map[string]map[string]*compiledOverride{}, globs: map[string][]*compiledOverride{}}
 	for _, o := range s.list {
 		co, err := compileOverride(p, o)
 		if err != nil {
 			continue
 		}
 		if strings.ContainsAny(o.Key, "*?[") {
-			s.globs[o.Node] = append(s.globs[o.Node], co)
 			co.glob = o.Key
+			c.globs[o.Node] = append(c.globs[o.Node], co)
 		} else {
-			s.exact[o.Node+"\x00"+o.Key] = co
+			if c.exact[o.Node] == nil {
+				c.exact[o.Node] = map[string]*compiledOverride{}
+			}
+			c.exact[o.Node][o.Key] = co
 		}
 	}
+	s.compiled.Store(c)
+	return c
 }
 
 // apply replaces the limits of the hits an override in force at t covers.
@@ -198,29 +210,37 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 	if len(s.list) == 0 {
 		return
 	}
-	s.mu.Lock()
-	if s.policy != p { // a reload since: compile again for it
-		s.build(p)
+	c := s.compiled.Load()
+	if c == nil || c.policy != p { // a reload since: compile again for it
+		s.mu.Lock()
+		if c = s.compiled.Load(); c == nil || c.policy != p {
+			c = s.build(p)
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
-	if t.IsZero() {
-		t = time.Now().Add(s.offset)
-	}
-	now := t.UnixMicro()
 	for i := range hits {
 		h := &hits[i]
-		co := s.exact[h.Pattern+"\x00"+h.Key]
+		co := c.exact[h.Pattern][h.Key]
 		if co == nil {
-			for _, g := range s.globs[h.Pattern] {
+			for _, g := range c.globs[h.Pattern] {
 				if ok, _ := path.Match(g.glob, h.Key); ok {
 					co = g
 					break
 				}
 			}
 		}
-		if co != nil && (co.until == 0 || now < co.until) {
-			h.Limits, h.plans = co.limits, co.plans
+		if co == nil {
+			continue
 		}
+		if co.until != 0 {
+			if t.IsZero() {
+				t = time.Now().Add(s.offset)
+			}
+			if t.UnixMicro() >= co.until {
+				continue
+			}
+		}
+		h.Limits, h.plans = co.limits, co.plans
 	}
 }
 
