@@ -7,13 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	pathpkg "path"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -21,16 +24,18 @@ func runExplain(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	prefix := fs.String("prefix", redis.DefaultPrefix, "the Redis store's key prefix")
+	storeURL := fs.String("store", "", "the running service's store (redis://...): also show the overrides in force for the path's keys")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, `usage: sluice explain [--prefix P] FILE SEGMENT...
+		fmt.Fprintln(e.stderr, `usage: sluice explain [--prefix P] [--store URL] FILE SEGMENT...
 
 Shows what a request for the path SEGMENT... hits in the limits.yaml FILE:
 for each level, from the root down, the node's pattern, the state key of
 each limit, its Redis key and Redis Cluster hash slot, whether the level is
 shadow, and the limit. It says when the path is unmatched, reaches an
 unlimited node or meets an allow or deny list (and which entry), and which
-trailing segments the walk ignored. With no
-segments it lists the policy's nodes.
+trailing segments the walk ignored. With --store, it also shows the
+overrides kept there that apply to the path's keys. With no segments it
+lists the policy's nodes.
 
   sluice explain limits.yaml user alex trade
 
@@ -66,7 +71,51 @@ flags:`)
 		return 0
 	}
 	explain(e.stdout, p, path, *prefix)
+	if *storeURL != "" {
+		st, err := server.OpenStore(ctx, server.Config{Store: *storeURL}.Defaults())
+		if err != nil {
+			fmt.Fprintf(e.stderr, "explain: %v\n", err)
+			return 1
+		}
+		defer st.Close()
+		c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
+		list, err := c.Overrides(ctx)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "explain: %v\n", err)
+			return 1
+		}
+		explainOverrides(e.stdout, p.Match(path), list)
+	}
 	return 0
+}
+
+// explainOverrides says which of the overrides apply to the hits' keys.
+func explainOverrides(w io.Writer, m policy.Match, list []policy.Override) {
+	found := false
+	for _, h := range m.Hits {
+		for _, o := range list {
+			if ok, _ := pathpkg.Match(o.Key, h.Key); o.Node != h.Pattern || !ok {
+				continue
+			}
+			found = true
+			what := fmt.Sprintf("its limits times %g", o.Factor)
+			if len(o.Limits) > 0 {
+				specs := make([]string, len(o.Limits))
+				for i, s := range o.Limits {
+					specs[i] = specJSON(s)
+				}
+				what = strings.Join(specs, ", ")
+			}
+			until := "until removed"
+			if !o.Until.IsZero() {
+				until = "until " + o.Until.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "override at %s for %s (%s): %s, %s\n", h.Pattern, h.Key, o.Key, what, until)
+		}
+	}
+	if !found {
+		fmt.Fprintln(w, "overrides: none applies to these keys")
+	}
 }
 
 // explain prints the levels a path hits.

@@ -47,6 +47,13 @@ func TestServeOverrides(t *testing.T) {
 	if status, out, _ := runSluice(t, "override", "list", "--store", rd.URL(), "--policy", pol); status != 0 || !strings.Contains(out, `"key":"key:trial-*"`) || !strings.Contains(out, `"factor":10`) {
 		t.Fatalf("override list: %d %s", status, out)
 	}
+	// explain --store says which override applies to a key.
+	if status, out, errOut := runSluice(t, "explain", "--store", rd.URL(), pol, "key", "trial-42"); status != 0 || !strings.Contains(out, "override at key/* for key:trial-42 (key:trial-*): its limits times 10, until removed") {
+		t.Fatalf("explain --store: %d\n%s%s", status, out, errOut)
+	}
+	if _, out, _ := runSluice(t, "explain", "--store", rd.URL(), pol, "key", "acme"); !strings.Contains(out, `override at key/* for key:acme (key:acme): {"algorithm":"fixed_window","limit":5,"window":"1h0m0s"}, until 20`) {
+		t.Fatalf("explain --store for acme:\n%s", out)
+	}
 	if r := do(t, "DELETE", "http://"+a.http+"/admin/v1/overrides?path=key&path=acme", token, ""); r.status != 200 {
 		t.Fatalf("remove by the admin API: %d %s", r.status, r.body)
 	}
