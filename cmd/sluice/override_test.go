@@ -62,6 +62,13 @@ func TestServeOverrides(t *testing.T) {
 		t.Fatalf("override remove: %d %s", status, errOut)
 	}
 	until("a removal by the CLI", `["key", "trial-42"]`, "3")
+	// An override for 300ms applies, then ends by the clock (Redis's, as
+	// read with the board).
+	if r := do(t, "POST", "http://"+a.http+"/admin/v1/overrides", token, `{"path": ["key", "brief"], "factor": 2, "for": "300ms"}`); r.status != 200 {
+		t.Fatalf("set for 300ms: %d %s", r.status, r.body)
+	}
+	until("an override for 300ms", `["key", "brief"]`, "6")
+	until("its end", `["key", "brief"]`, "3")
 	for _, bad := range []string{`{"path": ["nope"], "factor": 2}`, `{"path": ["key", "x"], "factor": 0}`, `{"path": ["key", "x"], "factor": 2, "for": "1h", "until": "2030-01-01T00:00:00Z"}`} {
 		if r := do(t, "POST", "http://"+a.http+"/admin/v1/overrides", token, bad); r.status != 400 {
 			t.Errorf("set %s: %d %s", bad, r.status, r.body)
