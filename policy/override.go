@@ -177,6 +177,7 @@ type overridesFor struct {
 
 type compiledOverride struct {
 	glob   string // the key's glob, for one of globs
+	prefix string // the glob's literal part when it is that and a final * (the common "trial-*")
 	limits []algo.Limit
 	plans  []algo.Plan
 	until  int64 // µs; 0: never
@@ -193,6 +194,9 @@ func (s *overrideSet) build(p *Policy) *overridesFor {
 		}
 		if strings.ContainsAny(o.Key, "*?[") {
 			co.glob = o.Key
+			if lit, ok := strings.CutSuffix(o.Key, "*"); ok && !strings.ContainsAny(lit, "*?[\\") {
+				co.prefix = lit
+			}
 			c.globs[o.Node] = append(c.globs[o.Node], co)
 		} else {
 			if c.exact[o.Node] == nil {
@@ -223,6 +227,13 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 		co := c.exact[h.Pattern][h.Key]
 		if co == nil {
 			for _, g := range c.globs[h.Pattern] {
+				if g.prefix != "" {
+					if strings.HasPrefix(h.Key, g.prefix) && !strings.Contains(h.Key[len(g.prefix):], "/") {
+						co = g
+						break
+					}
+					continue
+				}
 				if ok, _ := path.Match(g.glob, h.Key); ok {
 					co = g
 					break

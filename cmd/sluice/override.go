@@ -21,7 +21,7 @@ func init() {
 // running service's store (policy.Override), which every instance applies
 // within 250ms.
 func runOverride(ctx context.Context, e env, args []string) int {
-	usage := func() int {
+	usage := func(code int) int {
 		fmt.Fprintln(e.stderr, `usage: sluice override set [--factor F | --limit SPEC...] [--for D] [flags] SEGMENT...
        sluice override list [flags]
        sluice override remove [flags] SEGMENT...
@@ -33,10 +33,13 @@ keys (key "trial-*"). --limit takes a limit as JSON, as sluice replay does
 limit; --factor multiplies the node's own counts. The store and policy are
 the running service's (--store and --policy, else SLUICE_STORE and
 SLUICE_POLICY, else --config), which applies an override within 250ms.`)
-		return 2
+		return code
 	}
 	if len(args) == 0 {
-		return usage()
+		return usage(2)
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		return usage(0)
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("override "+verb, flag.ContinueOnError)
@@ -59,7 +62,7 @@ SLUICE_POLICY, else --config), which applies an override within 250ms.`)
 	case "set", "list", "remove":
 	default:
 		fmt.Fprintf(e.stderr, "override: unknown %q: want set, list or remove\n", verb)
-		return usage()
+		return usage(2)
 	}
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
@@ -69,7 +72,7 @@ SLUICE_POLICY, else --config), which applies an override within 250ms.`)
 		return 1
 	}
 	if (verb == "list") != (fs.NArg() == 0) {
-		return usage()
+		return usage(2)
 	}
 	cfg, err := serviceConfig(*configFile, *storeURL, *policyFile)
 	if err != nil {
