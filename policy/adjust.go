@@ -106,10 +106,9 @@ func (c *Checker) Adjust(ctx context.Context, q *Query, op algo.Adjust) error {
 	p := c.Policy.Load()
 	for i := range q.Paths {
 		pq := &q.Paths[i]
-		if err := p.match(pq); err != nil {
+		if err := c.match(p, pq, q.Time); err != nil {
 			return err
 		}
-		c.override(p, pq, q.Time)
 		for h := range pq.Match.Hits {
 			hit := &pq.Match.Hits[h]
 			for j := range hit.Limits {

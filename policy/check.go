@@ -165,10 +165,9 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 	replacing := false
 	for i := range q.Paths {
 		pq := &q.Paths[i]
-		if err := p.match(pq); err != nil {
+		if err := c.match(p, pq, q.Time); err != nil {
 			return err
 		}
-		c.override(p, pq, q.Time)
 		for h := range pq.Match.Hits {
 			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
 		}

@@ -81,11 +81,9 @@ func (c *Checker) Settle(ctx context.Context, t time.Time, id string, cost int64
 		op, units = algo.Penalize, cost-e.cost
 	}
 	pq := PathQuery{Path: e.path, Exact: e.exact}
-	p := c.Policy.Load()
-	if err := p.match(&pq); err != nil {
+	if err := c.match(c.Policy.Load(), &pq, t); err != nil {
 		return false, err
 	}
-	c.override(p, &pq, t)
 	m := &pq.Match
 	var reqs []store.Request
 	for h := range m.Hits {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/yamlfile"
@@ -101,16 +102,24 @@ func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
 	}
 	overrides := time.NewTicker(overridePoll)
 	defer overrides.Stop()
+	var refreshing atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-overrides.C:
-			sctx, cancel := s.storeCtx(ctx)
-			if err := s.checker.Refresh(sctx); err != nil {
-				s.storeFailed("overrides", err)
+			// On its own goroutine, one at a time: a stalled store delays
+			// no reload and no shutdown.
+			if refreshing.CompareAndSwap(false, true) {
+				go func() {
+					defer refreshing.Store(false)
+					sctx, cancel := s.storeCtx(ctx)
+					defer cancel()
+					if err := s.checker.Refresh(sctx); err != nil && ctx.Err() == nil {
+						s.storeFailed("overrides", err)
+					}
+				}()
 			}
-			cancel()
 		case _, ok := <-reload:
 			if !ok {
 				reload = nil

@@ -72,16 +72,11 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 			ch.Unblock = true
 		}
 		ch.Shared = *all
-		p, err := policy.Load(cfg.Policy)
+		c, closeStore, err := serviceChecker(ctx, cfg)
 		if err != nil {
 			return fail(err)
 		}
-		st, err := server.OpenStore(ctx, cfg)
-		if err != nil {
-			return fail(err)
-		}
-		defer st.Close()
-		c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
+		defer closeStore()
 		keys, err := c.Change(ctx, time.Time{}, fs.Args(), ch)
 		if err != nil {
 			return fail(err)
@@ -96,6 +91,20 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 		fmt.Fprintln(e.stdout, string(b))
 		return 0
 	}
+}
+
+// serviceChecker loads the running service's policy and opens its store,
+// for a command that changes its keys; closeStore closes the store.
+func serviceChecker(ctx context.Context, cfg server.Config) (c *policy.Checker, closeStore func(), err error) {
+	p, err := policy.Load(cfg.Policy)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := server.OpenStore(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &policy.Checker{Policy: policy.NewCurrent(p), Store: st}, func() { st.Close() }, nil
 }
 
 // serviceConfig returns the settings of the service a command changes:

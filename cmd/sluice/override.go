@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/server"
 )
 
 func init() {
@@ -79,16 +78,11 @@ SLUICE_POLICY, else --config), which applies an override within 250ms.`)
 		fmt.Fprintf(e.stderr, "override %s: %v\n", verb, err)
 		return 2
 	}
-	p, err := policy.Load(cfg.Policy)
+	c, closeStore, err := serviceChecker(ctx, cfg)
 	if err != nil {
 		return fail(err)
 	}
-	st, err := server.OpenStore(ctx, cfg)
-	if err != nil {
-		return fail(err)
-	}
-	defer st.Close()
-	c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
+	defer closeStore()
 	var out any
 	switch verb {
 	case "list":
@@ -98,7 +92,7 @@ SLUICE_POLICY, else --config), which applies an override within 250ms.`)
 		}
 		out = map[string]any{"overrides": append([]policy.Override{}, list...)}
 	default:
-		node, key, err := p.Target(fs.Args())
+		node, key, err := c.Policy.Load().Target(fs.Args())
 		if err != nil {
 			return fail(err)
 		}

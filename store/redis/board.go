@@ -31,11 +31,15 @@ func (s *Store) Post(ctx context.Context, name string, value []byte) error {
 		return err
 	}
 	defer cancel()
+	c, err := s.clientOrErr() // by ctx's deadline, whatever a stalled Redis does
+	if err != nil {
+		return err
+	}
 	del := ""
 	if value == nil {
 		del = "del"
 	}
-	err = boardScript.Exec(ctx, s.client(), s.boardKeys(), []string{"post", name, string(value), del, strconv.Itoa(store.MaxBoardEntries)}).Error()
+	err = boardScript.Exec(ctx, c, s.boardKeys(), []string{"post", name, string(value), del, strconv.Itoa(store.MaxBoardEntries)}).Error()
 	if err != nil {
 		return fmt.Errorf("redis store: post to the board: %w", err)
 	}
@@ -50,11 +54,15 @@ func (s *Store) Read(ctx context.Context, all bool) (store.BoardState, error) {
 		return store.BoardState{}, err
 	}
 	defer cancel()
+	c, err := s.clientOrErr() // by ctx's deadline, whatever a stalled Redis does
+	if err != nil {
+		return store.BoardState{}, err
+	}
 	mode := ""
 	if all {
 		mode = "all"
 	}
-	msgs, err := boardScript.Exec(ctx, s.client(), s.boardKeys(), []string{"read", mode}).ToArray()
+	msgs, err := boardScript.Exec(ctx, c, s.boardKeys(), []string{"read", mode}).ToArray()
 	if err != nil || len(msgs) < 3 {
 		return store.BoardState{}, fmt.Errorf("redis store: read the board: %v %w", msgs, err)
 	}

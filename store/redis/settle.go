@@ -33,7 +33,10 @@ func (s *Store) Issue(ctx context.Context, t store.Request, ttl time.Duration) e
 		return err
 	}
 	defer cancel()
-	c := s.client()
+	c, err := s.clientOrErr() // by ctx's deadline, whatever a stalled Redis does
+	if err != nil {
+		return err
+	}
 	if err := c.Do(ctx, c.B().Set().Key(s.ticketKey(t)).Value("1").Px(ttl).Build()).Error(); err != nil {
 		return fmt.Errorf("redis store: issue a ticket: %w", err)
 	}
@@ -69,6 +72,10 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 		return false, err
 	}
 	defer cancel()
+	c, err := s.clientOrErr() // by ctx's deadline, whatever a stalled Redis does
+	if err != nil {
+		return false, err
+	}
 	channel, gen := s.forgetNames()
 	keys[1] = gen
 	if s.client().Mode() == rueidis.ClientModeCluster {
@@ -84,7 +91,7 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 		payload, _ := json.Marshal(names)
 		args[1], args[2] = channel, string(payload)
 	}
-	n, err := settleScript.Exec(ctx, s.client(), keys, args).AsInt64()
+	n, err := settleScript.Exec(ctx, c, keys, args).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("redis store: settle: %w", err)
 	}
@@ -101,7 +108,10 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 // settleAcrossSlots settles on a Cluster whose keys lie in several slots:
 // the ticket is taken, then each key changed.
 func (s *Store) settleAcrossSlots(ctx context.Context, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
-	c := s.client()
+	c, err := s.clientOrErr()
+	if err != nil {
+		return false, err
+	}
 	n, err := c.Do(ctx, c.B().Del().Key(s.ticketKey(t)).Build()).AsInt64()
 	if err != nil || n == 0 {
 		return false, err
