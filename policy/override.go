@@ -76,6 +76,18 @@ func (c *Checker) SetOverride(ctx context.Context, o Override) error {
 	if err != nil {
 		return err
 	}
+	// Expired overrides go first, so that they do not fill the board.
+	st, err := b.Read(ctx, true)
+	if err != nil {
+		return err
+	}
+	for _, x := range decodeOverrides(st.Entries) {
+		if !x.Until.IsZero() && !x.Until.After(st.Time) {
+			if err := b.Post(ctx, x.entry(), nil); err != nil {
+				return err
+			}
+		}
+	}
 	if err := b.Post(ctx, o.entry(), data); err != nil {
 		return err
 	}
@@ -96,7 +108,7 @@ func (c *Checker) RemoveOverride(ctx context.Context, node, key string) error {
 }
 
 // Overrides returns the overrides the store keeps, by node and key,
-// expired ones included until they are removed.
+// expired ones included until the next SetOverride removes them.
 func (c *Checker) Overrides(ctx context.Context) ([]Override, error) {
 	b, ok := c.Store.(store.Board)
 	if !ok {

@@ -88,6 +88,16 @@ func TestOverrides(t *testing.T) {
 			if list, err := c.Overrides(ctx); err != nil || len(list) != 1 || list[0].Key != key("acme") {
 				t.Fatalf("Overrides: %+v %v", list, err)
 			}
+			// An expired override is removed by the next SetOverride.
+			if err := c.SetOverride(ctx, policy.Override{Node: "key/*", Key: key("gone"), Factor: 2, Until: time.Now().Add(-time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetOverride(ctx, policy.Override{Node: "key/*", Key: key("next"), Factor: 2}); err != nil {
+				t.Fatal(err)
+			}
+			if list, _ := c.Overrides(ctx); len(list) != 2 || list[0].Key != key("acme") || list[1].Key != key("next") {
+				t.Fatalf("after an expired override and another: %+v", list)
+			}
 			for _, bad := range []policy.Override{
 				{Node: "nope/*", Key: "x", Factor: 2},
 				{Node: "key/*", Factor: 2},
