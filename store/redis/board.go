@@ -26,12 +26,8 @@ func (s *Store) Post(ctx context.Context, name string, value []byte) error {
 	if err := store.ValidatePost(name, value); err != nil {
 		return err
 	}
-	ctx, cancel, err := s.connected(ctx)
-	if err != nil {
-		return err
-	}
+	ctx, cancel, c, err := s.boundedCall(ctx)
 	defer cancel()
-	c, err := s.clientOrErr() // by ctx's deadline, whatever a stalled Redis does
 	if err != nil {
 		return err
 	}
@@ -49,12 +45,8 @@ func (s *Store) Post(ctx context.Context, name string, value []byte) error {
 // Read implements store.Board: the generation (and the entries) as of one
 // moment, with Redis TIME.
 func (s *Store) Read(ctx context.Context, all bool) (store.BoardState, error) {
-	ctx, cancel, err := s.connected(ctx)
-	if err != nil {
-		return store.BoardState{}, err
-	}
+	ctx, cancel, c, err := s.boundedCall(ctx)
 	defer cancel()
-	c, err := s.clientOrErr() // by ctx's deadline, whatever a stalled Redis does
 	if err != nil {
 		return store.BoardState{}, err
 	}

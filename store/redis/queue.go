@@ -119,6 +119,22 @@ func (s *Store) clientOrErr() (rueidis.Client, error) {
 	return bounded{c}, nil
 }
 
+// boundedCall returns ctx bounded by the store's timeout (connected) and the
+// client for a call outside decisions, which returns by that deadline
+// whatever a stalled Redis does (clientOrErr).
+func (s *Store) boundedCall(ctx context.Context) (context.Context, context.CancelFunc, rueidis.Client, error) {
+	ctx, cancel, err := s.connected(ctx)
+	if err != nil {
+		return ctx, func() {}, nil, err
+	}
+	c, err := s.clientOrErr()
+	if err != nil {
+		cancel()
+		return ctx, func() {}, nil, err
+	}
+	return ctx, cancel, c, nil
+}
+
 // bounded is a client whose calls return by their context's deadline
 // whatever rueidis does: against a Redis that has stopped answering, a
 // connection it dials anew waits for its handshake up to the dial timeout

@@ -28,12 +28,8 @@ func (s *Store) Issue(ctx context.Context, t store.Request, ttl time.Duration) e
 	if err := store.ValidateTicket(t, ttl); err != nil {
 		return err
 	}
-	ctx, cancel, err := s.connected(ctx)
-	if err != nil {
-		return err
-	}
+	ctx, cancel, c, err := s.boundedCall(ctx)
 	defer cancel()
-	c, err := s.clientOrErr() // by ctx's deadline, whatever a stalled Redis does
 	if err != nil {
 		return err
 	}
@@ -67,12 +63,8 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 		keys = append(keys, s.stateKey(r))
 		args = append(append(args, code, itoa(int64(len(a)))), a...)
 	}
-	ctx, cancel, err := s.connected(ctx)
-	if err != nil {
-		return false, err
-	}
+	ctx, cancel, c, err := s.boundedCall(ctx)
 	defer cancel()
-	c, err := s.clientOrErr() // by ctx's deadline, whatever a stalled Redis does
 	if err != nil {
 		return false, err
 	}
