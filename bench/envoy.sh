@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Benchmarks `sluice serve` against envoyproxy/ratelimit, Envoy's reference
-# rate limit service (built from its Go module, bench/cmd/envoyrl), on one
+# rate limit service (built from its Go module, bench/cmd/envoyrl), and
+# gubernator (bench/cmd/gubernator, counters in its own memory), on one
 # redis-server, with the same limit, the same requests and the same load
 # generator, in interleaved rounds; prints the tables BENCHMARKS.md quotes
 # ("## Beyond one round trip (issue 13)"):
 #
 #   bench/envoy.sh                          3 rounds of 5s per run, ~10 minutes
 #   ROUNDS=1 DURATION=3s bench/envoy.sh     shorter
-#   SCENARIOS="allow deny" bench/envoy.sh   some of: allow deny hot
+#   SCENARIOS="allow deny" bench/envoy.sh   some of: allow steady deny hot
+#   STEADY_RATE=6000 bench/envoy.sh         the offered rate of the steady scenario
 #   BASELINE=3e97dd7 bench/envoy.sh         also sluice built at that commit
 #                                           ("sluice @3e97dd7"), in every scenario
 #   PIN=1 bench/envoy.sh                    the load generator on CPU 0, the service
@@ -26,7 +28,13 @@
 #          redis.lease_for at its default (1s) and at 100ms; and the floor
 #          (bench/cmd/floor: decode, one EVALSHA of a minimal fixed-window
 #          script through rueidis, answer), the least an exact check costs
-#          in Go on this Redis
+#          in Go on this Redis; and, keeping counters in memory,
+#          gubernator (a cluster of one; a token bucket of the same limit
+#          a second, since it has no fixed window) against sluice on its
+#          memory store (sluice (memory))
+#   steady the allow scenario's services at a fixed offered rate
+#          (STEADY_RATE checks/s in all, default 6000, about half Envoy's
+#          most here), for the latency a check adds below saturation
 #   deny   1000 callers, a limit of 1/s each: nearly every check is denied
 #          (the share is measured); Envoy with its local over-limit cache
 #          (LOCAL_CACHE_SIZE_IN_BYTES) on and off, sluice with its own
@@ -53,6 +61,7 @@ ROUNDS=${ROUNDS:-3}
 SCENARIOS=${SCENARIOS:-allow deny hot}
 ENVOY_WINDOW=${ENVOY_WINDOW:-150us}
 ENVOY_POOL=${ENVOY_POOL:-10}
+STEADY_RATE=${STEADY_RATE:-6000}
 
 . ./lib.sh # TMP, PIDS, cleanup on exit, freeport, waitport
 
@@ -66,6 +75,7 @@ fi
 (cd cmd/envoyrl && go build -o "$TMP/envoyrl" .)
 go build -o "$TMP/floor" ./cmd/floor
 go build -o "$TMP/hotkey" ./cmd/hotkey
+(cd cmd/gubernator && go build -o "$TMP/gubernator" .)
 
 RPORT=$(freeport)
 SIDE=() GEN=()
@@ -76,7 +86,7 @@ if [ -n "${PROCS:-}" ]; then SVC=(env GOMAXPROCS="$PROCS"); fi
 RPID=$!; PIDS+=("$RPID"); waitport "$RPORT"
 
 limits() { # scenario -> limit per second
-  case $1 in allow) echo 1000000 ;; deny) echo 1 ;; hot) echo 100000000 ;; esac
+  case $1 in allow | steady) echo 1000000 ;; deny) echo 1 ;; hot) echo 100000000 ;; esac
 }
 keys() { case $1 in hot) echo 1 ;; *) echo 1000 ;; esac; }
 
@@ -111,17 +121,22 @@ run() { # scenario service api
   redis-cli -p "$RPORT" flushall >/dev/null
   case $service in
     sluice*)
-      local cache=100000 policy=$TMP/limits.yaml leasefor=()
+      local cache=100000 policy=$TMP/limits.yaml leasefor=() store=redis://127.0.0.1:$RPORT/0
+      [[ $service == *"(memory)"* ]] && store=memory
       [[ $service == *"cache off"* ]] && cache=-1
       [[ $service == *"(leases"* ]] && policy=$TMP/limits-lease.yaml
       [[ $service == *"lease_for 100ms"* ]] && leasefor=(SLUICE_REDIS_LEASE_FOR=100ms)
       local bin=$TMP/sluice
       [[ $service == *"@"* ]] && bin=$TMP/sluice-base
       env SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${leasefor[@]}" "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
-        --policy "$policy" --store "redis://127.0.0.1:$RPORT/0" --log-level warn >"$TMP/svc.log" 2>&1 &
+        --policy "$policy" --store "$store" --log-level warn >"$TMP/svc.log" 2>&1 &
       ;;
     floor)
       "${SIDE[@]}" "${SVC[@]}" "$TMP/floor" -http "127.0.0.1:$hp" -grpc "127.0.0.1:$gp" -redis "127.0.0.1:$RPORT" -limit "$(limits "$scenario")" >"$TMP/svc.log" 2>&1 &
+      ;;
+    gubernator)
+      env GUBER_PEER_DISCOVERY_TYPE=none GUBER_LOG_LEVEL=warn GUBER_GRPC_ADDRESS="127.0.0.1:$gp" GUBER_HTTP_ADDRESS="127.0.0.1:$hp" \
+        "${SIDE[@]}" "${SVC[@]}" "$TMP/gubernator" >"$TMP/svc.log" 2>&1 &
       ;;
     envoy*)
       local cache=0
@@ -135,15 +150,19 @@ run() { # scenario service api
   esac
   pid=$!; PIDS+=("$pid")
   local addr args=(-c 50 -d "$DURATION" -pid "$pid" -redis-pid "$RPID" -keys "$(keys "$scenario")")
+  [ "$scenario" = steady ] && args+=(-rate "$STEADY_RATE")
   if [ "$api" = http ]; then
     waitport "$hp"; addr=127.0.0.1:$hp
-    if [[ $service == sluice* || $service == floor ]]; then
+    if [ "$service" = gubernator ]; then
+      args+=(-path /v1/GetRateLimits -body "{\"requests\": [{\"name\": \"edge\", \"unique_key\": \"{ip}\", \"hits\": 1, \"limit\": $(limits "$scenario"), \"duration\": 1000}]}")
+    elif [[ $service == sluice* || $service == floor ]]; then
       args+=(-path /v1/check -body '{"path": ["edge", "remote_address", "{ip}"]}')
     else
       args+=(-path /json -body '{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "{ip}"}]}]}')
     fi
   else
     waitport "$gp"; addr=127.0.0.1:$gp
+    [ "$service" = gubernator ] && args+=(-gubernator -limit "$(limits "$scenario")")
   fi
   "$TMP/loadgen" idle -max 0.2 -timeout 20s
   "${GEN[@]}" "$TMP/loadgen" "$api" -addr "$addr" -name "$scenario|$service|$api" "${args[@]}" "${quota[@]}" >>"$TMP/results.jsonl"
@@ -156,7 +175,8 @@ services() { # scenario api
     deny-*) printf '%s\n' "sluice" "sluice (cache off)" "envoy (cache on)" "envoy (cache off)" ;;
     hot-grpc) printf '%s\n' "sluice" "sluice (lease_for 100ms)" "sluice (quota client)" "envoy" ;;
     hot-*) printf '%s\n' "sluice" "sluice (lease_for 100ms)" "envoy" ;;
-    allow-*) printf '%s\n' "sluice" "sluice (leases)" "sluice (leases, lease_for 100ms)" "envoy" "floor" ;;
+    allow-*) printf '%s\n' "sluice" "sluice (leases)" "sluice (leases, lease_for 100ms)" "envoy" "floor" "sluice (memory)" "gubernator" ;;
+    steady-*) printf '%s\n' "sluice" "sluice (leases)" "envoy" "floor" "sluice (memory)" "gubernator" ;;
     *) printf '%s\n' sluice envoy ;;
   esac
 }
@@ -223,6 +243,8 @@ for n in order:
     if s != scen:
         scen = s
         print(f"\n### {s}\n")
+        if s == "steady":
+            print("Offered: a fixed rate in all (STEADY_RATE); checks/s is what was answered.\n")
         print("| service | API | checks/s | vs Envoy | p50 | p99 | service CPU per check | × floor's | Redis CPU per check | denied |")
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     rs = by[n]

@@ -4,6 +4,7 @@
 //	loadgen http -addr 127.0.0.1:8080 -c 50 -d 10s -pid PID   POST /v1/check, 50 connections
 //	loadgen http -method GET -path /page -header 'X-Api-Key: k{i}' ...   GET, a header per caller
 //	loadgen grpc -addr 127.0.0.1:8081 -c 50 -d 10s -pid PID   ShouldRateLimit, 50 concurrent calls
+//	loadgen grpc -gubernator -limit 1000000 ...               gubernator's GetRateLimits instead
 //	loadgen bare-http -addr 127.0.0.1:9080                    net/http, a fixed JSON body
 //	loadgen bare-grpc -addr 127.0.0.1:9081                    ShouldRateLimit, a fixed OK
 //
@@ -44,6 +45,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 func main() {
@@ -104,6 +106,8 @@ func load(mode string, args []string) error {
 	method := fs.String("method", "POST", "HTTP method; a GET sends no body")
 	header := fs.String("header", "", "HTTP: one more header line, such as \"X-Api-Key: k{i}\" ({i} and {ip} as in -body)")
 	redisPid := fs.Int("redis-pid", 0, "Redis, for its CPU per request")
+	guber := fs.Bool("gubernator", false, "gRPC: call gubernator's V1/GetRateLimits (one token bucket of -limit a second per caller, name edge, key {ip}) instead of ShouldRateLimit")
+	limit := fs.Int64("limit", 1000000, "gRPC with -gubernator: the limit a second each request carries")
 	quota := fs.Int("quota", 0, "gRPC: ask for this much quota (x-sluice-quota) and, as a proxy would, admit from what is granted without calling until it runs out or expires (answers \"OK (quota)\")")
 	fs.Parse(args)
 	if *addr == "" {
@@ -144,6 +148,9 @@ func load(mode string, args []string) error {
 			ccs[i] = cc
 		}
 		work = func(w int) (func() (string, error), func()) {
+			if *guber {
+				return guberCall(ccs[w%len(ccs)], w, *keys, *limit), func() {}
+			}
 			c := rlv3.NewRateLimitServiceClient(ccs[w%len(ccs)])
 			reqs := make([]*rlv3.RateLimitRequest, *keys)
 			for i := range reqs {
@@ -265,6 +272,88 @@ func load(mode string, args []string) error {
 	}
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
+
+// guberCall calls gubernator's GetRateLimits for a random one of keys
+// callers. The messages are encoded with protowire, so that loadgen needs
+// none of gubernator's packages; the answer is its first response's
+// status, and its error field an error.
+func guberCall(cc *grpc.ClientConn, w, keys int, limit int64) func() (string, error) {
+	reqs := make([][]byte, keys)
+	for i := range reqs {
+		var r []byte
+		r = protowire.AppendTag(r, 1, protowire.BytesType) // name
+		r = protowire.AppendString(r, "edge")
+		r = protowire.AppendTag(r, 2, protowire.BytesType) // unique_key
+		r = protowire.AppendString(r, ip(i))
+		r = protowire.AppendTag(r, 3, protowire.VarintType) // hits
+		r = protowire.AppendVarint(r, 1)
+		r = protowire.AppendTag(r, 4, protowire.VarintType) // limit
+		r = protowire.AppendVarint(r, uint64(limit))
+		r = protowire.AppendTag(r, 5, protowire.VarintType) // duration, ms
+		r = protowire.AppendVarint(r, 1000)
+		reqs[i] = protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), r) // requests
+	}
+	rnd := rand.New(rand.NewPCG(uint64(w), 1))
+	var out []byte
+	return func() (string, error) {
+		in := reqs[rnd.IntN(len(reqs))]
+		if err := cc.Invoke(context.Background(), "/pb.gubernator.V1/GetRateLimits", &in, &out, grpc.ForceCodec(rawCodec{})); err != nil {
+			return "", err
+		}
+		return guberStatus(out)
+	}
+}
+
+// guberStatus reads the first RateLimitResp of a GetRateLimitsResp.
+func guberStatus(b []byte) (string, error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 1 || typ != protowire.BytesType {
+		return "", errors.New("gubernator: no response")
+	}
+	r, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 {
+		return "", errors.New("gubernator: bad response")
+	}
+	status := "UNDER_LIMIT"
+	for len(r) > 0 {
+		num, typ, n := protowire.ConsumeTag(r)
+		if n < 0 {
+			return "", errors.New("gubernator: bad response")
+		}
+		r = r[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(r)
+			if v == 1 {
+				status = "OVER_LIMIT"
+			}
+			n = m
+		case num == 5 && typ == protowire.BytesType:
+			v, m := protowire.ConsumeString(r)
+			if v != "" {
+				return "", errors.New("gubernator: " + v)
+			}
+			n = m
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, r)
+		}
+		if n < 0 {
+			return "", errors.New("gubernator: bad response")
+		}
+		r = r[n:]
+	}
+	return status, nil
+}
+
+// rawCodec passes encoded messages through gRPC as they are.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*v.(*[]byte) = append((*v.(*[]byte))[:0], b...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
 
 // ip is caller i's address, 10.0.x.y.
 func ip(i int) string { return fmt.Sprintf("10.0.%d.%d", i/256, i%256) }
