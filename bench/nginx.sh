@@ -5,6 +5,10 @@
 #              shows it, Sluice on a Redis store (a limit shared by every
 #              nginx)
 #   sluice-mem the same with Sluice on its memory store (one Sluice's limit)
+#   auth-floor the same nginx.conf with, in Sluice's place, a net/http
+#              server that answers 200 at once (loadgen bare-http -empty):
+#              what nginx's auth_request costs with a free check, the most
+#              any forward-auth service can keep
 #   limit_req  nginx's own limit_req, by the same key (one nginx's limit)
 #   none       no limit at all
 # Every request is GET /page with an X-Api-Key of 1000 callers, each far
@@ -26,14 +30,20 @@ CONC=${CONC:-50}
 (cd .. && go build -o "$TMP/sluice" ./cmd/sluice)
 (cd cmd/loadgen && go build -o "$TMP/loadgen" .)
 
+declare -A spid # the forward-auth servers, for their CPU per request
 rport=$(freeport)
 redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
 PIDS+=($!)
 up=$(freeport)
 "$TMP/loadgen" bare-http -addr "127.0.0.1:$up" >"$TMP/upstream.log" 2>&1 &
 PIDS+=($!)
+fa=$(freeport)
+"$TMP/loadgen" bare-http -empty -addr "127.0.0.1:$fa" >"$TMP/auth-floor.log" 2>&1 &
+PIDS+=($!)
+spid[auth-floor]=$!
 waitport "$rport"
 waitport "$up"
+waitport "$fa"
 
 sport=$(freeport)
 cat >"$TMP/limits.yaml" <<YAML
@@ -59,7 +69,6 @@ forward_auth:
 YAML
 "$TMP/sluice" serve --config "$TMP/sluice.yaml" >"$TMP/sluice.log" 2>&1 &
 PIDS+=($!)
-declare -A spid
 spid[sluice]=$!
 mport=$(freeport)
 sed -e "s/^http: .*/http: 127.0.0.1:$mport/" -e "s/^store: .*/store: memory/" "$TMP/sluice.yaml" >"$TMP/sluice-mem.yaml"
@@ -103,6 +112,9 @@ nginx_start sluice "${port[sluice]}" "$(sed -e "s/127.0.0.1:8000/127.0.0.1:${por
 port[sluice-mem]=$(freeport)
 nginx_start sluice-mem "${port[sluice-mem]}" "$(sed -e "s/127.0.0.1:8000/127.0.0.1:${port[sluice-mem]}/" \
   -e "s/127.0.0.1:8080/127.0.0.1:$mport/" -e "s/127.0.0.1:9000/127.0.0.1:$up/" ../docs/proxies/nginx.conf)"
+port[auth-floor]=$(freeport)
+nginx_start auth-floor "${port[auth-floor]}" "$(sed -e "s/127.0.0.1:8000/127.0.0.1:${port[auth-floor]}/" \
+  -e "s/127.0.0.1:8080/127.0.0.1:$fa/" -e "s/127.0.0.1:9000/127.0.0.1:$up/" ../docs/proxies/nginx.conf)"
 port[limit_req]=$(freeport)
 nginx_start limit_req "${port[limit_req]}" "
 upstream app { server 127.0.0.1:$up; keepalive 32; }
@@ -129,7 +141,7 @@ server {
 
 out=$TMP/results.jsonl
 for r in $(seq "$ROUNDS"); do
-  for v in sluice sluice-mem limit_req none; do
+  for v in sluice sluice-mem auth-floor limit_req none; do
     "$TMP/loadgen" http -method GET -path /page -header 'X-Api-Key: k{i}' -keys 1000 \
       -addr "127.0.0.1:${port[$v]}" -c "$CONC" -d "$DURATION" -name "$v" ${spid[$v]:+-pid ${spid[$v]}} >>"$out"
   done
@@ -144,9 +156,9 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     runs.setdefault(r["name"], []).append(r)
 none = statistics.median(r["rps"] for r in runs["none"])
-print("| nginx with | requests/s | vs no limit | p50 | p99 | Sluice CPU per request | answers |")
+print("| nginx with | requests/s | vs no limit | p50 | p99 | forward-auth CPU per request | answers |")
 print("|---|--:|--:|--:|--:|--:|---|")
-for name in ["sluice", "sluice-mem", "limit_req", "none"]:
+for name in ["sluice", "sluice-mem", "auth-floor", "limit_req", "none"]:
     rs = runs[name]
     rps = statistics.median(r["rps"] for r in rs)
     p50 = statistics.median(r["p50_us"] for r in rs) / 1000
@@ -157,6 +169,6 @@ for name in ["sluice", "sluice-mem", "limit_req", "none"]:
             st[k] = st.get(k, 0) + v
     cpu = statistics.median(r.get("cpu_us_per_req", 0) for r in rs)
     cpu = f"{cpu:.1f} µs" if cpu else ""
-    label = {"sluice": "Sluice forward-auth (Redis store)", "sluice-mem": "Sluice forward-auth (memory store)", "limit_req": "nginx limit_req", "none": "no limit"}[name]
+    label = {"sluice": "Sluice forward-auth (Redis store)", "sluice-mem": "Sluice forward-auth (memory store)", "auth-floor": "forward-auth to a server that answers 200 at once", "limit_req": "nginx limit_req", "none": "no limit"}[name]
     print(f"| {label} | {rps:,.0f} | {rps/none:.2f}x | {p50:.2f} ms | {p99:.2f} ms | {cpu} | {', '.join(f'{k}: {v}' for k, v in sorted(st.items()))} |")
 PY

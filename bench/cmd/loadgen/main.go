@@ -6,6 +6,7 @@
 //	loadgen grpc -addr 127.0.0.1:8081 -c 50 -d 10s -pid PID   ShouldRateLimit, 50 concurrent calls
 //	loadgen grpc -gubernator -limit 1000000 ...               gubernator's GetRateLimits instead
 //	loadgen bare-http -addr 127.0.0.1:9080                    net/http, a fixed JSON body
+//	loadgen bare-http -empty ...                              net/http, 200 and no body
 //	loadgen bare-grpc -addr 127.0.0.1:9081                    ShouldRateLimit, a fixed OK
 //
 // The load runs for a warm-up (-w, default 1s) and then the measured
@@ -494,6 +495,7 @@ var bareBody = []byte(`{"allowed":true,"limit":1000,"remaining":999,"retry_after
 func bareHTTP(args []string) error {
 	fs := flag.NewFlagSet("bare-http", flag.ExitOnError)
 	addr := fs.String("addr", "127.0.0.1:9080", "listen address")
+	empty := fs.Bool("empty", false, "answer 200 with an empty body: a forward-auth that costs nothing")
 	fs.Parse(args)
 	l, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -502,6 +504,10 @@ func bareHTTP(args []string) error {
 	fmt.Printf("listening %s\n", l.Addr())
 	return http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		if *empty {
+			w.Header().Set("Content-Length", "0")
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(bareBody)
 	}))
