@@ -4,6 +4,8 @@
 #   sluice     Sluice's forward-auth, docs/proxies/nginx.conf as the README
 #              shows it, Sluice on a Redis store (a limit shared by every
 #              nginx)
+#   sluice-lease the same on Redis with lease: true on the limit's node:
+#              checks spend leased quota, no round trip each
 #   sluice-mem the same with Sluice on its memory store (one Sluice's limit)
 #   auth-floor the same nginx.conf with, in Sluice's place, a net/http
 #              server that answers 200 at once (loadgen bare-http -empty):
@@ -75,8 +77,15 @@ sed -e "s/^http: .*/http: 127.0.0.1:$mport/" -e "s/^store: .*/store: memory/" "$
 "$TMP/sluice" serve --config "$TMP/sluice-mem.yaml" >"$TMP/sluice-mem.log" 2>&1 &
 PIDS+=($!)
 spid[sluice-mem]=$!
+lport=$(freeport)
+sed -e 's/^\( *\)limits:/\1lease: true\n\1limits:/' "$TMP/limits.yaml" >"$TMP/limits-lease.yaml"
+sed -e "s/^http: .*/http: 127.0.0.1:$lport/" -e "s|^policy: .*|policy: $TMP/limits-lease.yaml|" "$TMP/sluice.yaml" >"$TMP/sluice-lease.yaml"
+"$TMP/sluice" serve --config "$TMP/sluice-lease.yaml" >"$TMP/sluice-lease.log" 2>&1 &
+PIDS+=($!)
+spid[sluice-lease]=$!
 waitport "$sport"
 waitport "$mport"
+waitport "$lport"
 
 # nginx VARIANT PORT SITE: one nginx (master and one worker) serving SITE.
 nginx_start() {
@@ -109,6 +118,9 @@ declare -A port
 port[sluice]=$(freeport)
 nginx_start sluice "${port[sluice]}" "$(sed -e "s/127.0.0.1:8000/127.0.0.1:${port[sluice]}/" \
   -e "s/127.0.0.1:8080/127.0.0.1:$sport/" -e "s/127.0.0.1:9000/127.0.0.1:$up/" ../docs/proxies/nginx.conf)"
+port[sluice-lease]=$(freeport)
+nginx_start sluice-lease "${port[sluice-lease]}" "$(sed -e "s/127.0.0.1:8000/127.0.0.1:${port[sluice-lease]}/" \
+  -e "s/127.0.0.1:8080/127.0.0.1:$lport/" -e "s/127.0.0.1:9000/127.0.0.1:$up/" ../docs/proxies/nginx.conf)"
 port[sluice-mem]=$(freeport)
 nginx_start sluice-mem "${port[sluice-mem]}" "$(sed -e "s/127.0.0.1:8000/127.0.0.1:${port[sluice-mem]}/" \
   -e "s/127.0.0.1:8080/127.0.0.1:$mport/" -e "s/127.0.0.1:9000/127.0.0.1:$up/" ../docs/proxies/nginx.conf)"
@@ -141,7 +153,7 @@ server {
 
 out=$TMP/results.jsonl
 for r in $(seq "$ROUNDS"); do
-  for v in sluice sluice-mem auth-floor limit_req none; do
+  for v in sluice sluice-lease sluice-mem auth-floor limit_req none; do
     "$TMP/loadgen" http -method GET -path /page -header 'X-Api-Key: k{i}' -keys 1000 \
       -addr "127.0.0.1:${port[$v]}" -c "$CONC" -d "$DURATION" -name "$v" ${spid[$v]:+-pid ${spid[$v]}} >>"$out"
   done
@@ -158,7 +170,7 @@ for line in open(sys.argv[1]):
 none = statistics.median(r["rps"] for r in runs["none"])
 print("| nginx with | requests/s | vs no limit | p50 | p99 | forward-auth CPU per request | answers |")
 print("|---|--:|--:|--:|--:|--:|---|")
-for name in ["sluice", "sluice-mem", "auth-floor", "limit_req", "none"]:
+for name in ["sluice", "sluice-lease", "sluice-mem", "auth-floor", "limit_req", "none"]:
     rs = runs[name]
     rps = statistics.median(r["rps"] for r in rs)
     p50 = statistics.median(r["p50_us"] for r in rs) / 1000
@@ -169,6 +181,6 @@ for name in ["sluice", "sluice-mem", "auth-floor", "limit_req", "none"]:
             st[k] = st.get(k, 0) + v
     cpu = statistics.median(r.get("cpu_us_per_req", 0) for r in rs)
     cpu = f"{cpu:.1f} µs" if cpu else ""
-    label = {"sluice": "Sluice forward-auth (Redis store)", "sluice-mem": "Sluice forward-auth (memory store)", "auth-floor": "forward-auth to a server that answers 200 at once", "limit_req": "nginx limit_req", "none": "no limit"}[name]
+    label = {"sluice": "Sluice forward-auth (Redis store)", "sluice-lease": "Sluice forward-auth (Redis store, lease: true)", "sluice-mem": "Sluice forward-auth (memory store)", "auth-floor": "forward-auth to a server that answers 200 at once", "limit_req": "nginx limit_req", "none": "no limit"}[name]
     print(f"| {label} | {rps:,.0f} | {rps/none:.2f}x | {p50:.2f} ms | {p99:.2f} ms | {cpu} | {', '.join(f'{k}: {v}' for k, v in sorted(st.items()))} |")
 PY
