@@ -18,8 +18,9 @@
 //   - sluice-allow: memory.Store.AllowN (the admission alone) with the
 //     limit value in the call
 //   - sluice-limiter: a sluice.Limiter handle on the memory store, Allow
-//   - sluice-store: Decide as sluice-decide, through the store.Store
-//     interface (the README's example), where it is not inlined; GCRA
+//   - sluice-store: Decide through the store.Store interface, where it
+//     is not inlined, with the limit compiled once: docs/library.md's
+//     example (perUser); GCRA
 //
 // Sub-benchmarks are named library/algorithm/shape, the shape being
 // serial (one goroutine), parallel (GOMAXPROCS goroutines over the keys)
@@ -233,9 +234,9 @@ func BenchmarkPeers(b *testing.B) {
 	b.Run("sluice-store/gcra", func(b *testing.B) {
 		var st store.Store = memory.New()
 		defer st.Close()
+		p := algo.MustCompile(algo.GCRA{Burst: burst, Count: count, Period: period})
 		run(b, func(key string) bool {
-			p, _ := algo.Compile(algo.GCRA{Burst: burst, Count: count, Period: period})
-			r, err := st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: 1})
+			r, err := st.Decide(ctx, store.Request{Key: key, Plan: p, Cost: 1})
 			return err == nil && r.Allowed
 		})
 	})
