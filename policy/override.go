@@ -69,7 +69,7 @@ func (c *Checker) SetOverride(ctx context.Context, o Override) error {
 	if !ok {
 		return fmt.Errorf("policy: %w: the store keeps no overrides", algo.ErrUnsupported)
 	}
-	if _, err := compileOverride(c.Policy.Load(), o); err != nil {
+	if _, _, err := compileOverride(c.Policy.Load(), o); err != nil {
 		return fmt.Errorf("policy: %w: %w", store.ErrBadRequest, err)
 	}
 	data, err := json.Marshal(o)
@@ -183,13 +183,18 @@ type overrideSet struct {
 	compiled atomic.Pointer[overridesFor] // for the policy it names
 }
 
-// overridesFor is an overrideSet's overrides compiled for one policy: by node,
-// then key (two maps, so that a lookup builds no string), and the globs by
-// node.
+// overridesFor is an overrideSet's overrides compiled for one policy, by
+// node index (Hit.node), so that a lookup hashes the key alone.
 type overridesFor struct {
 	policy *Policy
-	exact  map[string]map[string]*compiledOverride
-	globs  map[string][]*compiledOverride
+	nodes  []nodeOverrides
+}
+
+// nodeOverrides are the overrides of one node: by exact key, and its globs
+// in the set's order.
+type nodeOverrides struct {
+	exact map[string]*compiledOverride
+	globs []*compiledOverride
 }
 
 type compiledOverride struct {
@@ -201,25 +206,35 @@ type compiledOverride struct {
 }
 
 // build compiles the set's overrides for p; one that no longer fits p (a
-// node gone) is left out.
+// node gone) is left out. Overrides of a node with the same limits share
+// one compiled copy of them: a thousand customers on a few tiers keep a
+// few plans, warm in the cache.
 func (s *overrideSet) build(p *Policy) *overridesFor {
-	c := &overridesFor{policy: p, exact: map[string]map[string]*compiledOverride{}, globs: map[string][]*compiledOverride{}}
+	c := &overridesFor{policy: p, nodes: make([]nodeOverrides, len(p.nodes))}
+	shared := map[string]*compiledOverride{} // node and limits -> the first compiled
 	for _, o := range s.list {
-		co, err := compileOverride(p, o)
+		i, co, err := compileOverride(p, o)
 		if err != nil {
 			continue
 		}
+		sig := fmt.Sprintf("%d %v", i, co.limits)
+		if first, ok := shared[sig]; ok {
+			co.limits, co.plans = first.limits, first.plans
+		} else {
+			shared[sig] = co
+		}
+		n := &c.nodes[i]
 		if strings.ContainsAny(o.Key, "*?[") {
 			co.glob = o.Key
 			if lit, ok := strings.CutSuffix(o.Key, "*"); ok && !strings.ContainsAny(lit, "*?[\\") {
 				co.prefix = lit
 			}
-			c.globs[o.Node] = append(c.globs[o.Node], co)
+			n.globs = append(n.globs, co)
 		} else {
-			if c.exact[o.Node] == nil {
-				c.exact[o.Node] = map[string]*compiledOverride{}
+			if n.exact == nil {
+				n.exact = map[string]*compiledOverride{}
 			}
-			c.exact[o.Node][o.Key] = co
+			n.exact[o.Key] = co
 		}
 	}
 	s.compiled.Store(c)
@@ -241,9 +256,10 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 	}
 	for i := range hits {
 		h := &hits[i]
-		co := c.exact[h.Pattern][h.Key]
+		n := &c.nodes[h.node]
+		co := n.exact[h.Key]
 		if co == nil {
-			for _, g := range c.globs[h.Pattern] {
+			for _, g := range n.globs {
 				if g.prefix != "" {
 					if strings.HasPrefix(h.Key, g.prefix) && !strings.Contains(h.Key[len(g.prefix):], "/") {
 						co = g
@@ -273,31 +289,33 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 }
 
 // compileOverride checks o against p and compiles its limits.
-func compileOverride(p *Policy, o Override) (*compiledOverride, error) {
+// It returns the node's index in p.nodes.
+func compileOverride(p *Policy, o Override) (int, *compiledOverride, error) {
 	var n *Node
+	idx := -1
 	for i := range p.nodes {
 		if p.nodes[i].Pattern == o.Node {
-			n = &p.nodes[i]
+			n, idx = &p.nodes[i], i
 		}
 	}
 	switch {
 	case n == nil:
-		return nil, fmt.Errorf("override: no node %q in the policy", o.Node)
+		return 0, nil, fmt.Errorf("override: no node %q in the policy", o.Node)
 	case len(n.Specs) == 0:
-		return nil, fmt.Errorf("override: node %q has no limits to override", o.Node)
+		return 0, nil, fmt.Errorf("override: node %q has no limits to override", o.Node)
 	case n.Delay > 0:
-		return nil, fmt.Errorf("override: node %q delays: its limits reserve ahead, which an override's would not", o.Node)
+		return 0, nil, fmt.Errorf("override: node %q delays: its limits reserve ahead, which an override's would not", o.Node)
 	case o.Key == "":
-		return nil, errors.New("override: a key, or a glob of keys, is needed")
+		return 0, nil, errors.New("override: a key, or a glob of keys, is needed")
 	case (len(o.Limits) > 0) == (o.Factor != 0):
-		return nil, errors.New("override: give limits or a factor, one of them")
+		return 0, nil, errors.New("override: give limits or a factor, one of them")
 	case o.Factor != 0 && (o.Factor <= 0 || o.Factor > maxFactor || math.IsNaN(o.Factor)):
-		return nil, fmt.Errorf("override: factor %v: want above 0 and at most %g", o.Factor, maxFactor)
+		return 0, nil, fmt.Errorf("override: factor %v: want above 0 and at most %g", o.Factor, maxFactor)
 	case len(o.Limits) > maxOverrideLimits:
-		return nil, fmt.Errorf("override: %d limits, more than %d", len(o.Limits), maxOverrideLimits)
+		return 0, nil, fmt.Errorf("override: %d limits, more than %d", len(o.Limits), maxOverrideLimits)
 	}
 	if _, err := path.Match(o.Key, ""); err != nil {
-		return nil, fmt.Errorf("override: key %q: %v", o.Key, err)
+		return 0, nil, fmt.Errorf("override: key %q: %v", o.Key, err)
 	}
 	specs := o.Limits
 	if o.Factor != 0 {
@@ -313,14 +331,14 @@ func compileOverride(p *Policy, o Override) (*compiledOverride, error) {
 			co.plans[i], err = algo.Compile(l)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("override: limits[%d]: %s", i, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+			return 0, nil, fmt.Errorf("override: limits[%d]: %s", i, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
 		}
 		co.limits[i] = l
 	}
 	if !o.Until.IsZero() {
 		co.until = o.Until.UnixMicro()
 	}
-	return co, nil
+	return idx, co, nil
 }
 
 // scaled is s with its counts times f (at least 1; a gcra's burst+1 and

@@ -144,3 +144,61 @@ func TestOverrideRace(t *testing.T) {
 		t.Fatalf("%d admitted under an override of 37", n.Load())
 	}
 }
+
+// TestOverridesByNode: on a path of two levels, an override applies at
+// the node it names and only there (overrides are found by the hit's
+// node); overrides with the same limits share one compiled copy of them
+// yet count their keys apart, and one with other limits keeps its own.
+func TestOverridesByNode(t *testing.T) {
+	const twoLevels = `schema:
+  org:
+    children:
+      "*":
+        limits: {algorithm: fixed_window, limit: 100, window: 1h}
+        children:
+          api: {limits: {algorithm: fixed_window, limit: 3, window: 1h}}
+`
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := checker(t, twoLevels, st)
+			t0 := time.Date(2027, 6, 1, 10, 0, 0, 0, time.UTC)
+			hits := func(org string) []policy.Hit { return c.Policy.Load().Match([]string{"org", org, "api"}).Hits }
+			fw := func(n int64) []algo.Spec {
+				return []algo.Spec{{Algorithm: "fixed_window", Limit: n, Window: time.Hour}}
+			}
+			set := func(o policy.Override) {
+				t.Helper()
+				if err := c.SetOverride(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// acme: 2 at the org level; its api level keeps 3.
+			set(policy.Override{Node: "org/*", Key: hits("acme")[0].Key, Limits: fw(2)})
+			// bravo and charlie: 5 at the api level, the same limits;
+			// delta: 7 there.
+			for _, org := range []string{"bravo", "charlie"} {
+				set(policy.Override{Node: "org/*/api", Key: hits(org)[1].Key, Limits: fw(5)})
+			}
+			set(policy.Override{Node: "org/*/api", Key: hits("delta")[1].Key, Limits: fw(7)})
+			admitted := func(org string) int {
+				n := 0
+				for range 20 {
+					var d policy.Decision
+					if err := c.Decide(ctx, &policy.Query{Time: t0, Paths: []policy.PathQuery{{Path: []string{"org", org, "api"}, Cost: 1}}}, &d); err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						n++
+					}
+				}
+				return n
+			}
+			for org, want := range map[string]int{"acme": 2, "bravo": 5, "charlie": 5, "delta": 7, "echo": 3} {
+				if n := admitted(org); n != want {
+					t.Errorf("%s: %d admitted, want %d", org, n, want)
+				}
+			}
+		})
+	}
+}

@@ -214,6 +214,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		}
 	}
 	idx := len(l.nodes)
+	nd.index = idx
 	l.nodes = append(l.nodes, Node{})
 	if limits != nil {
 		cs := l.limits(limits.Value, limits.Key, yamlfile.Sub(path, "limits"))

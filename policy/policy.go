@@ -145,6 +145,8 @@ type node struct {
 	// requestMax bounds a per-request limit (PathQuery.Limit) on the node:
 	// at most Count per Window; nil when the node takes none.
 	requestMax *algo.FixedWindow
+	// index is the node's place in Policy.nodes (and Hit.node).
+	index int
 }
 
 // maxDelay bounds a node's delay: a request waits at most this long.
@@ -289,6 +291,8 @@ type Hit struct {
 	plans []algo.Plan
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
+	// node is the node's index in its policy's nodes.
+	node int
 }
 
 // Request returns the request that decides the hit's limit j at cost:
@@ -305,7 +309,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, requestMax: n.requestMax}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, requestMax: n.requestMax, node: n.index}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node
