@@ -38,8 +38,8 @@ type Options struct {
 	// MaxFlushDelay is how long the client may wait to gather concurrent
 	// commands into one write (rueidis' MaxFlushDelay): under load it cuts
 	// the client's and Redis's CPU per decision, at the cost of up to that
-	// much latency. Open uses 20µs when zero; a negative
-	// value disables it. New leaves the client as it is.
+	// much latency. Open uses 20µs when zero; a negative value disables
+	// it. New leaves the client as it is.
 	MaxFlushDelay time.Duration
 	// Timeout bounds a decision whose context has no deadline
 	// (1s when zero).
