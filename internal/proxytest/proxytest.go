@@ -99,9 +99,6 @@ func (p *Process) Stop() {
 	<-p.exited
 }
 
-// Pid is the program's process id.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
-
 // Nginx starts nginx with site, a configuration of the http context (the
 // server blocks a user puts in /etc/nginx/conf.d/), that listens on addr.
 // The process is nginx's single process (master_process off), its
