@@ -32,7 +32,7 @@ type Permit struct {
 	res algo.Result
 
 	released atomic.Bool
-	lost     chan struct{} // closed when the permit is lost
+	lost     chan struct{} // closed when the permit is lost; nil when it does not renew
 	lostOnce sync.Once
 
 	// Renewals, by the Limiter's renewer; its mu guards these but renewMu.
@@ -58,7 +58,7 @@ func (p *Permit) Result() algo.Result { return p.res }
 // Lost returns a channel closed when a renewing permit (Acquire's) finds
 // its slots no longer held, or cannot renew them before their hold ends:
 // the work it guards may now overlap another holder's. It is never closed
-// for a permit that does not renew, nor by Release.
+// for a permit that does not renew (its channel is nil), nor by Release.
 func (p *Permit) Lost() <-chan struct{} { return p.lost }
 
 // Acquire waits for one slot for key and takes it: AcquireN(ctx, key, 1).
@@ -92,7 +92,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 			return nil, err
 		case r.Allowed:
 			p := l.permit(key, id, n, r)
-			p.renewing = true
+			p.renewing, p.lost = true, make(chan struct{})
 			l.renewer.add(p, c.HoldFor)
 			return p, nil
 		case r.RetryAfter == algo.Never:
@@ -137,7 +137,7 @@ func (l *Limiter) slot(ctx context.Context, op algo.SlotOp, key string, t time.T
 }
 
 func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {
-	return &Permit{l: l, key: key, id: id, n: n, ok: r.Allowed, res: r, lost: make(chan struct{}), index: -1}
+	return &Permit{l: l, key: key, id: id, n: n, ok: r.Allowed, res: r, index: -1}
 }
 
 // RenewAt renews the permit's hold at t (the zero Time: the store's
