@@ -87,6 +87,9 @@ func TestPermitExplicitTime(t *testing.T) {
 			if err != nil || !a.OK() || a.ID() == 0 || a.Result().Remaining != 1 {
 				t.Fatalf("acquire a: %+v, %v", a, err)
 			}
+			if a.Lost() != nil { // it does not renew: never lost
+				t.Fatal("a permit that does not renew has a Lost channel")
+			}
 			b, err := lim.AcquireAt(ctx, "k", t0.Add(time.Second), 1)
 			if err != nil || !b.OK() || b.ID() == a.ID() {
 				t.Fatalf("acquire b: %+v, %v", b, err)
