@@ -8,7 +8,7 @@
 #
 #   bench/envoy.sh                          3 rounds of 5s per run, ~10 minutes
 #   ROUNDS=1 DURATION=3s bench/envoy.sh     shorter
-#   SCENARIOS="allow deny" bench/envoy.sh   some of: allow steady deny hot
+#   SCENARIOS="allow deny" bench/envoy.sh   some of: allow steady deny hot override
 #   STEADY_RATE=6000 bench/envoy.sh         the offered rate of the steady scenario
 #   BASELINE=3e97dd7 bench/envoy.sh         also sluice built at that commit
 #                                           ("sluice @3e97dd7"), in every scenario
@@ -48,6 +48,11 @@
 #          (redis-benchmark replaying the exact EVALSHA, 50 connections,
 #          16 pipelined), and 2 hotkey processes into a limit of 2,000,000
 #          in a 1h window: what they admit is never above it
+#   override the allow scenario's sluice, on Redis and on its memory store,
+#          as it is and with every caller's key under an exact override
+#          (a limit of 2,000,000/s, set through POST /admin/v1/overrides
+#          before the load, and read back from a check's answer): what an
+#          override in force costs a check of the service (issue 38)
 # Redis is flushed before each run. CPU per check is the service process's
 # utime+stime (/proc) over the measured window divided by the checks
 # answered, and the same for redis-server. Envoy runs with
@@ -86,7 +91,7 @@ if [ -n "${PROCS:-}" ]; then SVC=(env GOMAXPROCS="$PROCS"); fi
 RPID=$!; PIDS+=("$RPID"); waitport "$RPORT"
 
 limits() { # scenario -> limit per second
-  case $1 in allow | steady) echo 1000000 ;; deny) echo 1 ;; hot) echo 100000000 ;; esac
+  case $1 in allow | steady | override) echo 1000000 ;; deny) echo 1 ;; hot) echo 100000000 ;; esac
 }
 keys() { case $1 in hot) echo 1 ;; *) echo 1000 ;; esac; }
 
@@ -122,13 +127,13 @@ run() { # scenario service api
   case $service in
     sluice*)
       local cache=100000 policy=$TMP/limits.yaml leasefor=() store=redis://127.0.0.1:$RPORT/0
-      [[ $service == *"(memory)"* ]] && store=memory
+      [[ $service == *"(memory"* ]] && store=memory
       [[ $service == *"cache off"* ]] && cache=-1
       [[ $service == *"(leases"* ]] && policy=$TMP/limits-lease.yaml
       [[ $service == *"lease_for 100ms"* ]] && leasefor=(SLUICE_REDIS_LEASE_FOR=100ms)
       local bin=$TMP/sluice
       [[ $service == *"@"* ]] && bin=$TMP/sluice-base
-      env SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${leasefor[@]}" "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
+      env SLUICE_ADMIN_TOKEN=bench SLUICE_REDIS_OVER_LIMIT_CACHE=$cache "${leasefor[@]}" "${SIDE[@]}" "${SVC[@]}" "$bin" serve --http "127.0.0.1:$hp" --grpc "127.0.0.1:$gp" \
         --policy "$policy" --store "$store" --log-level warn >"$TMP/svc.log" 2>&1 &
       ;;
     floor)
@@ -151,8 +156,10 @@ run() { # scenario service api
   pid=$!; PIDS+=("$pid")
   local addr args=(-c 50 -d "$DURATION" -pid "$pid" -redis-pid "$RPID" -keys "$(keys "$scenario")")
   [ "$scenario" = steady ] && args+=(-rate "$STEADY_RATE")
+  waitport "$hp"
+  [[ $service == *overrides* ]] && set_overrides "$hp" "$(keys "$scenario")"
   if [ "$api" = http ]; then
-    waitport "$hp"; addr=127.0.0.1:$hp
+    addr=127.0.0.1:$hp
     if [ "$service" = gubernator ]; then
       args+=(-path /v1/GetRateLimits -body "{\"requests\": [{\"name\": \"edge\", \"unique_key\": \"{ip}\", \"hits\": 1, \"limit\": $(limits "$scenario"), \"duration\": 1000}]}")
     elif [[ $service == sluice* || $service == floor ]]; then
@@ -169,6 +176,29 @@ run() { # scenario service api
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
+# set_overrides port n: an exact override of 2,000,000/s on each of the n
+# callers' keys, through the admin API on one keep-alive connection; fails
+# unless a check of the last caller then answers with the override's limit.
+set_overrides() {
+  python3 - "$1" "$2" <<'PY'
+import http.client, json, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+c = http.client.HTTPConnection("127.0.0.1", port)
+auth = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
+limit = {"algorithm": "fixed_window", "limit": 2000000, "window": "1s"}
+for i in range(n):
+    path = ["edge", "remote_address", f"10.0.{i // 256}.{i % 256}"]
+    c.request("POST", "/admin/v1/overrides", json.dumps({"path": path, "limits": [limit]}), auth)
+    r = c.getresponse(); body = r.read()
+    if r.status != 200:
+        sys.exit(f"override {path}: {r.status} {body!r}")
+c.request("POST", "/v1/check", json.dumps({"path": path, "cost": 0}), {"Content-Type": "application/json"})
+r = c.getresponse(); body = r.read()
+if b"2000000" not in body:
+    sys.exit(f"the override is not in force: {body!r}")
+PY
+}
+
 services() { # scenario api
   [ -n "${BASELINE:-}" ] && echo "sluice @$BASELINE"
   case $1-$2 in
@@ -176,6 +206,7 @@ services() { # scenario api
     hot-grpc) printf '%s\n' "sluice" "sluice (lease_for 100ms)" "sluice (quota client)" "envoy" ;;
     hot-*) printf '%s\n' "sluice" "sluice (lease_for 100ms)" "envoy" ;;
     allow-*) printf '%s\n' "sluice" "sluice (leases)" "sluice (leases, lease_for 100ms)" "envoy" "floor" "sluice (memory)" "gubernator" ;;
+    override-*) printf '%s\n' "sluice" "sluice (overrides)" "sluice (memory)" "sluice (memory, overrides)" ;;
     steady-*) printf '%s\n' "sluice" "sluice (leases)" "envoy" "floor" "sluice (memory)" "gubernator" ;;
     *) printf '%s\n' sluice envoy ;;
   esac
