@@ -131,12 +131,12 @@ type State struct {
 	Block BlockState
 }
 
-// Clear makes s the zero State of the given shape (a key never seen),
+// clear makes s the zero State of the given shape (a key never seen),
 // keeping Log's capacity so that a key in steady use allocates nothing. It
 // writes Log only when it holds something: a store that keeps Log apart
 // from what decisions write (the memory store's entries) keeps it
 // unwritten for the algorithms without one.
-func (s *State) Clear(shape uint64) {
+func (s *State) clear(shape uint64) {
 	s.Expire, s.A, s.B, s.Shape = 0, 0, 0, shape
 	if len(s.Log) > 0 {
 		s.Log = s.Log[:0]
@@ -164,7 +164,7 @@ func (s *State) Live(now int64) bool { return s.Expire > now || s.Block.Expire >
 // for forget_after after it ends).
 func (s *State) Refresh(shape uint64, now int64) {
 	if s.Shape != shape {
-		s.Clear(shape)
+		s.clear(shape)
 		return
 	}
 	if s.Expire <= now {

@@ -87,19 +87,19 @@ func (b Block) validate() error {
 // Blocked reports whether st blocks a decision at now.
 func (st BlockState) Blocked(now int64) bool { return now < st.Until }
 
-// Start returns the block a denial at now starts after st.
-func (b Block) Start(st BlockState, now int64) BlockState {
+// start returns the block a denial at now starts after st.
+func (b Block) start(st BlockState, now int64) BlockState {
 	b = b.WithDefaults()
 	n := int64(1)
 	if st.Until != 0 && now-st.Until <= Micros(b.ForgetAfter) {
 		n = min(st.Count+1, maxBlockCount)
 	}
-	until := now + b.Length(n)
+	until := now + b.length(n)
 	return BlockState{Until: until, Count: n, Expire: until + Micros(b.ForgetAfter)}
 }
 
-// Length returns the length in µs of the n-th block in a row.
-func (b Block) Length(n int64) int64 {
+// length returns the length in µs of the n-th block in a row.
+func (b Block) length(n int64) int64 {
 	b = b.WithDefaults()
 	d, most := float64(Micros(b.For)), float64(Micros(b.Max))
 	for i := int64(1); i < n && d < most && b.Growth > 1; i++ {

@@ -9,17 +9,17 @@ func TestBlockLengths(t *testing.T) {
 	b := Block{For: 30 * time.Second, Growth: 2, Max: time.Hour}
 	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 32 * time.Minute, time.Hour, time.Hour}
 	for i, w := range want {
-		if got := dur(b.Length(int64(i + 1))); got != w {
+		if got := dur(b.length(int64(i + 1))); got != w {
 			t.Errorf("block %d: %v, want %v", i+1, got, w)
 		}
 	}
-	if got := dur(Block{For: time.Second, Growth: 1.5, Max: time.Minute}.Length(3)); got != 2250*time.Millisecond {
+	if got := dur(Block{For: time.Second, Growth: 1.5, Max: time.Minute}.length(3)); got != 2250*time.Millisecond {
 		t.Errorf("growth 1.5, third block: %v", got)
 	}
-	if got := dur(Block{For: time.Second}.Length(500)); got != time.Second {
+	if got := dur(Block{For: time.Second}.length(500)); got != time.Second {
 		t.Errorf("growth 1: %v", got)
 	}
-	if got := dur(Block{For: time.Millisecond, Growth: 1.001, Max: MaxBlock}.Length(maxBlockCount)); got <= time.Millisecond || got > MaxBlock {
+	if got := dur(Block{For: time.Millisecond, Growth: 1.001, Max: MaxBlock}.length(maxBlockCount)); got <= time.Millisecond || got > MaxBlock {
 		t.Errorf("a long row: %v", got)
 	}
 }

@@ -41,9 +41,6 @@ func (g GCRA) decide(s *State, now, cost int64, commit bool) Result {
 	return p.decide(s, now, cost, commit)
 }
 
-// TAT returns the virtual-scheduling parameters of g.
-func (g GCRA) TAT() (TAT, error) { return g.tat() }
-
 func (g GCRA) tat() (TAT, error) {
 	if g.Burst < 0 {
 		return TAT{}, fmt.Errorf("%w: gcra burst must be zero or more, got %d", ErrInvalid, g.Burst)
@@ -85,9 +82,6 @@ func (b TokenBucket) decide(s *State, now, cost int64, commit bool) Result {
 	p, _ := b.tat()
 	return p.decide(s, now, cost, commit)
 }
-
-// TAT returns the virtual-scheduling parameters of b.
-func (b TokenBucket) TAT() (TAT, error) { return b.tat() }
 
 func (b TokenBucket) tat() (TAT, error) {
 	if b.Burst <= 0 {

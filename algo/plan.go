@@ -258,7 +258,7 @@ func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
 	}
 	r := p.decide(s, now, cost, commit)
 	if commit && !r.Allowed && cost > 0 { // a peek starts nothing
-		s.Block = p.blk.Start(s.Block, now)
+		s.Block = p.blk.start(s.Block, now)
 		r = s.Block.Result(now, p.quota)
 	}
 	return r

@@ -127,7 +127,7 @@ func TestReserving(t *testing.T) {
 
 func TestStateClear(t *testing.T) {
 	s := State{Expire: 5, A: 1, B: 2, Shape: 3, Log: make([]int64, 2, 8)}
-	s.Clear(7)
+	s.clear(7)
 	if s.Expire != 0 || s.A != 0 || s.B != 0 || s.Shape != 7 || len(s.Log) != 0 || cap(s.Log) != 8 {
 		t.Fatalf("cleared to %+v (cap %d)", s, cap(s.Log))
 	}
