@@ -317,8 +317,6 @@ type forwardError struct {
 	msg    string
 }
 
-func (e *forwardError) Error() string { return e.msg }
-
 // original returns the proxied request's method, URI and host from the
 // headers its proxy sets, and only from those: at the nginx endpoint
 // X-Original-Method and X-Original-URI (the auth_request location sets
