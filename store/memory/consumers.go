@@ -13,20 +13,14 @@ var _ store.ConsumerLog = (*Store)(nil)
 
 // Bounds of the consumers lists, which callers fill: at most
 // maxConsumerLists keys have a list, and the lists hold at most
-// defaultConsumerBytes (withConsumerBytes) of entries and keys. Past
-// either bound, expired lists are swept to make room, and what still does
-// not fit is dropped (and counted: PushConsumers' error).
+// defaultConsumerBytes of entries and keys. Past either bound, expired
+// lists are swept to make room, and what still does not fit is dropped
+// (and counted: PushConsumers' error).
 const (
 	maxConsumerLists     = 100_000
 	defaultConsumerBytes = 32 << 20
 	listOverhead         = 96 // a list's map entry and ring, roughly
 )
-
-// withConsumerBytes bounds the memory the consumers lists take, in bytes
-// (defaultConsumerBytes by default).
-func withConsumerBytes(n int) Option {
-	return func(s *Store) { s.consumers.budget = n }
-}
 
 // consumerLists keeps a ring of entries per key.
 type consumerLists struct {

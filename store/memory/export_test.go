@@ -8,9 +8,21 @@ import (
 
 // For the tests of package memory_test: how many keys the store holds, a
 // sweep on demand, and the consumers lists' byte bound.
-var WithConsumerBytes = withConsumerBytes
+func WithConsumerBytes(n int) Option {
+	return func(s *Store) { s.consumers.budget = n }
+}
 
-func (s *Store) Len() int { return s.keys() }
+// Len returns the number of keys the store holds, expired or not.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.index.Load().n
+		sh.mu.Unlock()
+	}
+	return n
+}
 
 func (s *Store) Sweep() { s.sweep() }
 

@@ -206,18 +206,6 @@ func (sh *shard) add(e *entry) {
 // set back, nor between goroutines on different CPUs.
 func (s *Store) now() int64 { return s.baseUS + int64(time.Since(s.base))/1000 }
 
-// keys returns the number of keys the store holds, expired or not.
-func (s *Store) keys() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.index.Load().n
-		sh.mu.Unlock()
-	}
-	return n
-}
-
 // sweep forgets every key whose state has expired, judged in each shard
 // against the latest decision time it has seen plus the wall time elapsed
 // since a sweep first saw that time (so at most one sweep interval late),
