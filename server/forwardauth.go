@@ -309,9 +309,9 @@ func validName(s string) bool {
 	return true
 }
 
-// A forwardError is a proxied request the endpoint cannot decide: its
-// status says why. The functions that read the request return it typed,
-// never as an error, so that nil is nil.
+// A forwardError is a proxied request the endpoint cannot decide: the
+// status and message it is refused with. It is not an error value: the
+// functions that read the request return it typed, so that nil is nil.
 type forwardError struct {
 	status int
 	msg    string
