@@ -276,7 +276,9 @@ func BenchmarkTenMillionKeys(b *testing.B) {
 		// Two minutes later every state has expired: one decision per
 		// shard's worth of keys moves the shards' clocks, then a sweep.
 		for i := range 10_000 {
-			st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Plan: plan, Cost: 1, Time: t0.Add(220 * time.Second)})
+			if _, err := st.Decide(context.Background(), store.Request{Key: "late" + strconv.Itoa(i), Plan: plan, Cost: 1, Time: t0.Add(220 * time.Second)}); err != nil {
+				b.Fatal(err)
+			}
 		}
 		st.Sweep()
 		after := heap()

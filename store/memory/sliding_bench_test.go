@@ -93,7 +93,9 @@ func windowedParallel(b *testing.B, lim algo.Limit, hot bool) {
 	var keys [workers][perWorker]string
 	var times [workers][perWorker]time.Time
 	if hot {
-		st.Decide(context.Background(), store.Request{Key: "hot", Plan: algo.MustCompile(lim), Cost: 1})
+		if _, err := st.Decide(context.Background(), store.Request{Key: "hot", Plan: algo.MustCompile(lim), Cost: 1}); err != nil {
+			b.Fatal(err)
+		}
 	} else {
 		for w := range keys {
 			for i := range keys[w] {
