@@ -24,24 +24,28 @@ var ErrLost = errors.New("sluice: permit lost: its hold ended before it was rene
 // their hold while it is held, and Release gives them back. A holder that
 // dies without releasing frees them when the hold runs out.
 type Permit struct {
-	l   *Limiter
-	key string
-	id  int64
-	n   int64
-	ok  bool
-	res algo.Result
+	l    *Limiter
+	key  string
+	id   int64
+	n    int64
+	res  algo.Result
+	plan algo.Plan     // decides the op in flight (algo.ForPermit), under mu
+	lost chan struct{} // Lost's, made on demand (most permits need none), under lostMu
 
+	// Renewals, by the Limiter's renewer; its mu guards these.
+	last       time.Time // the last renewal that held, or a time before the acquire
+	prev, next *Permit   // in the bucket
+	bucket     int8      // the renewer's bucket it is in; -1 when in none
+	renewing   bool      // renewed by the renewer (Acquire's permits)
+	stopped    bool      // Release has begun: renew no more
+
+	isLost   bool // under lostMu
+	ok       bool
 	released atomic.Bool
-	lost     chan struct{} // closed when the permit is lost; nil when it does not renew
-	lostOnce sync.Once
-
-	// Renewals, by the Limiter's renewer; its mu guards these but renewMu.
-	renewing   bool          // renewed by the renewer (Acquire's permits)
-	hold       time.Duration // the limit's HoldFor
-	last, next time.Time     // the last renewal that held; the next due
-	index      int           // in the renewer's heap; -1 when not in it
-	stopped    bool          // Release has begun: renew no more
-	renewMu    sync.Mutex    // held while a renewal is in flight
+	lostMu   sync.Mutex
+	// mu is held while an op of the permit is in the store, so that the
+	// permit's one plan serves every op: a permit is one allocation.
+	mu sync.Mutex
 }
 
 // ID returns the permit id: the store knows the slots by it.
@@ -59,7 +63,30 @@ func (p *Permit) Result() algo.Result { return p.res }
 // its slots no longer held, or cannot renew them before their hold ends:
 // the work it guards may now overlap another holder's. It is never closed
 // for a permit that does not renew (its channel is nil), nor by Release.
-func (p *Permit) Lost() <-chan struct{} { return p.lost }
+func (p *Permit) Lost() <-chan struct{} {
+	if !p.renewing {
+		return nil
+	}
+	p.lostMu.Lock()
+	defer p.lostMu.Unlock()
+	if p.lost == nil {
+		p.lost = make(chan struct{})
+		if p.isLost {
+			close(p.lost)
+		}
+	}
+	return p.lost
+}
+
+// markLost closes Lost's channel, now or when it is made.
+func (p *Permit) markLost() {
+	p.lostMu.Lock()
+	defer p.lostMu.Unlock()
+	if !p.isLost && p.lost != nil {
+		close(p.lost)
+	}
+	p.isLost = true
+}
 
 // Acquire waits for one slot for key and takes it: AcquireN(ctx, key, 1).
 func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
@@ -71,7 +98,8 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // after a short, growing pause (1 ms to 100 ms, never beyond the time a
 // hold ends), since a holder may release at any time. It returns ctx's
 // error if ctx is done first, and ErrNever at once when n exceeds the
-// limit. The Permit's hold is renewed every third of HoldFor until
+// limit. The Permit's hold is renewed a sixth to a third of HoldFor after
+// the last renewal, until
 // Release, by the Limiter's one renewer (no goroutine per permit); Lost
 // tells when it could not be.
 //
@@ -79,20 +107,19 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
 // may have taken the slots: they are freed when their hold ends.
 func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, error) {
-	c, _ := l.plan.Concurrency() // l.slot refuses another limit
-	id := store.NewPermitID()
+	c, _ := l.plan.Concurrency() // do refuses another limit
+	p := l.newPermit(key, n)
 	pause := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		r, err := l.slot(ctx, algo.Acquire, key, time.Time{}, id, n)
+		r, err := p.do(ctx, algo.Acquire, time.Time{}, n)
 		switch {
 		case err != nil:
 			return nil, err
 		case r.Allowed:
-			p := l.permit(key, id, n, r)
-			p.renewing, p.lost = true, make(chan struct{})
+			p.ok, p.res, p.renewing = true, r, true
 			l.renewer.add(p, c.HoldFor)
 			return p, nil
 		case r.RetryAfter == algo.Never:
@@ -116,28 +143,29 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 // replays: it does not wait and its Permit does not renew (RenewAt does).
 // A denied acquire returns a Permit that is not OK, with its Result.
 func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (*Permit, error) {
-	id := store.NewPermitID()
-	r, err := l.slot(ctx, algo.Acquire, key, t, id, n)
+	p := l.newPermit(key, n)
+	r, err := p.do(ctx, algo.Acquire, t, n)
 	if err != nil {
 		return nil, err
 	}
-	return l.permit(key, id, n, r), nil
+	p.ok, p.res = r.Allowed, r
+	return p, nil
 }
 
-// slot decides op for the permit id on key: store.Acquire, Renew or
-// Release of one request, as one Decide (no slices to allocate). The
+func (l *Limiter) newPermit(key string, n int64) *Permit {
+	return &Permit{l: l, key: key, id: store.NewPermitID(), n: n, plan: *l.plan, bucket: -1}
+}
+
+// do decides op for the permit on its key at t: store.Acquire, Renew or
+// Release of one request, as one Decide (no slices to allocate), its plan
+// in the permit. The caller holds p.mu, or has not yet shared p. The
 // error wraps algo.ErrUnsupported for a limit that is not a concurrency
 // limit.
-func (l *Limiter) slot(ctx context.Context, op algo.SlotOp, key string, t time.Time, id, n int64) (algo.Result, error) {
-	p, err := algo.ForPermit(l.plan, id, op)
-	if err != nil {
+func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64) (algo.Result, error) {
+	if err := algo.ForPermit(&p.plan, p.id, op); err != nil {
 		return algo.Result{}, err
 	}
-	return l.st.Decide(ctx, store.Request{Key: key, Plan: &p, Cost: n, Time: t})
-}
-
-func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {
-	return &Permit{l: l, key: key, id: id, n: n, ok: r.Allowed, res: r, index: -1}
+	return p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: &p.plan, Cost: n, Time: t})
 }
 
 // RenewAt renews the permit's hold at t (the zero Time: the store's
@@ -145,10 +173,20 @@ func (l *Limiter) permit(key string, id, n int64, r algo.Result) *Permit {
 // longer held (released, or the hold ended): a permit once lost is never
 // renewed.
 func (p *Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
-	if !p.OK() || p.released.Load() {
+	if !p.OK() {
 		return false, nil
 	}
-	r, err := p.l.slot(ctx, algo.Renew, p.key, t, p.id, 0)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.renew(ctx, t)
+}
+
+// renew is RenewAt with p.mu held.
+func (p *Permit) renew(ctx context.Context, t time.Time) (bool, error) {
+	if p.released.Load() {
+		return false, nil
+	}
+	r, err := p.do(ctx, algo.Renew, t, 0)
 	if err != nil {
 		return false, fmt.Errorf("sluice: renew permit: %w", err)
 	}
@@ -171,7 +209,12 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	if p.renewing {
 		p.l.renewer.remove(p) // no renewal after the release
 	}
-	if _, err := p.l.slot(ctx, algo.Release, p.key, t, p.id, 0); err != nil {
+	p.mu.Lock() // after a renewal in flight
+	defer p.mu.Unlock()
+	if p.released.Load() {
+		return nil
+	}
+	if _, err := p.do(ctx, algo.Release, t, 0); err != nil {
 		return fmt.Errorf("sluice: release permit: %w", err)
 	}
 	p.released.Store(true)

@@ -352,3 +352,76 @@ func TestHeldSlotsCostNoGoroutine(t *testing.T) {
 
 // maxRenewingGoroutines is the renewer and the renewals it may run at once.
 const maxRenewingGoroutines = 1 + 64
+
+// TestPermitIsOneAllocation: on the memory store, an acquire and its
+// release allocate the Permit and nothing else: the permit's own plan
+// serves every op, and Lost's channel is made only when asked for.
+func TestPermitIsOneAllocation(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	lim, err := sluice.NewLimiter(st, algo.Concurrency{Count: 10, HoldFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pair := range map[string]func(){
+		"acquire+release": func() {
+			p, err := lim.Acquire(ctx, "k")
+			if err != nil || p.Release(ctx) != nil {
+				t.Fatal(err)
+			}
+		},
+		"at+release": func() {
+			p, err := lim.AcquireAt(ctx, "k", time.Time{}, 1)
+			if err != nil || !p.OK() || p.ReleaseAt(ctx, time.Time{}) != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		// The renewer's goroutine, should it end and start again during
+		// the runs, is a few allocations over 1000 pairs: not one a pair.
+		if n := testing.AllocsPerRun(1000, pair); n > 1 {
+			t.Errorf("%s: %v allocations, want 1", name, n)
+		}
+	}
+}
+
+// TestRenewalsBesideRenewAtAndRelease: holders renew their permits
+// themselves and release them while the renewer renews them too, with a
+// hold short enough that it does so throughout: every op ends (the
+// renewer skips a permit whose op is in flight rather than wait for it),
+// and afterwards no slot is held.
+func TestRenewalsBesideRenewAtAndRelease(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	c := algo.Concurrency{Count: 100, HoldFor: 6 * time.Millisecond}
+	lim, err := sluice.NewLimiter(st, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			for range 5 {
+				p, err := lim.Acquire(ctx, "k")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for range 20 {
+					if _, err := p.RenewAt(ctx, time.Time{}); err != nil {
+						t.Error(err)
+					}
+				}
+				if err := p.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if hs, err := st.Holders(ctx, store.Request{Key: "k", Plan: algo.MustCompile(c)}); err != nil || len(hs) != 0 {
+		t.Fatalf("after every release: %+v, %v", hs, err)
+	}
+}

@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"time"
@@ -13,88 +12,112 @@ import (
 const maxRenewing = 64
 
 // A renewer renews the holds of a Limiter's permits: one goroutine, which
-// runs while any permit is held and sleeps until the earliest is due, so
-// that a held slot costs no goroutine and no timer of its own. A permit is
-// due every third of its HoldFor; it is lost when a renewal finds it gone,
-// or when none succeeded for a whole HoldFor.
+// runs while any permit is held, so that a held slot costs no goroutine
+// and no timer of its own. Time is cut into epochs of a sixth of the hold;
+// a permit goes into the bucket of the epoch it was acquired or renewed
+// in, and a bucket is renewed when its epoch is two behind: between a
+// sixth and a third of the hold after the permit's last renewal. Adding a
+// permit so reads no clock and sorts nothing. A permit is lost when a
+// renewal finds it gone, or when none succeeded for a whole hold.
 type renewer struct {
 	mu       sync.Mutex
-	due      permitHeap
-	wake     chan struct{} // a permit was added: the earliest may be sooner
+	hold     time.Duration // the limit's HoldFor
+	buckets  [3]*Permit    // by epoch mod 3: lists of permits, linked by prev and next
+	epoch    uint64
+	epochAt  time.Time // when the epoch began
 	running  bool
-	inFlight int           // renewals in flight: their permits are out of due
+	inFlight int           // renewals in flight: their permits are in no bucket
 	slots    chan struct{} // renewals in flight, at most maxRenewing
 }
 
-// add schedules p's renewals, the first a third of hold from now.
+// add schedules p's renewals. p.last becomes the epoch's start, no later
+// than the acquire: a store that fails then loses p no later than its hold
+// would end.
 func (rn *renewer) add(p *Permit, hold time.Duration) {
-	now := time.Now()
 	rn.mu.Lock()
-	if rn.wake == nil {
-		rn.wake, rn.slots = make(chan struct{}, 1), make(chan struct{}, maxRenewing)
-	}
-	p.hold, p.last, p.next = hold, now, now.Add(hold/3)
-	heap.Push(&rn.due, p)
-	start := !rn.running
-	rn.running = true
-	rn.mu.Unlock()
-	if start {
-		go rn.run()
-	} else {
-		select {
-		case rn.wake <- struct{}{}:
-		default:
+	defer rn.mu.Unlock()
+	if !rn.running {
+		if rn.slots == nil {
+			rn.slots = make(chan struct{}, maxRenewing)
 		}
+		rn.running, rn.hold, rn.epochAt = true, hold, time.Now()
+		go rn.run()
 	}
+	p.last = rn.epochAt
+	rn.push(p)
 }
 
-// remove stops p's renewals, and waits for one in flight to end.
+// remove stops p's renewals; a renewal in flight holds p.mu until it ends.
 func (rn *renewer) remove(p *Permit) {
 	rn.mu.Lock()
-	if p.index >= 0 {
-		heap.Remove(&rn.due, p.index)
-	}
+	rn.unlink(p)
 	p.stopped = true
-	last := len(rn.due) == 0
 	rn.mu.Unlock()
-	if last { // the loop may end
-		select {
-		case rn.wake <- struct{}{}:
-		default:
-		}
-	}
-	p.renewMu.Lock() // a renewal in flight holds it
-	p.renewMu.Unlock()
 }
 
-// run renews the permits as they come due, until none is held.
+// push puts p in the current epoch's bucket; rn.mu is held.
+func (rn *renewer) push(p *Permit) {
+	b := rn.epoch % 3
+	p.bucket, p.prev, p.next = int8(b), nil, rn.buckets[b]
+	if p.next != nil {
+		p.next.prev = p
+	}
+	rn.buckets[b] = p
+}
+
+// unlink takes p out of its bucket, if it is in one; rn.mu is held.
+func (rn *renewer) unlink(p *Permit) {
+	if p.bucket < 0 {
+		return
+	}
+	if p.prev != nil {
+		p.prev.next = p.next
+	} else {
+		rn.buckets[p.bucket] = p.next
+	}
+	if p.next != nil {
+		p.next.prev = p.prev
+	}
+	p.bucket, p.prev, p.next = -1, nil, nil
+}
+
+// run starts an epoch every sixth of the hold and renews the bucket two
+// epochs behind, until no permit is held.
 func (rn *renewer) run() {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
+	tick := time.NewTicker(rn.hold / 6)
+	defer tick.Stop()
+	for range tick.C {
 		rn.mu.Lock()
-		if len(rn.due) == 0 && rn.inFlight == 0 {
+		if rn.buckets == [3]*Permit{} && rn.inFlight == 0 {
 			rn.running = false
 			rn.mu.Unlock()
 			return
 		}
-		wait := time.Hour // only renewals in flight: wait for them
-		if len(rn.due) > 0 {
-			wait = time.Until(rn.due[0].next)
-		}
-		if wait > 0 {
+		rn.epoch++
+		rn.epochAt = time.Now()
+		due := int((rn.epoch + 1) % 3) // epoch-2's: no permit joins it now
+		rn.mu.Unlock()
+		rn.renewAll(due)
+	}
+}
+
+// renewAll starts the renewal of every permit in bucket b, at most
+// maxRenewing at once.
+func (rn *renewer) renewAll(b int) {
+	for {
+		rn.mu.Lock()
+		p := rn.buckets[b]
+		if p == nil {
 			rn.mu.Unlock()
-			t.Reset(wait)
-			select {
-			case <-t.C:
-			case <-rn.wake:
-				t.Stop() // Go 1.23 timers: no stale tick to drain
-			}
+			return
+		}
+		rn.unlink(p)
+		if !p.mu.TryLock() { // RenewAt or Release in flight: try next time
+			rn.push(p)
+			rn.mu.Unlock()
 			continue
 		}
-		p := heap.Pop(&rn.due).(*Permit)
-		p.renewMu.Lock() // held until the renewal ends: remove waits for it
-		rn.inFlight++
+		rn.inFlight++ // p.mu held until the renewal ends: Release waits for it
 		rn.mu.Unlock()
 		rn.slots <- struct{}{}
 		go rn.renew(p)
@@ -104,8 +127,8 @@ func (rn *renewer) run() {
 // renew renews p once, then schedules its next renewal or marks it lost.
 func (rn *renewer) renew(p *Permit) {
 	defer func() { <-rn.slots }()
-	ctx, cancel := context.WithTimeout(context.Background(), p.hold/3)
-	held, err := p.RenewAt(ctx, time.Time{})
+	ctx, cancel := context.WithTimeout(context.Background(), rn.hold/3)
+	held, err := p.renew(ctx, time.Time{})
 	cancel()
 	now := time.Now()
 	rn.mu.Lock()
@@ -114,44 +137,16 @@ func (rn *renewer) renew(p *Permit) {
 	switch {
 	case p.stopped:
 	case err == nil && held:
-		p.last, p.next = now, now.Add(p.hold/3)
-		heap.Push(&rn.due, p)
-	case err == nil || now.Sub(p.last) >= p.hold:
+		p.last = now
+		rn.push(p)
+	case err == nil || now.Sub(p.last) >= rn.hold:
 		lost = true
-	default: // the store failed: try again a third of hold on
-		p.next = now.Add(p.hold / 3)
-		heap.Push(&rn.due, p)
+	default: // the store failed: try again in a later epoch
+		rn.push(p)
 	}
 	rn.mu.Unlock()
-	p.renewMu.Unlock()
+	p.mu.Unlock()
 	if lost {
-		p.lostOnce.Do(func() { close(p.lost) })
+		p.markLost()
 	}
-	select {
-	case rn.wake <- struct{}{}: // a permit went back: the loop looks again
-	default:
-	}
-}
-
-// permitHeap orders permits by their next renewal.
-type permitHeap []*Permit
-
-func (h permitHeap) Len() int           { return len(h) }
-func (h permitHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
-func (h permitHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *permitHeap) Push(x any) {
-	p := x.(*Permit)
-	p.index = len(*h)
-	*h = append(*h, p)
-}
-func (h *permitHeap) Pop() any {
-	old := *h
-	p := old[len(old)-1]
-	old[len(old)-1] = nil
-	p.index = -1
-	*h = old[:len(old)-1]
-	return p
 }

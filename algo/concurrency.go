@@ -350,22 +350,23 @@ func (c Concurrency) Holders(s *State, now int64) []Holder {
 	return hs
 }
 
-// ForPermit returns the plan of a concurrency limit that decides op for
-// the permit id (see Concurrency): 1 to MaxPermitID, or 0 for the holders
-// without one (an acquire or a release only). The error wraps
-// ErrUnsupported for the other kinds and ErrInvalid for a bad id or op.
-func ForPermit(p *Plan, id int64, op SlotOp) (Plan, error) {
+// ForPermit makes p, the plan of a concurrency limit, decide op for the
+// permit id (see Concurrency): 1 to MaxPermitID, or 0 for the holders
+// without one (an acquire or a release only). It changes p in place, so
+// that a holder that keeps a copy of the plan switches ops without
+// copying it again. The error wraps ErrUnsupported for the other kinds
+// and ErrInvalid for a bad id or op; p is then unchanged.
+func ForPermit(p *Plan, id int64, op SlotOp) error {
 	switch {
 	case !p.ok || p.kind != KindConcurrency:
-		return Plan{}, fmt.Errorf("%w: %v has no permits (only a concurrency limit holds slots)", ErrUnsupported, p.kind)
+		return fmt.Errorf("%w: %v has no permits (only a concurrency limit holds slots)", ErrUnsupported, p.kind)
 	case id < 0 || id > MaxPermitID:
-		return Plan{}, fmt.Errorf("%w: permit id %d is outside 1..%d", ErrInvalid, id, int64(MaxPermitID))
+		return fmt.Errorf("%w: permit id %d is outside 1..%d", ErrInvalid, id, int64(MaxPermitID))
 	case op > Release:
-		return Plan{}, fmt.Errorf("%w: %v", ErrInvalid, op)
+		return fmt.Errorf("%w: %v", ErrInvalid, op)
 	case id == 0 && op == Renew:
-		return Plan{}, fmt.Errorf("%w: a renewal needs a permit id", ErrInvalid)
+		return fmt.Errorf("%w: a renewal needs a permit id", ErrInvalid)
 	}
-	q := *p
-	q.permit, q.op = id, op
-	return q, nil
+	p.permit, p.op = id, op
+	return nil
 }

@@ -137,8 +137,8 @@ func TestConcurrencyAgainstModel(t *testing.T) {
 			if op == Renew && id == 0 {
 				id = 1
 			}
-			p, err := ForPermit(&base, id, op)
-			if err != nil {
+			p := base
+			if err := ForPermit(&p, id, op); err != nil {
 				t.Fatal(err)
 			}
 			before := cloneState(s)
@@ -188,18 +188,20 @@ func TestConcurrencyBounds(t *testing.T) {
 		id int64
 		op SlotOp
 	}{{-1, Acquire}, {MaxPermitID + 1, Acquire}, {0, Renew}, {1, 7}} {
-		if _, err := ForPermit(&p, bad.id, bad.op); err == nil {
+		if q := p; ForPermit(&q, bad.id, bad.op) == nil {
 			t.Errorf("ForPermit(%d, %v) made a plan", bad.id, bad.op)
 		}
 	}
 	g, _ := Compile(GCRA{Burst: 1, Count: 1, Period: time.Second})
-	if _, err := ForPermit(&g, 1, Acquire); err == nil {
+	if ForPermit(&g, 1, Acquire) == nil {
 		t.Error("a GCRA plan took a permit")
 	}
 	// A billion renewals would keep the state as it is: renew a permit
 	// many times, and the state stays one holder.
-	q, _ := ForPermit(&p, 9, Acquire)
-	rn, _ := ForPermit(&p, 9, Renew)
+	q, rn := p, p
+	if ForPermit(&q, 9, Acquire) != nil || ForPermit(&rn, 9, Renew) != nil {
+		t.Fatal("a permit refused")
+	}
 	var s State
 	now := int64(1_800_000_000_000_000)
 	if r := q.Decide(&s, now, 1, true); !r.Allowed {

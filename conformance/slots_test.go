@@ -51,8 +51,8 @@ func TestConcurrencyStoresAgree(t *testing.T) {
 			if op == algo.Renew && id == 0 {
 				id = 1
 			}
-			p, err := algo.ForPermit(&base, id, op)
-			if err != nil {
+			p := base
+			if err := algo.ForPermit(&p, id, op); err != nil {
 				t.Fatal(err)
 			}
 			ops[op]++

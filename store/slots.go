@@ -50,8 +50,8 @@ func slots(ctx context.Context, st Store, reqs []Request, permit int64, op algo.
 			}
 			return false, fmt.Errorf("%w: request %d: a %v of slots needs a concurrency limit", ErrBadRequest, i, op)
 		}
-		var err error
-		if plans[i], err = algo.ForPermit(r.Plan, permit, op); err != nil {
+		plans[i] = *r.Plan
+		if err := algo.ForPermit(&plans[i], permit, op); err != nil {
 			return false, fmt.Errorf("%w: request %d: %w", ErrBadRequest, i, err)
 		}
 		out[i].Plan = &plans[i]

@@ -262,7 +262,8 @@ func parseEvent(line []byte) (store.Request, slotVerb, int64, error) {
 		if err != nil {
 			return store.Request{}, nil, 0, err
 		}
-		if _, err := algo.ForPermit(&p, ev.Permit, op); err != nil {
+		q := p // a check only: the verb applies the permit
+		if err := algo.ForPermit(&q, ev.Permit, op); err != nil {
 			return store.Request{}, nil, 0, err
 		}
 		verb = [...]slotVerb{algo.Acquire: store.Acquire, algo.Renew: store.Renew, algo.Release: store.Release}[op]

@@ -282,8 +282,10 @@ func TestOverLimitCacheLeavesSlotsToRedis(t *testing.T) {
 	ctx := context.Background()
 	c := algo.Concurrency{Count: 1, HoldFor: time.Minute}
 	base, _ := algo.Compile(c)
-	holder, _ := algo.ForPermit(&base, 7, algo.Acquire)
-	release, _ := algo.ForPermit(&base, 7, algo.Release)
+	holder, release := base, base
+	if algo.ForPermit(&holder, 7, algo.Acquire) != nil || algo.ForPermit(&release, 7, algo.Release) != nil {
+		t.Fatal("a permit refused")
+	}
 	if r, err := st.Decide(ctx, store.Request{Key: "slots", Plan: &holder, Cost: 1}); err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
