@@ -355,7 +355,8 @@ const maxRenewingGoroutines = 1 + 64
 
 // TestPermitIsOneAllocation: on the memory store, an acquire and its
 // release allocate the Permit and nothing else: the permit's own plan
-// serves every op, and Lost's channel is made only when asked for.
+// serves every op, and Lost's channel is made only when asked for. (Under
+// the race detector, the permit id's crypto/rand buffer is one more.)
 func TestPermitIsOneAllocation(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
@@ -380,8 +381,12 @@ func TestPermitIsOneAllocation(t *testing.T) {
 	} {
 		// The renewer's goroutine, should it end and start again during
 		// the runs, is a few allocations over 1000 pairs: not one a pair.
-		if n := testing.AllocsPerRun(1000, pair); n > 1 {
-			t.Errorf("%s: %v allocations, want 1", name, n)
+		want := 1.0
+		if raceEnabled {
+			want = 2
+		}
+		if n := testing.AllocsPerRun(1000, pair); n > want {
+			t.Errorf("%s: %v allocations, want %v", name, n, want)
 		}
 	}
 }
