@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,8 @@ type Limiter struct {
 	allower store.Allower
 	// renewer renews the holds of the permits Acquire gave.
 	renewer renewer
+	// plans holds copies of plan for the ops of permits (Permit.do).
+	plans sync.Pool
 }
 
 // NewLimiter returns a Limiter for l on st. An invalid limit is an error

@@ -29,7 +29,6 @@ type Permit struct {
 	id   int64
 	n    int64
 	res  algo.Result
-	plan algo.Plan     // decides the op in flight (algo.ForPermit), under mu
 	lost chan struct{} // Lost's, made on demand (most permits need none), under lostMu
 
 	// Renewals, by the Limiter's renewer; its mu guards these.
@@ -43,8 +42,8 @@ type Permit struct {
 	ok       bool
 	released atomic.Bool
 	lostMu   sync.Mutex
-	// mu is held while an op of the permit is in the store, so that the
-	// permit's one plan serves every op: a permit is one allocation.
+	// mu is held while an op of the permit is in the store: a Release
+	// waits for a renewal in flight, and RenewAt and Release take turns.
 	mu sync.Mutex
 }
 
@@ -153,19 +152,27 @@ func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int6
 }
 
 func (l *Limiter) newPermit(key string, n int64) *Permit {
-	return &Permit{l: l, key: key, id: store.NewPermitID(), n: n, plan: *l.plan, bucket: -1}
+	return &Permit{l: l, key: key, id: store.NewPermitID(), n: n, bucket: -1}
 }
 
 // do decides op for the permit on its key at t: store.Acquire, Renew or
-// Release of one request, as one Decide (no slices to allocate), its plan
-// in the permit. The caller holds p.mu, or has not yet shared p. The
-// error wraps algo.ErrUnsupported for a limit that is not a concurrency
-// limit.
+// Release of one request, as one Decide (no slices to allocate), on a
+// copy of the limit's plan from the Limiter's pool (a store keeps no Plan
+// past the call; nothing but ForPermit changes a plan once compiled), so
+// that a permit is one allocation. The caller holds
+// p.mu, or has not yet shared p. The error wraps algo.ErrUnsupported for
+// a limit that is not a concurrency limit.
 func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64) (algo.Result, error) {
-	if err := algo.ForPermit(&p.plan, p.id, op); err != nil {
+	q, _ := p.l.plans.Get().(*algo.Plan)
+	if q == nil {
+		q = new(algo.Plan)
+		*q = *p.l.plan // ForPermit sets all that differs between permits
+	}
+	defer p.l.plans.Put(q)
+	if err := algo.ForPermit(q, p.id, op); err != nil {
 		return algo.Result{}, err
 	}
-	return p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: &p.plan, Cost: n, Time: t})
+	return p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: q, Cost: n, Time: t})
 }
 
 // RenewAt renews the permit's hold at t (the zero Time: the store's

@@ -354,9 +354,10 @@ func TestHeldSlotsCostNoGoroutine(t *testing.T) {
 const maxRenewingGoroutines = 1 + 64
 
 // TestPermitIsOneAllocation: on the memory store, an acquire and its
-// release allocate the Permit and nothing else: the permit's own plan
-// serves every op, and Lost's channel is made only when asked for. (Under
-// the race detector, the permit id's crypto/rand buffer is one more.)
+// release allocate the Permit and nothing else: each op's plan comes from
+// the Limiter's pool, and Lost's channel is made only when asked for.
+// (Under the race detector, the permit id's crypto/rand buffer is one
+// more, and the pool drops some of what it is given.)
 func TestPermitIsOneAllocation(t *testing.T) {
 	st := memory.New()
 	defer st.Close()

@@ -44,7 +44,8 @@ type Request struct {
 	// names exactly one state; use Key to build keys from several parts.
 	Key string
 	// Plan is the limit, compiled (algo.Compile): compile once where the
-	// limit is known, decide many times.
+	// limit is known, decide many times. A store reads it only during the
+	// call, so a caller may change or reuse it once the call returns.
 	Plan *algo.Plan
 	// Cost is how much the decision consumes; 0 peeks and admits nothing.
 	// It is at most algo.MaxCount; a cost above the limit is denied with
