@@ -98,9 +98,8 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // hold ends), since a holder may release at any time. It returns ctx's
 // error if ctx is done first, and ErrNever at once when n exceeds the
 // limit. The Permit's hold is renewed a sixth to a third of HoldFor after
-// the last renewal, until
-// Release, by the Limiter's one renewer (no goroutine per permit); Lost
-// tells when it could not be.
+// the last renewal, until Release, by the Limiter's one renewer (no
+// goroutine per permit); Lost tells when it could not be.
 //
 // The limit must be a concurrency limit (others: an error wrapping
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
