@@ -68,6 +68,9 @@ func apiKeyPath(r *http.Request, key string, p []string) []string { return appen
 //	memory          the middleware with policy.Checker on the memory store
 //	checker         policy.Checker alone, without the middleware
 //	legacy          as stub, with the legacy headers
+//	slots           the middleware with policy.Checker on the memory store
+//	                and a concurrency limit: each request holds a slot
+//	                while the handler runs, renewed until it returns
 func BenchmarkMiddleware(b *testing.B) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 	b.Run("bare", func(b *testing.B) { benchServe(b, handler) })
@@ -88,6 +91,15 @@ func BenchmarkMiddleware(b *testing.B) {
 	c := newChecker(mustPolicy(b, benchPolicy), memoryStore(b), nil)
 	b.Run("memory", func(b *testing.B) {
 		benchServe(b, httplimit.New(c, httplimit.Options{Path: apiKeyPath}).Wrap(handler))
+	})
+	slots := newChecker(mustPolicy(b, `
+schema:
+  api:
+    children:
+      "*": {limits: [{algorithm: concurrency, limit: 10, hold_for: 1m}]}
+`), memoryStore(b), nil)
+	b.Run("slots", func(b *testing.B) {
+		benchServe(b, httplimit.New(slots, httplimit.Options{Path: apiKeyPath}).Wrap(handler))
 	})
 	b.Run("checker", func(b *testing.B) {
 		var d policy.Decision
