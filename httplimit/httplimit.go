@@ -299,7 +299,7 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if holds && d.Permit != 0 {
 		h, hr := l.hold(r, sh, path, d)
 		putScratch(sc)
-		defer h.release(r, sh) // also when next panics
+		defer h.release(r) // also when next panics
 		next.ServeHTTP(w, hr)
 		return
 	}

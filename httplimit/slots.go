@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -29,18 +30,26 @@ type SlotChecker interface {
 }
 
 // holding is a request that holds slots: its path and permit, until the
-// next handler returns.
+// next handler returns. It is renewed by a timer (time.AfterFunc), so that
+// a request holding slots costs no goroutine beyond its own but while a
+// renewal runs.
 type holding struct {
 	l      *Middleware
+	sh     SlotChecker
 	q      *policy.Query // the path, for renewals and the release
 	permit int64
-	stop   chan struct{}
-	done   chan struct{}
+	every  time.Duration
+	ctx    context.Context // the request's, whose values renewals keep
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex // held while a renewal runs: release waits for it
+	t       *time.Timer
+	stopped bool
 }
 
 // hold starts renewing d's permit on path every third of the shortest
 // hold_for of its concurrency levels, and returns the request to serve,
-// whose context the renewer cancels if the slots are lost.
+// whose context is cancelled if the slots are lost.
 func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *policy.Decision) (*holding, *http.Request) {
 	hold := time.Duration(0)
 	for i := range d.Levels {
@@ -50,42 +59,49 @@ func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *pol
 			}
 		}
 	}
-	q := &policy.Query{Paths: []policy.PathQuery{{Path: append([]string(nil), path...)}}}
-	h := &holding{l: l, q: q, permit: d.Permit, stop: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancelCause(r.Context())
-	go func() {
-		defer close(h.done)
-		defer cancel(nil)
-		t := time.NewTicker(hold / 3)
-		defer t.Stop()
-		var rd policy.Decision
-		for {
-			select {
-			case <-h.stop:
-				return
-			case <-t.C:
-			}
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout)
-			err := sh.Renew(rctx, h.q, h.permit, &rd)
-			rcancel()
-			if err == nil && !rd.Allowed {
-				cancel(sluice.ErrLost)
-				return
-			}
-		}
-	}()
+	h := &holding{
+		l: l, sh: sh, permit: d.Permit, every: hold / 3, ctx: r.Context(), cancel: cancel,
+		q: &policy.Query{Paths: []policy.PathQuery{{Path: append([]string(nil), path...)}}},
+	}
+	h.mu.Lock()
+	h.t = time.AfterFunc(h.every, h.renew)
+	h.mu.Unlock()
 	return h, r.WithContext(ctx)
+}
+
+// renew renews the permit once, on the timer's goroutine, and sets the
+// timer for the next renewal, or cancels the request's context with
+// sluice.ErrLost when the slots are gone.
+func (h *holding) renew() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.l.timeout)
+	var d policy.Decision
+	err := h.sh.Renew(ctx, h.q, h.permit, &d)
+	cancel()
+	if err == nil && !d.Allowed {
+		h.cancel(sluice.ErrLost)
+		return
+	}
+	h.t.Reset(h.every)
 }
 
 // release stops renewing and gives the slots back, within the check's
 // timeout, whether or not the client is still there.
-func (h *holding) release(r *http.Request, sh SlotChecker) {
-	close(h.stop)
-	<-h.done
+func (h *holding) release(r *http.Request) {
+	h.mu.Lock() // after a renewal in flight
+	h.stopped = true
+	h.t.Stop()
+	h.mu.Unlock()
+	h.cancel(nil)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.l.timeout)
 	defer cancel()
 	var d policy.Decision
-	if err := sh.Release(ctx, h.q, h.permit, &d); err != nil {
+	if err := h.sh.Release(ctx, h.q, h.permit, &d); err != nil {
 		h.l.logFailure(r, err)
 	}
 }

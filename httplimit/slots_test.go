@@ -6,12 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -236,4 +238,78 @@ func (s *onRenew) DecideAll(ctx context.Context, reqs []store.Request, res []alg
 		}
 	}
 	return pass, err
+}
+
+// TestHeldSlotsCostNoGoroutine: 1000 requests hold slots at once, each
+// in its handler: they run no goroutine but their own (a timer renews
+// each, not a goroutine of its own), and once they return every slot is
+// free.
+func TestHeldSlotsCostNoGoroutine(t *testing.T) {
+	p, err := policy.Parse("limits.yaml", []byte(strings.Replace(slotsPolicy, "limit: 3, hold_for: 1m", "limit: 1000, hold_for: 1m", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &policy.Checker{Policy: policy.NewCurrent(p), Store: memoryStore(t)}
+	var serving sync.WaitGroup
+	serving.Add(1000)
+	release := make(chan struct{})
+	h := httplimit.New(c, httplimit.Options{
+		Key:  func(r *http.Request) (string, error) { return "acme", nil },
+		Path: func(r *http.Request, key string, p []string) []string { return append(p, "exports", key) },
+	}).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serving.Done()
+		<-release
+	}))
+	before := runtime.NumGoroutine()
+	codes := make(chan int, 1000)
+	for range 1000 {
+		go func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			codes <- w.Code
+		}()
+	}
+	serving.Wait()
+	if n := runtime.NumGoroutine() - before; n > 1000 {
+		t.Errorf("1000 requests holding slots run %d goroutines, want 1000 (their own)", n)
+	}
+	close(release)
+	for range 1000 {
+		if code := <-codes; code != 200 {
+			t.Fatalf("status %d", code)
+		}
+	}
+	if n := free(t, c, "acme"); n != 1000 {
+		t.Fatalf("%d slots free after every request returned, want 1000", n)
+	}
+}
+
+// TestSlotsLostWhileServing: a request's slot is released behind its
+// back while its handler runs; the next renewal finds it gone and cancels
+// the request's context, with sluice.ErrLost as the cause.
+func TestSlotsLostWhileServing(t *testing.T) {
+	p, err := policy.Parse("limits.yaml", []byte(strings.Replace(slotsPolicy, "limit: 3, hold_for: 1m", "limit: 1, hold_for: 30ms", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &policy.Checker{Policy: policy.NewCurrent(p), Store: memoryStore(t)}
+	permits := make(chan int64, 1)
+	cause := make(chan error, 1)
+	h := httplimit.New(c, httplimit.Options{
+		Key:        func(r *http.Request) (string, error) { return "acme", nil },
+		Path:       func(r *http.Request, key string, p []string) []string { return append(p, "exports", key) },
+		OnDecision: func(r *http.Request, d *policy.Decision) { permits <- d.Permit },
+	}).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		cause <- context.Cause(r.Context())
+	}))
+	go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	q := &policy.Query{Paths: []policy.PathQuery{{Path: []string{"exports", "acme"}}}}
+	var d policy.Decision
+	if err := c.Release(context.Background(), q, <-permits, &d); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cause; !errors.Is(err, sluice.ErrLost) {
+		t.Fatalf("the request's context ended with %v, want sluice.ErrLost", err)
+	}
 }
