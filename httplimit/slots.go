@@ -36,7 +36,8 @@ type SlotChecker interface {
 type holding struct {
 	l      *Middleware
 	sh     SlotChecker
-	q      *policy.Query // the path, for renewals and the release
+	q      policy.Query // the path, for renewals and the release
+	paths  [1]policy.PathQuery
 	permit int64
 	every  time.Duration
 	ctx    context.Context // the request's, whose values renewals keep
@@ -60,10 +61,9 @@ func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *pol
 		}
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
-	h := &holding{
-		l: l, sh: sh, permit: d.Permit, every: hold / 3, ctx: r.Context(), cancel: cancel,
-		q: &policy.Query{Paths: []policy.PathQuery{{Path: append([]string(nil), path...)}}},
-	}
+	h := &holding{l: l, sh: sh, permit: d.Permit, every: hold / 3, ctx: r.Context(), cancel: cancel}
+	h.paths[0].Path = append([]string(nil), path...)
+	h.q.Paths = h.paths[:]
 	h.mu.Lock()
 	h.t = time.AfterFunc(h.every, h.renew)
 	h.mu.Unlock()
@@ -81,7 +81,7 @@ func (h *holding) renew() {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.l.timeout)
 	var d policy.Decision
-	err := h.sh.Renew(ctx, h.q, h.permit, &d)
+	err := h.sh.Renew(ctx, &h.q, h.permit, &d)
 	cancel()
 	if err == nil && !d.Allowed {
 		h.cancel(sluice.ErrLost)
@@ -101,7 +101,7 @@ func (h *holding) release(r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.l.timeout)
 	defer cancel()
 	var d policy.Decision
-	if err := h.sh.Release(ctx, h.q, h.permit, &d); err != nil {
+	if err := h.sh.Release(ctx, &h.q, h.permit, &d); err != nil {
 		h.l.logFailure(r, err)
 	}
 }
