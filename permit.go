@@ -33,18 +33,19 @@ type Permit struct {
 
 	// Renewals, by the Limiter's renewer; its mu guards these.
 	last       time.Time // the last renewal that held, or a time before the acquire
-	prev, next *Permit   // in the bucket
-	bucket     int8      // the renewer's bucket it is in; -1 when in none
-	renewing   bool      // renewed by the renewer (Acquire's permits)
-	stopped    bool      // Release has begun: renew no more
+	prev, next *Permit   // in the renewer's bucket
 
-	isLost   bool // under lostMu
-	ok       bool
-	released atomic.Bool
-	lostMu   sync.Mutex
 	// mu is held while an op of the permit is in the store: a Release
 	// waits for a renewal in flight, and RenewAt and Release take turns.
-	mu sync.Mutex
+	mu       sync.Mutex
+	lostMu   sync.Mutex
+	released atomic.Bool
+
+	ok       bool
+	isLost   bool // under lostMu
+	renewing bool // renewed by the renewer (Acquire's permits)
+	stopped  bool // Release has begun: renew no more (the renewer's mu)
+	bucket   int8 // the renewer's bucket it is in, -1 when in none (the renewer's mu)
 }
 
 // ID returns the permit id: the store knows the slots by it.
@@ -158,9 +159,9 @@ func (l *Limiter) newPermit(key string, n int64) *Permit {
 // Release of one request, as one Decide (no slices to allocate), on a
 // copy of the limit's plan from the Limiter's pool (a store keeps no Plan
 // past the call; nothing but ForPermit changes a plan once compiled), so
-// that a permit is one allocation. The caller holds
-// p.mu, or has not yet shared p. The error wraps algo.ErrUnsupported for
-// a limit that is not a concurrency limit.
+// that a permit is one allocation. The caller holds p.mu, or has not yet
+// shared p. The error wraps algo.ErrUnsupported for a limit that is not a
+// concurrency limit.
 func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64) (algo.Result, error) {
 	q, _ := p.l.plans.Get().(*algo.Plan)
 	if q == nil {
