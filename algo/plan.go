@@ -28,6 +28,7 @@ type Plan struct {
 	ok       bool   // made by Compile
 	stepwise bool   // kinds[kind].stepwise, read on every decision
 	shape    uint64 // see Shape
+	maxCost  int64  // see MaxCost; 0 until compiled
 	// What is derived from the limit, first, beside the fields above that
 	// every decision reads.
 	tat TAT       // gcra, token_bucket
@@ -147,6 +148,10 @@ func (p *Plan) compile(l Limit) error {
 	}
 	p.ok, p.stepwise = true, kinds[p.kind].stepwise
 	p.shape = p.computeShape()
+	p.maxCost = MaxCount
+	if p.kind == KindSlidingLog && p.sl.Buckets == 0 {
+		p.maxCost = MaxExactCost
+	}
 	return nil
 }
 
@@ -350,15 +355,7 @@ func (p *Plan) at(s *State, now int64) int64 {
 // for a Plan that Compile did not make. A larger cost is a bad request
 // (store.Validate); a cost up to it but above the limit is denied, never to
 // be admitted.
-func (p *Plan) MaxCost() int64 {
-	switch {
-	case !p.ok:
-		return 0
-	case p.kind == KindSlidingLog && p.sl.Buckets == 0:
-		return MaxExactCost
-	}
-	return MaxCount
-}
+func (p *Plan) MaxCost() int64 { return p.maxCost }
 
 // step applies the part of a stepwise plan's decision that reads and
 // writes s. It reports whether the cost is admitted, and v for numbers: a

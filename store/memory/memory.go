@@ -116,8 +116,10 @@ func init() {
 // while the algorithm reads and writes the state (algo.Plan.DecideUnlock).
 func (s *Store) Decide(_ context.Context, req store.Request) (r algo.Result, err error) {
 	// The fields go one by one: a Request is too large for registers.
-	if err = store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
-		return
+	if !plain(req.Key, req.Plan, req.Cost, req.Time) || req.Tag != "" {
+		if err = store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
+			return
+		}
 	}
 	s.apply(req.Key, req.Plan, req.Time, req.Cost, &r)
 	return r, nil
@@ -129,10 +131,20 @@ var _ store.Allower = (*Store)(nil)
 // only whether the cost was admitted, which for GCRA, the token bucket,
 // the fixed window and the gate spares computing the rest of the Result.
 func (s *Store) AllowN(_ context.Context, key string, p *algo.Plan, t time.Time, n int64) (bool, error) {
-	if err := store.Validate(key, "", p, n, t); err != nil {
-		return false, err
+	if !plain(key, p, n, t) {
+		if err := store.Validate(key, "", p, n, t); err != nil {
+			return false, err
+		}
 	}
 	return s.apply(key, p, t, n, nil), nil
+}
+
+// plain reports whether a request is the common one that store.Validate
+// accepts, checked inline: a key of 1 to store.MaxKeyLen bytes, the
+// store's clock, a cost of 1 to the plan's MaxCost (0 for no plan). For
+// any other, Validate decides.
+func plain(key string, p *algo.Plan, cost int64, t time.Time) bool {
+	return uint(len(key)-1) < store.MaxKeyLen && t.IsZero() && p != nil && uint64(cost-1) < uint64(p.MaxCost())
 }
 
 // at is a request's time in µs: t, or the store's clock when t is zero.
