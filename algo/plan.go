@@ -304,7 +304,7 @@ func (p *Plan) decide(s *State, now, cost int64, commit bool) Result {
 // one number, before the Result's arithmetic, so that a store holds a
 // key's lock for the state's part alone. It sets *r to the Result unless r
 // is nil, and reports whether the cost was admitted.
-func (p *Plan) DecideUnlock(s *State, now, cost int64, mu sync.Locker, r *Result) bool {
+func (p *Plan) DecideUnlock(s *State, now, cost int64, mu *sync.Mutex, r *Result) bool {
 	if !p.stepwise {
 		res := p.Decide(s, now, cost, true)
 		if mu != nil {
