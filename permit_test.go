@@ -460,3 +460,49 @@ func TestRenewalsBesideRenewAtAndRelease(t *testing.T) {
 		t.Fatalf("after every release: %+v, %v", hs, err)
 	}
 }
+
+// TestPermitLostWhenTheStoreFails: a permit whose store fails every
+// renewal (as one cut off would) is lost once a whole hold has passed
+// without one, while its slot may have run out: Lost closes, after at
+// least one failed renewal; Release then fails as the store does, and
+// is safe to call again once the store is back.
+func TestPermitLostWhenTheStoreFails(t *testing.T) {
+	st := &failingStore{Store: memory.New()}
+	defer st.Close()
+	ctx := context.Background()
+	lim, err := sluice.NewLimiter(st, algo.Concurrency{Count: 1, HoldFor: 30 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lim.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.failing.Store(true)
+	<-p.Lost()
+	if st.failed.Load() == 0 {
+		t.Fatal("lost without a failed renewal")
+	}
+	if err := p.Release(ctx); err == nil {
+		t.Fatal("a release on a failing store succeeded")
+	}
+	st.failing.Store(false)
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingStore fails every decision while failing is set, counting them.
+type failingStore struct {
+	store.Store
+	failing atomic.Bool
+	failed  atomic.Int64
+}
+
+func (s *failingStore) Decide(ctx context.Context, req store.Request) (algo.Result, error) {
+	if s.failing.Load() {
+		s.failed.Add(1)
+		return algo.Result{}, errors.New("the store is out of reach")
+	}
+	return s.Store.Decide(ctx, req)
+}
