@@ -243,15 +243,25 @@ var ErrUnsupported = errors.New("unsupported limit")
 // decision admits nothing, s is left as it was too, except by an
 // algorithm that records denied attempts (a uniform SlidingLog).
 func (p *Plan) Decide(s *State, now, cost int64, commit bool) Result {
+	var r Result
+	p.decideTo(s, now, cost, commit, &r)
+	return r
+}
+
+// decideTo is Decide with its Result set in *r: a Result (seven words)
+// returned through a frame that returns another function's is spilled and
+// copied back, which on the hot path of a store cost more than the
+// algorithm (bench/NOTES.md, "Slots against a check").
+func (p *Plan) decideTo(s *State, now, cost int64, commit bool, r *Result) {
 	if p.blk != nil && p.op == Acquire { // a block stops no renewal or release of slots held
-		return p.decideBlocking(s, now, cost, commit)
+		*r = p.decideBlocking(s, now, cost, commit)
+		return
 	}
-	r := p.decide(s, now, cost, commit)
+	p.decide(s, now, cost, commit, r)
 	if p.debt && commit && !r.Allowed && cost > 0 {
 		// The charge is answered as the denial it is, and recorded.
 		p.owe(s, now, cost)
 	}
-	return r
 }
 
 // decideBlocking decides for a plan with a block (see Block): a key
@@ -261,7 +271,8 @@ func (p *Plan) decideBlocking(s *State, now, cost int64, commit bool) Result {
 	if s.Block.Blocked(now) {
 		return s.Block.Result(now, p.quota)
 	}
-	r := p.decide(s, now, cost, commit)
+	var r Result
+	p.decide(s, now, cost, commit, &r)
 	if commit && !r.Allowed && cost > 0 { // a peek starts nothing
 		s.Block = p.blk.start(s.Block, now)
 		r = s.Block.Result(now, p.quota)
@@ -279,22 +290,24 @@ func (p *Plan) Blocks() (Block, bool) {
 	return *p.blk, true
 }
 
-// decide is Decide without the block.
-func (p *Plan) decide(s *State, now, cost int64, commit bool) Result {
+// decide is decideTo without the block and the debt.
+func (p *Plan) decide(s *State, now, cost int64, commit bool, r *Result) {
 	if kinds[p.kind].stepwise { // p.stepwise is false for a plan with a block
 		now = p.at(s, now)
 		ok, v := p.step(s, now, cost, commit)
-		return p.numbers(ok, now, v, cost).result(ok, cost)
+		*r = p.numbers(ok, now, v, cost).result(ok, cost)
+		return
 	}
 	switch p.kind {
 	case KindSlidingLog:
-		return p.sl.decide(s, now, cost, commit)
+		*r = p.sl.decide(s, now, cost, commit)
 	case KindWindowCounter:
-		return p.wc.decide(s, now, cost, commit)
+		*r = p.wc.decide(s, now, cost, commit)
 	case KindConcurrency:
-		return p.cc.decideFor(s, now, cost, commit, p.permit, p.op)
+		*r = p.cc.decideFor(s, now, cost, commit, p.permit, p.op)
+	default:
+		panic("algo: Decide on a Plan that Compile did not make")
 	}
-	panic("algo: Decide on a Plan that Compile did not make")
 }
 
 // DecideUnlock commits a decision as Decide does on a state that mu
@@ -306,14 +319,15 @@ func (p *Plan) decide(s *State, now, cost int64, commit bool) Result {
 // is nil, and reports whether the cost was admitted.
 func (p *Plan) DecideUnlock(s *State, now, cost int64, mu *sync.Mutex, r *Result) bool {
 	if !p.stepwise {
-		res := p.Decide(s, now, cost, true)
+		var res Result
+		if r == nil {
+			r = &res
+		}
+		p.decideTo(s, now, cost, true, r)
 		if mu != nil {
 			mu.Unlock()
 		}
-		if r != nil {
-			*r = res
-		}
-		return res.Allowed
+		return r.Allowed
 	}
 	now = p.at(s, now)
 	ok, v := p.step(s, now, cost, true)
