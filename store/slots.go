@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"github.com/sluicehq/sluice/algo"
 )
@@ -63,13 +64,30 @@ func slots(ctx context.Context, st Store, reqs []Request, permit int64, op algo.
 // crypto/rand: an id that another caller cannot guess, so that only the
 // holder can renew or release its slots.
 func NewPermitID() int64 {
-	var b [8]byte
+	b, _ := permitIDs.Get().(*permitIDBuf)
+	if b == nil {
+		b = new(permitIDBuf)
+	}
+	defer permitIDs.Put(b)
 	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			panic(err) // crypto/rand.Read does not fail (Go 1.24+)
+		if b.left == 0 {
+			rand.Read(b.buf[:]) // does not fail (Go 1.24+)
+			b.left = len(b.buf)
 		}
-		if id := int64(binary.LittleEndian.Uint64(b[:]) & algo.MaxPermitID); id != 0 {
+		b.left -= 8
+		if id := int64(binary.LittleEndian.Uint64(b.buf[b.left:]) & algo.MaxPermitID); id != 0 {
 			return id
 		}
 	}
+}
+
+// permitIDs holds crypto/rand's bytes for NewPermitID, each used once, in
+// buffers of 64 ids: a read of crypto/rand does a compare-and-swap on one
+// word that every core shares (Go 1.26's crypto/internal/sysrand), which
+// held slots of many goroutines contend for when each id reads it.
+var permitIDs sync.Pool
+
+type permitIDBuf struct {
+	buf  [64 * 8]byte
+	left int // bytes not yet used, at the start of buf
 }
