@@ -35,8 +35,8 @@ type Limiter struct {
 	plan *algo.Plan // compiled once, passed as every request's Plan
 	// allower is st as an Allower, or nil.
 	allower store.Allower
-	// renewer renews the holds of the permits Acquire gave.
-	renewer renewer
+	// renewers renew the holds of the permits Acquire gave (renewer.go).
+	renewers [renewers]paddedRenewer
 	// plans holds copies of plan for the ops of permits (Permit.do).
 	plans sync.Pool
 }

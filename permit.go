@@ -31,7 +31,7 @@ type Permit struct {
 	res  algo.Result
 	lost chan struct{} // Lost's, made on demand (most permits need none), under lostMu
 
-	// Renewals, by the Limiter's renewer; its mu guards these.
+	// Renewals, by the renewer of the permit's id; its mu guards these.
 	last       time.Time // the last renewal that held, or a time before the acquire
 	prev, next *Permit   // in the renewer's bucket
 
@@ -99,8 +99,8 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // hold ends), since a holder may release at any time. It returns ctx's
 // error if ctx is done first, and ErrNever at once when n exceeds the
 // limit. The Permit's hold is renewed a sixth to a third of HoldFor after
-// the last renewal, until Release, by the Limiter's one renewer (no
-// goroutine per permit); Lost tells when it could not be.
+// the last renewal, until Release, by one of the Limiter's eight renewers
+// (no goroutine per permit); Lost tells when it could not be.
 //
 // The limit must be a concurrency limit (others: an error wrapping
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
@@ -119,7 +119,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 			return nil, err
 		case r.Allowed:
 			p.ok, p.res, p.renewing = true, r, true
-			l.renewer.add(p, c.HoldFor)
+			l.renewers[p.id%renewers].add(p, c.HoldFor)
 			return p, nil
 		case r.RetryAfter == algo.Never:
 			return nil, ErrNever
@@ -214,7 +214,7 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 		return nil
 	}
 	if p.renewing {
-		p.l.renewer.remove(p) // no renewal after the release
+		p.l.renewers[p.id%renewers].remove(p) // no renewal after the release
 	}
 	p.mu.Lock() // after a renewal in flight
 	defer p.mu.Unlock()

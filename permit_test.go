@@ -322,7 +322,7 @@ func TestSlotsWithABlock(t *testing.T) {
 // TestHeldSlotsCostNoGoroutine: 10,000 permits held at once (10 on each
 // of 1000 keys), renewed while they are held (every 0.5 to 1 s), run
 // on a few goroutines, not one per permit (they once had a goroutine and
-// a ticker each); released, the renewer goroutine ends at its next tick.
+// a ticker each); released, the renewers' goroutines end at their next tick.
 func TestHeldSlotsCostNoGoroutine(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
@@ -371,16 +371,17 @@ func TestHeldSlotsCostNoGoroutine(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for runtime.NumGoroutine() > before { // the renewer ends after the last permit
+	for runtime.NumGoroutine() > before { // the renewers end after the last permit
 		runtime.Gosched()
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// maxRenewingGoroutines is the renewer and the renewals it may run at once,
-// twice over: a renewal's goroutine frees its place a moment before it
-// ends, and its context's timer may start one to cancel it.
-const maxRenewingGoroutines = 1 + 2*64
+// maxRenewingGoroutines is a Limiter's 8 renewers and the 8 renewals each
+// may run at once, twice over: a renewal's goroutine frees its place a
+// moment before it ends, and its context's timer may start one to cancel
+// it.
+const maxRenewingGoroutines = 8 * (1 + 2*8)
 
 // TestPermitIsOneAllocation: on the memory store, an acquire and its
 // release allocate the Permit and nothing else: each op's plan comes from

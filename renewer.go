@@ -6,14 +6,26 @@ import (
 	"time"
 )
 
-// maxRenewing bounds the renewals a Limiter runs at once, each on a
-// goroutine of its own that ends with it: a store that hangs delays the
-// others no more than this allows.
-const maxRenewing = 64
+// A Limiter has renewers renewers, a permit's the one of its id, so that
+// acquires and releases on several cores seldom meet on one lock; each
+// runs at most maxRenewing renewals at once, each on a goroutine of its
+// own that ends with it: a store that hangs delays the others no more
+// than this allows (64 renewals a Limiter).
+const (
+	renewers    = 8
+	maxRenewing = 8
+)
 
-// A renewer renews the holds of a Limiter's permits: one goroutine, which
-// runs while any permit is held, so that a held slot costs no goroutine
-// and no timer of its own. Time is cut into epochs of a sixth of the hold;
+// paddedRenewer is a renewer alone on its cache lines: renewers side by
+// side would share one, and its lock would bounce between cores anyway.
+type paddedRenewer struct {
+	renewer
+	_ [128]byte
+}
+
+// A renewer renews the holds of some of a Limiter's permits: one
+// goroutine, which runs while any of them is held, so that a held slot
+// costs no goroutine and no timer of its own. Time is cut into epochs of a sixth of the hold;
 // a permit goes into the bucket of the epoch it was acquired or renewed
 // in, and a bucket is renewed when its epoch is two behind: between a
 // sixth and a third of the hold after the permit's last renewal. Adding a
