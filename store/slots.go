@@ -84,7 +84,7 @@ func NewPermitID() int64 {
 // permitIDs holds crypto/rand's bytes for NewPermitID, each used once, in
 // buffers of 64 ids: a read of crypto/rand does a compare-and-swap on one
 // word that every core shares (Go 1.26's crypto/internal/sysrand), which
-// held slots of many goroutines contend for when each id reads it.
+// acquires on several cores contend for when every id reads it.
 var permitIDs sync.Pool
 
 type permitIDBuf struct {
