@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/sluicehq/sluice/algo"
@@ -41,23 +42,42 @@ func Release(ctx context.Context, st Store, reqs []Request, permit int64, result
 }
 
 func slots(ctx context.Context, st Store, reqs []Request, permit int64, op algo.SlotOp, results []algo.Result) (bool, error) {
-	out := make([]Request, len(reqs))
-	plans := make([]algo.Plan, len(reqs))
+	b, _ := slotBufs.Get().(*slotBuf)
+	if b == nil {
+		b = new(slotBuf)
+	}
+	defer b.put()
+	b.reqs = append(b.reqs[:0], reqs...)
+	b.plans = slices.Grow(b.plans[:0], len(reqs))[:len(reqs)]
 	for i, r := range reqs {
-		out[i] = r
 		if r.Plan == nil || r.Plan.Kind() != algo.KindConcurrency {
 			if op == algo.Acquire {
 				continue // a rate level of an acquire: decided as usual
 			}
 			return false, fmt.Errorf("%w: request %d: a %v of slots needs a concurrency limit", ErrBadRequest, i, op)
 		}
-		plans[i] = *r.Plan
-		if err := algo.ForPermit(&plans[i], permit, op); err != nil {
+		b.plans[i] = *r.Plan
+		if err := algo.ForPermit(&b.plans[i], permit, op); err != nil {
 			return false, fmt.Errorf("%w: request %d: %w", ErrBadRequest, i, err)
 		}
-		out[i].Plan = &plans[i]
+		b.reqs[i].Plan = &b.plans[i]
 	}
-	return st.DecideAll(ctx, out, results)
+	return st.DecideAll(ctx, b.reqs, results)
+}
+
+// slotBufs holds the requests and plans of the slot verbs' calls, which a
+// store reads only during the call (Request.Plan).
+var slotBufs sync.Pool
+
+type slotBuf struct {
+	reqs  []Request
+	plans []algo.Plan
+}
+
+// put clears b's requests, so that the pool holds no key, and gives it back.
+func (b *slotBuf) put() {
+	clear(b.reqs)
+	slotBufs.Put(b)
 }
 
 // NewPermitID returns a random permit id, 1 to algo.MaxPermitID, from
