@@ -17,7 +17,9 @@ const MaxKeyLen = 512
 var ErrBadRequest = errors.New("bad request")
 
 // A Store applies decisions atomically: concurrent decisions on one key
-// behave as if they ran one after another.
+// behave as if they ran one after another. A store reads the requests it
+// is given (their slice and plans) only during the call, so that a caller
+// may reuse them once it returns.
 type Store interface {
 	// Decide applies one decision. An invalid request returns an error
 	// wrapping ErrBadRequest; a store failure returns an
@@ -44,8 +46,7 @@ type Request struct {
 	// names exactly one state; use Key to build keys from several parts.
 	Key string
 	// Plan is the limit, compiled (algo.Compile): compile once where the
-	// limit is known, decide many times. A store reads it only during the
-	// call, so a caller may change or reuse it once the call returns.
+	// limit is known, decide many times.
 	Plan *algo.Plan
 	// Cost is how much the decision consumes; 0 peeks and admits nothing.
 	// It is at most algo.MaxCount; a cost above the limit is denied with
