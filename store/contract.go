@@ -17,9 +17,9 @@ const MaxKeyLen = 512
 var ErrBadRequest = errors.New("bad request")
 
 // A Store applies decisions atomically: concurrent decisions on one key
-// behave as if they ran one after another. A store reads the requests it
-// is given (their slice and plans) only during the call, so that a caller
-// may reuse them once it returns.
+// behave as if they ran one after another. Decide and DecideAll read
+// their requests (the slice and its plans) only during the call, so that
+// a caller may reuse them once it returns.
 type Store interface {
 	// Decide applies one decision. An invalid request returns an error
 	// wrapping ErrBadRequest; a store failure returns an
