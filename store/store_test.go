@@ -229,3 +229,53 @@ func TestNewPermitID(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestsNotKeptPastTheCall: Decide and DecideAll read their requests
+// (the slice and its plans) only during the call, on each store: the
+// requests and plans are overwritten as soon as each call returns, while
+// whatever the store does in the background goes on (the Redis store's
+// leases top up on a goroutine of their own), and the race detector
+// (./test.sh runs it) reports any read that comes after.
+func TestRequestsNotKeptPastTheCall(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	stores := map[string]store.Store{"memory": memory.New()}
+	for name, opts := range map[string]redis.Options{"redis": {}, "redis-leases": {LeaseFor: 50 * time.Millisecond}, "redis-cache": {OverLimitCache: 100}} {
+		rs, err := redis.Open(ctx, srv.URL(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[name] = rs
+	}
+	limits := []algo.Limit{
+		algo.FixedWindow{Count: 1_000_000, Window: time.Hour},
+		algo.GCRA{Burst: 3, Count: 3, Period: time.Hour}, // soon denied: the over-limit cache keeps it
+		algo.Concurrency{Count: algo.MaxSlots, HoldFor: time.Hour},
+	}
+	for name, st := range stores {
+		defer st.Close()
+		for i := range 300 {
+			reqs := make([]store.Request, len(limits))
+			for j, l := range limits {
+				p, err := algo.Compile(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				reqs[j] = store.Request{Key: name + ":" + strconv.Itoa(j) + ":" + strconv.Itoa(i%3), Plan: &p, Cost: 1, Lease: true}
+			}
+			if _, err := st.DecideAll(ctx, reqs, make([]algo.Result, len(reqs))); err != nil {
+				t.Fatal(name, i, err)
+			}
+			for j := range reqs {
+				*reqs[j].Plan = algo.Plan{}
+				reqs[j] = store.Request{}
+			}
+			p, _ := algo.Compile(limits[0])
+			req := store.Request{Key: name + ":one", Plan: &p, Cost: 1, Lease: true}
+			if _, err := st.Decide(ctx, req); err != nil {
+				t.Fatal(name, err)
+			}
+			p = algo.Plan{}
+		}
+	}
+}
