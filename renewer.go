@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// A Limiter has renewers renewers, a permit's the one of its id, so that
-// acquires and releases on several cores seldom meet on one lock; each
-// runs at most maxRenewing renewals at once, each on a goroutine of its
-// own that ends with it: a store that hangs delays the others no more
+// A Limiter has renewers renewers, and a permit's is the one of its id, so
+// that acquires and releases on several cores seldom meet on one lock.
+// Each runs at most maxRenewing renewals at once, each on a goroutine of
+// its own that ends with it: a store that hangs delays the others no more
 // than this allows (64 renewals a Limiter).
 const (
 	renewers    = 8
@@ -25,12 +25,13 @@ type paddedRenewer struct {
 
 // A renewer renews the holds of some of a Limiter's permits: one
 // goroutine, which runs while any of them is held, so that a held slot
-// costs no goroutine and no timer of its own. Time is cut into epochs of a sixth of the hold;
-// a permit goes into the bucket of the epoch it was acquired or renewed
-// in, and a bucket is renewed when its epoch is two behind: between a
-// sixth and a third of the hold after the permit's last renewal. Adding a
-// permit so reads no clock and sorts nothing. A permit is lost when a
-// renewal finds it gone, or when none succeeded for a whole hold.
+// costs no goroutine and no timer of its own. Time is cut into epochs of
+// a sixth of the hold; a permit goes into the bucket of the epoch it was
+// acquired or renewed in, and a bucket is renewed when its epoch is two
+// behind: between a sixth and a third of the hold after the permit's last
+// renewal. Adding a permit so reads no clock and sorts nothing. A permit
+// is lost when a renewal finds it gone, or when none succeeded for a
+// whole hold.
 type renewer struct {
 	mu       sync.Mutex
 	hold     time.Duration // the limit's HoldFor
