@@ -386,8 +386,8 @@ const maxRenewingGoroutines = 8 * (1 + 2*8)
 // TestPermitIsOneAllocation: on the memory store, an acquire and its
 // release allocate the Permit and nothing else: each op's plan comes from
 // the Limiter's pool, and Lost's channel is made only when asked for.
-// (Under the race detector, the permit id's crypto/rand buffer is one
-// more, and the pool drops some of what it is given.)
+// (Under the race detector a sync.Pool drops some of what it is given:
+// the pools of plans and ids then allocate now and then.)
 func TestPermitIsOneAllocation(t *testing.T) {
 	st := memory.New()
 	defer st.Close()

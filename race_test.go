@@ -2,6 +2,7 @@
 
 package sluice_test
 
-// raceEnabled: the race detector is on; it moves crypto/rand.Read's
-// buffer to the heap, one allocation more per permit id.
+// raceEnabled: the race detector is on; with it, a sync.Pool drops some
+// of what it is given, so the pools a permit draws from allocate now and
+// then.
 const raceEnabled = true
