@@ -113,18 +113,18 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		r, err := p.do(ctx, algo.Acquire, time.Time{}, n)
+		ok, err := p.do(ctx, algo.Acquire, time.Time{}, n, &p.res)
 		switch {
 		case err != nil:
 			return nil, err
-		case r.Allowed:
-			p.ok, p.res, p.renewing = true, r, true
+		case ok:
+			p.ok, p.renewing = true, true
 			l.renewers[p.id%renewers].add(p, c.HoldFor)
 			return p, nil
-		case r.RetryAfter == algo.Never:
+		case p.res.RetryAfter == algo.Never:
 			return nil, ErrNever
 		}
-		wait := min(pause, r.RetryAfter)
+		wait := min(pause, p.res.RetryAfter)
 		wait = wait/2 + mrand.N(wait/2+1) // jitter: waiters do not retry in step
 		pause = min(2*pause, 100*time.Millisecond)
 		t := time.NewTimer(wait)
@@ -143,11 +143,11 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 // A denied acquire returns a Permit that is not OK, with its Result.
 func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (*Permit, error) {
 	p := l.newPermit(key, n)
-	r, err := p.do(ctx, algo.Acquire, t, n)
+	ok, err := p.do(ctx, algo.Acquire, t, n, &p.res)
 	if err != nil {
 		return nil, err
 	}
-	p.ok, p.res = r.Allowed, r
+	p.ok = ok
 	return p, nil
 }
 
@@ -159,10 +159,11 @@ func (l *Limiter) newPermit(key string, n int64) *Permit {
 // Release of one request, as one Decide (no slices to allocate), on a
 // copy of the limit's plan from the Limiter's pool (a store keeps no Plan
 // past the call; nothing but ForPermit changes a plan once compiled), so
-// that a permit is one allocation. The caller holds p.mu, or has not yet
-// shared p. The error wraps algo.ErrUnsupported for a limit that is not a
-// concurrency limit.
-func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64) (algo.Result, error) {
+// that a permit is one allocation. It sets *r to the Result; with r nil,
+// a store that is an Allower skips building it. The caller holds p.mu, or
+// has not yet shared p. The error wraps algo.ErrUnsupported for a limit
+// that is not a concurrency limit.
+func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64, r *algo.Result) (bool, error) {
 	q, _ := p.l.plans.Get().(*algo.Plan)
 	if q == nil {
 		q = new(algo.Plan)
@@ -170,9 +171,16 @@ func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64) (
 	}
 	defer p.l.plans.Put(q)
 	if err := algo.ForPermit(q, p.id, op); err != nil {
-		return algo.Result{}, err
+		return false, err
 	}
-	return p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: q, Cost: n, Time: t})
+	if r == nil && p.l.allower != nil {
+		return p.l.allower.AllowN(ctx, p.key, q, t, n)
+	}
+	res, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: q, Cost: n, Time: t})
+	if r != nil {
+		*r = res
+	}
+	return res.Allowed, err
 }
 
 // RenewAt renews the permit's hold at t (the zero Time: the store's
@@ -193,11 +201,11 @@ func (p *Permit) renew(ctx context.Context, t time.Time) (bool, error) {
 	if p.released.Load() {
 		return false, nil
 	}
-	r, err := p.do(ctx, algo.Renew, t, 0)
+	held, err := p.do(ctx, algo.Renew, t, 0, nil)
 	if err != nil {
 		return false, fmt.Errorf("sluice: renew permit: %w", err)
 	}
-	return r.Allowed, nil
+	return held, nil
 }
 
 // Release gives the permit's slots back and stops renewing it:
@@ -221,7 +229,7 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	if p.released.Load() {
 		return nil
 	}
-	if _, err := p.do(ctx, algo.Release, t, 0); err != nil {
+	if _, err := p.do(ctx, algo.Release, t, 0, nil); err != nil {
 		return fmt.Errorf("sluice: release permit: %w", err)
 	}
 	p.released.Store(true)
