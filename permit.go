@@ -41,7 +41,6 @@ type Permit struct {
 	lostMu   sync.Mutex
 	released atomic.Bool
 
-	ok       bool
 	isLost   bool // under lostMu
 	renewing bool // renewed by the renewer (Acquire's permits)
 	stopped  bool // Release has begun: renew no more (the renewer's mu)
@@ -53,7 +52,7 @@ func (p *Permit) ID() int64 { return p.id }
 
 // OK reports whether the permit holds slots: false for one that
 // AcquireAt was denied, and for nil.
-func (p *Permit) OK() bool { return p != nil && p.ok }
+func (p *Permit) OK() bool { return p != nil && p.res.Allowed }
 
 // Result is the acquire's result: the slots left, and for a denied one
 // when a hold ends (RetryAfter).
@@ -118,7 +117,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 		case err != nil:
 			return nil, err
 		case ok:
-			p.ok, p.renewing = true, true
+			p.renewing = true
 			l.renewers[p.id%renewers].add(p, c.HoldFor)
 			return p, nil
 		case p.res.RetryAfter == algo.Never:
@@ -143,11 +142,9 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 // A denied acquire returns a Permit that is not OK, with its Result.
 func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (*Permit, error) {
 	p := l.newPermit(key, n)
-	ok, err := p.do(ctx, algo.Acquire, t, n, &p.res)
-	if err != nil {
+	if _, err := p.do(ctx, algo.Acquire, t, n, &p.res); err != nil {
 		return nil, err
 	}
-	p.ok = ok
 	return p, nil
 }
 
