@@ -27,7 +27,6 @@ type Permit struct {
 	l    *Limiter
 	key  string
 	id   int64
-	n    int64
 	res  algo.Result
 	lost chan struct{} // Lost's, made on demand (most permits need none), under lostMu
 
@@ -106,7 +105,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // may have taken the slots: they are freed when their hold ends.
 func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, error) {
 	c, _ := l.plan.Concurrency() // do refuses another limit
-	p := l.newPermit(key, n)
+	p := l.newPermit(key)
 	pause := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
@@ -141,15 +140,15 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 // replays: it does not wait and its Permit does not renew (RenewAt does).
 // A denied acquire returns a Permit that is not OK, with its Result.
 func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (*Permit, error) {
-	p := l.newPermit(key, n)
+	p := l.newPermit(key)
 	if _, err := p.do(ctx, algo.Acquire, t, n, &p.res); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-func (l *Limiter) newPermit(key string, n int64) *Permit {
-	return &Permit{l: l, key: key, id: store.NewPermitID(), n: n, bucket: -1}
+func (l *Limiter) newPermit(key string) *Permit {
+	return &Permit{l: l, key: key, id: store.NewPermitID(), bucket: -1}
 }
 
 // do decides op for the permit on its key at t: store.Acquire, Renew or
