@@ -272,7 +272,11 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 						delay = max(delay, wait)
 					}
 				}
-				d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: l, Shadow: hit.Shadow, Result: res})
+				// Field by field into the slice: a Level literal appended is
+				// built on the stack and copied whole, which costs more.
+				d.Levels = append(d.Levels, Level{})
+				lv := &d.Levels[len(d.Levels)-1]
+				lv.Pattern, lv.Name, lv.Key, lv.Limit, lv.Shadow, lv.Result = hit.Pattern, hit.Name, sc.reqs[r].Key, l, hit.Shadow, res
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]
