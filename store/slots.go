@@ -66,7 +66,7 @@ func slots(ctx context.Context, st Store, reqs []Request, permit int64, op algo.
 }
 
 // slotBufs holds the requests and plans of the slot verbs' calls, which a
-// store reads only during the call (Request.Plan).
+// store reads only during the call (store.Store).
 var slotBufs sync.Pool
 
 type slotBuf struct {
