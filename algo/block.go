@@ -159,16 +159,16 @@ func (b Blocking) Spec() Spec {
 	return s
 }
 
-// Quota implements Limit.
-func (b Blocking) Quota() (int64, time.Duration) { return b.Limit.Quota() }
+// quota implements Limit.
+func (b Blocking) quota() (int64, time.Duration) { return b.Limit.quota() }
 
-// SteadyRate implements Limit.
-func (b Blocking) SteadyRate() (int64, time.Duration) { return b.Limit.SteadyRate() }
+// steadyRate implements Limit.
+func (b Blocking) steadyRate() (int64, time.Duration) { return b.Limit.steadyRate() }
 
-// DeniedBy implements Limit: "block" for a decision the block denied.
-func (b Blocking) DeniedBy(by int) string {
+// deniedBy implements Limit: "block" for a decision the block denied.
+func (b Blocking) deniedBy(by int) string {
 	if by == DeniedByBlock {
 		return "block"
 	}
-	return b.Limit.DeniedBy(by)
+	return b.Limit.deniedBy(by)
 }

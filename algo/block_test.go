@@ -70,7 +70,7 @@ func TestBlockingDecides(t *testing.T) {
 	if r := q.Decide(&fresh, t0, 1, false); r.Allowed || fresh.Block.Until != 0 {
 		t.Fatalf("a check: %+v %+v", r, fresh)
 	}
-	if by := p.Limit().DeniedBy(DeniedByBlock); by != "block" {
+	if by := p.Limit().deniedBy(DeniedByBlock); by != "block" {
 		t.Errorf("DeniedBy = %q", by)
 	}
 }

@@ -316,16 +316,16 @@ func (c Concurrency) Spec() Spec {
 	return Spec{Algorithm: nameConcurrency, Limit: c.Count, HoldFor: c.HoldFor}
 }
 
-// Quota implements Limit: Limit slots, which a holder keeps for HoldFor at
+// quota implements Limit: Limit slots, which a holder keeps for HoldFor at
 // most without renewing.
-func (c Concurrency) Quota() (int64, time.Duration) { return c.Count, c.HoldFor }
+func (c Concurrency) quota() (int64, time.Duration) { return c.Count, c.HoldFor }
 
-// SteadyRate implements Limit: Count per HoldFor, the most that holders
+// steadyRate implements Limit: Count per HoldFor, the most that holders
 // who keep their slots for a whole hold start.
-func (c Concurrency) SteadyRate() (int64, time.Duration) { return c.Count, c.HoldFor }
+func (c Concurrency) steadyRate() (int64, time.Duration) { return c.Count, c.HoldFor }
 
-// DeniedBy implements Limit: a concurrency limit has one limit.
-func (Concurrency) DeniedBy(int) string { return "" }
+// deniedBy implements Limit: a concurrency limit has one limit.
+func (Concurrency) deniedBy(int) string { return "" }
 
 // Holder is one holder of a concurrency limit's slots.
 type Holder struct {

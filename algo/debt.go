@@ -59,14 +59,14 @@ func (d Debt) Spec() Spec {
 	return s
 }
 
-// Quota implements Limit.
-func (d Debt) Quota() (int64, time.Duration) { return d.Limit.Quota() }
+// quota implements Limit.
+func (d Debt) quota() (int64, time.Duration) { return d.Limit.quota() }
 
-// SteadyRate implements Limit.
-func (d Debt) SteadyRate() (int64, time.Duration) { return d.Limit.SteadyRate() }
+// steadyRate implements Limit.
+func (d Debt) steadyRate() (int64, time.Duration) { return d.Limit.steadyRate() }
 
-// DeniedBy implements Limit.
-func (d Debt) DeniedBy(by int) string { return d.Limit.DeniedBy(by) }
+// deniedBy implements Limit.
+func (d Debt) deniedBy(by int) string { return d.Limit.deniedBy(by) }
 
 // compileDebt makes p the plan of d.
 func (p *Plan) compileDebt(d Debt) error {

@@ -171,12 +171,12 @@ func (f FixedWindow) span() time.Duration {
 	return f.Window
 }
 
-// Quota implements Limit: Limit per Window (a calendar window's nominal
+// quota implements Limit: Limit per Window (a calendar window's nominal
 // length).
-func (f FixedWindow) Quota() (int64, time.Duration) { return f.Count, f.span() }
+func (f FixedWindow) quota() (int64, time.Duration) { return f.Count, f.span() }
 
-// SteadyRate implements Limit: Limit per Window.
-func (f FixedWindow) SteadyRate() (int64, time.Duration) { return f.Count, f.span() }
+// steadyRate implements Limit: Limit per Window.
+func (f FixedWindow) steadyRate() (int64, time.Duration) { return f.Count, f.span() }
 
-// DeniedBy implements Limit: a fixed window has one limit.
-func (FixedWindow) DeniedBy(int) string { return "" }
+// deniedBy implements Limit: a fixed window has one limit.
+func (FixedWindow) deniedBy(int) string { return "" }

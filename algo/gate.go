@@ -68,11 +68,11 @@ func (Gate) Kind() Kind { return KindGate }
 // Spec implements Limit.
 func (g Gate) Spec() Spec { return Spec{Algorithm: nameGate, Interval: g.Interval} }
 
-// Quota implements Limit: 1 per Interval.
-func (g Gate) Quota() (int64, time.Duration) { return 1, g.Interval }
+// quota implements Limit: 1 per Interval.
+func (g Gate) quota() (int64, time.Duration) { return 1, g.Interval }
 
-// SteadyRate implements Limit: 1 per Interval.
-func (g Gate) SteadyRate() (int64, time.Duration) { return 1, g.Interval }
+// steadyRate implements Limit: 1 per Interval.
+func (g Gate) steadyRate() (int64, time.Duration) { return 1, g.Interval }
 
-// DeniedBy implements Limit: a gate has one limit.
-func (Gate) DeniedBy(int) string { return "" }
+// deniedBy implements Limit: a gate has one limit.
+func (Gate) deniedBy(int) string { return "" }

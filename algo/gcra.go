@@ -181,14 +181,14 @@ func (g GCRA) Spec() Spec {
 	return Spec{Algorithm: nameGCRA, Burst: g.Burst, Count: g.Count, Period: g.Period}
 }
 
-// Quota implements Limit: Burst+1 in (Burst+1)·T.
-func (g GCRA) Quota() (int64, time.Duration) { return tatQuota(Micros(g.Period), g.Count, g.Burst+1) }
+// quota implements Limit: Burst+1 in (Burst+1)·T.
+func (g GCRA) quota() (int64, time.Duration) { return tatQuota(Micros(g.Period), g.Count, g.Burst+1) }
 
-// SteadyRate implements Limit: Count per Period.
-func (g GCRA) SteadyRate() (int64, time.Duration) { return g.Count, g.Period }
+// steadyRate implements Limit: Count per Period.
+func (g GCRA) steadyRate() (int64, time.Duration) { return g.Count, g.Period }
 
-// DeniedBy implements Limit: GCRA has one limit.
-func (GCRA) DeniedBy(int) string { return "" }
+// deniedBy implements Limit: GCRA has one limit.
+func (GCRA) deniedBy(int) string { return "" }
 
 var tokenBucketKind = kindInfo{
 	name:     nameTokenBucket,
@@ -208,16 +208,16 @@ func (b TokenBucket) Spec() Spec {
 	return Spec{Algorithm: nameTokenBucket, Burst: b.Burst, Rate: b.Count, Per: b.Period}
 }
 
-// Quota implements Limit: Burst in Burst·T.
-func (b TokenBucket) Quota() (int64, time.Duration) {
+// quota implements Limit: Burst in Burst·T.
+func (b TokenBucket) quota() (int64, time.Duration) {
 	return tatQuota(Micros(b.Period), b.Count, b.Burst)
 }
 
-// SteadyRate implements Limit: Count per Period.
-func (b TokenBucket) SteadyRate() (int64, time.Duration) { return b.Count, b.Period }
+// steadyRate implements Limit: Count per Period.
+func (b TokenBucket) steadyRate() (int64, time.Duration) { return b.Count, b.Period }
 
-// DeniedBy implements Limit: a token bucket has one limit.
-func (TokenBucket) DeniedBy(int) string { return "" }
+// deniedBy implements Limit: a token bucket has one limit.
+func (TokenBucket) deniedBy(int) string { return "" }
 
 // tatQuota is a TAT's Limit and Tolerance, the whole burst and the time to
 // earn it, computed as newTAT does, without validating (0 when count is

@@ -138,15 +138,21 @@ type Limit interface {
 	// Spec returns the limit's serialized form; Spec().Build() gives the
 	// limit back.
 	Spec() Spec
-	// Quota returns the most the limit admits at once (Result.Quota) and
-	// the time in which the algorithm grants that much: the q and w of the
-	// IETF RateLimit-Policy field.
-	Quota() (q int64, w time.Duration)
-	// SteadyRate returns the limit's steady rate, n per period: what it admits
-	// over a long time, as Envoy's requests_per_unit expresses it.
-	SteadyRate() (n int64, per time.Duration)
-	// DeniedBy names what a denied decision waits for, given its
-	// Result.DeniedBy: a limit's name, else its window ("10s"), or
-	// "min_gap"; "" when there is nothing to name.
-	DeniedBy(by int) string
+	quota() (q int64, w time.Duration)
+	steadyRate() (n int64, per time.Duration)
+	deniedBy(by int) string
 }
+
+// Quota returns the most l admits at once (Result.Quota) and the time in
+// which its algorithm grants that much: the q and w of the IETF
+// RateLimit-Policy field.
+func Quota(l Limit) (q int64, w time.Duration) { return l.quota() }
+
+// SteadyRate returns l's steady rate, n per period: what it admits over a
+// long time, as Envoy's requests_per_unit expresses it.
+func SteadyRate(l Limit) (n int64, per time.Duration) { return l.steadyRate() }
+
+// DeniedBy names what a decision l denied waits for, given its
+// Result.DeniedBy: a limit's name, else its window ("10s"), "min_gap" or
+// "block"; "" when there is nothing to name.
+func DeniedBy(l Limit, by int) string { return l.deniedBy(by) }

@@ -44,11 +44,11 @@ func TestKindsAnswerForThemselves(t *testing.T) {
 			}
 			var s State
 			r := l.decide(&s, 1_800_000_000_000_000, 0, false)
-			q, w := l.Quota()
+			q, w := l.quota()
 			if q != r.Quota || q <= 0 || w <= 0 {
 				t.Errorf("Quota() = %d, %v; Result.Quota %d", q, w, r.Quota)
 			}
-			if n, per := l.SteadyRate(); n <= 0 || per <= 0 {
+			if n, per := l.steadyRate(); n <= 0 || per <= 0 {
 				t.Errorf("SteadyRate() = %d, %v", n, per)
 			}
 		})
@@ -118,7 +118,7 @@ func TestSpecJSONEveryField(t *testing.T) {
 func TestWindowedDeniedBy(t *testing.T) {
 	l := SlidingLog{Limits: []Window{{Count: 1, Window: 10e9}, {Name: "hour", Count: 5, Window: 3600e9}}}
 	for by, want := range map[int]string{0: "", 1: "10s", 2: "hour", 3: "", DeniedByGap: "min_gap"} {
-		if got := l.DeniedBy(by); got != want {
+		if got := l.deniedBy(by); got != want {
 			t.Errorf("DeniedBy(%d) = %q, want %q", by, got, want)
 		}
 	}

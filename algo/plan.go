@@ -82,11 +82,11 @@ func (p *Plan) compile(l Limit) error {
 	case GCRA:
 		p.kind, p.gcra = KindGCRA, l
 		p.tat, err = l.tat()
-		p.quota, _ = l.Quota()
+		p.quota, _ = l.quota()
 	case TokenBucket:
 		p.kind, p.tb = KindTokenBucket, l
 		p.tat, err = l.tat()
-		p.quota, _ = l.Quota()
+		p.quota, _ = l.quota()
 	case FixedWindow:
 		p.kind, p.fw = KindFixedWindow, l
 		if err = l.validate(); err == nil {
@@ -96,11 +96,11 @@ func (p *Plan) compile(l Limit) error {
 				p.win = newDivisor(Micros(l.Window))
 			}
 		}
-		p.quota, _ = l.Quota()
+		p.quota, _ = l.quota()
 	case Gate:
 		p.kind, p.gate = KindGate, l
 		err = l.validate()
-		p.quota, _ = l.Quota()
+		p.quota, _ = l.quota()
 	case SlidingLog:
 		// Field by field, the windows copied: a plan keeps none of the
 		// caller's memory, so a limit compiled at the call stays on the
@@ -108,16 +108,16 @@ func (p *Plan) compile(l Limit) error {
 		p.kind = KindSlidingLog
 		p.sl = SlidingLog{Limits: slices.Clone(l.Limits), MinGap: l.MinGap, Buckets: l.Buckets, Mode: l.Mode}
 		err = p.sl.validate()
-		p.quota, _ = p.sl.Quota()
+		p.quota, _ = p.sl.quota()
 	case WindowCounter:
 		p.kind = KindWindowCounter
 		p.wc = WindowCounter{Slice: l.Slice, Limits: slices.Clone(l.Limits)}
 		err = p.wc.validate()
-		p.quota, _ = p.wc.Quota()
+		p.quota, _ = p.wc.quota()
 	case Concurrency:
 		p.kind, p.cc = KindConcurrency, l
 		err = l.validate()
-		p.quota, _ = l.Quota()
+		p.quota, _ = l.quota()
 	case Blocking: // as Blocking.validate, with the limit validated by compiling it
 		if _, nested := l.Limit.(Blocking); nested {
 			err = fmt.Errorf("%w: a block of a block", ErrInvalid)

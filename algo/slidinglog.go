@@ -726,15 +726,15 @@ func (l SlidingLog) Spec() Spec {
 	return s
 }
 
-// Quota implements Limit: the smallest limit, in its window.
-func (l SlidingLog) Quota() (int64, time.Duration) { return windowsQuota(l.Limits) }
+// quota implements Limit: the smallest limit, in its window.
+func (l SlidingLog) quota() (int64, time.Duration) { return windowsQuota(l.Limits) }
 
-// SteadyRate implements Limit: the limit with the lowest rate.
-func (l SlidingLog) SteadyRate() (int64, time.Duration) { return windowsRate(l.Limits) }
+// steadyRate implements Limit: the limit with the lowest rate.
+func (l SlidingLog) steadyRate() (int64, time.Duration) { return windowsRate(l.Limits) }
 
-// DeniedBy implements Limit: the name or window of limit by-1, or
+// deniedBy implements Limit: the name or window of limit by-1, or
 // "min_gap" for DeniedByGap.
-func (l SlidingLog) DeniedBy(by int) string { return windowsDeniedBy(l.Limits, by) }
+func (l SlidingLog) deniedBy(by int) string { return windowsDeniedBy(l.Limits, by) }
 
 func windowSpecs(ws []Window) WindowSpecs {
 	out := make(WindowSpecs, len(ws))

@@ -247,11 +247,11 @@ func (wc WindowCounter) Spec() Spec {
 	return Spec{Algorithm: nameWindowCounter, Slice: wc.Slice, Limits: windowSpecs(wc.Limits)}
 }
 
-// Quota implements Limit: the smallest limit, in its window.
-func (wc WindowCounter) Quota() (int64, time.Duration) { return windowsQuota(wc.Limits) }
+// quota implements Limit: the smallest limit, in its window.
+func (wc WindowCounter) quota() (int64, time.Duration) { return windowsQuota(wc.Limits) }
 
-// SteadyRate implements Limit: the limit with the lowest rate.
-func (wc WindowCounter) SteadyRate() (int64, time.Duration) { return windowsRate(wc.Limits) }
+// steadyRate implements Limit: the limit with the lowest rate.
+func (wc WindowCounter) steadyRate() (int64, time.Duration) { return windowsRate(wc.Limits) }
 
-// DeniedBy implements Limit: the name or window of limit by-1.
-func (wc WindowCounter) DeniedBy(by int) string { return windowsDeniedBy(wc.Limits, by) }
+// deniedBy implements Limit: the name or window of limit by-1.
+func (wc WindowCounter) deniedBy(by int) string { return windowsDeniedBy(wc.Limits, by) }

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/internal/headers"
 	"github.com/sluicehq/sluice/policy"
 )
 

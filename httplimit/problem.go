@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/internal/headers"
 	"github.com/sluicehq/sluice/internal/jsonenc"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/policy"

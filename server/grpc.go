@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/internal/headers"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -462,7 +462,7 @@ func envoyLimit(l algo.Limit, name string) *rlv3.RateLimitResponse_RateLimit {
 	var n int64
 	var period time.Duration
 	if l != nil {
-		n, period = l.SteadyRate()
+		n, period = algo.SteadyRate(l)
 	}
 	out := &rlv3.RateLimitResponse_RateLimit{Name: name}
 	if n < 0 || period <= 0 {

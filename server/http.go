@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/internal/headers"
 	"github.com/sluicehq/sluice/internal/jsonenc"
 	"github.com/sluicehq/sluice/internal/problem"
 	"github.com/sluicehq/sluice/policy"

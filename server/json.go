@@ -181,7 +181,7 @@ func levelDeniedBy(l *policy.Level) string {
 	if l.Result.Allowed || l.Limit == nil {
 		return ""
 	}
-	return l.Limit.DeniedBy(l.Result.DeniedBy)
+	return algo.DeniedBy(l.Limit, l.Result.DeniedBy)
 }
 
 // levelSpec is a level's configured limit in its serialized form, the

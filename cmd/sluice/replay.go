@@ -121,7 +121,7 @@ flags:`)
 		if err != nil {
 			return nil, err
 		}
-		return resultLine{r.Allowed, r.Quota, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, req.Plan.Limit().DeniedBy(r.DeniedBy)}, nil
+		return resultLine{r.Allowed, r.Quota, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter), r.Admitted, algo.DeniedBy(req.Plan.Limit(), r.DeniedBy)}, nil
 	}
 	if *policyFile != "" {
 		p, err := policy.Load(*policyFile)

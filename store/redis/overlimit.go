@@ -40,7 +40,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 		s.denials.Answered()
 		for i := range reqs {
 			if reqs[i].Shadow || results[i].RetryAfter == 0 { // not a cached denial
-				q, _ := reqs[i].Plan.Limit().Quota()
+				q, _ := algo.Quota(reqs[i].Plan.Limit())
 				results[i] = algo.Result{Allowed: true, Quota: q, Remaining: q}
 			}
 		}

@@ -322,7 +322,7 @@ func levelResult(r store.Request, now int64, ok bool, val int64, extra []int64, 
 	if _, blocks := r.Plan.Blocks(); blocks {
 		st := algo.BlockState{Until: extra[len(extra)-1]}
 		if st.Blocked(now) { // under a block, or its denial started one
-			q, _ := r.Plan.Limit().Quota()
+			q, _ := algo.Quota(r.Plan.Limit())
 			return st.Result(now, q)
 		}
 		extra = extra[:len(extra)-1]

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/headers"
+	"github.com/sluicehq/sluice/internal/headers"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -60,7 +60,7 @@ func TestRateLimitFields(t *testing.T) {
 func TestEveryKindHasAWindow(t *testing.T) {
 	for _, k := range algo.Kinds() {
 		l := k.Example()
-		q, _ := l.Quota()
+		q, _ := algo.Quota(l)
 		lv := policy.Level{Pattern: "p", Key: "k", Limit: l, Result: algo.Result{Allowed: true, Quota: q, Remaining: q}}
 		b, end := headers.AppendDraftFields(nil, []policy.Level{lv})
 		if pol := string(b[:end]); !strings.Contains(pol, ";w=") {

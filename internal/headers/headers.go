@@ -196,7 +196,7 @@ func levelWindow(lv *policy.Level) time.Duration {
 	if lv.Limit == nil {
 		return 0
 	}
-	_, w := lv.Limit.Quota()
+	_, w := algo.Quota(lv.Limit)
 	return w
 }
 
