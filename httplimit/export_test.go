@@ -13,3 +13,12 @@ func ParseReply(script string, names []string, v any) (allow bool, headers [][2]
 	}
 	return rep.allow, headers, err
 }
+
+// The ways a reply breaks the contract, for the tests of package
+// httplimit_test.
+var (
+	ErrReplyShape   = errReplyShape
+	ErrReplyVerdict = errReplyVerdict
+	ErrReplyValues  = errReplyValues
+	ErrReplyHeader  = errReplyHeader
+)

@@ -15,41 +15,29 @@ import (
 // item that is a {name, value} pair sets a header of its own, and may come
 // anywhere. Names must be HTTP tokens other than Content-Length,
 // Transfer-Encoding, Connection and Trailer; values may not hold control
-// characters other than tab. A reply that breaks the contract is a
-// *ReplyError; like a store error it is a failed check, handled by
-// Options.Failure.
+// characters other than tab. A reply that breaks the contract is an error
+// wrapping ErrBadReply; like a store error it is a failed check, handled
+// by Options.Failure.
 
-// Errors a ReplyError wraps, one per way a reply can break the contract.
-// Every ReplyError also wraps ErrBadReply.
+// ErrBadReply is wrapped by the error of a script reply that breaks the
+// contract; the error names the script, the part at fault (such as
+// "reply[2][3]") and what is wrong with it.
+var ErrBadReply = errors.New("script reply breaks the contract")
+
+// The ways a reply can break the contract, each wrapped beside ErrBadReply.
 var (
-	ErrBadReply = errors.New("script reply breaks the contract")
-	// ErrReplyShape: the reply is not an array of two elements.
-	ErrReplyShape = errors.New(`reply is not {verdict, items}`)
-	// ErrReplyVerdict: the first element is not "allow" or "deny".
-	ErrReplyVerdict = errors.New(`verdict is not "allow" or "deny"`)
-	// ErrReplyValues: the second element is not an array, or its header
+	// errReplyShape: the reply is not an array of two elements.
+	errReplyShape = errors.New(`reply is not {verdict, items}`)
+	// errReplyVerdict: the first element is not "allow" or "deny".
+	errReplyVerdict = errors.New(`verdict is not "allow" or "deny"`)
+	// errReplyValues: the second element is not an array, or its header
 	// values do not line up with the header names.
-	ErrReplyValues = errors.New("header values do not line up with the header names")
-	// ErrReplyHeader: a value is not a string or an integer or holds a
+	errReplyValues = errors.New("header values do not line up with the header names")
+	// errReplyHeader: a value is not a string or an integer or holds a
 	// control character, or a pair is not two strings naming an allowed
 	// header.
-	ErrReplyHeader = errors.New("bad header item")
+	errReplyHeader = errors.New("bad header item")
 )
-
-// ReplyError is a script reply that breaks the contract.
-type ReplyError struct {
-	Script string // the script's name
-	Where  string // the part at fault, such as "reply[2][3]"
-	Kind   error  // ErrReplyShape, ErrReplyVerdict, ErrReplyValues or ErrReplyHeader
-	Detail string
-}
-
-func (e *ReplyError) Error() string {
-	return "userscript: " + e.Script + ": " + ErrBadReply.Error() + ": " + e.Where + ": " + e.Kind.Error() + ": " + e.Detail
-}
-
-// Unwrap returns ErrBadReply and the error's Kind.
-func (e *ReplyError) Unwrap() []error { return []error{ErrBadReply, e.Kind} }
 
 // scriptReply is a script's reply, read by the contract.
 type scriptReply struct {
@@ -67,14 +55,14 @@ type headerField struct {
 // values line up with names (canonical), by the contract.
 func parseReply(script string, names []string, v any) (scriptReply, error) {
 	bad := func(where string, kind error, format string, a ...any) (scriptReply, error) {
-		return scriptReply{}, &ReplyError{Script: script, Where: where, Kind: kind, Detail: fmt.Sprintf(format, a...)}
+		return scriptReply{}, fmt.Errorf("userscript: %s: %w: %s: %w: %s", script, ErrBadReply, where, kind, fmt.Sprintf(format, a...))
 	}
 	top, ok := v.([]any)
 	if !ok {
-		return bad("reply", ErrReplyShape, "got %s", describe(v))
+		return bad("reply", errReplyShape, "got %s", describe(v))
 	}
 	if len(top) != 2 {
-		return bad("reply", ErrReplyShape, "got an array of %d elements", len(top))
+		return bad("reply", errReplyShape, "got an array of %d elements", len(top))
 	}
 	var rep scriptReply
 	switch verdict, _ := top[0].(string); {
@@ -82,11 +70,11 @@ func parseReply(script string, names []string, v any) (scriptReply, error) {
 		rep.allow = true
 	case verdict == "deny":
 	default:
-		return bad("reply[1]", ErrReplyVerdict, "got %s", describe(top[0]))
+		return bad("reply[1]", errReplyVerdict, "got %s", describe(top[0]))
 	}
 	items, ok := top[1].([]any)
 	if !ok {
-		return bad("reply[2]", ErrReplyValues, "got %s, want an array", describe(top[1]))
+		return bad("reply[2]", errReplyValues, "got %s, want an array", describe(top[1]))
 	}
 	rep.headers = make([]headerField, 0, len(items))
 	var pairs []headerField
@@ -95,29 +83,29 @@ func parseReply(script string, names []string, v any) (scriptReply, error) {
 		where := "reply[2][" + strconv.Itoa(i+1) + "]"
 		if pair, isPair := it.([]any); isPair {
 			if len(pair) != 2 {
-				return bad(where, ErrReplyHeader, "a pair must have 2 elements, got %d", len(pair))
+				return bad(where, errReplyHeader, "a pair must have 2 elements, got %d", len(pair))
 			}
 			name, ok := pair[0].(string)
 			if !ok || !validToken(name) {
-				return bad(where+"[1]", ErrReplyHeader, "header name %s is not an HTTP token", describe(pair[0]))
+				return bad(where+"[1]", errReplyHeader, "header name %s is not an HTTP token", describe(pair[0]))
 			}
 			name = textproto.CanonicalMIMEHeaderKey(name)
 			if framingHeader(name) {
-				return bad(where+"[1]", ErrReplyHeader, "a script may not set %s", name)
+				return bad(where+"[1]", errReplyHeader, "a script may not set %s", name)
 			}
 			value, ok := fieldValue(pair[1])
 			if !ok {
-				return bad(where+"[2]", ErrReplyHeader, "value of %s: %s", name, describeValue(pair[1]))
+				return bad(where+"[2]", errReplyHeader, "value of %s: %s", name, describeValue(pair[1]))
 			}
 			pairs = append(pairs, headerField{name, value})
 			continue
 		}
 		value, ok := fieldValue(it)
 		if !ok {
-			return bad(where, ErrReplyHeader, "%s", describeValue(it))
+			return bad(where, errReplyHeader, "%s", describeValue(it))
 		}
 		if values >= len(names) {
-			return bad(where, ErrReplyValues, "more than the %d header values configured (%s)", len(names), strings.Join(names, ", "))
+			return bad(where, errReplyValues, "more than the %d header values configured (%s)", len(names), strings.Join(names, ", "))
 		}
 		if value != "" {
 			rep.headers = append(rep.headers, headerField{names[values], value})
@@ -125,7 +113,7 @@ func parseReply(script string, names []string, v any) (scriptReply, error) {
 		values++
 	}
 	if values != len(names) {
-		return bad("reply[2]", ErrReplyValues, "%d header values for the %d header names (%s)", values, len(names), strings.Join(names, ", "))
+		return bad("reply[2]", errReplyValues, "%d header values for the %d header names (%s)", values, len(names), strings.Join(names, ", "))
 	}
 	rep.headers = append(rep.headers, pairs...)
 	return rep, nil
