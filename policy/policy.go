@@ -100,8 +100,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/keys"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -457,7 +457,7 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 // segment's key in it.
 func joinEscaped(path []string, ends []int) (string, []int) {
 	if len(path) == 1 {
-		e := sluice.Escape(path[0])
+		e := keys.Escape(path[0])
 		return e, append(ends, len(e))
 	}
 	size := 0
@@ -470,7 +470,7 @@ func joinEscaped(path []string, ends []int) (string, []int) {
 		if i > 0 {
 			b.WriteByte(':')
 		}
-		b.WriteString(sluice.Escape(seg))
+		b.WriteString(keys.Escape(seg))
 		ends = append(ends, b.Len())
 	}
 	return b.String(), ends

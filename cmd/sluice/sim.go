@@ -135,7 +135,7 @@ scenarios:`)
 	if *storeURL != "memory" && *storeURL != "" {
 		opts.Store = func(strategy string) (store.Store, error) {
 			// Each strategy its own keys: a prefix of its own.
-			return store.Open(ctx, *storeURL, store.Options{Prefix: "sluice:sim:" + sluice.Escape(strategy) + ":"})
+			return store.Open(ctx, *storeURL, store.Options{Prefix: "sluice:sim:" + sluice.Key(strategy) + ":"})
 		}
 	}
 	res, err := sim.Run(ctx, sc, *seed, sim.Params{Duration: *duration, Rate: *rate, Callers: *callers, Hold: *hold}, strategies, opts)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/keys"
 	"github.com/sluicehq/sluice/queue/backend"
 	"github.com/sluicehq/sluice/store"
 )
@@ -46,10 +46,10 @@ type queue struct {
 }
 
 // queueKey names a queue's stream: the store's prefix, then the escaped
-// name (sluice.Escape, which leaves no brace) as a hash tag. The queue's
+// name (escaped as sluice.Key escapes, which leaves no brace) as a hash tag. The queue's
 // other keys add a suffix to it.
 func queueKey(prefix, name string) string {
-	return prefix + "{queue:" + sluice.Escape(name) + "}"
+	return prefix + "{queue:" + keys.Escape(name) + "}"
 }
 
 // Queue implements backend.Queues: the capacity is the meta hash's
