@@ -52,19 +52,11 @@ func TestDeadlineCtxExpires(t *testing.T) {
 	if !errors.Is(c.Err(), context.DeadlineExceeded) {
 		t.Fatalf("Err %v", c.Err())
 	}
-	select {
-	case <-c.Done():
-	case <-time.After(time.Second):
-		t.Fatal("Done not closed after the deadline")
-	}
+	<-c.Done() // closed after the deadline (a test that hangs here fails by go test's timeout)
 
 	var c2 deadlineCtx
 	c2.init(context.Background(), 20*time.Millisecond)
-	select {
-	case <-c2.Done():
-	case <-time.After(time.Second):
-		t.Fatal("Done not closed at the deadline")
-	}
+	<-c2.Done()
 	if !errors.Is(c2.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(&c2), context.DeadlineExceeded) {
 		t.Fatalf("Err %v Cause %v", c2.Err(), context.Cause(&c2))
 	}
@@ -77,11 +69,7 @@ func TestDeadlineCtxParent(t *testing.T) {
 	child, cancelChild := context.WithCancel(&c) // derived: must follow c
 	defer cancelChild()
 	cancel()
-	select {
-	case <-child.Done():
-	case <-time.After(time.Second):
-		t.Fatal("derived context not cancelled with the parent")
-	}
+	<-child.Done() // cancelled with the parent
 	if !errors.Is(c.Err(), context.Canceled) {
 		t.Fatalf("Err %v", c.Err())
 	}
