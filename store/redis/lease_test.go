@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,7 +227,7 @@ func TestFirstLeaseIsSmall(t *testing.T) {
 // caller gave up (Redis was busy past the deadline) is given back, so
 // that the window does not count units no lease will use.
 func TestAbandonedLeaseGivenBack(t *testing.T) {
-	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
 	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	warm := req
@@ -234,14 +235,15 @@ func TestAbandonedLeaseGivenBack(t *testing.T) {
 	if _, err := st.Decide(context.Background(), warm); err != nil { // loads lease.lua
 		t.Fatal(err)
 	}
-	busy := sleepRedis(srv)
+	resume := pauseRedis(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	_, err := st.Decide(ctx, req) // its first decision takes a lease, which waits
 	cancel()
 	if err == nil {
-		t.Fatal("decided while Redis slept")
+		t.Fatal("decided while Redis was stopped")
 	}
-	<-busy
+	resume()
+	ranBehind(t, st, req) // Redis has run the lease nobody waits for
 	deadline := time.Now().Add(waitLimit)
 	for {
 		n := windowCount(t, srv, st, req)
@@ -258,20 +260,21 @@ func TestAbandonedLeaseGivenBack(t *testing.T) {
 // TestAbandonedGrantGivenBack: quota Redis grants after the caller gave up
 // is given back, as a lease is; a grant in time is counted in the window.
 func TestAbandonedGrantGivenBack(t *testing.T) {
-	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
 	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	g, err := st.Grant(context.Background(), []store.Request{req}, 100) // loads lease.lua
 	if err != nil || g.Units != 100 || windowCount(t, srv, st, req) != 100 {
 		t.Fatalf("grant %+v, %v; window %d", g, err, windowCount(t, srv, st, req))
 	}
-	busy := sleepRedis(srv)
+	resume := pauseRedis(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	if g, err := st.Grant(ctx, []store.Request{req}, 100); err == nil {
-		t.Fatalf("granted %+v while Redis slept", g)
+		t.Fatalf("granted %+v while Redis was stopped", g)
 	}
 	cancel()
-	<-busy
+	resume()
+	ranBehind(t, st, req) // Redis has run the grant nobody waits for
 	deadline := time.Now().Add(waitLimit)
 	for windowCount(t, srv, st, req) != 100 {
 		if time.Now().After(deadline) {
@@ -281,16 +284,28 @@ func TestAbandonedGrantGivenBack(t *testing.T) {
 	}
 }
 
-// sleepRedis makes srv sleep for half a second (DEBUG SLEEP) and returns
-// once it sleeps; the channel closes when it wakes.
-func sleepRedis(srv *redistest.Server) <-chan struct{} {
-	busy := make(chan struct{})
-	go func() {
-		defer close(busy)
-		srv.Do("DEBUG", "SLEEP", "0.5")
-	}()
-	time.Sleep(100 * time.Millisecond)
-	return busy
+// ranBehind peeks at req's key without a lease: a call on the connection
+// of the key's calls, so that once it is answered, Redis has run the
+// calls sent for the key before it.
+func ranBehind(t *testing.T, st *redis.Store, req store.Request) {
+	t.Helper()
+	req.Lease, req.Cost = false, 0
+	if _, err := st.Decide(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pauseRedis stops srv (SIGSTOP): a call sent now waits in its socket
+// until resume (SIGCONT) runs it, after its caller gave up.
+func pauseRedis(t *testing.T, srv *redistest.Server) (resume func()) {
+	t.Helper()
+	if err := syscall.Kill(srv.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { syscall.Kill(srv.Pid(), syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
 }
 
 // TestLeaseAtTheLargestLimit: a leased fixed window of algo.MaxCount counts
