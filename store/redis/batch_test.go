@@ -24,7 +24,7 @@ func TestBatches(t *testing.T) {
 	ctx := context.Background()
 	lim := algo.FixedWindow{Count: 10, Window: noBoundary}
 	poisoned := store.Request{Key: "poisoned", Plan: algo.MustCompile(lim), Cost: 1}
-	if _, err := srv.Do("SET", redis.StateKey(st.Prefix(), poisoned), "not a hash"); err != nil {
+	if _, err := srv.Do("SET", redis.StateKey(redis.DefaultPrefix, poisoned), "not a hash"); err != nil {
 		t.Fatal(err)
 	}
 	st.Decide(ctx, store.Request{Key: "warm", Plan: algo.MustCompile(lim), Cost: 1}) // loads the script

@@ -16,9 +16,9 @@ import (
 )
 
 // windowCount reads a fixed window's count from Redis.
-func windowCount(t *testing.T, srv *redistest.Server, st *redis.Store, req store.Request) int64 {
+func windowCount(t *testing.T, srv *redistest.Server, req store.Request) int64 {
 	t.Helper()
-	v, err := srv.Do("HGET", redis.StateKey(st.Prefix(), req), "n")
+	v, err := srv.Do("HGET", redis.StateKey(redis.DefaultPrefix, req), "n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestLeasesRacing(t *testing.T) {
 	for _, st := range stores {
 		st.Close()
 	}
-	if n := windowCount(t, srv, stores[0], req); n != got {
+	if n := windowCount(t, srv, req); n != got {
 		t.Fatalf("after closing, the window counts %d, but %d were admitted", n, got)
 	}
 }
@@ -108,7 +108,7 @@ func TestLeaseNearTheLimitIsExact(t *testing.T) {
 	if n != 100 {
 		t.Fatalf("admitted %d, want exactly 100", n)
 	}
-	if got := windowCount(t, srv, st, req); got != 100 {
+	if got := windowCount(t, srv, req); got != 100 {
 		t.Fatalf("window count %d", got)
 	}
 }
@@ -158,7 +158,7 @@ func TestLeaseOnlyWhereAsked(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(waitLimit)
 		for {
-			counted, held := windowCount(t, srv, st, leased), st.LeaseStats().Leased
+			counted, held := windowCount(t, srv, leased), st.LeaseStats().Leased
 			if counted == admitted+held {
 				return
 			}
@@ -190,13 +190,13 @@ func TestLeaseGivenBack(t *testing.T) {
 			admitted++
 		}
 	}
-	if windowCount(t, srv, st, req) <= admitted {
+	if windowCount(t, srv, req) <= admitted {
 		t.Fatal("no units leased ahead")
 	}
 	deadline := time.Now().Add(waitLimit)
-	for windowCount(t, srv, st, req) != admitted {
+	for windowCount(t, srv, req) != admitted {
 		if time.Now().After(deadline) {
-			t.Fatalf("window count %d, admitted %d: units not given back", windowCount(t, srv, st, req), admitted)
+			t.Fatalf("window count %d, admitted %d: units not given back", windowCount(t, srv, req), admitted)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -214,7 +214,7 @@ func TestFirstLeaseIsSmall(t *testing.T) {
 		if res, err := st.Decide(context.Background(), req); err != nil || !res.Allowed {
 			t.Fatalf("%v: %+v, %v", leaseFor, res, err)
 		}
-		if n := windowCount(t, srv, st, req); n != 10 {
+		if n := windowCount(t, srv, req); n != 10 {
 			t.Errorf("LeaseFor %v: the window counts %d after one decision, want a lease of 10", leaseFor, n)
 		}
 		if held := st.LeaseStats().Leased; held != 9 {
@@ -246,7 +246,7 @@ func TestAbandonedLeaseGivenBack(t *testing.T) {
 	ranBehind(t, st, req) // Redis has run the lease nobody waits for
 	deadline := time.Now().Add(waitLimit)
 	for {
-		n := windowCount(t, srv, st, req)
+		n := windowCount(t, srv, req)
 		if n == 0 {
 			break
 		}
@@ -264,8 +264,8 @@ func TestAbandonedGrantGivenBack(t *testing.T) {
 	st := open(t, srv, redis.Options{LeaseFor: time.Minute})
 	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1_000_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	g, err := st.Grant(context.Background(), []store.Request{req}, 100) // loads lease.lua
-	if err != nil || g.Units != 100 || windowCount(t, srv, st, req) != 100 {
-		t.Fatalf("grant %+v, %v; window %d", g, err, windowCount(t, srv, st, req))
+	if err != nil || g.Units != 100 || windowCount(t, srv, req) != 100 {
+		t.Fatalf("grant %+v, %v; window %d", g, err, windowCount(t, srv, req))
 	}
 	resume := pauseRedis(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -276,9 +276,9 @@ func TestAbandonedGrantGivenBack(t *testing.T) {
 	resume()
 	ranBehind(t, st, req) // Redis has run the grant nobody waits for
 	deadline := time.Now().Add(waitLimit)
-	for windowCount(t, srv, st, req) != 100 {
+	for windowCount(t, srv, req) != 100 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the window counts %d; want the 100 granted in time", windowCount(t, srv, st, req))
+			t.Fatalf("the window counts %d; want the 100 granted in time", windowCount(t, srv, req))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -334,7 +334,7 @@ func TestLeaseAtTheLargestLimit(t *testing.T) {
 	if n != 10 {
 		t.Fatalf("admitted %d of the last 10 units", n)
 	}
-	if got := windowCount(t, srv, st, one); got != algo.MaxCount {
+	if got := windowCount(t, srv, one); got != algo.MaxCount {
 		t.Fatalf("window count %d, want %d", got, algo.MaxCount)
 	}
 	// A fresh key whose leases start far from the limit.

@@ -334,6 +334,3 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
-
-// Prefix returns the prefix of every key the store writes.
-func (s *Store) Prefix() string { return s.prefix }
