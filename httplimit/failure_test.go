@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -112,19 +111,7 @@ func TestRedisStalled(t *testing.T) {
 		t.Fatalf("before the stall: %d", w.Code)
 	}
 
-	if err := syscall.Kill(srv.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			if err := syscall.Kill(srv.Pid(), syscall.SIGCONT); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer resume()
+	resume := srv.Pause(t)
 	for _, tc := range []struct {
 		l    *httplimit.Middleware
 		want int

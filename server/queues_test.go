@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -127,22 +126,17 @@ func TestQueueRetryAfterStoreFailure(t *testing.T) {
 	if resp.StatusCode != 201 || json.Unmarshal([]byte(body), &first) != nil || first.IdempotencyKey == "" || resp.Header.Get("Idempotency-Key") != first.IdempotencyKey {
 		t.Fatalf("first post: %d %s", resp.StatusCode, body)
 	}
-	if err := syscall.Kill(rd.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	resume := rd.Pause(t)
 	const n = 10
 	keys := make([]string, n)
 	for i := range n {
 		resp, body := add(fmt.Sprintf(`{"n": "%d"}`, i+1), "")
 		keys[i] = resp.Header.Get("Idempotency-Key")
 		if resp.StatusCode != 503 || keys[i] == "" || !strings.Contains(body, "may have been queued") || !strings.Contains(body, keys[i]) {
-			syscall.Kill(rd.Pid(), syscall.SIGCONT)
 			t.Fatalf("post %d with Redis stopped: %d %q %s", i, resp.StatusCode, keys[i], body)
 		}
 	}
-	if err := syscall.Kill(rd.Pid(), syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	resume()
 	dups := 0
 	for i := range n {
 		// A retry of a 503 with its key: 200 if the first try landed, 201
@@ -244,10 +238,7 @@ func TestHungRedisAnswersEveryEndpoint(t *testing.T) {
 	if resp, body := post(t, srv.URL+"/v1/queues/jobs", `{}`); resp.StatusCode != 201 {
 		t.Fatalf("a post with Redis up: %d %s", resp.StatusCode, body)
 	}
-	if err := syscall.Kill(rd.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(rd.Pid(), syscall.SIGCONT)
+	rd.Pause(t)
 	type answer struct {
 		what   string
 		status int

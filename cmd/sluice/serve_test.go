@@ -665,15 +665,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		t.Fatalf("warm-up: %d", a.status)
 	}
 	// Stall Redis so that a check is in flight when SIGTERM arrives.
-	if err := syscall.Kill(rd.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			syscall.Kill(rd.Pid(), syscall.SIGCONT)
-		}
-	}()
+	resume := rd.Pause(t)
 	done := make(chan answer, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", "http://"+p.http+"/v1/check", strings.NewReader(`{"path": ["shared"]}`))
@@ -707,8 +699,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		t.Fatalf("the in-flight check ended before the store came back: %d %s", a.status, a.body)
 	default:
 	}
-	syscall.Kill(rd.Pid(), syscall.SIGCONT)
-	resumed = true
+	resume()
 	select {
 	case a := <-done:
 		if a.status != 200 || !strings.Contains(string(a.body), `"allowed":true`) || strings.Contains(string(a.body), "store_error") {
@@ -743,9 +734,8 @@ func TestServeStoreDown(t *testing.T) {
 			// store-error policy, while Redis cannot answer.
 			for _, how := range []string{"stalled", "down"} {
 				if how == "stalled" {
-					syscall.Kill(rd.Pid(), syscall.SIGSTOP)
+					rd.Pause(t)
 				} else {
-					syscall.Kill(rd.Pid(), syscall.SIGCONT)
 					rd.Stop()
 				}
 				for i := 0; i < 3; i++ {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -127,6 +128,20 @@ func (s *Server) Stop() {
 	case <-s.exited:
 	case <-time.After(10 * time.Second):
 	}
+}
+
+// Pause stops the server (SIGSTOP): it reads and answers nothing, its
+// connections open, until resume (SIGCONT), which also runs when the test
+// ends and may be called more than once.
+func (s *Server) Pause(t testing.TB) (resume func()) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { s.cmd.Process.Signal(syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
 }
 
 // Pid is the server's process id.

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -131,9 +130,9 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	srv = redistest.StartOn(t, port)
 	back := recovers(t, st, "after the restart")
 	t.Logf("killed and restarted: normal %v after Redis came back", back.Round(time.Millisecond))
-	syscall.Kill(srv.Pid(), syscall.SIGSTOP)
+	resume := srv.Pause(t)
 	time.Sleep(500 * time.Millisecond)
-	syscall.Kill(srv.Pid(), syscall.SIGCONT)
+	resume()
 	back = recovers(t, st, "after SIGCONT")
 	t.Logf("stopped and continued: normal %v after SIGCONT", back.Round(time.Millisecond))
 	stop.Store(true)

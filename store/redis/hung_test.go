@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,7 +57,7 @@ func deadlineHolds(t *testing.T, opts redis.Options, req store.Request) {
 	if _, err := patient.Decide(context.Background(), req); err != nil { // connected before the stop
 		t.Fatal(err)
 	}
-	syscall.Kill(srv.Pid(), syscall.SIGSTOP)
+	resume := srv.Pause(t)
 	var worst, calls atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -97,7 +96,7 @@ func deadlineHolds(t *testing.T, opts redis.Options, req store.Request) {
 	}
 	cancel()
 	wg.Wait()
-	syscall.Kill(srv.Pid(), syscall.SIGCONT)
+	resume()
 	deadline := time.Now().Add(waitLimit)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

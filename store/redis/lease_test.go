@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -235,7 +234,7 @@ func TestAbandonedLeaseGivenBack(t *testing.T) {
 	if _, err := st.Decide(context.Background(), warm); err != nil { // loads lease.lua
 		t.Fatal(err)
 	}
-	resume := pauseRedis(t, srv)
+	resume := srv.Pause(t) // a call sent now waits in Redis's socket until resume runs it
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	_, err := st.Decide(ctx, req) // its first decision takes a lease, which waits
 	cancel()
@@ -267,7 +266,7 @@ func TestAbandonedGrantGivenBack(t *testing.T) {
 	if err != nil || g.Units != 100 || windowCount(t, srv, req) != 100 {
 		t.Fatalf("grant %+v, %v; window %d", g, err, windowCount(t, srv, req))
 	}
-	resume := pauseRedis(t, srv)
+	resume := srv.Pause(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	if g, err := st.Grant(ctx, []store.Request{req}, 100); err == nil {
 		t.Fatalf("granted %+v while Redis was stopped", g)
@@ -293,19 +292,6 @@ func ranBehind(t *testing.T, st *redis.Store, req store.Request) {
 	if _, err := st.Decide(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// pauseRedis stops srv (SIGSTOP): a call sent now waits in its socket
-// until resume (SIGCONT) runs it, after its caller gave up.
-func pauseRedis(t *testing.T, srv *redistest.Server) (resume func()) {
-	t.Helper()
-	if err := syscall.Kill(srv.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	resume = func() { once.Do(func() { syscall.Kill(srv.Pid(), syscall.SIGCONT) }) }
-	t.Cleanup(resume)
-	return resume
 }
 
 // TestLeaseAtTheLargestLimit: a leased fixed window of algo.MaxCount counts

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -118,8 +117,7 @@ func TestDownOrSlowRedis(t *testing.T) {
 	t.Run("stalled", func(t *testing.T) {
 		srv := redistest.Start(t)
 		st := open(t, srv, redis.Options{})
-		syscall.Kill(srv.Pid(), syscall.SIGSTOP)
-		defer syscall.Kill(srv.Pid(), syscall.SIGCONT)
+		srv.Pause(t)
 		check(t, st)
 	})
 	t.Run("no deadline uses the store timeout", func(t *testing.T) {
