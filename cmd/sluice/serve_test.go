@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -21,6 +22,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -667,9 +669,15 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	// Stall Redis so that a check is in flight when SIGTERM arrives.
 	resume := rd.Pause(t)
 	done := make(chan answer, 1)
+	wrote := make(chan string, 1) // the check's connection's client end, once the check is written
+	trace := &httptrace.ClientTrace{
+		GotConn:      func(c httptrace.GotConnInfo) { wrote <- c.Conn.LocalAddr().String() },
+		WroteRequest: func(httptrace.WroteRequestInfo) { close(wrote) },
+	}
 	go func() {
-		req, _ := http.NewRequest("POST", "http://"+p.http+"/v1/check", strings.NewReader(`{"path": ["shared"]}`))
-		resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+			"POST", "http://"+p.http+"/v1/check", strings.NewReader(`{"path": ["shared"]}`))
+		resp, err := (&http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{}}).Do(req)
 		if err != nil {
 			done <- answer{status: -1, body: []byte(err.Error())}
 			return
@@ -678,7 +686,18 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		resp.Body.Close()
 		done <- answer{status: resp.StatusCode, body: b}
 	}()
-	time.Sleep(300 * time.Millisecond) // the check reaches the stalled store
+	// SIGTERM once the server has read the check: its handler then runs
+	// to the stalled store, and the drain must wait for it.
+	var local string
+	for written := false; !written; {
+		select {
+		case a, open := <-wrote:
+			local, written = cmp.Or(a, local), !open
+		case a := <-done:
+			t.Fatalf("the check ended before it was written: %d %s", a.status, a.body)
+		}
+	}
+	readBy(t, local, p.http)
 	p.signal(syscall.SIGTERM)
 	p.waitLog("shutting down", 5*time.Second)
 	// New connections are refused while the in-flight check drains.
@@ -712,6 +731,52 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		t.Errorf("exit code %d, want 0", code)
 	}
 	p.waitLog("stopped", time.Second)
+}
+
+// readBy waits until the server at addr has read all that the client at
+// local sent on their connection: the client's send queue is empty (the
+// bytes reached the server's socket) and so is the server's receive queue,
+// as /proc/net/tcp counts them.
+func readBy(t *testing.T, local, addr string) {
+	t.Helper()
+	port := func(a string) string {
+		_, p, _ := net.SplitHostPort(a)
+		n, _ := strconv.Atoi(p)
+		return fmt.Sprintf(":%04X", n)
+	}
+	client, server := port(local), port(addr)
+	queues := func() (sent, unread string, ok bool) {
+		b, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 5 {
+				continue
+			}
+			q := strings.Split(f[4], ":") // tx_queue:rx_queue
+			switch {
+			case strings.HasSuffix(f[1], client) && strings.HasSuffix(f[2], server):
+				sent, found = q[0], found+1
+			case strings.HasSuffix(f[1], server) && strings.HasSuffix(f[2], client):
+				unread, found = q[1], found+1
+			}
+		}
+		return sent, unread, found == 2
+	}
+	deadline := time.Now().Add(waitLimit)
+	for {
+		sent, unread, ok := queues()
+		if ok && strings.Trim(sent, "0") == "" && strings.Trim(unread, "0") == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not read the request (send queue %s, receive queue %s)", sent, unread)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestServeStoreDown(t *testing.T) {
