@@ -100,20 +100,25 @@ func (c Concurrency) validate() error {
 
 // decide implements Limit: an acquire for no permit.
 func (c Concurrency) decide(s *State, now, cost int64, commit bool) Result {
-	return c.decideFor(s, now, cost, commit, 0, Acquire)
+	var r Result
+	c.decideFor(s, now, cost, commit, 0, Acquire, &r)
+	return r
 }
 
-// decideFor applies op for the permit id.
-func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64, op SlotOp) Result {
+// decideFor applies op for the permit id, its Result set in *r (written
+// in place, not returned: see Plan.decideTo).
+func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64, op SlotOp, r *Result) {
 	held := c.held(s, now)
 	at := holderAt(s, id, now)
 	switch {
 	case op == Release:
 		freed := c.release(s, now, id, at, cost, commit)
-		return c.Result(true, now, held-freed, s.Expire, 0, freed)
+		c.result(r, true, now, held-freed, s.Expire, 0, freed)
+		return
 	case op == Renew || op == Acquire && at >= 0 && cost > 0:
 		if at < 0 {
-			return c.Result(false, now, held, s.Expire, Never, 0)
+			c.result(r, false, now, held, s.Expire, Never, 0)
+			return
 		}
 		if commit {
 			c.sweep(s, now)
@@ -125,13 +130,17 @@ func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64,
 		if op == Acquire {
 			admitted = cost
 		}
-		return c.Result(true, now, held, s.Expire, 0, admitted)
+		c.result(r, true, now, held, s.Expire, 0, admitted)
+		return
 	case cost == 0:
-		return c.Result(true, now, held, s.Expire, 0, 0)
+		c.result(r, true, now, held, s.Expire, 0, 0)
+		return
 	case cost > c.Count:
-		return c.Result(false, now, held, s.Expire, Never, 0)
+		c.result(r, false, now, held, s.Expire, Never, 0)
+		return
 	case held+cost > c.Count:
-		return c.Result(false, now, held, s.Expire, dur(c.freeAt(s, now, held+cost-c.Count)-now), 0)
+		c.result(r, false, now, held, s.Expire, dur(c.freeAt(s, now, held+cost-c.Count)-now), 0)
+		return
 	}
 	if commit {
 		c.sweep(s, now)
@@ -143,18 +152,24 @@ func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64,
 		}
 		s.Expire = max(s.Expire, end)
 	}
-	return c.Result(true, now, held+cost, s.Expire, 0, cost)
+	c.result(r, true, now, held+cost, s.Expire, 0, cost)
 }
 
 // Result is a decision's Result: held is the units held after it, end
 // the state's Expire after it (no hold ends later), and admitted the cost
 // taken (Acquire) or the units freed (Release).
 func (c Concurrency) Result(ok bool, now, held, end int64, retry time.Duration, admitted int64) Result {
-	r := Result{Allowed: ok, Quota: c.Count, Remaining: max(c.Count-held, 0), RetryAfter: retry, Admitted: admitted}
+	var r Result
+	c.result(&r, ok, now, held, end, retry, admitted)
+	return r
+}
+
+// result is Result, set in *r.
+func (c Concurrency) result(r *Result, ok bool, now, held, end int64, retry time.Duration, admitted int64) {
+	*r = Result{Allowed: ok, Quota: c.Count, Remaining: max(c.Count-held, 0), RetryAfter: retry, Admitted: admitted}
 	if held > 0 {
 		r.ResetAfter = dur(max(end-now, 0))
 	}
-	return r
 }
 
 // held returns the units held at now: those of the holders whose hold

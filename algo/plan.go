@@ -304,7 +304,7 @@ func (p *Plan) decide(s *State, now, cost int64, commit bool, r *Result) {
 	case KindWindowCounter:
 		*r = p.wc.decide(s, now, cost, commit)
 	case KindConcurrency:
-		*r = p.cc.decideFor(s, now, cost, commit, p.permit, p.op)
+		p.cc.decideFor(s, now, cost, commit, p.permit, p.op, r)
 	default:
 		panic("algo: Decide on a Plan that Compile did not make")
 	}
