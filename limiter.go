@@ -38,7 +38,8 @@ type Limiter struct {
 	// renewers renew the holds of the permits Acquire gave (renewer.go).
 	renewers [renewers]paddedRenewer
 	// plans holds copies of plan for the ops of permits (Permit.do).
-	plans sync.Pool
+	plans       sync.Pool
+	nextRenewer atomic.Uint32 // the renewer of the next opPlan made
 }
 
 // NewLimiter returns a Limiter for l on st. An invalid limit is an error

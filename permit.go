@@ -28,9 +28,9 @@ type Permit struct {
 	key  string
 	id   int64
 	res  algo.Result
-	lost chan struct{} // Lost's, made on demand (most permits need none), under lostMu
+	lost chan struct{} // Lost's, made on demand (most permits need none), or lostChan; under lostMu
 
-	// Renewals, by the renewer of the permit's id; its mu guards these.
+	// Renewals, by the permit's renewer; its mu guards these.
 	last       time.Time // the last renewal that held, or a time before the acquire
 	prev, next *Permit   // in the renewer's bucket
 
@@ -40,10 +40,10 @@ type Permit struct {
 	lostMu   sync.Mutex
 	released atomic.Bool
 
-	isLost   bool // under lostMu
-	renewing bool // renewed by the renewer (Acquire's permits)
-	stopped  bool // Release has begun: renew no more (the renewer's mu)
-	bucket   int8 // the renewer's bucket it is in, -1 when in none (the renewer's mu)
+	renewing bool  // renewed by the renewer (Acquire's permits)
+	stopped  bool  // Release has begun: renew no more (the renewer's mu)
+	bucket   int8  // the renewer's bucket it is in, -1 when in none (the renewer's mu)
+	renewer  uint8 // its renewer, the one of the acquire's pooled plan (opPlan)
 }
 
 // ID returns the permit id: the store knows the slots by it.
@@ -69,22 +69,33 @@ func (p *Permit) Lost() <-chan struct{} {
 	defer p.lostMu.Unlock()
 	if p.lost == nil {
 		p.lost = make(chan struct{})
-		if p.isLost {
-			close(p.lost)
-		}
 	}
 	return p.lost
 }
 
-// markLost closes Lost's channel, now or when it is made.
+// markLost closes the permit's Lost channel, or gives it lostChan if it
+// has none yet.
 func (p *Permit) markLost() {
 	p.lostMu.Lock()
 	defer p.lostMu.Unlock()
-	if !p.isLost && p.lost != nil {
+	if p.lost == nil {
+		p.lost = lostChan
+		return
+	}
+	select {
+	case <-p.lost: // closed already
+	default:
 		close(p.lost)
 	}
-	p.isLost = true
 }
+
+// lostChan is a lost permit's Lost channel, already closed: the permit
+// needs no flag of its own to say it was lost.
+var lostChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Acquire waits for one slot for key and takes it: AcquireN(ctx, key, 1).
 func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
@@ -117,7 +128,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 			return nil, err
 		case ok:
 			p.renewing = true
-			l.renewers[p.id%renewers].add(p, c.HoldFor)
+			l.renewers[p.renewer].add(p, c.HoldFor)
 			return p, nil
 		case p.res.RetryAfter == algo.Never:
 			return nil, ErrNever
@@ -160,14 +171,18 @@ func (l *Limiter) newPermit(key string) *Permit {
 // has not yet shared p. The error wraps algo.ErrUnsupported for a limit
 // that is not a concurrency limit.
 func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64, r *algo.Result) (bool, error) {
-	q, _ := p.l.plans.Get().(*algo.Plan)
-	if q == nil {
-		q = new(algo.Plan)
-		*q = *p.l.plan // ForPermit sets all that differs between permits
+	pp, _ := p.l.plans.Get().(*opPlan)
+	if pp == nil {
+		pp = &opPlan{Plan: *p.l.plan} // ForPermit sets all that differs between permits
+		pp.renewer = uint8(p.l.nextRenewer.Add(1) % renewers)
 	}
-	defer p.l.plans.Put(q)
+	defer p.l.plans.Put(pp)
+	q := &pp.Plan
 	if err := algo.ForPermit(q, p.id, op); err != nil {
 		return false, err
+	}
+	if op == algo.Acquire {
+		p.renewer = pp.renewer
 	}
 	if r == nil && p.l.allower != nil {
 		return p.l.allower.AllowN(ctx, p.key, q, t, n)
@@ -218,7 +233,7 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 		return nil
 	}
 	if p.renewing {
-		p.l.renewers[p.id%renewers].remove(p) // no renewal after the release
+		p.l.renewers[p.renewer].remove(p) // no renewal after the release
 	}
 	p.mu.Lock() // after a renewal in flight
 	defer p.mu.Unlock()
@@ -230,4 +245,14 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	}
 	p.released.Store(true)
 	return nil
+}
+
+// opPlan is a copy of a Limiter's plan for one op of a permit (Permit.do),
+// from the Limiter's pool, with the renewer of the permits it acquires:
+// a pool hands a goroutine the copy last used on its core, so a permit's
+// acquire and release mostly take the lock of a renewer that core used
+// last, rather than one the other cores use too.
+type opPlan struct {
+	algo.Plan
+	renewer uint8
 }

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// A Limiter has renewers renewers, and a permit's is the one of its id, so
-// that acquires and releases on several cores seldom meet on one lock.
+// A Limiter has renewers renewers, and a permit's is the one of the pooled
+// plan its acquire used (opPlan), so that acquires and releases on several
+// cores seldom meet on one lock, nor on the cache line of one.
 // Each runs at most maxRenewing renewals at once, each on a goroutine of
 // its own that ends with it: a store that hangs delays the others no more
 // than this allows (64 renewals a Limiter).
