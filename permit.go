@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/permitid"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -159,7 +160,7 @@ func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int6
 }
 
 func (l *Limiter) newPermit(key string) *Permit {
-	return &Permit{l: l, key: key, id: store.NewPermitID(), bucket: -1}
+	return &Permit{l: l, key: key, bucket: -1} // its id comes with its first op (do)
 }
 
 // do decides op for the permit on its key at t: store.Acquire, Renew or
@@ -177,6 +178,9 @@ func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64, r
 		pp.renewer = uint8(p.l.nextRenewer.Add(1) % renewers)
 	}
 	defer p.l.plans.Put(pp)
+	if p.id == 0 { // a new permit's first acquire
+		p.id = pp.ids.Next()
+	}
 	q := &pp.Plan
 	if err := algo.ForPermit(q, p.id, op); err != nil {
 		return false, err
@@ -255,4 +259,5 @@ func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 type opPlan struct {
 	algo.Plan
 	renewer uint8
+	ids     permitid.Source // the ids of the permits it acquires
 }

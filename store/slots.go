@@ -2,13 +2,12 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/permitid"
 )
 
 // Acquire, Renew and Release are the verbs of concurrency slots
@@ -83,31 +82,4 @@ func (b *slotBuf) put() {
 // NewPermitID returns a random permit id, 1 to algo.MaxPermitID, from
 // crypto/rand: an id that another caller cannot guess, so that only the
 // holder can renew or release its slots.
-func NewPermitID() int64 {
-	b, _ := permitIDs.Get().(*permitIDBuf)
-	if b == nil {
-		b = new(permitIDBuf)
-	}
-	defer permitIDs.Put(b)
-	for {
-		if b.left == 0 {
-			rand.Read(b.buf[:]) // does not fail (Go 1.24+)
-			b.left = len(b.buf)
-		}
-		b.left -= 8
-		if id := int64(binary.LittleEndian.Uint64(b.buf[b.left:]) & algo.MaxPermitID); id != 0 {
-			return id
-		}
-	}
-}
-
-// permitIDs holds crypto/rand's bytes for NewPermitID, each used once, in
-// buffers of 64 ids: a read of crypto/rand does a compare-and-swap on one
-// word that every core shares (Go 1.26's crypto/internal/sysrand), which
-// acquires on several cores contend for when every id reads it.
-var permitIDs sync.Pool
-
-type permitIDBuf struct {
-	buf  [64 * 8]byte
-	left int // bytes not yet used, at the start of buf
-}
+func NewPermitID() int64 { return permitid.New() }
