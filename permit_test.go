@@ -69,6 +69,47 @@ func TestAcquireMaxInFlight(t *testing.T) {
 	}
 }
 
+// TestPermitIDs: 100 goroutines take and give back 1000 permits each (the
+// ids come from the pooled plans' sources, each refilled many times over):
+// every id is 1 to algo.MaxPermitID, and no two are the same (53 random
+// bits: a repeat among 100,000 has odds of about one in two million).
+func TestPermitIDs(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	lim, err := sluice.NewLimiter(st, algo.Concurrency{Count: 1000, HoldFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make(chan []int64, 100)
+	for g := range 100 {
+		go func() {
+			mine := make([]int64, 1000)
+			for i := range mine {
+				p, err := lim.AcquireAt(context.Background(), strconv.Itoa(g), time.Time{}, 1)
+				if err == nil && p.OK() {
+					err = p.ReleaseAt(context.Background(), time.Time{})
+				}
+				if err != nil || !p.OK() {
+					t.Error("acquire and release:", err)
+					ids <- nil
+					return
+				}
+				mine[i] = p.ID()
+			}
+			ids <- mine
+		}()
+	}
+	seen := make(map[int64]bool, 100_000)
+	for range 100 {
+		for _, id := range <-ids {
+			if id < 1 || id > algo.MaxPermitID || seen[id] {
+				t.Fatalf("id %d: out of range or drawn twice", id)
+			}
+			seen[id] = true
+		}
+	}
+}
+
 // TestPermitExplicitTime: the explicit-time twins, on both stores: an
 // acquire denied says when the earliest lease ends; a release is safe
 // twice and frees once; a released permit is never renewed; a permit's
