@@ -1,6 +1,16 @@
 package sluice
 
-import "testing"
+import (
+	"context"
+	mrand "math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store/memory"
+)
 
 // TestLostChannelOnDemand: Lost's channel is closed whether it was made
 // before the permit was lost or after; a permit that does not renew has
@@ -32,4 +42,76 @@ func TestLostChannelOnDemand(t *testing.T) {
 	if (&Permit{}).Lost() != nil {
 		t.Fatal("a permit that does not renew has a Lost channel")
 	}
+}
+
+// TestRenewerOfThePooledPlan: permits acquired on many goroutines (so on
+// pooled plans of several renewers) are each in the buckets of the
+// renewer they name, and a release, in any order, takes a permit out of
+// that renewer: after half are released, the renewers hold exactly the
+// other half; after all, nothing.
+func TestRenewerOfThePooledPlan(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	lim, err := NewLimiter(st, algo.Concurrency{Count: 100, HoldFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan *Permit, 100*100)
+	var wg sync.WaitGroup
+	for g := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				p, err := lim.Acquire(context.Background(), strconv.Itoa(g))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held <- p
+			}
+		}()
+	}
+	wg.Wait()
+	close(held)
+	var permits []*Permit
+	for p := range held {
+		permits = append(permits, p)
+	}
+	// inRenewers checks that the renewers hold exactly want, each permit
+	// in the renewer it names.
+	inRenewers := func(want []*Permit) {
+		t.Helper()
+		left := map[*Permit]bool{}
+		for _, p := range want {
+			left[p] = true
+		}
+		for i := range lim.renewers {
+			rn := &lim.renewers[i].renewer
+			rn.mu.Lock()
+			for _, head := range rn.buckets {
+				for p := head; p != nil; p = p.next {
+					if !left[p] || int(p.renewer) != i {
+						t.Fatalf("renewer %d holds a permit released, or one that names renewer %d", i, p.renewer)
+					}
+					delete(left, p)
+				}
+			}
+			rn.mu.Unlock()
+		}
+		if len(left) > 0 {
+			t.Fatalf("%d permits held are in no renewer", len(left))
+		}
+	}
+	inRenewers(permits)
+	mrand.Shuffle(len(permits), func(i, j int) { permits[i], permits[j] = permits[j], permits[i] })
+	for i, p := range permits {
+		if i == len(permits)/2 {
+			inRenewers(permits[i:])
+		}
+		if err := p.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inRenewers(nil)
 }
