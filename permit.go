@@ -167,7 +167,9 @@ func (l *Limiter) newPermit(key string) *Permit {
 // Release of one request, as one Decide (no slices to allocate), on a
 // copy of the limit's plan from the Limiter's pool (a store keeps no Plan
 // past the call; nothing but ForPermit changes a plan once compiled), so
-// that a permit is one allocation. It sets *r to the Result; with r nil,
+// that a permit is one allocation; a new permit's id comes from that
+// copy's Source, and an acquire's permit takes its renewer. It sets *r to
+// the Result; with r nil,
 // a store that is an Allower skips building it. The caller holds p.mu, or
 // has not yet shared p. The error wraps algo.ErrUnsupported for a limit
 // that is not a concurrency limit.
