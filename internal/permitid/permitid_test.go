@@ -32,4 +32,3 @@ func TestNew(t *testing.T) {
 		}
 	}
 }
-
