@@ -66,7 +66,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // the store's clock), and consumes them if so.
 func (l *Limiter) AllowN(ctx context.Context, key string, t time.Time, n int64) (bool, error) {
 	if l.allower != nil {
-		return l.allower.AllowN(ctx, key, l.plan, t, n)
+		return l.allower.AllowN(ctx, key, l.plan, t, n, nil)
 	}
 	r, err := l.DecideN(ctx, key, t, n)
 	return r.Allowed, err

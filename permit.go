@@ -169,9 +169,10 @@ func (l *Limiter) newPermit(key string) *Permit {
 // past the call; nothing but ForPermit changes a plan once compiled), so
 // that a permit is one allocation; a new permit's id comes from that
 // copy's Source, and an acquire's permit takes its renewer. It sets *r to
-// the Result; with r nil, a store that is an Allower skips building it.
-// The caller holds p.mu, or has not yet shared p. The error wraps algo.ErrUnsupported for a limit
-// that is not a concurrency limit.
+// the Result, in place on a store that is an Allower (which with r nil
+// skips building it). The caller holds p.mu, or has not yet shared p. The
+// error wraps algo.ErrUnsupported for a limit that is not a concurrency
+// limit.
 func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64, r *algo.Result) (bool, error) {
 	pp, _ := p.l.plans.Get().(*opPlan)
 	if pp == nil {
@@ -189,8 +190,8 @@ func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64, r
 	if op == algo.Acquire {
 		p.renewer = pp.renewer
 	}
-	if r == nil && p.l.allower != nil {
-		return p.l.allower.AllowN(ctx, p.key, q, t, n)
+	if p.l.allower != nil {
+		return p.l.allower.AllowN(ctx, p.key, q, t, n, r)
 	}
 	res, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: q, Cost: n, Time: t})
 	if r != nil {

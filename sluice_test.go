@@ -200,7 +200,7 @@ func TestBounds(t *testing.T) {
 	if _, err := st.Decide(ctx, big); !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "exceeds 10000") {
 		t.Errorf("Decide, exact log, cost %d: %v", big.Cost, err)
 	}
-	if _, err := st.AllowN(ctx, "k", big.Plan, time.Time{}, big.Cost); !errors.Is(err, store.ErrBadRequest) {
+	if _, err := st.AllowN(ctx, "k", big.Plan, time.Time{}, big.Cost, nil); !errors.Is(err, store.ErrBadRequest) {
 		t.Errorf("AllowN, exact log, cost %d: %v", big.Cost, err)
 	}
 	if _, err := st.DecideAll(ctx, []store.Request{big, {Key: "j", Plan: algo.MustCompile(exact), Cost: 1}}, make([]algo.Result, 2)); !errors.Is(err, store.ErrBadRequest) {

@@ -73,11 +73,13 @@ type Request struct {
 	Lease bool
 }
 
-// An Allower is a Store that can report a decision's admission alone, and
-// so skip computing the rest of its Result; Limiter.AllowN uses it. The
-// memory store is one.
+// An Allower is a Store that can decide without a Request or a returned
+// Result: with r nil it reports a decision's admission alone, and so skips
+// computing the rest of its Result (Limiter.AllowN); with r it fills *r in
+// place (a Permit's acquire). The memory store is one.
 type Allower interface {
 	// AllowN applies Request{Key: key, Plan: p, Cost: n, Time: t} as
-	// Decide does, and reports its Result.Allowed.
-	AllowN(ctx context.Context, key string, p *algo.Plan, t time.Time, n int64) (bool, error)
+	// Decide does, sets *r to its Result unless r is nil, and reports
+	// Result.Allowed.
+	AllowN(ctx context.Context, key string, p *algo.Plan, t time.Time, n int64, r *algo.Result) (bool, error)
 }

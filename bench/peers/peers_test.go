@@ -200,19 +200,19 @@ func BenchmarkPeers(b *testing.B) {
 			case "gcra":
 				d = func(key string) bool {
 					p, _ := algo.Compile(algo.GCRA{Burst: burst, Count: count, Period: period})
-					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1)
+					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1, nil)
 					return err == nil && ok
 				}
 			case "token_bucket":
 				d = func(key string) bool {
 					p, _ := algo.Compile(algo.TokenBucket{Burst: burst, Count: count, Period: period})
-					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1)
+					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1, nil)
 					return err == nil && ok
 				}
 			case "fixed_window":
 				d = func(key string) bool {
 					p, _ := algo.Compile(algo.FixedWindow{Count: burst, Window: time.Hour})
-					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1)
+					ok, err := st.AllowN(ctx, key, &p, time.Time{}, 1, nil)
 					return err == nil && ok
 				}
 			}

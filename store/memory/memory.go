@@ -127,16 +127,17 @@ func (s *Store) Decide(_ context.Context, req store.Request) (r algo.Result, err
 
 var _ store.Allower = (*Store)(nil)
 
-// AllowN implements store.Allower: it decides as Decide does and reports
-// only whether the cost was admitted, which for GCRA, the token bucket,
-// the fixed window and the gate spares computing the rest of the Result.
-func (s *Store) AllowN(_ context.Context, key string, p *algo.Plan, t time.Time, n int64) (bool, error) {
+// AllowN implements store.Allower: it decides as Decide does; with r nil
+// it reports only whether the cost was admitted, which for GCRA, the token
+// bucket, the fixed window and the gate spares computing the rest of the
+// Result.
+func (s *Store) AllowN(_ context.Context, key string, p *algo.Plan, t time.Time, n int64, r *algo.Result) (bool, error) {
 	if !plain(key, p, n, t) {
 		if err := store.Validate(key, "", p, n, t); err != nil {
 			return false, err
 		}
 	}
-	return s.apply(key, p, t, n, nil), nil
+	return s.apply(key, p, t, n, r), nil
 }
 
 // plain reports whether a request is the common one that store.Validate

@@ -197,7 +197,8 @@ func TestMemoryFollowsLiveKeys(t *testing.T) {
 
 // TestAllowNAgreesWithDecide: on random traces of every kind, with costs
 // 0-3, explicit times and a few keys, AllowN on one store admits exactly
-// what Decide admits on another, and refuses bad input as Decide does.
+// what Decide admits on another, with Decide's Result when asked for it,
+// and refuses bad input as Decide does.
 func TestAllowNAgreesWithDecide(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range algo.Kinds() {
@@ -211,9 +212,15 @@ func TestAllowNAgreesWithDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := a.AllowN(ctx, key, algo.MustCompile(k.Example()), at, cost)
-			if err != nil || got != want.Allowed {
-				t.Fatalf("%v step %d: AllowN %v, %v; Decide %+v", k, i, got, err, want)
+			// Every other step fills a Result in place, which must be Decide's.
+			var res algo.Result
+			into := &res
+			if i%2 == 0 {
+				into = nil
+			}
+			got, err := a.AllowN(ctx, key, algo.MustCompile(k.Example()), at, cost, into)
+			if err != nil || got != want.Allowed || into != nil && res != want {
+				t.Fatalf("%v step %d: AllowN %v, %v, %+v; Decide %+v", k, i, got, err, res, want)
 			}
 		}
 		a.Close()
@@ -233,7 +240,7 @@ func TestAllowNAgreesWithDecide(t *testing.T) {
 		"no plan":       {"k", nil, 1, store.ErrBadRequest},
 		"a zero plan":   {"k", new(algo.Plan), 1, store.ErrBadRequest},
 	} {
-		if allowed, err := st.AllowN(ctx, c.key, c.l, time.Time{}, c.cost); allowed || !errors.Is(err, c.want) {
+		if allowed, err := st.AllowN(ctx, c.key, c.l, time.Time{}, c.cost, nil); allowed || !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, %v; want %v", name, allowed, err, c.want)
 		}
 	}
@@ -310,7 +317,7 @@ func TestExactUnderChurn(t *testing.T) {
 						res, err = st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1, Time: at})
 						ok = res.Allowed
 					case 1:
-						ok, err = st.AllowN(ctx, key, algo.MustCompile(lim), at, 1)
+						ok, err = st.AllowN(ctx, key, algo.MustCompile(lim), at, 1, nil)
 					default:
 						res := make([]algo.Result, 1)
 						ok, err = st.DecideAll(ctx, []store.Request{{Key: key, Plan: algo.MustCompile(lim), Cost: 1, Time: at}}, res)
@@ -422,7 +429,7 @@ func TestBatchesInEveryOrder(t *testing.T) {
 					switch g % 4 {
 					case 0: // a single decision
 						k := r.IntN(nkeys)
-						if ok, err := st.AllowN(ctx, "k"+strconv.Itoa(k), plan, at, 1); ok && err == nil {
+						if ok, err := st.AllowN(ctx, "k"+strconv.Itoa(k), plan, at, 1, nil); ok && err == nil {
 							admitted[k].Add(1)
 						}
 					case 1:
