@@ -62,12 +62,13 @@ type forgets struct {
 	done chan struct{}
 }
 
-// watchForgets runs until the store is closed.
+// watchForgets runs until the store is closed. Its subscription's
+// goroutine may outlive it: a subscription rueidis dials anew waits for
+// its handshake up to the dial timeout whatever its context says, and a
+// Redis that hung must not hold the store's Close; it ends then.
 func (s *Store) watchForgets() {
 	defer close(s.forgets.done)
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait() // after cancel, which the next defer runs first
 	defer cancel()
 	channel, _ := s.forgetNames()
 	subscribed := false
@@ -76,9 +77,7 @@ func (s *Store) watchForgets() {
 	for {
 		if c := s.client(); c != nil && !subscribed {
 			subscribed = true
-			wg.Add(1)
 			go func() {
-				defer wg.Done()
 				for ctx.Err() == nil {
 					// Receive returns on a failed subscription or when
 					// closing; messages lost meanwhile show in the poll.
@@ -142,7 +141,7 @@ func (s *Store) pollForgets(ctx context.Context) {
 	}
 	defer cancel()
 	_, gen := s.forgetNames()
-	c := s.client()
+	c := bounded{s.client()}
 	g, err := c.Do(ctx, c.B().Get().Key(gen).Build()).AsInt64()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		s.denials.Clear()

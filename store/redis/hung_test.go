@@ -111,3 +111,41 @@ func deadlineHolds(t *testing.T, opts redis.Options, req store.Request) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestCloseWithRedisHung: Close returns while Redis is stopped and the
+// store's connections, cut by a relay, are dialed anew, whose handshakes
+// wait on Redis for the dial timeout whatever a context says (an hour
+// here): the over-limit cache's subscription and poll, and the leases'
+// give-back, do not hold it. The minute is a hang detector.
+func TestCloseWithRedisHung(t *testing.T) {
+	srv := redistest.Start(t)
+	rl := redistest.NewRelay(t, srv.Addr)
+	opts := redis.Options{OverLimitCache: 1000, LeaseFor: 100 * time.Millisecond, Timeout: 50 * time.Millisecond}
+	st, err := redis.Open(context.Background(), "redis://"+rl.Addr+"/0?dial_timeout=1h&write_timeout=1h", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leased := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1e9, Window: noBoundary}), Cost: 1, Lease: true}
+	if _, err := st.Decide(context.Background(), leased); err != nil { // connected, and a lease held
+		t.Fatal(err)
+	}
+	defer srv.Pause(t)()
+	dialed := rl.Dialed()
+	rl.Cut()
+	// The poll dials anew within ForgetPoll, and the subscription tries
+	// again ForgetPoll after the cut, on that dial or its own. (On a machine
+	// too busy to run it within the sleep, the test checks less, and passes.)
+	for start := time.Now(); rl.Dialed() == dialed; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > time.Minute {
+			t.Fatal("the store did not dial Redis anew")
+		}
+	}
+	time.Sleep(2 * redis.ForgetPoll)
+	closed := make(chan struct{})
+	go func() { st.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close waited on the stopped Redis")
+	}
+}
