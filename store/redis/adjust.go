@@ -92,7 +92,7 @@ func validateOne(req *store.Request) (*algo.Plan, error) {
 // adjust runs adjust.lua on the request's key and block key, then drops
 // the key's cached denials here and on the other stores.
 func (s *Store) adjust(ctx context.Context, req store.Request, op string, args []string) error {
-	ctx, cancel, err := s.connected(ctx)
+	ctx, cancel, c, err := s.boundedCall(ctx)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func (s *Store) adjust(ctx context.Context, req store.Request, op string, args [
 	if !req.Time.IsZero() {
 		now = itoa(req.Time.UnixMicro())
 	}
-	if err := adjustScript.Exec(ctx, s.client(), []string{key}, append([]string{now, op}, args...)).Error(); err != nil {
+	if err := adjustScript.Exec(ctx, c, []string{key}, append([]string{now, op}, args...)).Error(); err != nil {
 		return fmt.Errorf("redis store: %s: %w", op, err)
 	}
 	return s.forget(ctx, req)

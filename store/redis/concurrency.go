@@ -56,7 +56,7 @@ func (s *Store) Holders(ctx context.Context, req store.Request) ([]algo.Holder, 
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel, err := s.connected(ctx)
+	ctx, cancel, cl, err := s.boundedCall(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (s *Store) Holders(ctx context.Context, req store.Request) ([]algo.Holder, 
 			return nil, err
 		}
 	}
-	h, err := s.client().Do(ctx, s.client().B().Hgetall().Key(s.stateKey(req)).Build()).AsStrMap()
+	h, err := cl.Do(ctx, cl.B().Hgetall().Key(s.stateKey(req)).Build()).AsStrMap()
 	if err != nil {
 		return nil, fmt.Errorf("redis store: holders: %w", err)
 	}

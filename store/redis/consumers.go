@@ -29,7 +29,7 @@ func (s *Store) PushConsumers(ctx context.Context, entries []store.Consumed, kee
 	if keep <= 0 || len(entries) == 0 {
 		return nil
 	}
-	ctx, cancel, err := s.connected(ctx)
+	ctx, cancel, c, err := s.boundedCall(ctx)
 	if err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func (s *Store) PushConsumers(ctx context.Context, entries []store.Consumed, kee
 	for i, e := range entries {
 		execs[i] = rueidis.LuaExec{Keys: []string{consumersKey(s.prefix, e.Key, e.Tag)}, Args: []string{string(e.Entry), n, ms}}
 	}
-	for _, res := range consumersScript.ExecMulti(ctx, s.client(), execs...) {
+	for _, res := range consumersScript.ExecMulti(ctx, c, execs...) {
 		if err := res.Error(); err != nil {
 			return fmt.Errorf("redis store: consumers: %w", err)
 		}
@@ -49,12 +49,11 @@ func (s *Store) PushConsumers(ctx context.Context, entries []store.Consumed, kee
 
 // Consumers implements store.ConsumerLog.
 func (s *Store) Consumers(ctx context.Context, key, tag string) ([][]byte, error) {
-	ctx, cancel, err := s.connected(ctx)
+	ctx, cancel, c, err := s.boundedCall(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	c := s.client()
 	vals, err := c.Do(ctx, c.B().Lrange().Key(consumersKey(s.prefix, key, tag)).Start(0).Stop(-1).Build()).AsStrSlice()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return nil, fmt.Errorf("redis store: consumers: %w", err)

@@ -48,7 +48,7 @@ func (s *Store) forget(ctx context.Context, reqs ...store.Request) error {
 		return err
 	}
 	channel, gen := s.forgetNames()
-	if err := forgetScript.Exec(ctx, s.client(), []string{gen}, []string{channel, string(payload)}).Error(); err != nil {
+	if err := forgetScript.Exec(ctx, bounded{s.client()}, []string{gen}, []string{channel, string(payload)}).Error(); err != nil {
 		return fmt.Errorf("redis store: tell the other stores' over-limit caches: %w", err)
 	}
 	return nil

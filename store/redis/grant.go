@@ -96,7 +96,7 @@ func (s *Store) Grant(ctx context.Context, reqs []store.Request, units int64) (s
 		if len(back) == 0 {
 			return nil
 		}
-		for _, r := range leaseScript.ExecMulti(ctx, s.client(), back...) {
+		for _, r := range leaseScript.ExecMulti(ctx, bounded{s.client()}, back...) { // also after the call, on the caller's goroutine
 			if err := r.Error(); err != nil {
 				return fmt.Errorf("redis store: grant: give back: %w", err)
 			}

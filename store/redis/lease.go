@@ -498,7 +498,7 @@ func (s *Store) giveBackExpired(now int64, all bool) {
 			Args: []string{"", itoa(o.window), itoa(o.limit), "0", l.holder, itoa(o.units), itoa(o.end), "0"}}
 	}
 	if c := s.client(); c != nil {
-		leaseScript.ExecMulti(ctx, c, execs...) // best effort: units not given back wait for their window's end
+		leaseScript.ExecMulti(ctx, bounded{c}, execs...) // best effort: units not given back wait for their window's end
 	}
 }
 

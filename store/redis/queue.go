@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/keys"
 	"github.com/sluicehq/sluice/queue/backend"
-	"github.com/sluicehq/sluice/store"
 )
 
 // The store's admission queues (backend.Queues) are Redis Streams: a queue
@@ -93,8 +92,8 @@ func (s *Store) QueuesShared() bool { return true }
 // QueueWarning implements backend.Queues: a maxmemory-policy that may evict
 // keys would lose entries.
 func (s *Store) QueueWarning(ctx context.Context) string {
-	c := s.client()
-	if c == nil {
+	c, err := s.clientOrErr()
+	if err != nil {
 		return ""
 	}
 	m, err := c.Do(ctx, c.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
@@ -105,73 +104,6 @@ func (s *Store) QueueWarning(ctx context.Context) string {
 		return fmt.Sprintf("Redis maxmemory-policy is %q: under memory pressure Redis may evict queue entries; use noeviction", p)
 	}
 	return ""
-}
-
-// clientOrErr returns the store's client, or store.ErrNotConnected while
-// a store opened with Options.Background has not connected.
-// clientOrErr returns the client for a call outside decisions (queues, a
-// ping), bounded by its context (see bounded).
-func (s *Store) clientOrErr() (rueidis.Client, error) {
-	c := s.client()
-	if c == nil {
-		return nil, store.ErrNotConnected
-	}
-	return bounded{c}, nil
-}
-
-// boundedCall returns ctx bounded by the store's timeout (connected) and the
-// client for a call outside decisions, which returns by that deadline
-// whatever a stalled Redis does (clientOrErr).
-func (s *Store) boundedCall(ctx context.Context) (context.Context, context.CancelFunc, rueidis.Client, error) {
-	ctx, cancel, err := s.connected(ctx)
-	if err != nil {
-		return ctx, func() {}, nil, err
-	}
-	c, err := s.clientOrErr()
-	if err != nil {
-		cancel()
-		return ctx, func() {}, nil, err
-	}
-	return ctx, cancel, c, nil
-}
-
-// bounded is a client whose calls return by their context's deadline
-// whatever rueidis does: against a Redis that has stopped answering, a
-// connection it dials anew waits for its handshake up to the dial timeout
-// (seconds), whatever the context says. The call goes on, on its own
-// goroutine, until rueidis gives up; only its caller stops waiting.
-type bounded struct{ rueidis.Client }
-
-func (b bounded) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if ctx.Done() == nil {
-		return b.Client.Do(ctx, cmd)
-	}
-	ch := make(chan rueidis.RedisResult, 1)
-	go func() { ch <- b.Client.Do(ctx, cmd) }()
-	select {
-	case r := <-ch:
-		return r
-	case <-ctx.Done():
-		return rueidis.NewErrorResult(fmt.Errorf("redis store: %w", ctx.Err()))
-	}
-}
-
-func (b bounded) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	if ctx.Done() == nil {
-		return b.Client.DoMulti(ctx, cmds...)
-	}
-	ch := make(chan []rueidis.RedisResult, 1)
-	go func() { ch <- b.Client.DoMulti(ctx, cmds...) }()
-	select {
-	case r := <-ch:
-		return r
-	case <-ctx.Done():
-		out := make([]rueidis.RedisResult, len(cmds))
-		for i := range out {
-			out[i] = rueidis.NewErrorResult(fmt.Errorf("redis store: %w", ctx.Err()))
-		}
-		return out
-	}
 }
 
 func (q *queue) Add(ctx context.Context, dedup string, fields []byte) (backend.Added, error) {

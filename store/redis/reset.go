@@ -37,12 +37,11 @@ func (s *Store) deleteEach(ctx context.Context, op string, reqs []store.Request,
 	if len(reqs) == 0 {
 		return nil
 	}
-	ctx, cancel, err := s.connected(ctx)
+	ctx, cancel, c, err := s.boundedCall(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	c := s.client()
 	cmds := make(rueidis.Commands, len(reqs))
 	for i, r := range reqs {
 		cmds[i] = c.B().Del().Key(name(r)).Build()

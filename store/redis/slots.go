@@ -130,7 +130,7 @@ func (s *Store) refund(ctx context.Context, levels []store.Request, stateKeys []
 		}
 		k += 1 + int(blockExtras(r.Plan))
 	}
-	if err := refundDriver.script(c.set).Exec(ctx, s.client(), keys, args).Error(); err != nil {
+	if err := refundDriver.script(c.set).Exec(ctx, bounded{s.client()}, keys, args).Error(); err != nil {
 		return fmt.Errorf("redis store: refund: %w", err)
 	}
 	return nil
@@ -149,7 +149,8 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 
 // time reads Redis TIME.
 func (s *Store) time(ctx context.Context) (time.Time, error) {
-	now, err := s.client().Do(ctx, s.client().B().Time().Build()).AsStrSlice()
+	c := bounded{s.client()}
+	now, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
 	if err != nil || len(now) != 2 {
 		return time.Time{}, fmt.Errorf("redis store: TIME: %v", err)
 	}
