@@ -24,22 +24,38 @@ var ErrLost = errors.New("sluice: permit lost: its hold ended before it was rene
 // key, under a random id: Limiter.Acquire takes them, the Permit renews
 // their hold while it is held, and Release gives them back. A holder that
 // dies without releasing frees them when the hold runs out.
+//
+// A Permit is a small value: its copies name the same slots, and once
+// they are released every copy is spent (Release and RenewAt do nothing,
+// Lost is nil). The zero Permit holds nothing.
 type Permit struct {
+	s   *permitState // nil for a denied or zero Permit
+	gen uint64       // s's generation this Permit names
+	id  int64
+	res algo.Result
+}
+
+// A permitState is what a held Permit's ops share. A release spends it (a
+// new generation) and gives it to a later acquire, so that a pair of
+// acquire and release allocates nothing (bench/NOTES.md, "Slots"); a
+// Permit of a spent generation does nothing with it.
+type permitState struct {
 	l    *Limiter
 	key  string
 	id   int64
-	res  algo.Result
+	gen  atomic.Uint64 // changed by a release, under mu
 	lost chan struct{} // Lost's, made on demand (most permits need none), or lostChan; under lostMu
+	gone bool          // lost: never given to another acquire (lostMu)
 
 	// Renewals, by the permit's renewer; its mu guards these.
-	last       time.Time // the last renewal that held, or a time before the acquire
-	prev, next *Permit   // in the renewer's bucket
+	last       time.Time    // the last renewal that held, or a time before the acquire
+	prev, next *permitState // in the renewer's bucket
 
 	// mu is held while an op of the permit is in the store: a Release
 	// waits for a renewal in flight, and RenewAt and Release take turns.
-	mu       sync.Mutex
-	lostMu   sync.Mutex
-	released atomic.Bool
+	// Lock order: mu, then the renewer's mu, then lostMu.
+	mu     sync.Mutex
+	lostMu sync.Mutex
 
 	renewing bool  // renewed by the renewer (Acquire's permits)
 	stopped  bool  // Release has begun: renew no more (the renewer's mu)
@@ -48,45 +64,51 @@ type Permit struct {
 }
 
 // ID returns the permit id: the store knows the slots by it.
-func (p *Permit) ID() int64 { return p.id }
+func (p Permit) ID() int64 { return p.id }
 
-// OK reports whether the permit holds slots: false for one that
-// AcquireAt was denied, and for nil.
-func (p *Permit) OK() bool { return p != nil && p.res.Allowed }
+// OK reports whether the permit was granted its slots: false for one that
+// AcquireAt was denied, and for the zero Permit.
+func (p Permit) OK() bool { return p.res.Allowed }
 
 // Result is the acquire's result: the slots left, and for a denied one
 // when a hold ends (RetryAfter).
-func (p *Permit) Result() algo.Result { return p.res }
+func (p Permit) Result() algo.Result { return p.res }
 
 // Lost returns a channel closed when a renewing permit (Acquire's) finds
 // its slots no longer held, or cannot renew them before their hold ends:
-// the work it guards may now overlap another holder's. It is never closed
-// for a permit that does not renew (its channel is nil), nor by Release.
-func (p *Permit) Lost() <-chan struct{} {
-	if !p.renewing {
+// the work it guards may now overlap another holder's. It is nil for a
+// permit that does not renew, and for one released (unless it was lost
+// first); Release does not close it.
+func (p Permit) Lost() <-chan struct{} {
+	s := p.s
+	if s == nil {
 		return nil
 	}
-	p.lostMu.Lock()
-	defer p.lostMu.Unlock()
-	if p.lost == nil {
-		p.lost = make(chan struct{})
+	s.lostMu.Lock()
+	defer s.lostMu.Unlock()
+	if s.gen.Load() != p.gen || !s.renewing {
+		return nil
 	}
-	return p.lost
+	if s.lost == nil {
+		s.lost = make(chan struct{})
+	}
+	return s.lost
 }
 
 // markLost closes the permit's Lost channel, or gives it lostChan if it
-// has none yet.
-func (p *Permit) markLost() {
-	p.lostMu.Lock()
-	defer p.lostMu.Unlock()
-	if p.lost == nil {
-		p.lost = lostChan
+// has none yet. The caller holds s.mu: the permit is not released meanwhile.
+func (s *permitState) markLost() {
+	s.lostMu.Lock()
+	defer s.lostMu.Unlock()
+	s.gone = true
+	if s.lost == nil {
+		s.lost = lostChan
 		return
 	}
 	select {
-	case <-p.lost: // closed already
+	case <-s.lost: // closed already
 	default:
-		close(p.lost)
+		close(s.lost)
 	}
 }
 
@@ -99,7 +121,7 @@ var lostChan = func() chan struct{} {
 }()
 
 // Acquire waits for one slot for key and takes it: AcquireN(ctx, key, 1).
-func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
+func (l *Limiter) Acquire(ctx context.Context, key string) (Permit, error) {
 	return l.AcquireN(ctx, key, 1)
 }
 
@@ -115,24 +137,22 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (*Permit, error) {
 // The limit must be a concurrency limit (others: an error wrapping
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
 // may have taken the slots: they are freed when their hold ends.
-func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, error) {
-	c, _ := l.plan.Concurrency() // do refuses another limit
-	p := l.newPermit(key)
+func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (Permit, error) {
+	c, _ := l.plan.Concurrency() // acquire refuses another limit
 	pause := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return Permit{}, err
 		}
-		ok, err := p.do(ctx, algo.Acquire, time.Time{}, n, &p.res)
+		p, err := l.acquire(ctx, key, time.Time{}, n, true)
 		switch {
 		case err != nil:
-			return nil, err
-		case ok:
-			p.renewing = true
-			l.renewers[p.renewer].add(p, c.HoldFor)
+			return Permit{}, err
+		case p.OK():
+			l.renewers[p.s.renewer].add(p.s, c.HoldFor)
 			return p, nil
 		case p.res.RetryAfter == algo.Never:
-			return nil, ErrNever
+			return Permit{}, ErrNever
 		}
 		wait := min(pause, p.res.RetryAfter)
 		wait = wait/2 + mrand.N(wait/2+1) // jitter: waiters do not retry in step
@@ -141,7 +161,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return Permit{}, ctx.Err()
 		case <-t.C:
 		}
 	}
@@ -151,49 +171,63 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (*Permit, e
 // store's clock) under a new permit id, the twin of AcquireN for tests and
 // replays: it does not wait and its Permit does not renew (RenewAt does).
 // A denied acquire returns a Permit that is not OK, with its Result.
-func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (*Permit, error) {
-	p := l.newPermit(key)
-	if _, err := p.do(ctx, algo.Acquire, t, n, &p.res); err != nil {
-		return nil, err
-	}
-	return p, nil
+func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int64) (Permit, error) {
+	return l.acquire(ctx, key, t, n, false)
 }
 
-func (l *Limiter) newPermit(key string) *Permit {
-	return &Permit{l: l, key: key, bucket: -1} // its id comes with its first op (do)
+// acquire tries once to take n slots for key at t under a new id, on a
+// permitState a release gave back to the pooled plan, or a new one. A
+// state the acquire did not take goes back to the plan.
+func (l *Limiter) acquire(ctx context.Context, key string, t time.Time, n int64, renewing bool) (Permit, error) {
+	pp := l.opPlan()
+	defer l.plans.Put(pp)
+	s := pp.spare
+	if s == nil {
+		s = new(permitState)
+	}
+	pp.spare = nil
+	s.l, s.key, s.id, s.renewer = l, key, pp.ids.Next(), pp.renewer
+	s.last, s.renewing, s.stopped, s.bucket = time.Time{}, renewing, false, -1
+	_, err := s.do(ctx, pp, algo.Acquire, t, n, &pp.res) // &pp.res, not a local: it would escape
+	switch {
+	case err != nil:
+		pp.spare = s
+		return Permit{}, err
+	case !pp.res.Allowed:
+		pp.spare = s
+		return Permit{id: s.id, res: pp.res}, nil
+	}
+	return Permit{s: s, gen: s.gen.Load(), id: s.id, res: pp.res}, nil
+}
+
+// opPlan returns a copy of the Limiter's plan for one op of a permit,
+// from its pool; the caller puts it back.
+func (l *Limiter) opPlan() *opPlan {
+	pp, _ := l.plans.Get().(*opPlan)
+	if pp == nil {
+		pp = &opPlan{Plan: *l.plan} // ForPermit sets all that differs between permits
+		pp.renewer = uint8(l.nextRenewer.Add(1) % renewers)
+	}
+	return pp
 }
 
 // do decides op for the permit on its key at t: store.Acquire, Renew or
-// Release of one request, as one Decide (no slices to allocate), on a
+// Release of one request, as one Decide (no slices to allocate), on pp, a
 // copy of the limit's plan from the Limiter's pool (a store keeps no Plan
-// past the call; nothing but ForPermit changes a plan once compiled), so
-// that a permit is one allocation; a new permit's id comes from that
-// copy's Source, and an acquire's permit takes its renewer. It sets *r to
-// the Result, in place on a store that is an Allower (which with r nil
-// skips building it). The caller holds p.mu, or has not yet shared p. The
-// error wraps algo.ErrUnsupported for a limit that is not a concurrency
-// limit.
-func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64, r *algo.Result) (bool, error) {
-	pp, _ := p.l.plans.Get().(*opPlan)
-	if pp == nil {
-		pp = &opPlan{Plan: *p.l.plan} // ForPermit sets all that differs between permits
-		pp.renewer = uint8(p.l.nextRenewer.Add(1) % renewers)
-	}
-	defer p.l.plans.Put(pp)
-	if p.id == 0 { // a new permit's first acquire
-		p.id = pp.ids.Next()
-	}
+// past the call; nothing but ForPermit changes a plan once compiled). It
+// sets *r to the Result, in place on a store that is an Allower (which
+// with r nil skips building it). The caller holds s.mu, or has not yet
+// given s to a Permit. The error wraps algo.ErrUnsupported for a limit
+// that is not a concurrency limit.
+func (s *permitState) do(ctx context.Context, pp *opPlan, op algo.SlotOp, t time.Time, n int64, r *algo.Result) (bool, error) {
 	q := &pp.Plan
-	if err := algo.ForPermit(q, p.id, op); err != nil {
+	if err := algo.ForPermit(q, s.id, op); err != nil {
 		return false, err
 	}
-	if op == algo.Acquire {
-		p.renewer = pp.renewer
+	if s.l.allower != nil {
+		return s.l.allower.AllowN(ctx, s.key, q, t, n, r)
 	}
-	if p.l.allower != nil {
-		return p.l.allower.AllowN(ctx, p.key, q, t, n, r)
-	}
-	res, err := p.l.st.Decide(ctx, store.Request{Key: p.key, Plan: q, Cost: n, Time: t})
+	res, err := s.l.st.Decide(ctx, store.Request{Key: s.key, Plan: q, Cost: n, Time: t})
 	if r != nil {
 		*r = res
 	}
@@ -204,21 +238,24 @@ func (p *Permit) do(ctx context.Context, op algo.SlotOp, t time.Time, n int64, r
 // clock): it runs HoldFor from t. It reports false when the slots are no
 // longer held (released, or the hold ended): a permit once lost is never
 // renewed.
-func (p *Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
-	if !p.OK() {
+func (p Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
+	s := p.s
+	if s == nil {
 		return false, nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.renew(ctx, t)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen.Load() != p.gen {
+		return false, nil
+	}
+	return s.renew(ctx, t)
 }
 
-// renew is RenewAt with p.mu held.
-func (p *Permit) renew(ctx context.Context, t time.Time) (bool, error) {
-	if p.released.Load() {
-		return false, nil
-	}
-	held, err := p.do(ctx, algo.Renew, t, 0, nil)
+// renew renews s's hold at t; s.mu is held.
+func (s *permitState) renew(ctx context.Context, t time.Time) (bool, error) {
+	pp := s.l.opPlan()
+	defer s.l.plans.Put(pp)
+	held, err := s.do(ctx, pp, algo.Renew, t, 0, nil)
 	if err != nil {
 		return false, fmt.Errorf("sluice: renew permit: %w", err)
 	}
@@ -227,39 +264,55 @@ func (p *Permit) renew(ctx context.Context, t time.Time) (bool, error) {
 
 // Release gives the permit's slots back and stops renewing it:
 // ReleaseAt(ctx, time.Time{}).
-func (p *Permit) Release(ctx context.Context) error { return p.ReleaseAt(ctx, time.Time{}) }
+func (p Permit) Release(ctx context.Context) error { return p.ReleaseAt(ctx, time.Time{}) }
 
 // ReleaseAt gives the permit's slots back at t (the zero Time: the
 // store's clock) and stops renewing it. It is safe to call more than
-// once, from any goroutine: once a release has succeeded, later calls do
-// nothing; a release of slots no longer held (their hold ended) changes
-// nothing. A release that failed may be called again.
-func (p *Permit) ReleaseAt(ctx context.Context, t time.Time) error {
-	if !p.OK() || p.released.Load() {
+// once, on any copy, from any goroutine: once a release has succeeded,
+// later calls do nothing; a release of slots no longer held (their hold
+// ended) changes nothing. A release that failed may be called again.
+func (p Permit) ReleaseAt(ctx context.Context, t time.Time) error {
+	s := p.s
+	if s == nil || s.gen.Load() != p.gen {
 		return nil
 	}
-	if p.renewing {
-		p.l.renewers[p.renewer].remove(p) // no renewal after the release
-	}
-	p.mu.Lock() // after a renewal in flight
-	defer p.mu.Unlock()
-	if p.released.Load() {
+	s.mu.Lock() // after a renewal in flight
+	if s.gen.Load() != p.gen {
+		s.mu.Unlock()
 		return nil
 	}
-	if _, err := p.do(ctx, algo.Release, t, 0, nil); err != nil {
+	if s.renewing {
+		s.l.renewers[s.renewer].remove(s) // no renewal after the release
+	}
+	pp := s.l.opPlan()
+	defer s.l.plans.Put(pp)
+	if _, err := s.do(ctx, pp, algo.Release, t, 0, nil); err != nil {
+		s.mu.Unlock()
 		return fmt.Errorf("sluice: release permit: %w", err)
 	}
-	p.released.Store(true)
+	// Spend this generation; a state that was never lost goes to the next
+	// acquire on this plan.
+	s.gen.Add(1)
+	s.lostMu.Lock()
+	gone := s.gone
+	s.lost = nil
+	s.lostMu.Unlock()
+	s.mu.Unlock()
+	if !gone && pp.spare == nil {
+		pp.spare = s
+	}
 	return nil
 }
 
-// opPlan is a copy of a Limiter's plan for one op of a permit (Permit.do),
-// from the Limiter's pool, with the renewer of the permits it acquires:
-// a pool hands a goroutine the copy last used on its core, so a permit's
-// acquire and release mostly take the lock of a renewer that core used
-// last, rather than one the other cores use too.
+// opPlan is a copy of a Limiter's plan for one op of a permit
+// (permitState.do), from the Limiter's pool, with the renewer of the
+// permits it acquires: a pool hands a goroutine the copy last used on its
+// core, so a permit's acquire and release mostly take the lock of a
+// renewer that core used last, rather than one the other cores use too.
 type opPlan struct {
 	algo.Plan
 	renewer uint8
 	ids     permitid.Source // the ids of the permits it acquires
+	spare   *permitState    // a released permit's, for the next acquire
+	res     algo.Result     // an acquire's
 }

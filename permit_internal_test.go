@@ -24,22 +24,22 @@ func TestLostChannelOnDemand(t *testing.T) {
 			return false
 		}
 	}
-	before := &Permit{renewing: true}
+	before := Permit{s: &permitState{renewing: true}}
 	c := before.Lost()
 	if closed(c) {
 		t.Fatal("closed before it was lost")
 	}
-	before.markLost()
-	before.markLost()
+	before.s.markLost()
+	before.s.markLost()
 	if !closed(c) || before.Lost() != c {
 		t.Fatal("made before: not closed when lost")
 	}
-	after := &Permit{renewing: true}
-	after.markLost()
+	after := Permit{s: &permitState{renewing: true}}
+	after.s.markLost()
 	if !closed(after.Lost()) {
 		t.Fatal("made after: not closed")
 	}
-	if (&Permit{}).Lost() != nil {
+	if (Permit{s: &permitState{}}).Lost() != nil || (Permit{}).Lost() != nil {
 		t.Fatal("a permit that does not renew has a Lost channel")
 	}
 }
@@ -56,7 +56,7 @@ func TestRenewerOfThePooledPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := make(chan *Permit, 100*100)
+	held := make(chan Permit, 100*100)
 	var wg sync.WaitGroup
 	for g := range 100 {
 		wg.Add(1)
@@ -74,17 +74,17 @@ func TestRenewerOfThePooledPlan(t *testing.T) {
 	}
 	wg.Wait()
 	close(held)
-	var permits []*Permit
+	var permits []Permit
 	for p := range held {
 		permits = append(permits, p)
 	}
 	// inRenewers checks that the renewers hold exactly want, each permit
 	// in the renewer it names.
-	inRenewers := func(want []*Permit) {
+	inRenewers := func(want []Permit) {
 		t.Helper()
-		left := map[*Permit]bool{}
+		left := map[*permitState]bool{}
 		for _, p := range want {
-			left[p] = true
+			left[p.s] = true
 		}
 		for i := range lim.renewers {
 			rn := &lim.renewers[i].renewer
@@ -114,4 +114,72 @@ func TestRenewerOfThePooledPlan(t *testing.T) {
 		}
 	}
 	inRenewers(nil)
+}
+
+// TestSpentCopiesDoNothing: a released Permit's state goes to a later
+// acquire; the released Permit's copies then do nothing with it: a
+// release frees none of the new permit's slots, a renewal reports false,
+// Lost is nil, and the new permit stays with its renewer, its Lost
+// channel open.
+func TestSpentCopiesDoNothing(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ctx := context.Background()
+	lim, err := NewLimiter(st, algo.Concurrency{Count: 1, HoldFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spent, p Permit
+	for i := 0; p.s == nil; i++ { // a sync.Pool may drop the plan a state went to (under -race)
+		if i == 100 {
+			t.Fatal("no state given to a later acquire in 100 pairs")
+		}
+		a, err := lim.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := a
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b, err := lim.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.s == c.s {
+			spent, p = c, b
+		} else if err := b.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spent.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := spent.RenewAt(ctx, time.Time{}); held || err != nil {
+		t.Fatalf("a spent permit renewed: %v, %v", held, err)
+	}
+	if spent.Lost() != nil {
+		t.Fatal("a spent permit has a Lost channel")
+	}
+	if x, err := lim.AcquireAt(ctx, "k", time.Time{}, 1); err != nil || x.OK() {
+		t.Fatalf("a spent copy's release freed the new permit's slot: %+v, %v", x.Result(), err)
+	}
+	rn := &lim.renewers[p.s.renewer].renewer
+	rn.mu.Lock()
+	in := p.s.bucket >= 0 && !p.s.stopped
+	rn.mu.Unlock()
+	if !in {
+		t.Fatal("the new permit left its renewer")
+	}
+	select {
+	case <-p.Lost():
+		t.Fatal("the new permit is lost")
+	default:
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := lim.AcquireAt(ctx, "k", time.Time{}, 1); err != nil || !x.OK() {
+		t.Fatalf("after the new permit's release: %+v, %v", x.Result(), err)
+	}
 }

@@ -69,6 +69,82 @@ func TestAcquireMaxInFlight(t *testing.T) {
 	}
 }
 
+// TestSpentPermitsFreeNothing: 50 goroutines race for 10 slots until
+// each has held one 50 times, trying again at once when denied, so that
+// the slots are mostly all held; while it holds a slot, each renews and
+// releases a permit another released before (a spent copy, whose state
+// a later acquire may reuse): the most in flight at once is 10, never
+// more, on both stores. The first holders wait until 10 hold at once.
+func TestSpentPermitsFreeNothing(t *testing.T) {
+	stores, _ := limiterStores(t)
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			const limit = 10
+			lim, err := sluice.NewLimiter(st, algo.Concurrency{Count: limit, HoldFor: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inFlight, most, acquired atomic.Int64
+			full := make(chan struct{}) // the first holders wait until 10 hold at once
+			var fullOnce sync.Once
+			var mu sync.Mutex
+			spent := make([]sluice.Permit, 64)
+			var wg sync.WaitGroup
+			for g := range 50 {
+				wg.Go(func() {
+					defer fullOnce.Do(func() { close(full) }) // the others go on if this one fails
+					for i, denied := 0, 0; i < 50; {
+						p, err := lim.AcquireAt(ctx, "k", time.Time{}, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if !p.OK() {
+							if denied++; denied == 100_000 {
+								t.Error("denied 100,000 times in a row: slots leaked")
+								return
+							}
+							runtime.Gosched()
+							continue
+						}
+						i, denied = i+1, 0
+						acquired.Add(1)
+						n := inFlight.Add(1)
+						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+						}
+						mu.Lock()
+						old := spent[(g+i)%len(spent)]
+						mu.Unlock()
+						if held, err := old.RenewAt(ctx, time.Time{}); held || err != nil {
+							t.Errorf("a spent permit renewed: %v, %v", held, err)
+						}
+						if err := old.Release(ctx); err != nil {
+							t.Error(err)
+						}
+						if n == limit {
+							fullOnce.Do(func() { close(full) })
+						}
+						<-full
+						runtime.Gosched()
+						inFlight.Add(-1)
+						if err := p.Release(ctx); err != nil {
+							t.Error(err)
+						}
+						mu.Lock()
+						spent[(g*7+i)%len(spent)] = p
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if most.Load() != limit || acquired.Load() != 50*50 {
+				t.Fatalf("most in flight %d (want %d), %d acquired (want 2500)", most.Load(), limit, acquired.Load())
+			}
+		})
+	}
+}
+
 // TestPermitIDs: 100 goroutines take and give back 1000 permits each (the
 // ids come from the pooled plans' sources, each refilled many times over):
 // every id is 1 to algo.MaxPermitID, and no two are the same (53 random
@@ -216,7 +292,7 @@ func TestAcquireWaitsForARelease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan *sluice.Permit)
+			got := make(chan sluice.Permit)
 			go func() {
 				p, err := lim.Acquire(ctx, "one")
 				if err != nil {
@@ -373,7 +449,7 @@ func TestHeldSlotsCostNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	permits := make([]*sluice.Permit, 10_000)
+	permits := make([]sluice.Permit, 10_000)
 	for i := range permits {
 		if permits[i], err = lim.Acquire(ctx, "k"+strconv.Itoa(i%1000)); err != nil {
 			t.Fatal(err)
@@ -424,12 +500,15 @@ func TestHeldSlotsCostNoGoroutine(t *testing.T) {
 // it.
 const maxRenewingGoroutines = 8 * (1 + 2*8)
 
-// TestPermitIsOneAllocation: on the memory store, an acquire and its
-// release allocate the Permit and nothing else: each op's plan comes from
-// the Limiter's pool, and Lost's channel is made only when asked for.
-// (Under the race detector a sync.Pool drops some of what it is given:
-// the pools of plans and ids then allocate now and then.)
-func TestPermitIsOneAllocation(t *testing.T) {
+// TestPermitPairAllocatesNothing: on the memory store, an acquire and its
+// release allocate nothing: each op's plan comes from the Limiter's pool,
+// a release gives the permit's state to the next acquire on that plan,
+// and Lost's channel is made only when asked for. (Under the race
+// detector a sync.Pool drops a quarter of what it is given, and a plan
+// dropped is made again with a new state: about 0.75 allocations a pair,
+// which AllocsPerRun, counting whole ones, reports as 0; a pair that
+// allocated its state would count 1 or more.)
+func TestPermitPairAllocatesNothing(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	ctx := context.Background()
@@ -453,12 +532,8 @@ func TestPermitIsOneAllocation(t *testing.T) {
 	} {
 		// The renewer's goroutine, should it end and start again during
 		// the runs, is a few allocations over 1000 pairs: not one a pair.
-		want := 1.0
-		if raceEnabled {
-			want = 2
-		}
-		if n := testing.AllocsPerRun(1000, pair); n > want {
-			t.Errorf("%s: %v allocations, want %v", name, n, want)
+		if n := testing.AllocsPerRun(1000, pair); n != 0 {
+			t.Errorf("%s: %v allocations a pair, want 0", name, n)
 		}
 	}
 }

@@ -35,8 +35,8 @@ type paddedRenewer struct {
 // whole hold.
 type renewer struct {
 	mu       sync.Mutex
-	hold     time.Duration // the limit's HoldFor
-	buckets  [3]*Permit    // by epoch mod 3: lists of permits, linked by prev and next
+	hold     time.Duration   // the limit's HoldFor
+	buckets  [3]*permitState // by epoch mod 3: lists of permits, linked by prev and next
 	epoch    uint64
 	epochAt  time.Time // when the epoch began
 	running  bool
@@ -47,7 +47,7 @@ type renewer struct {
 // add schedules p's renewals. p.last becomes the epoch's start, no later
 // than the acquire: a store that fails then loses p no later than its hold
 // would end.
-func (rn *renewer) add(p *Permit, hold time.Duration) {
+func (rn *renewer) add(p *permitState, hold time.Duration) {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	if !rn.running {
@@ -62,7 +62,8 @@ func (rn *renewer) add(p *Permit, hold time.Duration) {
 }
 
 // remove stops p's renewals; a renewal in flight holds p.mu until it ends.
-func (rn *renewer) remove(p *Permit) {
+// The caller holds p.mu.
+func (rn *renewer) remove(p *permitState) {
 	rn.mu.Lock()
 	rn.unlink(p)
 	p.stopped = true
@@ -70,7 +71,7 @@ func (rn *renewer) remove(p *Permit) {
 }
 
 // push puts p in the current epoch's bucket; rn.mu is held.
-func (rn *renewer) push(p *Permit) {
+func (rn *renewer) push(p *permitState) {
 	b := rn.epoch % 3
 	p.bucket, p.prev, p.next = int8(b), nil, rn.buckets[b]
 	if p.next != nil {
@@ -80,7 +81,7 @@ func (rn *renewer) push(p *Permit) {
 }
 
 // unlink takes p out of its bucket, if it is in one; rn.mu is held.
-func (rn *renewer) unlink(p *Permit) {
+func (rn *renewer) unlink(p *permitState) {
 	if p.bucket < 0 {
 		return
 	}
@@ -102,7 +103,7 @@ func (rn *renewer) run() {
 	defer tick.Stop()
 	for range tick.C {
 		rn.mu.Lock()
-		if rn.buckets == [3]*Permit{} && rn.inFlight == 0 {
+		if rn.buckets == [3]*permitState{} && rn.inFlight == 0 {
 			rn.running = false
 			rn.mu.Unlock()
 			return
@@ -139,7 +140,7 @@ func (rn *renewer) renewAll(b int) {
 }
 
 // renew renews p once, then schedules its next renewal or marks it lost.
-func (rn *renewer) renew(p *Permit) {
+func (rn *renewer) renew(p *permitState) {
 	defer func() { <-rn.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), rn.hold/3)
 	held, err := p.renew(ctx, time.Time{})
@@ -159,8 +160,8 @@ func (rn *renewer) renew(p *Permit) {
 		rn.push(p)
 	}
 	rn.mu.Unlock()
-	p.mu.Unlock()
 	if lost {
-		p.markLost()
+		p.markLost() // before p.mu is let go: a release may then reuse p
 	}
+	p.mu.Unlock()
 }
