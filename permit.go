@@ -26,8 +26,9 @@ var ErrLost = errors.New("sluice: permit lost: its hold ended before it was rene
 // dies without releasing frees them when the hold runs out.
 //
 // A Permit is a small value: its copies name the same slots, and once
-// they are released every copy is spent (Release and RenewAt do nothing,
-// Lost is nil). The zero Permit holds nothing.
+// they are released every copy is spent (Release and RenewAt do nothing;
+// Lost is nil, or closed if the permit was lost first). The zero Permit
+// holds nothing.
 type Permit struct {
 	s   *permitState // nil for a denied or zero Permit
 	gen uint64       // s's generation this Permit names
@@ -37,15 +38,15 @@ type Permit struct {
 
 // A permitState is what a held Permit's ops share. A release spends it (a
 // new generation) and gives it to a later acquire, so that a pair of
-// acquire and release allocates nothing (bench/NOTES.md, "Slots"); a
+// acquire and release allocates nothing (bench/NOTES.md, "Slots against a check"); a
 // Permit of a spent generation does nothing with it.
 type permitState struct {
-	l    *Limiter
-	key  string
-	id   int64
-	gen  atomic.Uint64 // changed by a release, under mu
-	lost chan struct{} // Lost's, made on demand (most permits need none), or lostChan; under lostMu
-	gone bool          // lost: never given to another acquire (lostMu)
+	l       *Limiter
+	key     string
+	id      int64
+	gen     atomic.Uint64 // changed by a release, under mu
+	lost    chan struct{} // Lost's, made on demand (most permits need none), or lostChan; under lostMu
+	lostGen uint64        // 1 + the generation that was lost, or 0: a lost state is never handed on (lostMu)
 
 	// Renewals, by the permit's renewer; its mu guards these.
 	last       time.Time    // the last renewal that held, or a time before the acquire
@@ -86,7 +87,13 @@ func (p Permit) Lost() <-chan struct{} {
 	}
 	s.lostMu.Lock()
 	defer s.lostMu.Unlock()
-	if s.gen.Load() != p.gen || !s.renewing {
+	if s.gen.Load() != p.gen {
+		if s.lostGen == p.gen+1 { // lost, then released: it stays closed
+			return s.lost
+		}
+		return nil
+	}
+	if !s.renewing {
 		return nil
 	}
 	if s.lost == nil {
@@ -100,7 +107,7 @@ func (p Permit) Lost() <-chan struct{} {
 func (s *permitState) markLost() {
 	s.lostMu.Lock()
 	defer s.lostMu.Unlock()
-	s.gone = true
+	s.lostGen = s.gen.Load() + 1
 	if s.lost == nil {
 		s.lost = lostChan
 		return
@@ -294,8 +301,10 @@ func (p Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	// acquire on this plan.
 	s.gen.Add(1)
 	s.lostMu.Lock()
-	gone := s.gone
-	s.lost = nil
+	gone := s.lostGen != 0
+	if !gone {
+		s.lost = nil
+	}
 	s.lostMu.Unlock()
 	s.mu.Unlock()
 	if !gone && pp.spare == nil {

@@ -582,7 +582,7 @@ func TestRenewalsBesideRenewAtAndRelease(t *testing.T) {
 // renewal (as one cut off would) is lost once a whole hold has passed
 // without one, while its slot may have run out: Lost closes, after at
 // least one failed renewal; Release then fails as the store does, and
-// is safe to call again once the store is back.
+// is safe to call again once the store is back, and Lost stays closed.
 func TestPermitLostWhenTheStoreFails(t *testing.T) {
 	st := &failingStore{Store: memory.New()}
 	defer st.Close()
@@ -606,6 +606,19 @@ func TestPermitLostWhenTheStoreFails(t *testing.T) {
 	st.failing.Store(false)
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// A lost permit's state is not handed to a later acquire: its Lost
+	// stays closed after the release, and after others acquire.
+	for range 10 {
+		q, err := lim.Acquire(ctx, "k")
+		if err != nil || q.Release(ctx) != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-p.Lost():
+	default:
+		t.Fatal("a lost permit's Lost is open after its release")
 	}
 }
 
