@@ -59,7 +59,6 @@ type permitState struct {
 	lostMu sync.Mutex
 
 	renewing bool  // renewed by the renewer (Acquire's permits)
-	stopped  bool  // Release has begun: renew no more (the renewer's mu)
 	bucket   int8  // the renewer's bucket it is in, -1 when in none (the renewer's mu)
 	renewer  uint8 // its renewer, the one of the acquire's pooled plan (opPlan)
 }
@@ -194,7 +193,7 @@ func (l *Limiter) acquire(ctx context.Context, key string, t time.Time, n int64,
 	}
 	pp.spare = nil
 	s.l, s.key, s.id, s.renewer = l, key, pp.ids.Next(), pp.renewer
-	s.last, s.renewing, s.stopped, s.bucket = time.Time{}, renewing, false, -1
+	s.last, s.renewing, s.bucket = time.Time{}, renewing, -1
 	_, err := s.do(ctx, pp, algo.Acquire, t, n, &pp.res) // &pp.res, not a local: it would escape
 	switch {
 	case err != nil:

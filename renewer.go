@@ -61,12 +61,11 @@ func (rn *renewer) add(p *permitState, hold time.Duration) {
 	rn.push(p)
 }
 
-// remove stops p's renewals; a renewal in flight holds p.mu until it ends.
-// The caller holds p.mu.
+// remove stops p's renewals. The caller holds p.mu, so none is in flight:
+// renew puts p back only while it holds p.mu.
 func (rn *renewer) remove(p *permitState) {
 	rn.mu.Lock()
 	rn.unlink(p)
-	p.stopped = true
 	rn.mu.Unlock()
 }
 
@@ -150,7 +149,6 @@ func (rn *renewer) renew(p *permitState) {
 	rn.inFlight--
 	lost := false
 	switch {
-	case p.stopped:
 	case err == nil && held:
 		p.last = now
 		rn.push(p)
