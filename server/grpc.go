@@ -23,7 +23,7 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// rateLimitService is the gRPC service; the package documentation says
+// rateLimitService is the gRPC service; docs/service.md says
 // how it maps descriptors and answers.
 type rateLimitService struct {
 	rlv3.UnimplementedRateLimitServiceServer

@@ -20,20 +20,8 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Handler returns the HTTP API:
-//
-//	POST   /v1/check                  decide a path (checkRequest → DecisionJSON)
-//	POST   /v1/queues/{name}          admit an entry to a configured queue (→ queueAdded)
-//	GET    /healthz                   200 while the process is up
-//	GET    /readyz, /healthcheck      200 while a policy is loaded and not draining
-//	GET    /metrics                   Prometheus metrics
-//	GET    /admin/v1/state?path=a&path=b      peek every level of a path
-//	DELETE /admin/v1/state?path=a&path=b      reset every level of a path
-//	GET    /admin/v1/consumers?path=a&path=b  recent consumers of every level of a path
-//
-// The admin endpoints need "Authorization: Bearer <admin token>" (401
-// without it or with a wrong one); with no admin token configured they do
-// not exist (404).
+// Handler returns the HTTP API, every endpoint of docs/service.md. The
+// admin endpoints exist only with an admin token configured.
 func (s *Server) Handler() http.Handler { return s.handler(true, true) }
 
 // handler is the HTTP API with or without the admin endpoints, and with or

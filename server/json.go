@@ -202,7 +202,7 @@ func levelSpec(l *policy.Level) algo.Spec {
 // gRPC's descriptors are; Cost, for each path, defaults to 1 when left out
 // (0 peeks: nothing is consumed); Meta, optional, is any JSON object of at
 // most maxMetaBytes, recorded in the consumers list of every level the
-// request consumed from (see the package documentation). Unknown fields
+// request consumed from (see consumer). Unknown fields
 // are an error.
 type checkRequest struct {
 	Path  []string   `json:"path"`

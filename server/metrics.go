@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// metrics are the server's Prometheus metrics; the package documentation
+// metrics are the server's Prometheus metrics; docs/service.md
 // lists them.
 type metrics struct {
 	reg         *prometheus.Registry
