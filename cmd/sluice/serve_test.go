@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -1229,6 +1230,47 @@ func TestExampleConfig(t *testing.T) {
 	out, err := exec.Command(sluiceBin, "queue", "stats", "--store", rd.URL(), "jobs").Output()
 	if err != nil || !strings.Contains(string(out), `"length":1,`) {
 		t.Errorf("queue stats: %s %v", out, err)
+	}
+}
+
+// TestExampleConfigShowsEveryField: sluice.example.yaml, which
+// docs/service.md says shows every field of a sluice.yaml, names every
+// field of server.Config and of the sections under it (some commented).
+func TestExampleConfigShowsEveryField(t *testing.T) {
+	example, err := os.ReadFile("sluice.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[reflect.Type]bool{}
+	var walk func(t reflect.Type, path string) []string
+	walk = func(typ reflect.Type, path string) (fields []string) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Map {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || seen[typ] {
+			return nil
+		}
+		seen[typ] = true
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			fields = append(fields, path+name)
+			fields = append(fields, walk(f.Type, path+name+".")...)
+		}
+		return fields
+	}
+	fields := walk(reflect.TypeFor[server.Config](), "")
+	if len(fields) < 30 {
+		t.Fatalf("found only %d fields in server.Config: %v", len(fields), fields)
+	}
+	for _, f := range fields {
+		name := f[strings.LastIndex(f, ".")+1:]
+		if !regexp.MustCompile(`(^|[\s{(,#\[-])` + name + `:`).Match(example) {
+			t.Errorf("sluice.example.yaml does not show %s", f)
+		}
 	}
 }
 
