@@ -3,7 +3,10 @@ package policy_test
 import (
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -321,6 +324,31 @@ func TestAliasBombs(t *testing.T) {
 		_, err := policy.Parse("bomb.yaml", []byte(b.String()))
 		if err == nil || !strings.Contains(err.Error(), "file too large") {
 			t.Errorf("%s: err = %v", form, err)
+		}
+	}
+}
+
+// TestPackageDocNamesEveryField: the package documentation, which
+// docs/policy.md calls the whole format, names every field a node and the
+// file's top level take, as the loader lists them when it refuses an
+// unknown one.
+func TestPackageDocNamesEveryField(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "policy.go", nil, parser.PackageClauseOnly|parser.ParseComments)
+	if err != nil || f.Doc == nil {
+		t.Fatalf("no package documentation in policy.go: %v", err)
+	}
+	doc := f.Doc.Text()
+	want := regexp.MustCompile(`\(want ([a-z_, ]+)\)`)
+	for _, src := range []string{"bogus: 1\n", "schema:\n  a:\n    limits: [1, 1, 1]\n    bogus: 1\n"} {
+		_, err := policy.Parse("f.yaml", []byte(src))
+		m := want.FindStringSubmatch(fmt.Sprint(err))
+		if m == nil {
+			t.Fatalf("%q: no list of fields in %v", src, err)
+		}
+		for _, field := range strings.FieldsFunc(m[1], func(r rune) bool { return r == ',' || r == ' ' }) {
+			if field != "or" && !regexp.MustCompile(`(^|\s)`+field+`(:|,| and )`).MatchString(doc) {
+				t.Errorf("the package documentation does not name the field %s", field)
+			}
 		}
 	}
 }

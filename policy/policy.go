@@ -56,6 +56,16 @@
 //     ahead for a hot key, without a round trip each; the window still
 //     never admits more than its limit (see store/redis). It also lets the
 //     service grant quota to an Envoy proxy that asks for it.
+//   - delay: {max: D}, on a node whose limits are gcra or token_bucket: a
+//     request the limits would deny but would admit within D (at most a
+//     minute) is admitted with its units reserved, and waits its Delay
+//     (docs/policy.md).
+//   - request_limit: {max: N, window: W}: a request's own limit (the
+//     service's "limit", a gRPC descriptor's limit) is honoured up to N
+//     per W; without it a request's limit is ignored.
+//   - debt: true: a charge is recorded in full even past the limits, and
+//     the checks after it are denied until the debt is paid back (every
+//     limit gets algo.Debt; docs/usage-budgets.md).
 //   - allow and deny, on a "*" or pattern child: lists of the segments
 //     reaching it (keys, IP addresses, CIDR ranges; at most
 //     10,000 each) that are never limited (the path decides
@@ -63,9 +73,9 @@
 //     is denied and counts nothing). Allow wins over deny; Match.Listed
 //     and Decision.Listed name the entry (lists.go).
 //
-// At the top level, schema holds the tree; unmatched: deny denies the
-// requests that no policy matches (see Match.Unmatched); definitions is
-// ignored, a place for YAML anchors. Anchors, aliases and merge keys (<<)
+// At the top level, schema: holds the tree; unmatched: deny denies the
+// requests that no policy matches (see Match.Unmatched); definitions:, a
+// place for YAML anchors, is ignored. Anchors, aliases and merge keys (<<)
 // work; YAML tags and more than one document are errors.
 //
 // Parse and Load report every problem in a file, not just the first, each
