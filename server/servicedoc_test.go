@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestServiceDocListsEverything: docs/service.md's endpoints table names
@@ -51,6 +54,42 @@ func TestServiceDocListsEverything(t *testing.T) {
 	routes, metrics := serverSource(t)
 	same(t, "endpoint paths", docPaths, routes)
 	same(t, "metrics", docMetrics, metrics)
+
+	// Its bounds are the ones the server enforces.
+	bounds := map[string]int64{
+		"a request's body":                           maxBodyBytes,
+		"a path's segments":                          maxPathSegments,
+		"the paths of one check":                     maxPaths,
+		"a check's `meta`":                           maxMetaBytes,
+		"a key":                                      store.MaxKeyLen,
+		"a request line and header fields":           maxHeaderBytes,
+		"a gRPC request's descriptors":               maxDescriptors,
+		"a gRPC descriptor's entries":                maxEntries,
+		"a proxied request's URI at forward-auth":    maxForwardURI,
+		"a proxied request's method at forward-auth": maxForwardMethod,
+		"a queue entry's `Idempotency-Key`":          queue.MaxDedupBytes,
+		"the holders `/admin/v1/holders` lists":      maxHoldersListed,
+	}
+	row := regexp.MustCompile("(?m)^\\| ([^|(]+?)(?: \\([^|]*\\))? \\| ([0-9,]+)( KiB)?(?: bytes)? \\|$")
+	rows := row.FindAllStringSubmatch(section("\n## Bounds\n"), -1)
+	for _, m := range rows {
+		want, ok := bounds[m[1]]
+		if !ok {
+			t.Errorf("docs/service.md states a bound the test does not know: %s", m[1])
+			continue
+		}
+		n, err := strconv.ParseInt(strings.ReplaceAll(m[2], ",", ""), 10, 64)
+		if m[3] != "" {
+			n <<= 10
+		}
+		if err != nil || n != want {
+			t.Errorf("docs/service.md: %s is at most %s%s; the server's bound is %d", m[1], m[2], m[3], want)
+		}
+		delete(bounds, m[1])
+	}
+	for what := range bounds {
+		t.Errorf("docs/service.md does not state the bound of %s", what)
+	}
 }
 
 // serverSource returns the paths Handler routes (but "/") and the metric
