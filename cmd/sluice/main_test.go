@@ -7,12 +7,34 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/proxytest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
+
+// TestLayoutNamesEveryCommand: the layouts of the README and
+// docs/architecture.md name every subcommand on their cmd/sluice/ lines.
+func TestLayoutNamesEveryCommand(t *testing.T) {
+	for _, page := range []string{"../../README.md", "../../docs/architecture.md"} {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^cmd/sluice/ +the (?:one )?binary: (.*(?:\n {5,}.*)*)`).FindSubmatch(text)
+		if m == nil {
+			t.Fatalf("no cmd/sluice/ line in %s's layout", page)
+		}
+		named := strings.FieldsFunc(string(m[1]), func(r rune) bool { return r == ',' || r == ' ' || r == '\n' })
+		for name := range commands {
+			if !slices.Contains(named, name) {
+				t.Errorf("%s's layout does not name sluice %s", page, name)
+			}
+		}
+	}
+}
 
 // TestHelpExitsZero: -h and --help print usage and exit 0 on every
 // subcommand and on sluice itself; version and --version print the build.
