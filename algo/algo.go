@@ -14,9 +14,10 @@
 // The files a new algorithm touches, each guarded by a test that fails
 // while it is missing:
 //
-//  1. algo/<name>.go: the Limit type (decide, validate, Spec, quota,
-//     steadyRate, deniedBy) and its kindInfo (name, Spec fields, build,
-//     example, leasable, stepwise) (TestKindsAnswerForThemselves).
+//  1. algo/<name>.go: the Limit type (validate, Spec, quota, steadyRate,
+//     deniedBy; decide, or step, numbers and at) and its kindInfo (name,
+//     Spec fields, build, example, leasable, stepwise)
+//     (TestKindsAnswerForThemselves).
 //  2. algo/kind.go: the Kind constant and its line in the registry.
 //  3. algo/plan.go: a field of Plan for the limit, and its case in
 //     compile, decide (or, for a stepwise kind, step, numbers and at),

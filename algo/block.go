@@ -142,15 +142,6 @@ func (b Blocking) validate() error {
 	return b.Block.validate()
 }
 
-// decide implements Limit.
-func (b Blocking) decide(s *State, now, cost int64, commit bool) Result {
-	p, err := Compile(b)
-	if err != nil {
-		panic("algo: Decide on an invalid Blocking: " + err.Error())
-	}
-	return p.Decide(s, now, cost, commit)
-}
-
 // Spec implements Limit: the limit's spec with the block.
 func (b Blocking) Spec() Spec {
 	s := b.Limit.Spec()

@@ -98,13 +98,6 @@ func (c Concurrency) validate() error {
 	return nil
 }
 
-// decide implements Limit: an acquire for no permit.
-func (c Concurrency) decide(s *State, now, cost int64, commit bool) Result {
-	var r Result
-	c.decideFor(s, now, cost, commit, 0, Acquire, &r)
-	return r
-}
-
 // decideFor applies op for the permit id, its Result set in *r (written
 // in place, not returned: see Plan.decideTo).
 func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64, op SlotOp, r *Result) {

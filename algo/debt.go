@@ -43,15 +43,6 @@ func (d Debt) validate() error {
 	return err
 }
 
-// decide implements Limit.
-func (d Debt) decide(s *State, now, cost int64, commit bool) Result {
-	p, err := Compile(d)
-	if err != nil {
-		panic("algo: Decide on an invalid Debt: " + err.Error())
-	}
-	return p.Decide(s, now, cost, commit)
-}
-
 // Spec implements Limit: the limit's spec with debt: true.
 func (d Debt) Spec() Spec {
 	s := d.Limit.Spec()

@@ -86,14 +86,6 @@ func (f FixedWindow) at(s *State, now int64) int64 {
 	return max(now, f.WindowStart(s.A))
 }
 
-// decide implements Limit.
-func (f FixedWindow) decide(s *State, now, cost int64, commit bool) Result {
-	now = f.at(s, now)
-	end := f.WindowEnd(now)
-	ok, count := f.step(s, now, end, cost, commit)
-	return f.numbers(ok, now, end, count, cost).result(ok, cost)
-}
-
 // step applies a decision in the window ending at end to s: it reports
 // whether the cost is admitted and the window's count after the decision.
 // A state of a later window than end's (the clock stepped back) is

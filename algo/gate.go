@@ -12,12 +12,6 @@ type Gate struct {
 // validate implements Limit.
 func (g Gate) validate() error { return positiveSpan("gate interval", g.Interval) }
 
-// decide implements Limit.
-func (g Gate) decide(s *State, now, cost int64, commit bool) Result {
-	ok, openAt := g.step(s, now, cost, commit)
-	return g.Result(ok, now, openAt, cost)
-}
-
 // step applies a decision to s: it reports whether the cost is admitted
 // and when the gate opens after the decision.
 func (g Gate) step(s *State, now, cost int64, commit bool) (bool, int64) {

@@ -35,12 +35,6 @@ func (g GCRA) validate() error {
 	return err
 }
 
-// decide implements Limit.
-func (g GCRA) decide(s *State, now, cost int64, commit bool) Result {
-	p, _ := g.tat()
-	return p.decide(s, now, cost, commit)
-}
-
 func (g GCRA) tat() (TAT, error) {
 	if g.Burst < 0 {
 		return TAT{}, fmt.Errorf("%w: gcra burst must be zero or more, got %d", ErrInvalid, g.Burst)
@@ -77,12 +71,6 @@ func (b TokenBucket) validate() error {
 	return err
 }
 
-// decide implements Limit.
-func (b TokenBucket) decide(s *State, now, cost int64, commit bool) Result {
-	p, _ := b.tat()
-	return p.decide(s, now, cost, commit)
-}
-
 func (b TokenBucket) tat() (TAT, error) {
 	if b.Burst <= 0 {
 		return TAT{}, fmt.Errorf("%w: token_bucket burst must be positive, got %d", ErrInvalid, b.Burst)
@@ -115,12 +103,6 @@ func newTAT(name string, periodUS, count, limit int64) (TAT, error) {
 		return TAT{}, fmt.Errorf("%w: %s burst %d spans more than the 100-year horizon", ErrInvalid, name, limit)
 	}
 	return TAT{Interval: t, Tolerance: t * limit, Quota: limit}, nil
-}
-
-// decide applies the virtual-scheduling step; State.A holds the TAT.
-func (p TAT) decide(s *State, now, cost int64, commit bool) Result {
-	ok, tat := p.step(s, now, cost, commit)
-	return p.Result(ok, now, tat, cost)
 }
 
 // step is the part of Decide that reads and writes the state: it reports

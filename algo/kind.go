@@ -128,13 +128,6 @@ type Limit interface {
 	// validate reports whether the parameters are usable. The error wraps
 	// ErrInvalid.
 	validate() error
-	// decide applies a decision of the given cost at time now (µs since the
-	// epoch) to the state s, which the caller has reset to the zero State if
-	// it had expired. When commit is false, s is left as it was; when the
-	// decision admits nothing, s is left as it was too, except by an
-	// algorithm that records denied attempts (a uniform SlidingLog). The
-	// parameters must be valid.
-	decide(s *State, now, cost int64, commit bool) Result
 	// Spec returns the limit's serialized form; Spec().Build() gives the
 	// limit back.
 	Spec() Spec

@@ -43,7 +43,7 @@ func TestKindsAnswerForThemselves(t *testing.T) {
 				t.Errorf("AppendJSON = %s, want %s", got, want)
 			}
 			var s State
-			r := l.decide(&s, 1_800_000_000_000_000, 0, false)
+			r := decideLimit(t, l, &s, 1_800_000_000_000_000, 0, false)
 			q, w := l.quota()
 			if q != r.Quota || q <= 0 || w <= 0 {
 				t.Errorf("Quota() = %d, %v; Result.Quota %d", q, w, r.Quota)

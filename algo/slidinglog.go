@@ -301,7 +301,7 @@ func (o Outcome) Result(now, cost, limit int64, floor bool) Result {
 	return r
 }
 
-// decide implements Limit.
+// decide applies a decision of cost at now to s (a Plan's decide).
 //
 // The exact log keeps State.Log[State.B:] (State.B counts dropped entries
 // not yet compacted away): the recorded times, ascending, one per action.

@@ -102,9 +102,10 @@ func (wc WindowCounter) validate() error {
 	return nil
 }
 
-// decide implements Limit. State.A is the latest slice with a recorded
-// count, and State.Log the ring of the M = MaxSlices() latest slices'
-// counts: slice k at k mod M, for k in (A-M, A].
+// decide applies a decision of cost at now to s (a Plan's decide).
+// State.A is the latest slice with a recorded count, and State.Log the
+// ring of the M = MaxSlices() latest slices' counts: slice k at k mod M,
+// for k in (A-M, A].
 func (wc WindowCounter) decide(s *State, now, cost int64, commit bool) Result {
 	sl := wc.SliceMicros()
 	m := wc.maxSlices()

@@ -359,11 +359,11 @@ func TestWindowedWaitIsExact(t *testing.T) {
 			now = step(r, now)
 			cost := r.Int64N(4)
 			before := cloneState(s)
-			peek := l.decide(&s, now, cost, false)
+			peek := decideLimit(t, l, &s, now, cost, false)
 			if !sameState(before, s) {
 				t.Fatalf("%+v: Decide with commit false changed the state", l)
 			}
-			res := l.decide(&s, now, cost, true)
+			res := decideLimit(t, l, &s, now, cost, true)
 			if peek != res {
 				t.Fatalf("%+v now %d cost %d: commit false said %+v, commit true %+v", l, now, cost, peek, res)
 			}
@@ -376,10 +376,10 @@ func TestWindowedWaitIsExact(t *testing.T) {
 			checked++
 			at := now + Micros(res.RetryAfter)
 			probe := cloneState(s)
-			if got := l.decide(&probe, at, cost, false); !got.Allowed {
+			if got := decideLimit(t, l, &probe, at, cost, false); !got.Allowed {
 				t.Fatalf("%+v cost %d at %d: wait %v, but at %d %+v", l, cost, now, res.RetryAfter, at, got)
 			}
-			if got := l.decide(&probe, at-1, cost, false); got.Allowed {
+			if got := decideLimit(t, l, &probe, at-1, cost, false); got.Allowed {
 				t.Fatalf("%+v cost %d at %d: wait %v, but 1µs earlier %+v", l, cost, now, res.RetryAfter, got)
 			}
 		}
@@ -461,9 +461,9 @@ func TestWindowedZeroAllocs(t *testing.T) {
 		now := int64(1e15)
 		for range 2000 { // reach the steady state's capacity
 			now += 7919
-			l.decide(&s, now, 1, true)
+			decideLimit(t, l, &s, now, 1, true)
 		}
-		if n := testing.AllocsPerRun(1000, func() { now += 7919; l.decide(&s, now, 1, true) }); n != 0 {
+		if n := testing.AllocsPerRun(1000, func() { now += 7919; decideLimit(t, l, &s, now, 1, true) }); n != 0 {
 			t.Errorf("%T: %v allocations per decision", l, n)
 		}
 	}
