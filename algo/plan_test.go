@@ -19,13 +19,7 @@ import (
 func decideLimit(t *testing.T, l Limit, s *State, now, cost int64, commit bool) Result {
 	switch l := l.(type) {
 	case GCRA, TokenBucket:
-		var p TAT
-		var err error
-		if g, ok := l.(GCRA); ok {
-			p, err = g.tat()
-		} else {
-			p, err = l.(TokenBucket).tat()
-		}
+		p, err := l.(interface{ tat() (TAT, error) }).tat()
 		if err != nil {
 			t.Fatal(err)
 		}

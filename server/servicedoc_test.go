@@ -131,9 +131,13 @@ func serverSource(t *testing.T) (routes, metrics []string) {
 				}
 				patterns := []string{unquote(t, n.Args[0])}
 				if b, ok := n.Args[0].(*ast.BinaryExpr); ok {
+					v, _ := b.Y.(*ast.Ident)
+					if v == nil || len(ranges[v.Name]) == 0 {
+						t.Fatalf("%s: a route pattern the test cannot read", fset.Position(b.Pos()))
+					}
 					patterns = nil
-					for _, v := range ranges[b.Y.(*ast.Ident).Name] {
-						patterns = append(patterns, unquote(t, b.X)+v)
+					for _, s := range ranges[v.Name] {
+						patterns = append(patterns, unquote(t, b.X)+s)
 					}
 				}
 				for _, p := range patterns {
