@@ -60,7 +60,8 @@ const overridePrefix = "override\x00"
 func (o Override) entry() string { return overridePrefix + o.Node + "\x00" + o.Key }
 
 // SetOverride validates o against the policy in force, as limits.yaml's
-// limits are validated, and keeps it in the store, where every instance
+// limits are validated (and its Until: after the store's time, within
+// algo.MaxHorizon), and keeps it in the store, where every instance
 // finds it at its next Refresh (this one at once). An override of the same
 // node and key is replaced. The error wraps store.ErrBadRequest for an
 // invalid one, and algo.ErrUnsupported for a store without a board.
@@ -80,6 +81,10 @@ func (c *Checker) SetOverride(ctx context.Context, o Override) error {
 	st, err := b.Read(ctx, true)
 	if err != nil {
 		return err
+	}
+	if !o.Until.IsZero() && (!o.Until.After(st.Time) || o.Until.Sub(st.Time) > algo.MaxHorizon) {
+		return fmt.Errorf("policy: %w: override: until %s: want after the store's time, %s, and at most %v later",
+			store.ErrBadRequest, o.Until.Format(time.RFC3339Nano), st.Time.Format(time.RFC3339Nano), algo.MaxHorizon)
 	}
 	for _, x := range decodeOverrides(st.Entries) {
 		if !x.Until.IsZero() && !x.Until.After(st.Time) {

@@ -89,9 +89,11 @@ func TestOverrides(t *testing.T) {
 				t.Fatalf("Overrides: %+v %v", list, err)
 			}
 			// An expired override is removed by the next SetOverride.
-			if err := c.SetOverride(ctx, policy.Override{Node: "key/*", Key: key("gone"), Factor: 2, Until: time.Now().Add(-time.Minute)}); err != nil {
+			gone := time.Now().Add(50 * time.Millisecond)
+			if err := c.SetOverride(ctx, policy.Override{Node: "key/*", Key: key("gone"), Factor: 2, Until: gone}); err != nil {
 				t.Fatal(err)
 			}
+			time.Sleep(time.Until(gone) + 10*time.Millisecond) // the stores' clocks are this machine's
 			if err := c.SetOverride(ctx, policy.Override{Node: "key/*", Key: key("next"), Factor: 2}); err != nil {
 				t.Fatal(err)
 			}
@@ -105,6 +107,8 @@ func TestOverrides(t *testing.T) {
 				{Node: "key/*", Key: "k", Factor: -1},
 				{Node: "key/*", Key: "k", Limits: []algo.Spec{{Algorithm: "gcra", Burst: -1, Count: 1, Period: time.Second}}},
 				{Node: "key/*", Key: "k["},
+				{Node: "key/*", Key: "k", Factor: 2, Until: time.Now().Add(-time.Minute)}, // over: it would change nothing
+				{Node: "key/*", Key: "k", Factor: 2, Until: time.Now().Add(algo.MaxHorizon + time.Hour)},
 			} {
 				if err := c.SetOverride(ctx, bad); !errors.Is(err, store.ErrBadRequest) {
 					t.Errorf("%+v: %v", bad, err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -53,7 +54,11 @@ func (s *Server) handleOverrides(w http.ResponseWriter, r *http.Request) {
 		o, err := s.override(req.Path)
 		if err == nil && req.For != "" {
 			var d time.Duration
-			if d, err = yamlfile.ParseDuration(req.For); err == nil && !req.Until.IsZero() {
+			switch d, err = yamlfile.ParseDuration(req.For); {
+			case err != nil:
+			case d <= 0:
+				err = fmt.Errorf(`"for" must be positive (leave it out: until removed), got %s`, req.For)
+			case !req.Until.IsZero():
 				err = errors.New(`give "for" or "until", not both`)
 			}
 			req.Until = time.Now().Add(d)

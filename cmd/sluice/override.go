@@ -73,6 +73,10 @@ SLUICE_POLICY, else --config), which applies an override within 250ms.`)
 	if (verb == "list") != (fs.NArg() == 0) {
 		return usage(2)
 	}
+	if *until < 0 {
+		fmt.Fprintf(e.stderr, "override %s: --for must be positive (0 or none: until removed), got %v\n", verb, *until)
+		return 2
+	}
 	cfg, err := serviceConfig(*configFile, *storeURL, *policyFile)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "override %s: %v\n", verb, err)

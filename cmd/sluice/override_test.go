@@ -69,9 +69,18 @@ func TestServeOverrides(t *testing.T) {
 	}
 	until("an override for 300ms", `["key", "brief"]`, "6")
 	until("its end", `["key", "brief"]`, "3")
-	for _, bad := range []string{`{"path": ["nope"], "factor": 2}`, `{"path": ["key", "x"], "factor": 0}`, `{"path": ["key", "x"], "factor": 2, "for": "1h", "until": "2030-01-01T00:00:00Z"}`} {
+	// Refused: an override that would change nothing (over before it
+	// starts: before, a negative --for made it last until removed).
+	for _, bad := range []string{`{"path": ["nope"], "factor": 2}`, `{"path": ["key", "x"], "factor": 0}`, `{"path": ["key", "x"], "factor": 2, "for": "1h", "until": "2030-01-01T00:00:00Z"}`,
+		`{"path": ["key", "x"], "factor": 2, "for": "-1h"}`, `{"path": ["key", "x"], "factor": 2, "for": "0s"}`, `{"path": ["key", "x"], "factor": 2, "until": "2020-01-01T00:00:00Z"}`} {
 		if r := do(t, "POST", "http://"+a.http+"/admin/v1/overrides", token, bad); r.status != 400 {
 			t.Errorf("set %s: %d %s", bad, r.status, r.body)
 		}
+	}
+	if status, _, errOut := runSluice(t, "override", "set", "--store", rd.URL(), "--policy", pol, "--factor", "2", "--for", "-1h", "key", "x"); status != 2 || !strings.Contains(errOut, "--for must be positive") {
+		t.Errorf("override set --for -1h: %d %s", status, errOut)
+	}
+	if _, out, _ := runSluice(t, "override", "list", "--store", rd.URL(), "--policy", pol); strings.Contains(out, `"key:x"`) {
+		t.Errorf("a refused override was set: %s", out)
 	}
 }
