@@ -43,6 +43,10 @@ const (
 	MaxEntryBytes = 64 << 10
 	// MaxDedupBytes bounds a deduplication id.
 	MaxDedupBytes = 200
+	// MaxDeadLetters bounds the dead letters one DeadLetters call returns.
+	MaxDeadLetters = 10_000
+	// MaxBatch bounds WorkerOptions.Batch, the entries one read takes.
+	MaxBatch = 1000
 )
 
 // Options configures a Queue.
@@ -409,10 +413,14 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		DeadLetters: s.DeadLetters, Admitted: s.Admitted, Delivered: s.Delivered, Acked: s.Acked, DrainRate: s.DrainRate}, nil
 }
 
-// DeadLetters returns up to count of the oldest dead letters.
+// DeadLetters returns up to count (1 to MaxDeadLetters) of the oldest
+// dead letters.
 func (q *Queue) DeadLetters(ctx context.Context, count int) ([]DeadLetter, error) {
 	if q.isClosed() {
 		return nil, ErrClosed
+	}
+	if count < 1 || count > MaxDeadLetters {
+		return nil, fmt.Errorf("queue %q: dead letters: count %d: want 1 to %d", q.name, count, MaxDeadLetters)
 	}
 	ds, err := q.b.DeadLetters(ctx, count)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -383,6 +384,39 @@ func TestBounds(t *testing.T) {
 	if _, err := q.Add(context.Background(), nil, string(make([]byte, MaxDedupBytes+1))); err == nil {
 		t.Error("long dedup id accepted")
 	}
+}
+
+// TestReadAndWorkerBounds: a dead-letter read's count and a worker's
+// options out of their ranges are errors on both stores (before, a
+// negative count panicked on the memory store and read nothing on Redis,
+// and a negative visibility or delivery count quietly became the default).
+func TestReadAndWorkerBounds(t *testing.T) {
+	stores(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		q := open(t, st, "bounds", 10)
+		for _, n := range []int{-1, 0, MaxDeadLetters + 1} {
+			if _, err := q.DeadLetters(ctx, n); err == nil {
+				t.Errorf("DeadLetters(%d): no error", n)
+			}
+		}
+		if _, err := q.DeadLetters(ctx, MaxDeadLetters); err != nil {
+			t.Errorf("DeadLetters(MaxDeadLetters): %v", err)
+		}
+		for _, o := range []WorkerOptions{{Visibility: -time.Second}, {HandlerTimeout: -time.Second}, {ShutdownTimeout: -time.Second},
+			{MaxDeliveries: -1}, {Batch: -1}, {Batch: MaxBatch + 1}, {Rate: -1}, {Rate: math.NaN()}} {
+			if _, err := q.Add(ctx, nil, ""); err != nil {
+				t.Fatal(err)
+			}
+			// A worker that starts handles the entry, and stops there.
+			wctx, stop := context.WithCancel(ctx)
+			called := false
+			_, err := q.Work(wctx, func(context.Context, Entry) error { called = true; stop(); return nil }, o)
+			stop()
+			if err == nil || called {
+				t.Errorf("%+v: %v, handler called %v", o, err, called)
+			}
+		}
+	})
 }
 
 // TestEvictionWarning: a Redis that may evict keys gets a warning, one

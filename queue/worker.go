@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -53,10 +54,11 @@ type WorkerOptions struct {
 	// live worker after Visibility (not counted as failed). Zero lets it
 	// run up to HandlerTimeout.
 	ShutdownTimeout time.Duration
-	// Batch is how many entries one read takes; default 1. The entries
-	// of a batch are handled one by one and those that succeeded are
-	// acked together, in one round trip, after the last: Visibility must
-	// cover a whole batch, and a crash mid-batch redelivers the batch.
+	// Batch is how many entries one read takes, 1 to MaxBatch; default 1.
+	// The entries of a batch are handled one by one and those that
+	// succeeded are acked together, in one round trip, after the last:
+	// Visibility must cover a whole batch, and a crash mid-batch
+	// redelivers the batch.
 	Batch int
 	// Log receives warnings; default slog.Default().
 	Log *slog.Logger
@@ -145,6 +147,16 @@ type worker struct {
 }
 
 func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
+	switch {
+	case o.Visibility < 0 || o.HandlerTimeout < 0 || o.ShutdownTimeout < 0:
+		return nil, fmt.Errorf("queue %q: a negative duration: visibility %v, handler timeout %v, shutdown timeout %v", q.name, o.Visibility, o.HandlerTimeout, o.ShutdownTimeout)
+	case o.MaxDeliveries < 0:
+		return nil, fmt.Errorf("queue %q: max deliveries %d is negative", q.name, o.MaxDeliveries)
+	case o.Batch < 0 || o.Batch > MaxBatch:
+		return nil, fmt.Errorf("queue %q: batch %d: want 1 to %d (0: 1)", q.name, o.Batch, MaxBatch)
+	case o.Rate < 0 || math.IsNaN(o.Rate):
+		return nil, fmt.Errorf("queue %q: rate %v: want 0 or more", q.name, o.Rate)
+	}
 	if o.Consumer == "" {
 		host, _ := os.Hostname()
 		o.Consumer = host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(consumerSeq.Add(1), 10)
@@ -168,9 +180,6 @@ func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
 		o.Log = slog.Default()
 	}
 	w := &worker{q: q, o: o}
-	if o.Rate < 0 {
-		return nil, fmt.Errorf("queue %q: rate %v is negative", q.name, o.Rate)
-	}
 	if o.Rate > 0 {
 		period := time.Duration(float64(time.Second) / o.Rate)
 		if period <= 0 {

@@ -175,7 +175,7 @@ func runDead(ctx context.Context, e env, fs *flag.FlagSet, args []string, opts *
 	case "list", "show":
 		n := *count
 		if cmd == "show" {
-			n = maxDeadShown
+			n = queue.MaxDeadLetters
 		}
 		dls, err := q.DeadLetters(ctx, n)
 		if err != nil {
@@ -193,7 +193,7 @@ func runDead(ctx context.Context, e env, fs *flag.FlagSet, args []string, opts *
 			shown++
 		}
 		if cmd == "show" && shown == 0 {
-			fmt.Fprintf(e.stderr, "queue dead show: %s: no dead letter %s among the oldest %d\n", q.Name(), ids[0], maxDeadShown)
+			fmt.Fprintf(e.stderr, "queue dead show: %s: no dead letter %s among the oldest %d\n", q.Name(), ids[0], queue.MaxDeadLetters)
 			return 1
 		}
 		return 0
@@ -225,9 +225,6 @@ func runDead(ctx context.Context, e env, fs *flag.FlagSet, args []string, opts *
 		return status
 	}
 }
-
-// maxDeadShown bounds the dead letters `queue dead show` looks through.
-const maxDeadShown = 10_000
 
 // openSharedStore opens the store at url, which must share queues between
 // processes (Redis). It returns nil and the exit code when it cannot.
