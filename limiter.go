@@ -45,6 +45,9 @@ type Limiter struct {
 // NewLimiter returns a Limiter for l on st. An invalid limit is an error
 // wrapping algo.ErrInvalid.
 func NewLimiter(st store.Store, l algo.Limit) (*Limiter, error) {
+	if st == nil {
+		return nil, errors.New("sluice: NewLimiter needs a store")
+	}
 	p, err := algo.Compile(l)
 	if err != nil {
 		return nil, err

@@ -36,6 +36,22 @@ func limiterStores(t *testing.T) (stores map[string]store.Store, twin store.Stor
 	return map[string]store.Store{"memory": m, "redis": open()}, open()
 }
 
+// TestNewLimiterRefuses: no store, no limit or an invalid one is an error
+// at once, not a panic at the first decision.
+func TestNewLimiterRefuses(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	ok := algo.GCRA{Burst: 1, Count: 1, Period: time.Second}
+	if lim, err := sluice.NewLimiter(nil, ok); err == nil || lim != nil {
+		t.Errorf("no store: %v", err)
+	}
+	for _, l := range []algo.Limit{nil, algo.GCRA{Burst: -1, Count: 1, Period: time.Second}} {
+		if lim, err := sluice.NewLimiter(st, l); !errors.Is(err, algo.ErrInvalid) || lim != nil {
+			t.Errorf("%#v: %v", l, err)
+		}
+	}
+}
+
 // TestLimiterAllowIsExact: 100 goroutines racing on one key are admitted
 // exactly the limit, for every algorithm, on both stores.
 func TestLimiterAllowIsExact(t *testing.T) {

@@ -131,10 +131,10 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Permit, error) {
 	return l.AcquireN(ctx, key, 1)
 }
 
-// AcquireN waits until n slots are free for key and takes them, all or
-// none, under one new permit id, like Wait: it retries a denied acquire
-// after a short, growing pause (1 ms to 100 ms, never beyond the time a
-// hold ends), since a holder may release at any time. It returns ctx's
+// AcquireN waits until n slots (at least 1) are free for key and takes
+// them, all or none, under one new permit id, like Wait: it retries a
+// denied acquire after a short, growing pause (1 ms to 100 ms, never
+// beyond the time a hold ends), since a holder may release at any time. It returns ctx's
 // error if ctx is done first, and ErrNever at once when n exceeds the
 // limit. The Permit's hold is renewed a sixth to a third of HoldFor after
 // the last renewal, until Release, by one of the Limiter's eight renewers
@@ -185,6 +185,9 @@ func (l *Limiter) AcquireAt(ctx context.Context, key string, t time.Time, n int6
 // permitState a release gave back to the pooled plan, or a new one. A
 // state the acquire did not take goes back to the plan.
 func (l *Limiter) acquire(ctx context.Context, key string, t time.Time, n int64, renewing bool) (Permit, error) {
+	if n == 0 { // a permit of no slots would hold nothing, and be lost at its first renewal
+		return Permit{}, fmt.Errorf("sluice: %w: an acquire takes at least 1 slot", store.ErrBadRequest)
+	}
 	pp := l.opPlan()
 	defer l.plans.Put(pp)
 	s := pp.spare

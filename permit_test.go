@@ -258,6 +258,16 @@ func TestAcquireRefusals(t *testing.T) {
 	if _, err := lim.AcquireN(ctx, "k", 3); !errors.Is(err, sluice.ErrNever) {
 		t.Errorf("3 of 2 slots: %v", err)
 	}
+	// No slots, or fewer: nothing to hold (a permit of none was lost at
+	// its first renewal).
+	for _, n := range []int64{0, -1} {
+		if p, err := lim.AcquireN(ctx, "k", n); !errors.Is(err, store.ErrBadRequest) || p.OK() {
+			t.Errorf("AcquireN %d: %v %v", n, p.OK(), err)
+		}
+		if p, err := lim.AcquireAt(ctx, "k", time.Time{}, n); !errors.Is(err, store.ErrBadRequest) || p.OK() {
+			t.Errorf("AcquireAt %d: %v %v", n, p.OK(), err)
+		}
+	}
 	g, _ := sluice.NewLimiter(st, algo.GCRA{Burst: 1, Count: 1, Period: time.Second})
 	if _, err := g.Acquire(ctx, "k"); !errors.Is(err, algo.ErrUnsupported) {
 		t.Errorf("Acquire on a GCRA: %v", err)
