@@ -224,21 +224,36 @@ type CallerClass struct {
 }
 
 // Run fires the scenario's events at every strategy and records what
-// each admitted.
+// each admitted. It refuses Params beyond their bounds (a day, 100,000
+// requests a second, 1,000,000 callers), more than 5,000,000 requests and
+// more than 100,000 slices.
 func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []Strategy, opts Options) (*Result, error) {
 	if len(strategies) == 0 {
 		return nil, fmt.Errorf("sim: no strategy to run")
 	}
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
 	p = p.or(sc.Defaults)
-	if opts.Slice <= 0 {
+	switch {
+	case opts.Slice < 0:
+		return nil, fmt.Errorf("sim: slice %v is negative", opts.Slice)
+	case opts.Slice == 0:
 		opts.Slice = time.Second
 	}
 	events := sc.Events(seed, p)
-	res := &Result{Scenario: sc.Name, Params: p, Seed: seed, Slice: opts.Slice, Events: len(events)}
-	res.Slices = int((p.Duration + opts.Slice - 1) / opts.Slice)
-	if len(events) > 0 {
-		res.Slices = max(res.Slices, int(events[len(events)-1].At/opts.Slice)+1)
+	if len(events) > maxEvents {
+		return nil, fmt.Errorf("sim: scenario %s fires more than %d requests: shorten the duration, or lower the rate or the callers", sc.Name, maxEvents)
 	}
+	end := p.Duration
+	if len(events) > 0 {
+		end = max(end, events[len(events)-1].At+1)
+	}
+	if (end+opts.Slice-1)/opts.Slice > maxSlices {
+		return nil, fmt.Errorf("sim: %v in slices of %v is more than %d slices: make them longer", end, opts.Slice, maxSlices)
+	}
+	res := &Result{Scenario: sc.Name, Params: p, Seed: seed, Slice: opts.Slice, Events: len(events)}
+	res.Slices = int((end + opts.Slice - 1) / opts.Slice)
 	for _, s := range strategies {
 		if err := matchesTraffic(s, events); err != nil {
 			return nil, err

@@ -53,6 +53,38 @@ type Params struct {
 // zero.
 const defaultHold = 200 * time.Millisecond
 
+// Bounds of a run, which keep its memory and time small: Run refuses
+// Params beyond them, and a scenario of more than maxEvents requests.
+const (
+	maxEvents   = 5_000_000
+	maxDuration = 24 * time.Hour
+	maxRate     = 100_000 // requests per second
+	maxCallers  = 1_000_000
+	maxSlices   = 100_000
+)
+
+// validate refuses Params out of their bounds (zero: the default).
+func (p Params) validate() error {
+	switch {
+	case p.Duration < 0 || p.Duration > maxDuration:
+		return fmt.Errorf("sim: duration %v: want up to %v (0: the scenario's)", p.Duration, maxDuration)
+	case !(p.Rate >= 0 && p.Rate <= maxRate): // NaN too
+		return fmt.Errorf("sim: rate %v: want up to %d a second (0: the scenario's)", p.Rate, maxRate)
+	case p.Callers < 0 || p.Callers > maxCallers:
+		return fmt.Errorf("sim: %d callers: want up to %d (0: the scenario's)", p.Callers, maxCallers)
+	case p.Hold < 0 || p.Hold > maxDuration:
+		return fmt.Errorf("sim: hold %v: want up to %v (0: the scenario's)", p.Hold, maxDuration)
+	}
+	return nil
+}
+
+// add appends e to ev and reports whether a generator may go on: it stops
+// one past maxEvents, which Run then refuses.
+func add(ev *[]Event, e Event) bool {
+	*ev = append(*ev, e)
+	return len(*ev) <= maxEvents
+}
+
 // Scenario is a traffic pattern.
 type Scenario struct {
 	Name        string
@@ -104,7 +136,9 @@ func poisson(r *rand.Rand, p Params, pick func() int) []Event {
 		if at >= p.Duration {
 			return ev
 		}
-		ev = append(ev, Event{At: at, Caller: callerName(pick())})
+		if !add(&ev, Event{At: at, Caller: callerName(pick())}) {
+			return ev
+		}
 	}
 }
 
@@ -117,7 +151,9 @@ var Scenarios = map[string]Scenario{
 			var ev []Event
 			step := time.Duration(float64(time.Second) / p.Rate)
 			for i, at := 0, time.Duration(0); at < p.Duration; i, at = i+1, at+step {
-				ev = append(ev, Event{At: at, Caller: callerName(i % p.Callers)})
+				if !add(&ev, Event{At: at, Caller: callerName(i % p.Callers)}) {
+					break
+				}
 			}
 			return ev
 		},
@@ -137,7 +173,7 @@ var Scenarios = map[string]Scenario{
 			r := rand.New(rand.NewPCG(seed, 2))
 			n := int(p.Rate * 10)
 			var ev []Event
-			for start := time.Duration(0); start < p.Duration; start += 10 * time.Second {
+			for start := time.Duration(0); start < p.Duration && len(ev) <= maxEvents; start += 10 * time.Second {
 				at := make([]time.Duration, n)
 				for i := range at {
 					at[i] = start + time.Duration(r.Int64N(int64(100*time.Millisecond)))
@@ -160,10 +196,9 @@ var Scenarios = map[string]Scenario{
 			// integral R·t²/D reaches n.
 			for n := 1; ; n++ {
 				at := time.Duration(math.Sqrt(float64(n)*float64(p.Duration)/p.Rate/float64(time.Second)) * float64(time.Second))
-				if at >= p.Duration {
+				if at >= p.Duration || !add(&ev, Event{At: at, Caller: callerName(r.IntN(p.Callers))}) {
 					return ev
 				}
-				ev = append(ev, Event{At: at, Caller: callerName(r.IntN(p.Callers))})
 			}
 		},
 	},
@@ -191,7 +226,7 @@ var Scenarios = map[string]Scenario{
 		Events: func(seed uint64, p Params) []Event {
 			r := rand.New(rand.NewPCG(seed, 5))
 			var ev []Event
-			for c := 0; c < p.Callers; c++ {
+			for c := 0; c < p.Callers && len(ev) <= maxEvents; c++ {
 				period := time.Second
 				if c%10 == 0 {
 					period = 50 * time.Millisecond // the fast tenth
@@ -243,7 +278,7 @@ var Scenarios = map[string]Scenario{
 			for at := time.Duration(0); at < p.Duration; at += 200 * time.Millisecond {
 				ev = append(ev, Event{At: at, Caller: "attacker"})
 			}
-			for c := 1; c < p.Callers; c++ {
+			for c := 1; c < p.Callers && len(ev) <= maxEvents; c++ {
 				for at := time.Duration(r.Int64N(int64(time.Minute))); at < p.Duration; at += time.Duration(40+r.IntN(40)) * time.Second {
 					ev = append(ev, Event{At: at, Caller: callerName(c)})
 				}
@@ -311,7 +346,9 @@ func TraceScenario(name string, r io.Reader) (Scenario, error) {
 		if l.Cost != nil {
 			cost = *l.Cost
 		}
-		ev = append(ev, Event{At: at, Caller: caller, Cost: cost})
+		if !add(&ev, Event{At: at, Caller: caller, Cost: cost}) {
+			return Scenario{}, fmt.Errorf("%s: more than %d requests", name, maxEvents)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return Scenario{}, fmt.Errorf("%s: %w", name, err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -301,5 +302,40 @@ func TestBruteForceScenario(t *testing.T) {
 	}
 	if u, v := plain.Summary.Admitted-plain.perCaller["attacker"][1], blocking.Summary.Admitted-blocking.perCaller["attacker"][1]; u != v || u == 0 {
 		t.Errorf("the users got %d without a block, %d with one", u, v)
+	}
+}
+
+// TestRunBounds: Params, slices and scenarios beyond their bounds are
+// refused before anything runs (a rate of 1e12, a NaN rate or a 1ns slice
+// ran out of memory or never ended; a negative value quietly took the
+// scenario's default).
+func TestRunBounds(t *testing.T) {
+	strategies := zooStrategies(t)
+	for _, c := range []struct {
+		p     Params
+		slice time.Duration
+		want  string
+	}{
+		{Params{Duration: -time.Second}, 0, "duration -1s"},
+		{Params{Duration: 25 * time.Hour}, 0, "duration 25h"},
+		{Params{Rate: -1}, 0, "rate -1"},
+		{Params{Rate: math.NaN()}, 0, "rate NaN"},
+		{Params{Rate: math.Inf(1)}, 0, "rate +Inf"},
+		{Params{Rate: 1e12}, 0, "rate 1e+12"},
+		{Params{Callers: -2}, 0, "-2 callers"},
+		{Params{Callers: maxCallers + 1}, 0, "1000001 callers"},
+		{Params{Hold: -time.Second}, 0, "hold -1s"},
+		{Params{}, -time.Second, "slice -1s is negative"},
+		{Params{}, time.Nanosecond, "more than 100000 slices"},
+		{Params{Rate: maxRate, Duration: time.Minute}, 0, "fires more than 5000000 requests"},
+	} {
+		sc := Scenarios["zoo"]
+		if c.p.Rate != 0 {
+			sc = Scenarios["steady"]
+		}
+		_, err := Run(context.Background(), sc, 1, c.p, strategies, Options{Slice: c.slice})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v, slice %v: %v, want %q", c.p, c.slice, err, c.want)
+		}
 	}
 }
