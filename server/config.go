@@ -259,6 +259,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: timeout must be positive, got %v", time.Duration(c.Timeout))
 	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
 		return fmt.Errorf("config: on_store_error must be allow or deny, got %q", c.OnStoreError)
+	case c.ShutdownTimeout < 0 || c.ShutdownDelay < 0:
+		return fmt.Errorf("config: shutdown_timeout and shutdown_delay must not be negative, got %v and %v", c.ShutdownTimeout, c.ShutdownDelay)
 	case c.Consumers.TTL <= 0:
 		return fmt.Errorf("config: consumers.ttl must be positive, got %v", time.Duration(c.Consumers.TTL))
 	case c.Consumers.Max > 1000:

@@ -44,3 +44,30 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("an empty file: %v", err)
 	}
 }
+
+// TestConfigValidateRefuses: every setting out of its range is refused
+// with the setting's name (a negative shutdown_timeout or shutdown_delay
+// was taken, and cut in-flight requests or the drain short).
+func TestConfigValidateRefuses(t *testing.T) {
+	for _, env := range []string{"SLUICE_TIMEOUT=-1s", "SLUICE_MAX_WAITING=-5", "SLUICE_MAX_WAITING=1000001", "SLUICE_REDIS_MAX_LEASE=-1",
+		"SLUICE_CONSUMERS_TTL=-1s", "SLUICE_CONSUMERS_MAX=1001", "SLUICE_SHUTDOWN_TIMEOUT=-1s", "SLUICE_SHUTDOWN_DELAY=-1s",
+		"SLUICE_HEADERS=fancy", "SLUICE_ON_STORE_ERROR=maybe"} {
+		name, value, _ := strings.Cut(env, "=")
+		var c Config
+		if err := ApplyEnv(&c, func(k string) string { return map[string]string{name: value}[k] }); err != nil {
+			t.Fatalf("%s: %v", env, err)
+		}
+		field := ""
+		for _, v := range EnvVars {
+			if v.Name == name {
+				field = v.Field
+			}
+		}
+		if field == "" {
+			t.Fatalf("%s is not in EnvVars", name)
+		}
+		if err := c.Defaults().Validate(); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want an error naming %s", env, err, field)
+		}
+	}
+}
