@@ -105,13 +105,13 @@ package policy
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/keys"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -330,7 +330,7 @@ func (h *Hit) LimitKey(j int) string { return limitKey(h.Key, j, len(h.Limits)) 
 // Load reads and compiles the policy file at path. An invalid file returns
 // an yamlfile.ErrorList.
 func Load(path string) (*Policy, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}

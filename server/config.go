@@ -292,7 +292,7 @@ func (c Config) Validate() error {
 // and every problem is reported as a yamlfile.ErrorList, in the format of a
 // limits.yaml's: "file:line:col: field: message".
 func LoadConfigFile(path string, c *Config) error {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/server/envoyimport"
 
 	"github.com/sluicehq/sluice/internal/ratelog"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/store"
 
 	"google.golang.org/grpc"
@@ -188,7 +189,7 @@ func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
 		}
 		files := make([]envoyimport.File, len(names))
 		for i, n := range names {
-			if files[i].Data, err = os.ReadFile(n); err != nil {
+			if files[i].Data, err = yamlfile.ReadFile(n); err != nil {
 				return nil, stamp, err
 			}
 			files[i].Name = n

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/server/envoyimport"
 )
 
@@ -46,7 +47,7 @@ flags:`)
 	}
 	var files []envoyimport.File
 	for _, name := range names {
-		data, err := os.ReadFile(name)
+		data, err := yamlfile.ReadFile(name)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "import-envoy: %v\n", err)
 			return 1

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/sim"
 	"github.com/sluicehq/sluice/store"
 )
@@ -98,7 +99,7 @@ scenarios:`)
 		if !ok || name == "" {
 			return fail(fmt.Errorf("--policy %s: want NAME=FILE", p))
 		}
-		data, err := os.ReadFile(file)
+		data, err := yamlfile.ReadFile(file)
 		if err != nil {
 			return fail(err)
 		}

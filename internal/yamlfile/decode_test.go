@@ -3,6 +3,8 @@ package yamlfile
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -155,3 +157,26 @@ func TestDecodeUnmarshaler(t *testing.T) {
 }
 
 var errInvalid = errors.New("invalid limit")
+
+// TestReadFileBound: a file of MaxFileBytes is read; a larger one, or an
+// endless one (/dev/zero, which ran `sluice validate` out of memory), is
+// an error naming it.
+func TestReadFileBound(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{MaxFileBytes, MaxFileBytes + 1} {
+		path := filepath.Join(dir, fmt.Sprint(n))
+		if err := os.WriteFile(path, make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		data, err := ReadFile(path)
+		if n <= MaxFileBytes && (err != nil || len(data) != n) {
+			t.Errorf("%d bytes: %d, %v", n, len(data), err)
+		}
+		if n > MaxFileBytes && (err == nil || !strings.Contains(err.Error(), path+": larger than 16 MiB")) {
+			t.Errorf("%d bytes: %v", n, err)
+		}
+	}
+	if _, err := ReadFile("/dev/zero"); err == nil || !strings.Contains(err.Error(), "/dev/zero: larger than") {
+		t.Errorf("/dev/zero: %v", err)
+	}
+}

@@ -8,7 +8,9 @@ package yamlfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"reflect"
 	"strconv"
 
@@ -21,6 +23,28 @@ import (
 // maxWork bounds the nodes and values compiled from one file, counting each
 // use of an alias anew, so that a small file cannot expand without end.
 const maxWork = 100_000
+
+// MaxFileBytes bounds a YAML file ReadFile reads.
+const MaxFileBytes = 16 << 20
+
+// ReadFile reads the file at path, of at most MaxFileBytes: every YAML
+// file Sluice reads goes through it, so that a huge or endless file (a
+// device, a pipe) is an error, not a process out of memory.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(data) > MaxFileBytes:
+		return nil, fmt.Errorf("%s: larger than %d MiB", path, MaxFileBytes>>20)
+	}
+	return data, nil
+}
 
 // A Loader reads one YAML file, collecting every problem it finds, each
 // with its position, and going on to find the others.
