@@ -57,6 +57,11 @@ func (f fixedTime) Unblock(ctx context.Context, req store.Request) error {
 }
 
 // newTestServer serves policy on the memory store at a fixed time.
+// testTimeout is the decision timeout of a test's server: far past any
+// pause a busy machine's scheduler makes, so that a test's answers are the
+// store's, never on_store_error's (a test of timeouts sets its own).
+const testTimeout = time.Minute
+
 func newTestServer(t testing.TB, policyYAML string) *Server {
 	t.Helper()
 	return newTestServerConfig(t, Config{Store: "memory", PolicyData: []byte(policyYAML), PolicyName: "test.yaml"})
@@ -65,6 +70,9 @@ func newTestServer(t testing.TB, policyYAML string) *Server {
 // newTestServerConfig is newTestServer for a config of its own.
 func newTestServerConfig(t testing.TB, cfg Config) *Server {
 	t.Helper()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = testTimeout
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := New(context.Background(), cfg, log)
 	if err != nil {

@@ -54,7 +54,7 @@ schema:
 
 func TestStoreUpAndBuildInfo(t *testing.T) {
 	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n"),
-		Queues: map[string]QueueConfig{"jobs": {}}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		Queues: map[string]QueueConfig{"jobs": {}}, Timeout: testTimeout}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestStoreUpAndBuildInfo(t *testing.T) {
 func TestGrafanaDashboard(t *testing.T) {
 	dash := readDashboard(t)
 	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n"),
-		Queues: map[string]QueueConfig{"jobs": {}}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		Queues: map[string]QueueConfig{"jobs": {}}, Timeout: testTimeout}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

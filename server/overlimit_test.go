@@ -30,7 +30,7 @@ func TestOverLimitCacheInService(t *testing.T) {
 	rd := redistest.Start(t)
 	for _, size := range []int{0, -1} {
 		write(1)
-		s, err := New(context.Background(), Config{Store: rd.URL(), Policy: policyFile, AdminToken: "tok",
+		s, err := New(context.Background(), Config{Store: rd.URL(), Policy: policyFile, AdminToken: "tok", Timeout: testTimeout,
 			Redis: RedisConfig{Prefix: "t" + strconv.Itoa(size) + ":", OverLimitCache: size}},
 			slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {
@@ -92,7 +92,7 @@ func TestOverLimitCacheInService(t *testing.T) {
 func TestLeasesInService(t *testing.T) {
 	rd := redistest.Start(t)
 	src := "schema:\n  api:\n    lease: true\n    limits: {algorithm: fixed_window, limit: 1500, window: 1h}\n"
-	s, err := New(context.Background(), Config{Store: rd.URL(), PolicyData: []byte(src), PolicyName: "t.yaml"},
+	s, err := New(context.Background(), Config{Store: rd.URL(), PolicyData: []byte(src), PolicyName: "t.yaml", Timeout: testTimeout},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

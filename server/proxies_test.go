@@ -71,6 +71,9 @@ func startProxied(t *testing.T, confName string, edit func(*Config)) (conf, prox
 // serveForTest serves cfg on its listeners until the test ends.
 func serveForTest(t *testing.T, cfg Config) *Server {
 	t.Helper()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = testTimeout
+	}
 	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ import (
 func TestQueueEndpoint(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg := Config{Store: "memory", PolicyData: []byte("schema:\n  api: {limits: [1, 1, 1]}\n"), PolicyName: "t.yaml",
-		Queues: map[string]QueueConfig{"jobs": {Capacity: 2}}}
+		Queues: map[string]QueueConfig{"jobs": {Capacity: 2}}, Timeout: testTimeout}
 	if _, err := New(context.Background(), cfg, log); err == nil || !strings.Contains(err.Error(), "queues need a Redis store") {
 		t.Fatalf("queues on the memory store: %v", err)
 	}

@@ -31,7 +31,7 @@ func TestQuotaGrants(t *testing.T) {
         children:
           "*": {limits: {algorithm: fixed_window, limit: 1000, window: 1h}}
 `
-	s, err := New(context.Background(), Config{Store: rd.URL(), PolicyData: []byte(src), PolicyName: "t.yaml"},
+	s, err := New(context.Background(), Config{Store: rd.URL(), PolicyData: []byte(src), PolicyName: "t.yaml", Timeout: testTimeout},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
