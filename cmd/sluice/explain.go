@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -140,6 +141,14 @@ func explain(w io.Writer, p *policy.Policy, path []string, prefix string) {
 			}
 		}
 		tw.Flush()
+		for i, h := range m.Hits {
+			for j := range h.Limits {
+				if k := h.LimitKey(j); len(k) > store.MaxKeyLen {
+					fmt.Fprintf(w, "key too long: level %d's key is %d bytes, more than a store takes (%d): a check of this path is refused as a bad request (400)\n", i+1, len(k), store.MaxKeyLen)
+					break
+				}
+			}
+		}
 		for i, h := range m.Hits {
 			for _, l := range h.Limits {
 				if b, ok := l.(algo.Blocking); ok {

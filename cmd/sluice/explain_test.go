@@ -126,6 +126,24 @@ tigerfeeding/*  no      {"algorithm":"gate","interval":"10s"}                   
 	}
 }
 
+// TestExplainKeyTooLong: explain says when a path's key is longer than a
+// store takes, and a check of that path is indeed refused (replay).
+func TestExplainKeyTooLong(t *testing.T) {
+	file := writeFile(t, "limits.yaml", explainLimits)
+	long := strings.Repeat("a", 600)
+	status, out, _ := runSluice(t, "explain", file, "user", long)
+	if status != 0 || !strings.Contains(out, "key too long: level 1's key is 605 bytes, more than a store takes (512)") {
+		t.Errorf("explain: %d\n%s", status, out)
+	}
+	line, _ := json.Marshal(map[string]any{"path": []string{"user", long}})
+	if status, _, errOut := replay(t, string(line)+"\n", "--policy", file); status == 0 || !strings.Contains(errOut, "key of 605 bytes exceeds 512") {
+		t.Errorf("replay of the path: %d %s", status, errOut)
+	}
+	if _, out, _ := runSluice(t, "explain", file, "user", strings.Repeat("a", 100)); strings.Contains(out, "too long") {
+		t.Errorf("a key of 105 bytes:\n%s", out)
+	}
+}
+
 // TestSlots checks what explain shows: one caller's levels share one Redis
 // Cluster slot, and a shared level above the wildcard has a slot of its own.
 func TestSlots(t *testing.T) {
