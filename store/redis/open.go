@@ -232,8 +232,11 @@ func newStore(opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	if strings.ContainsAny(opts.Prefix, "{}") {
+	switch {
+	case strings.ContainsAny(opts.Prefix, "{}"):
 		return nil, fmt.Errorf("redis store: prefix %q may not contain '{' or '}'", opts.Prefix)
+	case opts.Timeout < 0 || opts.MaxInFlight < 0 || opts.MaxLease < 0:
+		return nil, fmt.Errorf("redis store: a negative option: timeout %v, max in flight %d, max lease %d (zero: the default)", opts.Timeout, opts.MaxInFlight, opts.MaxLease)
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = defaultTimeout

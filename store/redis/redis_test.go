@@ -25,6 +25,18 @@ func open(t *testing.T, srv *redistest.Server, opts redis.Options) *redis.Store 
 	return st
 }
 
+// TestOptionsRefused: a prefix that picks a hash tag and a negative
+// timeout, in-flight bound or lease size are errors (a negative one had
+// quietly become the default), before any connection.
+func TestOptionsRefused(t *testing.T) {
+	for _, o := range []redis.Options{{Prefix: "a{b"}, {Timeout: -time.Second}, {MaxInFlight: -5}, {LeaseFor: time.Second, MaxLease: -3}} {
+		if st, err := redis.New(nil, o); err == nil {
+			st.Close()
+			t.Errorf("%+v: no error", o)
+		}
+	}
+}
+
 // TestConcurrentExactlyLimit: 100 goroutines race for one key; exactly the
 // limit is admitted, for every algorithm.
 func TestConcurrentExactlyLimit(t *testing.T) {
