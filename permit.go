@@ -134,11 +134,12 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Permit, error) {
 // AcquireN waits until n slots (at least 1) are free for key and takes
 // them, all or none, under one new permit id, like Wait: it retries a
 // denied acquire after a short, growing pause (1 ms to 100 ms, never
-// beyond the time a hold ends), since a holder may release at any time. It returns ctx's
-// error if ctx is done first, and ErrNever at once when n exceeds the
-// limit. The Permit's hold is renewed a sixth to a third of HoldFor after
-// the last renewal, until Release, by one of the Limiter's eight renewers
-// (no goroutine per permit); Lost tells when it could not be.
+// beyond the time a hold ends), since a holder may release at any time.
+// It returns ctx's error if ctx is done first, and ErrNever at once when
+// n exceeds the limit. The Permit's hold is renewed a sixth to a third of
+// HoldFor after the last renewal, until Release, by one of the Limiter's
+// eight renewers (no goroutine per permit); Lost tells when it could not
+// be.
 //
 // The limit must be a concurrency limit (others: an error wrapping
 // algo.ErrUnsupported). An acquire whose reply is lost (a store error)
