@@ -38,7 +38,7 @@ var serveFlags = []struct{ name, field, usage string }{
 	{"xds-node-id", "xds_node_id", "this instance's node id at the xDS server (default sluice)"},
 	{"timeout", "timeout", "decision timeout, a `duration`, store round trip included (default 50ms)"},
 	{"on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)"},
-	{"require-store", "require_store", "`true|false`: true exits non-zero when the store cannot be reached at start, instead of answering by on-store-error until it can"},
+	{"require-store", "require_store", "exit non-zero when the store cannot be reached at start, instead of answering by on-store-error until it can (--require-store=false: the default)"},
 	{"headers", "headers", "the rate-limit fields of HTTP answers: draft (the IETF RateLimit-Policy and RateLimit, default), legacy (X-RateLimit-*) or both"},
 	{"admin-token", "admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)"},
 	{"admin-token-file", "admin_token_file", "file holding the admin token"},
@@ -52,6 +52,14 @@ var serveFlags = []struct{ name, field, usage string }{
 	{"log-level", "log_level", "debug, info (default), warn or error"},
 	{"log-format", "log_format", "text (default) or json"},
 }
+
+// boolFlag is a flag's text that may stand alone, as a boolean flag does:
+// --require-store is --require-store=true (Config.Set judges the text).
+type boolFlag string
+
+func (b *boolFlag) String() string     { return string(*b) }
+func (b *boolFlag) Set(s string) error { *b = boolFlag(s); return nil }
+func (b *boolFlag) IsBoolFlag() bool   { return true }
 
 // serveFlagField returns the Config field a serve flag sets.
 func serveFlagField(name string) (string, bool) {
@@ -69,6 +77,10 @@ func runServe(ctx context.Context, e env, args []string) int {
 	configFile := fs.String("config", "", "read settings from this sluice.yaml (env and flags override it)")
 	envoyEnv := fs.Bool("envoy-env", false, "read envoyproxy/ratelimit's environment variables (REDIS_URL, PORT, GRPC_PORT, RUNTIME_ROOT, CONFIG_TYPE, ...) as its service does, before SLUICE_* and flags; as when started as ratelimit")
 	for _, f := range serveFlags {
+		if f.field == "require_store" {
+			fs.Var(new(boolFlag), f.name, f.usage)
+			continue
+		}
 		fs.String(f.name, "", f.usage)
 	}
 	fs.Usage = func() {
@@ -225,7 +237,7 @@ func banner(e env, cfg server.Config, srv *server.Server, storeErr error) {
 		if cfg.OnStoreError == "deny" {
 			answer = "DENIED with 503 (on_store_error: deny)"
 		}
-		fmt.Fprintf(&b, "  WARNING    the store is UNREACHABLE (%v): until it answers, every check is %s. Check the address, or set --require-store=true to exit instead.\n", storeErr, answer)
+		fmt.Fprintf(&b, "  WARNING    the store is UNREACHABLE (%v): until it answers, every check is %s. Check the address, or set --require-store to exit instead.\n", storeErr, answer)
 	}
 	bundled := cfg.Policy == "" && cfg.EnvoyConfigDir == "" && cfg.XDSServer == ""
 	switch {

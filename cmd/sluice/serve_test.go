@@ -1330,7 +1330,7 @@ func TestServeRequireStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	for _, how := range [][]string{{"--require-store=true"}, {"SLUICE_REQUIRE_STORE=true"}} {
+	for _, how := range [][]string{{"--require-store=true"}, {"--require-store"}, {"SLUICE_REQUIRE_STORE=true"}} {
 		cmd := exec.Command(sluiceBin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "off", "--store", url}, how[0])...)
 		if strings.HasPrefix(how[0], "SLUICE_") {
 			cmd = exec.Command(sluiceBin, "serve", "--http", "127.0.0.1:0", "--grpc", "off", "--store", url)
