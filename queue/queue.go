@@ -45,9 +45,10 @@ const (
 	MaxDedupBytes = 200
 	// MaxDeadLetters bounds the dead letters one DeadLetters call returns.
 	MaxDeadLetters = 10_000
-	// MaxBatch bounds WorkerOptions.Batch, the entries one read takes.
-	MaxBatch = 1000
 )
+
+// maxBatch bounds WorkerOptions.Batch, the entries one read takes.
+const maxBatch = 1000
 
 // Options configures a Queue.
 type Options struct {

@@ -409,7 +409,7 @@ func TestReadAndWorkerBounds(t *testing.T) {
 			t.Errorf("DeadLetters(MaxDeadLetters): %v", err)
 		}
 		for _, o := range []WorkerOptions{{Visibility: -time.Second}, {HandlerTimeout: -time.Second}, {ShutdownTimeout: -time.Second},
-			{MaxDeliveries: -1}, {Batch: -1}, {Batch: MaxBatch + 1}, {Rate: -1}, {Rate: math.NaN()}} {
+			{MaxDeliveries: -1}, {Batch: -1}, {Batch: maxBatch + 1}, {Rate: -1}, {Rate: math.NaN()}} {
 			if _, err := q.Add(ctx, nil, ""); err != nil {
 				t.Fatal(err)
 			}

@@ -54,7 +54,7 @@ type WorkerOptions struct {
 	// live worker after Visibility (not counted as failed). Zero lets it
 	// run up to HandlerTimeout.
 	ShutdownTimeout time.Duration
-	// Batch is how many entries one read takes, 1 to MaxBatch; default 1.
+	// Batch is how many entries one read takes, 1 to 1,000; default 1.
 	// The entries of a batch are handled one by one and those that
 	// succeeded are acked together, in one round trip, after the last:
 	// Visibility must cover a whole batch, and a crash mid-batch
@@ -152,8 +152,8 @@ func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
 		return nil, fmt.Errorf("queue %q: a negative duration: visibility %v, handler timeout %v, shutdown timeout %v", q.name, o.Visibility, o.HandlerTimeout, o.ShutdownTimeout)
 	case o.MaxDeliveries < 0:
 		return nil, fmt.Errorf("queue %q: max deliveries %d is negative", q.name, o.MaxDeliveries)
-	case o.Batch < 0 || o.Batch > MaxBatch:
-		return nil, fmt.Errorf("queue %q: batch %d: want 1 to %d (0: 1)", q.name, o.Batch, MaxBatch)
+	case o.Batch < 0 || o.Batch > maxBatch:
+		return nil, fmt.Errorf("queue %q: batch %d: want 1 to %d (0: 1)", q.name, o.Batch, maxBatch)
 	case o.Rate < 0 || math.IsNaN(o.Rate):
 		return nil, fmt.Errorf("queue %q: rate %v: want 0 or more", q.name, o.Rate)
 	}
