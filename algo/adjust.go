@@ -151,3 +151,46 @@ func (p *Plan) ValidateBlock(d time.Duration) error {
 	}
 	return nil
 }
+
+// GiveBack gives back at most n of the units a decision at since took (a
+// settled estimate's unused part), and only where they still count at now,
+// so that nothing is given back that the decision did not take, nor to a
+// window it did not take it from: a fixed window's count while the window
+// is the one that held since (none once it has ended); a window counter's
+// slice of since, while it is in a window; a sliding log's actions at since
+// (exact) or its buckets of since (sampled); a TAT's part of the n·T it
+// scheduled from since that lies after now (since is then when the
+// decision's n·T began: max(TAT, time) before it). The error is
+// ValidateAdjust's.
+func (p *Plan) GiveBack(s *State, now, since, n int64) error {
+	if err := p.ValidateAdjust(Reward, n); err != nil {
+		return err
+	}
+	switch p.kind {
+	case KindGCRA, KindTokenBucket:
+		if s.A <= now || since >= s.A {
+			return nil
+		}
+		t := p.tat.Interval
+		n = min(n, (s.A-now)/t+1) // no more than the TAT holds: n·T stays small
+		back := min(n*t, since+n*t-now)
+		if back <= 0 {
+			return nil
+		}
+		if s.A-back <= now {
+			*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
+			return nil
+		}
+		s.A -= back
+		s.Expire = s.A
+	case KindFixedWindow:
+		if end := p.windowEnd(since); s.A == end && end > now {
+			s.B = max(s.B-n, 0)
+		}
+	case KindWindowCounter:
+		p.wc.giveBack(s, now, since, n)
+	case KindSlidingLog:
+		p.sl.giveBack(s, now, since, n)
+	}
+	return nil
+}

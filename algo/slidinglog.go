@@ -799,3 +799,44 @@ func InBatch(p *Plan) *Plan {
 	q.sl.Mode = Binary
 	return &q
 }
+
+// giveBack removes at most n of the actions recorded at since, while they
+// count in a window at now (GiveBack): an exact log's entries at since;
+// in a sampled one, from each limit's bucket of since.
+func (l SlidingLog) giveBack(s *State, now, since, n int64) {
+	if l.Buckets == 0 {
+		live := l.live(s)
+		if since <= now-l.maxWindow() {
+			return
+		}
+		lo, hi := firstAfter(live, since-1), firstAfter(live, since)
+		k := min(n, int64(hi-lo))
+		if k == 0 {
+			return
+		}
+		off := len(s.Log) - len(live) + lo
+		s.Log = append(s.Log[:off], s.Log[off+int(k):]...)
+		if live = l.live(s); len(live) == 0 {
+			*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
+			return
+		}
+		s.Expire = live[len(live)-1] + l.maxWindow()
+		return
+	}
+	r := l.Buckets + 1
+	k := int64(len(l.Limits))
+	if int64(len(s.Log)) != k*r+k {
+		return
+	}
+	for i := range l.Limits {
+		w := l.BucketWidth(i)
+		a, kb := s.A/w, since/w
+		if kb > a || kb <= a-r || (kb+r)*w <= now {
+			continue
+		}
+		ring := s.Log[int64(i)*r : int64(i+1)*r]
+		take := min(ring[kb%r], n)
+		ring[kb%r] -= take
+		s.Log[k*r+int64(i)] -= take
+	}
+}

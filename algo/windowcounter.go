@@ -256,3 +256,20 @@ func (wc WindowCounter) steadyRate() (int64, time.Duration) { return windowsRate
 
 // deniedBy implements Limit: the name or window of limit by-1.
 func (wc WindowCounter) deniedBy(by int) string { return windowsDeniedBy(wc.Limits, by) }
+
+// giveBack takes at most n from the slice of since, while it is in the
+// ring and in the longest window at now (GiveBack).
+func (wc WindowCounter) giveBack(s *State, now, since, n int64) {
+	m := wc.maxSlices()
+	k := since / wc.SliceMicros()
+	if int64(len(s.Log)) != m || k > s.A || k <= max(s.A, now/wc.SliceMicros())-m {
+		return
+	}
+	s.Log[k%m] -= min(s.Log[k%m], n)
+	for _, v := range s.Log {
+		if v != 0 {
+			return
+		}
+	}
+	*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
+}

@@ -69,6 +69,7 @@ func TestServiceDocListsEverything(t *testing.T) {
 		"a proxied request's method at forward-auth": maxForwardMethod,
 		"a queue entry's `Idempotency-Key`":          queue.MaxDedupBytes,
 		"the holders `/admin/v1/holders` lists":      maxHoldersListed,
+		"the estimates one key holds open":           store.MaxOpenTickets,
 	}
 	row := regexp.MustCompile("(?m)^\\| ([^|(]+?)(?: \\([^|]*\\))? \\| ([0-9,]+)( KiB)?(?: bytes)? \\|$")
 	rows := row.FindAllStringSubmatch(section("\n## Bounds\n"), -1)

@@ -272,10 +272,14 @@ type Adjuster interface {
 // (policy.Checker.Estimate, Settle): Issue keeps a ticket named t.Key
 // (placed by t.Tag) for ttl (MinTicket to MaxTicket) from t.Time (the
 // zero Time: the store's clock); Settle, if the ticket is still kept,
-// deletes it and applies op of each request's Cost to its key as Adjust
-// does, and reports whether it did: the ticket is taken once, whoever
-// races for it, so that the changes are made once. A ticket settled,
-// expired or never issued changes nothing.
+// deletes it and applies op of each request's Cost to its key, and
+// reports whether it did: the ticket is taken once, whoever races for it,
+// so that the changes are made once. A penalty is Adjust's, at t.Time; a
+// reward gives back what the estimate took at the request's Time
+// (algo.Plan.GiveBack), only where it still counts at t.Time. A ticket
+// settled, expired or never issued changes nothing. A tag holds at most
+// MaxOpenTickets tickets: Issue refuses one more with ErrTooManyTickets,
+// so that the tickets of one key never stop another's.
 type Settler interface {
 	Issue(ctx context.Context, t Request, ttl time.Duration) error
 	Settle(ctx context.Context, t Request, reqs []Request, op algo.Adjust) (bool, error)
@@ -318,18 +322,28 @@ func ValidatePost(name string, value []byte) error {
 	return nil
 }
 
-// The bounds of a ticket's life (Settler.Issue).
+// The bounds of a ticket's life (Settler.Issue), and of the tickets one
+// tag (one caller's key) holds open at once.
 const (
-	MinTicket = time.Millisecond
-	MaxTicket = 24 * time.Hour
+	MinTicket      = time.Millisecond
+	MaxTicket      = 24 * time.Hour
+	MaxOpenTickets = 10000
 )
 
+// ErrTooManyTickets is Issue's error when the ticket's tag holds
+// MaxOpenTickets tickets not settled and not expired; it wraps
+// ErrBadRequest.
+var ErrTooManyTickets = fmt.Errorf("%w: the key holds %d open estimates (tickets not settled and not expired), the most one key may", ErrBadRequest, MaxOpenTickets)
+
 // ValidateTicket checks a ticket and its life for Settler.Issue: a key as
-// Validate takes one, and a ttl of MinTicket to MaxTicket. Its errors
-// wrap ErrBadRequest.
+// Validate takes one, with a tag (the key whose bound it counts against),
+// and a ttl of MinTicket to MaxTicket. Its errors wrap ErrBadRequest.
 func ValidateTicket(t Request, ttl time.Duration) error {
-	if ttl < MinTicket || ttl > MaxTicket {
+	switch {
+	case ttl < MinTicket || ttl > MaxTicket:
 		return fmt.Errorf("%w: a ticket for %v: want %v to %v", ErrBadRequest, ttl, MinTicket, MaxTicket)
+	case t.Tag == "":
+		return fmt.Errorf("%w: a ticket without a tag (the key whose open tickets it counts among)", ErrBadRequest)
 	}
 	return Validate(t.Key, t.Tag, ticketPlan, 0, t.Time)
 }

@@ -256,6 +256,7 @@ func (s *Store) sweep() {
 		}
 		sh.mu.Unlock()
 	}
+	s.tickets.sweep()
 }
 
 func (s *Store) sweeper(every time.Duration) {

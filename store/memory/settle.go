@@ -12,18 +12,18 @@ import (
 
 var _ store.Settler = (*Store)(nil)
 
-// maxTickets bounds the tickets a store keeps: Issue refuses more.
-const maxTickets = 1 << 20
-
-// tickets are the tickets issued and not settled: when each expires, in µs.
+// tickets are the tickets issued and not settled, by their tag (the key
+// they are placed with): when each expires, in µs. A tag holds at most
+// store.MaxOpenTickets; the tags are as many as the keys that hold them.
 type tickets struct {
-	mu   sync.Mutex
-	live map[string]int64
+	mu     sync.Mutex
+	byTag  map[string]map[string]int64
+	latest int64 // the latest time Issue or Settle saw: the sweep's now
 }
 
-// Issue implements store.Settler. The store keeps at most 1,048,576
-// tickets; when it holds that many, expired ones are dropped, and if none
-// has, Issue fails.
+// Issue implements store.Settler. A tag that holds store.MaxOpenTickets
+// tickets drops its expired ones, and if none has, Issue fails with
+// store.ErrTooManyTickets: one tag's tickets never stop another's.
 func (s *Store) Issue(_ context.Context, t store.Request, ttl time.Duration) error {
 	if err := store.ValidateTicket(t, ttl); err != nil {
 		return err
@@ -32,21 +32,44 @@ func (s *Store) Issue(_ context.Context, t store.Request, ttl time.Duration) err
 	tk := &s.tickets
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
-	if tk.live == nil {
-		tk.live = map[string]int64{}
+	tk.latest = max(tk.latest, now)
+	if tk.byTag == nil {
+		tk.byTag = map[string]map[string]int64{}
 	}
-	if len(tk.live) >= maxTickets {
-		for k, e := range tk.live {
+	g := tk.byTag[t.Tag]
+	if g == nil {
+		g = map[string]int64{}
+		tk.byTag[t.Tag] = g
+	}
+	if _, held := g[t.Key]; !held && len(g) >= store.MaxOpenTickets {
+		for k, e := range g {
 			if e <= now {
-				delete(tk.live, k)
+				delete(g, k)
 			}
 		}
-		if len(tk.live) >= maxTickets {
-			return fmt.Errorf("memory store: %d tickets open, the most it keeps", maxTickets)
+		if len(g) >= store.MaxOpenTickets {
+			return fmt.Errorf("memory store: %w", store.ErrTooManyTickets)
 		}
 	}
-	tk.live[t.Key] = now + algo.Micros(ttl)
+	g[t.Key] = now + algo.Micros(ttl)
 	return nil
+}
+
+// sweep drops the expired tickets, judged against the latest time a
+// ticket was issued or settled at, and the tags left with none.
+func (tk *tickets) sweep() {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	for tag, g := range tk.byTag {
+		for k, e := range g {
+			if e <= tk.latest {
+				delete(g, k)
+			}
+		}
+		if len(g) == 0 {
+			delete(tk.byTag, tag)
+		}
+	}
 }
 
 // Settle implements store.Settler. The ticket is taken under its lock, so
@@ -64,19 +87,32 @@ func (s *Store) Settle(_ context.Context, t store.Request, reqs []store.Request,
 		if err := r.Plan.ValidateAdjust(op, r.Cost); err != nil {
 			return false, fmt.Errorf("request %d: %w", i, err)
 		}
+		if op == algo.Reward && r.Time.IsZero() {
+			return false, fmt.Errorf("request %d: %w: a give-back without the time its estimate was counted at", i, store.ErrBadRequest)
+		}
 	}
 	now := s.at(t.Time)
 	tk := &s.tickets
 	tk.mu.Lock()
-	e, ok := tk.live[t.Key]
-	delete(tk.live, t.Key)
+	tk.latest = max(tk.latest, now)
+	g := tk.byTag[t.Tag]
+	e, ok := g[t.Key]
+	delete(g, t.Key)
+	if ok && len(g) == 0 {
+		delete(tk.byTag, t.Tag)
+	}
 	tk.mu.Unlock()
 	if !ok || e <= now {
 		return false, nil
 	}
 	for _, r := range reqs {
+		since := r.Time.UnixMicro()
 		r.Time = time.UnixMicro(now)
-		if err := s.change(r, func(p *algo.Plan, st *algo.State, at int64) error { return p.Adjust(st, at, op, r.Cost) }); err != nil {
+		f := func(p *algo.Plan, st *algo.State, at int64) error { return p.Adjust(st, at, op, r.Cost) }
+		if op == algo.Reward {
+			f = func(p *algo.Plan, st *algo.State, at int64) error { return p.GiveBack(st, at, since, r.Cost) }
+		}
+		if err := s.change(r, f); err != nil {
 			return true, err
 		}
 	}

@@ -161,12 +161,16 @@ func BenchmarkSettle(b *testing.B) {
 	b.Run("settle", func(b *testing.B) {
 		tickets := make([]store.Request, b.N)
 		for i := range tickets {
-			tickets[i] = store.Request{Key: "budget:acme#" + strconv.Itoa(i)}
+			// Tags of 5,000 tickets each: one holds at most MaxOpenTickets.
+			tag := "budget:acme#" + strconv.Itoa(i/5000)
+			tickets[i] = store.Request{Key: tag + "#" + strconv.Itoa(i), Tag: tag}
 			if err := st.Issue(ctx, tickets[i], time.Hour); err != nil {
 				b.Fatal(err)
 			}
 		}
-		reqs := []store.Request{req}
+		back := req // given back in the window it was counted in
+		back.Time = time.Now()
+		reqs := []store.Request{back}
 		b.ResetTimer()
 		for i := range b.N {
 			if ok, err := st.Settle(ctx, tickets[i], reqs, algo.Reward); err != nil || !ok {

@@ -253,11 +253,16 @@ func TestResetReachesOtherCaches(t *testing.T) {
 	until("a reward")
 
 	denied()
-	ticket := store.Request{Key: "ticket"}
+	ticket := store.Request{Key: "alex#ticket", Tag: "alex"}
 	if err := a.Issue(ctx, ticket, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := a.Settle(ctx, ticket, []store.Request{req}, algo.Reward); !ok || err != nil {
+	back := req // given back from just after the key's charge: all of it
+	var err error
+	if back.Time, err = a.Now(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.Settle(ctx, ticket, []store.Request{back}, algo.Reward); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	until("a settle that gives back")

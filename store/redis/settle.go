@@ -14,7 +14,10 @@ import (
 
 var _ store.Settler = (*Store)(nil)
 
-var settleScript = embeddedScript("expire.lua", "window_counter.lua", "sliding_log.lua", "change.lua", "settle.lua")
+var (
+	settleScript = embeddedScript("expire.lua", "window_counter.lua", "sliding_log.lua", "change.lua", "settle.lua")
+	issueScript  = embeddedScript("issue.lua")
+)
 
 // ticketKey is the Redis key of a ticket: in its tag's slot, and apart from
 // every state key ("%:", which no escaped key holds).
@@ -22,8 +25,15 @@ func (s *Store) ticketKey(t store.Request) string {
 	return keyName(s.prefix, t.Key, t.Tag) + "%:ticket"
 }
 
-// Issue implements store.Settler: the ticket is a key that expires after
-// ttl by Redis's clock.
+// ticketsKey is the Redis key of the tickets of t's tag (issue.lua), in
+// the tag's slot.
+func (s *Store) ticketsKey(t store.Request) string {
+	return keyName(s.prefix, t.Tag, t.Tag) + "%:tickets"
+}
+
+// Issue implements store.Settler: scripts/issue.lua keeps the ticket, a
+// key that expires after ttl by Redis's clock, and counts it among its
+// tag's, which hold at most store.MaxOpenTickets.
 func (s *Store) Issue(ctx context.Context, t store.Request, ttl time.Duration) error {
 	if err := store.ValidateTicket(t, ttl); err != nil {
 		return err
@@ -33,10 +43,37 @@ func (s *Store) Issue(ctx context.Context, t store.Request, ttl time.Duration) e
 	if err != nil {
 		return err
 	}
-	if err := c.Do(ctx, c.B().Set().Key(s.ticketKey(t)).Value("1").Px(ttl).Build()).Error(); err != nil {
+	now := ""
+	if !t.Time.IsZero() {
+		now = itoa(t.Time.UnixMicro())
+	}
+	n, err := issueScript.Exec(ctx, c, []string{s.ticketKey(t), s.ticketsKey(t)}, []string{now, itoa(algo.Micros(ttl)), itoa(store.MaxOpenTickets)}).AsInt64()
+	switch {
+	case err != nil:
 		return fmt.Errorf("redis store: issue a ticket: %w", err)
+	case n == 0:
+		return fmt.Errorf("redis store: %w", store.ErrTooManyTickets)
 	}
 	return nil
+}
+
+// giveBackArgs returns change.lua's give-back op and its arguments for
+// req, whose Time is when its estimate was counted (algo.Plan.GiveBack).
+func giveBackArgs(req *store.Request) (string, []string, error) {
+	if req.Time.IsZero() {
+		return "", nil, fmt.Errorf("%w: a give-back without the time its estimate was counted at", store.ErrBadRequest)
+	}
+	since := req.Time.UnixMicro()
+	code, args, err := adjustArgs(req, algo.Reward)
+	if err != nil {
+		return "", nil, err
+	}
+	code = code[:1] + "g"
+	if code == "fg" {
+		// A fixed window's: the end of since's window, and n.
+		return code, []string{itoa(limitOf[algo.FixedWindow](req.Plan).WindowEnd(since)), itoa(req.Cost)}, nil
+	}
+	return code, append([]string{itoa(since)}, args...), nil
 }
 
 // Settle implements store.Settler: scripts/settle.lua takes the ticket,
@@ -48,15 +85,22 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 	if err := store.ValidateTicket(t, store.MinTicket); err != nil {
 		return false, err
 	}
-	keys := []string{s.ticketKey(t), ""}
+	keys := []string{s.ticketKey(t), s.ticketsKey(t), ""}
 	args := []string{"", "", ""}
 	if !t.Time.IsZero() {
 		args[0] = itoa(t.Time.UnixMicro())
 	}
 	for i := range reqs {
 		r := reqs[i]
-		r.Time = t.Time
-		code, a, err := adjustArgs(&r, op)
+		var code string
+		var a []string
+		var err error
+		if op == algo.Reward {
+			code, a, err = giveBackArgs(&r)
+		} else {
+			r.Time = t.Time
+			code, a, err = adjustArgs(&r, op)
+		}
 		if err != nil {
 			return false, fmt.Errorf("request %d: %w", i, err)
 		}
@@ -69,12 +113,12 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 		return false, err
 	}
 	channel, gen := s.forgetNames()
-	keys[1] = gen
+	keys[2] = gen
 	if s.client().Mode() == rueidis.ClientModeCluster {
-		if len(slotGroups(append([]string{keys[0]}, keys[2:]...))) > 1 {
-			return s.settleAcrossSlots(ctx, t, reqs, op)
+		if len(slotGroups(append([]string{keys[0]}, keys[3:]...))) > 1 {
+			return s.settleAcrossSlots(ctx, c, t, reqs, op)
 		}
-		keys[1] = keys[0] // the forget goes apart, from its own slot
+		keys[2] = keys[0] // the forget goes apart, from its own slot
 	} else if op == algo.Reward {
 		names := make([]string, len(reqs))
 		for i, r := range reqs {
@@ -98,19 +142,32 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 }
 
 // settleAcrossSlots settles on a Cluster whose keys lie in several slots:
-// the ticket is taken, then each key changed.
-func (s *Store) settleAcrossSlots(ctx context.Context, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
-	c, err := s.clientOrErr()
-	if err != nil {
-		return false, err
+// the ticket is taken (settle.lua with no changes, in its slot), then each
+// key changed.
+func (s *Store) settleAcrossSlots(ctx context.Context, c rueidis.Client, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
+	tk := s.ticketKey(t)
+	now := ""
+	if !t.Time.IsZero() {
+		now = itoa(t.Time.UnixMicro())
 	}
-	n, err := c.Do(ctx, c.B().Del().Key(s.ticketKey(t)).Build()).AsInt64()
+	n, err := settleScript.Exec(ctx, c, []string{tk, s.ticketsKey(t), tk}, []string{now, "", ""}).AsInt64()
 	if err != nil || n == 0 {
 		return false, err
 	}
 	for _, r := range reqs {
+		if op == algo.Penalize {
+			r.Time = t.Time
+			if err := s.Adjust(ctx, r, op); err != nil {
+				return true, err
+			}
+			continue
+		}
+		code, args, err := giveBackArgs(&r)
+		if err != nil {
+			return true, err
+		}
 		r.Time = t.Time
-		if err := s.Adjust(ctx, r, op); err != nil {
+		if err := s.adjust(ctx, r, code, args); err != nil {
 			return true, err
 		}
 	}
