@@ -14,7 +14,9 @@ import (
 // time zone, instead of spans aligned to the Unix epoch: a quota that a
 // business sells resets at midnight on the 1st (or the customer's billing
 // day), on Monday, on New Year's Day. A day is 23 or 25 hours across a
-// daylight-saving change; a window starts at 00:00 local time.
+// daylight-saving change; a window starts at 00:00 local time, or where
+// midnight is skipped or repeated, at the first instant whose wall clock
+// shows its first date (dayStart).
 type Calendar struct {
 	// Unit is "day", "week", "month" or "year".
 	Unit string
