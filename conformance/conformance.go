@@ -588,6 +588,18 @@ var Traces = []Trace{
 		},
 	},
 	{
+		// A day in Santiago whose midnight does not exist: the clocks
+		// spring from 23:59:59 on September 4th to 01:00 on the 5th
+		// (04:00 UTC), where the 5th, 23 hours long, starts.
+		Name:  "fixed_window/calendar-day-gap",
+		Limit: algo.FixedWindow{Count: 3, Calendar: algo.Calendar{Unit: "day", TimeZone: "America/Santiago"}},
+		Steps: []Step{
+			{At: utc(2027, 9, 5, 3, 30).Sub(T0), Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 30 * time.Minute}},
+			{At: utc(2027, 9, 5, 4, 0).Sub(T0) - ms, Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: ms, ResetAfter: ms}},
+			{At: utc(2027, 9, 5, 4, 0).Sub(T0), Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 3, Remaining: 2, ResetAfter: 23 * time.Hour}},
+		},
+	},
+	{
 		// A day in New York as the clocks fall back: 25 hours.
 		Name:  "fixed_window/calendar-day",
 		Limit: algo.FixedWindow{Count: 2, Calendar: algo.Calendar{Unit: "day", TimeZone: "America/New_York"}},
@@ -636,6 +648,11 @@ const maxTAT = 3_153_600_000_000_000
 // berlin and newYork are midnight of a day in those zones.
 func berlin(y int, m time.Month, d int) time.Time  { return midnight("Europe/Berlin", y, m, d) }
 func newYork(y int, m time.Month, d int) time.Time { return midnight("America/New_York", y, m, d) }
+
+// utc is a time in UTC, to the minute.
+func utc(y int, m time.Month, d, h, min int) time.Time {
+	return time.Date(y, m, d, h, min, 0, 0, time.UTC)
+}
 
 func midnight(zone string, y int, m time.Month, d int) time.Time {
 	loc, err := time.LoadLocation(zone)

@@ -90,9 +90,9 @@ type Config struct {
 	// ForwardAuth maps the requests that nginx, Traefik and Caddy ask
 	// about to policy paths (see ForwardAuthConfig).
 	ForwardAuth ForwardAuthConfig `yaml:"forward_auth"`
-	// WatchInterval is how often the policy file's modification time and
-	// size are polled for a reload; negative disables polling (SIGHUP
-	// still reloads). Default 1s.
+	// WatchInterval is how often the policy file's contents, modification
+	// time and size are polled for a reload; negative disables polling
+	// (SIGHUP still reloads). Default 1s.
 	WatchInterval time.Duration `yaml:"watch_interval"`
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 10s.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -212,5 +213,66 @@ func TestEnvoyConfigDirSymlinkSwap(t *testing.T) {
 	s.reloadIfChanged() // finds it settled: loads it
 	if got := limit(); got != 5 {
 		t.Fatalf("after the swap: %d a minute, want 5", got)
+	}
+}
+
+// TestRuntimeRootSwapSameSizeAndTime: RUNTIME_ROOT a symlink that is
+// swapped (as Envoy's runtime is) from one directory to another whose file
+// has the same name, size and modification time (written in one tick of a
+// coarse clock, or copied with rsync -t) but another limit: the watcher's
+// polls load the new one.
+func TestRuntimeRootSwapSameSizeAndTime(t *testing.T) {
+	root := t.TempDir()
+	mtime := time.Date(2026, 11, 26, 4, 44, 6, 0, time.UTC)
+	for name, n := range map[string]int{"v1": 3, "v2": 5} {
+		dir := filepath.Join(root, name, "ratelimit", "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, "config.yaml")
+		cfg := fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", n)
+		if err := os.WriteFile(f, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(f, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	current := filepath.Join(root, "current")
+	if err := os.Symlink("v1", current); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: filepath.Join(current, "ratelimit", "config"), WatchInterval: -1})
+	g := &rateLimitService{s: s}
+	limit := func() uint32 {
+		r, err := g.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Statuses[0].CurrentLimit.GetRequestsPerUnit()
+	}
+	if got := limit(); got != 3 {
+		t.Fatalf("served %d a minute, want v1's 3", got)
+	}
+	a, _ := os.Stat(filepath.Join(root, "v1", "ratelimit", "config", "config.yaml"))
+	b, _ := os.Stat(filepath.Join(root, "v2", "ratelimit", "config", "config.yaml"))
+	if a.Size() != b.Size() || !a.ModTime().Equal(b.ModTime()) {
+		t.Fatalf("the files differ in size or time: %d %v, %d %v", a.Size(), a.ModTime(), b.Size(), b.ModTime())
+	}
+	// Swap the link as Envoy's runtime does: a new link renamed over it.
+	tmp := filepath.Join(root, "current.tmp")
+	if err := os.Symlink("v2", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, current); err != nil {
+		t.Fatal(err)
+	}
+	// A change is loaded at the poll that finds it settled, the second;
+	// ten are plenty.
+	for range 10 {
+		s.reloadIfChanged()
+	}
+	if got := limit(); got != 5 {
+		t.Fatalf("after the swap: %d a minute, want v2's 5", got)
 	}
 }

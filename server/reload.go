@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,12 +18,16 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// fileStamp is what the watcher compares to notice a changed file.
+// fileStamp is what the watcher compares to notice a changed file. Its
+// contents are in it: a file swapped for another of the same size and
+// modification time (a symlink swapped to another directory, whose files
+// were written in the same tick of a coarse clock or copied with their
+// times, rsync -t) is a change all the same.
 type fileStamp struct {
 	modTime time.Time
 	size    int64
 	ok      bool
-	sum     uint64 // a directory's: of its files' names, times and sizes
+	sum     uint64 // of the contents (a directory's: its files' names, times, sizes and contents)
 }
 
 // statDir stamps the *.yaml and *.yml files of dir, following symlinks
@@ -35,14 +40,14 @@ func statDir(dir string) fileStamp {
 	h := fnv.New64a()
 	st := fileStamp{ok: true}
 	for _, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil {
+		fst := statFile(f)
+		if !fst.ok {
 			return fileStamp{}
 		}
-		fmt.Fprintf(h, "%s %d %d\n", f, fi.ModTime().UnixNano(), fi.Size())
-		st.size += fi.Size()
-		if fi.ModTime().After(st.modTime) {
-			st.modTime = fi.ModTime()
+		fmt.Fprintf(h, "%s %d %d %d\n", f, fst.modTime.UnixNano(), fst.size, fst.sum)
+		st.size += fst.size
+		if fst.modTime.After(st.modTime) {
+			st.modTime = fst.modTime
 		}
 	}
 	st.sum = h.Sum64()
@@ -79,17 +84,30 @@ func (s *Server) policyStamp() fileStamp {
 	return statFile(s.cfg.Policy)
 }
 
+// statFile stamps the file at path: its time, its size, and a hash of
+// its contents (of at most yamlfile.MaxFileBytes and a byte: a larger file
+// is refused when it is read). A policy is small; reading it at each poll
+// costs little.
 func statFile(path string) fileStamp {
-	fi, err := os.Stat(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return fileStamp{}
 	}
-	return fileStamp{modTime: fi.ModTime(), size: fi.Size(), ok: true}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fileStamp{}
+	}
+	h := fnv.New64a()
+	if _, err := io.Copy(h, io.LimitReader(f, yamlfile.MaxFileBytes+1)); err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{modTime: fi.ModTime(), size: fi.Size(), ok: true, sum: h.Sum64()}
 }
 
 // watch reloads the policy on every value from reload (SIGHUP) and, for a
-// policy file, when its modification time or size has changed and then
-// stayed the same for one poll (polled every WatchInterval; a negative
+// policy file, when its contents, modification time or size have changed
+// and then stayed the same for one poll (polled every WatchInterval; a negative
 // interval disables polling), so that a file being written in place is
 // not loaded half-written. A writer that pauses longer than a poll can
 // still be read early: replace the file by a rename for a guarantee.
