@@ -176,6 +176,11 @@ func checkClientView(t *testing.T, proxy *proxytest.Process) {
 	if got := send(t, b, "GET", base+"/api/acme/orders", map[string]string{"X-Api-Key": strings.Repeat("k", 300)}); got.status != 431 {
 		t.Errorf("a 300-byte API key: %d, want 431", got.status)
 	}
+	// Without a key the tenant's route refuses (missing: deny, its
+	// default): a missing key is never unlimited.
+	if got := send(t, clientFrom("127.0.0.6"), "GET", base+"/api/acme/orders", nil); got.status != 403 || got.body == "upstream" {
+		t.Errorf("an API request without X-Api-Key: %d %q, want 403", got.status, got.body)
+	}
 
 	// Login: POST only, 3 per client.
 	for i := range 3 {
@@ -423,6 +428,77 @@ func TestForwardAuthSeveralPaths(t *testing.T) {
 	}
 }
 
+// TestProxiedKeyParts: the routes docs/proxies/README.md shows, keyed by a
+// header, a query parameter and a cookie, one after another under
+// missing: next, and the last under missing: deny (the default), behind the
+// real nginx and Caddy of docs/proxies: the three carry one API key to one
+// count, a request with none is refused 403 and never reaches the
+// upstream, and a key sent twice is a 400.
+func TestProxiedKeyParts(t *testing.T) {
+	var routes Config
+	if err := LoadConfigFile(docBlock(t, "../docs/proxies/README.md", "proxies: key parts"), &routes); err != nil {
+		t.Fatal(err)
+	}
+	for _, proxy := range []string{"nginx.conf", "Caddyfile"} {
+		t.Run(proxy, func(t *testing.T) {
+			conf, addr, _ := startProxied(t, proxy, func(c *Config) {
+				c.Policy = ""
+				c.PolicyData = []byte("schema:\n  key:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: 3, window: 24h}]}\n" +
+					"  client:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: 100, window: 24h}]}\n")
+				c.ForwardAuth.Routes = routes.ForwardAuth.Routes
+			})
+			var p *proxytest.Process
+			if proxy == "nginx.conf" {
+				p = proxytest.Nginx(t, conf, addr)
+			} else {
+				p = proxytest.Caddy(t, conf, addr)
+			}
+			c := clientFrom("127.0.0.12")
+			base := "http://" + p.Addr
+			for i, tc := range []struct {
+				uri  string
+				h    map[string]string
+				want int
+			}{
+				{"/api/orders", map[string]string{"X-Api-Key": "k1"}, 200},
+				{"/api/orders?api_key=k1", nil, 200},
+				{"/api/orders", map[string]string{"Cookie": "theme=dark; api_key=k1"}, 200},
+				{"/api/orders?api_key=k1", nil, 429}, // k1's 4th, whichever way it came
+				{"/api/orders", map[string]string{"Cookie": "api_key=k1"}, 429},
+				{"/api/orders?api_key=k2", nil, 200},
+				{"/api/orders", nil, 403},                                         // no key: missing: deny
+				{"/api/orders?api_key=", map[string]string{"Cookie": "a=b"}, 403}, // empty keys are none
+				{"/api/orders?api_key=k2&api_key=k3", nil, 400},
+				{"/page", nil, 200},
+			} {
+				got := send(t, c, "GET", base+tc.uri, tc.h)
+				if got.status != tc.want || (got.body == "upstream") != (tc.want == 200) {
+					t.Fatalf("request %d, %s %v: %d %q, want %d\n%s", i+1, tc.uri, tc.h, got.status, got.body, tc.want, p.Output())
+				}
+			}
+		})
+	}
+}
+
+// docBlock writes the YAML block of the page whose first line is "# "+name
+// to a file of the test's, and returns its path.
+func docBlock(t *testing.T, page, name string) string {
+	t.Helper()
+	text, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```yaml\n# " + regexp.QuoteMeta(name) + "\n(.*?)```").FindSubmatch(text)
+	if m == nil {
+		t.Fatalf("%s has no block %q", page, name)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, m[0][len("```yaml\n"):len(m[0])-3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestRecipeBehindNginx: docs/recipes.md's route with three paths (per IP,
 // per key, a month's quota) and its limits.yaml, as they are but for the
 // addresses and store, behind the real nginx of docs/proxies on Redis: the
@@ -454,6 +530,12 @@ func TestRecipeBehindNginx(t *testing.T) {
 		c.Store, c.Policy, c.PolicyData = rd.URL(), "", block("limits.yaml")
 	})
 	p := proxytest.Nginx(t, conf, addr)
+	if got := send(t, clientFrom("127.0.1.99"), "GET", "http://"+p.Addr+"/api/orders", nil); got.status != 403 || got.body == "upstream" {
+		t.Errorf("a request without X-Api-Key: %d %q, want 403 (missing: deny)", got.status, got.body)
+	}
+	if got := send(t, clientFrom("127.0.1.99"), "GET", "http://"+p.Addr+"/about", nil); got.status != 200 {
+		t.Errorf("a request to /about: %d, want 200 (unmatched: allow)", got.status)
+	}
 	left := func(path string) int64 {
 		t.Helper()
 		resp, err := http.Post("http://"+sluiceAddr+"/v1/check", "application/json", strings.NewReader(`{"path": `+path+`, "cost": 0}`))
