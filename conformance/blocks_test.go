@@ -150,7 +150,7 @@ func TestEscalation(t *testing.T) {
 			}
 		}
 		want(1, try(1, 0, "u1"), true, true, 0)
-		want(2, try(2, time.Second, "u1"), true, false, 0)  // u1 blocked: 1 at the address
+		want(2, try(2, time.Second, "u1"), true, false, 0)   // u1 blocked: 1 at the address
 		want(3, try(3, 2*time.Second, "u1"), true, false, 0) // denied by its block: a denial, no block
 		if denials {
 			// The 3rd denial blocks the address, from now.

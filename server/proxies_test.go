@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -569,6 +570,88 @@ func TestRecipeBehindNginx(t *testing.T) {
 		}
 		if ipLeft, quotaLeft := left(`["ip", "`+ip+`"]`), left(`["quota", "`+key+`"]`); ipLeft != 940 || quotaLeft != 99940 {
 			t.Fatalf("after 60 admitted and 1 denied: the IP has %d left (want 940), the quota %d (want 99940)", ipLeft, quotaLeft)
+		}
+		return
+	}
+}
+
+// TestLoginRecipeBehindNginx: docs/recipes.md's login recipe, its
+// sluice.yaml and limits.yaml as they are but for the addresses and the
+// store, behind the real nginx of docs/proxies on Redis: 5 tries per
+// username and address, the 6th a 429 that starts the username's block,
+// and the third username blocked from one address blocks the address for
+// an hour, every username with it; another address is not blocked. A 15
+// minute window that ends during a round starts it again, afresh.
+func TestLoginRecipeBehindNginx(t *testing.T) {
+	var recipe Config
+	if err := LoadConfigFile(docBlock(t, "../docs/recipes.md", "recipes: login sluice.yaml"), &recipe); err != nil {
+		t.Fatal(err)
+	}
+	limits, err := os.ReadFile(docBlock(t, "../docs/recipes.md", "recipes: login limits.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := redistest.Start(t)
+	conf, addr, _ := startProxied(t, "nginx.conf", func(c *Config) {
+		c.ForwardAuth = recipe.ForwardAuth
+		c.Store, c.Policy, c.PolicyData = rd.URL(), "", limits
+	})
+	p := proxytest.Nginx(t, conf, addr)
+	login := func(c *http.Client, user string) answer {
+		t.Helper()
+		uri := "http://" + p.Addr + "/login"
+		if user != "" {
+			uri += "?user=" + user
+		}
+		return send(t, c, "POST", uri, nil)
+	}
+	if got := login(clientFrom("127.0.3.250"), ""); got.status != 403 || got.body == "upstream" {
+		t.Errorf("a login without ?user=: %d %q, want 403", got.status, got.body)
+	}
+	if got := send(t, clientFrom("127.0.3.250"), "GET", "http://"+p.Addr+"/about", nil); got.status != 200 {
+		t.Errorf("GET /about: %d, want 200 (unmatched: allow)", got.status)
+	}
+	for round := 0; ; round++ {
+		start := time.Now()
+		c := clientFrom(fmt.Sprintf("127.0.3.%d", round+1))
+		fresh := func() bool { return start.Truncate(15*time.Minute) == time.Now().Truncate(15*time.Minute) }
+		ok := true
+		for u, user := range []string{"alice", "bob", "carol"} {
+			for i := range 7 {
+				got := login(c, user)
+				want, retry := 200, 0
+				switch {
+				case i == 5 && u == 2: // the third username blocked: the address too
+					want, retry = 429, 3500
+				case i >= 5:
+					want, retry = 429, 850 // the username's block
+				}
+				if i == 6 && u == 2 {
+					want, retry = 429, 3500
+				}
+				ra, _ := strconv.Atoi(got.h.Get("Retry-After"))
+				if got.status != want || (got.body == "upstream") != (want == 200) || retry > 0 && (ra < retry || ra > 3600) {
+					if !fresh() {
+						ok = false
+						break
+					}
+					t.Fatalf("round %d: %s's try %d: %d, Retry-After %q, want %d (Retry-After %d to 3600)\n%s", round, user, i+1, got.status, got.h.Get("Retry-After"), want, retry, p.Output())
+				}
+			}
+			if !ok {
+				break
+			}
+		}
+		if !ok || !fresh() {
+			continue // a 15-minute window ended meanwhile: again, afresh
+		}
+		// The address is blocked for every username, a fresh one too.
+		if got := login(c, "dave"); got.status != 429 || got.h.Get("Retry-After") < "3" || len(got.h.Get("Retry-After")) != 4 {
+			t.Errorf("a fresh username from the blocked address: %d, Retry-After %q, want 429 for about an hour", got.status, got.h.Get("Retry-After"))
+		}
+		// Another address, the same usernames: not blocked.
+		if got := login(clientFrom("127.0.3.200"), "alice"); got.status != 200 {
+			t.Errorf("alice from another address: %d, want 200", got.status)
 		}
 		return
 	}
