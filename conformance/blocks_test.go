@@ -122,3 +122,77 @@ func TestAdjustStoresAgree(t *testing.T) {
 	}
 	t.Logf("%d blocks by hand", blocks)
 }
+
+// TestEscalation: a request that watches the levels after it (a node's
+// escalate) counts one per block they start (or, WatchDenials, per
+// denial) and blocks its own key at the count past its window's limit, in
+// the same DecideAll, on both stores alike. By hand: 2 per hour, then an
+// hour's block; each username is 1 an hour with a 15-minute block.
+func TestEscalation(t *testing.T) {
+	st := stores(t)
+	ctx := context.Background()
+	esc := algo.MustCompile(algo.Blocking{Limit: algo.FixedWindow{Count: 2, Window: time.Hour}, Block: algo.Block{For: time.Hour}})
+	user := algo.MustCompile(algo.Blocking{Limit: algo.FixedWindow{Count: 1, Window: time.Hour}, Block: algo.Block{For: 15 * time.Minute}})
+	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	for _, denials := range []bool{false, true} {
+		ip := fmt.Sprintf("esc:%v", denials)
+		try := func(step int, d time.Duration, u string) []algo.Result {
+			return decideAllOnBoth(t, ctx, st, []store.Request{
+				{Key: ip, Plan: esc, Time: at.Add(d), Watch: 1, WatchDenials: denials},
+				{Key: ip + ":" + u, Plan: user, Cost: 1, Time: at.Add(d)},
+			}, fmt.Sprintf("denials %v step %d", denials, step))
+		}
+		want := func(step int, res []algo.Result, ipAllowed, userAllowed bool, ipRetry time.Duration) {
+			t.Helper()
+			if res[0].Allowed != ipAllowed || res[1].Allowed != userAllowed || res[0].RetryAfter != ipRetry {
+				t.Errorf("denials %v step %d: address %s, user %s; want address allowed %v (retry %v), user allowed %v",
+					denials, step, conformance.Format(res[0]), conformance.Format(res[1]), ipAllowed, ipRetry, userAllowed)
+			}
+		}
+		want(1, try(1, 0, "u1"), true, true, 0)
+		want(2, try(2, time.Second, "u1"), true, false, 0)   // u1 blocked: 1 at the address
+		want(3, try(3, 2*time.Second, "u1"), true, false, 0) // denied by its block: a denial, no block
+		if denials {
+			// The 3rd denial blocks the address, from now.
+			want(4, try(4, 3*time.Second, "u2"), true, true, 0)
+			want(5, try(5, 4*time.Second, "u2"), false, false, time.Hour)
+		} else {
+			want(4, try(4, 3*time.Second, "u2"), true, true, 0)
+			want(5, try(5, 4*time.Second, "u2"), true, false, 0) // u2 blocked: 2
+			want(6, try(6, 5*time.Second, "u3"), true, true, 0)
+			want(7, try(7, 6*time.Second, "u3"), false, false, time.Hour) // u3 blocked: 3, the address blocked an hour
+		}
+		// Blocked, the address denies a fresh username, which spends nothing.
+		want(8, try(8, 10*time.Second, "u9"), false, true, time.Hour-10*time.Second+map[bool]time.Duration{false: 6 * time.Second, true: 4 * time.Second}[denials])
+		want(9, try(9, time.Hour+10*time.Second, "u9"), true, true, 0)
+	}
+
+	// Random traces: two usernames under an address, blocks or denials
+	// counted, both stores give the same results.
+	r := randomSource(t, 58)
+	escalated := 0
+	for trace := range 24 {
+		esc := algo.MustCompile(algo.Blocking{Limit: algo.FixedWindow{Count: r.Int64N(3), Window: time.Duration(1+r.IntN(5)) * time.Second},
+			Block: algo.Block{For: time.Duration(1+r.IntN(10)) * 100 * time.Millisecond, Growth: 2, Max: 3 * time.Second}})
+		user := algo.MustCompile(algo.Blocking{Limit: algo.FixedWindow{Count: 1 + r.Int64N(3), Window: time.Second},
+			Block: algo.Block{For: time.Duration(1+r.IntN(5)) * 100 * time.Millisecond}})
+		at := conformance.T0.Add(time.Duration(r.Int64N(int64(time.Hour))))
+		ip := "escr:" + strconv.Itoa(trace)
+		denials := trace%2 == 1
+		for step := range 60 {
+			at = at.Add(time.Duration(r.Int64N(int64(200 * time.Millisecond))))
+			reqs := []store.Request{{Key: ip, Plan: esc, Time: at, Watch: 2, WatchDenials: denials}}
+			for _, u := range []string{"a", "b"} {
+				reqs = append(reqs, store.Request{Key: ip + ":" + u + strconv.Itoa(r.IntN(3)), Plan: user, Cost: r.Int64N(3), Time: at})
+			}
+			res := decideAllOnBoth(t, ctx, st, reqs, fmt.Sprintf("trace %d step %d", trace, step))
+			if res[0].DeniedBy == algo.DeniedByBlock {
+				escalated++
+			}
+		}
+	}
+	if escalated < 100 {
+		t.Fatalf("only %d decisions denied by an escalated block", escalated)
+	}
+	t.Logf("%d decisions denied by an escalated block", escalated)
+}

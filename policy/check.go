@@ -211,6 +211,9 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 	// never admitted, and nothing is decided.
 	for i, k := 0, 0; i < len(q.Paths); i++ {
 		for _, hit := range q.Paths[i].Match.Hits {
+			if hit.escalate != nil {
+				k++
+			}
 			for range hit.Limits {
 				r := sc.index[k]
 				k++
@@ -257,6 +260,14 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 		start := len(d.Levels)
 		for h := range pq.Match.Hits {
 			hit := &pq.Match.Hits[h]
+			if hit.escalate != nil {
+				// A level only when it denies: allowed, it limits nothing
+				// a caller could spend.
+				if r := sc.index[k]; r >= 0 && !sc.results[r].Allowed {
+					d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: hit.escalate.limit, Shadow: hit.Shadow, Result: sc.results[r]})
+				}
+				k++
+			}
 			for _, l := range hit.Limits {
 				r := sc.index[k]
 				k++
@@ -390,8 +401,20 @@ type scratch struct {
 // op does not decide (a rate limit when renewing or releasing) gets the
 // index -1.
 func (sc *scratch) add(pq *PathQuery, t time.Time, op algo.SlotOp, merge bool) {
+	watcher := -1 // the requests of escalations, from the last: each watches those after it
 	for h := range pq.Match.Hits {
 		hit := &pq.Match.Hits[h]
+		if hit.escalate != nil {
+			if op != algo.Acquire {
+				sc.index = append(sc.index, -1)
+			} else {
+				// Never merged: it watches the requests after it.
+				sc.index = append(sc.index, len(sc.reqs))
+				sc.reqs = append(sc.reqs, store.Request{Key: escalateKey(hit.Key), Tag: hit.Tag, Plan: &hit.escalate.plan, Time: t, Shadow: hit.Shadow,
+					Watch: watcher, WatchDenials: hit.escalate.denials}) // Watch: see below
+				watcher = len(sc.reqs) - 1
+			}
+		}
 		for j := range hit.Limits {
 			r := hit.Request(j, pq.Cost)
 			r.Time = t
@@ -412,6 +435,18 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, op algo.SlotOp, merge bool) {
 			sc.index = append(sc.index, i)
 		}
 	}
+	// Each escalation watches the requests of this path after it (Watch
+	// held the one before it, -1 for none); one with none after it (the
+	// path ends at its node) is a peek, which only its block denies.
+	for i := watcher; i >= 0; {
+		r := &sc.reqs[i]
+		prev := r.Watch
+		r.Watch = len(sc.reqs) - 1 - i
+		if r.Watch == 0 {
+			r.WatchDenials = false
+		}
+		i = prev
+	}
 }
 
 // match sets pq.Match to what pq's path hits in p: every level of the
@@ -420,7 +455,7 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, op algo.SlotOp, merge bool) {
 func (p *Policy) match(pq *PathQuery) error {
 	pq.Match = Match{Hits: pq.Match.Hits[:0]}
 	p.walk(pq.Path, &pq.Match, func(n *node, seg int, key, tag string, shared bool) {
-		if !pq.Exact || seg == len(pq.Path)-1 {
+		if !pq.Exact || seg == len(pq.Path)-1 && len(n.limits) > 0 { // an escalate watches the levels below: not Exact's
 			pq.Match.Hits = append(pq.Match.Hits, n.hit(key, tag, shared, pq.Exact))
 		}
 	})

@@ -149,7 +149,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	}
 	nd := &node{pattern: pattern, shadow: shadow}
 	var limits, children, unlimited, shadowed, counter, leased *yamlfile.Entry
-	var listed, delayed, owed *yamlfile.Entry
+	var listed, delayed, owed, escalated *yamlfile.Entry
 	uok, unknown := false, false
 	for _, e := range l.Mapping(m, path, "field") {
 		switch e.Name {
@@ -198,6 +198,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 					nd.requestMax = &algo.FixedWindow{Count: rl.Max, Window: rl.Window}
 				}
 			}
+		case "escalate":
+			escalated = &e
+			nd.escalate = l.escalation(e.Value, yamlfile.Sub(path, e.Name))
 		case "debt":
 			if debt, _ := l.Bool(e.Value, yamlfile.Sub(path, e.Name)); debt {
 				owed = &e
@@ -209,7 +212,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			listed = &e
 			nd.deny = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
 		default:
-			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, debt, allow or deny)", e.Name)
+			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, debt, escalate, allow or deny)", e.Name)
 			unknown = true
 		}
 	}
@@ -270,6 +273,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	}
 	if delayed != nil {
 		l.delayNode(nd, delayed, limits != nil, yamlfile.Sub(path, "delay"))
+	}
+	if escalated != nil && nd.escalate != nil {
+		l.escalateNode(nd, escalated, yamlfile.Sub(path, "escalate"))
 	}
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Delay: nd.delay}
 	return nd
@@ -522,4 +528,85 @@ func (l *loader) build(spec algo.Spec, fields map[string]ast.Node, at ast.Node, 
 		return compiled{}, false
 	}
 	return compiled{spec: spec, limit: lim, plan: plan}, true
+}
+
+// maxEscalate bounds the blocks or denials an escalate counts.
+const maxEscalate = 1000
+
+// escalation reads a node's escalate: {blocks: N} or {denials: N}, within
+// a window, and the block it starts.
+func (l *loader) escalation(v ast.Node, path string) *escalation {
+	var ec struct {
+		Blocks  int64         `yaml:"blocks"`
+		Denials int64         `yaml:"denials"`
+		Within  time.Duration `yaml:"within"`
+		Block   *algo.Block   `yaml:"block"`
+	}
+	if !l.Decode(v, reflect.ValueOf(&ec).Elem(), path) {
+		return nil
+	}
+	n := max(ec.Blocks, ec.Denials)
+	switch {
+	case (ec.Blocks == 0) == (ec.Denials == 0):
+		l.Errorf(v, path, "want one of blocks: N (the blocks that start below) or denials: N (the denials below), such as {blocks: 3, within: 1h, block: {for: 1h}}")
+		return nil
+	case n < 1 || n > maxEscalate:
+		l.Errorf(v, path, "want blocks or denials of 1 to %d, got %d", maxEscalate, n)
+		return nil
+	case ec.Within <= 0:
+		l.Errorf(v, path, "want within: a positive window, such as 1h, in which the %d are counted", n)
+		return nil
+	case ec.Block == nil:
+		l.Errorf(v, path, "want block: {for: D, ...}, the block the %dth starts", n)
+		return nil
+	}
+	lim := algo.Blocking{Limit: algo.FixedWindow{Count: n - 1, Window: ec.Within}, Block: *ec.Block}
+	plan, err := algo.Compile(lim)
+	if err != nil {
+		l.Errorf(v, path, "%s", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+		return nil
+	}
+	return &escalation{limit: lim, plan: plan, denials: ec.Denials > 0}
+}
+
+// escalateNode checks a node's escalate against the nodes below it: it
+// needs some, one with a block when it counts blocks, and none with a
+// lease (a leased decision does not reach the script that counts).
+func (l *loader) escalateNode(nd *node, e *yamlfile.Entry, path string) {
+	var below []*node
+	var collect func(n *node)
+	collect = func(n *node) {
+		for _, c := range n.children {
+			below = append(below, c)
+			collect(c)
+		}
+		for _, c := range n.globs {
+			below = append(below, c)
+			collect(c)
+		}
+		if n.star != nil {
+			below = append(below, n.star)
+			collect(n.star)
+		}
+	}
+	collect(nd)
+	blocks := false
+	for _, c := range below {
+		if c.lease {
+			l.Errorf(e.Key, path, "%s below says lease: true: a leased decision never reaches the step that counts for escalate", c.pattern)
+			return
+		}
+		for _, lim := range c.limits {
+			_, ok := lim.(algo.Blocking)
+			blocks = blocks || ok
+		}
+	}
+	switch {
+	case nd.lease:
+		l.Errorf(e.Key, path, "escalate beside lease: true: a leased decision never reaches the step that counts")
+	case len(below) == 0:
+		l.Errorf(e.Key, path, "escalate counts what the nodes below do, and the node has no children")
+	case !nd.escalate.denials && !blocks:
+		l.Errorf(e.Key, path, "escalate: {blocks: ...} counts the blocks that start below, and no limit below has a block (give one block: {for: ...}, or count denials)")
+	}
 }

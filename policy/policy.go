@@ -66,6 +66,12 @@
 //   - debt: true: a charge is recorded in full even past the limits, and
 //     the checks after it are denied until the debt is paid back (every
 //     limit gets algo.Debt; docs/usage-budgets.md).
+//   - escalate: {blocks: N, within: W, block: {for: D, ...}}, on a node
+//     with children: each block that starts on a level below it on a
+//     request's path (or, with denials: N, each denial there) counts one
+//     on the node's key, in fixed windows of W, and the Nth starts the
+//     block on it, in the same atomic decision; while blocked, every
+//     request through the node is denied (docs/recipes.md, logins).
 //   - allow and deny, on a "*" or pattern child: lists of the segments
 //     reaching it (keys, IP addresses, CIDR ranges; at most
 //     10,000 each) that are never limited (the path decides
@@ -157,7 +163,22 @@ type node struct {
 	requestMax *algo.FixedWindow
 	// index is the node's place in Policy.nodes (and Hit.node).
 	index int
+	// escalate is the node's escalate; nil when it has none.
+	escalate *escalation
 }
+
+// An escalation is a node's escalate: the blocks (or, with denials, the
+// denials) of the levels below it on a path, counted in a fixed window
+// whose limit is one less than the count that blocks the node's key.
+type escalation struct {
+	limit   algo.Blocking // a FixedWindow and its block
+	plan    algo.Plan
+	denials bool
+}
+
+// escalateKey is the state key of a hit's escalation: the hit's key and
+// "#escalate" (a limit's is the key or key#j).
+func escalateKey(key string) string { return key + "#escalate" }
 
 // maxDelay bounds a node's delay: a request waits at most this long.
 const maxDelay = time.Minute
@@ -303,6 +324,9 @@ type Hit struct {
 	requestMax *algo.FixedWindow
 	// node is the node's index in its policy's nodes.
 	node int
+	// escalate is the node's escalate (nil: none), decided after the
+	// hit's limits as a request that watches the levels below it.
+	escalate *escalation
 }
 
 // Request returns the request that decides the hit's limit j at cost:
@@ -319,7 +343,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, requestMax: n.requestMax, node: n.index}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node
@@ -450,7 +474,7 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 			m.Unlimited = true
 			break
 		}
-		if len(c.limits) == 0 {
+		if len(c.limits) == 0 && c.escalate == nil {
 			continue
 		}
 		if tagged {
@@ -458,7 +482,7 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 		} else {
 			visit(c, i, key, key, true)
 		}
-		enforced = enforced || !c.shadow
+		enforced = enforced || !c.shadow && len(c.limits) > 0
 	}
 	m.Unmatched = !enforced && !m.Unlimited
 }

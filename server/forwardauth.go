@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,9 +60,41 @@ type ForwardAuthConfig struct {
 	// /v1/forward-auth/nginx: 403 (the default) or 401.
 	NginxDenyStatus int `yaml:"nginx_deny_status"`
 	// Routes are tried in order; the first that matches the proxied
-	// request names its path. A request no route matches is allowed and
-	// counted nowhere.
+	// request names its path.
 	Routes []ForwardRoute `yaml:"routes"`
+	// Unmatched is what a request no route decides gets: allow (the
+	// default: it goes on, counted nowhere) or deny (refused 403).
+	// sluice validate --config refuses a config that lets a request
+	// through so without saying unmatched: allow (Uncaught).
+	Unmatched string `yaml:"unmatched"`
+}
+
+// Uncaught describes the requests that no route decides, which
+// unmatched: allow lets through counted nowhere: "" when a route catches
+// every request (match: /, every method, and no key it may lack under
+// missing: next) or unmatched: deny refuses the rest, or when there are no
+// routes (the endpoint answers 404). It assumes a config that loaded.
+func (c ForwardAuthConfig) Uncaught() string {
+	fa, err := newForwardAuth(c)
+	if err != nil || len(fa.routes) == 0 || fa.denyUnmatched {
+		return ""
+	}
+	why := "a request to a path no route matches (no route has match: /)"
+	for i := range fa.routes {
+		rt := &fa.routes[i]
+		if !rt.prefix || len(rt.pattern) > 0 {
+			continue
+		}
+		switch {
+		case len(rt.methods) > 0:
+			why = fmt.Sprintf("a request of another method than %s to a path no route before routes[%d] (match: /) matches", strings.Join(rt.methods, ", "), i)
+		case rt.next && rt.keyed():
+			why = fmt.Sprintf("a request that lacks a key of routes[%d] (match: /, missing: next) and that no route after it catches", i)
+		default:
+			return ""
+		}
+	}
+	return why
 }
 
 // A ForwardRoute turns the proxied requests it matches into a policy path.
@@ -80,9 +113,10 @@ type ForwardRoute struct {
 	Methods []string `yaml:"methods"`
 	// Path is the policy path, a segment per entry: a literal, or one of
 	// "{client_ip}", "{method}", "{host}", "{header:Name}" (the request's
-	// header Name) and "{name}" (a wildcard of Match). A route whose
-	// header is absent or empty does not match, so that the next route
-	// (by client IP, say) can.
+	// header Name), "{query:name}" (its URI's query parameter name),
+	// "{cookie:name}" (its cookie name) and "{name}" (a wildcard of
+	// Match). A header, query parameter or cookie may be missing: see
+	// Missing.
 	Path []string `yaml:"path"`
 	// Paths, instead of Path, are several policy paths, each written as
 	// Path is, decided together, all or nothing: per client IP, per API
@@ -91,6 +125,12 @@ type ForwardRoute struct {
 	Paths [][]string `yaml:"paths"`
 	// Cost is how much one request costs (default 1).
 	Cost int64 `yaml:"cost"`
+	// Missing is what a request that matches the route but lacks a header,
+	// query parameter or cookie its paths key by (absent or empty) gets:
+	// deny (the default: refused 403, counted nowhere) or next (the
+	// routes after this one are tried, as if it had not matched). A
+	// missing key never means unlimited unless a config says so.
+	Missing string `yaml:"missing"`
 }
 
 // UnmarshalYAML checks the section as it loads, so that an error names its
@@ -116,9 +156,10 @@ func (r *ForwardRoute) UnmarshalYAML(unmarshal func(any) error) error {
 
 // forwardAuth is a compiled ForwardAuthConfig.
 type forwardAuth struct {
-	ip        httplimit.IPKey
-	nginxDeny int
-	routes    []route
+	ip            httplimit.IPKey
+	nginxDeny     int
+	routes        []route
+	denyUnmatched bool
 }
 
 // A route is a compiled ForwardRoute.
@@ -128,6 +169,8 @@ type route struct {
 	methods []string
 	paths   [][]tmplSeg // one or more policy paths, decided together
 	cost    int64
+	next    bool   // missing: next
+	match   string // the route's match, for a refusal's message
 }
 
 // A patSeg is a segment of a route's pattern: a literal, or a wildcard.
@@ -143,8 +186,14 @@ const (
 	segMethod
 	segHost
 	segHeader   // text is the header's canonical name
+	segQuery    // text is the query parameter's name
+	segCookie   // text is the cookie's name
 	segWildcard // at is the pattern segment it takes
 )
+
+// missable reports whether a template segment of kind k may be missing
+// from a request (see ForwardRoute.Missing).
+func missable(k int) bool { return k == segHeader || k == segQuery || k == segCookie }
 
 type tmplSeg struct {
 	kind int
@@ -165,6 +214,13 @@ func newForwardAuth(c ForwardAuthConfig) (*forwardAuth, error) {
 	case http.StatusUnauthorized, http.StatusForbidden:
 	default:
 		return nil, fmt.Errorf("nginx_deny_status must be 401 or 403 (nginx answers 500 for any other), got %d", c.NginxDenyStatus)
+	}
+	switch c.Unmatched {
+	case "", "allow":
+	case "deny":
+		fa.denyUnmatched = true
+	default:
+		return nil, fmt.Errorf("unmatched must be allow or deny, got %q", c.Unmatched)
 	}
 	if len(c.Routes) > maxRoutes {
 		return nil, fmt.Errorf("routes: at most %d, got %d", maxRoutes, len(c.Routes))
@@ -249,6 +305,17 @@ func compileRoute(r ForwardRoute) (route, error) {
 		}
 		cr.paths = append(cr.paths, path)
 	}
+	cr.match = r.Match
+	switch r.Missing {
+	case "", "deny":
+	case "next":
+		cr.next = true
+	default:
+		return cr, fmt.Errorf("missing must be deny or next, got %q", r.Missing)
+	}
+	if r.Missing != "" && !cr.keyed() {
+		return cr, fmt.Errorf("missing: %s: the route keys by no header, query parameter or cookie, which alone may be missing", r.Missing)
+	}
 	switch {
 	case r.Cost < 0:
 		return cr, fmt.Errorf("cost must not be negative, got %d", r.Cost)
@@ -258,6 +325,18 @@ func compileRoute(r ForwardRoute) (route, error) {
 		cr.cost = r.Cost
 	}
 	return cr, nil
+}
+
+// keyed reports whether the route keys by a part a request may lack.
+func (rt *route) keyed() bool {
+	for _, path := range rt.paths {
+		for _, t := range path {
+			if missable(t.kind) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func compileSeg(s string, pattern []patSeg) (tmplSeg, error) {
@@ -288,13 +367,40 @@ func compileSeg(s string, pattern []patSeg) (tmplSeg, error) {
 			return tmplSeg{}, fmt.Errorf("%q: want {header:Name}", s)
 		}
 		return tmplSeg{kind: segHeader, text: textproto.CanonicalMIMEHeaderKey(name)}, nil
+	case strings.HasPrefix(inner, "query:"):
+		name := inner[len("query:"):]
+		if name == "" || len(name) > maxPartName || strings.ContainsAny(name, "&=#{} \t") {
+			return tmplSeg{}, fmt.Errorf("%q: want {query:name}, a name of 1 to %d bytes without &, =, #, braces or blanks (as it is sent, percent-decoded)", s, maxPartName)
+		}
+		return tmplSeg{kind: segQuery, text: name}, nil
+	case strings.HasPrefix(inner, "cookie:"):
+		name := inner[len("cookie:"):]
+		if name == "" || len(name) > maxPartName || !validCookieName(name) {
+			return tmplSeg{}, fmt.Errorf("%q: want {cookie:name}, a cookie name of 1 to %d bytes (an RFC 6265 token)", s, maxPartName)
+		}
+		return tmplSeg{kind: segCookie, text: name}, nil
 	}
 	for i, p := range pattern {
 		if p.name != "" && p.name == inner {
 			return tmplSeg{kind: segWildcard, at: i}, nil
 		}
 	}
-	return tmplSeg{}, fmt.Errorf("%q is none of {client_ip}, {method}, {host}, {header:Name} and the match's wildcards", s)
+	return tmplSeg{}, fmt.Errorf("%q is none of {client_ip}, {method}, {host}, {header:Name}, {query:name}, {cookie:name} and the match's wildcards", s)
+}
+
+// maxPartName bounds the name of a query parameter or cookie a route keys
+// by.
+const maxPartName = 256
+
+// validCookieName reports whether name is an RFC 6265 cookie name (a
+// token): what net/http reads a Cookie header's names as.
+func validCookieName(name string) bool {
+	for _, c := range []byte(name) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("()<>@,;:\\\"/[]?={}", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func validName(s string) bool {
@@ -315,6 +421,9 @@ func validName(s string) bool {
 type forwardError struct {
 	status int
 	msg    string
+	// refused: the config refuses the request (missing: deny,
+	// unmatched: deny), which is no bad request.
+	refused bool
 }
 
 // original returns the proxied request's method, URI and host from the
@@ -332,7 +441,7 @@ func original(r *http.Request, nginx bool) (method, uri, host string, fe *forwar
 	}
 	method, uri = h.Get(mName), h.Get(uName)
 	if method == "" || uri == "" || len(h[mName]) > 1 || len(h[uName]) > 1 {
-		return "", "", "", &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxy must set %s and %s once each (see docs/proxies)", mName, uName)}
+		return "", "", "", &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the proxy must set %s and %s once each (see docs/proxies)", mName, uName)}
 	}
 	host = r.Host
 	if v := h["X-Forwarded-Host"]; len(v) > 0 && v[0] != "" {
@@ -345,7 +454,7 @@ func original(r *http.Request, nginx bool) (method, uri, host string, fe *forwar
 // with dot segments resolved and empty ones dropped.
 func cleanPath(uri string, segs []string) ([]string, *forwardError) {
 	if len(uri) > maxForwardURI {
-		return segs, &forwardError{http.StatusRequestURITooLong, fmt.Sprintf("the proxied URI has %d bytes, more than %d", len(uri), maxForwardURI)}
+		return segs, &forwardError{status: http.StatusRequestURITooLong, msg: fmt.Sprintf("the proxied URI has %d bytes, more than %d", len(uri), maxForwardURI)}
 	}
 	p := uri
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
@@ -357,7 +466,7 @@ func cleanPath(uri string, segs []string) ([]string, *forwardError) {
 		}
 	}
 	if !strings.HasPrefix(p, "/") {
-		return segs, &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxied URI %.64q is not a path", uri)}
+		return segs, &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the proxied URI %.64q is not a path", uri)}
 	}
 	if strings.IndexByte(p, ';') >= 0 {
 		p = dropParams(p)
@@ -365,7 +474,7 @@ func cleanPath(uri string, segs []string) ([]string, *forwardError) {
 	if strings.IndexByte(p, '%') >= 0 {
 		d, err := url.PathUnescape(p)
 		if err != nil {
-			return segs, &forwardError{http.StatusBadRequest, "the proxied URI's path: " + err.Error()}
+			return segs, &forwardError{status: http.StatusBadRequest, msg: "the proxied URI's path: " + err.Error()}
 		}
 		p = d
 	}
@@ -401,49 +510,27 @@ func dropParams(p string) string {
 	}
 }
 
-// match returns the first route that matches, or nil. segs are the
-// cleaned path's segments.
-func (fa *forwardAuth) match(method string, segs []string, h http.Header) *route {
-next:
-	for i := range fa.routes {
-		rt := &fa.routes[i]
-		if len(segs) < len(rt.pattern) || !rt.prefix && len(segs) != len(rt.pattern) {
-			continue
-		}
-		if len(rt.methods) > 0 {
-			found := false
-			for _, m := range rt.methods {
-				if m == method {
-					found = true
-					break
-				}
-			}
-			if !found {
-				continue
-			}
-		}
-		for j, p := range rt.pattern {
-			if p.name == "" && !strings.EqualFold(p.lit, segs[j]) {
-				continue next
-			}
-		}
-		for _, path := range rt.paths {
-			for _, t := range path {
-				if t.kind == segHeader {
-					if v := h[t.text]; len(v) == 0 || v[0] == "" {
-						continue next
-					}
-				}
-			}
-		}
-		return rt
+// matches reports whether the route's pattern and methods match a
+// request of method whose cleaned path has the segments segs.
+func (rt *route) matches(method string, segs []string) bool {
+	if len(segs) < len(rt.pattern) || !rt.prefix && len(segs) != len(rt.pattern) {
+		return false
 	}
-	return nil
+	if len(rt.methods) > 0 && !slices.Contains(rt.methods, method) {
+		return false
+	}
+	for j, p := range rt.pattern {
+		if p.name == "" && !strings.EqualFold(p.lit, segs[j]) {
+			return false
+		}
+	}
+	return true
 }
 
 // policyPath appends to path a policy path of the route, tmpl, for the
-// request.
-func (fa *forwardAuth) policyPath(tmpl []tmplSeg, r *http.Request, method, host string, segs, path []string) ([]string, *forwardError) {
+// request. missing names the first part of it the request lacks (""
+// for none), and the path is then unfinished.
+func (fa *forwardAuth) policyPath(tmpl []tmplSeg, r *http.Request, method, uri, host string, segs, path []string) (_ []string, missing string, _ *forwardError) {
 	for _, t := range tmpl {
 		switch t.kind {
 		case segLiteral:
@@ -451,7 +538,7 @@ func (fa *forwardAuth) policyPath(tmpl []tmplSeg, r *http.Request, method, host 
 		case segClientIP:
 			ip, err := fa.ip.Key(r)
 			if err != nil {
-				return path, &forwardError{http.StatusBadRequest, err.Error()}
+				return path, "", &forwardError{status: http.StatusBadRequest, msg: err.Error()}
 			}
 			path = append(path, ip)
 		case segMethod:
@@ -459,16 +546,80 @@ func (fa *forwardAuth) policyPath(tmpl []tmplSeg, r *http.Request, method, host 
 		case segHost:
 			path = append(path, host)
 		case segHeader:
-			v := r.Header[t.text][0]
-			if len(v) > httplimit.MaxHeaderKeyLen {
-				return path, &forwardError{http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("header %s has %d bytes, more than the %d a key may have", t.text, len(v), httplimit.MaxHeaderKeyLen)}
+			v := r.Header[t.text]
+			switch {
+			case len(v) == 0 || v[0] == "":
+				return path, "the header " + t.text, nil
+			case len(v) > 1:
+				return path, "", &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the header %s, a key, is sent %d times (the app may read another copy than Sluice)", t.text, len(v))}
+			case len(v[0]) > httplimit.MaxHeaderKeyLen:
+				return path, "", &forwardError{status: http.StatusRequestHeaderFieldsTooLarge, msg: fmt.Sprintf("header %s has %d bytes, more than the %d a key may have", t.text, len(v[0]), httplimit.MaxHeaderKeyLen)}
+			}
+			path = append(path, v[0])
+		case segQuery:
+			v, fe := queryParam(uri, t.text)
+			switch {
+			case fe != nil:
+				return path, "", fe
+			case v == "":
+				return path, "the query parameter " + t.text, nil
 			}
 			path = append(path, v)
+		case segCookie:
+			cs := r.CookiesNamed(t.text)
+			switch {
+			case len(cs) == 0 || cs[0].Value == "":
+				return path, "the cookie " + t.text, nil
+			case len(cs) > 1:
+				return path, "", &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the cookie %s, a key, is sent %d times (the app may read another copy than Sluice)", t.text, len(cs))}
+			case len(cs[0].Value) > httplimit.MaxHeaderKeyLen:
+				return path, "", &forwardError{status: http.StatusRequestHeaderFieldsTooLarge, msg: fmt.Sprintf("the cookie %s has %d bytes, more than the %d a key may have", t.text, len(cs[0].Value), httplimit.MaxHeaderKeyLen)}
+			}
+			path = append(path, cs[0].Value)
 		case segWildcard:
 			path = append(path, segs[t.at])
 		}
 	}
-	return path, nil
+	return path, "", nil
+}
+
+// queryParam returns the value of the query parameter name in uri's
+// query, percent-decoded ("+" is a space): "" when it is absent or
+// empty. A parameter given twice, or a value with a bad escape or longer
+// than a key may be, is refused.
+func queryParam(uri, name string) (string, *forwardError) {
+	_, q, ok := strings.Cut(uri, "?")
+	if !ok {
+		return "", nil
+	}
+	q, _, _ = strings.Cut(q, "#")
+	var val string
+	found := 0
+	for q != "" {
+		var pair string
+		pair, q, _ = strings.Cut(q, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k != name {
+			if !strings.ContainsAny(k, "%+") {
+				continue
+			}
+			if dk, err := url.QueryUnescape(k); err != nil || dk != name {
+				continue
+			}
+		}
+		if found++; found > 1 {
+			return "", &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the query parameter %s, a key, is sent more than once (the app may read another copy than Sluice)", name)}
+		}
+		d, err := url.QueryUnescape(v)
+		if err != nil {
+			return "", &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the query parameter %s: %v", name, err)}
+		}
+		val = d
+	}
+	if len(val) > httplimit.MaxHeaderKeyLen {
+		return "", &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the query parameter %s has %d bytes, more than the %d a key may have", name, len(val), httplimit.MaxHeaderKeyLen)}
+	}
+	return val, nil
 }
 
 // handleForwardAuth is the forward-auth endpoint; nginx is whether it
@@ -500,6 +651,9 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 			paths, rt, fe = fa.read(r, method, uri, host, b)
 		}
 		switch {
+		case fe != nil && fe.refused:
+			s.m.forwardRefused.Inc()
+			refuse(fe.status, fe.msg)
 		case fe != nil:
 			s.m.badRequests.WithLabelValues("forward_auth").Inc()
 			refuse(fe.status, fe.msg)
@@ -511,42 +665,58 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 	}
 }
 
-// read turns the proxied request into the route that matches it (nil for
-// none) and that route's policy paths, the first in b's buffers.
+// read turns the proxied request into the route that decides it (nil
+// for none) and that route's policy paths, the first in b's buffers: the
+// first route that matches it and finds each part it keys by, or lacks
+// one and says missing: deny (a refusal); under unmatched: deny, a
+// request no route decides is refused.
 func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch) ([][]string, *route, *forwardError) {
 	if len(method) > maxForwardMethod {
-		return nil, nil, &forwardError{http.StatusBadRequest, fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), maxForwardMethod)}
+		return nil, nil, &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), maxForwardMethod)}
 	}
 	segs, fe := cleanPath(uri, b.segs[:0])
 	b.segs = segs[:0]
 	if fe != nil {
 		return nil, nil, fe
 	}
-	rt := fa.match(method, segs, r.Header)
-	if rt == nil {
-		return nil, nil, nil
-	}
-	b.paths = b.paths[:0]
-	for i, tmpl := range rt.paths {
-		var buf []string
-		if i == 0 {
-			buf = b.path[:0]
+next:
+	for i := range fa.routes {
+		rt := &fa.routes[i]
+		if !rt.matches(method, segs) {
+			continue
 		}
-		path, fe := fa.policyPath(tmpl, r, method, host, segs, buf)
-		if i == 0 {
-			b.path = path[:0]
-		}
-		if fe == nil {
-			if err := validPath(path); err != nil {
-				fe = &forwardError{http.StatusBadRequest, "the route's policy path: " + err.Error()}
+		b.paths = b.paths[:0]
+		for i, tmpl := range rt.paths {
+			var buf []string
+			if i == 0 {
+				buf = b.path[:0]
 			}
+			path, missing, fe := fa.policyPath(tmpl, r, method, uri, host, segs, buf)
+			if i == 0 {
+				b.path = path[:0]
+			}
+			if fe == nil && missing != "" {
+				if rt.next {
+					continue next
+				}
+				fe = &forwardError{status: http.StatusForbidden, refused: true, msg: fmt.Sprintf("the route %s keys by %s, which the request lacks (missing: deny)", rt.match, missing)}
+			}
+			if fe == nil {
+				if err := validPath(path); err != nil {
+					fe = &forwardError{status: http.StatusBadRequest, msg: "the route's policy path: " + err.Error()}
+				}
+			}
+			if fe != nil {
+				return nil, rt, fe
+			}
+			b.paths = append(b.paths, path)
 		}
-		if fe != nil {
-			return nil, rt, fe
-		}
-		b.paths = append(b.paths, path)
+		return b.paths, rt, nil
 	}
-	return b.paths, rt, nil
+	if fa.denyUnmatched {
+		return nil, nil, &forwardError{status: http.StatusForbidden, refused: true, msg: "no route decides the request (forward_auth.unmatched: deny)"}
+	}
+	return nil, nil, nil
 }
 
 // decideForward decides a proxied request's paths, together, and answers.

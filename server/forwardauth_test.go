@@ -1,6 +1,8 @@
 package server
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +14,13 @@ import (
 func TestForwardAuthConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"forward_auth:\n  routes:\n    - match: login\n      path: [a]\n", "sluice.yaml:3:7: forward_auth.routes[0]: match must be a path that starts with /"},
-		{"forward_auth:\n  routes:\n    - match: /api/{id}/x\n      path: [a, \"{tenant}\"]\n", `forward_auth.routes[0]: path[1]: "{tenant}" is none of {client_ip}, {method}, {host}, {header:Name} and the match's wildcards`},
+		{"forward_auth:\n  routes:\n    - match: /api/{id}/x\n      path: [a, \"{tenant}\"]\n", `forward_auth.routes[0]: path[1]: "{tenant}" is none of {client_ip}, {method}, {host}, {header:Name}, {query:name}, {cookie:name} and the match's wildcards`},
+		{"forward_auth:\n  routes:\n    - match: /a\n      path: [\"{query:a&b}\"]\n", `path[0]: "{query:a&b}": want {query:name}`},
+		{"forward_auth:\n  routes:\n    - match: /a\n      path: [\"{query:}\"]\n", `path[0]: "{query:}": want {query:name}`},
+		{"forward_auth:\n  routes:\n    - match: /a\n      path: [\"{cookie:a;b}\"]\n", `path[0]: "{cookie:a;b}": want {cookie:name}`},
+		{"forward_auth:\n  routes:\n    - match: /a\n      path: [\"{header:X}\"]\n      missing: allow\n", "sluice.yaml:3:7: forward_auth.routes[0]: missing must be deny or next, got \"allow\""},
+		{"forward_auth:\n  routes:\n    - match: /a\n      path: [a, \"{client_ip}\"]\n      missing: next\n", "missing: next: the route keys by no header, query parameter or cookie, which alone may be missing"},
+		{"forward_auth:\n  unmatched: skip\n  routes:\n    - match: /\n      path: [a]\n", "sluice.yaml:2:3: forward_auth: unmatched must be allow or deny, got \"skip\""},
 		{"forward_auth:\n  routes:\n    - match: /a/{x}-{y}\n      path: [a]\n", `a wildcard is {name} with a name of letters, digits and _, got "{x}-{y}"`},
 		{"forward_auth:\n  routes:\n    - match: /a\n      path: [\"user-{client_ip}\"]\n", `path[0]: a placeholder fills a whole segment, got "user-{client_ip}"`},
 		{"forward_auth:\n  routes:\n    - match: /a\n", "path: a route needs a policy path of at least one segment"},
@@ -37,12 +45,12 @@ func TestForwardAuthConfigErrors(t *testing.T) {
 }
 
 // TestForwardAuthRoutes matches paths against routes: exact and prefix
-// patterns, wildcards, methods, a header that must be present, and the
-// path cleaned first.
+// patterns, wildcards, methods, a header whose absence passes to the next
+// route (missing: next), and the path cleaned first.
 func TestForwardAuthRoutes(t *testing.T) {
 	fa, err := newForwardAuth(ForwardAuthConfig{Routes: []ForwardRoute{
 		{Match: "/login", Methods: []string{"post"}, Path: []string{"login"}},
-		{Match: "/api/{tenant}/", Path: []string{"t", "{tenant}", "{header:x-api-key}"}},
+		{Match: "/api/{tenant}/", Path: []string{"t", "{tenant}", "{header:x-api-key}"}, Missing: "next"},
 		{Match: "/api/{tenant}/", Path: []string{"t", "{tenant}", "{method}"}},
 		{Match: "/", Path: []string{"all", "{host}"}},
 	}})
@@ -70,36 +78,87 @@ func TestForwardAuthRoutes(t *testing.T) {
 		{"POST", "/login%3Bx", "", "all/h"}, // an escaped ; is the segment's own
 		{"GET", "/API;v=1/Acme;x=1/orders", "", "t/Acme/GET"},
 	} {
-		segs, err := cleanPath(tc.uri, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.uri, err)
-		}
-		h := map[string][]string{}
+		h := http.Header{}
 		if tc.key != "" {
 			h["X-Api-Key"] = []string{tc.key}
 		}
-		rt := fa.match(tc.method, segs, h)
-		if rt == nil {
-			t.Errorf("%s %s: no route, want %s", tc.method, tc.uri, tc.want)
-			continue
+		got, fe := readRoute(t, fa, tc.method, tc.uri, h)
+		if fe != nil || got != tc.want {
+			t.Errorf("%s %s: %q %v, want %s", tc.method, tc.uri, got, fe, tc.want)
 		}
-		var got []string
-		for _, s := range rt.paths[0] {
-			switch s.kind {
-			case segLiteral:
-				got = append(got, s.text)
-			case segWildcard:
-				got = append(got, segs[s.at])
-			case segHeader:
-				got = append(got, h[s.text][0])
-			case segMethod:
-				got = append(got, tc.method)
-			case segHost:
-				got = append(got, "h")
-			}
+	}
+}
+
+// readRoute asks fa for the route of a proxied request with the host "h",
+// and returns its policy paths joined ("/" within a path, " + " between
+// paths; "" for none) or its refusal.
+func readRoute(t *testing.T, fa *forwardAuth, method, uri string, h http.Header) (string, *forwardError) {
+	t.Helper()
+	r := httptest.NewRequest("GET", "/v1/forward-auth", nil)
+	r.Header = h // from 192.0.2.1
+	paths, _, fe := fa.read(r, method, uri, "h", new(batch))
+	var s []string
+	for _, p := range paths {
+		s = append(s, strings.Join(p, "/"))
+	}
+	return strings.Join(s, " + "), fe
+}
+
+// TestForwardAuthKeyParts: a route keys by a header, a query parameter or
+// a cookie; one it lacks (absent or empty) is refused under missing: deny
+// (the default) and passes to the next route under missing: next; a part
+// sent twice, or past the bound of a key, is refused as a bad request;
+// under unmatched: deny a request no route decides is refused.
+func TestForwardAuthKeyParts(t *testing.T) {
+	fa, err := newForwardAuth(ForwardAuthConfig{Unmatched: "deny", Routes: []ForwardRoute{
+		{Match: "/q", Path: []string{"q", "{query:api_key}"}},
+		{Match: "/c", Path: []string{"c", "{cookie:sid}"}},
+		{Match: "/both", Paths: [][]string{{"ip", "{client_ip}"}, {"k", "{header:X-Api-Key}"}}, Missing: "next"},
+		{Match: "/both", Path: []string{"k", "{query:key}"}, Missing: "next"},
+		{Match: "/both", Path: []string{"anon", "{client_ip}"}},
+		{Match: "/h", Path: []string{"h", "{header:X-Api-Key}"}, Missing: "deny"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		uri    string
+		h      http.Header
+		want   string
+		status int // of the refusal; 0 for none
+	}{
+		{"/q?api_key=k1", nil, "q/k1", 0},
+		{"/q?api%5Fkey=k+1", nil, "q/k 1", 0},          // the name decoded too
+		{"/q?a=1&api_key=k%2F1#frag", nil, "q/k/1", 0}, // the value decoded: a segment of its own
+		{"/q?api_key=", nil, "", 403},
+		{"/q?api=k1", nil, "", 403},
+		{"/q", nil, "", 403},
+		{"/q?api_key=a&api%5Fkey=b", nil, "", 400},
+		{"/q?api_key=%zz", nil, "", 400},
+		{"/q?api_key=" + strings.Repeat("k", 257), nil, "", 400},
+		{"/c", http.Header{"Cookie": {"a=1; sid=s1"}}, "c/s1", 0},
+		{"/c", http.Header{"Cookie": {"sid="}}, "", 403},
+		{"/c", http.Header{"Cookie": {"other=1"}}, "", 403},
+		{"/c", http.Header{"Cookie": {"sid=a; sid=b"}}, "", 400},
+		{"/c", http.Header{"Cookie": {"sid=" + strings.Repeat("s", 257)}}, "", 431},
+		{"/both", http.Header{"X-Api-Key": {"k1"}}, "ip/192.0.2.1 + k/k1", 0},
+		{"/both?key=k2", nil, "k/k2", 0},
+		{"/both?key=k2", http.Header{"X-Api-Key": {""}}, "k/k2", 0},
+		{"/both", nil, "anon/192.0.2.1", 0},
+		{"/h", http.Header{"X-Api-Key": {"a", "b"}}, "", 400},
+		{"/h", http.Header{}, "", 403},
+		{"/nowhere", nil, "", 403},
+	} {
+		if tc.h == nil {
+			tc.h = http.Header{}
 		}
-		if strings.Join(got, "/") != tc.want {
-			t.Errorf("%s %s: %s, want %s", tc.method, tc.uri, strings.Join(got, "/"), tc.want)
+		got, fe := readRoute(t, fa, "GET", tc.uri, tc.h)
+		status := 0
+		if fe != nil {
+			status = fe.status
+		}
+		if got != tc.want || status != tc.status {
+			t.Errorf("%s %v: %q %+v, want %q, refused %d", tc.uri, tc.h, got, fe, tc.want, tc.status)
 		}
 	}
 }

@@ -42,7 +42,10 @@ type metrics struct {
 	settles *prometheus.CounterVec
 
 	// per-API children, looked up once
-	httpChecks, grpcChecks, forwardChecks       outcomeCounters
+	httpChecks, grpcChecks, forwardChecks outcomeCounters
+	// forwardRefused counts forward-auth requests the config refuses: a
+	// route's key missing (missing: deny), no route (unmatched: deny).
+	forwardRefused                              prometheus.Counter
 	httpDuration, grpcDuration, forwardDuration prometheus.Observer
 	nodes                                       sync.Map // pattern -> *nodeCounters
 }
@@ -143,6 +146,7 @@ func newMetrics(ping func(context.Context) error, timeout time.Duration) *metric
 	m.httpChecks = m.outcomes("http")
 	m.grpcChecks = m.outcomes("grpc")
 	m.forwardChecks = m.outcomes("forward_auth")
+	m.forwardRefused = m.checks.WithLabelValues("forward_auth", "refused")
 	m.httpDuration = m.duration.WithLabelValues("http")
 	m.grpcDuration = m.duration.WithLabelValues("grpc")
 	m.forwardDuration = m.duration.WithLabelValues("forward_auth")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +176,11 @@ func checkClientView(t *testing.T, proxy *proxytest.Process) {
 	}
 	if got := send(t, b, "GET", base+"/api/acme/orders", map[string]string{"X-Api-Key": strings.Repeat("k", 300)}); got.status != 431 {
 		t.Errorf("a 300-byte API key: %d, want 431", got.status)
+	}
+	// Without a key the tenant's route refuses (missing: deny, its
+	// default): a missing key is never unlimited.
+	if got := send(t, clientFrom("127.0.0.6"), "GET", base+"/api/acme/orders", nil); got.status != 403 || got.body == "upstream" {
+		t.Errorf("an API request without X-Api-Key: %d %q, want 403", got.status, got.body)
 	}
 
 	// Login: POST only, 3 per client.
@@ -423,6 +429,77 @@ func TestForwardAuthSeveralPaths(t *testing.T) {
 	}
 }
 
+// TestProxiedKeyParts: the routes docs/proxies/README.md shows, keyed by a
+// header, a query parameter and a cookie, one after another under
+// missing: next, and the last under missing: deny (the default), behind the
+// real nginx and Caddy of docs/proxies: the three carry one API key to one
+// count, a request with none is refused 403 and never reaches the
+// upstream, and a key sent twice is a 400.
+func TestProxiedKeyParts(t *testing.T) {
+	var routes Config
+	if err := LoadConfigFile(docBlock(t, "../docs/proxies/README.md", "proxies: key parts"), &routes); err != nil {
+		t.Fatal(err)
+	}
+	for _, proxy := range []string{"nginx.conf", "Caddyfile"} {
+		t.Run(proxy, func(t *testing.T) {
+			conf, addr, _ := startProxied(t, proxy, func(c *Config) {
+				c.Policy = ""
+				c.PolicyData = []byte("schema:\n  key:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: 3, window: 24h}]}\n" +
+					"  client:\n    children:\n      \"*\": {limits: [{algorithm: fixed_window, limit: 100, window: 24h}]}\n")
+				c.ForwardAuth.Routes = routes.ForwardAuth.Routes
+			})
+			var p *proxytest.Process
+			if proxy == "nginx.conf" {
+				p = proxytest.Nginx(t, conf, addr)
+			} else {
+				p = proxytest.Caddy(t, conf, addr)
+			}
+			c := clientFrom("127.0.0.12")
+			base := "http://" + p.Addr
+			for i, tc := range []struct {
+				uri  string
+				h    map[string]string
+				want int
+			}{
+				{"/api/orders", map[string]string{"X-Api-Key": "k1"}, 200},
+				{"/api/orders?api_key=k1", nil, 200},
+				{"/api/orders", map[string]string{"Cookie": "theme=dark; api_key=k1"}, 200},
+				{"/api/orders?api_key=k1", nil, 429}, // k1's 4th, whichever way it came
+				{"/api/orders", map[string]string{"Cookie": "api_key=k1"}, 429},
+				{"/api/orders?api_key=k2", nil, 200},
+				{"/api/orders", nil, 403},                                         // no key: missing: deny
+				{"/api/orders?api_key=", map[string]string{"Cookie": "a=b"}, 403}, // empty keys are none
+				{"/api/orders?api_key=k2&api_key=k3", nil, 400},
+				{"/page", nil, 200},
+			} {
+				got := send(t, c, "GET", base+tc.uri, tc.h)
+				if got.status != tc.want || (got.body == "upstream") != (tc.want == 200) {
+					t.Fatalf("request %d, %s %v: %d %q, want %d\n%s", i+1, tc.uri, tc.h, got.status, got.body, tc.want, p.Output())
+				}
+			}
+		})
+	}
+}
+
+// docBlock writes the YAML block of the page whose first line is "# "+name
+// to a file of the test's, and returns its path.
+func docBlock(t *testing.T, page, name string) string {
+	t.Helper()
+	text, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```yaml\n# " + regexp.QuoteMeta(name) + "\n(.*?)```").FindSubmatch(text)
+	if m == nil {
+		t.Fatalf("%s has no block %q", page, name)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, m[0][len("```yaml\n"):len(m[0])-3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestRecipeBehindNginx: docs/recipes.md's route with three paths (per IP,
 // per key, a month's quota) and its limits.yaml, as they are but for the
 // addresses and store, behind the real nginx of docs/proxies on Redis: the
@@ -454,6 +531,12 @@ func TestRecipeBehindNginx(t *testing.T) {
 		c.Store, c.Policy, c.PolicyData = rd.URL(), "", block("limits.yaml")
 	})
 	p := proxytest.Nginx(t, conf, addr)
+	if got := send(t, clientFrom("127.0.1.99"), "GET", "http://"+p.Addr+"/api/orders", nil); got.status != 403 || got.body == "upstream" {
+		t.Errorf("a request without X-Api-Key: %d %q, want 403 (missing: deny)", got.status, got.body)
+	}
+	if got := send(t, clientFrom("127.0.1.99"), "GET", "http://"+p.Addr+"/about", nil); got.status != 200 {
+		t.Errorf("a request to /about: %d, want 200 (unmatched: allow)", got.status)
+	}
 	left := func(path string) int64 {
 		t.Helper()
 		resp, err := http.Post("http://"+sluiceAddr+"/v1/check", "application/json", strings.NewReader(`{"path": `+path+`, "cost": 0}`))
@@ -490,4 +573,92 @@ func TestRecipeBehindNginx(t *testing.T) {
 		}
 		return
 	}
+}
+
+// TestLoginRecipeBehindNginx: docs/recipes.md's login recipe, its
+// sluice.yaml and limits.yaml as they are but for the addresses and the
+// store, behind the real nginx of docs/proxies on Redis: 5 tries per
+// username and address, the 6th a 429 that starts the username's block,
+// and the third username blocked from one address blocks the address for
+// an hour, every username with it; another address is not blocked. A 15
+// minute window that ends during a round starts it again, afresh.
+func TestLoginRecipeBehindNginx(t *testing.T) {
+	var recipe Config
+	if err := LoadConfigFile(docBlock(t, "../docs/recipes.md", "recipes: login sluice.yaml"), &recipe); err != nil {
+		t.Fatal(err)
+	}
+	limits, err := os.ReadFile(docBlock(t, "../docs/recipes.md", "recipes: login limits.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := redistest.Start(t)
+	conf, addr, _ := startProxied(t, "nginx.conf", func(c *Config) {
+		c.ForwardAuth = recipe.ForwardAuth
+		c.Store, c.Policy, c.PolicyData = rd.URL(), "", limits
+	})
+	p := proxytest.Nginx(t, conf, addr)
+	login := func(c *http.Client, user string) answer {
+		t.Helper()
+		uri := "http://" + p.Addr + "/login"
+		if user != "" {
+			uri += "?user=" + user
+		}
+		return send(t, c, "POST", uri, nil)
+	}
+	if got := login(clientFrom("127.0.3.250"), ""); got.status != 403 || got.body == "upstream" {
+		t.Errorf("a login without ?user=: %d %q, want 403", got.status, got.body)
+	}
+	if got := send(t, clientFrom("127.0.3.250"), "GET", "http://"+p.Addr+"/about", nil); got.status != 200 {
+		t.Errorf("GET /about: %d, want 200 (unmatched: allow)", got.status)
+	}
+	for round := 0; ; round++ {
+		start := time.Now()
+		c := clientFrom(fmt.Sprintf("127.0.3.%d", round+1))
+		fresh := func() bool { return start.Truncate(15*time.Minute) == time.Now().Truncate(15*time.Minute) }
+		ok := true
+		for u, user := range []string{"alice", "bob", "carol"} {
+			for i := range 7 {
+				got := login(c, user)
+				want, retry := 200, 0
+				switch {
+				case i == 5 && u == 2: // the third username blocked: the address too
+					want, retry = 429, 3500
+				case i >= 5:
+					want, retry = 429, 850 // the username's block
+				}
+				if i == 6 && u == 2 {
+					want, retry = 429, 3500
+				}
+				ra, _ := strconv.Atoi(got.h.Get("Retry-After"))
+				if got.status != want || (got.body == "upstream") != (want == 200) || retry > 0 && (ra < retry || ra > 3600) {
+					if !fresh() {
+						ok = false
+						break
+					}
+					t.Fatalf("round %d: %s's try %d: %d, Retry-After %q, want %d (Retry-After %d to 3600)\n%s", round, user, i+1, got.status, got.h.Get("Retry-After"), want, retry, p.Output())
+				}
+			}
+			if !ok {
+				break
+			}
+		}
+		if !ok || !fresh() {
+			continue // a 15-minute window ended meanwhile: again, afresh
+		}
+		// The address is blocked for every username, a fresh one too.
+		if got := login(c, "dave"); got.status != 429 || !between(got.h.Get("Retry-After"), 3500, 3600) {
+			t.Errorf("a fresh username from the blocked address: %d, Retry-After %q, want 429 for about an hour", got.status, got.h.Get("Retry-After"))
+		}
+		// Another address, the same usernames: not blocked.
+		if got := login(clientFrom("127.0.3.200"), "alice"); got.status != 200 {
+			t.Errorf("alice from another address: %d, want 200", got.status)
+		}
+		return
+	}
+}
+
+// between reports whether the decimal v is from lo to hi.
+func between(v string, lo, hi int) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= lo && n <= hi
 }

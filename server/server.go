@@ -123,6 +123,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	if len(fa.routes) == 0 {
 		fa = nil
+	} else if u := cfg.ForwardAuth.Uncaught(); u != "" && cfg.ForwardAuth.Unmatched == "" {
+		log.Warn("forward_auth: "+u+" is allowed and counted nowhere; add a last route that catches it (match: /), or say unmatched: allow (or deny)", "check", "sluice validate --config")
 	}
 	s := &Server{
 		forwardAuth: fa, grpcTLS: grpcTLS, httpTLS: httpTLS,

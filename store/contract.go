@@ -71,6 +71,17 @@ type Request struct {
 	// limit; see store/redis for the bounds. Stores without leases ignore
 	// it.
 	Lease bool
+	// Watch, when above 0, makes the request a node's escalation
+	// (policy's escalate), which counts what the Watch requests after it
+	// in a DecideAll do: each that starts a block (with WatchDenials,
+	// each that denies), unless Shadow. Its plan is a fixed window with a
+	// block and its Cost 0: in the check it is a peek, which only its
+	// block denies; after the others it is decided at cost 1 per event,
+	// whatever the batch decided, and the one its window denies starts its
+	// block, all in the same atomic step.
+	Watch int
+	// WatchDenials makes Watch count denials rather than blocks.
+	WatchDenials bool
 }
 
 // An Allower is a Store that can decide without a Request or a returned

@@ -58,6 +58,11 @@ func ValidateAll(reqs []Request, results []algo.Result) error {
 		if !r.Time.Equal(reqs[0].Time) {
 			return fmt.Errorf("%w: request %d has another time than request 0", ErrBadRequest, i)
 		}
+		if r.Watch != 0 || r.WatchDenials {
+			if err := validateWatch(r, len(reqs)-1-i); err != nil {
+				return fmt.Errorf("request %d: %w", i, err)
+			}
+		}
 	}
 	return nil
 }
@@ -74,4 +79,19 @@ func ValidateHolders(r *Request) (algo.Concurrency, error) {
 		return c, fmt.Errorf("store: holders: %w: %v has no holders (only a concurrency limit does)", algo.ErrUnsupported, r.Plan.Kind())
 	}
 	return c, nil
+}
+
+// validateWatch checks a request that watches others (Request.Watch),
+// after which are n requests.
+func validateWatch(r *Request, n int) error {
+	_, blocks := r.Plan.Blocks()
+	switch {
+	case r.Watch < 1 || r.Watch > n:
+		return fmt.Errorf("%w: it watches %d requests, and %d follow it", ErrBadRequest, r.Watch, n)
+	case r.Plan.Kind() != algo.KindFixedWindow || !blocks || r.Plan.Debt():
+		return fmt.Errorf("%w: a request that watches others needs a fixed window with a block, got %v", ErrBadRequest, r.Plan.Kind())
+	case r.Cost != 0:
+		return fmt.Errorf("%w: a request that watches others has cost 0 (each event costs 1), got %d", ErrBadRequest, r.Cost)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server"
 )
 
 func runValidate(ctx context.Context, e env, args []string) int {
@@ -19,6 +20,7 @@ func runValidate(ctx context.Context, e env, args []string) int {
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, `usage: sluice validate [--against paths.txt] FILE...
+       sluice validate --config sluice.yaml [FILE...]
 
 Checks each limits.yaml file. A valid file prints a one-line summary on
 standard output; an invalid one prints every problem on standard error, one
@@ -29,17 +31,27 @@ is invalid.
 line (segments joined by "/", or a JSON array of strings; # comments), and
 prints each that matches no limit: under unmatched: allow (the default)
 such a path is not limited at all, which a typo makes easy. The exit
-status is then 1 when any path matches nothing too.`)
+status is then 1 when any path matches nothing too.
+
+--config sluice.yaml checks the service's config: every problem with its
+position, and whether its forward_auth routes let a request through that
+no route decides (a path no route matches, a key a route lacks under
+missing: next), which would be allowed and counted nowhere. That is an
+error (status 1) unless forward_auth says unmatched: allow (or deny).`)
 	}
 	against := fs.String("against", "", "a file of paths, one a line, that should each match a limit")
+	config := fs.String("config", "", "a service config (sluice.yaml) to check, its forward_auth routes among it")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() == 0 {
+	if fs.NArg() == 0 && *config == "" {
 		fs.Usage()
 		return 2
 	}
 	status := 0
+	if *config != "" {
+		status = validateConfig(e, *config)
+	}
 	for _, file := range fs.Args() {
 		p, err := policy.Load(file)
 		if err != nil {
@@ -68,6 +80,38 @@ status is then 1 when any path matches nothing too.`)
 		}
 	}
 	return status
+}
+
+// validateConfig checks a service config, and reports the requests its
+// forward_auth routes let through undecided; it returns the exit status.
+func validateConfig(e env, file string) int {
+	var c server.Config
+	if err := server.LoadConfigFile(file, &c); err != nil {
+		var list yamlfile.ErrorList
+		if !errors.As(err, &list) {
+			fmt.Fprintf(e.stderr, "validate: %v\n", err)
+			return 1
+		}
+		for _, pe := range list {
+			fmt.Fprintln(e.stderr, pe)
+		}
+		fmt.Fprintf(e.stderr, "%s: %d %s\n", file, len(list), plural(len(list), "error", "errors"))
+		return 1
+	}
+	fa := c.ForwardAuth
+	u := fa.Uncaught()
+	switch {
+	case u != "" && fa.Unmatched == "":
+		fmt.Fprintf(e.stderr, "%s: forward_auth: %s is allowed and counted nowhere: add a last route that catches it (match: / with no methods), or say unmatched: allow (or deny)\n", file, u)
+		return 1
+	case u != "":
+		fmt.Fprintf(e.stdout, "%s: ok: %d %s; %s is allowed, counted nowhere (unmatched: allow)\n", file, len(fa.Routes), plural(len(fa.Routes), "route", "routes"), u)
+	case len(fa.Routes) == 0:
+		fmt.Fprintf(e.stdout, "%s: ok: no forward_auth routes\n", file)
+	default:
+		fmt.Fprintf(e.stdout, "%s: ok: %d %s; every request is decided by a route%s\n", file, len(fa.Routes), plural(len(fa.Routes), "route", "routes"), map[bool]string{true: " or refused (unmatched: deny)"}[fa.Unmatched == "deny"])
+	}
+	return 0
 }
 
 // maxPathsLine bounds a line of a --against file.

@@ -143,3 +143,38 @@ func TestValidateAgainst(t *testing.T) {
 		t.Errorf("a bad line: status %d %q", status, errOut)
 	}
 }
+
+// TestValidateConfig: validate --config refuses forward_auth routes that
+// let a request through no route decides, unless the config says
+// unmatched: allow, and names why; a config whose last route catches
+// everything, or that says unmatched: deny, is ok; a bad one prints each
+// error with its position.
+func TestValidateConfig(t *testing.T) {
+	const head = "forward_auth:\n  routes:\n    - match: /api/\n      path: [key, \"{header:X-Api-Key}\"]\n"
+	for _, tc := range []struct {
+		name, yaml string
+		status     int
+		out, err   string
+	}{
+		{"no catch-all", head, 1, "", "forward_auth: a request to a path no route matches (no route has match: /) is allowed and counted nowhere"},
+		{"said allow", "forward_auth:\n  unmatched: allow\n" + head[len("forward_auth:\n"):], 0, "ok: 1 route; a request to a path no route matches (no route has match: /) is allowed, counted nowhere (unmatched: allow)", ""},
+		{"said deny", "forward_auth:\n  unmatched: deny\n" + head[len("forward_auth:\n"):], 0, "ok: 1 route; every request is decided by a route or refused (unmatched: deny)", ""},
+		{"a catch-all", head + "    - match: /\n      path: [ip, \"{client_ip}\"]\n", 0, "ok: 2 routes; every request is decided by a route", ""},
+		{"a catch-all of GET", head + "    - match: /\n      methods: [GET]\n      path: [ip, \"{client_ip}\"]\n", 1, "", "a request of another method than GET to a path no route before routes[1] (match: /) matches"},
+		{"a catch-all by a key it may lack", head + "    - match: /\n      path: [k, \"{cookie:sid}\"]\n      missing: next\n", 1, "", "a request that lacks a key of routes[1] (match: /, missing: next)"},
+		{"a catch-all by a key it denies without", head + "    - match: /\n      path: [k, \"{cookie:sid}\"]\n", 0, "ok: 2 routes; every request is decided by a route", ""},
+		{"bad", "forward_auth:\n  routes:\n    - match: /\n      path: [k]\n      missing: maybe\n", 1, "", "sluice.yaml:3:7: forward_auth.routes[0]: missing must be deny or next"},
+	} {
+		path := writeFile(t, "sluice.yaml", tc.yaml)
+		status, out, errOut := runSluice(t, "validate", "--config", path)
+		if status != tc.status || tc.out != "" && !strings.Contains(out, path+": "+tc.out) || tc.err != "" && !strings.Contains(errOut, tc.err) {
+			t.Errorf("%s: status %d\nstdout %q\nstderr %q\nwant %d, %q, %q", tc.name, status, out, errOut, tc.status, tc.out, tc.err)
+		}
+	}
+	// The shipped configs pass.
+	for _, f := range []string{"sluice.example.yaml", "../../docs/proxies/sluice.yaml"} {
+		if status, out, errOut := runSluice(t, "validate", "--config", f); status != 0 {
+			t.Errorf("%s: status %d %s %s", f, status, out, errOut)
+		}
+	}
+}

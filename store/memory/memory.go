@@ -296,7 +296,7 @@ func (s *Store) Close() error {
 // ways lock entries in the order of their addresses, so a batch holding
 // some entries never waits for one that waits for them.
 func (s *Store) DecideAll(ctx context.Context, reqs []store.Request, results []algo.Result) (bool, error) {
-	if len(reqs) == 1 && len(results) == 1 {
+	if len(reqs) == 1 && len(results) == 1 && reqs[0].Watch == 0 && !reqs[0].WatchDenials {
 		// A batch of one is Decide, which takes no shard lock.
 		r, err := s.Decide(ctx, reqs[0])
 		results[0] = r
@@ -421,9 +421,11 @@ func unlockAll(es []*entry) {
 // decideAll applies a batch to the entries, whose locks the caller holds:
 // every request is checked, then every cost recorded if all that are not
 // Shadow pass; else a denied request may record its attempt, and the
-// others report their state.
+// others report their state. A request that watches others
+// (store.Request.Watch) is decided last, at cost 1 per event of those it
+// watches, the deepest first, so that one watching it sees its block.
 func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, ents []*entry, t int64) bool {
-	pass := true
+	pass, watching := true, false
 	for i, r := range reqs {
 		st := &ents[i].st
 		refresh(st, plans[i], t)
@@ -431,9 +433,18 @@ func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, 
 		if !results[i].Allowed && !r.Shadow {
 			pass = false
 		}
+		watching = watching || r.Watch > 0
+	}
+	var ev []uint8 // with watchers: per request, evDenied, evBlocked
+	if watching {
+		ev = make([]uint8, len(reqs))
 	}
 	for i, r := range reqs {
+		if r.Watch > 0 {
+			continue
+		}
 		st := &ents[i].st
+		before := st.Block.Blocked(t)
 		if pass || !results[i].Allowed || plans[i].Debt() {
 			// Record the cost, or let the algorithm record a denied
 			// attempt or a debt.
@@ -441,6 +452,46 @@ func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, 
 		} else {
 			results[i] = plans[i].Decide(st, t, 0, false)
 		}
+		if ev != nil {
+			ev[i] = events(r, results[i], before, st.Block.Blocked(t))
+		}
+	}
+	for i := len(reqs) - 1; i >= 0 && watching; i-- {
+		r := reqs[i]
+		if r.Watch == 0 {
+			continue
+		}
+		st := &ents[i].st
+		before := st.Block.Blocked(t)
+		n := 0
+		for _, e := range ev[i+1 : i+1+r.Watch] {
+			if e&evBlocked != 0 || r.WatchDenials && e&evDenied != 0 {
+				n++
+			}
+		}
+		for ; n > 0 && !st.Block.Blocked(t); n-- {
+			plans[i].Decide(st, t, 1, true)
+		}
+		results[i] = plans[i].Decide(st, t, 0, false) // as a peek, or the block's denial
+		ev[i] = events(r, results[i], before, st.Block.Blocked(t))
 	}
 	return pass
+}
+
+// What a request of a batch did, for one that watches it.
+const (
+	evDenied  = 1 << iota // it denied
+	evBlocked             // its denial started a block
+)
+
+// events returns what an enforced request did, given its result and
+// whether its key was blocked before and after.
+func events(r store.Request, res algo.Result, before, after bool) uint8 {
+	switch {
+	case r.Shadow || res.Allowed:
+		return 0
+	case !before && after:
+		return evDenied | evBlocked
+	}
+	return evDenied
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -65,5 +66,50 @@ func TestBatches(t *testing.T) {
 	t.Logf("%d decisions in %d script calls", 64*30*2, calls)
 	if calls >= 64*30*2 {
 		t.Fatalf("%d script calls for %d decisions: nothing batched", calls, 64*30*2)
+	}
+}
+
+// TestEscalationBatched: decisions with a level that watches others (a
+// node's escalate) batched with others into one script call (batch.lua)
+// escalate as one alone (decide.lua) does: on 32 addresses at once, the
+// third username blocked blocks its address, and the next username is
+// denied by the address's block.
+func TestEscalationBatched(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{})
+	ctx := context.Background()
+	esc := algo.MustCompile(algo.Blocking{Limit: algo.FixedWindow{Count: 2, Window: time.Hour}, Block: algo.Block{For: time.Hour}})
+	user := algo.MustCompile(algo.Blocking{Limit: algo.FixedWindow{Count: 1, Window: time.Hour}, Block: algo.Block{For: 15 * time.Minute}})
+	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	st.Decide(ctx, store.Request{Key: "warm", Plan: user, Cost: 1}) // loads the script
+	before := scriptCalls(t, srv)
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ip := "ip" + strconv.Itoa(g)
+			for step, u := range []string{"u1", "u1", "u2", "u2", "u3", "u3", "u4"} {
+				res := make([]algo.Result, 2)
+				_, err := st.DecideAll(ctx, []store.Request{
+					{Key: ip, Plan: esc, Time: at.Add(time.Duration(step) * time.Second), Watch: 1},
+					{Key: ip + ":" + u, Plan: user, Cost: 1, Time: at.Add(time.Duration(step) * time.Second)},
+				}, res)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if blocked := res[0].DeniedBy == algo.DeniedByBlock; blocked != (step >= 5) {
+					t.Errorf("%s step %d: the address's level %+v, want blocked from step 6", ip, step+1, res[0])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	calls := scriptCalls(t, srv) - before
+	t.Logf("%d decisions in %d script calls", 32*7, calls)
+	if calls >= 32*7 {
+		t.Fatalf("%d script calls for %d decisions: nothing batched", calls, 32*7)
 	}
 }

@@ -23,16 +23,21 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 	// A level whose denials record (a uniform sliding log) must see the
 	// attempt even when another level denies it: such a decision goes to
 	// Redis.
+	// So must a decision that a level counts the denials of (a node's
+	// escalate of denials).
 	cacheable := true
 	for i := range reqs {
-		cacheable = cacheable && reqs[i].Plan.DenialHolds()
+		cacheable = cacheable && reqs[i].Plan.DenialHolds() && !reqs[i].WatchDenials
 	}
 	hit := false
 	for i := range reqs {
 		if !cacheable || reqs[i].Shadow {
 			continue
 		}
-		res, ok := s.denials.Lookup(reqs[i].Key, reqs[i].Plan, reqs[i].Cost, now)
+		res, ok := s.denials.Lookup(reqs[i].Key, reqs[i].Plan, cachedCost(reqs[i].Cost), now)
+		if ok && reqs[i].Cost == 0 && res.DeniedBy != algo.DeniedByBlock {
+			res, ok = algo.Result{}, false // a peek passes all but a block
+		}
 		results[i] = res // a miss: the zero Result
 		hit = hit || ok
 	}
@@ -55,8 +60,8 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 		case r.Shadow:
 		case pass && r.Cost > 0:
 			s.denials.Admitted(r.Key)
-		case !results[i].Allowed:
-			s.denials.Remember(r.Key, reqs[i].Plan, r.Cost, now, epoch, results[i])
+		case !results[i].Allowed && (r.Cost > 0 || results[i].DeniedBy == algo.DeniedByBlock):
+			s.denials.Remember(r.Key, reqs[i].Plan, cachedCost(r.Cost), now, epoch, results[i])
 		}
 	}
 	return pass, nil
@@ -76,3 +81,8 @@ func (s *Store) ClearOverLimit() {
 		s.denials.Clear()
 	}
 }
+
+// cachedCost is the cost a request is cached and looked up at: its own, or
+// 1 for a peek, which only a block's denial (that holds for any cost)
+// answers: a node's escalate peeks at its block.
+func cachedCost(cost int64) int64 { return max(cost, 1) }

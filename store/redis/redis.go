@@ -233,6 +233,13 @@ func appendLevel(args []string, b *binding, r store.Request) []string {
 	case debt:
 		flag = "d"
 	}
+	if r.Watch > 0 { // a node's escalate: "w<n>" counts blocks, "W<n>" denials
+		w := "w"
+		if r.WatchDenials {
+			w = "W"
+		}
+		flag += w + strconv.Itoa(r.Watch)
+	}
 	args = append(args, b.letter, flag, "")
 	n := len(args)
 	args = calendarWindows(b.args(args, r.Plan, r.Cost), r.Plan, r.Time)

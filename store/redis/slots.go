@@ -47,6 +47,11 @@ func slotGroups(keys []string) [][]int {
 // All groups decide at one time: without an explicit time, one node's
 // Redis TIME, read first, is used for every group.
 func (s *Store) decideAcrossSlots(ctx context.Context, reqs []store.Request, keys []string, groups [][]int, results []algo.Result) (bool, error) {
+	for _, r := range reqs {
+		if r.Watch > 0 { // its events must be seen in its own script call
+			return false, fmt.Errorf("%w: a request that watches others (a node's escalate) needs them in its hash slot on Redis Cluster: escalate on a node at or below the path's first \"*\"", store.ErrBadRequest)
+		}
+	}
 	if reqs[0].Time.IsZero() {
 		t, err := s.time(ctx)
 		if err != nil {

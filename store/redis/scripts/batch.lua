@@ -58,20 +58,31 @@ local function decide(i, k, base, levels)
   local next, last = a, p - 1
   local pass = reply[base + 2] == 1
   a, p, j = i + 2, base + 3, k + 1
-  for _ = 1, levels do
+  local ws, ev = nil, {}
+  for idx = 1, levels do
     local code = reply[p]
     local ok = code % 2 == 1
     local span, keys, b = b_level(a)
     local final = p + 1 + (code - code % 2) / 2
     local debt = b_debt(a)
-    if not blocked[p] and (pass or not ok or debt) then
+    local n, denials = b_watch(a)
+    local started = false
+    if n > 0 then
+      ws = ws or {}
+      ws[#ws + 1] = {a, p, j, n, denials, idx, final, b}
+    elseif not blocked[p] and (pass or not ok or debt) then
       local go = ok
       if debt and not ok then go = 'owe' end
       commit[ARGV[a]](KEYS[j], now, a + 3, go, reply[p + 1], reply, p)
-      if b and not ok then reply[final] = b_start(KEYS[j + 1], now, b) end
+      if b and not ok then
+        reply[final] = b_start(KEYS[j + 1], now, b)
+        started = reply[final] > 0
+      end
     end
+    ev[idx] = b_event(a, ok, started)
     a, p, j = a + span, final + 1, j + keys
   end
+  if ws then b_escalate(ws, ev, now, reply, blocked, check, commit) end
   return last, next, j - 1
 end
 

@@ -79,3 +79,55 @@ end
 local function b_enforced(a)
   return string.sub(ARGV[a + 1], 1, 1) ~= 's'
 end
+
+-- b_watch returns how many levels after the one whose arguments start at
+-- ARGV[a] it watches (0 for none) and whether it counts their denials
+-- rather than their blocks: its flag's 'w<n>' (blocks) or 'W<n>'
+-- (denials), a node's escalate (store.Request.Watch).
+local function b_watch(a)
+  local w, n = string.match(ARGV[a + 1], '([wW])(%d+)')
+  if not w then return 0, false end
+  return tonumber(n), w == 'W'
+end
+
+-- b_event returns what an enforced level did, for a level that watches
+-- it: nil (allowed, or shadow), 1 (denied), 2 (denied, and its denial
+-- started a block: started).
+local function b_event(a, ok, started)
+  if ok or not b_enforced(a) then return nil end
+  if started then return 2 end
+  return 1
+end
+
+-- b_escalate decides the levels that watch others, ws (each {a, p, j, n,
+-- denials, idx, last, b}: its arguments, reply, key, watched count, mode,
+-- index among the levels, block value and block arguments), the deepest
+-- first: for each event of the n levels after it (ev, by index), it is
+-- decided again at cost 1 (a fixed window with a block: ARGV a+5 and b+4
+-- are the costs, set from the peek's 0), until its window denies, which
+-- starts its block. A watcher under a block counts nothing. check and
+-- commit are the driver's dispatch tables.
+local function b_escalate(ws, ev, now, reply, blocked, check, commit)
+  for w = #ws, 1, -1 do
+    local a, p, j, n, denials, idx, last, b = unpack(ws[w])
+    local count = 0
+    for x = idx + 1, idx + n do
+      if ev[x] == 2 or (denials and ev[x]) then count = count + 1 end
+    end
+    local started = false
+    if count > 0 and not blocked[p] then
+      ARGV[a + 5], ARGV[b + 4] = '1', '1'
+      local kind = ARGV[a]
+      for _ = 1, count do
+        local ok, val = check[kind](KEYS[j], now, a + 3, reply, p)
+        commit[kind](KEYS[j], now, a + 3, ok, val, reply, p)
+        reply[p], reply[p + 1] = (ok and 1 or 0) + 4, val
+        if not ok then
+          reply[last], started = b_start(KEYS[j + 1], now, b), true
+          break
+        end
+      end
+    end
+    ev[idx] = b_event(a, reply[p] % 2 == 1, started)
+  end
+end

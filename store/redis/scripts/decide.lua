@@ -39,6 +39,10 @@
 -- a denied attempt (a uniform sliding log), and each starts its block. A
 -- level with a debt (flag 'd') is committed either way, with go = 'owe'
 -- when its own check failed: it records the cost in full (algo.Debt).
+-- A level that watches others (its flag holds 'w<n>' or 'W<n>', a node's
+-- escalate) is checked as a peek and not committed with them: after them,
+-- block.lua's b_escalate decides it for the blocks (or denials) of the n
+-- levels after it.
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -64,18 +68,30 @@ while j <= #KEYS do
   i, p, j = i + span, p + 2 + extra, j + keys
 end
 i, p, j = 2, 3, 1
+local ws, ev, idx = nil, {}, 0 -- the levels that watch others (block.lua), what each level did
 while j <= #KEYS do
   local code = reply[p]
   local ok = code % 2 == 1
   local span, keys, b = b_level(i)
   local last = p + 1 + (code - code % 2) / 2
   local debt = b_debt(i)
-  if not blocked[p] and (reply[2] == 1 or not ok or debt) then
+  local n, denials = b_watch(i)
+  local started = false
+  idx = idx + 1
+  if n > 0 then
+    ws = ws or {}
+    ws[#ws + 1] = {i, p, j, n, denials, idx, last, b}
+  elseif not blocked[p] and (reply[2] == 1 or not ok or debt) then
     local go = ok
     if debt and not ok then go = 'owe' end
     commit[ARGV[i]](KEYS[j], now, i + 3, go, reply[p + 1], reply, p)
-    if b and not ok then reply[last] = b_start(KEYS[j + 1], now, b) end
+    if b and not ok then
+      reply[last] = b_start(KEYS[j + 1], now, b)
+      started = reply[last] > 0
+    end
   end
+  ev[idx] = b_event(i, ok, started)
   i, p, j = i + span, last + 1, j + keys
 end
+if ws then b_escalate(ws, ev, now, reply, blocked, check, commit) end
 return reply
