@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestEstimateIsExact: 100 goroutines race to estimate 1,000 on a budget of
@@ -92,5 +93,111 @@ func TestEstimateIsExact(t *testing.T) {
 	gate, _ := sluice.NewLimiter(stores["memory"], algo.Gate{Interval: time.Second})
 	if _, err := gate.Estimate(context.Background(), "g", 1); err == nil {
 		t.Error("an estimate on a gate, which cannot give back, was made")
+	}
+}
+
+// movedClock is a store whose clock a test sets, for the Limiter: every
+// decision, change and ticket is at now (a give-back still at its
+// estimate's time).
+type movedClock struct {
+	store.Store
+	now time.Time
+}
+
+func (m *movedClock) Now(context.Context) (time.Time, error) { return m.now, nil }
+
+func (m *movedClock) Decide(ctx context.Context, r store.Request) (algo.Result, error) {
+	r.Time = m.now
+	return m.Store.Decide(ctx, r)
+}
+
+func (m *movedClock) Adjust(ctx context.Context, r store.Request, op algo.Adjust) error {
+	r.Time = m.now
+	return m.Store.(store.Adjuster).Adjust(ctx, r, op)
+}
+
+func (m *movedClock) Block(ctx context.Context, r store.Request, d time.Duration) error {
+	return m.Store.(store.Adjuster).Block(ctx, r, d)
+}
+
+func (m *movedClock) Unblock(ctx context.Context, r store.Request) error {
+	return m.Store.(store.Adjuster).Unblock(ctx, r)
+}
+
+func (m *movedClock) Issue(ctx context.Context, t store.Request, ttl time.Duration) error {
+	t.Time = m.now
+	return m.Store.(store.Settler).Issue(ctx, t, ttl)
+}
+
+func (m *movedClock) Settle(ctx context.Context, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
+	t.Time = m.now
+	return m.Store.(store.Settler).Settle(ctx, t, reqs, op)
+}
+
+// TestEstimateSettledInTheNextWindow: on both stores, an estimate of 600
+// of 1,000 an hour taken at 59 min and settled at 100 at 61 min, once the
+// new window is spent, gives nothing back to it (before: 500), and a
+// settle above the estimate records the excess all the same; settled in
+// its own window, it gives back exactly the difference.
+func TestEstimateSettledInTheNextWindow(t *testing.T) {
+	stores, _ := limiterStores(t)
+	t0 := time.Unix(1_800_000_000, 0) // on the hour
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			m := &movedClock{Store: st}
+			lim, err := sluice.NewLimiter(m, algo.FixedWindow{Count: 1000, Window: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			allow := func(key string, n int64) bool {
+				t.Helper()
+				ok, err := lim.AllowN(ctx, key, time.Time{}, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ok
+			}
+			estimate := func(key string, n int64) *sluice.Estimate {
+				t.Helper()
+				e, err := lim.Estimate(ctx, key, n)
+				if err != nil || !e.OK() {
+					t.Fatalf("estimate %d: %v", n, err)
+				}
+				return e
+			}
+			m.now = t0.Add(59 * time.Minute)
+			e := estimate("next", 600)
+			over := estimate("over", 600)
+			m.now = t0.Add(60*time.Minute + time.Second)
+			if !allow("next", 1000) || !allow("over", 400) {
+				t.Fatal("the new window's 1,000 denied")
+			}
+			m.now = t0.Add(61 * time.Minute)
+			if err := e.Settle(ctx, 100); err != nil {
+				t.Fatal(err)
+			}
+			if allow("next", 1) {
+				t.Error("an estimate of the last window gave back to the new one")
+			}
+			if err := over.Settle(ctx, 1200); err != nil {
+				t.Fatal(err)
+			}
+			if allow("over", 1) {
+				t.Error("the excess of a settle in the next window was not recorded")
+			}
+			// In its own window: exactly the difference.
+			m.now = t0.Add(2*time.Hour + time.Minute)
+			own := estimate("own", 600)
+			if !allow("own", 400) {
+				t.Fatal("400 denied")
+			}
+			if err := own.Settle(ctx, 100); err != nil {
+				t.Fatal(err)
+			}
+			if !allow("own", 500) || allow("own", 1) {
+				t.Error("a settle in its own window did not give back exactly 500")
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -251,6 +252,83 @@ func TestTicketsBoundedPerKey(t *testing.T) {
 			late.Time = conformance.T0.Add(2 * time.Hour)
 			if err := s.Issue(ctx, late, time.Hour); err != nil {
 				t.Fatalf("after the tickets expired: %v", err)
+			}
+		})
+	}
+}
+
+// TestTicketQueue: a ticket queue (store.TicketQueue) gives its entries
+// back oldest first, each once however many race for it, none whose
+// ticket's life has ended, and none to another queue; an entry's ticket
+// counts among its tag's, bounded as Issue's are.
+func TestTicketQueue(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := st.(store.TicketQueue)
+			tag := "queue:" + name
+			q := store.Request{Key: tag + "#q", Tag: tag, Time: conformance.T0}
+			tk := func(i int) store.Request {
+				return store.Request{Key: tag + "#t" + strconv.Itoa(i), Tag: tag, Time: conformance.T0}
+			}
+			at := func(r store.Request, d time.Duration) store.Request { r.Time = r.Time.Add(d); return r }
+			// Three entries of 1 h, then one of 10 s: it expires first.
+			for i := range 3 {
+				if err := s.Enqueue(ctx, at(tk(i), time.Duration(i)*time.Second), at(q, time.Duration(i)*time.Second), "e"+strconv.Itoa(i), time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Enqueue(ctx, at(tk(3), 3*time.Second), at(q, 3*time.Second), "short", 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			other := store.Request{Key: tag + "#other", Tag: tag, Time: conformance.T0}
+			if e, err := s.Dequeue(ctx, at(other, 20*time.Second)); e != "" || err != nil {
+				t.Fatalf("another queue: %q %v", e, err)
+			}
+			// At 20 s the short one has expired: the three in order.
+			var wg sync.WaitGroup
+			got := make([]string, 8)
+			for i := range got {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var err error
+					if got[i], err = s.Dequeue(ctx, at(q, 20*time.Second)); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			slices.Sort(got)
+			if want := []string{"", "", "", "", "", "e0", "e1", "e2"}; !slices.Equal(got, want) {
+				t.Fatalf("8 dequeues racing for 3 entries: %q, want %q", got, want)
+			}
+			// Oldest first, and an entry past its life is not given.
+			for i := range 2 {
+				if err := s.Enqueue(ctx, at(tk(10+i), time.Duration(i)*time.Second), at(q, time.Duration(i)*time.Second), "o"+strconv.Itoa(i), time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if e, _ := s.Dequeue(ctx, at(q, 30*time.Second)); e != "o0" {
+				t.Fatalf("oldest first: %q", e)
+			}
+			if e, _ := s.Dequeue(ctx, at(q, 2*time.Minute)); e != "" {
+				t.Fatalf("an entry past its life: %q", e)
+			}
+			// The entries' tickets count among the tag's.
+			for i := range store.MaxOpenTickets {
+				if err := s.Issue(ctx, at(tk(100+i), 30*time.Minute), time.Hour); err != nil {
+					if !errors.Is(err, store.ErrTooManyTickets) || i != store.MaxOpenTickets-3 {
+						t.Fatalf("ticket %d: %v", i, err)
+					}
+					break
+				}
+			}
+			if err := s.Enqueue(ctx, at(tk(-1), 30*time.Minute), at(q, 30*time.Minute), "x", time.Hour); !errors.Is(err, store.ErrTooManyTickets) {
+				t.Fatalf("an entry past the tag's bound: %v", err)
+			}
+			if err := s.Enqueue(ctx, tk(-2), q, "", time.Hour); !errors.Is(err, store.ErrBadRequest) {
+				t.Fatalf("an empty entry: %v", err)
 			}
 		})
 	}

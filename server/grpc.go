@@ -59,7 +59,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	defer s.inflight.Done()
 	b := batchPool.Get().(*batch)
 	defer batchPool.Put(b)
-	q, neg, err := readRequest(req, b)
+	q, neg, own, err := readRequest(req, b)
 	if err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
@@ -69,11 +69,11 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		return nil, status.FromContextError(err).Err()
 	}
 	if neg != 0 {
-		return g.negativeHits(ctx, q, neg)
+		return g.negativeHits(ctx, q, neg, own)
 	}
 	start := time.Now()
 	sctx, cancel := s.storeCtx(ctx)
-	err = s.checker.Decide(sctx, q, &b.d)
+	err = s.checker.DecideStarts(sctx, q, &b.d, own)
 	cancel()
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -124,22 +124,24 @@ func (g *rateLimitService) failed(ctx context.Context, err error, n int) (*rlv3.
 // readRequest checks an RLS request and reads it into b's query: one
 // exact path per descriptor (domain, then each entry's key and value), at
 // the descriptor's hits_addend or else the request's (at least 1). Bit i
-// of neg is set for descriptor i with is_negative_hits. The error is an
+// of neg is set for descriptor i with is_negative_hits, and of own for
+// descriptor i with a hits_addend of its own (Envoy's rate_limits entry
+// with hits_addend: a start whose end may give it back). The error is an
 // InvalidArgument status.
-func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uint64, err error) {
+func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg, own uint64, err error) {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
-		return nil, 0, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return nil, 0, 0, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	case n == 0:
-		return nil, 0, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return nil, 0, 0, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	case n > maxDescriptors:
-		return nil, 0, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
+		return nil, 0, 0, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
 	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
 	q = b.query(len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		if n := len(d.GetEntries()); n > maxEntries {
-			return nil, 0, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
+			return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
 		}
 		if d.GetIsNegativeHits() {
 			neg |= 1 << i
@@ -147,9 +149,10 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 		cost := reqCost
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
-				return nil, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
+				return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
 			}
 			cost = int64(h.GetValue())
+			own |= 1 << i
 		}
 		pq := &q.Paths[i]
 		pq.Cost, pq.Exact = cost, true
@@ -158,7 +161,7 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 			// request_limit (policy.PathQuery.Limit).
 			window, ok := overrideUnits[o.GetUnit()]
 			if !ok || o.GetRequestsPerUnit() == 0 {
-				return nil, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
+				return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
 			}
 			pq.Limit = &algo.FixedWindow{Count: int64(o.GetRequestsPerUnit()), Window: window}
 		}
@@ -166,33 +169,43 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg uin
 			pq.Path = descriptorPath(req.Domain, d.Entries)
 		}
 	}
-	return q, neg, nil
+	return q, neg, own, nil
 }
 
 // negativeHits answers a request with descriptors that carry
 // is_negative_hits (bit i of neg for descriptor i): Envoy sends them when
 // a stream ends (apply_on_stream_done), to give back what the same
-// descriptors took when it began (policy.Checker.Adjust): their
-// concurrency limits free hits_addend slots taken for no permit
-// (algo.Concurrency: a release without a permit id), the earliest hold
-// first, and their rate limits get hits_addend units back where they
-// count both ways, never beyond an empty state.
+// descriptors took when it began: their concurrency limits free
+// hits_addend slots taken for no permit (algo.Concurrency: a release
+// without a permit id), the earliest hold first, and their rate limits get
+// back what the stream's start took, if it took it (policy.Checker.
+// SettleOldest: the oldest ticket an admitted start of the same descriptor
+// and hits_addend opened, given back only where that start counted it;
+// with no ticket, nothing).
 //
 // A descriptor given back and another one with the same entries charged in
 // the same request are a settle: the estimate taken when the stream began
 // given back and its real cost charged, as one change of their difference
 // on the rate limits (a reward of what the estimate took beyond the cost,
 // or a penalty of the excess, past the limit if need be), so that the
-// charge is neither lost nor admitted beyond the limit in between. The
-// other descriptors are decided as in any request, all or nothing among
-// them, and the changes happen whatever that decision is. A descriptor
-// given back or settled has status OK, with its slots left.
-func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, neg uint64) (*rlv3.RateLimitResponse, error) {
+// charge is neither lost nor admitted beyond the limit in between; with
+// no ticket (the start was denied, or never decided) only the excess of
+// the cost over the estimate is recorded. The other descriptors are
+// decided as in any request (starts, with own for their tickets), all or
+// nothing among them, and the changes happen whatever that decision is.
+// A descriptor given back or settled has status OK, with its slots left.
+func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, neg, own uint64) (*rlv3.RateLimitResponse, error) {
 	s := g.s
-	// rel: every descriptor given back (its slots released); back: those
-	// that are not part of a settle (their units given back); pos: the
-	// charges decided; over, under: the settles' differences.
-	rel, back, pos, over, under := &policy.Query{}, &policy.Query{}, &policy.Query{}, &policy.Query{}, &policy.Query{}
+	// rel: every descriptor given back (its slots released); pos: the
+	// charges decided (posOwn: those with their own hits_addend); ends:
+	// the ends to settle; over: the excesses of ends with no ticket.
+	rel, pos, over := &policy.Query{}, &policy.Query{}, &policy.Query{}
+	var posOwn uint64
+	type end struct {
+		path           []string
+		estimate, cost int64
+	}
+	var ends []end
 	settled := uint64(0) // bit i: descriptor i is a charge of a settle
 	for i := range q.Paths {
 		if neg&(1<<i) != 0 {
@@ -215,20 +228,18 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 			}
 		}
 		if k < 0 || pq.Path == nil {
+			if own&(1<<i) != 0 {
+				posOwn |= 1 << len(pos.Paths)
+			}
 			pos.Paths = append(pos.Paths, pq)
 			continue
 		}
 		paired[k], settled = true, settled|1<<i
-		switch net := pq.Cost - rel.Paths[k].Cost; {
-		case net > 0:
-			over.Paths = append(over.Paths, policy.PathQuery{Path: pq.Path, Exact: true, Cost: net})
-		case net < 0:
-			under.Paths = append(under.Paths, policy.PathQuery{Path: pq.Path, Exact: true, Cost: -net})
-		}
+		ends = append(ends, end{pq.Path, rel.Paths[k].Cost, pq.Cost})
 	}
 	for k := range rel.Paths {
-		if !paired[k] {
-			back.Paths = append(back.Paths, rel.Paths[k])
+		if !paired[k] && rel.Paths[k].Path != nil {
+			ends = append(ends, end{rel.Paths[k].Path, rel.Paths[k].Cost, 0})
 		}
 	}
 	var relD, posD policy.Decision
@@ -236,21 +247,22 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 	defer cancel()
 	start := time.Now()
 	// Slots are released first, so that a stream starting in the same
-	// request may take one; the charges and the settles' excesses are
-	// recorded before units are given back, so that what is recorded
-	// never falls below what was used.
+	// request may take one.
 	err := s.checker.Release(sctx, rel, 0, &relD)
 	if err == nil && len(pos.Paths) > 0 {
-		err = s.checker.Decide(sctx, pos, &posD)
+		err = s.checker.DecideStarts(sctx, pos, &posD, posOwn)
+	}
+	for _, e := range ends {
+		if err != nil {
+			break
+		}
+		var ok bool
+		if ok, err = s.checker.SettleOldest(sctx, time.Time{}, e.path, e.estimate, e.cost); err == nil && !ok && e.cost > e.estimate {
+			over.Paths = append(over.Paths, policy.PathQuery{Path: e.path, Exact: true, Cost: e.cost - e.estimate})
+		}
 	}
 	if err == nil {
 		err = s.checker.Adjust(sctx, over, algo.Penalize)
-	}
-	if err == nil {
-		err = s.checker.Adjust(sctx, under, algo.Reward)
-	}
-	if err == nil {
-		err = s.checker.Adjust(sctx, back, algo.Reward)
 	}
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
 	if err != nil {

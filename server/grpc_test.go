@@ -45,6 +45,30 @@ func (f fixedTime) Adjust(ctx context.Context, req store.Request, op algo.Adjust
 	return f.Store.(store.Adjuster).Adjust(ctx, req, op)
 }
 
+// Now, Issue, Settle, Enqueue and Dequeue are the memory store's clock
+// and tickets, at the fixed time (a give-back still at its estimate's).
+func (f fixedTime) Now(context.Context) (time.Time, error) { return f.t, nil }
+
+func (f fixedTime) Issue(ctx context.Context, t store.Request, ttl time.Duration) error {
+	t.Time = f.t
+	return f.Store.(store.Settler).Issue(ctx, t, ttl)
+}
+
+func (f fixedTime) Settle(ctx context.Context, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
+	t.Time = f.t
+	return f.Store.(store.Settler).Settle(ctx, t, reqs, op)
+}
+
+func (f fixedTime) Enqueue(ctx context.Context, t, q store.Request, entry string, ttl time.Duration) error {
+	t.Time, q.Time = f.t, f.t
+	return f.Store.(store.TicketQueue).Enqueue(ctx, t, q, entry, ttl)
+}
+
+func (f fixedTime) Dequeue(ctx context.Context, q store.Request) (string, error) {
+	q.Time = f.t
+	return f.Store.(store.TicketQueue).Dequeue(ctx, q)
+}
+
 // Block and Unblock are the memory store's, at the fixed time.
 func (f fixedTime) Block(ctx context.Context, req store.Request, d time.Duration) error {
 	req.Time = f.t

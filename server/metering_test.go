@@ -86,7 +86,7 @@ func TestAIGatewayFlow(t *testing.T) {
 			}
 			for name, m := range map[string]meter{"grpc": grpcMeter, "http": httpMeter} {
 				t.Run(name, func(t *testing.T) {
-					charged := meteringRound(t, m, rls, where+"-"+name)
+					charged := meteringRound(t, m, s, where+"-"+name)
 					t.Logf("%d tokens charged on a budget of %d", charged, meteringBudget)
 				})
 			}
@@ -97,7 +97,7 @@ func TestAIGatewayFlow(t *testing.T) {
 // meteringRound runs the flow on a fresh tenant within one window of the
 // hour (a round that straddles two is run again) and checks it; it
 // returns the tokens charged.
-func meteringRound(t *testing.T, m meter, rls rlv3.RateLimitServiceClient, name string) int64 {
+func meteringRound(t *testing.T, m meter, s *Server, name string) int64 {
 	for round := 0; ; round++ {
 		tenant := fmt.Sprintf("%s-%d", name, round)
 		start := time.Now()
@@ -130,9 +130,13 @@ func meteringRound(t *testing.T, m meter, rls rlv3.RateLimitServiceClient, name 
 		if total <= meteringBudget {
 			t.Fatalf("checks denied after %d tokens of %d", total, meteringBudget)
 		}
-		// Give back all but the budget: the window is then exactly full if
-		// every token was recorded (a check of 0 passes, of 1 does not).
-		rlsCall(t, rls, tenant, total-meteringBudget, true)
+		// Give back all but the budget (as an operator does: an
+		// is_negative_hits gives back only what a start took): the window
+		// is then exactly full if every token was recorded (a check of 0
+		// passes, of 1 does not).
+		if err := s.checker.Undo(context.Background(), []string{"ai", "tenant", tenant}, total-meteringBudget); err != nil {
+			t.Fatal(err)
+		}
 		if !m(t, tenant, 0) || m(t, tenant, 1) {
 			t.Fatalf("after %d charged and %d given back, the window is not exactly full: charges were lost or counted twice", total, total-meteringBudget)
 		}

@@ -185,22 +185,33 @@ schema:
 	if r := ask(neg(stream(), 1)); r.Statuses[0].LimitRemaining != 2 {
 		t.Fatalf("an end with nothing held: %v", r)
 	}
-	// A rate limit gets its units back, never beyond an empty window.
-	rate := func() *rlcommon.RateLimitDescriptor { return desc("rate", "acme") }
+	// A rate limit gets back what a start with its own hits_addend took,
+	// and nothing that no start took: not a denied start's, not more.
+	rate := func() *rlcommon.RateLimitDescriptor {
+		d := desc("rate", "acme")
+		d.HitsAddend = wrapperspb.UInt64(1)
+		return d
+	}
 	if r := ask(rate()); r.OverallCode != rlv3.RateLimitResponse_OK {
 		t.Fatalf("rate: %v", r)
 	}
 	if r := ask(rate()); r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("rate, second: %v", r)
 	}
-	ask(neg(rate(), 1))
+	ask(neg(rate(), 1)) // the denied start's end: the admitted one's comes back
 	if r := ask(rate()); r.OverallCode != rlv3.RateLimitResponse_OK {
 		t.Fatalf("a negative hit gave nothing back to a rate limit: %v", r)
 	}
-	ask(neg(rate(), 5)) // more than was taken: the window is empty, no more
+	ask(neg(rate(), 1), neg(rate(), 1), neg(rate(), 5)) // two ends of one start, one of a cost no start took
 	for i, want := range []rlv3.RateLimitResponse_Code{rlv3.RateLimitResponse_OK, rlv3.RateLimitResponse_OVER_LIMIT} {
 		if r := ask(rate()); r.OverallCode != want {
-			t.Fatalf("after 5 back on a window of 1, check %d: %v", i, r)
+			t.Fatalf("after 7 back on a window of 1, check %d: %v", i, r)
 		}
+	}
+	plain := desc("rate", "other") // a start without its own hits_addend is not remembered
+	ask(plain)
+	ask(neg(desc("rate", "other"), 1))
+	if r := ask(desc("rate", "other")); r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a plain start given back: %v", r)
 	}
 }

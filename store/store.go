@@ -285,6 +285,36 @@ type Settler interface {
 	Settle(ctx context.Context, t Request, reqs []Request, op algo.Adjust) (bool, error)
 }
 
+// A TicketQueue is a Settler that also queues tickets, for estimates whose
+// holder keeps no id (Envoy's protocol: a stream's start and its end are
+// paired by their descriptor and cost). Enqueue issues t as Issue does
+// and, in the same step, queues entry (at most MaxQueueEntry bytes) as the
+// newest of the queue q.Key (placed by q.Tag, which is t's), for as long
+// as the ticket lives; Dequeue takes the oldest entry of q whose life has
+// not ended, once, whoever races for it, and returns it ("" when there is
+// none). A queue holds no more entries than its tag holds tickets.
+type TicketQueue interface {
+	Settler
+	Enqueue(ctx context.Context, t, q Request, entry string, ttl time.Duration) error
+	Dequeue(ctx context.Context, q Request) (string, error)
+}
+
+// MaxQueueEntry bounds a TicketQueue entry's length (an estimate's id).
+const MaxQueueEntry = 16 << 10
+
+// ValidateQueue checks a TicketQueue's queue (a key as Validate takes one,
+// with the tag of its tickets) and, for Enqueue, its entry (1 to
+// MaxQueueEntry bytes). Its errors wrap ErrBadRequest.
+func ValidateQueue(q Request, entry string, enqueue bool) error {
+	switch {
+	case q.Tag == "":
+		return fmt.Errorf("%w: a ticket queue without a tag", ErrBadRequest)
+	case enqueue && (entry == "" || len(entry) > MaxQueueEntry):
+		return fmt.Errorf("%w: a queue entry of %d bytes: want 1 to %d", ErrBadRequest, len(entry), MaxQueueEntry)
+	}
+	return Validate(q.Key, q.Tag, ticketPlan, 0, q.Time)
+}
+
 // A Board is a store that keeps a small table that every instance of a
 // service reads (the overrides of limits, package policy): Post sets the
 // named entry (a nil value removes it) and moves the board's generation

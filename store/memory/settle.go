@@ -1,8 +1,10 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-var _ store.Settler = (*Store)(nil)
+var _ store.TicketQueue = (*Store)(nil)
 
 // tickets are the tickets issued and not settled, by their tag (the key
 // they are placed with): when each expires, in µs. A tag holds at most
@@ -19,6 +21,15 @@ type tickets struct {
 	mu     sync.Mutex
 	byTag  map[string]map[string]int64
 	latest int64 // the latest time Issue or Settle saw: the sweep's now
+	// queues are the ticket queues (Enqueue) by tag and name, each in
+	// the order its entries expire: no more than its tag's tickets.
+	queues map[[2]string][]queued
+}
+
+// queued is an entry of a ticket queue, and when it expires (µs).
+type queued struct {
+	entry  string
+	expire int64
 }
 
 // Issue implements store.Settler. A tag that holds store.MaxOpenTickets
@@ -32,6 +43,11 @@ func (s *Store) Issue(_ context.Context, t store.Request, ttl time.Duration) err
 	tk := &s.tickets
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
+	return tk.issue(t, now, ttl)
+}
+
+// issue keeps t's ticket, under tk.mu.
+func (tk *tickets) issue(t store.Request, now int64, ttl time.Duration) error {
 	tk.latest = max(tk.latest, now)
 	if tk.byTag == nil {
 		tk.byTag = map[string]map[string]int64{}
@@ -55,6 +71,64 @@ func (s *Store) Issue(_ context.Context, t store.Request, ttl time.Duration) err
 	return nil
 }
 
+// Enqueue implements store.TicketQueue: the ticket and the entry are kept
+// under one lock.
+func (s *Store) Enqueue(_ context.Context, t, q store.Request, entry string, ttl time.Duration) error {
+	if err := store.ValidateTicket(t, ttl); err != nil {
+		return err
+	}
+	if err := store.ValidateQueue(q, entry, true); err != nil {
+		return err
+	}
+	if q.Tag != t.Tag {
+		return fmt.Errorf("memory store: %w: a queue placed apart from its ticket", store.ErrBadRequest)
+	}
+	now := s.at(t.Time)
+	tk := &s.tickets
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	if err := tk.issue(t, now, ttl); err != nil {
+		return err
+	}
+	if tk.queues == nil {
+		tk.queues = map[[2]string][]queued{}
+	}
+	name := [2]string{q.Tag, q.Key}
+	e := queued{entry: entry, expire: now + algo.Micros(ttl)}
+	es := tk.queues[name]
+	i, _ := slices.BinarySearchFunc(es, e.expire+1, func(a queued, t int64) int { return cmp.Compare(a.expire, t) })
+	tk.queues[name] = slices.Insert(es, i, e)
+	return nil
+}
+
+// Dequeue implements store.TicketQueue.
+func (s *Store) Dequeue(_ context.Context, q store.Request) (string, error) {
+	if err := store.ValidateQueue(q, "", false); err != nil {
+		return "", err
+	}
+	now := s.at(q.Time)
+	tk := &s.tickets
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	name := [2]string{q.Tag, q.Key}
+	es := tk.queues[name]
+	i := 0
+	for i < len(es) && es[i].expire <= now {
+		i++
+	}
+	entry := ""
+	if i < len(es) {
+		entry = es[i].entry
+		i++
+	}
+	if es = es[i:]; len(es) == 0 {
+		delete(tk.queues, name)
+	} else {
+		tk.queues[name] = es
+	}
+	return entry, nil
+}
+
 // sweep drops the expired tickets, judged against the latest time a
 // ticket was issued or settled at, and the tags left with none.
 func (tk *tickets) sweep() {
@@ -68,6 +142,17 @@ func (tk *tickets) sweep() {
 		}
 		if len(g) == 0 {
 			delete(tk.byTag, tag)
+		}
+	}
+	for name, es := range tk.queues {
+		i := 0
+		for i < len(es) && es[i].expire <= tk.latest {
+			i++
+		}
+		if i == len(es) {
+			delete(tk.queues, name)
+		} else if i > 0 {
+			tk.queues[name] = slices.Clone(es[i:])
 		}
 	}
 }

@@ -12,11 +12,12 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-var _ store.Settler = (*Store)(nil)
+var _ store.TicketQueue = (*Store)(nil)
 
 var (
-	settleScript = embeddedScript("expire.lua", "window_counter.lua", "sliding_log.lua", "change.lua", "settle.lua")
-	issueScript  = embeddedScript("issue.lua")
+	settleScript  = embeddedScript("expire.lua", "window_counter.lua", "sliding_log.lua", "change.lua", "settle.lua")
+	issueScript   = embeddedScript("issue.lua")
+	dequeueScript = embeddedScript("dequeue.lua")
 )
 
 // ticketKey is the Redis key of a ticket: in its tag's slot, and apart from
@@ -38,6 +39,53 @@ func (s *Store) Issue(ctx context.Context, t store.Request, ttl time.Duration) e
 	if err := store.ValidateTicket(t, ttl); err != nil {
 		return err
 	}
+	return s.issue(ctx, t, ttl, nil, "")
+}
+
+// queueKey is the Redis key of a ticket queue (store.TicketQueue), in its
+// tag's slot.
+func (s *Store) queueKey(q store.Request) string {
+	return keyName(s.prefix, q.Key, q.Tag) + "%:queue"
+}
+
+// Enqueue implements store.TicketQueue: scripts/issue.lua keeps the
+// ticket and queues the entry in one call.
+func (s *Store) Enqueue(ctx context.Context, t, q store.Request, entry string, ttl time.Duration) error {
+	if err := store.ValidateTicket(t, ttl); err != nil {
+		return err
+	}
+	if err := store.ValidateQueue(q, entry, true); err != nil {
+		return err
+	}
+	if q.Tag != t.Tag {
+		return fmt.Errorf("redis store: %w: a queue placed apart from its ticket", store.ErrBadRequest)
+	}
+	return s.issue(ctx, t, ttl, &q, entry)
+}
+
+// Dequeue implements store.TicketQueue: scripts/dequeue.lua.
+func (s *Store) Dequeue(ctx context.Context, q store.Request) (string, error) {
+	if err := store.ValidateQueue(q, "", false); err != nil {
+		return "", err
+	}
+	ctx, cancel, c, err := s.boundedCall(ctx)
+	defer cancel()
+	if err != nil {
+		return "", err
+	}
+	now := ""
+	if !q.Time.IsZero() {
+		now = itoa(q.Time.UnixMicro())
+	}
+	entry, err := dequeueScript.Exec(ctx, c, []string{s.queueKey(q)}, []string{now}).ToString()
+	if err != nil {
+		return "", fmt.Errorf("redis store: dequeue: %w", err)
+	}
+	return entry, nil
+}
+
+// issue runs scripts/issue.lua: the ticket t, and with q the entry queued.
+func (s *Store) issue(ctx context.Context, t store.Request, ttl time.Duration, q *store.Request, entry string) error {
 	ctx, cancel, c, err := s.boundedCall(ctx)
 	defer cancel()
 	if err != nil {
@@ -47,7 +95,12 @@ func (s *Store) Issue(ctx context.Context, t store.Request, ttl time.Duration) e
 	if !t.Time.IsZero() {
 		now = itoa(t.Time.UnixMicro())
 	}
-	n, err := issueScript.Exec(ctx, c, []string{s.ticketKey(t), s.ticketsKey(t)}, []string{now, itoa(algo.Micros(ttl)), itoa(store.MaxOpenTickets)}).AsInt64()
+	keys := []string{s.ticketKey(t), s.ticketsKey(t)}
+	args := []string{now, itoa(algo.Micros(ttl)), itoa(store.MaxOpenTickets)}
+	if q != nil {
+		keys, args = append(keys, s.queueKey(*q)), append(args, entry)
+	}
+	n, err := issueScript.Exec(ctx, c, keys, args).AsInt64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redis store: issue a ticket: %w", err)
