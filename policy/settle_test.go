@@ -387,3 +387,71 @@ func TestSettleOfSeveralPathsInItsWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleSharedBucketOfSeveralPaths: a bucket both paths of an estimate
+// hit took their costs added (1 + 399), and its n·T began where the bucket
+// was when the estimate found it; settled at 0 after 300 units' time, when
+// 300 others have been spent since, it gives back the 100 of it still
+// ahead, not the 300 spent by others (as it would, were each path's n·T
+// taken to begin where its own cost alone would have). On every store.
+func TestSettleSharedBucketOfSeveralPaths(t *testing.T) {
+	T := 3600 * time.Microsecond // the shared bucket's refill of one unit
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := checker(t, gatewayPolicy, st)
+			at := time.Date(2027, 3, 10, 12, 0, 30, 0, time.UTC)
+			var d policy.Decision
+			id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}, Cost: 1}, {Path: []string{"llm", "tokens", "alex"}, Cost: 399}}}, &d, time.Hour)
+			if err != nil || id == "" {
+				t.Fatalf("estimate: %q %v", id, err)
+			}
+			later := at.Add(300 * T)
+			spend := func(cost int64) int64 {
+				t.Helper()
+				if err := c.Decide(ctx, &policy.Query{Time: later, Paths: []policy.PathQuery{{Path: []string{"llm", "tokens", "bo"}, Cost: cost}}}, &d); err != nil || !d.Allowed {
+					t.Fatalf("spend %d: %v %v", cost, d.Allowed, err)
+				}
+				return d.Levels[0].Result.Remaining
+			}
+			spend(300)
+			if ok, err := c.Settle(ctx, later, id, 0, 0); !ok || err != nil {
+				t.Fatalf("settle: %v %v", ok, err)
+			}
+			if r := spend(0); r != 1000000-300 {
+				t.Fatalf("the shared bucket after the settle: %d remaining, want %d (the 300 spent since stay spent)", r, 1000000-300)
+			}
+		})
+	}
+}
+
+// TestEstimateIDBounded: an estimate whose paths would make an id longer
+// than policy.MaxEstimateID is refused before anything is decided (before:
+// it was admitted, and its settle refused the id as malformed, so it
+// stayed counted in full).
+func TestEstimateIDBounded(t *testing.T) {
+	ctx := context.Background()
+	c := checker(t, gatewayPolicy, memory.New())
+	at := time.Date(2027, 3, 10, 12, 0, 30, 0, time.UTC)
+	long := strings.Repeat("x", 400)
+	path := []string{"llm", "tokens", "alex"}
+	for range 16 {
+		path = append(path, long)
+	}
+	var d policy.Decision
+	_, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path, Cost: 4000}}}, &d, time.Hour)
+	if !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "more than 8192") {
+		t.Fatalf("an estimate of a path of 6,400 bytes: %v", err)
+	}
+	if err := c.Decide(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path}}}, &d); err != nil || d.Levels[0].Result.Remaining != 1000000 {
+		t.Fatalf("the refused estimate was counted: %v %v", d.Levels, err)
+	}
+	// One that fits is settled.
+	id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path[:10], Cost: 4000}}}, &d, time.Hour)
+	if err != nil || id == "" || len(id) > policy.MaxEstimateID {
+		t.Fatalf("an estimate that fits: %d bytes, %v", len(id), err)
+	}
+	if ok, err := c.Settle(ctx, at, id, 1000); !ok || err != nil {
+		t.Fatalf("settle: %v %v", ok, err)
+	}
+}
