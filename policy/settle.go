@@ -303,10 +303,13 @@ func (c *Checker) Settle(ctx context.Context, t time.Time, id string, costs ...i
 		return settled, err
 	}
 	// The give-back, under a ticket of its own that no id names, kept
-	// for as long as a settle may take.
+	// for as long as a settle may take. A key whose bound another
+	// estimate has just filled again keeps the estimate counted.
 	tk = ticket(id+".back", tag)
 	tk.Time = t
-	if err := s.Issue(ctx, tk, time.Minute); err != nil {
+	if err := s.Issue(ctx, tk, time.Minute); errors.Is(err, store.ErrTooManyTickets) {
+		return true, nil
+	} else if err != nil {
 		return true, err
 	}
 	_, err = s.Settle(ctx, tk, back, algo.Reward)

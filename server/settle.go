@@ -23,7 +23,8 @@ type settleAnswer struct {
 }
 
 // handleSettle serves POST /v1/settle: the estimate of a check made with
-// "settle_within" is settled at its real cost (policy.Checker.Settle),
+// "settle_within" is settled at its real cost, or for a check of "paths"
+// at its real costs, one per path in their order (policy.Checker.Settle),
 // once. It is part of the check API, with no admin token: only the holder
 // of an id, which is unguessable, can settle it. 200 with "settled"; 400
 // for a malformed body or id; 503 when the store failed.
