@@ -18,28 +18,38 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Estimate decides the one path of q at its cost, an estimate of a cost
-// known only later (the tokens of a response, written as max_tokens), and,
-// when it is admitted, returns the id to Settle it with, for within
+// Estimate decides the paths of q, each at its own cost, all or nothing,
+// as an estimate of a cost known only later (the tokens of a response,
+// written as max_tokens, beside 1 for the request itself), and, when it is
+// admitted on every path, returns the id to Settle it with, for within
 // (store.MinTicket to store.MaxTicket). A denied estimate records nothing,
-// even on a level with debt: the request does not go on. An estimate not settled within
-// that time stays counted in full, as if its holder had crashed: nothing
-// is ever given back that was not settled. The id says when the estimate
-// was counted (q.Time, or the store's clock when zero): a settle gives
-// back only there. Its ticket is kept with the path's own level, whose key
-// holds at most store.MaxOpenTickets open: one more is refused, before
-// anything is decided, with store.ErrTooManyTickets. The error wraps
-// store.ErrBadRequest for a query of several paths or a bad within, and
-// algo.ErrUnsupported for a store without tickets (store.Settler).
+// even on a level with debt: the request does not go on. An estimate not
+// settled within that time stays counted in full, as if its holder had
+// crashed: nothing is ever given back that was not settled. The id says
+// each path's estimate and when it was counted (q.Time, or the store's
+// clock when zero): a settle gives back only there. Its one ticket is kept
+// with the last path's own level (the last hit of the last path that hits
+// one: for paths such as a caller's calls and its token budget, the
+// budget's, which a settle changes), whose key holds at most
+// store.MaxOpenTickets open: one more is refused, before anything is
+// decided, with store.ErrTooManyTickets. The error wraps
+// store.ErrBadRequest for no path, a bad within or cost, or paths whose id
+// would be longer than MaxEstimateID, and algo.ErrUnsupported for a store
+// without tickets (store.Settler).
 func (c *Checker) Estimate(ctx context.Context, q *Query, d *Decision, within time.Duration) (string, error) {
 	s, ok := c.Store.(store.Settler)
 	switch {
 	case !ok:
 		return "", fmt.Errorf("policy: %w: the store keeps no tickets to settle estimates", algo.ErrUnsupported)
-	case len(q.Paths) != 1:
-		return "", fmt.Errorf("policy: %w: an estimate is of one path, not %d", store.ErrBadRequest, len(q.Paths))
+	case len(q.Paths) == 0:
+		return "", fmt.Errorf("policy: %w: an estimate of no path", store.ErrBadRequest)
 	case within < store.MinTicket || within > store.MaxTicket:
 		return "", fmt.Errorf("policy: %w: settle within %v: want %v to %v", store.ErrBadRequest, within, store.MinTicket, store.MaxTicket)
+	}
+	for i := range q.Paths {
+		if cost := q.Paths[i].Cost; cost < 0 || cost > algo.MaxCount {
+			return "", fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
+		}
 	}
 	if q.Time.IsZero() {
 		// The estimate is decided at a time the id names: the store's.
@@ -53,20 +63,27 @@ func (c *Checker) Estimate(ctx context.Context, q *Query, d *Decision, within ti
 		q.Time = now
 		defer func() { q.Time = time.Time{} }()
 	}
-	pq := &q.Paths[0]
-	if err := c.match(c.Policy.Load(), pq, q.Time); err != nil {
+	if err := c.matchAll(q); err != nil {
 		return "", err
 	}
-	e := estimate{path: pq.Path, exact: pq.Exact, cost: pq.Cost, since: q.Time.UnixMicro()}
+	e := estimate{since: q.Time.UnixMicro()}
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		e.paths, e.exact, e.costs = append(e.paths, pq.Path), append(e.exact, pq.Exact), append(e.costs, pq.Cost)
+	}
 	var random [16]byte
 	rand.Read(random[:])
 	e.nonce = base64.RawURLEncoding.EncodeToString(random[:])
+	id := e.String()
+	if len(id) > MaxEstimateID {
+		return "", fmt.Errorf("policy: %w: the estimate's paths make an id of %d bytes, more than %d", store.ErrBadRequest, len(id), MaxEstimateID)
+	}
 	// The ticket is kept before anything is decided (a key past its bound
 	// decides nothing), and taken back when the estimate is denied.
 	var t store.Request
-	hits := len(pq.Match.Hits) > 0
+	tag, hits := ticketTag(q)
 	if hits {
-		t = ticket(e.String(), &pq.Match)
+		t = ticket(id, tag)
 		t.Time = q.Time
 		if err := s.Issue(ctx, t, within); err != nil {
 			return "", err
@@ -81,67 +98,117 @@ func (c *Checker) Estimate(ctx context.Context, q *Query, d *Decision, within ti
 		return "", err
 	}
 	if !hits {
-		return e.String(), nil
+		return id, nil
 	}
 	// A bucket's estimate began its n·T at the TAT it found, not at the
 	// estimate's time: the id says where, so that a settle gives back all
 	// of it that lies ahead. A ticket under that id replaces the first;
 	// if it cannot be kept, the first one stands (it gives back less).
-	if e.began = tatBegan(pq, e.cost); e.began == nil {
-		return e.String(), nil
+	if e.began = tatBegan(q); e.began == nil {
+		return id, nil
 	}
-	id := e.String()
-	t2 := ticket(id, &pq.Match)
+	id2 := e.String()
+	if len(id2) > MaxEstimateID {
+		return id, nil
+	}
+	t2 := ticket(id2, tag)
 	t2.Time = q.Time
 	if err := s.Issue(ctx, t2, within); err != nil {
-		e.began = nil
-		return e.String(), nil
+		return id, nil
 	}
 	s.Settle(ctx, t, nil, algo.Reward)
-	return id, nil
+	return id2, nil
 }
 
-// tatBegan returns, for each level of a decided path in order, how long
-// after the decision its cost's n·T began (a GCRA or token bucket level
-// without a delay: its TAT after the decision, less n·T, if later than the
-// decision), or nil when none began later.
-func tatBegan(pq *PathQuery, cost int64) []int64 {
-	var began []int64
-	k := 0
-	for h := range pq.Match.Hits {
-		hit := &pq.Match.Hits[h]
-		for j := range hit.Limits {
-			if k >= len(pq.Levels) {
-				return nil // levels not decided as matched: none named
-			}
-			res := pq.Levels[k].Result
-			k++
-			t, err := hit.plans[j].TAT()
-			if err != nil || hit.Delay > 0 || cost < 1 || cost > algo.MaxCount/t.Interval {
-				began = append(began, 0)
-				continue
-			}
-			began = append(began, max(algo.Micros(res.ResetAfter)-cost*t.Interval, 0))
+// matchAll matches every path of q, as a decision would: with several,
+// the hits other hits replace are dropped.
+func (c *Checker) matchAll(q *Query) error {
+	p := c.Policy.Load()
+	replacing := false
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		if err := c.match(p, pq, q.Time); err != nil {
+			return err
+		}
+		for h := range pq.Match.Hits {
+			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
 		}
 	}
-	if k != len(pq.Levels) || !slices.ContainsFunc(began, func(v int64) bool { return v > 0 }) {
+	if replacing && len(q.Paths) > 1 {
+		dropReplaced(q)
+	}
+	return nil
+}
+
+// tatBegan returns, for each path of a decided query and each of its
+// levels in order, how long after the decision its cost's n·T began (a
+// GCRA or token bucket level without a delay: its TAT after the decision,
+// less n·T of every path's cost on its key, if later than the decision),
+// or nil when none began later.
+func tatBegan(q *Query) [][]int64 {
+	var total map[string]int64 // costs on one key added, as decide adds them
+	if len(q.Paths) > 1 {
+		total = map[string]int64{}
+		for i := range q.Paths {
+			for _, l := range q.Paths[i].Levels {
+				total[l.Key] += q.Paths[i].Cost
+			}
+		}
+	}
+	began := make([][]int64, len(q.Paths))
+	later := false
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		k := 0
+		for h := range pq.Match.Hits {
+			hit := &pq.Match.Hits[h]
+			for j := range hit.Limits {
+				if k >= len(pq.Levels) {
+					return nil // levels not decided as matched: none named
+				}
+				l := &pq.Levels[k]
+				k++
+				cost := pq.Cost
+				if total != nil {
+					cost = total[l.Key]
+				}
+				t, err := hit.plans[j].TAT()
+				if err != nil || hit.Delay > 0 || cost < 1 || cost > algo.MaxCount/t.Interval {
+					began[i] = append(began[i], 0)
+					continue
+				}
+				v := max(algo.Micros(l.Result.ResetAfter)-cost*t.Interval, 0)
+				later = later || v > 0
+				began[i] = append(began[i], v)
+			}
+		}
+		if k != len(pq.Levels) {
+			return nil
+		}
+	}
+	if !later {
 		return nil
 	}
 	return began
 }
 
-// Settle settles the estimate id at its real cost: every level of its
-// path whose limit counts both ways (any but a gate and concurrency slots)
-// gets back what the estimate took beyond cost, but only what of it still
-// counts in the window the estimate was counted in (algo.Plan.GiveBack:
-// nothing once that window has ended, never to a later one), or records
-// what cost took beyond the estimate (a penalty, past the limit if need
-// be, now), in one atomic step with taking its ticket. It reports false,
-// changing nothing, for an id settled already, not settled within its
-// time or never issued (a forged one), and true, changing nothing, for a
-// path the policy in force does not limit. The error wraps
-// store.ErrBadRequest for a malformed id or a cost outside 0..MaxCount.
-func (c *Checker) Settle(ctx context.Context, t time.Time, id string, cost int64) (bool, error) {
+// Settle settles the estimate id at its real costs, one for each of its
+// paths, in their order (one, for an estimate of one path). On every key
+// its paths hit whose limit counts both ways (any but a gate and
+// concurrency slots), the estimates less the real costs of the paths on
+// it are given back, but only what of it still counts in the window the
+// estimate was counted in (algo.Plan.GiveBack: nothing once that window
+// has ended, never to a later one), or, when the real costs are above,
+// the excess is recorded (a penalty, past the limit if need be, now), in
+// one atomic step with taking its ticket. A settle that both charges one
+// key and gives back on another charges with taking the ticket, then gives
+// back in a second step (if that fails, the estimate stays counted there:
+// never more is given back). It reports false, changing nothing, for an id
+// settled already, not settled within its time or never issued (a forged
+// one), and true, changing nothing, for paths the policy in force does not
+// limit. The error wraps store.ErrBadRequest for a malformed id, costs not
+// one per path, or a cost outside 0..MaxCount.
+func (c *Checker) Settle(ctx context.Context, t time.Time, id string, costs ...int64) (bool, error) {
 	s, ok := c.Store.(store.Settler)
 	if !ok {
 		return false, fmt.Errorf("policy: %w: the store keeps no tickets to settle estimates", algo.ErrUnsupported)
@@ -150,104 +217,197 @@ func (c *Checker) Settle(ctx context.Context, t time.Time, id string, cost int64
 	if err != nil {
 		return false, err
 	}
-	if cost < 0 || cost > algo.MaxCount {
-		return false, fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
+	if len(costs) != len(e.paths) {
+		return false, fmt.Errorf("policy: %w: the estimate is of %d paths: settle it with %d costs, one per path in its order, not %d", store.ErrBadRequest, len(e.paths), len(e.paths), len(costs))
 	}
-	op, units := algo.Reward, e.cost-cost
-	if cost > e.cost {
-		op, units = algo.Penalize, cost-e.cost
+	for _, cost := range costs {
+		if cost < 0 || cost > algo.MaxCount {
+			return false, fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
+		}
 	}
-	pq := PathQuery{Path: e.path, Exact: e.exact}
-	if err := c.match(c.Policy.Load(), &pq, t); err != nil {
+	q := Query{Time: t, Paths: make([]PathQuery, len(e.paths))}
+	for i := range q.Paths {
+		q.Paths[i] = PathQuery{Path: e.paths[i], Exact: e.exact[i]}
+	}
+	if err := c.matchAll(&q); err != nil {
 		return false, err
 	}
-	m := &pq.Match
-	if len(m.Hits) == 0 {
+	tag, hits := ticketTag(&q)
+	if !hits {
 		return true, nil
 	}
-	levels := 0
-	for h := range m.Hits {
-		levels += len(m.Hits[h].Limits)
+	// What comes back on each key (negative: what is charged): the
+	// estimates less the real costs of the paths on it.
+	type change struct {
+		r    store.Request
+		back int64
 	}
-	var reqs []store.Request
-	k := 0
-	for h := range m.Hits {
-		hit := &m.Hits[h]
-		for j := range hit.Limits {
-			r := hit.Request(j, units)
-			r.Time = t
-			if op == algo.Reward {
+	var changes []change
+	byKey := map[string]int{}
+	for i := range q.Paths {
+		m := &q.Paths[i].Match
+		levels := 0
+		for h := range m.Hits {
+			levels += len(m.Hits[h].Limits)
+		}
+		var began []int64
+		if i < len(e.began) && len(e.began[i]) == levels {
+			began = e.began[i] // the levels as the id names them
+		}
+		k := 0
+		for h := range m.Hits {
+			hit := &m.Hits[h]
+			for j := range hit.Limits {
+				r := hit.Request(j, 0)
 				// Given back where the estimate was counted: at its time,
-				// or where its n·T began (the levels as the id names them).
+				// or where its n·T began.
 				since := e.since
-				if len(e.began) == levels {
-					since += e.began[k]
+				if began != nil {
+					since += began[k]
+				}
+				k++
+				if takesSlots(r) {
+					continue
 				}
 				r.Time = time.UnixMicro(since)
-			}
-			k++
-			if units > 0 && !takesSlots(r) && r.Plan.ValidateAdjust(op, units) == nil && (op == algo.Penalize || e.since > 0) {
-				reqs = append(reqs, r)
+				if x, ok := byKey[r.Key]; ok {
+					changes[x].back += e.costs[i] - costs[i]
+					continue
+				}
+				byKey[r.Key] = len(changes)
+				changes = append(changes, change{r, e.costs[i] - costs[i]})
 			}
 		}
 	}
-	tk := ticket(id, m)
+	var back, charge []store.Request
+	for _, ch := range changes {
+		r := ch.r
+		switch {
+		case ch.back > 0 && e.since > 0:
+			if r.Cost = ch.back; r.Plan.ValidateAdjust(algo.Reward, r.Cost) == nil {
+				back = append(back, r)
+			}
+		case ch.back < 0:
+			if r.Cost, r.Time = -ch.back, t; r.Plan.ValidateAdjust(algo.Penalize, r.Cost) == nil {
+				charge = append(charge, r)
+			}
+		}
+	}
+	tk := ticket(id, tag)
 	tk.Time = t
-	return s.Settle(ctx, tk, reqs, op)
+	if len(charge) == 0 {
+		return s.Settle(ctx, tk, back, algo.Reward)
+	}
+	settled, err := s.Settle(ctx, tk, charge, algo.Penalize)
+	if !settled || err != nil || len(back) == 0 {
+		return settled, err
+	}
+	// The give-back, under a ticket of its own that no id names, kept
+	// for as long as a settle may take. A key whose bound another
+	// estimate has just filled again keeps the estimate counted.
+	tk = ticket(id+".back", tag)
+	tk.Time = t
+	if err := s.Issue(ctx, tk, time.Minute); errors.Is(err, store.ErrTooManyTickets) {
+		return true, nil
+	} else if err != nil {
+		return true, err
+	}
+	_, err = s.Settle(ctx, tk, back, algo.Reward)
+	return true, err
 }
 
-// ticket is the store's ticket of an estimate's id: named by a hash of the
-// whole id (a forged or altered id names no ticket), placed with the
-// path's own level (the last hit's tag), so that on a Cluster the ticket
-// and the level share a slot, and the key's bound on open tickets
-// (store.MaxOpenTickets) is the caller's own.
-func ticket(id string, m *Match) store.Request {
-	sum := sha256.Sum256([]byte(id))
-	name := "settle:" + hex.EncodeToString(sum[:16])
-	tag := ""
-	if n := len(m.Hits); n > 0 {
-		if tag = m.Hits[n-1].Tag; tag == "" {
-			tag = m.Hits[n-1].Key
+// ticketTag returns the tag an estimate's ticket is placed with: the last
+// path's own level, the last hit of the last path that hits one (its Tag,
+// or its Key), so that on a Cluster the ticket and that level share a
+// slot, and the key's bound on open tickets (store.MaxOpenTickets) is the
+// caller's own; false when no path hits a level.
+func ticketTag(q *Query) (string, bool) {
+	for i := len(q.Paths) - 1; i >= 0; i-- {
+		if hits := q.Paths[i].Match.Hits; len(hits) > 0 {
+			h := &hits[len(hits)-1]
+			if h.Tag != "" {
+				return h.Tag, true
+			}
+			return h.Key, true
 		}
 	}
-	return store.Request{Key: tag + "#" + name, Tag: tag}
+	return "", false
 }
 
-// estimate is what an estimate's id says: its path (exact, as a gRPC
-// descriptor's, or not), its cost, a random nonce that makes each id
-// unguessable, when it was counted (µs; 0 for an id of the first form,
-// "e1", which gives nothing back), and how long after that each level's
-// n·T began (tatBegan; nil: at once).
+// ticket is the store's ticket of an estimate's id, placed by tag
+// (ticketTag): named by a hash of the whole id, so that a forged or
+// altered id names no ticket.
+func ticket(id, tag string) store.Request {
+	sum := sha256.Sum256([]byte(id))
+	return store.Request{Key: tag + "#settle:" + hex.EncodeToString(sum[:16]), Tag: tag}
+}
+
+// estimate is what an estimate's id says: its paths (each exact, as a
+// gRPC descriptor's, or not) and their costs, a random nonce that makes
+// each id unguessable, when it was counted (µs; 0 for an id of the first
+// form, "e1", which gives nothing back), and, for each path, how long
+// after that each of its levels' n·T began (tatBegan; nil: at once).
 type estimate struct {
 	nonce string
-	cost  int64
-	exact bool
-	path  []string
+	costs []int64
+	exact []bool
+	paths [][]string
 	since int64
-	began []int64
+	began [][]int64
 }
 
-// maxEstimateID bounds an id's length: a path of maxSegments segments of
-// ordinary length fits.
-const maxEstimateID = 8 << 10
+// MaxEstimateID bounds the length of an estimate's id (a settle_id): an
+// estimate whose paths would make a longer one is refused before anything
+// is decided. A path of 64 segments of ordinary length fits, as do 16
+// paths of a few.
+const MaxEstimateID = 8 << 10
 
-// String is the id: "e2.<nonce>.<cost>.<p|x>.<the path as base64url
-// JSON>.<since>.<began, comma-separated, or empty>".
+// String is the id. An estimate of one path has the form "e2.<nonce>.
+// <cost>.<p|x>.<the path as base64url JSON>.<since>.<began,
+// comma-separated, or empty>", as before estimates of several paths; one
+// of several: "e3.<nonce>.<costs, comma-separated>.<p or x per path>.<the
+// paths as base64url JSON>.<since>.<each path's began, comma-separated,
+// the paths' joined by '~', or empty>". Both are URL-safe.
 func (e estimate) String() string {
-	path, _ := json.Marshal(e.path)
-	kind := "p"
-	if e.exact {
-		kind = "x"
+	b := make([]byte, 0, 128)
+	version, paths := "e3.", any(e.paths)
+	if len(e.paths) == 1 {
+		version, paths = "e2.", e.paths[0]
 	}
-	b := make([]byte, 0, 64)
-	for i, v := range e.began {
+	b = append(append(append(b, version...), e.nonce...), '.')
+	for i, c := range e.costs {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendInt(b, v, 10)
+		b = strconv.AppendInt(b, c, 10)
 	}
-	return "e2." + e.nonce + "." + strconv.FormatInt(e.cost, 10) + "." + kind + "." + base64.RawURLEncoding.EncodeToString(path) +
-		"." + strconv.FormatInt(e.since, 10) + "." + string(b)
+	b = append(b, '.')
+	for _, x := range e.exact {
+		b = append(b, "px"[boolIndex(x)])
+	}
+	js, _ := json.Marshal(paths)
+	b = append(append(b, '.'), base64.RawURLEncoding.EncodeToString(js)...)
+	b = strconv.AppendInt(append(b, '.'), e.since, 10)
+	b = append(b, '.')
+	for i, g := range e.began {
+		if i > 0 {
+			b = append(b, '~')
+		}
+		for j, v := range g {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, v, 10)
+		}
+	}
+	return string(b)
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 var errEstimateID = errors.New("not an estimate's id (settle_id) as a check returned it")
@@ -258,23 +418,41 @@ func parseEstimate(id string) (estimate, error) {
 	}
 	parts := strings.Split(id, ".")
 	switch {
-	case len(id) > maxEstimateID:
+	case len(id) > MaxEstimateID:
 		return bad()
 	case len(parts) == 5 && parts[0] == "e1":
-	case len(parts) == 7 && parts[0] == "e2":
+	case len(parts) == 7 && (parts[0] == "e2" || parts[0] == "e3"):
 	default:
 		return bad()
 	}
-	if len(parts[1]) != 22 || (parts[3] != "p" && parts[3] != "x") {
+	e := estimate{nonce: parts[1]}
+	if len(parts[1]) != 22 {
 		return bad()
 	}
-	e := estimate{nonce: parts[1], exact: parts[3] == "x"}
-	var err error
-	if e.cost, err = strconv.ParseInt(parts[2], 10, 64); err != nil || e.cost < 0 || e.cost > algo.MaxCount {
-		return bad()
+	for _, f := range strings.Split(parts[2], ",") {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || v < 0 || v > algo.MaxCount {
+			return bad()
+		}
+		e.costs = append(e.costs, v)
+	}
+	for _, k := range parts[3] {
+		if k != 'p' && k != 'x' {
+			return bad()
+		}
+		e.exact = append(e.exact, k == 'x')
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(parts[4])
-	if err != nil || json.Unmarshal(raw, &e.path) != nil || len(e.path) == 0 {
+	if err != nil {
+		return bad()
+	}
+	if parts[0] == "e3" {
+		err = json.Unmarshal(raw, &e.paths)
+	} else {
+		e.paths = [][]string{nil}
+		err = json.Unmarshal(raw, &e.paths[0])
+	}
+	if err != nil || len(e.costs) != len(e.paths) || len(e.exact) != len(e.paths) || slices.ContainsFunc(e.paths, func(p []string) bool { return len(p) == 0 }) {
 		return bad()
 	}
 	if parts[0] == "e1" {
@@ -283,13 +461,24 @@ func parseEstimate(id string) (estimate, error) {
 	if e.since, err = strconv.ParseInt(parts[5], 10, 64); err != nil || e.since < 0 || e.since > algo.MaxTime {
 		return bad()
 	}
-	if parts[6] != "" {
-		for _, f := range strings.Split(parts[6], ",") {
+	if parts[6] == "" {
+		return e, nil
+	}
+	groups := strings.Split(parts[6], "~")
+	if len(groups) != len(e.paths) {
+		return bad()
+	}
+	e.began = make([][]int64, len(groups))
+	for i, g := range groups {
+		if g == "" {
+			continue
+		}
+		for _, f := range strings.Split(g, ",") {
 			v, err := strconv.ParseInt(f, 10, 64)
 			if err != nil || v < 0 || v > algo.MaxTime {
 				return bad()
 			}
-			e.began = append(e.began, v)
+			e.began[i] = append(e.began[i], v)
 		}
 	}
 	return e, nil

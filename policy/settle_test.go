@@ -95,9 +95,8 @@ func TestEstimateSettle(t *testing.T) {
 			if _, err := c.Settle(ctx, at, id, -1); !errors.Is(err, store.ErrBadRequest) {
 				t.Errorf("a negative cost: %v", err)
 			}
-			var d policy.Decision
-			if _, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", "a"}, Cost: 1}, {Path: []string{"llm", "b"}, Cost: 1}}}, &d, time.Minute); !errors.Is(err, store.ErrBadRequest) {
-				t.Errorf("an estimate of two paths: %v", err)
+			if _, err := c.Settle(ctx, at, id, 1, 1); !errors.Is(err, store.ErrBadRequest) {
+				t.Errorf("two costs for an estimate of one path: %v", err)
 			}
 		})
 	}
@@ -209,5 +208,250 @@ func TestEstimatesBoundedPerKey(t *testing.T) {
 	}
 	if id, _, err := estimate("mallory"); err != nil || id == "" {
 		t.Fatalf("after a settle: %q %v", id, err)
+	}
+}
+
+// gatewayPolicy is an LLM gateway's: 20 calls a minute per caller, a
+// month's tokens per caller in Europe/Berlin, and one bucket of tokens
+// that both paths hit (their costs on it are added).
+const gatewayPolicy = `schema:
+  llm:
+    limits: {algorithm: token_bucket, burst: 1000000, rate: 1000000, per: 1h}
+    children:
+      calls:
+        children:
+          "*": {limits: {algorithm: fixed_window, limit: 20, window: 1m}}
+      tokens:
+        children:
+          "*": {limits: {algorithm: fixed_window, limit: 100000, window: month, time_zone: Europe/Berlin}}
+`
+
+// TestEstimateOfSeveralPaths: an estimate over a caller's calls (cost 1)
+// and its tokens (cost 4,000) is one decision, admitted on both or
+// neither; its settle takes the real cost of each path, in order, and
+// gives back (lower), charges (higher), or both (one path lower, the
+// other higher) on each key, the shared bucket getting the net of both
+// paths; the costs must be one per path. On every store, the Cluster's
+// paths in several slots.
+func TestEstimateOfSeveralPaths(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := checker(t, gatewayPolicy, st)
+			at := time.Date(2027, 3, 10, 12, 0, 30, 0, time.UTC)
+			paths := func(caller string, calls, tokens int64) []policy.PathQuery {
+				return []policy.PathQuery{{Path: []string{"llm", "calls", caller}, Cost: calls}, {Path: []string{"llm", "tokens", caller}, Cost: tokens}}
+			}
+			// left: what the shared bucket, the calls and the tokens have left.
+			left := func(caller string) [3]int64 {
+				t.Helper()
+				var d policy.Decision
+				if err := c.Decide(ctx, &policy.Query{Time: at, Paths: paths(caller, 0, 0)}, &d); err != nil || len(d.Levels) != 4 {
+					t.Fatalf("peek: %v %v", d.Levels, err)
+				}
+				return [3]int64{d.Levels[0].Result.Remaining, d.Levels[1].Result.Remaining, d.Levels[3].Result.Remaining}
+			}
+			estimate := func(caller string, calls, tokens int64) string {
+				t.Helper()
+				var d policy.Decision
+				id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: paths(caller, calls, tokens)}, &d, time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (id != "") != d.Allowed {
+					t.Fatalf("estimate: id %q, allowed %v", id, d.Allowed)
+				}
+				return id
+			}
+			settle := func(id string, costs ...int64) bool {
+				t.Helper()
+				ok, err := c.Settle(ctx, at, id, costs...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ok
+			}
+			id := estimate("alex", 1, 4000)
+			if !strings.HasPrefix(id, "e3.") {
+				t.Fatalf("an estimate of two paths: id %q", id)
+			}
+			if got := left("alex"); got != [3]int64{1000000 - 4001, 19, 96000} {
+				t.Fatalf("after an estimate of 1 call and 4,000 tokens: %v", got)
+			}
+			for _, bad := range [][]int64{nil, {1250}, {1, 1250, 0}, {1, -1}, {-1, 1250}} {
+				if _, err := c.Settle(ctx, at, id, bad...); !errors.Is(err, store.ErrBadRequest) {
+					t.Errorf("settle with costs %v: %v", bad, err)
+				}
+			}
+			if got := left("alex"); got != [3]int64{1000000 - 4001, 19, 96000} {
+				t.Fatalf("a refused settle changed something: %v", got)
+			}
+			// Lower: the tokens not used come back, the call stays counted.
+			if !settle(id, 1, 1250) || settle(id, 1, 1250) {
+				t.Fatal("settle once, then no more")
+			}
+			if got := left("alex"); got != [3]int64{1000000 - 1251, 19, 98750} {
+				t.Fatalf("after settling at 1 call and 1,250 tokens: %v", got)
+			}
+			// Higher: the excess is charged.
+			id = estimate("alex", 1, 4000)
+			if !settle(id, 1, 5000) {
+				t.Fatal("settle")
+			}
+			if got := left("alex"); got != [3]int64{1000000 - 6252, 18, 93750} {
+				t.Fatalf("after settling at 1 call and 5,000 tokens: %v", got)
+			}
+			// Both: the call does not count (0) and the tokens are above;
+			// the shared bucket is charged the net, 999.
+			id = estimate("alex", 1, 4000)
+			if !settle(id, 0, 5000) || settle(id, 0, 5000) {
+				t.Fatal("settle once, then no more")
+			}
+			if got := left("alex"); got != [3]int64{1000000 - 11252, 18, 88750} {
+				t.Fatalf("after settling at 0 calls and 5,000 tokens: %v", got)
+			}
+			// All or nothing: an estimate the tokens deny takes no call, one
+			// the calls deny takes no token, and neither keeps a ticket.
+			if estimate("alex", 1, 90000) != "" {
+				t.Fatal("an estimate past the tokens admitted")
+			}
+			if got := left("alex"); got != [3]int64{1000000 - 11252, 18, 88750} {
+				t.Fatalf("a denied estimate took something: %v", got)
+			}
+			for range 18 {
+				settle(estimate("alex", 1, 1), 1, 1)
+			}
+			if estimate("alex", 1, 1) != "" {
+				t.Fatal("a 21st call in the minute admitted")
+			}
+			if got := left("alex"); got != [3]int64{1000000 - 11252 - 36, 0, 88750 - 18} {
+				t.Fatalf("after 20 calls and a denied 21st: %v", got)
+			}
+			// An altered id names no ticket.
+			id = estimate("bo", 1, 4000)
+			if settle(strings.Replace(id, ".1,4000.", ".1,40000.", 1), 1, 0) {
+				t.Fatal("an altered id settled")
+			}
+		})
+	}
+}
+
+// TestSettleOfSeveralPathsInItsWindow: an estimate over two paths counted
+// in the last minute of January (Europe/Berlin) and settled in February
+// gives nothing back to February's tokens or the next minute's calls, as
+// neither held it; an excess is still charged, in February.
+func TestSettleOfSeveralPathsInItsWindow(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := checker(t, gatewayPolicy, st)
+			jan := time.Date(2027, 1, 31, 23, 59, 30, 0, berlin)
+			feb := time.Date(2027, 2, 1, 0, 0, 10, 0, berlin)
+			paths := []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}, Cost: 1}, {Path: []string{"llm", "tokens", "alex"}, Cost: 4000}}
+			var d policy.Decision
+			id, err := c.Estimate(ctx, &policy.Query{Time: jan, Paths: paths}, &d, time.Hour)
+			if err != nil || id == "" {
+				t.Fatalf("estimate: %q %v", id, err)
+			}
+			id2, err := c.Estimate(ctx, &policy.Query{Time: jan, Paths: paths}, &d, time.Hour)
+			if err != nil || id2 == "" {
+				t.Fatalf("estimate: %q %v", id2, err)
+			}
+			// February spends 1,000 tokens and a call.
+			if err := c.Decide(ctx, &policy.Query{Time: feb, Paths: []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}, Cost: 1}, {Path: []string{"llm", "tokens", "alex"}, Cost: 1000}}}, &d); err != nil || !d.Allowed {
+				t.Fatalf("February's first call: %v %v", d.Allowed, err)
+			}
+			if ok, err := c.Settle(ctx, feb, id, 0, 0); !ok || err != nil {
+				t.Fatalf("settle: %v %v", ok, err)
+			}
+			peek := func(at time.Time) (calls, tokens int64) {
+				t.Helper()
+				if err := c.Decide(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}}, {Path: []string{"llm", "tokens", "alex"}}}}, &d); err != nil {
+					t.Fatal(err)
+				}
+				return d.Levels[1].Result.Remaining, d.Levels[3].Result.Remaining
+			}
+			if calls, tokens := peek(feb); calls != 19 || tokens != 99000 {
+				t.Fatalf("after a January estimate settled at 0 in February: %d calls, %d tokens left, want 19 and 99,000 (nothing given back to February)", calls, tokens)
+			}
+			if ok, err := c.Settle(ctx, feb, id2, 1, 4500); !ok || err != nil {
+				t.Fatalf("settle: %v %v", ok, err)
+			}
+			if calls, tokens := peek(feb); calls != 19 || tokens != 98500 {
+				t.Fatalf("after a January estimate settled above it in February: %d calls, %d tokens left, want 19 and 98,500 (the 500 excess charged)", calls, tokens)
+			}
+		})
+	}
+}
+
+// TestSettleSharedBucketOfSeveralPaths: a bucket both paths of an estimate
+// hit took their costs added (1 + 399), and its n·T began where the bucket
+// was when the estimate found it; settled at 0 after 300 units' time, when
+// 300 others have been spent since, it gives back the 100 of it still
+// ahead, not the 300 spent by others (as it would, were each path's n·T
+// taken to begin where its own cost alone would have). On every store.
+func TestSettleSharedBucketOfSeveralPaths(t *testing.T) {
+	T := 3600 * time.Microsecond // the shared bucket's refill of one unit
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := checker(t, gatewayPolicy, st)
+			at := time.Date(2027, 3, 10, 12, 0, 30, 0, time.UTC)
+			var d policy.Decision
+			id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}, Cost: 1}, {Path: []string{"llm", "tokens", "alex"}, Cost: 399}}}, &d, time.Hour)
+			if err != nil || id == "" {
+				t.Fatalf("estimate: %q %v", id, err)
+			}
+			later := at.Add(300 * T)
+			spend := func(cost int64) int64 {
+				t.Helper()
+				if err := c.Decide(ctx, &policy.Query{Time: later, Paths: []policy.PathQuery{{Path: []string{"llm", "tokens", "bo"}, Cost: cost}}}, &d); err != nil || !d.Allowed {
+					t.Fatalf("spend %d: %v %v", cost, d.Allowed, err)
+				}
+				return d.Levels[0].Result.Remaining
+			}
+			spend(300)
+			if ok, err := c.Settle(ctx, later, id, 0, 0); !ok || err != nil {
+				t.Fatalf("settle: %v %v", ok, err)
+			}
+			if r := spend(0); r != 1000000-300 {
+				t.Fatalf("the shared bucket after the settle: %d remaining, want %d (the 300 spent since stay spent)", r, 1000000-300)
+			}
+		})
+	}
+}
+
+// TestEstimateIDBounded: an estimate whose paths would make an id longer
+// than policy.MaxEstimateID is refused before anything is decided (before:
+// it was admitted, and its settle refused the id as malformed, so it
+// stayed counted in full).
+func TestEstimateIDBounded(t *testing.T) {
+	ctx := context.Background()
+	c := checker(t, gatewayPolicy, memory.New())
+	at := time.Date(2027, 3, 10, 12, 0, 30, 0, time.UTC)
+	long := strings.Repeat("x", 400)
+	path := []string{"llm", "tokens", "alex"}
+	for range 16 {
+		path = append(path, long)
+	}
+	var d policy.Decision
+	_, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path, Cost: 4000}}}, &d, time.Hour)
+	if !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "more than 8192") {
+		t.Fatalf("an estimate of a path of 6,400 bytes: %v", err)
+	}
+	if err := c.Decide(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path}}}, &d); err != nil || d.Levels[0].Result.Remaining != 1000000 {
+		t.Fatalf("the refused estimate was counted: %v %v", d.Levels, err)
+	}
+	// One that fits is settled.
+	id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path[:10], Cost: 4000}}}, &d, time.Hour)
+	if err != nil || id == "" || len(id) > policy.MaxEstimateID {
+		t.Fatalf("an estimate that fits: %d bytes, %v", len(id), err)
+	}
+	if ok, err := c.Settle(ctx, at, id, 1000); !ok || err != nil {
+		t.Fatalf("settle: %v %v", ok, err)
 	}
 }

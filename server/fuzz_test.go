@@ -16,6 +16,9 @@ func FuzzParseCheck(f *testing.F) {
 		`{"path": ["user", "alex", "trade"]}`, `{"path": ["a"], "cost": 0}`, `{"cost": 3, "path": ["a", "b"]}`,
 		`{"path": ["a"], "meta": {"user_id": "u-1"}}`, `{"path": [""]}`, `{"path": ["\ud800"]}`, `{"path": ["a"], "cost": 1e3}`,
 		"{\"path\": [\"\xff\"]}", `[]`, ``, `{"path": ["a"]} {}`,
+		`{"paths": [["llm", "calls", "alex"], ["llm", "tokens", "alex"]], "costs": [1, 4000], "settle_within": "10m"}`,
+		`{"paths": [["a"], ["b"]], "costs": [1]}`, `{"paths": [["a"], ["b"]], "costs": [1, -1]}`, `{"path": ["a"], "costs": [1]}`,
+		`{"paths": [["a"], ["b"]], "cost": 2, "costs": [1, 1]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -35,7 +38,7 @@ func FuzzParseCheck(f *testing.F) {
 		if !hasCost {
 			cost = 1
 		}
-		if !slices.Equal(path, req.Path) || cost != want {
+		if !slices.Equal(path, req.Path) || cost != want || req.Costs != nil || req.Paths != nil {
 			t.Fatalf("%q: fast %q %d, decoder %q %d", body, path, cost, req.Path, want)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -130,7 +131,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	// A check that takes slots takes them under a new permit id, which
 	// the answer gives for /v1/renew and /v1/release.
 	verb := s.checker.Decide
-	if cost > 0 {
+	if cost > 0 || slices.ContainsFunc(req.Costs, func(c int64) bool { return c > 0 }) {
 		verb = s.acquire
 	}
 	var settleID string
@@ -152,6 +153,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		q := b.query(len(paths))
 		for i := range q.Paths {
 			q.Paths[i].Path, q.Paths[i].Cost, q.Paths[i].Limit = paths[i], cost, req.limit
+			if req.Costs != nil {
+				q.Paths[i].Cost = req.Costs[i]
+			}
 		}
 		err = s.decideQuery(r.Context(), verb, q, b)
 	}
@@ -194,9 +198,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		} else {
 			s.m.httpChecks.limited.Inc()
 		}
-		if len(req.Meta) > 0 && b.d.Allowed && cost > 0 {
+		if len(req.Meta) > 0 && b.d.Allowed {
 			for i := range pqs {
-				s.consumers.record(pqs[i].Match.Hits, cost, req.Meta)
+				if c := pqs[i].Cost; c > 0 {
+					s.consumers.record(pqs[i].Match.Hits, c, req.Meta)
+				}
 			}
 		}
 	}

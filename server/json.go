@@ -200,7 +200,8 @@ func levelSpec(l *policy.Level) algo.Spec {
 // Path is required and not empty, or Paths, several paths decided
 // together, all or nothing (per IP, per key and a quota in one check), as
 // gRPC's descriptors are; Cost, for each path, defaults to 1 when left out
-// (0 peeks: nothing is consumed); Meta, optional, is any JSON object of at
+// (0 peeks: nothing is consumed), or Costs, with Paths, one per path (a
+// request counted as 1 and its tokens as 4,000 in one check); Meta, optional, is any JSON object of at
 // most maxMetaBytes, recorded in the consumers list of every level the
 // request consumed from (see consumer). Unknown fields
 // are an error.
@@ -211,9 +212,10 @@ type checkRequest struct {
 	// request_limit (policy.PathQuery.Limit).
 	Limit *requestLimit   `json:"limit,omitempty"`
 	Cost  *int64          `json:"cost,omitempty"`
+	Costs []int64         `json:"costs,omitempty"`
 	Meta  json.RawMessage `json:"meta,omitempty"`
-	// SettleWithin makes the cost an estimate, settled later with POST
-	// /v1/settle (policy.Checker.Estimate): "10m".
+	// SettleWithin makes the cost (each path's) an estimate, settled
+	// later with POST /v1/settle (policy.Checker.Estimate): "10m".
 	SettleWithin string `json:"settle_within,omitempty"`
 
 	limit  *algo.FixedWindow // Limit, parsed
@@ -333,8 +335,19 @@ func parseCheckRequest(body []byte) (checkRequest, error) {
 		return req, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), maxPathSegments)
 	case req.Cost != nil && *req.Cost < 0:
 		return req, bodyErrorf(`"cost" must not be negative, got %d`, *req.Cost)
+	case req.Costs != nil && req.Cost != nil:
+		return req, bodyErrorf(`give "cost" (the same for every path) or "costs" (one per path), not both`)
+	case req.Costs != nil && req.Paths == nil:
+		return req, bodyErrorf(`"costs" goes with "paths", one per path: a check of one "path" gives "cost"`)
+	case req.Costs != nil && len(req.Costs) != len(req.Paths):
+		return req, bodyErrorf(`"costs" must hold one cost per path, in their order: %d paths, %d costs`, len(req.Paths), len(req.Costs))
 	case !utf8.Valid(body):
 		return req, bodyErrorf("the body is not valid UTF-8")
+	}
+	for i, c := range req.Costs {
+		if c < 0 {
+			return req, bodyErrorf(`"costs"[%d] must not be negative, got %d`, i, c)
+		}
 	}
 	if err := validPath(req.Path); err != nil {
 		return req, err
@@ -351,8 +364,6 @@ func parseCheckRequest(body []byte) (checkRequest, error) {
 		switch {
 		case err != nil || w < store.MinTicket || w > store.MaxTicket:
 			return req, bodyErrorf(`"settle_within" must be a duration from %v to %v, such as "10m"%s`, store.MinTicket, store.MaxTicket, errSuffix(err))
-		case req.Paths != nil:
-			return req, bodyErrorf(`"settle_within" is for a check of one "path", not "paths"`)
 		case req.limit != nil:
 			return req, bodyErrorf(`"settle_within" and "limit" do not combine: an estimate is settled by the policy's limits`)
 		}
@@ -440,6 +451,8 @@ func wantType(field string) string {
 		return "an array of strings"
 	case "cost":
 		return "an integer"
+	case "costs", "costs[]":
+		return "an array of integers"
 	}
 	return "another type"
 }

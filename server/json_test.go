@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,16 @@ func TestParseCheckRequest(t *testing.T) {
 		{`{"path": []}`, `"path" is missing or empty`},
 		{`{}`, `"path" is missing or empty`},
 		{`{"path": ["a"], "cost": -1}`, `"cost" must not be negative`},
-		{`{"path": ["a"], "costs": 1}`, `unknown field "costs"`},
+		{`{"path": ["a"], "costs": 1}`, `"costs" must be an array of integers`},
+		{`{"paths": [["a"], ["b"]], "costs": [1, 1.5]}`, `"costs" must be an array of integers`},
+		{`{"paths": [["a"], ["b"]], "costs": [1]}`, `"costs" must hold one cost per path, in their order: 2 paths, 1 costs`},
+		{`{"paths": [["a"], ["b"]], "costs": [1, 2, 3]}`, `2 paths, 3 costs`},
+		{`{"paths": [["a"], ["b"]], "costs": []}`, `2 paths, 0 costs`},
+		{`{"paths": [["a"], ["b"]], "costs": [1, -4000]}`, `"costs"[1] must not be negative, got -4000`},
+		{`{"paths": [["a"], ["b"]], "cost": 1, "costs": [1, 2]}`, `give "cost" (the same for every path) or "costs" (one per path), not both`},
+		{`{"path": ["a"], "costs": [1]}`, `"costs" goes with "paths"`},
+		{`{"paths": [["a"], ["b"]], "costs": [1, 2], "Costs": [1, 2]}`, `"Costs" is given twice`},
+		{`{"paths": [["a"], ["b"]], "costs": [1, 2], "settle_within": "1m", "limit": {"limit": 5, "window": "1m"}}`, `"settle_within" and "limit" do not combine`},
 		{`{"path": ["login", "bob"], "path": ["free"]}`, `"path" is given twice`},
 		{`{"path": ["a"], "cost": 1, "Cost": 0}`, `"Cost" is given twice`},
 		{`{"path": "a"}`, `"path" must be an array of strings`},
@@ -142,6 +152,9 @@ func TestParseCheckFastAgrees(t *testing.T) {
 		`{"path": [` + strings.Repeat(`"a",`, maxPathSegments-1) + `"a"]}`,
 		`{"path": [` + strings.Repeat(`"a",`, maxPathSegments) + `"a"]}`,
 		`{"path": ["a", ""]}`,
+		`{"paths": [["a"], ["b"]], "costs": [1, 4000]}`,
+		`{"path": ["a"], "costs": [1]}`,
+		`{"costs": [1], "path": ["a"]}`,
 	}
 	for i, body := range bodies[:5] {
 		if _, _, _, ok := parseCheckFast([]byte(body), nil); !ok && i != 5 {
@@ -165,7 +178,7 @@ func TestParseCheckFastAgrees(t *testing.T) {
 		if !hasCost {
 			cost = 1
 		}
-		if strings.Join(path, "\x00") != strings.Join(req.Path, "\x00") || len(path) != len(req.Path) || cost != want || (req.Cost != nil) != hasCost || req.Meta != nil {
+		if strings.Join(path, "\x00") != strings.Join(req.Path, "\x00") || len(path) != len(req.Path) || cost != want || (req.Cost != nil) != hasCost || req.Meta != nil || req.Costs != nil || req.Paths != nil {
 			t.Errorf("%q: fast %q %d, slow %q %d", body, path, cost, req.Path, want)
 		}
 	}
@@ -186,5 +199,21 @@ func TestEveryKindEncodes(t *testing.T) {
 		if !strings.Contains(string(want), `"algorithm":"`+k.String()+`"`) {
 			t.Errorf("%v: no spec in %s", k, want)
 		}
+	}
+}
+
+// TestParseCheckCosts: "costs" gives each of "paths" its own cost, in
+// order; without it every path has "cost" (1 when left out).
+func TestParseCheckCosts(t *testing.T) {
+	req, err := parseCheckRequest([]byte(`{"paths": [["llm", "calls", "alex"], ["llm", "tokens", "alex"]], "costs": [1, 4000], "settle_within": "10m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(req.Costs, []int64{1, 4000}) || req.Cost != nil || req.within != 10*time.Minute {
+		t.Fatalf("costs %v, cost %v, within %v", req.Costs, req.Cost, req.within)
+	}
+	req, err = parseCheckRequest([]byte(`{"paths": [["a"], ["b"]], "costs": [0, 0]}`))
+	if err != nil || !slices.Equal(req.Costs, []int64{0, 0}) {
+		t.Fatalf("costs %v: %v", req.Costs, err)
 	}
 }

@@ -265,7 +265,7 @@ func TestEstimateSettleFlow(t *testing.T) {
 					t.Errorf("settle %s: %d", bad, status)
 				}
 			}
-			for _, bad := range []string{`{"path": ["ai"], "settle_within": "0s"}`, `{"path": ["ai"], "settle_within": "25h"}`, `{"paths": [["ai"], ["b"]], "settle_within": "1m"}`} {
+			for _, bad := range []string{`{"path": ["ai"], "settle_within": "0s"}`, `{"path": ["ai"], "settle_within": "25h"}`, `{"paths": [["ai"], ["b"]], "costs": [1], "settle_within": "1m"}`} {
 				if status := postJSON(t, base+"/v1/check", bad, nil); status != 400 {
 					t.Errorf("check %s: %d", bad, status)
 				}

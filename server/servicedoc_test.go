@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/store"
 )
@@ -70,6 +71,7 @@ func TestServiceDocListsEverything(t *testing.T) {
 		"a queue entry's `Idempotency-Key`":          queue.MaxDedupBytes,
 		"the holders `/admin/v1/holders` lists":      maxHoldersListed,
 		"the estimates one key holds open":           store.MaxOpenTickets,
+		"a `settle_id`":                              policy.MaxEstimateID,
 	}
 	row := regexp.MustCompile("(?m)^\\| ([^|(]+?)(?: \\([^|]*\\))? \\| ([0-9,]+)( KiB)?(?: bytes)? \\|$")
 	rows := row.FindAllStringSubmatch(section("\n## Bounds\n"), -1)

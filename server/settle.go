@@ -5,10 +5,13 @@ import (
 	"time"
 )
 
-// settleRequest is the body of POST /v1/settle.
+// settleRequest is the body of POST /v1/settle: the real cost of the
+// estimate's one path, or its real costs, one per path in the order of
+// the check's "paths".
 type settleRequest struct {
-	SettleID string `json:"settle_id"`
-	Cost     *int64 `json:"cost"`
+	SettleID string  `json:"settle_id"`
+	Cost     *int64  `json:"cost"`
+	Costs    []int64 `json:"costs"`
 }
 
 // settleAnswer is the answer of POST /v1/settle.
@@ -20,7 +23,8 @@ type settleAnswer struct {
 }
 
 // handleSettle serves POST /v1/settle: the estimate of a check made with
-// "settle_within" is settled at its real cost (policy.Checker.Settle),
+// "settle_within" is settled at its real cost, or for a check of "paths"
+// at its real costs, one per path in their order (policy.Checker.Settle),
 // once. It is part of the check API, with no admin token: only the holder
 // of an id, which is unguessable, can settle it. 200 with "settled"; 400
 // for a malformed body or id; 503 when the store failed.
@@ -36,13 +40,24 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, err)
 		return
 	}
-	if req.SettleID == "" || req.Cost == nil {
-		s.badRequest(w, bodyErrorf(`want {"settle_id": the id a check with "settle_within" answered, "cost": the real cost}`))
+	switch {
+	case req.SettleID == "" || req.Cost == nil && req.Costs == nil:
+		s.badRequest(w, bodyErrorf(`want {"settle_id": the id a check with "settle_within" answered, "cost": the real cost} ("costs": one per path, for a check of "paths")`))
 		return
+	case req.Cost != nil && req.Costs != nil:
+		s.badRequest(w, bodyErrorf(`give "cost" (an estimate of one path) or "costs" (one per path), not both`))
+		return
+	case len(req.Costs) > maxPaths:
+		s.badRequest(w, bodyErrorf(`"costs" holds %d costs, more than a check's %d paths`, len(req.Costs), maxPaths))
+		return
+	}
+	costs := req.Costs
+	if req.Cost != nil {
+		costs = []int64{*req.Cost}
 	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
-	settled, err := s.checker.Settle(ctx, time.Time{}, req.SettleID, *req.Cost)
+	settled, err := s.checker.Settle(ctx, time.Time{}, req.SettleID, costs...)
 	switch {
 	case isBadRequest(err):
 		s.badRequest(w, err)
