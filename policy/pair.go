@@ -64,6 +64,7 @@ func (c *Checker) DecideStarts(ctx context.Context, q *Query, d *Decision, start
 	if err := c.Decide(ctx, q, d); err != nil || !d.Allowed {
 		return err
 	}
+	var began [][]int64
 	for i := range q.Paths {
 		if open&(1<<i) == 0 {
 			continue
@@ -72,14 +73,23 @@ func (c *Checker) DecideStarts(ctx context.Context, q *Query, d *Decision, start
 		if !givesBack(&pq.Match, pq.Cost) {
 			continue // the policy changed between the match and the decision
 		}
-		e := estimate{path: pq.Path, exact: true, cost: pq.Cost, since: q.Time.UnixMicro(), began: tatBegan(pq, pq.Cost)}
+		tag, _ := matchTag(&pq.Match)
+		e := estimate{paths: [][]string{pq.Path}, exact: []bool{true}, costs: []int64{pq.Cost}, since: q.Time.UnixMicro()}
+		if began == nil {
+			began = tatBegan(q)
+		}
+		if began != nil && began[i] != nil {
+			// Where the n·T of every path on a shared bucket began: no later
+			// than where this path's did, so it gives back no more.
+			e.began = [][]int64{began[i]}
+		}
 		var random [16]byte
 		rand.Read(random[:])
 		e.nonce = base64.RawURLEncoding.EncodeToString(random[:])
 		id := e.String()
-		t := ticket(id, &pq.Match)
+		t := ticket(id, tag)
 		t.Time = q.Time
-		qq := ticketQueue(pq.Path, pq.Cost, &pq.Match)
+		qq := ticketQueue(pq.Path, pq.Cost, tag)
 		qq.Time = q.Time
 		life := store.MinTicket
 		for _, l := range pq.Levels {
@@ -111,7 +121,8 @@ func (c *Checker) SettleOldest(ctx context.Context, t time.Time, path []string, 
 	if !givesBack(&pq.Match, estimate) {
 		return false, nil // no start there opened a ticket
 	}
-	qq := ticketQueue(path, estimate, &pq.Match)
+	tag, _ := matchTag(&pq.Match)
+	qq := ticketQueue(path, estimate, tag)
 	qq.Time = t
 	id, err := s.Dequeue(ctx, qq)
 	if err != nil || id == "" {
@@ -139,12 +150,11 @@ func givesBack(m *Match, cost int64) bool {
 
 // ticketQueue is the store's queue of the tickets of a path's starts at
 // cost: named by a hash of the path and the cost, placed with the path's
-// own level as its tickets are (ticket).
-func ticketQueue(path []string, cost int64, m *Match) store.Request {
+// own level as its tickets are (matchTag).
+func ticketQueue(path []string, cost int64, tag string) store.Request {
 	raw, _ := json.Marshal(path)
 	sum := sha256.Sum256(append(raw, strconv.FormatInt(cost, 10)...))
-	t := ticket("", m)
-	return store.Request{Key: t.Tag + "#starts:" + hex.EncodeToString(sum[:16]), Tag: t.Tag}
+	return store.Request{Key: tag + "#starts:" + hex.EncodeToString(sum[:16]), Tag: tag}
 }
 
 // storeNow is the store's clock (store.Clock), or this process's.

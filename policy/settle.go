@@ -323,15 +323,24 @@ func (c *Checker) Settle(ctx context.Context, t time.Time, id string, costs ...i
 // caller's own; false when no path hits a level.
 func ticketTag(q *Query) (string, bool) {
 	for i := len(q.Paths) - 1; i >= 0; i-- {
-		if hits := q.Paths[i].Match.Hits; len(hits) > 0 {
-			h := &hits[len(hits)-1]
-			if h.Tag != "" {
-				return h.Tag, true
-			}
-			return h.Key, true
+		if tag, ok := matchTag(&q.Paths[i].Match); ok {
+			return tag, true
 		}
 	}
 	return "", false
+}
+
+// matchTag is a matched path's own level: its last hit's Tag, or Key;
+// false when it hits none.
+func matchTag(m *Match) (string, bool) {
+	if len(m.Hits) == 0 {
+		return "", false
+	}
+	h := &m.Hits[len(m.Hits)-1]
+	if h.Tag != "" {
+		return h.Tag, true
+	}
+	return h.Key, true
 }
 
 // ticket is the store's ticket of an estimate's id, placed by tag
