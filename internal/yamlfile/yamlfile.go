@@ -16,8 +16,8 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
+	"github.com/sluicehq/sluice/internal/yamlfile/parser"
 )
 
 // maxWork bounds the nodes and values compiled from one file, counting each
@@ -144,7 +144,7 @@ func parseYAML(data []byte) (f *ast.File, err error) {
 			f, err = nil, fmt.Errorf("YAML parser failed: %v", r)
 		}
 	}()
-	return parser.ParseBytes(data, 0, parser.AllowDuplicateMapKey())
+	return parser.ParseBytes(data, 0)
 }
 
 // Syntax reports a YAML parser error.
