@@ -24,9 +24,6 @@ import (
 // use of an alias anew, so that a small file cannot expand without end.
 const maxWork = 100_000
 
-// MaxFileBytes bounds a YAML file ReadFile reads.
-const MaxFileBytes = 16 << 20
-
 // ReadFile reads the file at path, of at most MaxFileBytes: every YAML
 // file Sluice reads goes through it, so that a huge or endless file (a
 // device, a pipe) is an error, not a process out of memory.
@@ -114,8 +111,14 @@ func Decode(name string, data []byte, v any) error {
 
 // Parse parses data and returns the body of its one document (nil for
 // none), having collected its anchors; a second document is an error.
-// ok is false when data is not YAML.
+// ok is false when data is not YAML, or passes a bound of scan (size,
+// depth, tokens), which is checked before the parser runs.
 func (l *Loader) Parse(data []byte) (body ast.Node, ok bool) {
+	if pos, msg := scan(data); msg != "" {
+		pos.Filename = l.Name
+		l.Add(pos, nil, "", msg, nil)
+		return nil, false
+	}
 	f, err := parseYAML(data)
 	if err != nil {
 		l.Syntax(err)

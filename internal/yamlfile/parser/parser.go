@@ -62,6 +62,7 @@ type parser struct {
 	tokens                []*Token
 	yamlVersion           YAMLVersion
 	secondaryTagDirective *ast.DirectiveNode
+	depth                 int // parseToken calls open
 }
 
 func newParser(tokens token.Tokens, mode Mode) (*parser, error) {
@@ -147,7 +148,18 @@ func (p *parser) parseDocumentBody(ctx *context) (ast.Node, error) {
 	return node, nil
 }
 
+// MaxDepth bounds the nodes the parser has open at once (Sluice's fork;
+// goccy/go-yaml#902): a text nested deeper is a syntax error, found before
+// the parser goes deeper, so that its recursion (and the loader's after
+// it) stays shallow.
+const MaxDepth = 256
+
 func (p *parser) parseToken(ctx *context, tk *Token) (ast.Node, error) {
+	if p.depth >= MaxDepth {
+		return nil, errSyntax(fmt.Sprintf("nested deeper than %d lists, mappings, anchors and tags", MaxDepth), tk.RawToken())
+	}
+	p.depth++
+	defer func() { p.depth-- }()
 	switch tk.GroupType() {
 	case TokenGroupMapKey, TokenGroupMapKeyValue:
 		return p.parseMap(ctx)
