@@ -158,3 +158,31 @@ func TestScanCountsHigh(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeLinear: decoding costs each node a bounded path, not its
+// parent's again: a mapping under a key of n/2 bytes with n/10 entries
+// took n²/20 bytes of paths.
+func TestDecodeLinear(t *testing.T) {
+	var per []float64
+	for _, n := range []int{20_000, 40_000, 80_000} {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s:\n", strings.Repeat("k", n/2))
+		for i := range n / 10 {
+			fmt.Fprintf(&b, "  e%d: %d\n", i, i)
+		}
+		data := []byte(b.String())
+		var v map[string]map[string]int
+		bytes := allocated(func() {
+			if err := Decode("f", data, &v); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if len(v) != 1 {
+			t.Fatalf("decoded %d keys", len(v))
+		}
+		per = append(per, float64(bytes)/float64(len(data)))
+	}
+	if per[2] > 1.3*per[0] {
+		t.Errorf("%.0f, %.0f, %.0f bytes allocated per byte of text at n = 20,000, 40,000, 80,000: not linear", per[0], per[1], per[2])
+	}
+}

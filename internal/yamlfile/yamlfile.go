@@ -13,6 +13,8 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -21,8 +23,14 @@ import (
 )
 
 // maxWork bounds the nodes and values compiled from one file, counting each
-// use of an alias anew, so that a small file cannot expand without end.
-const maxWork = 100_000
+// use of an alias anew, so that a small file cannot expand without end:
+// as many as a text of maxTokens tokens holds, which is more than 50,000
+// of Envoy's descriptors.
+const maxWork = 1_000_000
+
+// maxDecodeDepth bounds the nesting Decode follows, aliases followed: the
+// parser's bound, twice over.
+const maxDecodeDepth = 2 * parser.MaxDepth
 
 // ReadFile reads the file at path, of at most MaxFileBytes: every YAML
 // file Sluice reads goes through it, so that a huge or endless file (a
@@ -52,6 +60,7 @@ type Loader struct {
 	aliases map[*ast.AliasNode]ast.Node // what each alias stands for
 	Work    int                         // nodes and values read, bounded by maxWork
 	TooBig  bool                        // Work passed maxWork
+	depth   int                         // Decode calls open
 	// NullIsZero leaves a field whose value is null at its zero value
 	// (Decode), as YAML libraries do; a limits.yaml reports it.
 	NullIsZero bool
@@ -421,15 +430,35 @@ func tokenOf(n ast.Node) (tk *token.Token) {
 	return n.GetToken()
 }
 
-// Sub returns the path of a field or child of path.
+// Bounds on a field path in messages: each node's path is built from its
+// parent's, so that a long name or deep nesting would cost every node
+// below it its length again. The position says where the field is.
+const (
+	maxPathName = 64  // bytes of a name in a path
+	maxPath     = 256 // bytes of a path: its end is kept
+)
+
+// Sub returns the path of a field or child of path, of at most maxPath
+// bytes: a longer one keeps its end, after "...".
 func Sub(path, name string) string {
+	if len(name) > maxPathName {
+		name = strings.ToValidUTF8(name[:maxPathName-3], "") + "..."
+	}
 	if !plain(name) {
 		name = strconv.Quote(name)
 	}
 	if path == "" {
 		return name
 	}
-	return path + "." + name
+	s := path + "." + name
+	if len(s) > maxPath {
+		cut := len(s) - maxPath + 3
+		for cut < len(s) && !utf8.RuneStart(s[cut]) {
+			cut++
+		}
+		s = "..." + s[cut:]
+	}
+	return s
 }
 
 // plain reports whether a name needs no quotes in a field path.
