@@ -23,11 +23,16 @@ type loader struct {
 
 func parse(name string, data []byte) (*Policy, yamlfile.ErrorList) {
 	l := &loader{Loader: yamlfile.New(name)}
-	l.Trim = algo.ErrInvalid.Error() + ": "
 	body, ok := l.Parse(data)
 	if !ok {
 		return nil, l.Errs
 	}
+	return l.compile(name, body)
+}
+
+// compile compiles the body of a limits.yaml.
+func (l *loader) compile(name string, body ast.Node) (*Policy, yamlfile.ErrorList) {
+	l.Trim = algo.ErrInvalid.Error() + ": "
 	pol := &Policy{name: name, root: &node{}}
 	l.file(body, pol)
 	if len(l.Errs) > 0 {
