@@ -51,3 +51,44 @@ func TestLoadLinear(t *testing.T) {
 		}
 	}
 }
+
+// TestFileMemoryBound: no limits.yaml within yamlfile's bounds (4 MiB,
+// 1,000,000 tokens, 256 levels, 400,000 nodes and values counting each use
+// of an alias) makes loading it allocate more than 1 GiB in all, garbage
+// included (docs/service.md's Bounds): the densest tokens, the longest
+// scalar, the deepest nesting, and aliases expanding to the work bound.
+func TestFileMemoryBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads four files at the bounds")
+	}
+	const bound = 1 << 30
+	aliases := func() string {
+		var b strings.Builder
+		b.WriteString("definitions:\n  a0: &a0 {limits: [1, 2, 3]}\n")
+		for i := 1; i < 40; i++ {
+			fmt.Fprintf(&b, "  a%d: &a%d {children: {x: *a%d, y: *a%d}}\n", i, i, i-1, i-1)
+		}
+		return b.String() + "schema:\n  top: *a39\n"
+	}
+	for _, c := range []struct{ name, src, want string }{
+		{"1,000,000 tokens", "schema: [" + strings.Repeat("a,", 499_990) + "a]\n", "want a mapping of child names"},
+		{"a 4 MiB scalar", "schema: " + strings.Repeat("a", 4<<20-20) + "\n", "want a mapping of child names"},
+		{"nested 255 deep", "schema: [" + strings.Repeat(strings.Repeat("[", 253)+strings.Repeat("]", 253)+",", 1970) + "a]\n", "want a mapping of child names"},
+		{"aliases to 400,000 nodes", aliases(), "file too large: more than 400000 nodes and values"},
+	} {
+		data := []byte(c.src)
+		var a, z runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&a)
+		_, err := policy.Parse("bound.yaml", data)
+		runtime.ReadMemStats(&z)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %.200v", c.name, err)
+		}
+		n := z.TotalAlloc - a.TotalAlloc
+		t.Logf("%s (%d bytes): %d MB allocated", c.name, len(data), n>>20)
+		if n > bound {
+			t.Errorf("%s (%d bytes): %d MB allocated, want at most %d", c.name, len(data), n>>20, bound>>20)
+		}
+	}
+}

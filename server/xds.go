@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -19,9 +20,11 @@ import (
 	"github.com/sluicehq/sluice/server/envoyimport"
 )
 
-// xdsWaiting is the policy until the xDS server's first configuration:
-// nothing is limited, as envoyproxy/ratelimit limits nothing in a domain
-// it has no configuration for.
+// xdsWaiting is the policy until the xDS server's first valid
+// configuration (and the policy of an update with no resources): nothing
+// is limited, as envoyproxy/ratelimit limits nothing in a domain it has no
+// configuration for. Until the first, ShouldRateLimit does not answer by
+// it but UNAVAILABLE (xdsWait).
 const xdsWaiting = "unmatched: allow\nschema:\n  \"%no-configuration-yet\": {unlimited: true}\n"
 
 // xdsRetry bounds the wait before connecting to the xDS server again.
@@ -76,6 +79,9 @@ func (s *Server) followXDS(ctx context.Context) error {
 		}
 		if err := s.applyXDS(resp.Resources); err != nil {
 			s.m.reloads.WithLabelValues("failure").Inc()
+			if s.xdsWait.Load() != nil {
+				s.waitXDS("the xDS server's configuration was refused: " + err.Error())
+			}
 			s.log.Error("xds: configuration refused; the previous policy stays", "server", s.cfg.XDSServer, "err", err)
 			if err := c.Nack(err.Error()); err != nil {
 				return err
@@ -115,5 +121,18 @@ func (s *Server) applyXDS(resources []*anypb.Any) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	s.swap(p, "xds")
+	s.xdsWait.Store(nil)
 	return nil
+}
+
+// maxWaitReason bounds the reason ShouldRateLimit and /readyz give while
+// there is no xDS configuration (a refusal's may list 100 errors).
+const maxWaitReason = 1024
+
+// waitXDS records why there is no xDS configuration in force yet.
+func (s *Server) waitXDS(why string) {
+	if len(why) > maxWaitReason {
+		why = strings.ToValidUTF8(why[:maxWaitReason-3], "") + "..."
+	}
+	s.xdsWait.Store(&why)
 }

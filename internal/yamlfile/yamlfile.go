@@ -23,10 +23,10 @@ import (
 )
 
 // maxWork bounds the nodes and values compiled from one file, counting each
-// use of an alias anew, so that a small file cannot expand without end:
-// as many as a text of maxTokens tokens holds, which is more than 50,000
-// of Envoy's descriptors.
-const maxWork = 1_000_000
+// use of an alias anew, so that a small file cannot expand without end
+// (each costs the policy about 1.5 KB): more than 40,000 of Envoy's
+// descriptors, or a limits.yaml of 80,000 nodes.
+const maxWork = 400_000
 
 // maxDecodeDepth bounds the nesting Decode follows, aliases followed: the
 // parser's bound, twice over.
@@ -58,8 +58,11 @@ type Loader struct {
 	Errs    ErrorList                   // every problem found
 	seen    map[errKey]bool             // problems reported, to report each once
 	aliases map[*ast.AliasNode]ast.Node // what each alias stands for
-	Work    int                         // nodes and values read, bounded by maxWork
-	TooBig  bool                        // Work passed maxWork
+	Work    int                         // nodes and values read, bounded by MaxWork
+	TooBig  bool                        // Work passed MaxWork
+	// MaxWork bounds Work: maxWork when 0. A tree built by code (the xDS
+	// client's) is bounded by its builder and may take more.
+	MaxWork int
 	depth   int                         // Decode calls open
 	// NullIsZero leaves a field whose value is null at its zero value
 	// (Decode), as YAML libraries do; a limits.yaml reports it.
@@ -359,15 +362,22 @@ func (l *Loader) Peek(n ast.Node) ast.Node {
 	}
 }
 
+func (l *Loader) maxWork() int {
+	if l.MaxWork > 0 {
+		return l.MaxWork
+	}
+	return maxWork
+}
+
 // Over reports whether the file is too big to compile, reporting it once.
 func (l *Loader) Over(at ast.Node) bool {
 	l.Work++
-	if l.Work <= maxWork {
+	if l.Work <= l.maxWork() {
 		return false
 	}
 	if !l.TooBig {
 		l.TooBig = true
-		l.Errorf(at, "", "file too large: more than %d nodes and values, counting each use of an alias", maxWork)
+		l.Errorf(at, "", "file too large: more than %d nodes and values, counting each use of an alias", l.maxWork())
 	}
 	return true
 }
