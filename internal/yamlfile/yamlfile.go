@@ -63,7 +63,7 @@ type Loader struct {
 	// MaxWork bounds Work: maxWork when 0. A tree built by code (the xDS
 	// client's) is bounded by its builder and may take more.
 	MaxWork int
-	depth   int                         // Decode calls open
+	depth   int // Decode calls open
 	// NullIsZero leaves a field whose value is null at its zero value
 	// (Decode), as YAML libraries do; a limits.yaml reports it.
 	NullIsZero bool
