@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/goccy/go-yaml/lexer"
+
+	"github.com/sluicehq/sluice/internal/yamlfile/parser"
 )
 
 // allocated returns the bytes f allocates.
@@ -184,5 +186,37 @@ func TestDecodeLinear(t *testing.T) {
 	}
 	if per[2] > 1.3*per[0] {
 		t.Errorf("%.0f, %.0f, %.0f bytes allocated per byte of text at n = 20,000, 40,000, 80,000: not linear", per[0], per[1], per[2])
+	}
+}
+
+// TestBoundsDocumented: docs/service.md's row for YAML files states the
+// bounds enforced here.
+func TestBoundsDocumented(t *testing.T) {
+	page, err := os.ReadFile("../../docs/service.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, row, ok := strings.Cut(string(page), "\n| a YAML file or text")
+	row, _, _ = strings.Cut(row, "\n")
+	if !ok {
+		t.Fatal("docs/service.md has no row for a YAML file")
+	}
+	comma := func(n int) string {
+		s := fmt.Sprint(n)
+		for i := len(s) - 3; i > 0; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	}
+	for _, want := range []string{
+		fmt.Sprintf("| %d MiB |", MaxFileBytes>>20),
+		fmt.Sprintf("| %d lists, mappings", parser.MaxDepth),
+		fmt.Sprintf("%d following aliases", maxDecodeDepth),
+		comma(maxTokens) + " tokens",
+		comma(maxWork) + " nodes and values",
+	} {
+		if !strings.Contains(row, want) {
+			t.Errorf("docs/service.md's row for a YAML file does not say %q", want)
+		}
 	}
 }
