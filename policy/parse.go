@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/yamlfile"
+	"github.com/sluicehq/sluice/store"
 )
 
 // loader compiles one limits file, collecting every problem it finds.
@@ -21,11 +23,16 @@ type loader struct {
 
 func parse(name string, data []byte) (*Policy, yamlfile.ErrorList) {
 	l := &loader{Loader: yamlfile.New(name)}
-	l.Trim = algo.ErrInvalid.Error() + ": "
 	body, ok := l.Parse(data)
 	if !ok {
 		return nil, l.Errs
 	}
+	return l.compile(name, body)
+}
+
+// compile compiles the body of a limits.yaml.
+func (l *loader) compile(name string, body ast.Node) (*Policy, yamlfile.ErrorList) {
+	l.Trim = algo.ErrInvalid.Error() + ": "
 	pol := &Policy{name: name, root: &node{}}
 	l.file(body, pol)
 	if len(l.Errs) > 0 {
@@ -113,6 +120,12 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 		if pattern != "" {
 			p = pattern + "/" + e.Name
 		}
+		if len(p)-strings.Count(p, Wildcard) > store.MaxKeyLen || len(p) > 2*store.MaxKeyLen {
+			// Never reached, and what is below it would cost each
+			// node its whole pattern again.
+			l.Errorf(e.Key, path, "child %s is never matched: its pattern is longer than a key may be (%d bytes, not counting its \"*\"s; %d with them)", describeName(e.Name), store.MaxKeyLen, 2*store.MaxKeyLen)
+			continue
+		}
 		isGlob := e.Name != Wildcard && strings.Contains(e.Name, Wildcard)
 		c := l.node(e.Value, e.Key, yamlfile.Sub(path, e.Name), p, shadow, isGlob)
 		switch {
@@ -127,6 +140,14 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 		}
 	}
 	return named, star, globs
+}
+
+// describeName quotes a child's name for a message, cut to 40 bytes.
+func describeName(name string) string {
+	if len(name) > 40 {
+		return strconv.Quote(strings.ToValidUTF8(name[:37], "")) + "..."
+	}
+	return strconv.Quote(name)
 }
 
 // node compiles one node.

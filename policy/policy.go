@@ -115,6 +115,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goccy/go-yaml/ast"
+
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/keys"
 	"github.com/sluicehq/sluice/internal/yamlfile"
@@ -366,6 +368,25 @@ func Load(path string) (*Policy, error) {
 // every problem found.
 func Parse(name string, data []byte) (*Policy, error) {
 	p, errs := parse(name, data)
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	return p, nil
+}
+
+// maxTreeWork bounds the nodes and values ParseTree compiles: the xDS
+// client's 200,000 descriptors (envoyimport), 5 each.
+const maxTreeWork = 1_000_000
+
+// ParseTree compiles a policy from the YAML tree a limits.yaml's text
+// parses to, built without text: the xDS client builds one from Envoy's
+// RateLimitConfig resources, whose updates may hold 100,000 descriptors.
+// It has no anchors; errors are positioned by its tokens, if any.
+func ParseTree(name string, body ast.Node) (*Policy, error) {
+	l := &loader{Loader: yamlfile.New(name)}
+	l.MaxWork = maxTreeWork
+	p, errs := l.compile(name, body)
 	if len(errs) > 0 {
 		errs.Sort()
 		return nil, errs

@@ -64,6 +64,11 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
 	}
+	if why := s.xdsWait.Load(); why != nil {
+		// As envoyproxy/ratelimit answers without a configuration; Envoy
+		// then lets the request through or not by its failure_mode_deny.
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded: "+*why)
+	}
 	if err := ctx.Err(); err != nil {
 		// The caller has gone: decide nothing it would not hear of.
 		return nil, status.FromContextError(err).Err()

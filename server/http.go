@@ -377,6 +377,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "no policy loaded\n")
 		return
 	}
+	if why := s.xdsWait.Load(); why != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "no rate limit configuration loaded: "+*why+"\n")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
 	if err := s.PingStore(ctx); err != nil {

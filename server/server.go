@@ -53,7 +53,11 @@ type Server struct {
 	fileState fileStamp // of the policy file when last read
 	fileSeen  fileStamp // of the policy file at the last poll
 
-	ready     atomic.Bool
+	ready atomic.Bool
+	// xdsWait says why there is no xDS configuration yet (nil once the
+	// first valid one is in force): ShouldRateLimit answers UNAVAILABLE
+	// and /readyz 503 meanwhile, as envoyproxy/ratelimit does.
+	xdsWait   atomic.Pointer[string]
 	storeDown atomic.Bool   // the last ping failed (noteStore)
 	errLog    ratelog.Every // store failures: one line a second
 	unmatched unmatchedLog  // where unmatched paths were logged
@@ -131,6 +135,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		cfg: cfg, log: log, adminToken: token,
 		failOpen: cfg.OnStoreError == "allow", timeout: time.Duration(cfg.Timeout),
 		current: new(policy.Current),
+	}
+	if cfg.XDSServer != "" {
+		s.waitXDS("waiting for the xDS server's first configuration")
 	}
 	s.m = newMetrics(s.PingStore, s.timeout) // reads s.store when scraped
 	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

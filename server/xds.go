@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -21,9 +20,11 @@ import (
 	"github.com/sluicehq/sluice/server/envoyimport"
 )
 
-// xdsWaiting is the policy until the xDS server's first configuration:
-// nothing is limited, as envoyproxy/ratelimit limits nothing in a domain
-// it has no configuration for.
+// xdsWaiting is the policy until the xDS server's first valid
+// configuration (and the policy of an update with no resources): nothing
+// is limited, as envoyproxy/ratelimit limits nothing in a domain it has no
+// configuration for. Until the first, ShouldRateLimit does not answer by
+// it but UNAVAILABLE (xdsWait).
 const xdsWaiting = "unmatched: allow\nschema:\n  \"%no-configuration-yet\": {unlimited: true}\n"
 
 // xdsRetry bounds the wait before connecting to the xDS server again.
@@ -78,6 +79,9 @@ func (s *Server) followXDS(ctx context.Context) error {
 		}
 		if err := s.applyXDS(resp.Resources); err != nil {
 			s.m.reloads.WithLabelValues("failure").Inc()
+			if s.xdsWait.Load() != nil {
+				s.waitXDS("the xDS server's configuration was refused: " + err.Error())
+			}
 			s.log.Error("xds: configuration refused; the previous policy stays", "server", s.cfg.XDSServer, "err", err)
 			if err := c.Nack(err.Error()); err != nil {
 				return err
@@ -90,80 +94,45 @@ func (s *Server) followXDS(ctx context.Context) error {
 	}
 }
 
-// applyXDS converts RateLimitConfig resources, one domain each, as
-// import-envoy converts Envoy's files, and swaps the policy in.
+// applyXDS converts RateLimitConfig resources, one domain each, straight
+// to the policy (envoyimport.FromXDS), and swaps it in.
 func (s *Server) applyXDS(resources []*anypb.Any) error {
-	files := make([]envoyimport.File, 0, len(resources))
-	for _, r := range resources {
-		var c rlsconfv3.RateLimitConfig
-		if err := anypb.UnmarshalTo(r, &c, proto.UnmarshalOptions{}); err != nil {
+	configs := make([]*rlsconfv3.RateLimitConfig, len(resources))
+	for i, r := range resources {
+		configs[i] = &rlsconfv3.RateLimitConfig{}
+		if err := anypb.UnmarshalTo(r, configs[i], proto.UnmarshalOptions{}); err != nil {
 			return fmt.Errorf("a resource that is not a RateLimitConfig: %w", err)
 		}
-		data, err := json.Marshal(map[string]any{"domain": c.Domain, "descriptors": xdsDescriptors(c.Descriptors)})
-		if err != nil {
-			return err
-		}
-		files = append(files, envoyimport.File{Name: "xds:" + c.Name, Data: data})
 	}
-	src := []byte(xdsWaiting)
-	if len(files) > 0 {
-		out, warnings, err := envoyimport.Convert(files)
-		if err != nil {
-			return err
-		}
+	var p *policy.Policy
+	var err error
+	if len(configs) == 0 {
+		p, err = policy.Parse("xds:"+s.cfg.XDSServer, []byte(xdsWaiting))
+	} else {
+		var warnings []string
+		p, warnings, err = envoyimport.FromXDS("xds:"+s.cfg.XDSServer, configs)
 		for _, w := range warnings {
 			s.log.Warn("xds: " + w)
 		}
-		src = out
 	}
-	p, err := policy.Parse("xds:"+s.cfg.XDSServer, src)
 	if err != nil {
 		return err
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	s.swap(p, "xds")
+	s.xdsWait.Store(nil)
 	return nil
 }
 
-// xdsDescriptors writes descriptors as Envoy's configuration files do.
-func xdsDescriptors(ds []*rlsconfv3.RateLimitDescriptor) []map[string]any {
-	out := make([]map[string]any, len(ds))
-	for i, d := range ds {
-		m := map[string]any{"key": d.Key}
-		if d.Value != "" {
-			m["value"] = d.Value
-		}
-		if d.ShadowMode {
-			m["shadow_mode"] = true
-		}
-		if d.DetailedMetric {
-			m["detailed_metric"] = true
-		}
-		if rl := d.RateLimit; rl != nil {
-			r := map[string]any{}
-			if rl.Unlimited {
-				r["unlimited"] = true
-			} else {
-				r["unit"] = strings.ToLower(rl.Unit.String())
-				r["requests_per_unit"] = rl.RequestsPerUnit
-			}
-			if rl.Name != "" {
-				r["name"] = rl.Name
-			}
-			if len(rl.Replaces) > 0 {
-				rs := make([]map[string]string, len(rl.Replaces))
-				for j, x := range rl.Replaces {
-					rs[j] = map[string]string{"name": x.Name}
-				}
-				r["replaces"] = rs
-			}
-			m["rate_limit"] = r
-		}
-		if len(d.Descriptors) > 0 {
-			m["descriptors"] = xdsDescriptors(d.Descriptors)
-		}
-		out[i] = m
+// maxWaitReason bounds the reason ShouldRateLimit and /readyz give while
+// there is no xDS configuration (a refusal's may list 100 errors).
+const maxWaitReason = 1024
+
+// waitXDS records why there is no xDS configuration in force yet.
+func (s *Server) waitXDS(why string) {
+	if len(why) > maxWaitReason {
+		why = strings.ToValidUTF8(why[:maxWaitReason-3], "") + "..."
 	}
-	return out
+	s.xdsWait.Store(&why)
 }

@@ -48,7 +48,7 @@ var envoyVars = []envoyVar{
 	{"LOG_LEVEL", "WARN", ""},
 	{"LOG_FORMAT", "text", ""},
 	{"CONFIG_TYPE", "FILE", ""},
-	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "Sluice always starts, limiting nothing until its first configuration"},
+	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "Sluice always starts; until its first valid configuration ShouldRateLimit answers UNAVAILABLE (no rate limit configuration loaded) and /readyz 503, as envoyproxy/ratelimit answers when it starts without one"},
 	{"CONFIG_GRPC_XDS_NODE_ID", "default", ""},
 	{"CONFIG_GRPC_XDS_NODE_METADATA", "", "the node is sent without metadata"},
 	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", ""},

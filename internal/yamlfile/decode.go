@@ -126,6 +126,12 @@ func (l *Loader) Decode(n ast.Node, v reflect.Value, path string) bool {
 	if l.Over(n) {
 		return false
 	}
+	if l.depth >= maxDecodeDepth {
+		l.Errorf(n, path, "nested deeper than %d, counting the nodes aliases stand for", maxDecodeDepth)
+		return false
+	}
+	l.depth++
+	defer func() { l.depth-- }()
 	n, ok := l.Deref(n, path)
 	if !ok {
 		return false
@@ -314,12 +320,12 @@ func (l *Loader) UnmarshalYAML(n ast.Node, u yamlUnmarshaler, path string) bool 
 		if rv.Kind() != reflect.Pointer || rv.IsNil() {
 			return fmt.Errorf("unmarshal wants a non-nil pointer, got %T", target)
 		}
-		try := &Loader{Name: l.Name, seen: map[errKey]bool{}, aliases: l.aliases, Work: l.Work, TooBig: l.TooBig, NullIsZero: l.NullIsZero, Trim: l.Trim}
+		try := &Loader{Name: l.Name, seen: map[errKey]bool{}, aliases: l.aliases, Work: l.Work, TooBig: l.TooBig, NullIsZero: l.NullIsZero, Trim: l.Trim, depth: l.depth, MaxWork: l.MaxWork}
 		ok := try.Decode(n, rv.Elem(), path)
 		l.Work = try.Work
 		if try.TooBig && !l.TooBig {
 			l.TooBig = true
-			l.Errorf(n, path, "file too large: more than %d nodes and values, counting each use of an alias", maxWork)
+			l.Errorf(n, path, "file too large: more than %d nodes and values, counting each use of an alias", l.maxWork())
 		}
 		if ok || len(try.Errs) == 0 {
 			return nil

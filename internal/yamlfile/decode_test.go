@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+	"github.com/sluicehq/sluice/internal/yamlfile/parser"
 )
 
 // futureSpec has the kinds of fields algorithms may add to algo.Spec (such
@@ -36,7 +36,7 @@ type windowLimit struct {
 
 func decodeYAML(t *testing.T, src string, v any) ErrorList {
 	t.Helper()
-	f, err := parser.ParseBytes([]byte(src), 0, parser.AllowDuplicateMapKey())
+	f, err := parser.ParseBytes([]byte(src), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestReadFileBound(t *testing.T) {
 		if n <= MaxFileBytes && (err != nil || len(data) != n) {
 			t.Errorf("%d bytes: %d, %v", n, len(data), err)
 		}
-		if n > MaxFileBytes && (err == nil || !strings.Contains(err.Error(), path+": larger than 16 MiB")) {
+		if n > MaxFileBytes && (err == nil || !strings.Contains(err.Error(), path+": larger than 4 MiB")) {
 			t.Errorf("%d bytes: %v", n, err)
 		}
 	}

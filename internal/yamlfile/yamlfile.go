@@ -13,19 +13,24 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
+	"github.com/sluicehq/sluice/internal/yamlfile/parser"
 )
 
 // maxWork bounds the nodes and values compiled from one file, counting each
-// use of an alias anew, so that a small file cannot expand without end.
-const maxWork = 100_000
+// use of an alias anew, so that a small file cannot expand without end
+// (each costs the policy about 1.5 KB): more than 40,000 of Envoy's
+// descriptors, or a limits.yaml of 80,000 nodes.
+const maxWork = 400_000
 
-// MaxFileBytes bounds a YAML file ReadFile reads.
-const MaxFileBytes = 16 << 20
+// maxDecodeDepth bounds the nesting Decode follows, aliases followed: the
+// parser's bound, twice over.
+const maxDecodeDepth = 2 * parser.MaxDepth
 
 // ReadFile reads the file at path, of at most MaxFileBytes: every YAML
 // file Sluice reads goes through it, so that a huge or endless file (a
@@ -53,8 +58,12 @@ type Loader struct {
 	Errs    ErrorList                   // every problem found
 	seen    map[errKey]bool             // problems reported, to report each once
 	aliases map[*ast.AliasNode]ast.Node // what each alias stands for
-	Work    int                         // nodes and values read, bounded by maxWork
-	TooBig  bool                        // Work passed maxWork
+	Work    int                         // nodes and values read, bounded by MaxWork
+	TooBig  bool                        // Work passed MaxWork
+	// MaxWork bounds Work: maxWork when 0. A tree built by code (the xDS
+	// client's) is bounded by its builder and may take more.
+	MaxWork int
+	depth   int // Decode calls open
 	// NullIsZero leaves a field whose value is null at its zero value
 	// (Decode), as YAML libraries do; a limits.yaml reports it.
 	NullIsZero bool
@@ -114,8 +123,14 @@ func Decode(name string, data []byte, v any) error {
 
 // Parse parses data and returns the body of its one document (nil for
 // none), having collected its anchors; a second document is an error.
-// ok is false when data is not YAML.
+// ok is false when data is not YAML, or passes a bound of scan (size,
+// depth, tokens), which is checked before the parser runs.
 func (l *Loader) Parse(data []byte) (body ast.Node, ok bool) {
+	if pos, msg := scan(data); msg != "" {
+		pos.Filename = l.Name
+		l.Add(pos, nil, "", msg, nil)
+		return nil, false
+	}
 	f, err := parseYAML(data)
 	if err != nil {
 		l.Syntax(err)
@@ -144,7 +159,7 @@ func parseYAML(data []byte) (f *ast.File, err error) {
 			f, err = nil, fmt.Errorf("YAML parser failed: %v", r)
 		}
 	}()
-	return parser.ParseBytes(data, 0, parser.AllowDuplicateMapKey())
+	return parser.ParseBytes(data, 0)
 }
 
 // Syntax reports a YAML parser error.
@@ -347,15 +362,22 @@ func (l *Loader) Peek(n ast.Node) ast.Node {
 	}
 }
 
+func (l *Loader) maxWork() int {
+	if l.MaxWork > 0 {
+		return l.MaxWork
+	}
+	return maxWork
+}
+
 // Over reports whether the file is too big to compile, reporting it once.
 func (l *Loader) Over(at ast.Node) bool {
 	l.Work++
-	if l.Work <= maxWork {
+	if l.Work <= l.maxWork() {
 		return false
 	}
 	if !l.TooBig {
 		l.TooBig = true
-		l.Errorf(at, "", "file too large: more than %d nodes and values, counting each use of an alias", maxWork)
+		l.Errorf(at, "", "file too large: more than %d nodes and values, counting each use of an alias", l.maxWork())
 	}
 	return true
 }
@@ -418,15 +440,35 @@ func tokenOf(n ast.Node) (tk *token.Token) {
 	return n.GetToken()
 }
 
-// Sub returns the path of a field or child of path.
+// Bounds on a field path in messages: each node's path is built from its
+// parent's, so that a long name or deep nesting would cost every node
+// below it its length again. The position says where the field is.
+const (
+	maxPathName = 64  // bytes of a name in a path
+	maxPath     = 256 // bytes of a path: its end is kept
+)
+
+// Sub returns the path of a field or child of path, of at most maxPath
+// bytes: a longer one keeps its end, after "...".
 func Sub(path, name string) string {
+	if len(name) > maxPathName {
+		name = strings.ToValidUTF8(name[:maxPathName-3], "") + "..."
+	}
 	if !plain(name) {
 		name = strconv.Quote(name)
 	}
 	if path == "" {
 		return name
 	}
-	return path + "." + name
+	s := path + "." + name
+	if len(s) > maxPath {
+		cut := len(s) - maxPath + 3
+		for cut < len(s) && !utf8.RuneStart(s[cut]) {
+			cut++
+		}
+		s = "..." + s[cut:]
+	}
+	return s
 }
 
 // plain reports whether a name needs no quotes in a field path.

@@ -76,7 +76,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+	"github.com/sluicehq/sluice/internal/yamlfile/parser"
 
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
@@ -169,6 +169,8 @@ type node struct {
 	names    []string // children in order of appearance
 	children map[string]*node
 	limit    string // the fixed_window limit as YAML flow mapping, or ""
+	perUnit  uint32 // the limit's count
+	window   string // the limit's window, such as "1m"
 	shadow   bool
 	unlim    bool
 	shared   bool // a pattern whose matches share one counter
@@ -190,13 +192,28 @@ func (n *node) child(name string) (*node, bool) {
 	return c, ok
 }
 
-// converter collects errors and warnings.
+// converter collects errors and warnings, at most maxReported of each
+// (each is positioned by a walk of its file's tree), and counts the rest.
 type converter struct {
-	errs     []string
-	warnings []string
-	file     File
-	ast      *ast.File
+	errs, warnings      []string
+	moreErrs, moreWarns int
+	file                File
+	ast                 *ast.File
+	parsed              bool // ast is file's, parsed when first needed
+	count               int  // descriptors converted, bounded by maxDescriptors
 }
+
+// maxReported bounds the errors, and the warnings, listed one by one.
+const maxReported = 100
+
+// maxNesting is the nesting of descriptors a request can reach: the
+// service takes at most 31 entries in a descriptor (server's maxEntries).
+const maxNesting = 31
+
+// maxDescriptors bounds the descriptors of one conversion, all domains
+// together: more than a file within yamlfile's bounds holds, and than an
+// xDS update of 4 MiB (gRPC's bound) holds of descriptors with limits.
+const maxDescriptors = 200_000
 
 // Convert converts the files (one domain each) into one limits.yaml. It
 // returns the text, warnings about what was ignored, and an error listing
@@ -206,8 +223,7 @@ func Convert(files []File) ([]byte, []string, error) {
 	c := &converter{}
 	top := &node{}
 	for _, f := range files {
-		c.file = f
-		c.ast, _ = parser.ParseBytes(f.Data, 0)
+		c.file, c.ast, c.parsed = f, nil, false
 		var r root
 		if err := yamlfile.Decode(f.Name, f.Data, &r); err != nil {
 			var list yamlfile.ErrorList
@@ -215,29 +231,14 @@ func Convert(files []File) ([]byte, []string, error) {
 				return nil, c.warnings, err
 			}
 			for _, e := range list {
-				c.errs = append(c.errs, e.Error())
+				c.add(&c.errs, &c.moreErrs, e.Error())
 			}
 			continue
 		}
-		if r.Domain == "" {
-			c.errorf("$", "config file cannot have an empty domain")
-			continue
-		}
-		d, dup := top.child(string(r.Domain))
-		if dup {
-			c.errorf("$.domain", "domain %q is already defined by another file", r.Domain)
-			continue
-		}
-		d.comments = append(d.comments, "domain "+string(r.Domain)+" ("+f.Name+")")
-		c.descriptors(d, r.Descriptors, "$.descriptors")
-		if len(r.Descriptors) == 0 {
-			// Envoy loads it and limits nothing in it.
-			d.unlim = true
-			d.comments = append(d.comments, "no descriptors: Envoy limits nothing in this domain")
-		}
+		c.domain(top, r)
 	}
-	if len(c.errs) > 0 {
-		return nil, c.warnings, errors.New(strings.Join(c.errs, "\n"))
+	if err := c.err(); err != nil {
+		return nil, c.warned(), err
 	}
 	var b bytes.Buffer
 	names := make([]string, len(files))
@@ -256,18 +257,93 @@ schema:
 	write(&b, top, 1)
 	out := b.Bytes()
 	if _, err := policy.Parse("import-envoy output", out); err != nil {
-		return nil, c.warnings, fmt.Errorf("import-envoy produced an invalid policy (a bug): %w", err)
+		return nil, c.warned(), fmt.Errorf("import-envoy produced an invalid policy (a bug): %w", err)
 	}
-	return out, c.warnings, nil
+	return out, c.warned(), nil
 }
 
-// descriptors converts a list of descriptors under the node of their
-// parent (a domain or a value node).
-func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
+// domain converts one domain's configuration under top.
+func (c *converter) domain(top *node, r root) {
+	if r.Domain == "" {
+		c.errorf(nil, "", "config file cannot have an empty domain")
+		return
+	}
+	d, dup := top.child(string(r.Domain))
+	if dup {
+		c.errorf(nil, "domain", "domain %q is already defined by another file", r.Domain)
+		return
+	}
+	d.comments = append(d.comments, "domain "+string(r.Domain)+" ("+c.file.Name+")")
+	c.descriptors(d, r.Descriptors, nil, 1)
+	if len(r.Descriptors) == 0 {
+		// Envoy loads it and limits nothing in it.
+		d.unlim = true
+		d.comments = append(d.comments, "no descriptors: Envoy limits nothing in this domain")
+	}
+}
+
+// err returns the errors found, or nil.
+func (c *converter) err() error {
+	if len(c.errs) == 0 {
+		return nil
+	}
+	errs := c.errs
+	if c.moreErrs > 0 {
+		errs = append(errs[:len(errs):len(errs)], fmt.Sprintf("and %d more errors", c.moreErrs))
+	}
+	return errors.New(strings.Join(errs, "\n"))
+}
+
+// warned returns the warnings.
+func (c *converter) warned() []string {
+	if c.moreWarns > 0 {
+		return append(c.warnings[:len(c.warnings):len(c.warnings)], fmt.Sprintf("and %d more warnings", c.moreWarns))
+	}
+	return c.warnings
+}
+
+// add appends msg to list, or counts it past maxReported.
+func (c *converter) add(list *[]string, more *int, msg string) {
+	if len(*list) >= maxReported {
+		*more++
+		return
+	}
+	*list = append(*list, msg)
+}
+
+// dpath is the path of a descriptor: the index in its parent's list,
+// written out only for a message (each descriptor's would cost its
+// depth).
+type dpath struct {
+	parent *dpath
+	i      int
+}
+
+// String returns the YAML path, such as $.descriptors[0].descriptors[3].
+func (p *dpath) String() string {
+	if p == nil {
+		return "$"
+	}
+	return fmt.Sprintf("%s.descriptors[%d]", p.parent, p.i)
+}
+
+// descriptors converts a list of descriptors, at a nesting of level,
+// under the node of their parent (a domain or a value node).
+func (c *converter) descriptors(parent *node, ds []descriptor, path *dpath, level int) {
+	if level > maxNesting {
+		c.warnf(path, "descriptors", "descriptors nested deeper than %d are dropped: no request reaches them (a descriptor has at most %d entries)", maxNesting, maxNesting)
+		return
+	}
 	for i, d := range ds {
-		p := fmt.Sprintf("%s[%d]", path, i)
+		if c.count++; c.count > maxDescriptors {
+			if c.count == maxDescriptors+1 {
+				c.errorf(path, "", "more than %d descriptors", maxDescriptors)
+			}
+			return
+		}
+		p := &dpath{path, i}
 		if d.Key == "" {
-			c.errorf(p, "descriptor has no key")
+			c.errorf(p, "", "descriptor has no key")
 			continue
 		}
 		value := string(d.Value)
@@ -278,24 +354,24 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 		v, dup := k.child(value)
 		if dup {
 			if d.Value == "" || d.Value == "*" {
-				c.errorf(p, "descriptor %s has both a key-only form and the wildcard value \"*\" (or is repeated): they are one node in Sluice", d.Key)
+				c.errorf(p, "", "descriptor %s has both a key-only form and the wildcard value \"*\" (or is repeated): they are one node in Sluice", d.Key)
 			} else {
-				c.errorf(p, "duplicate descriptor %s_%s", d.Key, d.Value)
+				c.errorf(p, "", "duplicate descriptor %s_%s", d.Key, d.Value)
 			}
 			continue
 		}
 		if d.QuotaMode {
-			c.warnf(p+".quota_mode", "quota_mode is enforced as a plain limit: as Envoy does for a request with one quota_mode descriptor; for a request with several, Envoy denies only when all are over their limits, and Sluice when any is (it never admits more than Envoy)")
+			c.warnf(p, "quota_mode", "quota_mode is enforced as a plain limit: as Envoy does for a request with one quota_mode descriptor; for a request with several, Envoy denies only when all are over their limits, and Sluice when any is (it never admits more than Envoy)")
 		}
 		if d.Metadata != nil {
-			c.warnf(p+".metadata", "metadata is dropped: Sluice's answers carry no descriptor metadata")
+			c.warnf(p, "metadata", "metadata is dropped: Sluice's answers carry no descriptor metadata")
 		}
 		if d.DetailedMetric {
-			c.warnf(p+".detailed_metric", "detailed_metric is dropped: Sluice's metrics count by policy node (sluice_decisions_total{node}), never by descriptor value; sluice explain and /admin/v1/consumers show a key's state")
+			c.warnf(p, "detailed_metric", "detailed_metric is dropped: Sluice's metrics count by policy node (sluice_decisions_total{node}), never by descriptor value; sluice explain and /admin/v1/consumers show a key's state")
 		}
 		if d.ShareThreshold {
 			if !strings.Contains(string(d.Value), "*") || d.Value == "*" {
-				c.errorf(p+".share_threshold", "share_threshold is for a value with a wildcard such as \"files/*\"")
+				c.errorf(p, "share_threshold", "share_threshold is for a value with a wildcard such as \"files/*\"")
 				continue
 			}
 			v.shared = true
@@ -306,10 +382,10 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 			for j, r := range rl.Replaces {
 				switch r.Name {
 				case "":
-					c.errorf(fmt.Sprintf("%s.rate_limit.replaces[%d]", p, j), "should not have an empty replaces entry")
+					c.errorf(p, fmt.Sprintf("rate_limit.replaces[%d]", j), "should not have an empty replaces entry")
 					bad = true
 				case rl.Name:
-					c.errorf(fmt.Sprintf("%s.rate_limit.replaces[%d]", p, j), "replaces should not contain the name of the same descriptor (%q)", rl.Name)
+					c.errorf(p, fmt.Sprintf("rate_limit.replaces[%d]", j), "replaces should not contain the name of the same descriptor (%q)", rl.Name)
 					bad = true
 				default:
 					v.replaces = append(v.replaces, string(r.Name))
@@ -320,7 +396,7 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 			}
 			if rl.Unlimited {
 				if rl.Unit != "" {
-					c.errorf(p+".rate_limit.unit", "should not specify rate limit unit when unlimited")
+					c.errorf(p, "rate_limit.unit", "should not specify rate limit unit when unlimited")
 					continue
 				}
 				v.unlim = true
@@ -328,19 +404,20 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path string) {
 				unit, ok := Units[strings.ToLower(rl.Unit)]
 				switch {
 				case !ok:
-					c.errorf(p+".rate_limit.unit", "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", rl.Unit)
+					c.errorf(p, "rate_limit.unit", "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", rl.Unit)
 					continue
 				case rl.RequestsPerUnit == nil:
-					c.errorf(p+".rate_limit", "requests_per_unit is missing")
+					c.errorf(p, "rate_limit", "requests_per_unit is missing")
 					continue
 				}
 				// requests_per_unit 0 is a window that admits nothing.
-				v.limit = fmt.Sprintf("{algorithm: fixed_window, limit: %d, window: %s}", *rl.RequestsPerUnit, durationText(unit))
+				v.perUnit, v.window = *rl.RequestsPerUnit, durationText(unit)
+				v.limit = fmt.Sprintf("{algorithm: fixed_window, limit: %d, window: %s}", v.perUnit, v.window)
 				v.shadow = d.ShadowMode
 			}
 		}
 		if len(d.Descriptors) > 0 {
-			c.descriptors(v, d.Descriptors, p+".descriptors")
+			c.descriptors(v, d.Descriptors, p, level+1)
 			if v.unlim {
 				v.unlim = false
 				v.comments = append(v.comments, "unlimited in Envoy; its nested descriptors are limited")
@@ -409,17 +486,40 @@ func durationText(d time.Duration) string {
 	return strconv.FormatInt(int64(d/time.Second), 10) + "s"
 }
 
-func (c *converter) errorf(path, format string, args ...any) {
-	c.errs = append(c.errs, c.pos(path)+": "+fmt.Sprintf(format, args...))
+// errorf reports a problem with field of the descriptor at d (nil: the
+// file's top level; field "": the descriptor).
+func (c *converter) errorf(d *dpath, field, format string, args ...any) {
+	if len(c.errs) >= maxReported {
+		c.moreErrs++
+		return
+	}
+	c.errs = append(c.errs, c.pos(d, field)+": "+fmt.Sprintf(format, args...))
 }
 
-func (c *converter) warnf(path, format string, args ...any) {
-	c.warnings = append(c.warnings, c.pos(path)+": "+fmt.Sprintf(format, args...))
+func (c *converter) warnf(d *dpath, field, format string, args ...any) {
+	if len(c.warnings) >= maxReported {
+		c.moreWarns++
+		return
+	}
+	c.warnings = append(c.warnings, c.pos(d, field)+": "+fmt.Sprintf(format, args...))
 }
 
-// pos renders "file:line:col: field" for a YAML path such as
-// $.descriptors[0].rate_limit.unit.
-func (c *converter) pos(path string) string {
+// pos renders "file:line:col: field" for field of the descriptor at d,
+// such as $.descriptors[0].rate_limit.unit.
+func (c *converter) pos(d *dpath, field string) string {
+	path := d.String()
+	if field != "" {
+		path += "." + field
+	}
+	if !c.parsed && c.file.Data != nil {
+		c.ast, _ = parser.ParseBytes(c.file.Data, 0) // within yamlfile's bounds: Decode took it
+		c.parsed = true
+	}
+	return c.at(path)
+}
+
+// at renders "file:line:col: field" for a YAML path.
+func (c *converter) at(path string) string {
 	field := strings.TrimPrefix(strings.TrimPrefix(path, "$"), ".")
 	if c.ast != nil && path != "$" {
 		for p := path; p != ""; p = parentPath(p) {

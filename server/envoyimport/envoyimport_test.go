@@ -1,6 +1,7 @@
 package envoyimport
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,5 +148,36 @@ func TestConvertAsEnvoyDoes(t *testing.T) {
 		if got := strings.Join(warnings, "\n"); c.warning != "" && !strings.Contains(got, c.warning) || c.warning == "" && got != "" {
 			t.Errorf("%s: warnings %q, want %q", c.envoy, got, c.warning)
 		}
+	}
+}
+
+// TestManyDescriptors (issue 54, item 7): a domain of 10,000 descriptors,
+// and of 30,000, which envoyproxy/ratelimit takes, converts, and its output
+// loads (10,000 was refused: "more than 100000 nodes"); past the bound
+// (about 40,000 in this form) the error says so.
+func TestManyDescriptors(t *testing.T) {
+	file := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("domain: gw\ndescriptors:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - key: user\n    value: u%d\n    rate_limit:\n      unit: minute\n      requests_per_unit: 3\n", i)
+		}
+		return []byte(b.String())
+	}
+	for _, n := range []int{10_000, 30_000} {
+		out, _, err := Convert([]File{{"many.yaml", file(n)}})
+		if err != nil {
+			t.Fatalf("%d descriptors: %.300v", n, err)
+		}
+		p, err := policy.Parse("out.yaml", out)
+		if err != nil {
+			t.Fatalf("%d descriptors, the output: %.300v", n, err)
+		}
+		if m := p.Match([]string{"gw", "user", fmt.Sprintf("u%d", n-1)}); m.Unmatched {
+			t.Errorf("%d descriptors: the last is not matched", n)
+		}
+	}
+	if _, _, err := Convert([]File{{"many.yaml", file(41_000)}}); err == nil || !strings.Contains(err.Error(), "file too large: more than 400000 nodes and values") {
+		t.Errorf("41,000 descriptors: %.300v", err)
 	}
 }
