@@ -30,7 +30,14 @@ if ! "$helm_bin" version --short 2>/dev/null | grep -q "^$helm_version"; then
   go install "helm.sh/helm/v3/cmd/helm@$helm_version" > /tmp/sluice-helm-install.log 2>&1 &
   helm_pid=$!
 fi
+# grpcurl, which TestGRPCReflection runs against sluice serve, built from
+# its module at the pinned version (the test builds it again: then it only
+# links), in the background while go vet runs.
+grpcurl_version=v1.9.3
+GOBIN="$(mktemp -d)" GOFLAGS= go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$grpcurl_version" > /tmp/sluice-grpcurl-install.log 2>&1 &
+grpcurl_pid=$!
 go vet ./...
+wait "$grpcurl_pid" || { cat /tmp/sluice-grpcurl-install.log >&2; echo "test.sh: installing grpcurl failed" >&2; exit 1; }
 go test -race -count=1 ./... "$@"
 # The chart's test is a module of its own (charts/go.mod): the Kubernetes
 # API types stay out of Sluice's.
