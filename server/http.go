@@ -189,11 +189,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		if b.d.Permit != 0 {
 			s.countSlots("http", algo.Acquire, &b.d)
 		}
-		if b.d.Allowed {
-			s.m.httpChecks.allowed.Inc()
-		} else {
-			s.m.httpChecks.limited.Inc()
-		}
+		s.m.httpChecks.count(&b.d)
 		if len(req.Meta) > 0 && b.d.Allowed && cost > 0 {
 			for i := range pqs {
 				s.consumers.record(pqs[i].Match.Hits, cost, req.Meta)

@@ -514,6 +514,8 @@ func (s *Server) countLevels(levels []policy.Level) {
 		switch {
 		case l.Result.Allowed:
 			c.allowed.Inc()
+		case l.Owed:
+			c.debtRecorded.Inc()
 		case l.Shadow:
 			c.shadowLimited.Inc()
 		default:
