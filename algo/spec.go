@@ -132,6 +132,22 @@ func (ws WindowSpecs) windows() []Window {
 	return out
 }
 
+// sameMeaning names, by "algorithm field", the field an algorithm takes
+// for one that another algorithm's spec has with the same meaning: gcra's
+// count per period is token_bucket's rate per per.
+var sameMeaning = map[string]string{
+	"token_bucket period":   `"per"`,
+	"token_bucket count":    `"rate"`,
+	"gcra per":              `"period"`,
+	"gcra rate":             `"count"`,
+	"fixed_window limits":   `"limit" and "window"`,
+	"sliding_log limit":     `"limits" (a list of {limit, window})`,
+	"sliding_log window":    `"limits" (a list of {limit, window})`,
+	"window_counter limit":  `"limits" (a list of {limit, window})`,
+	"window_counter window": `"limits" (a list of {limit, window})`,
+	"gate window":           `"interval"`,
+}
+
 // Build builds and validates the limit the spec describes.
 func (s Spec) Build() (Limit, error) {
 	k, err := parseKind(s.Algorithm)
@@ -139,6 +155,9 @@ func (s Spec) Build() (Limit, error) {
 		return nil, err
 	}
 	if f := s.extra(kinds[k].fields); f != "" {
+		if w, ok := sameMeaning[s.Algorithm+" "+f]; ok {
+			return nil, fmt.Errorf("%w: %s does not take %q: it says %s", ErrInvalid, s.Algorithm, f, w)
+		}
 		return nil, fmt.Errorf("%w: %s does not take %q", ErrInvalid, s.Algorithm, f)
 	}
 	l, err := kinds[k].build(s)
