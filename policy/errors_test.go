@@ -198,11 +198,15 @@ schema:
       "*": {unlimited: true}
       bob: {limits: {algorithm: gate, interval: 1s, interval: 2s}}
   user: {unlimited: true}
+  user: {limits: [1, 2]}
 `, []string{
 			`f.yaml:7:9: schema.user.children.*.limits: duplicate field "limits" (first at line 6)`,
 			`f.yaml:8:7: schema.user.children.*: duplicate child "*" (first at line 5)`,
 			`f.yaml:9:53: schema.user.children.bob.limits.interval: duplicate field "interval" (first at line 9)`,
 			`f.yaml:10:3: schema.user: duplicate child "user" (first at line 3)`,
+			// A duplicate's own errors are reported too.
+			`f.yaml:11:3: schema.user: duplicate child "user" (first at line 3)`,
+			`f.yaml:11:18: schema.user.limits: a [burst, count, period] shorthand has 3 values, got 2`,
 		}},
 		{"node shapes", `
 schema:

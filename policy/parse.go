@@ -103,6 +103,7 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 	named := map[string]*node{}
 	var star *node
 	var globs []*node
+	l.duplicates(m, entries, path, pattern, shadow)
 	for _, e := range entries {
 		if e.Name == "" {
 			// Its pattern would be "" at the top: no pattern at all.
@@ -127,6 +128,30 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 		}
 	}
 	return named, star, globs
+}
+
+// duplicates compiles, to report their own errors and then drop them, the
+// children of m given twice (Mapping reports each as a duplicate and
+// keeps the first, entries).
+func (l *loader) duplicates(m *ast.MappingNode, entries []yamlfile.Entry, path, pattern string, shadow bool) {
+	kept := make(map[string]ast.Node, len(entries))
+	for _, e := range entries {
+		kept[e.Name] = e.Key
+	}
+	for _, mv := range m.Values {
+		if mv == nil {
+			continue
+		}
+		name, ok := yamlfile.StringValue(mv.Key)
+		if first, seen := kept[name]; !ok || name == "" || !seen || first == ast.Node(mv.Key) {
+			continue
+		}
+		p := name
+		if pattern != "" {
+			p = pattern + "/" + name
+		}
+		l.node(mv.Value, mv.Key, yamlfile.Sub(path, name), p, shadow, name != Wildcard && strings.Contains(name, Wildcard))
+	}
 }
 
 // node compiles one node.
