@@ -417,7 +417,7 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 // blockJSON is a Block's JSON, durations as Go duration strings.
 type blockJSON struct {
 	For         jsonDuration `json:"for"`
-	Growth      float64      `json:"growth,omitempty"`
+	Growth      *float64     `json:"growth,omitempty"`
 	Max         jsonDuration `json:"max,omitempty"`
 	ForgetAfter jsonDuration `json:"forget_after,omitempty"`
 }
@@ -428,7 +428,13 @@ func (b *Block) UnmarshalJSON(data []byte) error {
 	if err := strictJSON(data, &j); err != nil {
 		return err
 	}
-	*b = Block{For: time.Duration(j.For), Growth: j.Growth, Max: time.Duration(j.Max), ForgetAfter: time.Duration(j.ForgetAfter)}
+	*b = Block{For: time.Duration(j.For), Max: time.Duration(j.Max), ForgetAfter: time.Duration(j.ForgetAfter)}
+	if j.Growth != nil {
+		if *j.Growth == 0 { // would read as no block after the first
+			return fmt.Errorf("%w: block growth must be 1 to %d, got 0 (leave it out for 1)", ErrInvalid, MaxGrowth)
+		}
+		b.Growth = *j.Growth
+	}
 	return nil
 }
 

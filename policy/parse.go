@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -472,6 +473,10 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 	if !ok {
 		return compiled{}, false
 	}
+	if at := growthZero(fields["block"]); at != nil { // would read as no block after the first
+		l.Errorf(at, path+".block.growth", "block growth must be 1 to %d, got 0 (leave it out for 1)", algo.MaxGrowth)
+		return compiled{}, false
+	}
 	if calAt != nil {
 		spec.Calendar, fields["window"] = calendar, calAt
 	}
@@ -492,6 +497,31 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 		fields["rate"] = at
 	}
 	return l.build(spec, fields, m, path)
+}
+
+// growthZero returns the value of a block's growth when it is written as
+// 0, which Block reads as unset (1), else nil.
+func growthZero(block ast.Node) ast.Node {
+	m, ok := block.(*ast.MappingNode)
+	if !ok {
+		return nil
+	}
+	for _, kv := range m.Values {
+		if k, ok := yamlfile.StringValue(kv.Key); !ok || k != "growth" {
+			continue
+		}
+		switch v := kv.Value.(type) {
+		case *ast.IntegerNode:
+			if f, err := strconv.ParseFloat(v.Token.Value, 64); err == nil && f == 0 {
+				return v
+			}
+		case *ast.FloatNode:
+			if v.Value == 0 {
+				return v
+			}
+		}
+	}
+	return nil
 }
 
 // plainRate takes a rate written as "N/duration" out of a limit mapping:
