@@ -3,8 +3,8 @@
 # redis-server and redis-tools, chromium, which opens the simulator's
 # report, nginx and caddy, which the forward-auth tests put in front of
 # Sluice, prometheus, which scrapes it, and podman, which builds the
-# image) when it is missing, then vets and runs every test with the race
-# detector.
+# image, with runc, which runs it) when it is missing, then vets and runs
+# every test with the race detector.
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
@@ -14,6 +14,7 @@ command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
