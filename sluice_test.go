@@ -307,6 +307,34 @@ func TestStoresBelowHandles(t *testing.T) {
 	}
 }
 
+// TestReadmeGoVersion: the Go the README asks for is go.mod's go line, the
+// oldest the module builds with (go vet's stdversion check holds its
+// standard library calls to it; the README said 1.26 while go.mod says
+// 1.25).
+func TestReadmeGoVersion(t *testing.T) {
+	mod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^go (1\.\d+)(\.\d+)?$`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	asked := regexp.MustCompile(`\(Go (1\.\d+)[ ;)]`).FindAllSubmatch(readme, -1)
+	if len(asked) == 0 {
+		t.Fatal("the README names no Go version")
+	}
+	for _, a := range asked {
+		if string(a[1]) != string(m[1]) {
+			t.Errorf("the README asks for Go %s, go.mod's go line says %s", a[1], m[1])
+		}
+	}
+}
+
 // TestEveryKindDocumented: the README's table of algorithms has a row
 // for every registered kind (algo's checklist for a new algorithm).
 func TestEveryKindDocumented(t *testing.T) {

@@ -3,8 +3,8 @@
 # redis-server and redis-tools, chromium, which opens the simulator's
 # report, nginx and caddy, which the forward-auth tests put in front of
 # Sluice, prometheus, which scrapes it, and podman, which builds the
-# image) when it is missing, then vets and runs every test with the race
-# detector.
+# image, with runc, which runs it) when it is missing, then vets and runs
+# every test with the race detector.
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
@@ -14,6 +14,7 @@ command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -30,7 +31,14 @@ if ! "$helm_bin" version --short 2>/dev/null | grep -q "^$helm_version"; then
   go install "helm.sh/helm/v3/cmd/helm@$helm_version" > /tmp/sluice-helm-install.log 2>&1 &
   helm_pid=$!
 fi
+# grpcurl, which TestGRPCReflection runs against sluice serve, built from
+# its module at the pinned version (the test builds it again: then it only
+# links), in the background while go vet runs.
+grpcurl_version=v1.9.3
+GOBIN="$(mktemp -d)" GOFLAGS= go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$grpcurl_version" > /tmp/sluice-grpcurl-install.log 2>&1 &
+grpcurl_pid=$!
 go vet ./...
+wait "$grpcurl_pid" || { cat /tmp/sluice-grpcurl-install.log >&2; echo "test.sh: installing grpcurl failed" >&2; exit 1; }
 go test -race -count=1 ./... "$@"
 # The chart's test is a module of its own (charts/go.mod): the Kubernetes
 # API types stay out of Sluice's.

@@ -23,7 +23,8 @@ type Block struct {
 	// For is the first block's length: MinBlock to MaxBlock.
 	For time.Duration `yaml:"for"`
 	// Growth multiplies each further block in a row: 1 (the default when
-	// 0) to MaxGrowth.
+	// 0) to MaxGrowth. A spec that writes growth: 0 is refused (a
+	// limits.yaml, JSON): it would read as no block after the first.
 	Growth float64 `yaml:"growth,omitempty"`
 	// Max bounds a block's length: For to MaxBlock (the default when 0).
 	Max time.Duration `yaml:"max,omitempty"`
@@ -37,7 +38,7 @@ type Block struct {
 const (
 	MinBlock           = time.Millisecond
 	MaxBlock           = 365 * 24 * time.Hour
-	maxGrowth          = 1000
+	MaxGrowth          = 1000 // the largest Block.Growth
 	defaultForgetAfter = 24 * time.Hour
 	// maxBlockCount is the most blocks in a row a key's state counts.
 	maxBlockCount = 1000
@@ -74,8 +75,8 @@ func (b Block) validate() error {
 	switch {
 	case b.For < MinBlock || b.For > MaxBlock:
 		return fmt.Errorf("%w: block for must be %v to %v, got %v", ErrInvalid, MinBlock, MaxBlock, b.For)
-	case !(b.Growth >= 1 && b.Growth <= maxGrowth):
-		return fmt.Errorf("%w: block growth must be 1 to %d, got %v", ErrInvalid, maxGrowth, b.Growth)
+	case !(b.Growth >= 1 && b.Growth <= MaxGrowth):
+		return fmt.Errorf("%w: block growth must be 1 to %d, got %v", ErrInvalid, MaxGrowth, b.Growth)
 	case b.Max < b.For || b.Max > MaxBlock:
 		return fmt.Errorf("%w: block max must be from for (%v) to %v, got %v", ErrInvalid, b.For, MaxBlock, b.Max)
 	case b.ForgetAfter < 0 || b.ForgetAfter > MaxBlock:

@@ -1,6 +1,9 @@
 package algo
 
 import (
+	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -89,6 +92,23 @@ func TestBlockBounds(t *testing.T) {
 	}
 	if _, err := Compile(Blocking{Limit: Blocking{Limit: g, Block: Block{For: time.Second}}, Block: Block{For: time.Second}}); err == nil {
 		t.Error("a block of a block compiled")
+	}
+	// A spec's JSON that writes growth 0 is refused, as 0.5 is; left out,
+	// it is 1.
+	for src, want := range map[string]string{
+		`{"for": "1s", "growth": 0}`:   "block growth must be 1 to 1000, got 0 (leave it out for 1)",
+		`{"for": "1s", "growth": 0.0}`: "block growth must be 1 to 1000, got 0 (leave it out for 1)",
+		`{"for": "1s", "growth": 0.5}`: "block growth must be 1 to 1000, got 0.5",
+		`{"for": "1s"}`:                "",
+	} {
+		var b Block
+		err := json.Unmarshal([]byte(src), &b)
+		if err == nil {
+			_, err = Compile(Blocking{Limit: g, Block: b})
+		}
+		if want == "" && err != nil || want != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v, want %q", src, err, want)
+		}
 	}
 }
 

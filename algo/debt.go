@@ -20,8 +20,12 @@ import (
 // actions recorded at its clock (no window above MaxExactLimit, or
 // MaxCount sampled). A gate, concurrency slots, and a nary or uniform
 // log (which admits part of a cost, or records attempts itself) take no
-// debt (ErrNoDebt). A decision of cost 0 (a peek) records nothing and is
-// denied while a debt remains.
+// debt (ErrNoDebt). A denied charge that is recorded answers Remaining 0
+// (what remains after it; its RetryAfter is the charge's own, before it
+// was recorded). A decision of cost 0 (a peek) records nothing and is
+// denied once nothing remains: while a debt remains, and when the budget
+// is spent to the unit (it is decided as a cost of 1 that records
+// nothing; allowed, it answers as a peek).
 //
 // In a decision over several levels (a policy path), a level with debt
 // records the charge whatever the other levels decide; the others record

@@ -257,10 +257,21 @@ func (p *Plan) decideTo(s *State, now, cost int64, commit bool, r *Result) {
 		*r = p.decideBlocking(s, now, cost, commit)
 		return
 	}
+	if p.debt && cost == 0 {
+		// A peek at a debt is denied once nothing remains, the budget
+		// spent to the unit and not only past it: as a cost of 1 that
+		// records nothing would be.
+		if p.decide(s, now, 1, false, r); r.Allowed {
+			p.decide(s, now, 0, false, r)
+		}
+		return
+	}
 	p.decide(s, now, cost, commit, r)
 	if p.debt && commit && !r.Allowed && cost > 0 {
-		// The charge is answered as the denial it is, and recorded.
+		// The charge is answered as the denial it is, and recorded: what
+		// remains after it is 0 (it was more than remained).
 		p.owe(s, now, cost)
+		r.Remaining = 0
 	}
 }
 

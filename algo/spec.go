@@ -132,6 +132,22 @@ func (ws WindowSpecs) windows() []Window {
 	return out
 }
 
+// sameMeaning names, by "algorithm field", the field an algorithm takes
+// for one that another algorithm's spec has with the same meaning: gcra's
+// count per period is token_bucket's rate per per.
+var sameMeaning = map[string]string{
+	"token_bucket period":   `"per"`,
+	"token_bucket count":    `"rate"`,
+	"gcra per":              `"period"`,
+	"gcra rate":             `"count"`,
+	"fixed_window limits":   `"limit" and "window"`,
+	"sliding_log limit":     `"limits" (a list of {limit, window})`,
+	"sliding_log window":    `"limits" (a list of {limit, window})`,
+	"window_counter limit":  `"limits" (a list of {limit, window})`,
+	"window_counter window": `"limits" (a list of {limit, window})`,
+	"gate window":           `"interval"`,
+}
+
 // Build builds and validates the limit the spec describes.
 func (s Spec) Build() (Limit, error) {
 	k, err := parseKind(s.Algorithm)
@@ -139,6 +155,9 @@ func (s Spec) Build() (Limit, error) {
 		return nil, err
 	}
 	if f := s.extra(kinds[k].fields); f != "" {
+		if w, ok := sameMeaning[s.Algorithm+" "+f]; ok {
+			return nil, fmt.Errorf("%w: %s does not take %q: it says %s", ErrInvalid, s.Algorithm, f, w)
+		}
 		return nil, fmt.Errorf("%w: %s does not take %q", ErrInvalid, s.Algorithm, f)
 	}
 	l, err := kinds[k].build(s)
@@ -398,7 +417,7 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 // blockJSON is a Block's JSON, durations as Go duration strings.
 type blockJSON struct {
 	For         jsonDuration `json:"for"`
-	Growth      float64      `json:"growth,omitempty"`
+	Growth      *float64     `json:"growth,omitempty"`
 	Max         jsonDuration `json:"max,omitempty"`
 	ForgetAfter jsonDuration `json:"forget_after,omitempty"`
 }
@@ -409,7 +428,13 @@ func (b *Block) UnmarshalJSON(data []byte) error {
 	if err := strictJSON(data, &j); err != nil {
 		return err
 	}
-	*b = Block{For: time.Duration(j.For), Growth: j.Growth, Max: time.Duration(j.Max), ForgetAfter: time.Duration(j.ForgetAfter)}
+	*b = Block{For: time.Duration(j.For), Max: time.Duration(j.Max), ForgetAfter: time.Duration(j.ForgetAfter)}
+	if j.Growth != nil {
+		if *j.Growth == 0 { // would read as no block after the first
+			return fmt.Errorf("%w: block growth must be 1 to %d, got 0 (leave it out for 1)", ErrInvalid, MaxGrowth)
+		}
+		b.Growth = *j.Growth
+	}
 	return nil
 }
 

@@ -51,6 +51,12 @@ func TestWindowedSpecs(t *testing.T) {
 		{`{"algorithm": "sliding_log", "limits": [], "burst": 1}`, `sliding_log does not take "burst"`},
 		{`{"algorithm": "gate", "interval": "1s", "min_gap": "1s"}`, `gate does not take "min_gap"`},
 		{`{"algorithm": "gate", "interval": "1s", "buckets": 0}`, `gate does not take "buckets"`},
+		// A field another algorithm takes for the same thing is named.
+		{`{"algorithm": "token_bucket", "burst": 5, "rate": 5, "period": "1s"}`, `token_bucket does not take "period": it says "per"`},
+		{`{"algorithm": "token_bucket", "burst": 5, "count": 5, "per": "1s"}`, `token_bucket does not take "count": it says "rate"`},
+		{`{"algorithm": "gcra", "burst": 5, "count": 5, "per": "1s"}`, `gcra does not take "per": it says "period"`},
+		{`{"algorithm": "gate", "window": "1s"}`, `gate does not take "window": it says "interval"`},
+		{`{"algorithm": "window_counter", "limit": 5, "window": "1s"}`, `window_counter does not take "limit": it says "limits" (a list of {limit, window})`},
 	} {
 		_, err := buildJSON(t, tc.src)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

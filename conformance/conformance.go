@@ -499,23 +499,25 @@ var Traces = []Trace{
 	},
 	{
 		// Debt: T = 1s, tau = 10s, limit 10. A denied charge is answered
-		// as the denial it is and recorded: the TAT moves on by cost·T,
-		// so a peek is denied until the refill has paid it back.
+		// as the denial it is, with nothing remaining after it, and
+		// recorded: the TAT moves on by cost·T, so a peek is denied until
+		// the refill has paid it back and one unit remains.
 		Name:  "gcra/debt",
 		Limit: algo.Debt{Limit: algo.GCRA{Burst: 9, Count: 10, Period: 10 * s}},
 		Steps: []Step{
 			{At: 0, Cost: 6, Want: algo.Result{Allowed: true, Admitted: 6, Quota: 10, Remaining: 4, ResetAfter: 6 * s}},
-			{At: 0, Cost: 6, Want: algo.Result{Quota: 10, Remaining: 4, RetryAfter: 2 * s, ResetAfter: 6 * s}}, // TAT 12s
-			{At: 0, Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 2 * s, ResetAfter: 12 * s}},
-			{At: 2 * s, Cost: 0, Want: algo.Result{Allowed: true, Quota: 10, Remaining: 0, ResetAfter: 10 * s}},
+			{At: 0, Cost: 6, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 2 * s, ResetAfter: 6 * s}}, // TAT 12s
+			{At: 0, Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 12 * s}},
+			// Paid back to 0 remaining: spent, a peek is still denied.
+			{At: 2 * s, Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 1 * s, ResetAfter: 10 * s}},
 			{At: 2 * s, Cost: 1, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 1 * s, ResetAfter: 10 * s}}, // TAT 13s
 			{At: 5 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 10, Remaining: 1, ResetAfter: 9 * s}},
 			// A charge above the limit is recorded too: 100s of debt.
-			{At: 0, Key: "huge", Cost: 100, Want: algo.Result{Quota: 10, Remaining: 10, RetryAfter: algo.Never}},
-			{At: 50 * s, Key: "huge", Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 40 * s, ResetAfter: 50 * s}},
+			{At: 0, Key: "huge", Cost: 100, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: algo.Never}},
+			{At: 50 * s, Key: "huge", Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 41 * s, ResetAfter: 50 * s}},
 			// A debt is at most the horizon ahead.
-			{At: 0, Key: "most", Cost: algo.MaxCount, Want: algo.Result{Quota: 10, Remaining: 10, RetryAfter: algo.Never}},
-			{At: 0, Key: "most", Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: algo.MaxHorizon - 10*s, ResetAfter: algo.MaxHorizon}},
+			{At: 0, Key: "most", Cost: algo.MaxCount, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: algo.Never}},
+			{At: 0, Key: "most", Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: algo.MaxHorizon - 9*s, ResetAfter: algo.MaxHorizon}},
 		},
 	},
 	{
@@ -525,9 +527,10 @@ var Traces = []Trace{
 		Steps: []Step{
 			{At: 0, Cost: 10, Want: algo.Result{Allowed: true, Admitted: 10, Quota: 10, Remaining: 0, ResetAfter: 2 * s}},
 			{At: 0, Cost: 5, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 1 * s, ResetAfter: 2 * s}}, // TAT 3s
-			{At: 0, Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 1 * s, ResetAfter: 3 * s}},
-			{At: 1 * s, Cost: 1, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 200 * ms, ResetAfter: 2 * s}}, // TAT 3.2s
-			{At: 1200 * ms, Cost: 0, Want: algo.Result{Allowed: true, Quota: 10, Remaining: 0, ResetAfter: 2 * s}},
+			{At: 0, Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 1200 * ms, ResetAfter: 3 * s}},
+			{At: 1 * s, Cost: 1, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 200 * ms, ResetAfter: 2 * s}},     // TAT 3.2s
+			{At: 1200 * ms, Cost: 0, Want: algo.Result{Quota: 10, Remaining: 0, RetryAfter: 200 * ms, ResetAfter: 2 * s}}, // paid back to 0: spent
+			{At: 1400 * ms, Cost: 0, Want: algo.Result{Allowed: true, Quota: 10, Remaining: 1, ResetAfter: 1800 * ms}},
 		},
 	},
 	{
@@ -537,10 +540,11 @@ var Traces = []Trace{
 		Limit: algo.Debt{Limit: algo.FixedWindow{Count: 3, Window: 10 * s}},
 		Steps: []Step{
 			{At: 0, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 3, Remaining: 1, ResetAfter: e}},
-			{At: 0, Cost: 2, Want: algo.Result{Quota: 3, Remaining: 1, RetryAfter: e, ResetAfter: e}}, // count 4
+			{At: 0, Cost: 2, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: e, ResetAfter: e}}, // count 4
 			{At: 0, Cost: 0, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: e, ResetAfter: e}},
 			{At: e, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 3, Remaining: 0, ResetAfter: 10 * s}},
-			{At: 0, Key: "huge", Cost: 4, Want: algo.Result{Quota: 3, Remaining: 3, RetryAfter: algo.Never}},
+			{At: e, Cost: 0, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: 10 * s, ResetAfter: 10 * s}}, // spent to the unit
+			{At: 0, Key: "huge", Cost: 4, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: algo.Never}},
 			{At: 1 * s, Key: "huge", Cost: 0, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: e - s, ResetAfter: e - s}},
 			{At: 1 * s, Key: "huge", Cost: algo.MaxCount, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: algo.Never, ResetAfter: e - s}}, // count MaxCount, not more
 			{At: 1 * s, Key: "huge", Cost: 1, Want: algo.Result{Quota: 3, Remaining: 0, RetryAfter: e - s, ResetAfter: e - s}},
@@ -553,7 +557,7 @@ var Traces = []Trace{
 		Limit: algo.Debt{Limit: algo.WindowCounter{Slice: s, Limits: []algo.Window{{Count: 5, Window: 3 * s}}}},
 		Steps: []Step{
 			{At: 0, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 5, Remaining: 2, ResetAfter: 2665413 * us}},
-			{At: 0, Cost: 4, Want: algo.Result{Quota: 5, Remaining: 2, RetryAfter: 2665413 * us, ResetAfter: 2665413 * us, DeniedBy: 1}}, // 7
+			{At: 0, Cost: 4, Want: algo.Result{Quota: 5, Remaining: 0, RetryAfter: 2665413 * us, ResetAfter: 2665413 * us, DeniedBy: 1}}, // 7
 			{At: 0, Cost: 0, Want: algo.Result{Quota: 5, Remaining: 0, RetryAfter: 2665413 * us, ResetAfter: 2665413 * us, DeniedBy: 1}},
 			{At: 1 * s, Cost: 0, Want: algo.Result{Quota: 5, Remaining: 0, RetryAfter: 1665413 * us, ResetAfter: 1665413 * us, DeniedBy: 1}},
 			{At: 2665413 * us, Cost: 5, Want: algo.Result{Allowed: true, Admitted: 5, Quota: 5, Remaining: 0, ResetAfter: 3 * s}},
@@ -566,7 +570,7 @@ var Traces = []Trace{
 		Limit: algo.Debt{Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 5, Window: 3 * s}}}},
 		Steps: []Step{
 			{At: 0, Cost: 3, Want: algo.Result{Allowed: true, Admitted: 3, Quota: 5, Remaining: 2, ResetAfter: 3 * s}},
-			{At: 0, Cost: 4, Want: algo.Result{Quota: 5, Remaining: 2, RetryAfter: 3 * s, ResetAfter: 3 * s, DeniedBy: 1}}, // 7 entries
+			{At: 0, Cost: 4, Want: algo.Result{Quota: 5, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 3 * s, DeniedBy: 1}}, // 7 entries
 			{At: 0, Cost: 0, Want: algo.Result{Quota: 5, Remaining: 0, RetryAfter: 3 * s, ResetAfter: 3 * s, DeniedBy: 1}},
 			{At: 1 * s, Cost: 0, Want: algo.Result{Quota: 5, Remaining: 0, RetryAfter: 2 * s, ResetAfter: 2 * s, DeniedBy: 1}},
 			{At: 3 * s, Cost: 5, Want: algo.Result{Allowed: true, Admitted: 5, Quota: 5, Remaining: 0, ResetAfter: 3 * s}},

@@ -133,7 +133,7 @@ func TestRefundTraces(t *testing.T) {
 		}},
 		{"fixed_window/debt", algo.Debt{Limit: algo.FixedWindow{Count: 3, Window: 10 * s}}, []op{
 			// The largest debt is MaxCount: MaxCount - 3 back leaves 3.
-			{0, false, algo.MaxCount, 3}, {0, true, algo.MaxCount - 3, 0}, {0, false, 0, 0}, {0, true, 1, 0}, {0, false, 1, 0},
+			{0, false, algo.MaxCount, 0}, {0, true, algo.MaxCount - 3, 0}, {0, false, 0, 0}, {0, true, 1, 0}, {0, false, 1, 0},
 		}},
 		{"sliding_log", algo.SlidingLog{Limits: []algo.Window{{Count: 5, Window: 3 * s}}}, []op{
 			// 3 at 0, 2 at 1s; 3 back: the 2 newest, then 1 of the 3; the

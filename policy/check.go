@@ -288,6 +288,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 				d.Levels = append(d.Levels, Level{})
 				lv := &d.Levels[len(d.Levels)-1]
 				lv.Pattern, lv.Name, lv.Key, lv.Limit, lv.Shadow, lv.Result = hit.Pattern, hit.Name, sc.reqs[r].Key, l, hit.Shadow, res
+				lv.Owed = !res.Allowed && sc.reqs[r].Cost > 0 && sc.reqs[r].Plan.Debt()
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]

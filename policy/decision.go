@@ -63,6 +63,9 @@ type Level struct {
 	// Shadow levels report denials without enforcing them.
 	Shadow bool
 	Result algo.Result
+	// Owed reports a denied charge that the level's limit with debt
+	// recorded in full (algo.Debt): counted, and answered as a denial.
+	Owed bool
 }
 
 // Summarize folds level results into one, as redis-cell would report a

@@ -90,6 +90,18 @@ schema:
 			`f.yaml:12:5: schema.leased.lease: limit 0 has a debt: a lease admits from units taken ahead, and a charge it denied would never reach the store`,
 			`f.yaml:15:5: schema.bare.debt: debt needs the node's own limits`,
 		}},
+		{"block growth", `
+schema:
+  a: {limits: {algorithm: gcra, burst: 1, count: 1, period: 1s, block: {for: 1s, growth: 0}}}
+  b: {limits: {algorithm: gcra, burst: 1, count: 1, period: 1s, block: {for: 1s, growth: 0.5}}}
+  c: {limits: {algorithm: gcra, burst: 1, count: 1, period: 1s, block: {for: 1s, growth: 0.0}}}
+  d: {limits: {algorithm: gcra, burst: 1, count: 1, period: 1s, block: {for: 1s}}}
+`, []string{
+			// 0 is refused as 0.5 is (it read as 1, unset).
+			`f.yaml:3:90: schema.a.limits.block.growth: block growth must be 1 to 1000, got 0 (leave it out for 1)`,
+			`f.yaml:4:72: schema.b.limits.block.growth: block growth must be 1 to 1000, got 0.5`,
+			`f.yaml:5:90: schema.c.limits.block.growth: block growth must be 1 to 1000, got 0 (leave it out for 1)`,
+		}},
 		{"unknown fields", `
 unmatched: maybe
 extra: 1
@@ -198,11 +210,15 @@ schema:
       "*": {unlimited: true}
       bob: {limits: {algorithm: gate, interval: 1s, interval: 2s}}
   user: {unlimited: true}
+  user: {limits: [1, 2]}
 `, []string{
 			`f.yaml:7:9: schema.user.children.*.limits: duplicate field "limits" (first at line 6)`,
 			`f.yaml:8:7: schema.user.children.*: duplicate child "*" (first at line 5)`,
 			`f.yaml:9:53: schema.user.children.bob.limits.interval: duplicate field "interval" (first at line 9)`,
 			`f.yaml:10:3: schema.user: duplicate child "user" (first at line 3)`,
+			// A duplicate's own errors are reported too.
+			`f.yaml:11:3: schema.user: duplicate child "user" (first at line 3)`,
+			`f.yaml:11:18: schema.user.limits: a [burst, count, period] shorthand has 3 values, got 2`,
 		}},
 		{"node shapes", `
 schema:

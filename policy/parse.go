@@ -110,6 +110,7 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 	named := map[string]*node{}
 	var star *node
 	var globs []*node
+	l.duplicates(m, entries, path, pattern, shadow)
 	for _, e := range entries {
 		if e.Name == "" {
 			// Its pattern would be "" at the top: no pattern at all.
@@ -148,6 +149,30 @@ func describeName(name string) string {
 		return strconv.Quote(strings.ToValidUTF8(name[:37], "")) + "..."
 	}
 	return strconv.Quote(name)
+}
+
+// duplicates compiles, to report their own errors and then drop them, the
+// children of m given twice (Mapping reports each as a duplicate and
+// keeps the first, entries).
+func (l *loader) duplicates(m *ast.MappingNode, entries []yamlfile.Entry, path, pattern string, shadow bool) {
+	kept := make(map[string]ast.Node, len(entries))
+	for _, e := range entries {
+		kept[e.Name] = e.Key
+	}
+	for _, mv := range m.Values {
+		if mv == nil {
+			continue
+		}
+		name, ok := yamlfile.StringValue(mv.Key)
+		if first, seen := kept[name]; !ok || name == "" || !seen || first == ast.Node(mv.Key) {
+			continue
+		}
+		p := name
+		if pattern != "" {
+			p = pattern + "/" + name
+		}
+		l.node(mv.Value, mv.Key, yamlfile.Sub(path, name), p, shadow, name != Wildcard && strings.Contains(name, Wildcard))
+	}
 }
 
 // node compiles one node.
@@ -474,6 +499,10 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 	if !ok {
 		return compiled{}, false
 	}
+	if at := growthZero(fields["block"]); at != nil { // would read as no block after the first
+		l.Errorf(at, path+".block.growth", "block growth must be 1 to %d, got 0 (leave it out for 1)", algo.MaxGrowth)
+		return compiled{}, false
+	}
 	if calAt != nil {
 		spec.Calendar, fields["window"] = calendar, calAt
 	}
@@ -494,6 +523,31 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 		fields["rate"] = at
 	}
 	return l.build(spec, fields, m, path)
+}
+
+// growthZero returns the value of a block's growth when it is written as
+// 0, which Block reads as unset (1), else nil.
+func growthZero(block ast.Node) ast.Node {
+	m, ok := block.(*ast.MappingNode)
+	if !ok {
+		return nil
+	}
+	for _, kv := range m.Values {
+		if k, ok := yamlfile.StringValue(kv.Key); !ok || k != "growth" {
+			continue
+		}
+		switch v := kv.Value.(type) {
+		case *ast.IntegerNode:
+			if f, err := strconv.ParseFloat(v.Token.Value, 64); err == nil && f == 0 {
+				return v
+			}
+		case *ast.FloatNode:
+			if v.Value == 0 {
+				return v
+			}
+		}
+	}
+	return nil
 }
 
 // plainRate takes a rate written as "N/duration" out of a limit mapping:

@@ -23,6 +23,10 @@ type Config struct {
 	// GRPC is the listen address of the Envoy rate limit service and the
 	// gRPC health service ("off" disables it). Default 127.0.0.1:8081.
 	GRPC string `yaml:"grpc"`
+	// GRPCReflection is "on" (the default) to serve gRPC server reflection
+	// on the gRPC listener, so that grpcurl and grpcui list and call its
+	// services by name with no proto files, or "off".
+	GRPCReflection string `yaml:"grpc_reflection" oneof:"on off"`
 	// Store is "memory" or a redis:// or rediss:// URL: one server, a
 	// Cluster seed list (?addr=host:port&addr=...) or Sentinel
 	// (?master_set=name). Default memory.
@@ -194,6 +198,9 @@ func (c Config) Defaults() Config {
 	if c.GRPC == "" {
 		c.GRPC = DefaultGRPC
 	}
+	if c.GRPCReflection == "" {
+		c.GRPCReflection = "on"
+	}
 	if c.Store == "" {
 		c.Store = "memory"
 	}
@@ -257,6 +264,8 @@ func (c Config) Validate() error {
 		return errors.New("config: give one of policy (a limits.yaml), envoy_config_dir (envoyproxy/ratelimit's files) and xds_server (its xDS), not several")
 	case c.Timeout <= 0:
 		return fmt.Errorf("config: timeout must be positive, got %v", time.Duration(c.Timeout))
+	case c.GRPCReflection != "on" && c.GRPCReflection != "off":
+		return fmt.Errorf("config: grpc_reflection must be on or off, got %q", c.GRPCReflection)
 	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
 		return fmt.Errorf("config: on_store_error must be allow or deny, got %q", c.OnStoreError)
 	case c.ShutdownTimeout < 0 || c.ShutdownDelay < 0:
@@ -304,6 +313,7 @@ func LoadConfigFile(path string, c *Config) error {
 var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_HTTP", "http"},
 	{"SLUICE_GRPC", "grpc"},
+	{"SLUICE_GRPC_REFLECTION", "grpc_reflection"},
 	{"SLUICE_STORE", "store"},
 	{"SLUICE_POLICY", "policy"},
 	{"SLUICE_ENVOY_CONFIG_DIR", "envoy_config_dir"},
@@ -367,7 +377,7 @@ func ApplyEnv(c *Config, getenv func(string) string) error {
 // fields, as in EnvVars) from its text form.
 func (c *Config) Set(field, s string) error {
 	str := map[string]*string{
-		"http": &c.HTTP, "grpc": &c.GRPC, "store": &c.Store, "policy": &c.Policy, "envoy_config_dir": &c.EnvoyConfigDir,
+		"http": &c.HTTP, "grpc": &c.GRPC, "grpc_reflection": &c.GRPCReflection, "store": &c.Store, "policy": &c.Policy, "envoy_config_dir": &c.EnvoyConfigDir,
 		"xds_server": &c.XDSServer, "xds_node_id": &c.XDSNodeID,
 		"xds_tls.ca_file": &c.XDSTLS.CAFile, "xds_tls.cert_file": &c.XDSTLS.CertFile,
 		"xds_tls.key_file": &c.XDSTLS.KeyFile, "xds_tls.server_name": &c.XDSTLS.ServerName,

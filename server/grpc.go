@@ -96,13 +96,11 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	for i := range q.Paths {
 		resp.Statuses[i] = descriptorStatus(&q.Paths[i], denyUnmatched)
 	}
+	s.m.grpcChecks.count(&b.d)
 	if resp.OverallCode == rlv3.RateLimitResponse_OK {
-		s.m.grpcChecks.allowed.Inc()
 		if units := quotaAsked(ctx); units > 0 {
 			resp.Quota = g.quota(ctx, q, units)
 		}
-	} else {
-		s.m.grpcChecks.limited.Inc()
 	}
 	s.countLevels(b.d.Levels)
 	s.countSlots("grpc", algo.Acquire, &b.d)
@@ -285,9 +283,12 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 			resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	if resp.OverallCode == rlv3.RateLimitResponse_OK {
+	switch {
+	case resp.OverallCode == rlv3.RateLimitResponse_OK:
 		s.m.grpcChecks.allowed.Inc()
-	} else {
+	case len(pos.Paths) > 0 && onlyOwed(&posD):
+		s.m.grpcChecks.debtRecorded.Inc()
+	default:
 		s.m.grpcChecks.limited.Inc()
 	}
 	denyUnmatched := s.current.Load().DenyUnmatched()

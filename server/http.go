@@ -193,11 +193,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		if b.d.Permit != 0 {
 			s.countSlots("http", algo.Acquire, &b.d)
 		}
-		if b.d.Allowed {
-			s.m.httpChecks.allowed.Inc()
-		} else {
-			s.m.httpChecks.limited.Inc()
-		}
+		s.m.httpChecks.count(&b.d)
 		if len(req.Meta) > 0 && b.d.Allowed {
 			for i := range pqs {
 				if c := pqs[i].Cost; c > 0 {

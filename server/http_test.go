@@ -94,6 +94,24 @@ func TestGrafanaDashboard(t *testing.T) {
 			}
 		}
 	}
+	// And every metric the service exports has a panel (settles, unmatched
+	// paths and ignored request limits had none).
+	var queries strings.Builder
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			queries.WriteString(tg.Expr + "\n")
+		}
+	}
+	n := 0
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (sluice_[a-z_]+) `).FindAllStringSubmatch(exported, -1) {
+		n++
+		if !regexp.MustCompile(`\b` + m[1] + `(_bucket)?\b`).MatchString(queries.String()) {
+			t.Errorf("no panel of docs/grafana-dashboard.json shows %s", m[1])
+		}
+	}
+	if n < 20 {
+		t.Errorf("the service exports only %d sluice_ metrics", n)
+	}
 }
 
 // dashboard is what the tests read of docs/grafana-dashboard.json.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -51,11 +52,42 @@ type metrics struct {
 }
 
 type outcomeCounters struct {
-	allowed, limited, errAllowed, errDenied prometheus.Counter
+	allowed, limited, debtRecorded, errAllowed, errDenied prometheus.Counter
+}
+
+// count counts a decided check: debt_recorded when it was denied only by
+// levels with debt that recorded its charge (algo.Debt: a charge after
+// the request, counted in full), else allowed or limited.
+func (o *outcomeCounters) count(d *policy.Decision) {
+	switch {
+	case d.Allowed:
+		o.allowed.Inc()
+	case onlyOwed(d):
+		o.debtRecorded.Inc()
+	default:
+		o.limited.Inc()
+	}
+}
+
+// onlyOwed reports whether every enforced level that denied d recorded
+// its charge as debt (policy.Level.Owed), and one did.
+func onlyOwed(d *policy.Decision) bool {
+	owed := false
+	for i := range d.Levels {
+		l := &d.Levels[i]
+		if l.Shadow || l.Result.Allowed {
+			continue
+		}
+		if !l.Owed {
+			return false
+		}
+		owed = true
+	}
+	return owed && d.Matched && d.Listed == ""
 }
 
 type nodeCounters struct {
-	allowed, limited, shadowLimited prometheus.Counter
+	allowed, limited, debtRecorded, shadowLimited prometheus.Counter
 }
 
 // newMetrics makes the metrics; sluice_store_up pings within timeout, the
@@ -179,10 +211,11 @@ func (m *metrics) registerLeases(l store.Leaser) {
 
 func (m *metrics) outcomes(api string) outcomeCounters {
 	return outcomeCounters{
-		allowed:    m.checks.WithLabelValues(api, "allowed"),
-		limited:    m.checks.WithLabelValues(api, "limited"),
-		errAllowed: m.checks.WithLabelValues(api, "store_error_allowed"),
-		errDenied:  m.checks.WithLabelValues(api, "store_error_denied"),
+		allowed:      m.checks.WithLabelValues(api, "allowed"),
+		limited:      m.checks.WithLabelValues(api, "limited"),
+		debtRecorded: m.checks.WithLabelValues(api, "debt_recorded"),
+		errAllowed:   m.checks.WithLabelValues(api, "store_error_allowed"),
+		errDenied:    m.checks.WithLabelValues(api, "store_error_denied"),
 	}
 }
 
@@ -194,6 +227,7 @@ func (m *metrics) node(pattern string) *nodeCounters {
 	c := &nodeCounters{
 		allowed:       m.decisions.WithLabelValues(pattern, "allowed"),
 		limited:       m.decisions.WithLabelValues(pattern, "limited"),
+		debtRecorded:  m.decisions.WithLabelValues(pattern, "debt_recorded"),
 		shadowLimited: m.decisions.WithLabelValues(pattern, "shadow_limited"),
 	}
 	actual, _ := m.nodes.LoadOrStore(pattern, c)

@@ -176,20 +176,37 @@ func (s *Server) Reload(reason string) bool {
 	if err != nil {
 		s.m.reloads.WithLabelValues("failure").Inc()
 		var list yamlfile.ErrorList
+		from, name := s.policySource()
 		if errors.As(err, &list) {
 			s.log.Error("policy reload failed; the previous policy stays", "reason", reason,
-				"file", s.cfg.Policy, "errors", len(list))
+				from, name, "errors", len(list))
 			for _, e := range list {
 				s.log.Error("policy error", "pos", e.Pos.String(), "field", e.Field, "msg", e.Msg)
 			}
 		} else {
 			s.log.Error("policy reload failed; the previous policy stays", "reason", reason,
-				"file", s.cfg.Policy, "err", err)
+				from, name, "err", err)
 		}
 		return false
 	}
 	s.swap(p, reason)
 	return true
+}
+
+// policySource names where the policy is read from, as a log attribute:
+// its file, envoyproxy/ratelimit's directory, or the xDS server.
+func (s *Server) policySource() (key, value string) {
+	switch {
+	case s.cfg.XDSServer != "":
+		return "xds_server", s.cfg.XDSServer
+	case s.cfg.EnvoyConfigDir != "":
+		return "dir", s.cfg.EnvoyConfigDir
+	case s.cfg.Policy != "":
+		return "file", s.cfg.Policy
+	case s.cfg.PolicyName != "":
+		return "file", s.cfg.PolicyName
+	}
+	return "file", "limits.yaml"
 }
 
 // swap puts p in force, for reason. The caller holds reloadMu.

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +51,52 @@ func TestPollWaitsForTheFileToSettle(t *testing.T) {
 	}
 	if s.fileState != statFile(path) {
 		t.Error("the file loaded is not the one on disk")
+	}
+}
+
+// TestReloadFailureNamesTheSource: a failed reload's log line names what
+// was read, a policy file or envoyproxy/ratelimit's directory (it said
+// file="" for a directory).
+func TestReloadFailureNamesTheSource(t *testing.T) {
+	dir := t.TempDir()
+	policyFile := filepath.Join(dir, "limits.yaml")
+	envoyDir := filepath.Join(dir, "envoy")
+	if err := os.Mkdir(envoyDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(policyFile, []byte("schema:\n  web: {limits: [1, 1, 1]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	envoyFile := filepath.Join(envoyDir, "d.yaml")
+	if err := os.WriteFile(envoyFile, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cfg        Config
+		file, want string
+	}{
+		{Config{Store: "memory", Policy: policyFile, WatchInterval: -1}, policyFile, "file=" + policyFile},
+		{Config{Store: "memory", EnvoyConfigDir: envoyDir, WatchInterval: -1}, envoyFile, "dir=" + envoyDir},
+	} {
+		var log bytes.Buffer
+		s, err := New(context.Background(), c.cfg, slog.New(slog.NewTextHandler(&log, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := os.WriteFile(c.file, []byte("schema: [\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if s.Reload("test") {
+			t.Fatalf("%s: a bad file was loaded", c.file)
+		}
+		i := strings.Index(log.String(), "policy reload failed")
+		if i < 0 {
+			t.Fatalf("%s: no failed reload logged:\n%s", c.file, log.String())
+		}
+		line, _, _ := strings.Cut(log.String()[i:], "\n")
+		if !strings.Contains(line, c.want+" ") {
+			t.Errorf("the failed reload's line %q does not say %s", line, c.want)
+		}
 	}
 }

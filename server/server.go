@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -328,6 +329,9 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 		rlv3.RegisterRateLimitServiceServer(s.grpcSrv, &rateLimitService{s: s})
 		s.health = health.NewServer()
 		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
+		if s.cfg.GRPCReflection != "off" {
+			reflection.Register(s.grpcSrv)
+		}
 		s.setHealth(healthpb.HealthCheckResponse_SERVING)
 		go func() {
 			if err := s.grpcSrv.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -519,6 +523,8 @@ func (s *Server) countLevels(levels []policy.Level) {
 		switch {
 		case l.Result.Allowed:
 			c.allowed.Inc()
+		case l.Owed:
+			c.debtRecorded.Inc()
 		case l.Shadow:
 			c.shadowLimited.Inc()
 		default:

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -20,9 +22,11 @@ import (
 // TestImage builds the image of docs/deploy with the real podman (VFS
 // storage in a directory of the test's, chroot isolation: no daemon, no
 // base image pulled), checks what it holds and how it runs (non-root, the
-// entrypoint `sluice serve`), and runs the program from the image's
-// exported file system, chrooted into it as the image's user: it answers
-// a check.
+// entrypoint `sluice serve`), runs the program from the image's exported
+// file system, chrooted into it as the image's user: it answers a check,
+// and runs the image as a container, published on 127.0.0.1 as
+// docs/deploy.md shows: it answers a check (the subtest says why it
+// skips where this machine cannot run a container).
 func TestImage(t *testing.T) {
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Fatal("podman is not installed: ./test.sh installs it (Debian's podman)")
@@ -125,6 +129,8 @@ func TestImage(t *testing.T) {
 		t.Errorf("a check of the image's program: %d %s", a.status, a.body)
 	}
 
+	t.Run("container", func(t *testing.T) { runContainer(t, podman) })
+
 	// Run /bin/ratelimit as Envoy Gateway's Deployment does: by
 	// envoyproxy/ratelimit's variables, its configuration directory
 	// mounted at /data/ratelimit/config.
@@ -145,5 +151,54 @@ func TestImage(t *testing.T) {
 		if err != nil || r.OverallCode != want {
 			t.Fatalf("/bin/ratelimit, check %d: %v %v", i, r, err)
 		}
+	}
+}
+
+// runContainer runs the image sluice:test as a container with podman
+// (rootful), its HTTP port published on a free port of 127.0.0.1 as
+// docs/deploy.md publishes it, and checks that it answers a check. Where
+// podman cannot start a container it skips, saying podman's reason. The
+// runtime is runc (test.sh installs it), with the container's open files
+// and processes at 1024: podman's defaults raise both limits to their
+// maximum, which a machine without CAP_SYS_RESOURCE (this one, a sandbox)
+// refuses, and crun refuses a host whose cgroups are in hybrid mode.
+func runContainer(t *testing.T, podman []string) {
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Skip("runc is not installed (./test.sh installs it): podman would run the image with crun, which refuses this machine's hybrid cgroups")
+	}
+	podman = append(podman, "--runtime", "runc")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args := append(podman[1:], "run", "-d", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+		"-p", "127.0.0.1::8080", "sluice:test")
+	out, err := exec.CommandContext(ctx, podman[0], args...).CombinedOutput()
+	if err != nil {
+		t.Skipf("podman run cannot start a container on this machine: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	id := strings.TrimSpace(string(out))
+	if i := strings.LastIndexByte(id, '\n'); i >= 0 {
+		id = id[i+1:]
+	}
+	t.Cleanup(func() { exec.Command(podman[0], append(podman[1:], "rm", "-f", id)...).Run() })
+	out, err = exec.CommandContext(ctx, podman[0], append(podman[1:], "port", id, "8080/tcp")...).Output()
+	addr := strings.TrimSpace(string(out))
+	if err != nil || !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("podman port: %q %v: the container's port is not published on 127.0.0.1", addr, err)
+	}
+	// The container serves once its banner is out: ask until it answers.
+	for {
+		resp, err := http.Post("http://"+addr+"/v1/check", "application/json", strings.NewReader(`{"path": ["user", "alex", "trade"]}`))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("RateLimit") == "" {
+				t.Fatalf("a check of the container: %d %v", resp.StatusCode, resp.Header)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			logs, _ := exec.Command(podman[0], append(podman[1:], "logs", id)...).CombinedOutput()
+			t.Fatalf("the container does not answer at %s: %v\n%s", addr, err, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

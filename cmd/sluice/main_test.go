@@ -113,6 +113,21 @@ func TestSim(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
+	// The "wrote" line and --out's usage name every file written.
+	wrote := regexp.MustCompile(`(?m)^wrote .*$`).FindString(string(text))
+	usage, _ := exec.Command(sluiceBin, "sim", "-h").CombinedOutput()
+	files, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !strings.Contains(wrote, f.Name()) {
+			t.Errorf("the line %q does not name %s", wrote, f.Name())
+		}
+		if !strings.Contains(string(usage), f.Name()) {
+			t.Errorf("sluice sim -h does not name %s", f.Name())
+		}
+	}
 	var sum struct {
 		Strategies []struct {
 			Name     string

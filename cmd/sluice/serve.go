@@ -31,6 +31,7 @@ var examplePolicy []byte
 var serveFlags = []struct{ name, field, usage string }{
 	{"http", "http", "HTTP listen address (default " + server.DefaultHTTP + "; off disables)"},
 	{"grpc", "grpc", "gRPC listen address (default " + server.DefaultGRPC + "; off disables)"},
+	{"grpc-reflection", "grpc_reflection", "gRPC server reflection, for grpcurl and grpcui: on (default) or off"},
 	{"store", "store", "store: memory (default), redis://[user:pass@]host:port/db, rediss://..., a Cluster seed list redis://h1:p1?addr=h2:p2, or Sentinel redis://h:26379?master_set=name"},
 	{"policy", "policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)"},
 	{"envoy-config-dir", "envoy_config_dir", "instead of --policy, serve envoyproxy/ratelimit's config directory as it is (its *.yaml files, reloaded when they change)"},
@@ -226,7 +227,13 @@ func banner(e env, cfg server.Config, srv *server.Server, storeErr error) {
 		fmt.Fprintf(&b, "  HTTP/JSON  http://%s   POST /v1/check, GET /metrics /healthz /readyz\n", a)
 	}
 	if a := srv.GRPCAddr(); a != "" {
-		fmt.Fprintf(&b, "  gRPC       %s   envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1.Health\n", a)
+		fmt.Fprintf(&b, "  gRPC       %s   envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1.Health", a)
+		if cfg.GRPCReflection == "on" && cfg.GRPCTLS == (server.TLSConfig{}) {
+			fmt.Fprintf(&b, "; reflection: grpcurl -plaintext %s list", a)
+		} else if cfg.GRPCReflection == "on" {
+			b.WriteString("; reflection on")
+		}
+		b.WriteString("\n")
 	}
 	if a := srv.AdminAddr(); a != "" {
 		fmt.Fprintf(&b, "  admin      http://%s   /admin/v1/..., GET /metrics /healthz /readyz\n", a)

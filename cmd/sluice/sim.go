@@ -37,7 +37,7 @@ func runSim(ctx context.Context, e env, args []string) int {
 	hold := fs.Duration("hold", 0, "how long each admitted request runs: it is in flight, and holds its concurrency slots, that long (the scenario's default, else 200ms, when 0)")
 	slice := fs.Duration("slice", time.Second, "the length of a slice of the series")
 	storeURL := fs.String("store", "memory", "memory (virtual time: as fast as it decides) or redis://... (real time)")
-	out := fs.String("out", "", "write series.csv, summary.json, chart.png, chart.svg and report.html to this directory")
+	out := fs.String("out", "", "write series.csv, summary.json, chart.png, chart.svg, callers.png and report.html to this directory")
 	var limits, policies listFlag
 	fs.Var(&limits, "limit", `a strategy of one limit: NAME=each:SPEC (each caller's own) or NAME=shared:SPEC, SPEC as in replay, such as 'gate=each:{"algorithm":"gate","interval":"10s"}' (repeatable)`)
 	fs.Var(&policies, "policy", "a strategy from a limits.yaml, such as your service's: NAME=FILE (repeatable); see --path for the path a caller's request takes")
@@ -151,7 +151,7 @@ scenarios:`)
 		if err := sim.WriteDir(*out, res, sc.Description); err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(e.stdout, "wrote %s (and series.csv, summary.json, chart.png, chart.svg)\n", filepath.Join(*out, "report.html"))
+		fmt.Fprintf(e.stdout, "wrote %s (and series.csv, summary.json, chart.png, chart.svg, callers.png)\n", filepath.Join(*out, "report.html"))
 	}
 	return 0
 }

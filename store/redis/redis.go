@@ -220,7 +220,13 @@ func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) 
 // argument count, arguments, then a block's (block.lua).
 func appendLevel(args []string, b *binding, r store.Request) []string {
 	blk, blocks := r.Plan.Blocks()
-	flag := "-" // "s" shadow, "b" a block, "d" a debt (which has no block)
+	// "s" shadow, "b" a block, "d" a debt (which has no block), "p" a
+	// debt's peek: checked as a cost of 1 and never committed (algo.Debt).
+	flag := "-"
+	cost, peek := r.Cost, r.Cost == 0 && r.Plan.Debt()
+	if peek {
+		cost = 1
+	}
 	switch debt := r.Plan.Debt(); {
 	case r.Shadow && blocks:
 		flag = "sb"
@@ -240,9 +246,12 @@ func appendLevel(args []string, b *binding, r store.Request) []string {
 		}
 		flag += w + strconv.Itoa(r.Watch)
 	}
+	if peek {
+		flag += "p"
+	}
 	args = append(args, b.letter, flag, "")
 	n := len(args)
-	args = calendarWindows(b.args(args, r.Plan, r.Cost), r.Plan, r.Time)
+	args = calendarWindows(b.args(args, r.Plan, cost), r.Plan, r.Time)
 	args[n-1] = strconv.Itoa(len(args) - n)
 	if blocks {
 		blk = blk.WithDefaults()
@@ -333,6 +342,18 @@ func levelResult(r store.Request, now int64, ok bool, val int64, extra []int64, 
 			return st.Result(now, q)
 		}
 		extra = extra[:len(extra)-1]
+	}
+	if r.Plan.Debt() {
+		if r.Cost == 0 {
+			// A debt's peek, checked as a cost of 1 and not committed:
+			// denied, that cost's denial; else what a peek reports.
+			return bindings[r.Plan.Kind()].result(r.Plan, now, 1, ok, val, extra, !ok)
+		}
+		if !ok { // a charge recorded: nothing remains after it
+			res := bindings[r.Plan.Kind()].result(r.Plan, now, r.Cost, ok, val, extra, committed)
+			res.Remaining = 0
+			return res
+		}
 	}
 	return bindings[r.Plan.Kind()].result(r.Plan, now, r.Cost, ok, val, extra, committed)
 }

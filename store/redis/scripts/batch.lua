@@ -64,15 +64,15 @@ local function decide(i, k, base, levels)
     local ok = code % 2 == 1
     local span, keys, b = b_level(a)
     local final = p + 1 + (code - code % 2) / 2
-    local debt = b_debt(a)
+    local debt, peek = b_debt(a), b_peek(a)
     local n, denials = b_watch(a)
     local started = false
     if n > 0 then
       ws = ws or {}
       ws[#ws + 1] = {a, p, j, n, denials, idx, final, b}
-    elseif not blocked[p] and (pass or not ok or debt) then
+    elseif not blocked[p] and (pass or not ok or debt) and not (ok and peek) then
       local go = ok
-      if debt and not ok then go = 'owe' end
+      if debt and not ok and not peek then go = 'owe' end
       commit[ARGV[a]](KEYS[j], now, a + 3, go, reply[p + 1], reply, p)
       if b and not ok then
         reply[final] = b_start(KEYS[j + 1], now, b)

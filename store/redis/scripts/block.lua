@@ -74,6 +74,13 @@ local function b_debt(a)
   return string.find(ARGV[a + 1], 'd', 1, true) ~= nil
 end
 
+-- b_peek reports whether the level whose arguments start at ARGV[a] is a
+-- debt's peek (its flag holds 'p'): its arguments are a cost of 1's, and
+-- it records nothing (algo.Debt).
+local function b_peek(a)
+  return string.find(ARGV[a + 1], 'p', 1, true) ~= nil
+end
+
 -- b_enforced reports whether the level whose arguments start at ARGV[a]
 -- is enforced (its flag is not shadow's).
 local function b_enforced(a)

@@ -22,7 +22,8 @@
 --          with a block
 -- ARGV[1]  now in µs since the epoch, or "" to use Redis TIME
 -- ARGV[2..] per level, in KEYS order: kind, flag ("s" for shadow, "b" for
---          a block, "d" for a debt, "sb" or "sd" for both, else "-"), the number of the level's
+--          a block, "d" for a debt, "sb" or "sd" for both, "dp" or "sdp"
+--          for a debt's peek, else "-"), the number of the level's
 --          own arguments, then those arguments, then for a block its five
 --          (block.lua)
 -- Reply    {now, pass (1 or 0), then per level: code, value, extras...}
@@ -38,7 +39,10 @@
 -- failed are committed (with go = false), so that an algorithm may record
 -- a denied attempt (a uniform sliding log), and each starts its block. A
 -- level with a debt (flag 'd') is committed either way, with go = 'owe'
--- when its own check failed: it records the cost in full (algo.Debt).
+-- when its own check failed: it records the cost in full (algo.Debt). A
+-- debt's peek (flag 'p') comes with the arguments of a cost of 1, so that
+-- it is not ok once nothing remains; it records nothing: committed only
+-- when not ok, with go = false, as a denial that records no attempt.
 -- A level that watches others (its flag holds 'w<n>' or 'W<n>', a node's
 -- escalate) is checked as a peek and not committed with them: after them,
 -- block.lua's b_escalate decides it for the blocks (or denials) of the n
@@ -74,16 +78,16 @@ while j <= #KEYS do
   local ok = code % 2 == 1
   local span, keys, b = b_level(i)
   local last = p + 1 + (code - code % 2) / 2
-  local debt = b_debt(i)
+  local debt, peek = b_debt(i), b_peek(i)
   local n, denials = b_watch(i)
   local started = false
   idx = idx + 1
   if n > 0 then
     ws = ws or {}
     ws[#ws + 1] = {i, p, j, n, denials, idx, last, b}
-  elseif not blocked[p] and (reply[2] == 1 or not ok or debt) then
+  elseif not blocked[p] and (reply[2] == 1 or not ok or debt) and not (ok and peek) then
     local go = ok
-    if debt and not ok then go = 'owe' end
+    if debt and not ok and not peek then go = 'owe' end
     commit[ARGV[i]](KEYS[j], now, i + 3, go, reply[p + 1], reply, p)
     if b and not ok then
       reply[last] = b_start(KEYS[j + 1], now, b)
