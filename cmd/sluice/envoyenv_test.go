@@ -69,7 +69,7 @@ func TestRunAsRatelimit(t *testing.T) {
 	if p.grpc != "127.0.0.1:"+grpcPort || p.http != "127.0.0.1:"+httpPort {
 		t.Fatalf("listening on %s and %s, want the variables' ports", p.grpc, p.http)
 	}
-	p.waitLog("REDIS_TIMEOUT", 30*time.Second)
+	p.waitLog("REDIS_TIMEOUT")
 
 	roots := x509.NewCertPool()
 	roots.AddCert(pki.CA)
