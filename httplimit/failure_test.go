@@ -55,11 +55,15 @@ func TestRedisStopped(t *testing.T) {
 			})
 			h := l.Wrap(okHandler)
 
-			w := do(h, "GET", "/trade", nil, "")
+			// Before the stop, through a middleware whose timeout a busy
+			// machine meets (l's 50ms default may not be), on the same store.
+			warm := httplimit.New(c, httplimit.Options{Path: apiPath, Timeout: testTimeout, Logger: discard})
+			w := do(warm.Wrap(okHandler), "GET", "/trade", nil, "")
 			if w.Code != 200 || w.Header().Get("RateLimit") == "" {
 				t.Fatalf("before the stop: %d %v", w.Code, w.Header())
 			}
 			srv.Stop()
+			start := time.Now()
 			for i := 0; i < 3; i++ {
 				w = do(h, "GET", "/trade", nil, "")
 				switch policy {
@@ -88,10 +92,12 @@ func TestRedisStopped(t *testing.T) {
 			if n := callbacks.Load(); n != 3 {
 				t.Errorf("OnStoreError called %d times, want 3", n)
 			}
-			// One line: the others fall within the same second.
+			// One line a second: one, unless a busy machine took more
+			// than a second for the three.
+			most := 1 + int(time.Since(start)/time.Second)
 			out := logs.String()
-			if strings.Count(out, "rate-limit check failed") != 1 || !strings.Contains(out, "policy=fail-"+name) || !strings.Contains(out, "redis store") {
-				t.Errorf("log:\n%s", out)
+			if n := strings.Count(out, "rate-limit check failed"); n < 1 || n > most || !strings.Contains(out, "policy=fail-"+name) || !strings.Contains(out, "redis store") {
+				t.Errorf("log (at most %d lines):\n%s", most, out)
 			}
 		})
 	}
@@ -107,8 +113,11 @@ func TestRedisStalled(t *testing.T) {
 	c := newChecker(mustPolicy(t, testPolicy), st, nil)
 	open := httplimit.New(c, httplimit.Options{Path: apiPath, Logger: discard})
 	closed := httplimit.New(c, httplimit.Options{Path: apiPath, Failure: httplimit.FailClosed, Logger: discard})
-	if w := do(open.Wrap(okHandler), "GET", "/trade", nil, ""); w.Code != 200 {
-		t.Fatalf("before the stall: %d", w.Code)
+	// Before the stall, at a timeout a busy machine meets (not the 50ms
+	// default of open and closed, whose store errors are counted).
+	warm := httplimit.New(c, httplimit.Options{Path: apiPath, Timeout: testTimeout, Logger: discard})
+	if w := do(warm.Wrap(okHandler), "GET", "/trade", nil, ""); w.Code != 200 || w.Header().Get("RateLimit") == "" {
+		t.Fatalf("before the stall: %d %v", w.Code, w.Header())
 	}
 
 	resume := srv.Pause(t)
