@@ -441,7 +441,7 @@ func TestServeGRPCOnRedis(t *testing.T) {
 	rd := redistest.Start(t)
 	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
 	c := p.rls(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	d := func(kv ...string) *rlcommon.RateLimitDescriptor {
 		out := &rlcommon.RateLimitDescriptor{}
@@ -793,7 +793,7 @@ func TestServeStoreDown(t *testing.T) {
 				append(local, "--timeout", "50ms", "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
 			p.check(`{"path": ["shared"]}`) // warm up
 			c := p.rls(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 			defer cancel()
 			grpcReq := &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
 				{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/a"}}}}}
@@ -960,7 +960,7 @@ descriptors:
 	// Serve it and ask through gRPC as Envoy would.
 	p := serve(t, nil, append(local, "--policy", limits)...)
 	c := p.rls(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	req := &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
 		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/a"}}}}}
@@ -1009,7 +1009,7 @@ func TestServeRedisCluster(t *testing.T) {
 	}
 	// gRPC: descriptors in different slots, all or nothing across them.
 	c := p.rls(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	req := &rlv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*rlcommon.RateLimitDescriptor{
 		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.9.9.9"}}},
