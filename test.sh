@@ -35,7 +35,10 @@ fi
 failed=()
 fail() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 go vet ./... || fail "go vet ./..."
-go test -race -count=1 ./... "$@" || fail "go test -race ./..."
+# -timeout: go test's default of 10 minutes a package is a deadline a busy
+# machine outlasts (cmd/sluice took 8 under load); the tests bound their
+# own waits, as hang detectors.
+go test -race -count=1 -timeout 30m ./... "$@" || fail "go test -race ./..."
 # The chart's test is a module of its own (charts/go.mod): the Kubernetes
 # API types stay out of Sluice's.
 if [ -n "$helm_pid" ] && ! wait "$helm_pid"; then
