@@ -190,16 +190,20 @@ func TestDedup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("poison") }, WorkerOptions{Visibility: 200 * time.Millisecond, MaxDeliveries: 1, Batch: 4})
+		drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("poison") }, WorkerOptions{Visibility: time.Second, MaxDeliveries: 1, Batch: 4})
 		if e, err := q.Add(ctx, map[string]string{"v": "3"}, "order-8"); err != nil || e.Duplicate || e.ID == d.ID {
 			t.Fatalf("the id of a dead letter: %+v %v, want a new entry", e, err)
 		}
 	})
 }
 
-// drain runs one worker until n entries were acked or dead-lettered.
+// drain runs one worker until n entries were acked or dead-lettered. The
+// tests' visibility timeout is a second (their handler timeout 750ms): short
+// enough that redeliveries come soon, long enough that no handler of
+// theirs outlasts it on a busy machine (200ms, a handler timeout of 150ms,
+// was not).
 func drain(t *testing.T, q *Queue, n int64, h Handler) Counts {
-	return drainWith(t, q, n, h, WorkerOptions{Visibility: 200 * time.Millisecond, MaxDeliveries: 3, Batch: 4})
+	return drainWith(t, q, n, h, WorkerOptions{Visibility: time.Second, MaxDeliveries: 3, Batch: 4})
 }
 
 func drainWith(t *testing.T, q *Queue, n int64, h Handler, o WorkerOptions) Counts {
@@ -276,7 +280,7 @@ func TestCrashBetweenReadAndAck(t *testing.T) {
 		dying := open(t, st, "crash-read", 10) // another handle on the queue
 		dying.hooks.afterRead = func([]Entry) error { return errCrash }
 		if _, err := dying.Work(ctx, func(context.Context, Entry) error { return nil },
-			WorkerOptions{Batch: 3, Visibility: 200 * time.Millisecond}); !errors.Is(err, errCrash) {
+			WorkerOptions{Batch: 3, Visibility: time.Second}); !errors.Is(err, errCrash) {
 			t.Fatalf("dying worker: %v", err)
 		}
 		if s, _ := q.Stats(ctx); s.Pending != 3 {
@@ -290,7 +294,7 @@ func TestCrashBetweenReadAndAck(t *testing.T) {
 			handled[e.Fields["i"]]++
 			mu.Unlock()
 			return nil
-		}, WorkerOptions{Visibility: 200 * time.Millisecond, Batch: 1})
+		}, WorkerOptions{Visibility: time.Second, Batch: 1})
 		if len(handled) != 5 || c.Claimed != 3 {
 			t.Fatalf("handled %v, counts %+v", handled, c)
 		}
@@ -313,7 +317,7 @@ func TestCrashBetweenDeadLetterAndAck(t *testing.T) {
 		dying := open(t, st, "crash-dead", 10) // another handle on the queue
 		dying.hooks.afterDeadLetter = func(Entry) error { return errCrash }
 		_, err := dying.Work(ctx, func(context.Context, Entry) error { return errors.New("bad") },
-			WorkerOptions{MaxDeliveries: 1, Visibility: 200 * time.Millisecond})
+			WorkerOptions{MaxDeliveries: 1, Visibility: time.Second})
 		if !errors.Is(err, errCrash) {
 			t.Fatalf("dying worker: %v", err)
 		}
@@ -321,7 +325,7 @@ func TestCrashBetweenDeadLetterAndAck(t *testing.T) {
 			t.Fatalf("after the crash: %+v, want the entry queued and dead-lettered", s)
 		}
 		c := drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("never called") },
-			WorkerOptions{MaxDeliveries: 1, Visibility: 200 * time.Millisecond})
+			WorkerOptions{MaxDeliveries: 1, Visibility: time.Second})
 		if c.DeadLettered != 1 || c.Failed != 0 {
 			t.Fatalf("counts %+v", c)
 		}
@@ -456,7 +460,7 @@ func TestOnCluster(t *testing.T) {
 			return errors.New("once")
 		}
 		return nil
-	}, WorkerOptions{Visibility: 200 * time.Millisecond, Rate: 1000})
+	}, WorkerOptions{Visibility: time.Second, Rate: 1000})
 	if c.Handled != 3 || c.Failed != 1 {
 		t.Fatalf("counts %+v", c)
 	}
@@ -486,7 +490,7 @@ func TestStuckWorker(t *testing.T) {
 				close(started)
 				<-release
 				return nil
-			}, WorkerOptions{Visibility: 100 * time.Millisecond})
+			}, WorkerOptions{Visibility: time.Second})
 			if err != nil {
 				t.Error(err)
 			}
@@ -498,7 +502,7 @@ func TestStuckWorker(t *testing.T) {
 				t.Errorf("claimed entry delivered %d times, want 2", e.Deliveries)
 			}
 			return nil
-		}, WorkerOptions{Visibility: 100 * time.Millisecond})
+		}, WorkerOptions{Visibility: time.Second})
 		stopSlow()
 		close(release)
 		slow := <-slowDone
