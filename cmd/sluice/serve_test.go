@@ -1515,3 +1515,8 @@ func TestBannerPath(t *testing.T) {
 // reload, a drain, a listener), so far beyond it that a machine busy with
 // other work does not miss it: the test then fails instead of hanging.
 const waitLimit = time.Minute
+
+// cliTimeout is the store timeout (SLUICE_TIMEOUT) of the commands the
+// tests run on a service's store (block, override ...): the service's 50ms
+// default is one a busy machine misses.
+const cliTimeout = "1m"
