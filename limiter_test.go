@@ -21,12 +21,14 @@ import (
 
 // limiterStores returns a fresh memory store and a store on a fresh Redis,
 // and a second Redis store on the same server (another instance of a
-// service).
+// service). The Redis stores' timeout, a minute, is far past any
+// decision's time: the default second is one a busy machine outlasted
+// (TestSpentPermitsFreeNothing's 50 goroutines once met it).
 func limiterStores(t *testing.T) (stores map[string]store.Store, twin store.Store) {
 	t.Helper()
 	srv := redistest.Start(t)
 	open := func() store.Store {
-		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,7 +71,8 @@ func TestSlotsFreedAfterKill(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	st, err := redis.Open(ctx, srv.URL(), redis.Options{})
+	st, err := redis.Open(ctx, srv.URL(), redis.Options{Timeout: time.Minute}) // the test's decisions: no default second to miss
+
 	if err != nil {
 		t.Fatal(err)
 	}
