@@ -35,7 +35,7 @@ func stores(t *testing.T, f func(t *testing.T, st store.Store)) {
 
 func openRedisStore(tb testing.TB, url string) *redis.Store {
 	tb.Helper()
-	st, err := redis.Open(context.Background(), url, redis.Options{})
+	st, err := redis.Open(context.Background(), url, redis.Options{Timeout: time.Minute}) // not the default second: a busy machine can outlast it
 	if err != nil {
 		tb.Fatal(err)
 	}
