@@ -17,8 +17,11 @@ import (
 	"github.com/sluicehq/sluice/store/redis"
 )
 
-// killLimit is the limit the holder process and the test share.
-var killLimit = algo.Concurrency{Count: 3, HoldFor: 2 * time.Second}
+// killLimit is the limit the holder process and the test share. Its hold,
+// 10s, is one the holder's renewals keep up with on a busy machine (they
+// come every 2 to 3s), so that its slots are still held when the test
+// looks; the test waits a hold for them after the kill.
+var killLimit = algo.Concurrency{Count: 3, HoldFor: 10 * time.Second}
 
 // TestHolderProcess is not a test: TestSlotsFreedAfterKill runs the test
 // binary with SLUICE_HOLDER set to a Redis URL, and this takes every slot
@@ -68,7 +71,8 @@ func TestSlotsFreedAfterKill(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	st, err := redis.Open(ctx, srv.URL(), redis.Options{})
+	st, err := redis.Open(ctx, srv.URL(), redis.Options{Timeout: time.Minute}) // the test's decisions: no default second to miss
+
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -328,7 +328,7 @@ type steppedClock struct {
 	store.Store
 	mu     sync.Mutex
 	now    time.Time
-	renews chan time.Time // the time of each renewal
+	renews chan time.Time // the time of each renewal, if not nil
 }
 
 func (s *steppedClock) at() time.Time {
@@ -353,7 +353,7 @@ func (s *steppedClock) DecideAll(ctx context.Context, reqs []store.Request, res 
 		renew = renew || op == algo.Renew
 	}
 	pass, err := s.Store.DecideAll(ctx, reqs, res)
-	if renew && err == nil {
+	if renew && err == nil && s.renews != nil {
 		s.renews <- reqs[0].Time
 	}
 	return pass, err
@@ -450,8 +450,12 @@ func TestSlotsWithABlock(t *testing.T) {
 // of 1000 keys), renewed while they are held (every 0.5 to 1 s), run
 // on a few goroutines, not one per permit (they once had a goroutine and
 // a ticker each); released, the renewers' goroutines end at their next tick.
+// The store's clock stands still but for one step the test makes, within
+// the hold, after the acquires: no hold can run out however slowly the
+// machine acquires (a 3 s hold once did, on a busy one), and a renewal
+// after the step is seen, as its hold ends later than the acquire's.
 func TestHeldSlotsCostNoGoroutine(t *testing.T) {
-	st := memory.New()
+	st := &steppedClock{Store: memory.New(), now: conformance.T0}
 	defer st.Close()
 	ctx := context.Background()
 	lim, err := sluice.NewLimiter(st, algo.Concurrency{Count: 10, HoldFor: 3 * time.Second})
@@ -459,48 +463,64 @@ func TestHeldSlotsCostNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	permits := make([]sluice.Permit, 10_000)
-	for i := range permits {
-		if permits[i], err = lim.Acquire(ctx, "k"+strconv.Itoa(i%1000)); err != nil {
+	permits := make([]sluice.Permit, 0, 10_000)
+	// Released, and their renewers ended, even when the test fails: the
+	// next test counts allocations, which these renewals would make.
+	t.Cleanup(func() {
+		for _, p := range permits {
+			if err := p.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		for runtime.NumGoroutine() > before { // the renewers end after the last permit
+			runtime.Gosched()
+			time.Sleep(time.Millisecond)
+		}
+	})
+	for i := range cap(permits) {
+		p, err := lim.Acquire(ctx, "k"+strconv.Itoa(i%1000))
+		if err != nil {
 			t.Fatal(err)
 		}
+		permits = append(permits, p)
 	}
-	// Until every holder of k0 has been renewed (its hold ends later than
-	// it did; one whose renewal came too late on a busy machine is gone),
-	// count the goroutines as the renewals run.
 	k0 := store.Request{Key: "k0", Plan: algo.MustCompile(lim.Limit())}
-	first, err := st.Holders(ctx, k0)
-	if err != nil || len(first) != 10 {
-		t.Fatalf("holders of k0: %+v, %v", first, err)
+	holders := func() []algo.Holder {
+		t.Helper()
+		k0.Time = st.at()
+		hs, err := st.Store.(store.HolderLister).Holders(ctx, k0)
+		if err != nil || len(hs) != 10 {
+			t.Fatalf("holders of k0 at %v: %+v, %v; want all 10", st.at().Sub(conformance.T0), hs, err)
+		}
+		return hs
 	}
-	ends := map[int64]int64{}
-	for _, h := range first {
-		ends[h.Permit] = h.End
+	acquired := conformance.T0.Add(lim.Limit().(algo.Concurrency).HoldFor).UnixMicro()
+	for _, h := range holders() {
+		if h.End != acquired {
+			t.Fatalf("a holder of k0 ends at %d, want %d (the clock stands still)", h.End, acquired)
+		}
 	}
+	st.mu.Lock()
+	st.now = st.now.Add(time.Second) // within every hold
+	st.mu.Unlock()
+	// Until every holder of k0 has been renewed after the step (within a
+	// second or so; the minute is a hang detector), count the goroutines
+	// as the renewals run.
+	stepped := time.Now()
 	for renewed := 0; renewed < 10; {
+		if time.Since(stepped) > time.Minute {
+			t.Fatalf("%d of k0's 10 holders renewed a minute after the step", renewed)
+		}
 		if n := runtime.NumGoroutine() - before; n > maxRenewingGoroutines {
 			t.Fatalf("10,000 held permits run %d goroutines, want at most %d", n, maxRenewingGoroutines)
 		}
 		time.Sleep(time.Millisecond)
-		hs, err := st.Holders(ctx, k0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		renewed = 10 - len(hs)
-		for _, h := range hs {
-			if h.End > ends[h.Permit] {
+		renewed = 0
+		for _, h := range holders() {
+			if h.End > acquired {
 				renewed++
 			}
 		}
-	}
-	for _, p := range permits {
-		if err := p.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for runtime.NumGoroutine() > before { // the renewers end after the last permit
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -4,7 +4,10 @@
 # report, nginx and caddy, which the forward-auth tests put in front of
 # Sluice, prometheus, which scrapes it, and podman, which builds the
 # image, with runc, which runs it) when it is missing, then vets and runs
-# every test with the race detector.
+# every test with the race detector, the chart's test and a short run of
+# each fuzz target. Every stage runs even when an earlier one fails; the
+# failures are listed at the end and the exit status is 1 if there was
+# any.
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
@@ -31,32 +34,45 @@ if ! "$helm_bin" version --short 2>/dev/null | grep -q "^$helm_version"; then
   go install "helm.sh/helm/v3/cmd/helm@$helm_version" > /tmp/sluice-helm-install.log 2>&1 &
   helm_pid=$!
 fi
+failed=()
+fail() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 # grpcurl, which TestGRPCReflection runs against sluice serve, built from
 # its module at the pinned version (the test builds it again: then it only
 # links), in the background while go vet runs.
 grpcurl_version=v1.9.3
 GOBIN="$(mktemp -d)" GOFLAGS= go install "github.com/fullstorydev/grpcurl/cmd/grpcurl@$grpcurl_version" > /tmp/sluice-grpcurl-install.log 2>&1 &
 grpcurl_pid=$!
-go vet ./...
-wait "$grpcurl_pid" || { cat /tmp/sluice-grpcurl-install.log >&2; echo "test.sh: installing grpcurl failed" >&2; exit 1; }
-go test -race -count=1 ./... "$@"
+go vet ./... || fail "go vet ./..."
+wait "$grpcurl_pid" || { cat /tmp/sluice-grpcurl-install.log >&2; fail "installing grpcurl $grpcurl_version"; }
+# -timeout: go test's default of 10 minutes a package is a deadline a busy
+# machine outlasts (cmd/sluice took 8 under load); the tests bound their
+# own waits, as hang detectors.
+go test -race -count=1 -timeout 30m ./... "$@" || fail "go test -race ./..."
 # The chart's test is a module of its own (charts/go.mod): the Kubernetes
 # API types stay out of Sluice's.
 if [ -n "$helm_pid" ] && ! wait "$helm_pid"; then
-  cat /tmp/sluice-helm-install.log >&2; echo "test.sh: installing helm failed" >&2; exit 1
+  cat /tmp/sluice-helm-install.log >&2; fail "installing helm $helm_version"
 fi
-(cd charts && go vet ./... && PATH="$(go env GOPATH)/bin:$PATH" go test -count=1 ./...)
+(cd charts && go vet ./...) || fail "charts: go vet ./..."
+(cd charts && PATH="$(go env GOPATH)/bin:$PATH" go test -count=1 ./...) || fail "charts: go test ./..."
 # A short run of every fuzz target (their seeds ran above as tests): 10,000
 # inputs each (a second or a few), so that CI explores a little beyond the
 # seeds every time. A count, not a duration: a duration races Go's fuzz
 # coordinator at its end and can fail with a bare "context deadline
 # exceeded" on a busy machine (golang/go#75804, fixed in Go 1.27).
 fuzz_time=${FUZZ_TIME:-10000x}
+fuzz_failed=0
 for target in \
   ".:FuzzKeyInjective" "./policy:FuzzParse" "./server:FuzzParseCheck" "./server:FuzzShouldRateLimit" \
   "./cmd/sluice:FuzzParseEvent" "./internal/jsonenc:FuzzAppendString" "./internal/sf:FuzzString"; do
   if ! out=$(go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "$fuzz_time" "${target%%:*}" 2>&1); then
-    echo "$out"; echo "fuzz: $target failed" >&2; exit 1
+    echo "$out"; fail "fuzz $target"; fuzz_failed=$((fuzz_failed + 1))
   fi
 done
-echo "fuzz: 7 targets, $fuzz_time each: no failure"
+echo "fuzz: 7 targets, $fuzz_time each: $fuzz_failed failed"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test.sh: ${#failed[@]} stage(s) failed:" >&2
+  printf '  %s\n' "${failed[@]}" >&2
+  exit 1
+fi
+echo "test.sh: every stage passed"

@@ -19,7 +19,7 @@ import (
 
 func stores(t *testing.T) map[string]store.Store {
 	srv := redistest.Start(t)
-	rs, err := redis.Open(context.Background(), srv.URL(), redis.Options{})
+	rs, err := redis.Open(context.Background(), srv.URL(), redis.Options{Timeout: time.Minute}) // not the default second: a busy machine can outlast it
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,10 @@ package httplimit_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,16 +16,18 @@ import (
 )
 
 // delayMiddleware is a middleware over a policy whose node admits 1 at
-// once, then 10 a second, holding a request up to 1s (the second waits
-// 100ms); it records each decision's delay and counts the handler's calls.
-func delayMiddleware(t *testing.T, maxWaiting int) (*httplimit.Middleware, http.Handler, *atomic.Int64, *atomic.Int64) {
+// once, then 1 each period, holding a request up to 10 periods (the
+// second waits a period); it records each decision's delay and counts the
+// handler's calls. The tests that must see a request still held, or
+// still delayed, use a period of a minute: longer than any test waits.
+func delayMiddleware(t *testing.T, maxWaiting int, period time.Duration) (*httplimit.Middleware, http.Handler, *atomic.Int64, *atomic.Int64) {
 	t.Helper()
-	p, err := policy.Parse("delay.yaml", []byte(`
+	p, err := policy.Parse("delay.yaml", []byte(fmt.Sprintf(`
 schema:
   "*":
-    limits: {algorithm: gcra, burst: 0, count: 10, period: 1s}
-    delay: {max: 1s}
-`))
+    limits: {algorithm: gcra, burst: 0, count: 1, period: %v}
+    delay: {max: %v}
+`, period, min(10*period, time.Minute))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +47,7 @@ schema:
 // 100ms less the time since the first request (bounds that hold however
 // slow the machine is).
 func TestDelayHolds(t *testing.T) {
-	_, h, lastDelay, served := delayMiddleware(t, 0)
+	_, h, lastDelay, served := delayMiddleware(t, 0, 100*time.Millisecond)
 	start := time.Now()
 	for i := range 2 {
 		w := httptest.NewRecorder()
@@ -60,43 +64,53 @@ func TestDelayHolds(t *testing.T) {
 
 // TestDelayClientGone: a held request whose client goes away is not served,
 // and its units go back: the next request waits as the second would have.
+// Each is held a minute or more: the test cancels them.
 func TestDelayClientGone(t *testing.T) {
-	m, h, lastDelay, served := delayMiddleware(t, 0)
+	m, h, lastDelay, served := delayMiddleware(t, 0, time.Minute)
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // at once
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
-		close(done)
-	}()
-	for m.Waiting() == 0 { // held
-		time.Sleep(time.Millisecond)
+	// held serves a request until it is held, then its client goes away.
+	held := func() {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+			close(done)
+		}()
+		for m.Waiting() == 0 { // held
+			select {
+			case <-done:
+				t.Fatalf("answered, not held (delay %v)", time.Duration(lastDelay.Load()))
+			case <-time.After(time.Millisecond):
+			}
+		}
+		cancel()
+		<-done
+		if served.Load() != 1 || m.Waiting() != 0 {
+			t.Fatalf("served %d, waiting %d; want 1 and 0", served.Load(), m.Waiting())
+		}
 	}
-	cancel()
-	<-done
-	if served.Load() != 1 || m.Waiting() != 0 {
-		t.Fatalf("served %d, waiting %d; want 1 and 0", served.Load(), m.Waiting())
-	}
-	// Given back: a third request is held 100ms, as the second was, and
-	// not 200ms (the second's units still taken), less the time passed.
-	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	if got := time.Duration(lastDelay.Load()); got > 100*time.Millisecond {
-		t.Errorf("after the client left, a request waits %v; want at most 100ms (units given back)", got)
+	held()
+	// Given back: a third request is held a minute, as the second was,
+	// and not two (the second's units still taken), less the time passed.
+	held()
+	if got := time.Duration(lastDelay.Load()); got > time.Minute || got <= 0 {
+		t.Errorf("after the client left, a request waits %v; want at most a minute (units given back)", got)
 	}
 }
 
 // TestDelayMaxWaiting: with no room to hold a request, a delayed one is
 // answered 429 at once with Retry-After, and its units go back.
 func TestDelayMaxWaiting(t *testing.T) {
-	_, h, lastDelay, served := delayMiddleware(t, -1)
+	_, h, lastDelay, served := delayMiddleware(t, -1, time.Minute)
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	for range 3 { // each would wait 100ms; each is refused and given back
+	for range 3 { // each would wait a minute; each is refused and given back
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
-		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
-			t.Fatalf("%d %v, want 429 with Retry-After: 1", w.Code, w.Header())
+		if ra, _ := strconv.Atoi(w.Header().Get("Retry-After")); w.Code != http.StatusTooManyRequests || ra < 1 || ra > 60 {
+			t.Fatalf("%d %v, want 429 with Retry-After: at most 60", w.Code, w.Header())
 		}
-		if got := time.Duration(lastDelay.Load()); got > 100*time.Millisecond {
+		if got := time.Duration(lastDelay.Load()); got > time.Minute || got <= 0 {
 			t.Fatalf("delay %v: the refused requests' units were not given back", got)
 		}
 	}

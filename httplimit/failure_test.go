@@ -55,11 +55,15 @@ func TestRedisStopped(t *testing.T) {
 			})
 			h := l.Wrap(okHandler)
 
-			w := do(h, "GET", "/trade", nil, "")
+			// Before the stop, through a middleware whose timeout a busy
+			// machine meets (l's 50ms default may not be), on the same store.
+			warm := httplimit.New(c, httplimit.Options{Path: apiPath, Timeout: testTimeout, Logger: discard})
+			w := do(warm.Wrap(okHandler), "GET", "/trade", nil, "")
 			if w.Code != 200 || w.Header().Get("RateLimit") == "" {
 				t.Fatalf("before the stop: %d %v", w.Code, w.Header())
 			}
 			srv.Stop()
+			start := time.Now()
 			for i := 0; i < 3; i++ {
 				w = do(h, "GET", "/trade", nil, "")
 				switch policy {
@@ -88,10 +92,12 @@ func TestRedisStopped(t *testing.T) {
 			if n := callbacks.Load(); n != 3 {
 				t.Errorf("OnStoreError called %d times, want 3", n)
 			}
-			// One line: the others fall within the same second.
+			// One line a second: one, unless a busy machine took more
+			// than a second for the three.
+			most := 1 + int(time.Since(start)/time.Second)
 			out := logs.String()
-			if strings.Count(out, "rate-limit check failed") != 1 || !strings.Contains(out, "policy=fail-"+name) || !strings.Contains(out, "redis store") {
-				t.Errorf("log:\n%s", out)
+			if n := strings.Count(out, "rate-limit check failed"); n < 1 || n > most || !strings.Contains(out, "policy=fail-"+name) || !strings.Contains(out, "redis store") {
+				t.Errorf("log (at most %d lines):\n%s", most, out)
 			}
 		})
 	}
@@ -107,8 +113,11 @@ func TestRedisStalled(t *testing.T) {
 	c := newChecker(mustPolicy(t, testPolicy), st, nil)
 	open := httplimit.New(c, httplimit.Options{Path: apiPath, Logger: discard})
 	closed := httplimit.New(c, httplimit.Options{Path: apiPath, Failure: httplimit.FailClosed, Logger: discard})
-	if w := do(open.Wrap(okHandler), "GET", "/trade", nil, ""); w.Code != 200 {
-		t.Fatalf("before the stall: %d", w.Code)
+	// Before the stall, at a timeout a busy machine meets (not the 50ms
+	// default of open and closed, whose store errors are counted).
+	warm := httplimit.New(c, httplimit.Options{Path: apiPath, Timeout: testTimeout, Logger: discard})
+	if w := do(warm.Wrap(okHandler), "GET", "/trade", nil, ""); w.Code != 200 || w.Header().Get("RateLimit") == "" {
+		t.Fatalf("before the stall: %d %v", w.Code, w.Header())
 	}
 
 	resume := srv.Pause(t)
@@ -136,37 +145,53 @@ func TestRedisStalled(t *testing.T) {
 
 // TestTimeoutBound: a checker that blocks until its context ends is cut
 // off at the configured timeout, and the request's own deadline wins when
-// it is earlier.
+// it is earlier. The deadlines are compared as times, so that a checker
+// reached late on a busy machine sees the same ones.
 func TestTimeoutBound(t *testing.T) {
 	var gotDeadline atomic.Int64
 	blocking := checkerFunc(func(ctx context.Context, _ []string, _ int64, _ *policy.Decision) error {
 		d, _ := ctx.Deadline()
-		gotDeadline.Store(int64(time.Until(d)))
+		gotDeadline.Store(d.UnixNano())
 		<-ctx.Done()
 		return ctx.Err()
 	})
 	l := httplimit.New(blocking, httplimit.Options{Timeout: 30 * time.Millisecond, Failure: httplimit.FailClosed, Logger: discard})
 	start := time.Now()
 	w := do(l.Wrap(okHandler), "GET", "/", nil, "")
-	if el := time.Since(start); w.Code != 503 || el < 30*time.Millisecond {
+	end := time.Now()
+	if el := end.Sub(start); w.Code != 503 || el < 30*time.Millisecond {
 		t.Errorf("status %d after %v", w.Code, el)
 	}
-	if d := time.Duration(gotDeadline.Load()); d <= 0 || d > 30*time.Millisecond {
-		t.Errorf("checker saw a deadline %v away", d)
+	// The timeout runs from when the middleware had the request.
+	if d := time.Unix(0, gotDeadline.Load()); d.Before(start.Add(30*time.Millisecond)) || d.After(end.Add(30*time.Millisecond)) {
+		t.Errorf("checker saw a deadline %v after the request began, want 30ms after it was had (it took %v)", d.Sub(start), end.Sub(start))
 	}
 
 	// A request whose context ends first: the client is gone, no answer.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	// Its deadline, an hour before the middleware's, is the checker's; the
+	// client goes away once the checker has it.
+	calls := make(chan context.Context, 1)
+	l = httplimit.New(checkerFunc(func(ctx context.Context, _ []string, _ int64, _ *policy.Decision) error {
+		calls <- ctx
+		<-ctx.Done()
+		return ctx.Err()
+	}), httplimit.Options{Timeout: 2 * time.Hour, Failure: httplimit.FailClosed, Logger: discard})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
+	want, _ := ctx.Deadline()
+	go func() {
+		got := <-calls
+		if d, _ := got.Deadline(); !d.Equal(want) {
+			t.Errorf("checker saw a deadline %v away, want the request's (an hour)", time.Until(d))
+		}
+		cancel()
+	}()
 	r, _ := http.NewRequestWithContext(ctx, "GET", "/", nil)
 	r.RemoteAddr = "192.0.2.1:1"
 	rec := &recorder{h: http.Header{}}
 	l.Wrap(okHandler).ServeHTTP(rec, r)
 	if rec.code != 0 || len(rec.body) != 0 {
 		t.Errorf("answered a gone client: %d %q", rec.code, rec.body)
-	}
-	if d := time.Duration(gotDeadline.Load()); d > 5*time.Millisecond {
-		t.Errorf("checker saw a deadline %v away, want the request's (5ms)", d)
 	}
 }
 

@@ -107,7 +107,7 @@ func redisStore(t testing.TB, srv *redistest.Server) *redis.Store {
 // redisStoreAt opens a Redis store on url, closed when the test ends.
 func redisStoreAt(t testing.TB, url string) *redis.Store {
 	t.Helper()
-	st, err := redis.Open(context.Background(), url, redis.Options{})
+	st, err := redis.Open(context.Background(), url, redis.Options{Timeout: time.Minute}) // not the default second: a busy machine can outlast it
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -167,14 +167,17 @@ func TestSlotsHeldWhileServing(t *testing.T) {
 
 // TestSlotsRenewedWhileServing: a handler that runs longer than the
 // lease keeps its slot, since the middleware renews it: the store's clock
-// is moved by hand, a step after each renewal, to 3 leases on.
+// is moved by hand, a step after each renewal at the clock's time, to 3
+// leases on. (A renewal that read the clock before a step, and reports
+// after it, is not one at the clock's time: stepping on it would pass a
+// lease on a busy machine.)
 func TestSlotsRenewedWhileServing(t *testing.T) {
 	p, err := policy.Parse("limits.yaml", []byte(strings.Replace(slotsPolicy, "limit: 3, hold_for: 1m", "limit: 1, hold_for: 30ms", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := &clock{now: t0}
-	renewed := make(chan struct{}, 1)
+	renewed := make(chan time.Time, 1)
 	st := &onRenew{Store: memory.New(), clk: clk, renewed: renewed}
 	c := &policy.Checker{Policy: policy.NewCurrent(p), Store: st}
 	release := make(chan struct{})
@@ -197,7 +200,8 @@ func TestSlotsRenewedWhileServing(t *testing.T) {
 		done <- resp.StatusCode
 	}()
 	for range 5 {
-		<-renewed
+		for at := <-renewed; !at.Equal(clk.Now()); at = <-renewed {
+		}
 		clk.mu.Lock()
 		clk.now = clk.now.Add(20 * time.Millisecond)
 		clk.mu.Unlock()
@@ -214,11 +218,11 @@ func TestSlotsRenewedWhileServing(t *testing.T) {
 }
 
 // onRenew is a store at a hand-moved clock that signals each renewal
-// decided at the clock's current time.
+// with the clock's time it was decided at (dropped when one waits).
 type onRenew struct {
 	store.Store
 	clk     *clock
-	renewed chan struct{}
+	renewed chan time.Time
 }
 
 func (s *onRenew) DecideAll(ctx context.Context, reqs []store.Request, res []algo.Result) (bool, error) {
@@ -233,7 +237,7 @@ func (s *onRenew) DecideAll(ctx context.Context, reqs []store.Request, res []alg
 	pass, err := s.Store.DecideAll(ctx, reqs, res)
 	if renew && err == nil && pass {
 		select {
-		case s.renewed <- struct{}{}:
+		case s.renewed <- now:
 		default:
 		}
 	}

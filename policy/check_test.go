@@ -36,11 +36,13 @@ func checker(t *testing.T, src string, st store.Store) *policy.Checker {
 // stores returns the memory store, a Redis server and a Redis Cluster.
 func stores(t *testing.T) map[string]store.Store {
 	ctx := context.Background()
-	rs, err := redis.Open(ctx, redistest.Start(t).URL(), redis.Options{})
+	// A minute's timeout: the default second is one a busy machine can
+	// outlast under a race of 200 goroutines (see sluice's limiterStores).
+	rs, err := redis.Open(ctx, redistest.Start(t).URL(), redis.Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := redis.Open(ctx, redistest.StartCluster(t).URL(), redis.Options{})
+	cs, err := redis.Open(ctx, redistest.StartCluster(t).URL(), redis.Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/store/memory"
@@ -27,10 +26,15 @@ func Example() {
 		}
 	}
 
-	work, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	// Work runs until its context is done: here, once both are handled.
+	work, stop := context.WithCancel(ctx)
 	defer stop()
+	handled := 0
 	counts, err := q.Work(work, func(ctx context.Context, e queue.Entry) error {
 		fmt.Println("resize", e.Fields["image"])
+		if handled++; handled == 2 {
+			stop() // the entry in hand is still acked
+		}
 		return nil // nil acks; an error retries, then dead-letters
 	}, queue.WorkerOptions{Rate: 100, MaxDeliveries: 3})
 	fmt.Println(counts.Handled, err)

@@ -35,7 +35,7 @@ func stores(t *testing.T, f func(t *testing.T, st store.Store)) {
 
 func openRedisStore(tb testing.TB, url string) *redis.Store {
 	tb.Helper()
-	st, err := redis.Open(context.Background(), url, redis.Options{})
+	st, err := redis.Open(context.Background(), url, redis.Options{Timeout: time.Minute}) // not the default second: a busy machine can outlast it
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -190,21 +190,27 @@ func TestDedup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("poison") }, WorkerOptions{Visibility: 200 * time.Millisecond, MaxDeliveries: 1, Batch: 4})
+		drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("poison") }, WorkerOptions{Visibility: time.Second, MaxDeliveries: 1, Batch: 4})
 		if e, err := q.Add(ctx, map[string]string{"v": "3"}, "order-8"); err != nil || e.Duplicate || e.ID == d.ID {
 			t.Fatalf("the id of a dead letter: %+v %v, want a new entry", e, err)
 		}
 	})
 }
 
-// drain runs one worker until n entries were acked or dead-lettered.
+// drain runs one worker until n entries were acked or dead-lettered. The
+// tests' visibility timeout is a second (their handler timeout 750ms): short
+// enough that redeliveries come soon, long enough that no handler of
+// theirs outlasts it on a busy machine (200ms, a handler timeout of 150ms,
+// was not).
 func drain(t *testing.T, q *Queue, n int64, h Handler) Counts {
-	return drainWith(t, q, n, h, WorkerOptions{Visibility: 200 * time.Millisecond, MaxDeliveries: 3, Batch: 4})
+	return drainWith(t, q, n, h, WorkerOptions{Visibility: time.Second, MaxDeliveries: 3, Batch: 4})
 }
 
 func drainWith(t *testing.T, q *Queue, n int64, h Handler, o WorkerOptions) Counts {
 	t.Helper()
-	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	// A safety net, not a deadline: the watcher below stops the worker
+	// once n entries are done, on any machine long before this.
+	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stop()
 	go func() {
 		for ctx.Err() == nil {
@@ -274,7 +280,7 @@ func TestCrashBetweenReadAndAck(t *testing.T) {
 		dying := open(t, st, "crash-read", 10) // another handle on the queue
 		dying.hooks.afterRead = func([]Entry) error { return errCrash }
 		if _, err := dying.Work(ctx, func(context.Context, Entry) error { return nil },
-			WorkerOptions{Batch: 3, Visibility: 200 * time.Millisecond}); !errors.Is(err, errCrash) {
+			WorkerOptions{Batch: 3, Visibility: time.Second}); !errors.Is(err, errCrash) {
 			t.Fatalf("dying worker: %v", err)
 		}
 		if s, _ := q.Stats(ctx); s.Pending != 3 {
@@ -288,7 +294,7 @@ func TestCrashBetweenReadAndAck(t *testing.T) {
 			handled[e.Fields["i"]]++
 			mu.Unlock()
 			return nil
-		}, WorkerOptions{Visibility: 200 * time.Millisecond, Batch: 1})
+		}, WorkerOptions{Visibility: time.Second, Batch: 1})
 		if len(handled) != 5 || c.Claimed != 3 {
 			t.Fatalf("handled %v, counts %+v", handled, c)
 		}
@@ -311,7 +317,7 @@ func TestCrashBetweenDeadLetterAndAck(t *testing.T) {
 		dying := open(t, st, "crash-dead", 10) // another handle on the queue
 		dying.hooks.afterDeadLetter = func(Entry) error { return errCrash }
 		_, err := dying.Work(ctx, func(context.Context, Entry) error { return errors.New("bad") },
-			WorkerOptions{MaxDeliveries: 1, Visibility: 200 * time.Millisecond})
+			WorkerOptions{MaxDeliveries: 1, Visibility: time.Second})
 		if !errors.Is(err, errCrash) {
 			t.Fatalf("dying worker: %v", err)
 		}
@@ -319,7 +325,7 @@ func TestCrashBetweenDeadLetterAndAck(t *testing.T) {
 			t.Fatalf("after the crash: %+v, want the entry queued and dead-lettered", s)
 		}
 		c := drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("never called") },
-			WorkerOptions{MaxDeliveries: 1, Visibility: 200 * time.Millisecond})
+			WorkerOptions{MaxDeliveries: 1, Visibility: time.Second})
 		if c.DeadLettered != 1 || c.Failed != 0 {
 			t.Fatalf("counts %+v", c)
 		}
@@ -335,8 +341,9 @@ func TestCrashBetweenDeadLetterAndAck(t *testing.T) {
 
 // TestPacing: a worker paced at 20/s is never faster than the pace (the
 // first entry is free, then one each 50 ms): its 10th entry comes at
-// least 450 ms after its 1st. A slow machine only makes it later, so the
-// test waits for no deadline.
+// least 450 ms after Work began (not after its 1st entry's handler began,
+// which a busy machine may run well after the entry's turn came). A slow
+// machine only makes it later, so the test waits for no deadline.
 func TestPacing(t *testing.T) {
 	stores(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
@@ -348,12 +355,10 @@ func TestPacing(t *testing.T) {
 		}
 		wctx, stop := context.WithCancel(ctx)
 		defer stop()
-		var first time.Time
 		n := 0
+		first := time.Now() // no later than the 1st entry's turn
 		c, err := q.Work(wctx, func(context.Context, Entry) error {
-			if n++; n == 1 {
-				first = time.Now()
-			} else if n == 10 {
+			if n++; n == 10 {
 				if el := time.Since(first); el < 450*time.Millisecond {
 					t.Errorf("10 entries handled in %v at 20/s", el)
 				}
@@ -455,7 +460,7 @@ func TestOnCluster(t *testing.T) {
 			return errors.New("once")
 		}
 		return nil
-	}, WorkerOptions{Visibility: 200 * time.Millisecond, Rate: 1000})
+	}, WorkerOptions{Visibility: time.Second, Rate: 1000})
 	if c.Handled != 3 || c.Failed != 1 {
 		t.Fatalf("counts %+v", c)
 	}
@@ -485,7 +490,7 @@ func TestStuckWorker(t *testing.T) {
 				close(started)
 				<-release
 				return nil
-			}, WorkerOptions{Visibility: 100 * time.Millisecond})
+			}, WorkerOptions{Visibility: time.Second})
 			if err != nil {
 				t.Error(err)
 			}
@@ -497,7 +502,7 @@ func TestStuckWorker(t *testing.T) {
 				t.Errorf("claimed entry delivered %d times, want 2", e.Deliveries)
 			}
 			return nil
-		}, WorkerOptions{Visibility: 100 * time.Millisecond})
+		}, WorkerOptions{Visibility: time.Second})
 		stopSlow()
 		close(release)
 		slow := <-slowDone

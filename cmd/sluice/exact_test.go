@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -72,7 +71,7 @@ func TestServeExactUnderRaces(t *testing.T) {
 							}
 							return
 						}
-						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 						defer cancel()
 						r, err := c.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "x", Descriptors: []*rlcommon.RateLimitDescriptor{
 							{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: k.String(), Value: caller}}},

@@ -109,7 +109,9 @@ func TestQueueNoLoss(t *testing.T) {
 		}()
 	}
 
-	deadline := time.Now().Add(2 * time.Minute)
+	// A hang detector: the run takes seconds on an idle machine, and
+	// minutes on a busy one, where a process per entry is slow to start.
+	deadline := time.Now().Add(5 * time.Minute)
 	waitFor := func(what string, ok func(queue.Stats) bool) queue.Stats {
 		for {
 			s, err := q.Stats(ctx)

@@ -148,7 +148,7 @@ func serveCmd(t *testing.T, cmd *exec.Cmd) *proc {
 		cmd.Wait()
 		close(p.exited)
 	}()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(waitLimit)
 	for {
 		select {
 		case l, ok := <-lines:
@@ -168,7 +168,7 @@ func serveCmd(t *testing.T, cmd *exec.Cmd) *proc {
 				return p
 			}
 		case <-deadline:
-			t.Fatalf("no banner within 30s; stderr:\n%s", p.stderr.String())
+			t.Fatalf("no banner within %v; stderr:\n%s", waitLimit, p.stderr.String())
 		}
 	}
 }
@@ -185,25 +185,27 @@ func (p *proc) signal(sig os.Signal) {
 	}
 }
 
-// wait waits for the process to exit and returns its exit code.
-func (p *proc) wait(timeout time.Duration) int {
+// wait waits for the process to exit and returns its exit code. The
+// bound, waitLimit, is a hang detector: no test asserts how soon.
+func (p *proc) wait() int {
 	p.t.Helper()
 	select {
 	case <-p.exited:
 		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(timeout):
-		p.t.Fatalf("sluice serve did not exit within %v", timeout)
+	case <-time.After(waitLimit):
+		p.t.Fatalf("sluice serve did not exit within %v", waitLimit)
 		return -1
 	}
 }
 
-// waitLog waits until stderr contains s.
-func (p *proc) waitLog(s string, timeout time.Duration) {
+// waitLog waits until stderr contains s (within waitLimit, a hang
+// detector).
+func (p *proc) waitLog(s string) {
 	p.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(waitLimit)
 	for !strings.Contains(p.stderr.String(), s) {
 		if time.Now().After(deadline) {
-			p.t.Fatalf("no %q in the log within %v:\n%s", s, timeout, p.stderr.String())
+			p.t.Fatalf("no %q in the log within %v:\n%s", s, waitLimit, p.stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -439,7 +441,7 @@ func TestServeGRPCOnRedis(t *testing.T) {
 	rd := redistest.Start(t)
 	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
 	c := p.rls(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	d := func(kv ...string) *rlcommon.RateLimitDescriptor {
 		out := &rlcommon.RateLimitDescriptor{}
@@ -528,7 +530,7 @@ func TestServeAdmin(t *testing.T) {
 		t.Errorf("admin without a configured token: %d %s (want a 404 that does not describe the admin API)", a.status, a.body)
 	}
 	p.signal(syscall.SIGTERM)
-	p.wait(10 * time.Second)
+	p.wait()
 
 	const token = "t0ken-for-tests"
 	p = serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, append(local, "--store", rd.URL(), "--policy", pol)...)
@@ -621,15 +623,15 @@ func TestServeReload(t *testing.T) {
 	}
 	// A good change is picked up by the watcher.
 	writeTestFile(t, pol, strings.Replace(testPolicy, "burst: 100, rate: 100", "burst: 7, rate: 7", 1))
-	p.waitLog("policy reloaded", 10*time.Second)
+	p.waitLog("policy reloaded")
 	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Quota != 7 {
 		t.Fatalf("after a good change: %+v", d)
 	}
 	// A bad file is logged with its positions and the old policy stays.
 	writeTestFile(t, pol, "schema:\n  shared:\n    limits: {algorithm: gcra, burst: -1, count: 1, period: 1s}\n  x:\n    bogus: 1\n")
-	p.waitLog("policy reload failed", 10*time.Second)
-	p.waitLog("limits.yaml:5:5", 5*time.Second)
-	p.waitLog("limits.yaml:3:", 5*time.Second)
+	p.waitLog("policy reload failed")
+	p.waitLog("limits.yaml:5:5")
+	p.waitLog("limits.yaml:3:")
 	if d := p.check(`{"path": ["shared"]}`).decision(t); d.Quota != 7 {
 		t.Fatalf("after a bad change: %+v", d)
 	}
@@ -663,7 +665,10 @@ func TestServeReload(t *testing.T) {
 
 func TestServeSIGTERMDrains(t *testing.T) {
 	rd := redistest.Start(t)
-	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy), "--timeout", "5s")...)
+	// A check's timeout far beyond what the test takes to send SIGTERM and
+	// see the listener closed on a busy machine: the check in flight then
+	// waits for the store, not for its timeout.
+	p := serve(t, nil, append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy), "--timeout", "2m")...)
 	if a := p.check(`{"path": ["shared"]}`); a.status != 200 {
 		t.Fatalf("warm-up: %d", a.status)
 	}
@@ -678,7 +683,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
 			"POST", "http://"+p.http+"/v1/check", strings.NewReader(`{"path": ["shared"]}`))
-		resp, err := (&http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{}}).Do(req)
+		resp, err := (&http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{}}).Do(req)
 		if err != nil {
 			done <- answer{status: -1, body: []byte(err.Error())}
 			return
@@ -700,7 +705,7 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	}
 	readBy(t, local, p.http)
 	p.signal(syscall.SIGTERM)
-	p.waitLog("shutting down", 5*time.Second)
+	p.waitLog("shutting down")
 	// New connections are refused while the in-flight check drains.
 	deadline := time.Now().Add(waitLimit)
 	for {
@@ -725,13 +730,13 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		if a.status != 200 || !strings.Contains(string(a.body), `"allowed":true`) || strings.Contains(string(a.body), "store_error") {
 			t.Errorf("in-flight check: %d %s", a.status, a.body)
 		}
-	case <-time.After(15 * time.Second):
+	case <-time.After(waitLimit):
 		t.Fatal("the in-flight check did not finish")
 	}
-	if code := p.wait(15 * time.Second); code != 0 {
+	if code := p.wait(); code != 0 {
 		t.Errorf("exit code %d, want 0", code)
 	}
-	p.waitLog("stopped", time.Second)
+	p.waitLog("stopped")
 }
 
 // readBy waits until the server at addr has read all that the client at
@@ -788,7 +793,7 @@ func TestServeStoreDown(t *testing.T) {
 				append(local, "--timeout", "50ms", "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
 			p.check(`{"path": ["shared"]}`) // warm up
 			c := p.rls(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 			defer cancel()
 			grpcReq := &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
 				{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/a"}}}}}
@@ -883,7 +888,7 @@ func TestServeDefaultsAndConfig(t *testing.T) {
 			}
 		}
 		p.signal(syscall.SIGINT)
-		if code := p.wait(10 * time.Second); code != 0 {
+		if code := p.wait(); code != 0 {
 			t.Errorf("exit %d after SIGINT", code)
 		}
 	} else {
@@ -904,8 +909,8 @@ func TestServeDefaultsAndConfig(t *testing.T) {
 	if a := do(t, "GET", "http://"+p.http+"/admin/v1/state?path=shared", "from-file", ""); a.status != 401 {
 		t.Errorf("the file's token still works: %d", a.status)
 	}
-	p.waitLog(`"msg":"listening"`, 5*time.Second)
-	p.waitLog(`"timeout":"20ms"`, time.Second)
+	p.waitLog(`"msg":"listening"`)
+	p.waitLog(`"timeout":"20ms"`)
 
 	// Bad settings are refused before serving.
 	for _, args := range [][]string{
@@ -955,7 +960,7 @@ descriptors:
 	// Serve it and ask through gRPC as Envoy would.
 	p := serve(t, nil, append(local, "--policy", limits)...)
 	c := p.rls(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	req := &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
 		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "path", Value: "/a"}}}}}
@@ -1004,7 +1009,7 @@ func TestServeRedisCluster(t *testing.T) {
 	}
 	// gRPC: descriptors in different slots, all or nothing across them.
 	c := p.rls(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	req := &rlv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*rlcommon.RateLimitDescriptor{
 		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.9.9.9"}}},
@@ -1284,7 +1289,7 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 	}
 	p := serve(t, nil, append(local, "--store", fmt.Sprintf("redis://127.0.0.1:%d/0", port), "--on-store-error", "deny",
 		"--policy", policyFile(t, testPolicy))...)
-	p.waitLog("store unreachable", 5*time.Second)
+	p.waitLog("store unreachable")
 	if out := p.stdout.String(); !strings.Contains(out, "the store is UNREACHABLE") || !strings.Contains(out, "every check is DENIED with 503") {
 		t.Errorf("the banner does not say the store is unreachable and what is answered:\n%s", out)
 	}
@@ -1312,7 +1317,7 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 		rd.Process.Kill()
 		rd.Wait()
 	})
-	p.waitLog("store connected", 15*time.Second)
+	p.waitLog("store connected")
 	if a := p.check(`{"path": ["shared"]}`); a.status != 200 || strings.Contains(string(a.body), "store_error") {
 		t.Errorf("after Redis came up: %d %s", a.status, a.body)
 	}
@@ -1360,7 +1365,9 @@ func TestServeRequireStore(t *testing.T) {
 func TestServeReadyThroughARedisOutage(t *testing.T) {
 	rd := redistest.Start(t)
 	port, _ := strconv.Atoi(rd.Addr[strings.LastIndexByte(rd.Addr, ':')+1:])
-	p := serve(t, []string{"SLUICE_ON_STORE_ERROR=allow"}, append(local, "--timeout", "50ms", "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
+	// local's timeout (5s): a killed Redis refuses at once, and a live
+	// one on a busy machine may take more than 50ms to answer /readyz's ping.
+	p := serve(t, []string{"SLUICE_ON_STORE_ERROR=allow"}, append(local, "--store", rd.URL(), "--policy", policyFile(t, testPolicy))...)
 	ready := func() string {
 		a := do(t, "GET", "http://"+p.http+"/readyz", "", "")
 		if a.status != 200 {
@@ -1375,7 +1382,7 @@ func TestServeReadyThroughARedisOutage(t *testing.T) {
 	if got := ready(); !strings.Contains(got, "store degraded") || !strings.Contains(got, "every check is allowed") {
 		t.Errorf("readyz with Redis down: %q", got)
 	}
-	p.waitLog("store degraded", 5*time.Second)
+	p.waitLog("store degraded")
 	if a := do(t, "GET", "http://"+p.http+"/metrics", "", ""); !strings.Contains(string(a.body), "\nsluice_store_up 0\n") {
 		t.Errorf("metrics with Redis down lack sluice_store_up 0")
 	}
@@ -1386,15 +1393,17 @@ func TestServeReadyThroughARedisOutage(t *testing.T) {
 	for ready() != "ready\n" {
 		time.Sleep(20 * time.Millisecond)
 	}
-	p.waitLog("store answers again", 5*time.Second)
+	p.waitLog("store answers again")
 }
 
 // TestServeAdminListenerAndShutdownDelay: with --admin-http the admin API
 // is served there and not on the HTTP listener; with --shutdown-delay,
-// after SIGTERM /readyz answers 503 while checks are still served.
+// after SIGTERM /readyz answers 503 while checks are still served. The
+// delay, 10s, is far longer than the test takes to look on a busy machine
+// (1.5s once was not enough to be sure).
 func TestServeAdminListenerAndShutdownDelay(t *testing.T) {
 	const token = "tok"
-	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, append(local, "--admin-http", "127.0.0.1:0", "--shutdown-delay", "1500ms",
+	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, append(local, "--admin-http", "127.0.0.1:0", "--shutdown-delay", "10s",
 		"--policy", policyFile(t, testPolicy))...)
 	if p.admin == "" {
 		t.Fatal("no admin address in the banner")
@@ -1430,7 +1439,7 @@ func TestServeAdminListenerAndShutdownDelay(t *testing.T) {
 	if a := p.check(`{"path": ["shared"]}`); a.status != 200 {
 		t.Errorf("a check while draining: %d", a.status)
 	}
-	if code := p.wait(10 * time.Second); code != 0 {
+	if code := p.wait(); code != 0 {
 		t.Errorf("exit %d", code)
 	}
 }
@@ -1506,3 +1515,8 @@ func TestBannerPath(t *testing.T) {
 // reload, a drain, a listener), so far beyond it that a machine busy with
 // other work does not miss it: the test then fails instead of hanging.
 const waitLimit = time.Minute
+
+// cliTimeout is the store timeout (SLUICE_TIMEOUT) of the commands the
+// tests run on a service's store (block, override ...): the service's 50ms
+// default is one a busy machine misses.
+const cliTimeout = "1m"

@@ -82,7 +82,7 @@ func TestServeSlots(t *testing.T) {
 			}
 
 			c := p.rls(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 			defer cancel()
 			stream := func(neg bool) rlv3.RateLimitResponse_Code {
 				r, err := c.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{

@@ -178,10 +178,12 @@ func TestLeaseOnlyWhereAsked(t *testing.T) {
 }
 
 // TestLeaseGivenBack: a lease's units unused at its deadline go back to
-// the window, so another store can use them.
+// the window, so another store can use them. The lease lasts 3s: it is
+// still held when the test first looks, however slowly the decisions ran
+// (one of 20ms was once given back before the test looked).
 func TestLeaseGivenBack(t *testing.T) {
 	srv := redistest.Start(t)
-	st := open(t, srv, redis.Options{LeaseFor: 20 * time.Millisecond})
+	st := open(t, srv, redis.Options{LeaseFor: 3 * time.Second})
 	req := store.Request{Key: "k", Plan: algo.MustCompile(algo.FixedWindow{Count: 1_000_000, Window: noBoundary}), Cost: 1, Lease: true}
 	admitted := int64(0)
 	for range 200 {
