@@ -25,8 +25,8 @@ import (
 // of starts (bit i) whose cost is 1 or more on a level that gives back (a
 // limit that counts both ways, without debt) opens a ticket of the
 // estimate it took, queued by its path and cost, for as long as a give-back
-// could still find it counted (its levels' ResetAfter, 1ms to 24h), which
-// SettleOldest takes. Such a query is decided at an explicit time (q.Time,
+// could still find it counted (its levels' ResetAfter) and at least an hour
+// (minStartLife), which SettleOldest takes. Such a query is decided at an explicit time (q.Time,
 // or the store's clock), which the ticket names. A ticket that cannot be
 // kept (the key holds store.MaxOpenTickets, the store failed) leaves the
 // start admitted and counted, with nothing to give back. A query with no
@@ -91,7 +91,7 @@ func (c *Checker) DecideStarts(ctx context.Context, q *Query, d *Decision, start
 		t.Time = q.Time
 		qq := ticketQueue(pq.Path, pq.Cost, tag)
 		qq.Time = q.Time
-		life := store.MinTicket
+		life := minStartLife
 		for _, l := range pq.Levels {
 			life = max(life, l.Result.ResetAfter)
 		}
@@ -107,7 +107,9 @@ func (c *Checker) DecideStarts(ctx context.Context, q *Query, d *Decision, start
 // cost as Settle does (the unused part given back where the start counted
 // it, an excess recorded now), and reports true. With no ticket (the start
 // was denied, never decided, or its ticket has ended) it reports false and
-// changes nothing: the caller records what cost took beyond the estimate.
+// changes nothing: the caller records the cost in full (an end that took
+// another stream's ticket leaves that stream's end none: its cost is
+// recorded all the same, so that no use goes uncounted).
 // t is the time of the end (the zero Time: the store's clock).
 func (c *Checker) SettleOldest(ctx context.Context, t time.Time, path []string, estimate, cost int64) (bool, error) {
 	s, ok := c.Store.(store.TicketQueue)
@@ -156,6 +158,11 @@ func ticketQueue(path []string, cost int64, tag string) store.Request {
 	sum := sha256.Sum256(append(raw, strconv.FormatInt(cost, 10)...))
 	return store.Request{Key: tag + "#starts:" + hex.EncodeToString(sum[:16]), Tag: tag}
 }
+
+// minStartLife is the least a start's ticket lives: a stream that ends in
+// a later window than its start still finds it (and gives back nothing
+// there), since an end that finds none is charged its cost in full.
+const minStartLife = time.Hour
 
 // storeNow is the store's clock (store.Clock), or this process's.
 func storeNow(ctx context.Context, st store.Store) (time.Time, error) {

@@ -202,6 +202,26 @@ func TestGRPCGivesBackOnlyWhatAStartTook(t *testing.T) {
 			if start("c", 1) {
 				t.Error("(c) more than the difference given back")
 			}
+
+			// (d) A stream held open while a denied request's end takes its
+			// ticket: the held stream's end, finding none, is recorded in
+			// full (before: only its excess, so 900 used cost nothing).
+			at(3*time.Hour + time.Minute)
+			if !start("d", 1000) {
+				t.Fatal("(d) the held stream's start denied")
+			}
+			if start("d", 1000) {
+				t.Fatal("(d) a start past the budget admitted")
+			}
+			end("d", 1000, 0) // the denied one's end takes the held stream's ticket
+			at(3*time.Hour + 2*time.Minute)
+			end("d", 1000, 900) // the held stream's end: 900 used
+			if start("d", 101) {
+				t.Error("(d) the held stream's 900 went uncounted: 101 admitted of the 100 left")
+			}
+			if !start("d", 100) {
+				t.Error("(d) more than the held stream's 900 recorded")
+			}
 		})
 	}
 }

@@ -192,8 +192,8 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg, ow
 // on the rate limits (a reward of what the estimate took beyond the cost,
 // or a penalty of the excess, past the limit if need be), so that the
 // charge is neither lost nor admitted beyond the limit in between; with
-// no ticket (the start was denied, or never decided) only the excess of
-// the cost over the estimate is recorded. The other descriptors are
+// no ticket (the start was denied or never decided, or another end took
+// its ticket) the cost is recorded in full: what was used is never lost. The other descriptors are
 // decided as in any request (starts, with own for their tickets), all or
 // nothing among them, and the changes happen whatever that decision is.
 // A descriptor given back or settled has status OK, with its slots left.
@@ -260,8 +260,8 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, ne
 			break
 		}
 		var ok bool
-		if ok, err = s.checker.SettleOldest(sctx, time.Time{}, e.path, e.estimate, e.cost); err == nil && !ok && e.cost > e.estimate {
-			over.Paths = append(over.Paths, policy.PathQuery{Path: e.path, Exact: true, Cost: e.cost - e.estimate})
+		if ok, err = s.checker.SettleOldest(sctx, time.Time{}, e.path, e.estimate, e.cost); err == nil && !ok && e.cost > 0 {
+			over.Paths = append(over.Paths, policy.PathQuery{Path: e.path, Exact: true, Cost: e.cost})
 		}
 	}
 	if err == nil {
