@@ -15,8 +15,13 @@ import (
 	"github.com/sluicehq/sluice/store/redis"
 )
 
+// open opens a store on srv for a test, at a minute's timeout unless opts
+// gives one: the default second is a deadline a busy machine can outlast.
 func open(t *testing.T, srv *redistest.Server, opts redis.Options) *redis.Store {
 	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Minute
+	}
 	st, err := redis.Open(context.Background(), srv.URL(), opts)
 	if err != nil {
 		t.Fatal(err)
