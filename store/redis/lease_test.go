@@ -37,7 +37,9 @@ func TestLeasesRacing(t *testing.T) {
 	req := store.Request{Key: "hot", Plan: algo.MustCompile(algo.FixedWindow{Count: limit, Window: noBoundary}), Cost: 1, Lease: true}
 	stores := make([]*redis.Store, instances)
 	for i := range stores {
-		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{LeaseFor: 20 * time.Millisecond, MaxLease: maxLease})
+		// A minute's timeout: 100 goroutines on one Redis once met the
+		// default second on a busy machine.
+		st, err := redis.Open(context.Background(), srv.URL(), redis.Options{LeaseFor: 20 * time.Millisecond, MaxLease: maxLease, Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
