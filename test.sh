@@ -29,7 +29,9 @@ fi
 helm_version=v3.22.0
 helm_bin="$(go env GOPATH)/bin/helm"
 helm_pid=""
-if ! "$helm_bin" version --short 2>/dev/null | grep -q "^$helm_version"; then
+# (The module's version, which go install records: the binary's own
+# "version --short" says v3.22 without ldflags, and never matched.)
+if ! go version -m "$helm_bin" 2>/dev/null | grep -Eq "^\s+mod\s+helm\.sh/helm/v3\s+$helm_version\s"; then
   echo "test.sh: installing helm $helm_version (go install)" >&2
   go install "helm.sh/helm/v3/cmd/helm@$helm_version" > /tmp/sluice-helm-install.log 2>&1 &
   helm_pid=$!
