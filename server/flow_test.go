@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-		"strings"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/redistest"
