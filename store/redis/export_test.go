@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -18,4 +19,17 @@ var (
 // SetDedupWindow sets how long a queue remembers a handled dedup id.
 func SetDedupWindow(q backend.Queue, d time.Duration) {
 	q.(*queue).dedupWindow = strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// OpenRegion opens a region's store (Options.Home set) whose global
+// shares are refilled only by RefillAt, at the test's own times.
+func OpenRegion(ctx context.Context, url string, opts Options) (*Store, error) {
+	opts.manualRefill = true
+	return Open(ctx, url, opts)
+}
+
+// RefillAt refills every global share the store follows, at time at, with
+// the horizon until the next refill.
+func (s *Store) RefillAt(ctx context.Context, at time.Time, horizon time.Duration) {
+	s.refillAt(ctx, at, horizon)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis/internal/overlimit"
 )
@@ -80,6 +81,23 @@ type Options struct {
 	// (DefaultMaxLease when zero).
 	LeaseFor time.Duration
 	MaxLease int64
+	// Home, when set, is the home of global limits (global.go,
+	// docs/multi-region.md): this store is a region's, and a request with
+	// Global set is admitted from the region's share of its window, charged
+	// at Home first and refilled every GlobalEvery (100ms when zero), sized
+	// by the region's demand. Once its share is spent, a region cut off
+	// from Home denies, or admits GlobalAllowance more units a window.
+	// HomeReplicas, when positive, spends units only once that many of
+	// Home's replicas have their charge (WAIT), so that a failover of Home
+	// loses no charge. The caller keeps owning Home.
+	Home            *Store
+	GlobalEvery     time.Duration
+	GlobalAllowance int64
+	HomeReplicas    int
+
+	// manualRefill (tests) starts no background refill: the test refills
+	// at its own times (refillAt).
+	manualRefill bool
 }
 
 // defaultMaxInFlight is Options.MaxInFlight when zero.
@@ -95,6 +113,7 @@ type Store struct {
 	batch    batcher
 	denials  *overlimit.Cache // nil when off
 	leases   *leaser          // nil when off
+	globals  *globals         // nil without a home
 	forgets  forgets          // followed when denials is not nil
 
 	stop chan struct{} // ends background connecting
@@ -237,6 +256,10 @@ func newStore(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redis store: prefix %q may not contain '{' or '}'", opts.Prefix)
 	case opts.Timeout < 0 || opts.MaxInFlight < 0 || opts.MaxLease < 0:
 		return nil, fmt.Errorf("redis store: a negative option: timeout %v, max in flight %d, max lease %d (zero: the default)", opts.Timeout, opts.MaxInFlight, opts.MaxLease)
+	case opts.GlobalEvery < 0 || opts.GlobalAllowance < 0 || opts.HomeReplicas < 0:
+		return nil, fmt.Errorf("redis store: a negative option: global every %v, global allowance %d, home replicas %d (zero: the default)", opts.GlobalEvery, opts.GlobalAllowance, opts.HomeReplicas)
+	case opts.GlobalAllowance > algo.MaxCount:
+		return nil, fmt.Errorf("redis store: global allowance %d exceeds %d (algo.MaxCount)", opts.GlobalAllowance, algo.MaxCount)
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = defaultTimeout
@@ -257,6 +280,14 @@ func newStore(opts Options) (*Store, error) {
 		}
 		s.leases = newLeaser(opts.LeaseFor, opts.MaxLease)
 		go s.sweep()
+	}
+	if opts.Home != nil {
+		s.globals = newGlobals(opts.Home, opts.GlobalEvery, opts.GlobalAllowance, opts.HomeReplicas)
+		if !opts.manualRefill {
+			go s.refill()
+		} else {
+			close(s.globals.done)
+		}
 	}
 	return s, nil
 }
@@ -326,6 +357,10 @@ func (s *Store) Close() error {
 		if s.leases != nil {
 			close(s.leases.stop) // gives every lease's units back
 			<-s.leases.done
+		}
+		if s.globals != nil {
+			close(s.globals.stop)
+			<-s.globals.done
 		}
 	})
 	<-s.done
