@@ -142,6 +142,16 @@ type RedisConfig struct {
 	// most MaxLease at a time per key (default 10000). See store/redis.
 	LeaseFor time.Duration `yaml:"lease_for"`
 	MaxLease int64         `yaml:"max_lease"`
+	// Home is the URL of the home of global limits (policy nodes that say
+	// global: true), when this service's store is one region's: each
+	// region spends a share charged at Home first. GlobalAllowance is what
+	// a region cut off from Home admits once its share is spent, per
+	// window (default 0: it denies); HomeReplicas the replicas of Home a
+	// charge waits for (WAIT), so that Home's failover loses none.
+	// docs/multi-region.md.
+	Home            string `yaml:"home"`
+	GlobalAllowance int64  `yaml:"global_allowance"`
+	HomeReplicas    int    `yaml:"home_replicas"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
 	// checked; InsecureSkipVerify disables verification (tests only).

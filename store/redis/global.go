@@ -58,6 +58,7 @@ type globals struct {
 	allowance int64
 	replicas  int
 	holder    string
+	ownsHome  bool
 
 	mu   sync.Mutex
 	keys map[string]*globalKey // by the share's Redis key
@@ -203,8 +204,8 @@ func (s *Store) refillKey(ctx context.Context, k *globalKey, at time.Time, horiz
 			s.pool(ctx, k, at, 0, v.e, granted, 0, 0)
 		}
 	case back > 0:
-		w, err := s.pool(ctx, k, at, 0, 0, 0, back, 0)
-		if err == nil && w.taken > 0 && w.e == v.e {
+		w, err := s.pool(ctx, k, at, 0, v.e, 0, back, 0)
+		if err == nil && w.taken > 0 {
 			g.charge(ctx, k, v.e, 0, w.taken)
 		}
 	}
@@ -229,7 +230,7 @@ type poolReply struct {
 }
 
 // pool runs global_pool.lua on k's share.
-func (s *Store) pool(ctx context.Context, k *globalKey, at time.Time, claim, creditEnd, credit, takeBack, allowance int64) (poolReply, error) {
+func (s *Store) pool(ctx context.Context, k *globalKey, at time.Time, claim, end, credit, takeBack, allowance int64) (poolReply, error) {
 	ctx, cancel, c, err := s.boundedCall(ctx)
 	if err != nil {
 		return poolReply{}, err
@@ -240,7 +241,7 @@ func (s *Store) pool(ctx context.Context, k *globalKey, at time.Time, claim, cre
 		now = itoa(at.UnixMicro())
 	}
 	v, err := globalPoolScript.Exec(ctx, c, []string{k.share}, []string{now, itoa(k.window), s.globals.holder, itoa(claim),
-		itoa(creditEnd), itoa(credit), itoa(takeBack), itoa(allowance)}).AsIntSlice()
+		itoa(end), itoa(credit), itoa(takeBack), itoa(allowance)}).AsIntSlice()
 	if err == nil && len(v) != 7 {
 		err = fmt.Errorf("global_pool replied %d values", len(v))
 	}

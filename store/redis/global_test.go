@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ type region struct {
 	srv       *redistest.Server
 	link      *redistest.Relay
 	instances []*redis.Store
+	homes     []*redis.Store // each instance's home
 	skew      time.Duration
 	active    bool // sprays this tick
 }
@@ -36,6 +38,160 @@ const (
 	globalTick   = time.Second // the test's clock moves a tick at a time
 )
 
+// rig is the regions of a global limit's test, and what they admitted,
+// by window end (on each region's clock).
+type rig struct {
+	t       *testing.T
+	plans   globalPlans
+	regions []*region
+	base    time.Time // the test's clock at window 0, tick 0
+	per     int       // requests a tick from each instance
+
+	mu       sync.Mutex
+	asked    map[int64]int64
+	admitted map[int64]int64
+	byRegion map[string]int64 // region name + window end
+}
+
+func newRig(t *testing.T, per int) *rig {
+	w := globalWindow.Microseconds()
+	return &rig{t: t, per: per,
+		plans: globalPlans{
+			caller:  algo.MustCompile(algo.FixedWindow{Count: 100_000, Window: globalWindow}),
+			mallory: algo.MustCompile(algo.FixedWindow{Count: 1, Window: globalWindow}),
+			global:  algo.MustCompile(algo.FixedWindow{Count: globalLimit, Window: globalWindow}),
+		},
+		// An hour ahead of the machine's clock: home's counts live until a
+		// window past their end on home's clock, so none expires during
+		// the test however slowly it runs.
+		base:  time.UnixMicro((time.Now().Add(time.Hour).UnixMicro()/w + 1) * w),
+		asked: map[int64]int64{}, admitted: map[int64]int64{}, byRegion: map[string]int64{}}
+}
+
+// label is the end of the window holding t (µs).
+func label(t time.Time) int64 {
+	w, us := globalWindow.Microseconds(), t.UnixMicro()
+	return us - us%w + w
+}
+
+// at is the test's clock at a window's tick.
+func (g *rig) at(window, tick int) time.Time {
+	return g.base.Add(time.Duration(window)*globalWindow + time.Duration(tick)*globalTick)
+}
+
+// end is the end of a window (µs).
+func (g *rig) end(window int) int64 { return label(g.at(window, 0)) }
+
+// tick sprays the global key from every instance of the active regions at
+// once, at the tick's time on each region's clock (per requests each, 5
+// goroutines an instance; of each instance's first goroutine, one request
+// in five is mallory's, whom a regional level denies after one a window),
+// then refills every instance's shares at that time.
+func (g *rig) tick(window, tick int) {
+	ctx := context.Background()
+	at := g.at(window, tick)
+	var wg sync.WaitGroup
+	for _, r := range g.regions {
+		if !r.active {
+			continue
+		}
+		now := at.Add(r.skew)
+		for i, s := range r.instances {
+			for gr := range 5 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := range g.per / 5 {
+						caller, plan := "ok", g.plans.caller
+						if j%5 == 4 && gr == 0 {
+							caller, plan = "mallory:"+r.name, g.plans.mallory
+						}
+						reqs := []store.Request{
+							{Key: "caller:" + caller, Plan: plan, Cost: 1, Time: now},
+							{Key: "api", Plan: g.plans.global, Cost: 1, Time: now, Global: true},
+						}
+						res := make([]algo.Result, 2)
+						ok, err := s.DecideAll(ctx, reqs, res)
+						if err != nil {
+							g.t.Errorf("region %s instance %d: %v", r.name, i, err)
+							return
+						}
+						g.mu.Lock()
+						g.asked[label(now)]++
+						if ok {
+							g.admitted[label(now)]++
+							g.byRegion[r.name+strconv.FormatInt(label(now), 10)]++
+						}
+						g.mu.Unlock()
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	for _, r := range g.regions {
+		for _, s := range r.instances {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.RefillAt(ctx, at.Add(r.skew), 2*globalTick)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// checkShares checks that each region's share counts exactly what the
+// region admitted in the window ending at e (read before the next window
+// starts): a request its regional level denied spent nothing of it.
+func (g *rig) checkShares(e int64) {
+	key := redis.StateKey(redis.DefaultPrefix, store.Request{Key: "api", Plan: g.plans.global})
+	for _, r := range g.regions {
+		g.mu.Lock()
+		want := g.byRegion[r.name+strconv.FormatInt(e, 10)]
+		g.mu.Unlock()
+		end, n := r.share(g.t, key, "e"), r.share(g.t, key, "n")
+		if end != e || n != want {
+			g.t.Errorf("region %s, window ending %d: the share holds window %d, count %d; the instances admitted %d", r.name, e, end, n, want)
+		}
+	}
+}
+
+// share reads a field of the region's share.
+func (r *region) share(t *testing.T, key, field string) int64 {
+	v, err := r.srv.Do("HGET", key, field)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// addRegion starts a region: its redis-server, and instances stores on it
+// whose home (one Store each) is opened by homeURL(region).
+func (g *rig) addRegion(name string, instances int, homeURL func(*region) string, opts redis.Options) *region {
+	ctx := context.Background()
+	r := &region{name: name, srv: redistest.Start(g.t), active: true}
+	g.regions = append(g.regions, r)
+	url := homeURL(r)
+	for range instances {
+		h, err := redis.Open(ctx, url, redis.Options{Timeout: time.Minute})
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		g.t.Cleanup(func() { h.Close() })
+		o := opts
+		o.Home, o.Timeout = h, time.Minute
+		s, err := redis.OpenRegion(ctx, r.srv.URL(), o)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		g.t.Cleanup(func() { s.Close() })
+		r.instances, r.homes = append(r.instances, s), append(r.homes, h)
+	}
+	return r
+}
+
 // TestGlobalAcrossRegions: three regions, two instances each, each region
 // on its own redis-server, and a home redis-server reached from each
 // region through a relay that adds 40ms each way and can be cut. Every
@@ -43,164 +199,202 @@ const (
 // the limit, through a regional level in the same DecideAll; the test's
 // clock is explicit (requests and refills carry it, a tick of 1s at a
 // time), so no window depends on the machine's speed. Window by window:
-// all links up; all traffic moved to one region mid-window; two regions
-// cut off from home and healed (one denies once its share is spent, one
-// has an allowance of 50 a window); one region's clock 7s ahead. In every
-// window (by each region's own clock) the regions together admit at most
-// the limit plus the allowances of the regions cut off, and at least 95%
-// of the limit where every link was up; a region's share counts exactly
-// what it admitted (a request denied by its regional level spends none).
+// all links up; all traffic moved to one region while the others hold
+// shares; two regions cut off from home and healed (one denies once its
+// share is spent, one has an allowance of 50 a window); one region's
+// clock 7s ahead. In every window (by each region's own clock) the
+// regions together admit at most the limit plus the allowances of the
+// regions cut off, and at least 95% of the limit where every link was up;
+// a region's share counts exactly what it admitted (a request denied by
+// its regional level spends none).
 func TestGlobalAcrossRegions(t *testing.T) {
-	ctx := context.Background()
 	home := redistest.Start(t)
-	plans := globalPlans{
-		caller:  algo.MustCompile(algo.FixedWindow{Count: 100_000, Window: globalWindow}),
-		mallory: algo.MustCompile(algo.FixedWindow{Count: 1, Window: globalWindow}),
-		global:  algo.MustCompile(algo.FixedWindow{Count: globalLimit, Window: globalWindow}),
-	}
+	g := newRig(t, 25)
 	allowance := map[string]int64{"c": 50}
-	var regions []*region
+	links := map[string]*redistest.Relay{}
 	for _, name := range []string{"a", "b", "c"} {
-		r := &region{name: name, srv: redistest.Start(t), active: true}
-		r.link = redistest.NewDelayRelay(t, home.Addr, 40*time.Millisecond)
-		for range 2 {
-			h, err := redis.Open(ctx, "redis://"+r.link.Addr+"/0", redis.Options{Timeout: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { h.Close() })
-			s, err := redis.OpenRegion(ctx, r.srv.URL(), redis.Options{Timeout: time.Minute, Home: h, GlobalAllowance: allowance[name]})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			r.instances = append(r.instances, s)
-		}
-		regions = append(regions, r)
+		g.addRegion(name, 2, func(r *region) string {
+			links[name] = redistest.NewDelayRelay(t, home.Addr, 40*time.Millisecond)
+			return "redis://" + links[name].Addr + "/0"
+		}, redis.Options{GlobalAllowance: allowance[name]})
 	}
-	w := globalWindow.Microseconds()
-	// An hour ahead of the machine's clock: home's counts live until a
-	// window past their end on home's clock, so none expires during the
-	// test however slowly it runs.
-	base := time.UnixMicro((time.Now().Add(time.Hour).UnixMicro()/w + 1) * w)
-	label := func(t time.Time) int64 { us := t.UnixMicro(); return us - us%w + w }
-
-	var mu sync.Mutex
-	admitted := map[int64]int64{}  // by window end
-	byRegion := map[string]int64{} // region + window end
-	bound := map[int64]int64{}     // by window end: the limit plus allowances
-	full := map[int64]bool{}       // windows whose every link was up
-	demand := map[int64]int64{}    // units asked, by window end
+	a, c := g.regions[0], g.regions[2]
+	bound := map[int64]int64{} // by window end: the limit plus allowances
+	full := map[int64]bool{}   // windows whose every link was up
 	run := func(window int, each func(tick int)) {
 		for tick := range int(globalWindow / globalTick) {
 			each(tick)
-			at := base.Add(time.Duration(window)*globalWindow + time.Duration(tick)*globalTick)
-			var wg sync.WaitGroup
-			for _, r := range regions {
-				if !r.active {
-					continue
-				}
-				now := at.Add(r.skew)
-				for i, s := range r.instances {
-					for g := range 5 {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for j := range 5 {
-								caller, plan := "ok", plans.caller
-								if j == 4 && g == 0 {
-									caller, plan = "mallory:"+r.name, plans.mallory // denied by its regional level after its first
-								}
-								reqs := []store.Request{
-									{Key: "caller:" + caller, Plan: plan, Cost: 1, Time: now},
-									{Key: "api", Plan: plans.global, Cost: 1, Time: now, Global: true},
-								}
-								res := make([]algo.Result, 2)
-								ok, err := s.DecideAll(ctx, reqs, res)
-								if err != nil {
-									t.Errorf("region %s instance %d: %v", r.name, i, err)
-									return
-								}
-								mu.Lock()
-								demand[label(now)]++
-								if ok {
-									admitted[label(now)]++
-									byRegion[r.name+strconv.FormatInt(label(now), 10)]++
-								}
-								mu.Unlock()
-							}
-						}()
-					}
-				}
-			}
-			wg.Wait()
-			for _, r := range regions {
-				for _, s := range r.instances {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						s.RefillAt(ctx, at.Add(r.skew), 2*globalTick)
-					}()
-				}
-			}
-			wg.Wait()
-			// A region's share counts exactly what the region admitted in
-			// its window, read before the next window starts.
-			if tick == int(globalWindow/globalTick)-1 && regions[0].skew == 0 {
-				for _, r := range regions {
-					e := label(at)
-					n, _ := r.srv.Do("HGET", redis.StateKey(redis.DefaultPrefix, store.Request{Key: "api", Plan: plans.global}), "n")
-					mu.Lock()
-					want := byRegion[r.name+strconv.FormatInt(e, 10)]
-					mu.Unlock()
-					if got, _ := strconv.ParseInt(n, 10, 64); got != want {
-						t.Errorf("window %d region %s: the share counts %d admitted, the instances admitted %d", window, r.name, got, want)
-					}
-				}
-			}
+			g.tick(window, tick)
 		}
 	}
-	end := func(window int) int64 { return label(base.Add(time.Duration(window) * globalWindow)) }
 
 	// 0: every link up, every region spraying.
-	bound[end(0)], full[end(0)] = globalLimit, true
+	bound[g.end(0)], full[g.end(0)] = globalLimit, true
 	run(0, func(int) {})
-	// 1: all traffic moves to region b at tick 4, while a and c hold shares.
-	bound[end(1)], full[end(1)] = globalLimit, true
-	run(1, func(tick int) {
-		regions[0].active, regions[2].active = tick < 4, tick < 4
-	})
-	regions[0].active, regions[2].active = true, true
+	g.checkShares(g.end(0))
+	// 1: all traffic moves to region b at tick 4, while a and c hold
+	// shares, which they give back.
+	bound[g.end(1)], full[g.end(1)] = globalLimit, true
+	run(1, func(tick int) { a.active, c.active = tick < 4, tick < 4 })
+	g.checkShares(g.end(1))
+	a.active, c.active = true, true
 	// 2: regions a (deny once spent) and c (an allowance of 50) cut off
 	// from home at tick 5, healed at tick 12.
-	bound[end(2)] = globalLimit + allowance["c"]
+	bound[g.end(2)] = globalLimit + allowance["c"]
 	run(2, func(tick int) {
 		switch tick {
 		case 5:
-			regions[0].link.Down()
-			regions[2].link.Down()
+			links["a"].Down()
+			links["c"].Down()
 		case 12:
-			regions[0].link.Up()
-			regions[2].link.Up()
+			links["a"].Up()
+			links["c"].Up()
 		}
 	})
-	// 3, 4: region a's clock 7s ahead: it counts in the window of its clock.
-	bound[end(3)], bound[end(4)], bound[end(5)] = globalLimit, globalLimit, globalLimit
-	regions[0].skew = 7 * time.Second
+	g.checkShares(g.end(2))
+	// 3, 4: region a's clock 7s ahead: it counts in the window of its
+	// clock, and reaches window 5 first.
+	bound[g.end(3)], bound[g.end(4)], bound[g.end(5)] = globalLimit, globalLimit, globalLimit
+	a.skew = 7 * time.Second
 	run(3, func(int) {})
 	run(4, func(int) {})
 
-	for _, e := range []int64{end(0), end(1), end(2), end(3), end(4)} {
-		got := admitted[e]
-		t.Logf("window ending %s: asked %d, admitted %d of %d (bound %d)", time.UnixMicro(e).UTC().Format(time.TimeOnly), demand[e], got, globalLimit, bound[e])
+	for _, e := range []int64{g.end(0), g.end(1), g.end(2), g.end(3), g.end(4), g.end(5)} {
+		got := g.admitted[e]
+		t.Logf("window ending %s: asked %d, admitted %d of %d (bound %d)", time.UnixMicro(e).UTC().Format(time.TimeOnly), g.asked[e], got, globalLimit, bound[e])
 		if got > bound[e] {
 			t.Errorf("window ending %d: admitted %d, over its bound %d", e, got, bound[e])
 		}
 		if full[e] && got < globalLimit*95/100 {
-			t.Errorf("window ending %d: admitted %d, under 95%% of %d with every link up and %d asked", e, got, globalLimit, demand[e])
+			t.Errorf("window ending %d: admitted %d, under 95%% of %d with every link up and %d asked", e, got, globalLimit, g.asked[e])
 		}
 	}
-	if admitted[end(5)] > globalLimit {
-		t.Errorf("the window region a's clock reached first admitted %d", admitted[end(5)])
+}
+
+// TestGlobalHomeFailover: home is a master and its replica under three
+// sentinels; two regions of an instance each charge home with
+// HomeReplicas 1, together at twice the limit. Mid-window the replica stops (SIGSTOP) and the
+// master drops its link (CLIENT KILL), so that home's charges from then
+// on are on the master alone; then the master dies, the replica goes on,
+// and the sentinels promote it, though it never had them. A
+// store that spent those charges would admit them twice (the new master
+// grants them again); with WAIT, units no replica acknowledged are never
+// spent, and the window admits at most the limit. Once the new master has
+// a replica again (one is started), home grants again, and the region
+// admits beyond what it held when home failed.
+func TestGlobalHomeFailover(t *testing.T) {
+	ctx := context.Background()
+	ss := redistest.StartSentinels(t)
+	g := newRig(t, 50)
+	for _, name := range []string{"a", "b"} {
+		g.addRegion(name, 1, func(*region) string { return ss.URL() }, redis.Options{HomeReplicas: 1})
 	}
+	for tick := range 2 {
+		g.tick(0, tick)
+	}
+	resume := ss.Replica.Pause(t)
+	if _, err := ss.Master.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	for tick := 2; tick < 5; tick++ {
+		g.tick(0, tick)
+	}
+	old := ss.MasterAddr()
+	key := redis.StateKey(redis.DefaultPrefix, store.Request{Key: "api", Plan: g.plans.global})
+	var held int64
+	for _, r := range g.regions {
+		held += r.share(t, key, "s") - r.share(t, key, "n")
+	}
+	before := g.admitted[g.end(0)]
+	ss.Master.Stop()
+	resume()
+	deadline := time.Now().Add(time.Minute) // waiting for the sentinels, not timing the store
+	for ss.MasterAddr() == old && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ss.MasterAddr() == old {
+		t.Fatal("the sentinels promoted no replica within a minute")
+	}
+	host, port, _ := strings.Cut(ss.MasterAddr(), ":")
+	replica := redistest.Start(t, "--replicaof", host, port)
+	for !strings.Contains(must(replica.Do("INFO", "replication")), "master_link_status:up") && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, r := range g.regions { // the sentinels' news reaches each client
+		for r.homes[0].Ping(ctx) != nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for tick := 5; tick < 20; tick++ {
+		g.tick(0, tick)
+	}
+	got := g.admitted[g.end(0)]
+	t.Logf("asked %d, admitted %d of %d (%d before home failed over, holding %d)", g.asked[g.end(0)], got, globalLimit, before, held)
+	if got > globalLimit {
+		t.Errorf("admitted %d, over the limit %d through home's failover", got, globalLimit)
+	}
+	if got <= before+held {
+		t.Errorf("admitted %d: home granted nothing after its failover (%d admitted before, %d held)", got, before, held)
+	}
+}
+
+func must(s string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// TestGlobalRefillsInTheBackground: a region's store opened by URL with
+// its home's (store.Options.Home) refills on its own, on Redis's clock: a
+// global key denied at first (no share yet) is admitted soon after, up
+// to exactly its limit and not one more, and home counts what the region
+// took. The window is a day's, and the test skips if it ended meanwhile.
+func TestGlobalRefillsInTheBackground(t *testing.T) {
+	ctx := context.Background()
+	home, reg := redistest.Start(t), redistest.Start(t)
+	st, err := store.Open(ctx, reg.URL(), store.Options{Home: home.URL(), Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const limit = 50
+	plan := algo.MustCompile(algo.FixedWindow{Count: limit, Window: 24 * time.Hour})
+	end := label24(time.Now())
+	req := store.Request{Key: "api", Plan: plan, Cost: 1, Global: true}
+	admitted, denied := 0, 0
+	for deadline := time.Now().Add(time.Minute); admitted < limit && time.Now().Before(deadline); {
+		res, err := st.Decide(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Allowed {
+			admitted++
+		} else {
+			denied++
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for range 20 {
+		if res, err := st.Decide(ctx, req); err != nil || res.Allowed {
+			t.Fatalf("past the limit: %+v, %v", res, err)
+		}
+	}
+	if label24(time.Now()) != end {
+		t.Skip("the day's window ended during the test")
+	}
+	if admitted != limit {
+		t.Fatalf("admitted %d of %d within a minute (denied %d)", admitted, limit, denied)
+	}
+	n, err := home.Do("GET", redis.KeyName(redis.DefaultPrefix, "api", "")+"%:global:"+strconv.FormatInt(end, 10))
+	if err != nil || n != strconv.Itoa(limit) {
+		t.Errorf("home counts %q (%v), want %d", n, err, limit)
+	}
+	t.Logf("denied %d before the first refill", denied)
+}
+
+// label24 is the end of the day's window (epoch-aligned) holding t (µs).
+func label24(t time.Time) int64 {
+	w, us := (24 * time.Hour).Microseconds(), t.UnixMicro()
+	return us - us%w + w
 }

@@ -98,6 +98,8 @@ type Options struct {
 	// manualRefill (tests) starts no background refill: the test refills
 	// at its own times (refillAt).
 	manualRefill bool
+	// ownsHome makes Close close Home (a store opened by URL).
+	ownsHome bool
 }
 
 // defaultMaxInFlight is Options.MaxInFlight when zero.
@@ -132,12 +134,28 @@ var (
 
 func init() {
 	store.Register("redis", func(ctx context.Context, url string, o store.Options) (store.Store, error) {
-		return Open(ctx, url, Options{
+		opts := Options{
 			Prefix: o.Prefix, Timeout: o.Timeout, MaxFlushDelay: o.MaxFlushDelay,
 			Username: o.Username, Password: o.Password, TLS: o.TLS,
 			Background: o.Background, Log: o.Log, OverLimitCache: o.OverLimitCache,
 			LeaseFor: o.LeaseFor, MaxLease: o.MaxLease,
-		})
+			GlobalAllowance: o.GlobalAllowance, HomeReplicas: o.HomeReplicas,
+		}
+		if o.Home == "" {
+			return Open(ctx, url, opts)
+		}
+		// Home has its own URL (and credentials in it); it may be
+		// unreachable at start, as a region cut off is.
+		home, err := Open(ctx, o.Home, Options{Prefix: o.Prefix, Timeout: o.Timeout, TLS: o.TLS, Background: true, Log: o.Log})
+		if err != nil {
+			return nil, fmt.Errorf("home: %w", err)
+		}
+		opts.Home, opts.ownsHome = home, true
+		s, err := Open(ctx, url, opts)
+		if err != nil {
+			home.Close()
+		}
+		return s, err
 	})
 }
 
@@ -283,6 +301,7 @@ func newStore(opts Options) (*Store, error) {
 	}
 	if opts.Home != nil {
 		s.globals = newGlobals(opts.Home, opts.GlobalEvery, opts.GlobalAllowance, opts.HomeReplicas)
+		s.globals.ownsHome = opts.ownsHome
 		if !opts.manualRefill {
 			go s.refill()
 		} else {
@@ -361,6 +380,9 @@ func (s *Store) Close() error {
 		if s.globals != nil {
 			close(s.globals.stop)
 			<-s.globals.done
+			if s.globals.ownsHome {
+				s.globals.home.Close()
+			}
 		}
 	})
 	<-s.done

@@ -14,8 +14,9 @@
 -- ARGV[2]  the window in µs
 -- ARGV[3]  the refilling store's id
 -- ARGV[4]  how long a claim lasts (µs); 0 claims nothing
--- ARGV[5]  the window end the credit is of (0: none); units of another
---          window than the current one are not credited (that window is over)
+-- ARGV[5]  the window end that ARGV[6] and ARGV[7] are of (0: none); in
+--          another window than the current one, nothing is credited (that
+--          window is over) or taken back (units of another window)
 -- ARGV[6]  units credited, charged at home for that window
 -- ARGV[7]  units to take back, at most those held unused
 -- ARGV[8]  the allowance: units credited uncharged, once per window (0: none)
@@ -43,14 +44,15 @@ local claimed = 0
 if tonumber(ARGV[4]) > 0 and (not c or c == ARGV[3] or ct <= now) then
   c, ct, claimed = ARGV[3], now + tonumber(ARGV[4]), 1
 end
+local taken = 0
 if tonumber(ARGV[5]) == e then
   s = s + tonumber(ARGV[6])
+  taken = math.max(math.min(tonumber(ARGV[7]), s - n), 0)
+  s = s - taken
 end
 if tonumber(ARGV[8]) > 0 and not x then
   s, x = s + tonumber(ARGV[8]), 1
 end
-local taken = math.max(math.min(tonumber(ARGV[7]), s - n), 0)
-s = s - taken
 redis.call('HSET', key, 'e', e, 'n', n, 's', s, 'd', d)
 if c then redis.call('HSET', key, 'c', c, 'ct', ct) end
 if x then redis.call('HSET', key, 'x', 1) end
