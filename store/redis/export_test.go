@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice/queue/backend"
 )
 
@@ -32,4 +34,10 @@ func OpenRegion(ctx context.Context, url string, opts Options) (*Store, error) {
 // the horizon until the next refill.
 func (s *Store) RefillAt(ctx context.Context, at time.Time, horizon time.Duration) {
 	s.refillAt(ctx, at, horizon)
+}
+
+// NewRegion is OpenRegion on an existing client, which the caller keeps.
+func NewRegion(c rueidis.Client, opts Options) (*Store, error) {
+	opts.manualRefill = true
+	return New(c, opts)
 }

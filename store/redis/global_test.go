@@ -2,6 +2,8 @@ package redis_test
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,7 @@ type region struct {
 	homes     []*redis.Store // each instance's home
 	skew      time.Duration
 	active    bool // sprays this tick
+	per       int  // requests a tick from each instance (0: the rig's)
 }
 
 // globalPlans are the two levels every request of the test passes: a
@@ -46,6 +49,7 @@ type rig struct {
 	regions []*region
 	base    time.Time // the test's clock at window 0, tick 0
 	per     int       // requests a tick from each instance
+	limit   int64     // the global limit
 
 	mu       sync.Mutex
 	asked    map[int64]int64
@@ -53,13 +57,13 @@ type rig struct {
 	byRegion map[string]int64 // region name + window end
 }
 
-func newRig(t *testing.T, per int) *rig {
+func newRig(t *testing.T, per int, limit int64) *rig {
 	w := globalWindow.Microseconds()
-	return &rig{t: t, per: per,
+	return &rig{t: t, per: per, limit: limit,
 		plans: globalPlans{
-			caller:  algo.MustCompile(algo.FixedWindow{Count: 100_000, Window: globalWindow}),
+			caller:  algo.MustCompile(algo.FixedWindow{Count: algo.MaxCount, Window: globalWindow}),
 			mallory: algo.MustCompile(algo.FixedWindow{Count: 1, Window: globalWindow}),
-			global:  algo.MustCompile(algo.FixedWindow{Count: globalLimit, Window: globalWindow}),
+			global:  algo.MustCompile(algo.FixedWindow{Count: limit, Window: globalWindow}),
 		},
 		// An hour ahead of the machine's clock: home's counts live until a
 		// window past their end on home's clock, so none expires during
@@ -83,10 +87,9 @@ func (g *rig) at(window, tick int) time.Time {
 func (g *rig) end(window int) int64 { return label(g.at(window, 0)) }
 
 // tick sprays the global key from every instance of the active regions at
-// once, at the tick's time on each region's clock (per requests each, 5
-// goroutines an instance; of each instance's first goroutine, one request
-// in five is mallory's, whom a regional level denies after one a window),
-// then refills every instance's shares at that time.
+// once, at the tick's time on each region's clock (per requests each, a
+// goroutine each; one in 25 is mallory's, whom a regional level denies
+// after one a window), then refills every instance's shares at that time.
 func (g *rig) tick(window, tick int) {
 	ctx := context.Background()
 	at := g.at(window, tick)
@@ -96,34 +99,36 @@ func (g *rig) tick(window, tick int) {
 			continue
 		}
 		now := at.Add(r.skew)
+		per := g.per
+		if r.per > 0 {
+			per = r.per
+		}
 		for i, s := range r.instances {
-			for gr := range 5 {
+			for j := range per {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for j := range g.per / 5 {
-						caller, plan := "ok", g.plans.caller
-						if j%5 == 4 && gr == 0 {
-							caller, plan = "mallory:"+r.name, g.plans.mallory
-						}
-						reqs := []store.Request{
-							{Key: "caller:" + caller, Plan: plan, Cost: 1, Time: now},
-							{Key: "api", Plan: g.plans.global, Cost: 1, Time: now, Global: true},
-						}
-						res := make([]algo.Result, 2)
-						ok, err := s.DecideAll(ctx, reqs, res)
-						if err != nil {
-							g.t.Errorf("region %s instance %d: %v", r.name, i, err)
-							return
-						}
-						g.mu.Lock()
-						g.asked[label(now)]++
-						if ok {
-							g.admitted[label(now)]++
-							g.byRegion[r.name+strconv.FormatInt(label(now), 10)]++
-						}
-						g.mu.Unlock()
+					caller, plan := "ok", g.plans.caller
+					if j%25 == 24 {
+						caller, plan = "mallory:"+r.name, g.plans.mallory
 					}
+					reqs := []store.Request{
+						{Key: "caller:" + caller, Plan: plan, Cost: 1, Time: now},
+						{Key: "api", Plan: g.plans.global, Cost: 1, Time: now, Global: true},
+					}
+					res := make([]algo.Result, 2)
+					ok, err := s.DecideAll(ctx, reqs, res)
+					if err != nil {
+						g.t.Errorf("region %s instance %d: %v", r.name, i, err)
+						return
+					}
+					g.mu.Lock()
+					g.asked[label(now)]++
+					if ok {
+						g.admitted[label(now)]++
+						g.byRegion[r.name+strconv.FormatInt(label(now), 10)]++
+					}
+					g.mu.Unlock()
 				}()
 			}
 		}
@@ -209,7 +214,7 @@ func (g *rig) addRegion(name string, instances int, homeURL func(*region) string
 // its regional level spends none).
 func TestGlobalAcrossRegions(t *testing.T) {
 	home := redistest.Start(t)
-	g := newRig(t, 25)
+	g := newRig(t, 25, globalLimit)
 	allowance := map[string]int64{"c": 50}
 	links := map[string]*redistest.Relay{}
 	for _, name := range []string{"a", "b", "c"} {
@@ -285,7 +290,7 @@ func TestGlobalAcrossRegions(t *testing.T) {
 func TestGlobalHomeFailover(t *testing.T) {
 	ctx := context.Background()
 	ss := redistest.StartSentinels(t)
-	g := newRig(t, 50)
+	g := newRig(t, 50, globalLimit)
 	for _, name := range []string{"a", "b"} {
 		g.addRegion(name, 1, func(*region) string { return ss.URL() }, redis.Options{HomeReplicas: 1})
 	}
@@ -397,4 +402,128 @@ func TestGlobalRefillsInTheBackground(t *testing.T) {
 func label24(t time.Time) int64 {
 	w, us := (24 * time.Hour).Microseconds(), t.UnixMicro()
 	return us - us%w + w
+}
+
+var (
+	scaleRegions   = flag.Int("global.regions", 10, "TestGlobalAtScale: regions")
+	scaleInstances = flag.Int("global.instances", 50, "TestGlobalAtScale: instances, spread over the regions")
+)
+
+// TestGlobalAtScale: many regions and instances on one machine (the table
+// of docs/multi-region.md, at -global.regions 50 -global.instances 1000):
+// every region a prefix of one regional redis-server, with a link of its
+// own to home (a relay, to cut), every instance a store of its own. Each
+// instance asks 5 a tick (the limit is 2/5 of all asked in a window); a
+// window each: demand even; a fifth of the regions asking 80% of it; half
+// the regions stopping at tick 5; a tenth cut off from home at tick 5 and
+// healed at tick 12 (they deny once their share is spent); demand 1.5
+// times the limit; demand equal to it. Every window admits at most the
+// limit, and at least 95% of it where every link was up and demand
+// exceeded it.
+func TestGlobalAtScale(t *testing.T) {
+	nr, ni := *scaleRegions, *scaleInstances
+	if nr < 1 || ni < nr {
+		t.Fatalf("want at least a region and an instance a region, got %d regions, %d instances", nr, ni)
+	}
+	ctx := context.Background()
+	home, regional := redistest.Start(t), redistest.Start(t)
+	const per = 5
+	ticks := int(globalWindow / globalTick)
+	limit := int64(ni * per * ticks * 2 / 5)
+	g := newRig(t, per, limit)
+	links := make([]*redistest.Relay, nr)
+	for i := range nr {
+		links[i] = redistest.NewRelay(t, home.Addr)
+		h, err := redis.Open(ctx, "redis://"+links[i].Addr+"/0", redis.Options{Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		c := redistest.Client(t, regional.URL())
+		r := &region{name: fmt.Sprintf("r%02d", i), srv: regional, active: true}
+		for j := range ni {
+			if j%nr != i {
+				continue
+			}
+			s, err := redis.NewRegion(c, redis.Options{Prefix: r.name + ":", Timeout: time.Minute, Home: h})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			r.instances = append(r.instances, s)
+		}
+		g.regions = append(g.regions, r)
+	}
+	run := func(window int, each func(tick int)) {
+		for tick := range ticks {
+			each(tick)
+			g.tick(window, tick)
+		}
+	}
+	type row struct {
+		name string
+		full bool
+	}
+	var rows []row
+	// 0: even demand.
+	run(0, func(int) {})
+	rows = append(rows, row{"even", true})
+	// 1: a fifth of the regions ask 80%.
+	hot := max(nr/5, 1)
+	for i, r := range g.regions {
+		if i < hot {
+			r.per = per * 4 * nr / hot / 5
+		} else {
+			r.per = max(per*nr/(nr-hot)/5, 1)
+		}
+	}
+	run(1, func(int) {})
+	rows = append(rows, row{"skewed", true})
+	for _, r := range g.regions {
+		r.per = 0
+	}
+	// 2: half the regions stop at tick 5.
+	run(2, func(tick int) {
+		for i, r := range g.regions {
+			r.active = tick < 5 || i%2 == 0
+		}
+	})
+	rows = append(rows, row{"half stop", true})
+	for _, r := range g.regions {
+		r.active = true
+	}
+	// 3: a tenth cut off from tick 5 to 12.
+	cut := max(nr/10, 1)
+	run(3, func(tick int) {
+		for i := range cut {
+			switch tick {
+			case 5:
+				links[i].Down()
+			case 12:
+				links[i].Up()
+			}
+		}
+	})
+	rows = append(rows, row{fmt.Sprintf("%d cut off", cut), false})
+	// 4, 5: demand 1.5 and 1 times the limit, even: the first tick of a
+	// window finds every share empty.
+	g.per = 3
+	run(4, func(int) {})
+	rows = append(rows, row{"1.5x the limit", true})
+	g.per = 2
+	run(5, func(int) {})
+	rows = append(rows, row{"1x the limit", false})
+
+	t.Logf("| regions | instances | window | asked | admitted | limit | bound | utilisation |")
+	for w, r := range rows {
+		e := g.end(w)
+		got := g.admitted[e]
+		t.Logf("| %d | %d | %s | %d | %d | %d | %d | %.1f%% |", nr, ni, r.name, g.asked[e], got, limit, limit, 100*float64(got)/float64(limit))
+		if got > limit {
+			t.Errorf("window %s: admitted %d, over the limit %d", r.name, got, limit)
+		}
+		if r.full && got < limit*95/100 {
+			t.Errorf("window %s: admitted %d, under 95%% of %d with every link up and %d asked", r.name, got, limit, g.asked[e])
+		}
+	}
 }
