@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Config configures a Server. The zero value of a field means its default
@@ -288,6 +290,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: max_waiting must be 0 to 1000000, got %d", c.MaxWaiting)
 	case c.Redis.MaxLease < 0:
 		return fmt.Errorf("config: redis.max_lease must be positive, got %d", c.Redis.MaxLease)
+	case c.Redis.GlobalAllowance < 0 || c.Redis.GlobalAllowance > algo.MaxCount || c.Redis.HomeReplicas < 0 || c.Redis.HomeReplicas > 64:
+		return fmt.Errorf("config: redis.global_allowance must be 0 to %d and redis.home_replicas 0 to 64, got %d and %d", algo.MaxCount, c.Redis.GlobalAllowance, c.Redis.HomeReplicas)
+	case c.Redis.Home != "" && !strings.HasPrefix(c.Store, "redis"):
+		return fmt.Errorf("config: redis.home is the home of a region's Redis store, and the store is %q", store.Redact(c.Store))
 	case c.Headers != "draft" && c.Headers != "legacy" && c.Headers != "both":
 		return fmt.Errorf("config: headers must be draft, legacy or both, got %q", c.Headers)
 	case c.LogFormat != "text" && c.LogFormat != "json":
@@ -353,6 +359,9 @@ var EnvVars = []struct{ Name, Field string }{
 	{"SLUICE_REDIS_OVER_LIMIT_CACHE", "redis.over_limit_cache"},
 	{"SLUICE_REDIS_LEASE_FOR", "redis.lease_for"},
 	{"SLUICE_REDIS_MAX_LEASE", "redis.max_lease"},
+	{"SLUICE_REDIS_HOME", "redis.home"},
+	{"SLUICE_REDIS_GLOBAL_ALLOWANCE", "redis.global_allowance"},
+	{"SLUICE_REDIS_HOME_REPLICAS", "redis.home_replicas"},
 	{"SLUICE_REDIS_TLS_CA_FILE", "redis.tls.ca_file"},
 	{"SLUICE_REDIS_TLS_CERT_FILE", "redis.tls.cert_file"},
 	{"SLUICE_REDIS_TLS_KEY_FILE", "redis.tls.key_file"},
@@ -395,7 +404,7 @@ func (c *Config) Set(field, s string) error {
 		"admin_http": &c.AdminHTTP, "headers": &c.Headers,
 		"grpc_tls.cert_file": &c.GRPCTLS.CertFile, "grpc_tls.key_file": &c.GRPCTLS.KeyFile, "grpc_tls.ca_file": &c.GRPCTLS.CAFile,
 		"http_tls.cert_file": &c.HTTPTLS.CertFile, "http_tls.key_file": &c.HTTPTLS.KeyFile, "http_tls.ca_file": &c.HTTPTLS.CAFile,
-		"redis.prefix": &c.Redis.Prefix, "redis.username": &c.Redis.Username, "redis.password": &c.Redis.Password,
+		"redis.prefix": &c.Redis.Prefix, "redis.home": &c.Redis.Home, "redis.username": &c.Redis.Username, "redis.password": &c.Redis.Password,
 		"redis.tls.ca_file": &c.Redis.TLS.CAFile, "redis.tls.cert_file": &c.Redis.TLS.CertFile,
 		"redis.tls.key_file": &c.Redis.TLS.KeyFile, "redis.tls.server_name": &c.Redis.TLS.ServerName,
 		"log_level": &c.LogLevel, "log_format": &c.LogFormat,
@@ -417,7 +426,8 @@ func (c *Config) Set(field, s string) error {
 		*p = d
 		return nil
 	}
-	ints := map[string]*int{"consumers.max": &c.Consumers.Max, "redis.over_limit_cache": &c.Redis.OverLimitCache, "max_waiting": &c.MaxWaiting}
+	ints := map[string]*int{"consumers.max": &c.Consumers.Max, "redis.over_limit_cache": &c.Redis.OverLimitCache, "max_waiting": &c.MaxWaiting,
+		"redis.home_replicas": &c.Redis.HomeReplicas}
 	if p, ok := ints[field]; ok {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -426,12 +436,12 @@ func (c *Config) Set(field, s string) error {
 		*p = n
 		return nil
 	}
-	if field == "redis.max_lease" {
+	if p, ok := map[string]*int64{"redis.max_lease": &c.Redis.MaxLease, "redis.global_allowance": &c.Redis.GlobalAllowance}[field]; ok {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return fmt.Errorf("want an integer, got %q", s)
 		}
-		c.Redis.MaxLease = n
+		*p = n
 		return nil
 	}
 	bools := map[string]*bool{"redis.tls.insecure_skip_verify": &c.Redis.TLS.InsecureSkipVerify, "require_store": &c.RequireStore}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
@@ -60,7 +61,7 @@ type globals struct {
 	holder    string
 	ownsHome  bool
 
-	mu   sync.Mutex
+	mu   sync.RWMutex
 	keys map[string]*globalKey // by the share's Redis key
 	kick chan struct{}         // a new key: refill now
 	stop chan struct{}
@@ -71,7 +72,7 @@ type globals struct {
 type globalKey struct {
 	share, home   string // Redis keys: the share's (regional), home's (+ ":<window end>")
 	limit, window int64  // the fixed window (µs)
-	seen          int64  // local clock (ns): last decided
+	seen          atomic.Int64 // local clock (ns): last decided
 	e, d, now     int64  // the last reading of the share: window end, demand, time (µs)
 	rate          float64
 	read          bool
@@ -102,20 +103,25 @@ func (s *Store) global(r *store.Request) error {
 	g := s.globals
 	share := s.stateKey(*r)
 	now := monoNow()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if k := g.keys[share]; k != nil && k.limit == fw.Count {
-		k.seen = now
+	g.mu.RLock()
+	k := g.keys[share]
+	g.mu.RUnlock()
+	if k != nil && k.limit == fw.Count && k.window == algo.Micros(fw.Window) {
+		k.seen.Store(now)
 		return nil
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if len(g.keys) >= maxGlobalKeys {
 		g.forget(now)
 		if len(g.keys) >= maxGlobalKeys {
 			return nil // not followed: its share stays as it is
 		}
 	}
-	g.keys[share] = &globalKey{share: share, home: keyName(g.home.prefix, r.Key, r.Tag) + "%:global:",
-		limit: fw.Count, window: algo.Micros(fw.Window), seen: now}
+	k = &globalKey{share: share, home: keyName(g.home.prefix, r.Key, r.Tag) + "%:global:",
+		limit: fw.Count, window: algo.Micros(fw.Window)}
+	k.seen.Store(now)
+	g.keys[share] = k
 	select {
 	case g.kick <- struct{}{}:
 	default:
@@ -127,7 +133,7 @@ func (s *Store) global(r *store.Request) error {
 // refills). g.mu is held.
 func (g *globals) forget(now int64) {
 	for name, k := range g.keys {
-		if now-k.seen > max(2*k.window*int64(time.Microsecond), 10*int64(g.every)) {
+		if now-k.seen.Load() > max(2*k.window*int64(time.Microsecond), 10*int64(g.every)) {
 			delete(g.keys, name)
 		}
 	}
