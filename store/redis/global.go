@@ -70,10 +70,10 @@ type globals struct {
 
 // globalKey is what a store knows of one global key's share.
 type globalKey struct {
-	share, home   string // Redis keys: the share's (regional), home's (+ ":<window end>")
-	limit, window int64  // the fixed window (µs)
+	share, home   string       // Redis keys: the share's (regional), home's (+ ":<window end>")
+	limit, window int64        // the fixed window (µs)
 	seen          atomic.Int64 // local clock (ns): last decided
-	e, d, now     int64  // the last reading of the share: window end, demand, time (µs)
+	e, d, now     int64        // the last reading of the share: window end, demand, time (µs)
 	rate          float64
 	read          bool
 }
