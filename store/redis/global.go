@@ -153,7 +153,7 @@ func (s *Store) refill() {
 		case <-t.C:
 		case <-g.kick:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 4*g.every+2*s.timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*g.every+2*s.timeout)
 		s.refillAt(ctx, time.Time{}, 2*g.every)
 		cancel()
 	}
@@ -259,8 +259,9 @@ func (s *Store) pool(ctx context.Context, k *globalKey, at time.Time, claim, end
 
 // charge runs global_home.lua at home for k's window ending at end: it
 // charges up to want units and gives back back, and returns the units
-// granted. With GlobalReplicas, the units are granted only once that many
-// replicas of home have them (WAIT), so that home's failover loses none.
+// granted. With HomeReplicas, the units are granted only once that many
+// replicas of home have them (WAIT, for up to five refills), so that
+// home's failover loses none.
 func (g *globals) charge(ctx context.Context, k *globalKey, end, want, back int64) (int64, error) {
 	ctx, cancel, c, err := g.home.boundedCall(ctx)
 	if err != nil {
@@ -277,7 +278,7 @@ func (g *globals) charge(ctx context.Context, k *globalKey, end, want, back int6
 		// whatever Redis has loaded; home is called once a refill a key.
 		rs := c.DoMulti(ctx,
 			c.B().Eval().Script(globalHomeSource).Numkeys(1).Key(keys...).Arg(args...).Build(),
-			c.B().Wait().Numreplicas(int64(g.replicas)).Timeout(max(int64(g.every/time.Millisecond), 1)).Build())
+			c.B().Wait().Numreplicas(int64(g.replicas)).Timeout(max(int64(5*g.every/time.Millisecond), 1)).Build())
 		v, err = rs[0].AsIntSlice()
 		if err == nil {
 			var acked int64
