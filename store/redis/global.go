@@ -215,6 +215,19 @@ func (s *Store) refillKey(ctx context.Context, k *globalKey, at time.Time, horiz
 			g.charge(ctx, k, v.e, 0, w.taken)
 		}
 	}
+	// Within a horizon of the window's end, the next window's first
+	// horizon is charged ahead, so that the region does not start it
+	// empty: credited to the next window only (ne, ns), it becomes that
+	// window's share when the window starts.
+	if v.e-v.now < algo.Micros(horizon) && k.rate > 0 {
+		ask, _ := algo.Share{Limit: k.limit, Held: v.ahead, Rate: k.rate, Left: k.window, Horizon: algo.Micros(horizon)}.Step()
+		next := v.e + k.window
+		if ask > 0 {
+			if granted, err := g.charge(ctx, k, next, ask, 0); err == nil && granted > 0 {
+				s.pool(ctx, k, at, 0, next, granted, 0, 0)
+			}
+		}
+	}
 }
 
 // observe takes the region's demand rate from a reading of the share: the
@@ -232,7 +245,7 @@ func (k *globalKey) observe(v poolReply, horizon int64) {
 }
 
 type poolReply struct {
-	now, e, n, s, d, taken, claimed int64
+	now, e, n, s, d, taken, claimed, ahead int64
 }
 
 // pool runs global_pool.lua on k's share.
@@ -248,13 +261,13 @@ func (s *Store) pool(ctx context.Context, k *globalKey, at time.Time, claim, end
 	}
 	v, err := globalPoolScript.Exec(ctx, c, []string{k.share}, []string{now, itoa(k.window), s.globals.holder, itoa(claim),
 		itoa(end), itoa(credit), itoa(takeBack), itoa(allowance)}).AsIntSlice()
-	if err == nil && len(v) != 7 {
+	if err == nil && len(v) != 8 {
 		err = fmt.Errorf("global_pool replied %d values", len(v))
 	}
 	if err != nil {
 		return poolReply{}, fmt.Errorf("redis store: global share: %w", err)
 	}
-	return poolReply{v[0], v[1], v[2], v[3], v[4], v[5], v[6]}, nil
+	return poolReply{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}, nil
 }
 
 // charge runs global_home.lua at home for k's window ending at end: it

@@ -14,12 +14,14 @@
 --        is the stored window's when that one is later than now's (the clock
 --        stepped back: a key never returns to a window it has left)
 --
--- A global limit's share (the level's flag holds 'g'; global.lua): the hash
--- also holds s, the units of the window this region was credited (charged
--- at home first), and d, the units asked (admitted or denied): the demand
--- that sizes the share. A decision admits only within s: its value is the
--- count plus the limit's units not held, so that the limit less the value
--- is what the share has left. A window with no hash yet holds nothing.
+-- A global limit's share (the level's flag holds 'g'; global_pool.lua): the
+-- hash also holds s, the units of the window this region was credited
+-- (charged at home first), d, the units asked (admitted or denied): the
+-- demand that sizes the share, and ne, ns: units credited ahead for the
+-- window that ends at ne, which become its s when it starts. A decision
+-- admits only within s: its value is the count plus the limit's units not
+-- held, so that the limit less the value is what the share has left. A
+-- window credited nothing holds nothing.
 
 -- f_end returns the end of the window a decision at now counts in, given
 -- the stored window's end e (nil for none).
@@ -35,7 +37,7 @@ local function f_global(a)
 end
 
 local function f_check(key, now, a, reply, p)
-  local v = redis.call('HMGET', key, 'e', 'n', 's')
+  local v = redis.call('HMGET', key, 'e', 'n', 's', 'ne', 'ns')
   local stored = tonumber(v[1])
   local e = f_end(now, a, stored)
   local n, limit = 0, tonumber(ARGV[a + 1])
@@ -43,7 +45,11 @@ local function f_check(key, now, a, reply, p)
   reply[p + 2] = e
   if f_global(a) then
     local s = 0
-    if stored == e then s = tonumber(v[3]) or 0 end
+    if stored == e then
+      s = tonumber(v[3]) or 0
+    elseif tonumber(v[4]) == e then
+      s = tonumber(v[5]) or 0 -- credited ahead for this window
+    end
     n = n + limit - math.min(s, limit) -- the units not held count as spent
   end
   local after = n + ARGV[a + 2]
@@ -56,11 +62,14 @@ end
 -- hash's window).
 local function f_share(key, now, a, go)
   local cost = tonumber(ARGV[a + 2])
-  local stored = tonumber(redis.call('HGET', key, 'e'))
+  local v = redis.call('HMGET', key, 'e', 'ne', 'ns')
+  local stored = tonumber(v[1])
   local e = f_end(now, a, stored)
   if stored ~= e then
+    local s = 0
+    if tonumber(v[2]) == e then s = tonumber(v[3]) or 0 end -- credited ahead
     redis.call('DEL', key) -- another window's share: over
-    redis.call('HSET', key, 'e', e, 'n', 0, 's', 0, 'd', 0)
+    redis.call('HSET', key, 'e', e, 'n', 0, 's', s, 'd', 0)
     redis.call('PEXPIRE', key, ttl(e - now))
   end
   redis.call('HINCRBY', key, 'd', cost)
