@@ -38,6 +38,9 @@ const defaultGlobalEvery = 100 * time.Millisecond
 // followed one has gone unseen for two of its windows.
 const maxGlobalKeys = 1 << 14
 
+// refillsInFlight bounds the keys a store refills at once.
+const refillsInFlight = 64
+
 var (
 	globalPoolScript = embeddedScript("expire.lua", "global_pool.lua")
 	globalHomeScript = embeddedScript("expire.lua", "global_home.lua")
@@ -162,7 +165,8 @@ func (s *Store) refill() {
 // refillAt refills the share of every followed key at time at (the zero
 // time: Redis TIME, as the decisions on the store's clock), with horizon
 // the time until the next refill lands; the keys are refilled in
-// parallel, each with one or two calls to this store and one home.
+// parallel (at most refillsInFlight at once), each with one to three
+// calls to this store and up to two home.
 func (s *Store) refillAt(ctx context.Context, at time.Time, horizon time.Duration) {
 	g := s.globals
 	g.mu.Lock()
@@ -173,10 +177,12 @@ func (s *Store) refillAt(ctx context.Context, at time.Time, horizon time.Duratio
 	}
 	g.mu.Unlock()
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, refillsInFlight)
 	for _, k := range keys {
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			s.refillKey(ctx, k, at, horizon)
 		}()
 	}
