@@ -13,8 +13,8 @@ import (
 
 // Batching: batch.lua takes several decisions in one call, each all or
 // nothing on its own, as decide.lua takes one. On a single Redis server
-// (not a Cluster, whose decisions may lie in different slots), when fewer
-// than batchSlots calls are in flight a decision goes out at once, alone
+// (not a Cluster, whose decisions may lie in different hash slots), when fewer
+// than maxInflight calls are in flight a decision goes out at once, alone
 // (decide.lua); while they all are,
 // decisions queue, and a call that ends hands the queue (up to maxBatch)
 // to its first decision, whose caller sends it (on a goroutine of its
@@ -24,8 +24,8 @@ import (
 // per decision.
 
 const (
-	batchSlots = 4
-	maxBatch   = 32
+	maxInflight = 4
+	maxBatch    = 32
 )
 
 // pending is one decision: its kinds, keys and decide.lua arguments (now,
@@ -54,7 +54,7 @@ type batcher struct {
 func (s *Store) batchDo(ctx context.Context, p *pending) error {
 	b := &s.batch
 	b.mu.Lock()
-	if b.inflight < batchSlots {
+	if b.inflight < maxInflight {
 		b.inflight++
 		b.mu.Unlock()
 		// On a goroutine of its own, so that the caller returns by its
