@@ -56,13 +56,13 @@ func hashSlotGroups(keys []string) [][]int {
 }
 
 // decideAcrossHashSlots decides requests whose keys lie in several Cluster
-// slots, where no one script may touch them all. Each slot's group runs
+// hash slots, where no one script may touch them all. Each hash slot's group runs
 // decide.lua at once, in parallel, and so reserves its cost if its own
 // levels pass. If every group passes, the request passes. If any group
 // denies, each group that reserved is refunded with refund.lua.
 //
 // Between a reservation and its refund, the reserved cost is counted in its
-// slot: a concurrent request there may be denied for capacity that is about
+// hash slot: a concurrent request there may be denied for capacity that is about
 // to come back. The window is conservative — it can deny more than strictly
 // necessary, never admit more than a limit — and lasts one round trip. If
 // a refund itself fails (Redis unreachable), the reservation stays until

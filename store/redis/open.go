@@ -92,7 +92,7 @@ type Store struct {
 	owned    bool
 	prefix   string
 	timeout  time.Duration
-	batch    batcher
+	coalesce coalescer
 	denials  *overlimit.Cache // nil when off
 	leases   *leaser          // nil when off
 	forgets  forgets          // followed when denials is not nil

@@ -1,6 +1,6 @@
 // Package redis is Sluice's Redis store: every decision is one atomic Lua
 // script, run with EVALSHA (and loaded again on NOSCRIPT); concurrent
-// decisions on one server share a call (batch.go), each still all or
+// decisions on one server share a call (coalesce.go), each still all or
 // nothing on its own. The scripts live in scripts/*.lua, embedded in the
 // binary; keys reach them only as KEYS. Time comes from Redis TIME unless
 // the request carries its own, so clients with skewed clocks still agree.
