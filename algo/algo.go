@@ -37,7 +37,7 @@
 //     one the simulator's windows read too (sim TestWindowsOfEveryKind).
 //
 // What is derived from the registry needs no change: `sluice replay -h`
-// shows each kind's example, TestDenialHolds and the agreement tests go
+// shows each kind's example, TestDenialStands and the agreement tests go
 // over every kind.
 package algo
 

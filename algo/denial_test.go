@@ -30,12 +30,12 @@ func randomLimit(r *rand.Rand, k Kind) Limit {
 	return k.Example()
 }
 
-// TestDenialHolds is what an over-limit cache relies on: for a plan whose
+// TestDenialStands is what an over-limit cache relies on: for a plan whose
 // DenialStands, a denied decision leaves the state as it was, and until its
 // RetryAfter has passed the same cost and a larger one stay denied, while
 // other decisions (admissions among them) go on at later times. For the
 // modes whose denials record, DenialStands is false.
-func TestDenialHolds(t *testing.T) {
+func TestDenialStands(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 11))
