@@ -8,15 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// goFile is what TestOneWordPerIdea knows of a non-test Go file: its path,
-// its identifiers, and whether it is concurrency code (it names a permit,
-// a holder, a slot operation or the concurrency limit itself).
+// goFile is what TestLayers and TestOneWordPerIdea know of a non-test Go
+// file: its path, the module's packages it imports, its identifiers, and
+// whether it is concurrency code (it names a permit, a holder, a slot
+// operation or the concurrency limit itself).
 type goFile struct {
 	path        string
+	imports     []string // relative to the module's root: "store", "." for the root
 	ids         map[string]bool
 	concurrency bool
 	comments    string // its comments' text, lower case
@@ -54,6 +57,15 @@ func goFiles(t *testing.T, skip ...string) []goFile {
 			return err
 		}
 		g := goFile{path: filepath.ToSlash(path), ids: map[string]bool{}}
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			switch {
+			case p == module:
+				g.imports = append(g.imports, ".")
+			case strings.HasPrefix(p, module+"/"):
+				g.imports = append(g.imports, strings.TrimPrefix(p, module+"/"))
+			}
+		}
 		for _, c := range f.Comments {
 			g.comments += strings.ToLower(c.Text())
 		}
