@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/renewal"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -30,27 +31,28 @@ type SlotChecker interface {
 }
 
 // holding is a request that holds slots: its path and permit, until the
-// next handler returns. It is renewed by a timer (time.AfterFunc), so that
-// a request holding slots costs no goroutine beyond its own but while a
-// renewal runs.
+// next handler returns. A renewer (internal/renewal) of its hold renews
+// it, so that a request holding slots costs no goroutine beyond its own
+// but while a renewal runs.
 type holding struct {
-	l      *Middleware
-	sh     SlotChecker
-	q      policy.Query // the path, for renewals and the release
-	paths  [1]policy.PathQuery
-	permit int64
-	every  time.Duration
-	ctx    context.Context // the request's, whose values renewals keep
-	cancel context.CancelCauseFunc
-
-	mu      sync.Mutex // held while a renewal runs: release waits for it
-	t       *time.Timer
-	stopped bool
+	entry      renewal.Entry
+	l          *Middleware
+	sh         SlotChecker
+	q          policy.Query // the path, for renewals and the release
+	paths      [1]policy.PathQuery
+	permit     int64
+	ctx        context.Context // the request's, whose values renewals keep
+	cancel     context.CancelCauseFunc
+	sync.Mutex // held while a renewal runs: release waits for it
 }
 
-// hold starts renewing d's permit on path every third of the shortest
-// hold_for of its concurrency levels, and returns the request to serve,
-// whose context is cancelled if the slots are lost.
+// renewers are the middlewares' renewers, one a hold (a time.Duration):
+// a renewer renews the permits of one hold.
+var renewers sync.Map
+
+// hold starts renewing d's permit on path every sixth to third of the
+// shortest hold_for of its concurrency levels, and returns the request to
+// serve, whose context is cancelled if the slots are lost.
 func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *policy.Decision) (*holding, *http.Request) {
 	hold := time.Duration(0)
 	for i := range d.Levels {
@@ -61,42 +63,38 @@ func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *pol
 		}
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
-	h := &holding{l: l, sh: sh, permit: d.Permit, every: hold / 3, ctx: r.Context(), cancel: cancel}
+	h := &holding{l: l, sh: sh, permit: d.Permit, ctx: r.Context(), cancel: cancel}
 	h.paths[0].Path = append([]string(nil), path...)
 	h.q.Paths = h.paths[:]
-	h.mu.Lock()
-	h.t = time.AfterFunc(h.every, h.renew)
-	h.mu.Unlock()
+	rn, ok := renewers.Load(hold)
+	if !ok {
+		rn, _ = renewers.LoadOrStore(hold, new(renewal.Renewer))
+	}
+	rn.(*renewal.Renewer).Add(&h.entry, h, hold)
 	return h, r.WithContext(ctx)
 }
 
-// renew renews the permit once, on the timer's goroutine, and sets the
-// timer for the next renewal, or cancels the request's context with
-// sluice.ErrLost when the slots are gone.
-func (h *holding) renew() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopped {
-		return
-	}
+// Renew renews the permit once, for its renewer, within the check's
+// timeout; a store's failure is tried again at the next renewal, however
+// long it lasts.
+func (h *holding) Renew(time.Time) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.l.timeout)
+	defer cancel()
 	var d policy.Decision
 	err := h.sh.Renew(ctx, &h.q, h.permit, &d)
-	cancel()
-	if err == nil && !d.Allowed {
-		h.cancel(sluice.ErrLost)
-		return
-	}
-	h.t.Reset(h.every)
+	return d.Allowed, err
 }
+
+// MarkLost cancels the request's context with sluice.ErrLost: the slots
+// are gone.
+func (h *holding) MarkLost() { h.cancel(sluice.ErrLost) }
 
 // release stops renewing and gives the slots back, within the check's
 // timeout, whether or not the client is still there.
 func (h *holding) release(r *http.Request) {
-	h.mu.Lock() // after a renewal in flight
-	h.stopped = true
-	h.t.Stop()
-	h.mu.Unlock()
+	h.Lock() // after a renewal in flight
+	h.entry.Stop()
+	h.Unlock()
 	h.cancel(nil)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.l.timeout)
 	defer cancel()
