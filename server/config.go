@@ -28,11 +28,11 @@ type Config struct {
 	// GRPCReflection is "on" (the default) to serve gRPC server reflection
 	// on the gRPC listener, so that grpcurl and grpcui list and call its
 	// services by name with no proto files, or "off".
-	GRPCReflection string `yaml:"grpc_reflection" oneof:"on off"`
+	GRPCReflection string `yaml:"grpc_reflection" oneof:"on off" default:"on"`
 	// Store is "memory" or a redis:// or rediss:// URL: one server, a
 	// Cluster seed list (?addr=host:port&addr=...) or Sentinel
 	// (?master_set=name). Default memory.
-	Store string `yaml:"store"`
+	Store string `yaml:"store" default:"memory"`
 	// Policy is the limits.yaml file; empty means the bundled example
 	// (PolicyData).
 	Policy string `yaml:"policy"`
@@ -58,10 +58,10 @@ type Config struct {
 	PolicyName string `yaml:"-"`
 	// Timeout bounds each decision, store round trip included. Default
 	// 50ms.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout" default:"50ms"`
 	// OnStoreError is what a check answers when the store fails or times
 	// out: "allow" (fail open, the default) or "deny" (fail closed).
-	OnStoreError string `yaml:"on_store_error" oneof:"allow deny"`
+	OnStoreError string `yaml:"on_store_error" oneof:"allow deny" default:"allow"`
 	// RequireStore makes New fail when the store cannot be reached, for a
 	// deployment that prefers a crash loop to answering by OnStoreError
 	// until it can. By default the service starts and connects when it
@@ -76,7 +76,7 @@ type Config struct {
 	// forward-auth): draft (the IETF RateLimit-Policy and RateLimit, the
 	// default), legacy (X-RateLimit-Limit, -Remaining and -Reset, for
 	// clients that read those), or both.
-	Headers string `yaml:"headers" oneof:"draft legacy both"`
+	Headers string `yaml:"headers" oneof:"draft legacy both" default:"draft"`
 	// AdminToken is the bearer token of the /admin/ endpoints. Empty
 	// disables them: they answer 404. AdminTokenFile, if set, is read for it
 	// (trailing white space trimmed).
@@ -99,10 +99,10 @@ type Config struct {
 	// WatchInterval is how often the policy file's contents, modification
 	// time and size are polled for a reload; negative disables polling
 	// (SIGHUP still reloads). Default 1s.
-	WatchInterval time.Duration `yaml:"watch_interval"`
+	WatchInterval time.Duration `yaml:"watch_interval" default:"1s"`
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 10s.
-	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" default:"10s"`
 	// ShutdownDelay is how long, after SIGTERM, the service goes on
 	// serving while /readyz answers 503 and the gRPC health service
 	// NOT_SERVING, so that a load balancer stops sending to it before its
@@ -115,8 +115,8 @@ type Config struct {
 	AdminHTTP string `yaml:"admin_http"`
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
 	// (default) or json.
-	LogLevel  string `yaml:"log_level" oneof:"debug info warn error"`
-	LogFormat string `yaml:"log_format" oneof:"text json"`
+	LogLevel  string `yaml:"log_level" oneof:"debug info warn error" default:"info"`
+	LogFormat string `yaml:"log_format" oneof:"text json" default:"text"`
 }
 
 // RedisConfig is how to reach Redis beyond what the URL says.
@@ -130,19 +130,19 @@ type RedisConfig struct {
 	// write for up to this long (default 20µs; negative disables): fewer
 	// system calls, for the service and for Redis, at a small cost in
 	// latency.
-	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
+	MaxFlushDelay time.Duration `yaml:"max_flush_delay" default:"20µs"`
 	// OverLimitCache is how many keys' denials the exact over-limit cache
 	// keeps (default 100000; negative disables): a key denied by Redis is
 	// denied again without a round trip until its retry-after
 	// (store/redis/internal/overlimit). An admin reset and a policy reload clear it;
 	// a reset made by another instance is seen here when the cached
 	// denial expires.
-	OverLimitCache int `yaml:"over_limit_cache"`
+	OverLimitCache int `yaml:"over_limit_cache" default:"100000"`
 	// LeaseFor is how long a lease of quota lives, for the policy nodes
 	// that say lease: true (default 1s; negative turns leases off):
 	// a hot key's checks are then admitted from units taken ahead, at
 	// most MaxLease at a time per key (default 10000). See store/redis.
-	LeaseFor time.Duration `yaml:"lease_for"`
+	LeaseFor time.Duration `yaml:"lease_for" default:"1s"`
 	MaxLease int64         `yaml:"max_lease"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
@@ -172,57 +172,36 @@ func (t TLSConfig) enabled() bool {
 type ConsumersConfig struct {
 	// Max is how many entries a key's list keeps (default 20; negative
 	// disables recording).
-	Max int `yaml:"max"`
+	Max int `yaml:"max" default:"20"`
 	// TTL is how long a list lives after its last entry (default 1h).
-	TTL time.Duration `yaml:"ttl"`
+	TTL time.Duration `yaml:"ttl" default:"1h"`
 }
 
-// Defaults of Config.
+// Defaults of Config: the others are in its fields' tags (default:"...").
 const (
-	DefaultHTTP            = "127.0.0.1:8080"
-	DefaultGRPC            = "127.0.0.1:8081"
-	defaultTimeout         = 50 * time.Millisecond
-	defaultWatchInterval   = time.Second
-	defaultShutdownTimeout = 10 * time.Second
-	defaultQueueCapacity   = 1000
-	defaultConsumersMax    = 20
-	defaultConsumersTTL    = time.Hour
-	defaultMaxFlushDelay   = 20 * time.Microsecond
-	defaultOverLimitCache  = 100_000
-	defaultLeaseFor        = time.Second
+	DefaultHTTP          = "127.0.0.1:8080"
+	DefaultGRPC          = "127.0.0.1:8081"
+	defaultQueueCapacity = 1000
 )
 
 // Defaults returns c with every unset field at its default.
 func (c Config) Defaults() Config {
+	v := reflect.ValueOf(&c).Elem()
+	for _, s := range settings {
+		if s.def != "" && v.FieldByIndex(s.index).IsZero() {
+			if err := c.Set(s.name, s.def); err != nil {
+				panic(fmt.Sprintf("config: %s's default: %v", s.name, err))
+			}
+		}
+	}
 	if c.HTTP == "" {
 		c.HTTP = DefaultHTTP
 	}
 	if c.GRPC == "" {
 		c.GRPC = DefaultGRPC
 	}
-	if c.GRPCReflection == "" {
-		c.GRPCReflection = "on"
-	}
-	if c.Store == "" {
-		c.Store = "memory"
-	}
 	if c.XDSServer != "" && c.XDSNodeID == "" {
 		c.XDSNodeID = "sluice"
-	}
-	if c.Timeout == 0 {
-		c.Timeout = defaultTimeout
-	}
-	if c.OnStoreError == "" {
-		c.OnStoreError = "allow"
-	}
-	if c.WatchInterval == 0 {
-		c.WatchInterval = defaultWatchInterval
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = defaultShutdownTimeout
-	}
-	if c.Consumers.Max == 0 {
-		c.Consumers.Max = defaultConsumersMax
 	}
 	if c.MaxWaiting == 0 {
 		c.MaxWaiting = defaultMaxWaiting
@@ -232,27 +211,6 @@ func (c Config) Defaults() Config {
 			q.Capacity = defaultQueueCapacity
 			c.Queues[name] = q
 		}
-	}
-	if c.Consumers.TTL == 0 {
-		c.Consumers.TTL = defaultConsumersTTL
-	}
-	if c.Redis.LeaseFor == 0 {
-		c.Redis.LeaseFor = defaultLeaseFor
-	}
-	if c.Redis.OverLimitCache == 0 {
-		c.Redis.OverLimitCache = defaultOverLimitCache
-	}
-	if c.Redis.MaxFlushDelay == 0 {
-		c.Redis.MaxFlushDelay = defaultMaxFlushDelay
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = "info"
-	}
-	if c.Headers == "" {
-		c.Headers = "draft"
-	}
-	if c.LogFormat == "" {
-		c.LogFormat = "text"
 	}
 	return c
 }
@@ -314,8 +272,8 @@ func LoadConfigFile(path string, c *Config) error {
 // serve flag reach, named once: by its yaml tag, dotted below its
 // section's ("redis.tls.ca_file").
 type setting struct {
-	name  string
-	index []int // the field, for reflect.Value.FieldByIndex
+	name, def string // def: its default (default:"..."), if it has one
+	index     []int  // the field, for reflect.Value.FieldByIndex
 }
 
 // settings are Config's fields of one value each (text, number, duration,
@@ -337,7 +295,7 @@ func settingsOf(t reflect.Type, prefix string, index []int, section string) (out
 		case reflect.Struct:
 			out = append(out, settingsOf(f.Type, prefix+name+".", at, env)...)
 		case reflect.String, reflect.Bool, reflect.Int, reflect.Int64:
-			out = append(out, setting{prefix + name, at})
+			out = append(out, setting{prefix + name, f.Tag.Get("default"), at})
 		}
 	}
 	return out
