@@ -30,11 +30,12 @@ type SlotChecker interface {
 	Release(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
 }
 
-// holding is a request that holds slots: its path and permit, until the
-// next handler returns. A renewer (internal/renewal) of its hold renews
-// it, so that a request holding slots costs no goroutine beyond its own
-// but while a renewal runs.
-type holding struct {
+// requestPermit is the permit a request holds slots under, with its
+// path, until the next handler returns. A renewer (internal/renewal) of
+// its hold renews it: a request holding slots costs no goroutine beyond
+// its own but while a renewal runs.
+type requestPermit struct {
+	sync.Mutex // held while a renewal runs: release waits for it
 	entry      renewal.Entry
 	l          *Middleware
 	sh         SlotChecker
@@ -43,7 +44,6 @@ type holding struct {
 	permit     int64
 	ctx        context.Context // the request's, whose values renewals keep
 	cancel     context.CancelCauseFunc
-	sync.Mutex // held while a renewal runs: release waits for it
 }
 
 // renewers are the middlewares' renewers, one a hold (a time.Duration):
@@ -53,7 +53,7 @@ var renewers sync.Map
 // hold starts renewing d's permit on path every sixth to third of the
 // shortest hold_for of its concurrency levels, and returns the request to
 // serve, whose context is cancelled if the slots are lost.
-func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *policy.Decision) (*holding, *http.Request) {
+func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *policy.Decision) (*requestPermit, *http.Request) {
 	hold := time.Duration(0)
 	for i := range d.Levels {
 		if lv := &d.Levels[i]; lv.Limit != nil && lv.Limit.Kind() == algo.KindConcurrency {
@@ -63,7 +63,7 @@ func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *pol
 		}
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
-	h := &holding{l: l, sh: sh, permit: d.Permit, ctx: r.Context(), cancel: cancel}
+	h := &requestPermit{l: l, sh: sh, permit: d.Permit, ctx: r.Context(), cancel: cancel}
 	h.paths[0].Path = append([]string(nil), path...)
 	h.q.Paths = h.paths[:]
 	rn, ok := renewers.Load(hold)
@@ -77,7 +77,7 @@ func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *pol
 // Renew renews the permit once, for its renewer, within the check's
 // timeout; a store's failure is tried again at the next renewal, however
 // long it lasts.
-func (h *holding) Renew(time.Time) (bool, error) {
+func (h *requestPermit) Renew(time.Time) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.l.timeout)
 	defer cancel()
 	var d policy.Decision
@@ -87,11 +87,11 @@ func (h *holding) Renew(time.Time) (bool, error) {
 
 // MarkLost cancels the request's context with sluice.ErrLost: the slots
 // are gone.
-func (h *holding) MarkLost() { h.cancel(sluice.ErrLost) }
+func (h *requestPermit) MarkLost() { h.cancel(sluice.ErrLost) }
 
 // release stops renewing and gives the slots back, within the check's
 // timeout, whether or not the client is still there.
-func (h *holding) release(r *http.Request) {
+func (h *requestPermit) release(r *http.Request) {
 	h.Lock() // after a renewal in flight
 	h.entry.Stop()
 	h.Unlock()
