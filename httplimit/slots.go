@@ -46,9 +46,11 @@ type requestPermit struct {
 	cancel     context.CancelCauseFunc
 }
 
-// renewers are the middlewares' renewers, one a hold (a time.Duration):
-// a renewer renews the permits of one hold.
-var renewers sync.Map
+// renewers are the middlewares' renewers, eight a hold (a renewer renews
+// the permits of one hold), as a Limiter's: a request's is picked by its
+// permit id, so that requests on several cores seldom meet on one lock,
+// each with at most 8 renewals in flight.
+var renewers sync.Map // [2]int64{hold, permit % 8} -> *renewal.Renewer
 
 // hold starts renewing d's permit on path every sixth to third of the
 // shortest hold_for of its concurrency levels, and returns the request to
@@ -66,9 +68,10 @@ func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *pol
 	h := &requestPermit{l: l, sh: sh, permit: d.Permit, ctx: r.Context(), cancel: cancel}
 	h.paths[0].Path = append([]string(nil), path...)
 	h.q.Paths = h.paths[:]
-	rn, ok := renewers.Load(hold)
+	key := [2]int64{int64(hold), d.Permit & 7}
+	rn, ok := renewers.Load(key)
 	if !ok {
-		rn, _ = renewers.LoadOrStore(hold, new(renewal.Renewer))
+		rn, _ = renewers.LoadOrStore(key, new(renewal.Renewer))
 	}
 	rn.(*renewal.Renewer).Add(&h.entry, h, hold)
 	return h, r.WithContext(ctx)
