@@ -485,17 +485,17 @@ func (p *Plan) Kind() Kind { return p.kind }
 // another level denies.
 func (p *Plan) Debt() bool { return p.debt }
 
-// DenialHolds reports whether a denial by the plan's limit stands on its
+// DenialStands reports whether a denial by the plan's limit stands on its
 // own until its RetryAfter has passed: deciding a denied cost leaves the
 // state as it was, and from the time of the denial until RetryAfter later
 // that cost, and any larger one, stays denied whatever else is decided
 // meanwhile, since only time frees capacity and other decisions only take
 // it. A store may then remember a denial and repeat it without reading
-// the state (an over-limit cache). It holds for every algorithm but a
+// the state (an over-limit cache). It is so for every algorithm but a
 // sliding log in the nary or uniform mode, whose denials record, and a
 // concurrency limit, whose slots come back when their holders release
 // them; nor for a limit with debt, whose denials record the charge.
-func (p *Plan) DenialHolds() bool {
+func (p *Plan) DenialStands() bool {
 	return p.ok && !p.debt && p.kind != KindConcurrency && (p.kind != KindSlidingLog || p.sl.Mode == Binary)
 }
 
