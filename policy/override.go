@@ -166,18 +166,6 @@ func decodeOverrides(entries map[string][]byte) []Override {
 	return out
 }
 
-// match sets pq.Match to what pq's path hits in p (Policy.match), with
-// the overrides in force at t applied.
-func (c *Checker) match(p *Policy, pq *PathQuery, t time.Time) error {
-	if err := p.match(pq); err != nil {
-		return err
-	}
-	if o := c.overrides.Load(); o != nil {
-		o.apply(p, pq.Match.Hits, t)
-	}
-	return nil
-}
-
 // overrideSet is the overrides in force, compiled for one policy.
 type overrideSet struct {
 	gen    int64
@@ -203,11 +191,12 @@ type nodeOverrides struct {
 }
 
 type compiledOverride struct {
-	glob   string // the key's glob, for one of globs
-	prefix string // the glob's literal part when it is that and a final * (the common "trial-*")
-	limits []algo.Limit
-	plans  []algo.Plan
-	until  int64 // µs; 0: never
+	glob      string // the key's glob, for one of globs
+	prefix    string // the glob's literal part when it is that and a final * (the common "trial-*")
+	limits    []algo.Limit
+	plans     []algo.Plan
+	estimates []algo.Plan // see node.estimates
+	until     int64       // µs; 0: never
 }
 
 // build compiles the set's overrides for p; one that no longer fits p (a
@@ -224,7 +213,7 @@ func (s *overrideSet) build(p *Policy) *overridesFor {
 		}
 		sig := fmt.Sprintf("%d %v", i, co.limits)
 		if first, ok := shared[sig]; ok {
-			co.limits, co.plans = first.limits, first.plans
+			co.limits, co.plans, co.estimates = first.limits, first.plans, first.estimates
 		} else {
 			shared[sig] = co
 		}
@@ -289,7 +278,7 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 				continue
 			}
 		}
-		h.Limits, h.plans = co.limits, co.plans
+		h.Limits, h.plans, h.estimates = co.limits, co.plans, co.estimates
 	}
 }
 
@@ -340,6 +329,7 @@ func compileOverride(p *Policy, o Override) (int, *compiledOverride, error) {
 		}
 		co.limits[i] = l
 	}
+	co.estimates = estimatePlans(co.plans)
 	if !o.Until.IsZero() {
 		co.until = o.Until.UnixMicro()
 	}

@@ -96,6 +96,9 @@ func (s *Store) decide(ctx context.Context, reqs []store.Request, results []algo
 	}
 	if s.leases != nil {
 		for i := range reqs {
+			if !reqs[i].Lease {
+				continue // most requests: no call
+			}
 			if _, ok := leasable(&reqs[i]); ok {
 				return s.decideLeased(ctx, reqs, results)
 			}
