@@ -1,9 +1,6 @@
 package sluice_test
 
 import (
-	"go/parser"
-	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -72,47 +69,20 @@ func TestLayers(t *testing.T) {
 		"internal/problem/problem.go imports policy": false,
 	}
 	checked := 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			if _, err := os.Stat(filepath.Join(path, "go.mod")); path != "." && err == nil {
-				return filepath.SkipDir // another module (bench/, charts/)
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
-		dir := filepath.ToSlash(filepath.Dir(path))
+	for _, f := range goFiles(t) {
+		dir := filepath.Dir(f.path)
 		from := layerOf(l, dir)
 		if from < 0 {
-			t.Errorf("%s: package %s has no layer in docs/architecture.md's table", path, dir)
-			return nil
+			t.Errorf("%s: package %s has no layer in docs/architecture.md's table", f.path, dir)
+			continue
 		}
-		for _, im := range f.Imports {
-			p, _ := strconv.Unquote(im.Path.Value)
-			if p != module && !strings.HasPrefix(p, module+"/") {
-				continue
-			}
+		for _, to := range f.imports {
 			checked++
-			to := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
-			if to == "" {
-				to = "."
-			}
 			switch n := layerOf(l, to); {
 			case n < 0:
-				t.Errorf("%s imports %s, which has no layer in docs/architecture.md's table", path, to)
+				t.Errorf("%s imports %s, which has no layer in docs/architecture.md's table", f.path, to)
 			case n > from:
-				what := filepath.ToSlash(path) + " imports " + to
+				what := f.path + " imports " + to
 				if _, ok := pending[what]; ok {
 					pending[what] = true
 					t.Logf("%s (layer %d above %d): pending the answer branch", what, n, from)
@@ -121,10 +91,6 @@ func TestLayers(t *testing.T) {
 				t.Errorf("%s (layer %d, above %s's %d)", what, n, dir, from)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if checked < 100 {
 		t.Fatalf("checked only %d imports of the module: is the walk right?", checked)

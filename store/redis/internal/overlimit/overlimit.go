@@ -1,9 +1,9 @@
 // Package overlimit is an exact over-limit cache: it remembers the
 // denials a shared store (Redis) gave, and repeats them without asking
-// the store again while they must still hold.
+// the store again while they still stand.
 //
 // A denial of cost c at time t with RetryAfter R, by a limit whose denials
-// hold (algo.Plan.DenialStands: every algorithm but a nary or uniform
+// stand (algo.Plan.DenialStands: every algorithm but a nary or uniform
 // sliding log), means that the state did not change and that until t+R
 // the cost c, and any larger cost, is denied again whatever else is
 // decided meanwhile: only time frees capacity, and other decisions, here
