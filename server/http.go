@@ -204,9 +204,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	h["Content-Type"] = contentTypeJSON
 	status := s.addDecisionHeaders(h, b, storeErr != "")
 	out := appendDecisionJSON(b.buf[:0], &b.d, storeErr)
-	if b.d.SettleID != "" {
+	if b.d.Ticket != "" {
 		out = append(out[:len(out)-1], `,"settle_id":`...)
-		out = append(jsonenc.AppendString(out, b.d.SettleID), '}')
+		out = append(jsonenc.AppendString(out, b.d.Ticket), '}')
 	}
 	out = append(out, '\n')
 	b.buf = out[:0]

@@ -478,7 +478,7 @@ var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1
 // query returns the batch's query with n paths, emptied, each keeping the
 // capacity of its Hits.
 func (b *batch) query(n int) *policy.Query {
-	b.q.Time, b.q.Op, b.q.Permit, b.q.Within, b.q.SettleID = time.Time{}, policy.Check, 0, 0, ""
+	b.q.Time, b.q.Op, b.q.Permit, b.q.Within, b.q.Ticket = time.Time{}, policy.Check, 0, 0, ""
 	b.q.Paths = slices.Grow(b.q.Paths[:0], n)[:n]
 	for i := range b.q.Paths {
 		hits := b.q.Paths[i].Match.Hits
