@@ -49,6 +49,7 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		mux.HandleFunc("/v1/forward-auth/nginx", s.handleForwardAuth(true))
 		mux.HandleFunc("POST /v1/queues/{name}", s.handleQueueAdd)
 		mux.HandleFunc("/v1/queues/{name}", methodNotAllowed("POST"))
+		mux.HandleFunc("/json", s.handleEnvoyJSON) // envoyproxy/ratelimit's JSON API, any method as there (envoyjson.go)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
