@@ -33,6 +33,7 @@ type sequence struct {
 	config  string
 	unit    int64
 	headers bool // compare the response headers too
+	json    bool // sent to POST /json, not over gRPC
 	steps   []step
 }
 
@@ -42,6 +43,7 @@ type feature struct {
 	pair    string
 	long    bool // only in the long run (bench/envoydiff.sh)
 	headers bool
+	json    bool
 	gen     func(r *rand.Rand) (config string, unit int64, steps []step)
 }
 
@@ -89,8 +91,9 @@ var features = []feature{
 	{name: "wildcard_share_threshold", pair: "default", gen: genWildcard},
 	{name: "unlimited", pair: "default", gen: genUnlimited},
 	{name: "request_limit", pair: "default", gen: genRequestLimit},
-	{name: "window_second", pair: "default", gen: genWindow("second", 1)},
-	{name: "window_minute", pair: "default", long: true, gen: genWindow("minute", 60)},
+	{name: "window_second", pair: "default", gen: genWindow("second", 1, 3)},
+	{name: "window_minute", pair: "default", long: true, gen: genWindow("minute", 60, 2)},
+	{name: "json_api", pair: "default", json: true, gen: genJSON},
 	{name: "response_headers_off", pair: "default", headers: true, gen: genPlain},
 	{name: "response_headers_on", pair: "headers", headers: true, gen: genPlain},
 	{name: "stop_increment_plain", pair: "stop_increment", gen: genPlain},
@@ -449,9 +452,9 @@ descriptors:
 	return cfg, 3600, steps
 }
 
-// genWindow: bursts past a limit of the unit, each burst just after a
-// boundary of the unit: the count starts again in each window.
-func genWindow(unit string, secs int64) func(r *rand.Rand) (string, int64, []step) {
+// genWindow: bursts past a limit of the unit, each just after a boundary
+// of the unit: the count starts again in each window.
+func genWindow(unit string, secs int64, bursts int) func(r *rand.Rand) (string, int64, []step) {
 	return func(r *rand.Rand) (string, int64, []step) {
 		l := 2 + r.IntN(3)
 		cfg := fmt.Sprintf(`domain: DOMAIN
@@ -460,7 +463,7 @@ descriptors:
     rate_limit: %s
 `, limit(unit, l))
 		var steps []step
-		for range 3 {
+		for range bursts {
 			for i := range l + 2 {
 				s := rq(uint32(pick(r, 0, 1, 1, 2)), d("w", "v"))
 				if i == 0 {
@@ -564,4 +567,15 @@ func readmeSteps(r *rand.Rand, paths [][]ydesc) []step {
 		steps = append(steps, s)
 	}
 	return steps
+}
+
+// genJSON: plain requests for POST /json, two of them replaced by one
+// without descriptors (refused), one with a descriptor without entries,
+// or a plain one.
+func genJSON(r *rand.Rand) (string, int64, []step) {
+	cfg, unit, steps := genPlain(r)
+	for _, i := range []int{r.IntN(len(steps)), r.IntN(len(steps))} {
+		steps[i] = pick(r, rq(0), rq(0, d()), rq(0, d("user", "u0")))
+	}
+	return cfg, unit, steps
 }

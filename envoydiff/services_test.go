@@ -1,8 +1,10 @@
 package envoydiff
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +19,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -245,10 +248,44 @@ func accepts(addr string) bool {
 	return true
 }
 
-// answer is one service's answer to one request.
+// answer is one service's answer to one request: over gRPC, resp or
+// err; over POST /json, also the HTTP status (resp when the body is one).
 type answer struct {
-	resp *rlv3.RateLimitResponse
-	err  error
+	resp   *rlv3.RateLimitResponse
+	err    error
+	status int
+}
+
+// askJSON sends req to both services' POST /json at once, as ask does.
+func (p *pair) askJSON(req *rlv3.RateLimitRequest) (envoy, sluice answer, t0, t1 time.Time) {
+	body, err := protojson.Marshal(req)
+	if err != nil {
+		panic(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	call := func(s *service, a *answer) {
+		defer wg.Done()
+		c := http.Client{Timeout: 2 * time.Minute} // a hang detector, not a speed bound
+		resp, err := c.Post("http://"+s.http+"/json", "application/json", bytes.NewReader(body))
+		if err != nil {
+			a.err = err
+			return
+		}
+		defer resp.Body.Close()
+		a.status = resp.StatusCode
+		b, err := io.ReadAll(resp.Body)
+		var r rlv3.RateLimitResponse
+		if err == nil && protojson.Unmarshal(b, &r) == nil {
+			a.resp = &r
+		}
+	}
+	t0 = time.Now()
+	go call(p.envoy, &envoy)
+	go call(p.sluice, &sluice)
+	wg.Wait()
+	t1 = time.Now()
+	return envoy, sluice, t0, t1
 }
 
 // ask sends req to both services at once and returns their answers, with
