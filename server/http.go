@@ -49,7 +49,6 @@ func (s *Server) handler(admin, check bool) http.Handler {
 		mux.HandleFunc("/v1/forward-auth/nginx", s.handleForwardAuth(true))
 		mux.HandleFunc("POST /v1/queues/{name}", s.handleQueueAdd)
 		mux.HandleFunc("/v1/queues/{name}", methodNotAllowed("POST"))
-		mux.HandleFunc("/json", s.handleEnvoyJSON) // envoyproxy/ratelimit's JSON API, any method as there (envoyjson.go)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -57,6 +56,7 @@ func (s *Server) handler(admin, check bool) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.HandleFunc("GET /healthcheck", s.handleReady) // envoyproxy/ratelimit's path, which Envoy Gateway probes
+	s.envoyRoutes(mux, check)                         // envoyproxy/ratelimit's POST /json and GET /rlconfig (envoyhttp.go)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	if admin {
 		mux.HandleFunc("GET /admin/v1/state", s.admin(s.handleState))

@@ -9,7 +9,38 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicehq/sluice/policy"
 )
+
+// envoyRoutes adds envoyproxy/ratelimit's HTTP endpoints to the HTTP
+// API's mux (check: the listener that decides, its PORT) or to the admin
+// listener's (its DEBUG_PORT): POST /json, and GET /rlconfig.
+func (s *Server) envoyRoutes(mux *http.ServeMux, check bool) {
+	if check {
+		mux.HandleFunc("/json", s.handleEnvoyJSON) // any method, as there
+	} else {
+		mux.HandleFunc("GET /rlconfig", s.handleRLConfig)
+	}
+}
+
+// rlconfig is the text of /rlconfig for the policy p, converted from
+// envoyproxy/ratelimit's configuration (a directory, or xDS).
+type rlconfig struct {
+	p    *policy.Policy
+	text string
+}
+
+// handleRLConfig serves GET /rlconfig as envoyproxy/ratelimit serves it on
+// its debug port: the configuration in force, a line per descriptor with
+// a rate_limit (envoyimport.Dump); empty when the policy is not one
+// converted from Envoy's configuration.
+func (s *Server) handleRLConfig(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if c := s.rlconfig.Load(); c != nil && c.p == s.current.Load() {
+		io.WriteString(w, c.text)
+	}
+}
 
 // handleEnvoyJSON serves POST /json as envoyproxy/ratelimit serves it on
 // its PORT: Envoy's RateLimitRequest in protobuf's JSON mapping, decided

@@ -58,3 +58,44 @@ func TestEnvoyJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRLConfig: GET /rlconfig on the admin listener (Envoy's DEBUG_PORT)
+// prints the configuration in force as envoyproxy/ratelimit prints it, a
+// line per descriptor with a rate_limit; the HTTP API's listener has no
+// such endpoint, and a policy not converted from Envoy's configuration
+// prints nothing. envoydiff compares it with envoyproxy/ratelimit's own.
+func TestRLConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := `domain: example7
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 5, name: specific_limit}
+        shadow_mode: true
+  - key: ldap
+    rate_limit: {unlimited: true}
+  - key: bare
+`
+	if err := os.WriteFile(filepath.Join(dir, "e.yaml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir})
+	get := func(h http.Handler) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/rlconfig", nil))
+		return w
+	}
+	want := "example7.key_1_value_1.user: unit=SECOND requests_per_unit=5, shadow_mode: true, quota_mode: false\n" +
+		"example7.ldap: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n"
+	if w := get(s.handler(true, false)); w.Code != 200 || w.Body.String() != want {
+		t.Errorf("/rlconfig: %d\n%s\nwant\n%s", w.Code, w.Body, want)
+	}
+	if w := get(s.Handler()); w.Code != 404 {
+		t.Errorf("/rlconfig on the HTTP API: %d", w.Code)
+	}
+	if w := get(newTestServer(t, "schema:\n  a:\n    limits: [1, 1, 60]\n").handler(true, false)); w.Code != 200 || w.Body.Len() != 0 {
+		t.Errorf("/rlconfig of a limits.yaml: %d %q", w.Code, w.Body)
+	}
+}
