@@ -220,12 +220,7 @@ func TestAgainstEnvoy(t *testing.T) {
 			}
 		}
 	}
-	// The pairs one after the other (each starts its two services at
-	// once): startPair may end the test, which only this goroutine may.
-	started := map[string]*pair{}
-	for _, name := range slices.Sorted(maps.Keys(configs)) {
-		started[name] = startPair(t, bin, name, pairs[name], configs[name])
-	}
+	started := startPairs(t, bin, configs)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 
@@ -256,6 +251,9 @@ func TestAgainstEnvoy(t *testing.T) {
 	close(work)
 	wg.Wait()
 	report(t, feats, runs)
+	if p := started["default"]; p != nil {
+		t.Run("rlconfig", func(t *testing.T) { sameRLConfig(t, p, len(configs["default"])) })
+	}
 }
 
 // domainOf is the domain of a sequence's attempt.

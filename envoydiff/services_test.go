@@ -105,31 +105,19 @@ type pair struct {
 	envoy, sluice *service
 }
 
-// startPair writes configs (file name -> YAML) into a runtime directory
-// and starts both services on it.
-func startPair(t *testing.T, bin binaries, name string, env []string, configs map[string]string) *pair {
+// startPairs starts a pair of services for each entry of configs (the
+// pair's name: its files, name -> YAML), with the variables pairs gives
+// it, each on a runtime directory of its own; every service at once.
+func startPairs(t *testing.T, bin binaries, configs map[string]map[string]string) map[string]*pair {
 	t.Helper()
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for f, y := range configs {
-		if err := os.WriteFile(filepath.Join(cfgDir, f), []byte(y), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p := &pair{name: name, env: env}
+	out := map[string]*pair{}
 	var wg sync.WaitGroup
-	wg.Add(2)
-	rds := map[string]*redistest.Server{"envoy": redistest.Start(t), "sluice": redistest.Start(t)}
-	start := func(which string, out **service) {
+	// A port free a moment ago may be taken before the service binds it
+	// (a busy machine's outgoing connections take them too): the service
+	// then exits, and starts again on other ports.
+	start := func(which, root string, rd *redistest.Server, env []string, out **service) {
 		defer wg.Done()
-		rd := rds[which]
 		var why string
-		// A port free a moment ago may be taken before the service binds
-		// it (a busy machine's outgoing connections take them too): the
-		// service then exits, and starts again on other ports.
 		for range 3 {
 			var s *service
 			if s, why = startService(t, bin, which, rd.Addr, root, env); s != nil {
@@ -139,13 +127,30 @@ func startPair(t *testing.T, bin binaries, name string, env []string, configs ma
 		}
 		t.Errorf("%s did not start: %s", which, why)
 	}
-	go start("envoy", &p.envoy)
-	go start("sluice", &p.sluice)
-	wg.Wait()
-	if p.envoy == nil || p.sluice == nil {
-		t.FailNow()
+	for name, files := range configs {
+		root := t.TempDir()
+		cfgDir := filepath.Join(root, "ratelimit", "config")
+		if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f, y := range files {
+			if err := os.WriteFile(filepath.Join(cfgDir, f), []byte(y), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := &pair{name: name, env: pairs[name]}
+		out[name] = p
+		wg.Add(2)
+		go start("envoy", root, redistest.Start(t), p.env, &p.envoy)
+		go start("sluice", root, redistest.Start(t), p.env, &p.sluice)
 	}
-	return p
+	wg.Wait()
+	for _, p := range out {
+		if p.envoy == nil || p.sluice == nil {
+			t.FailNow()
+		}
+	}
+	return out
 }
 
 // startService starts one service of a pair on free ports and returns it
