@@ -76,6 +76,12 @@ func limit(unit string, n int) string {
 	return fmt.Sprintf("{unit: %s, requests_per_unit: %d}", unit, n)
 }
 
+// oneKey is the configuration of one key with a limit (a rate_limit
+// block).
+func oneKey(key, lim string) string {
+	return fmt.Sprintf("domain: DOMAIN\ndescriptors:\n  - key: %s\n    rate_limit: %s\n", key, lim)
+}
+
 // features are every feature compared, each with its generator.
 var features = []feature{
 	{name: "plain", pair: "default", gen: genPlain},
@@ -84,8 +90,8 @@ var features = []feature{
 	{name: "stream_done", pair: "default", gen: genStreamDone},
 	{name: "negative_hits", pair: "default", gen: genNegativeHits},
 	{name: "multi_descriptor", pair: "default", gen: genMulti},
-	{name: "shadow_mode", pair: "default", gen: genShadow},
-	{name: "quota_mode", pair: "default", gen: genQuota},
+	{name: "shadow_mode", pair: "default", gen: genMode("shadow_mode", "s")},
+	{name: "quota_mode", pair: "default", gen: genMode("quota_mode", "q")},
 	{name: "replaces", pair: "default", gen: genReplaces},
 	{name: "detailed_metric", pair: "default", gen: genDetailed},
 	{name: "wildcard_share_threshold", pair: "default", gen: genWildcard},
@@ -213,11 +219,7 @@ descriptors:
 // at times more than what is left; or a start that counts 1.
 func genStreamDone(r *rand.Rand) (string, int64, []step) {
 	budget := 50 + r.IntN(150)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: model
-    rate_limit: %s
-`, limit("hour", budget))
+	cfg := oneKey("model", limit("hour", budget))
 	var steps []step
 	for range 8 {
 		m := pick(r, "m0", "m1")
@@ -237,11 +239,7 @@ descriptors:
 // estimate with is_negative_hits.
 func genNegativeHits(r *rand.Rand) (string, int64, []step) {
 	budget := 100 + r.IntN(100)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: model
-    rate_limit: %s
-`, limit("hour", budget))
+	cfg := oneKey("model", limit("hour", budget))
 	var steps []step
 	for range 5 {
 		est := uint64(10 + r.IntN(40))
@@ -279,48 +277,29 @@ descriptors:
 	return cfg, 3600, steps
 }
 
-// genShadow: a shadow-mode limit alone and beside an enforced one.
-func genShadow(r *rand.Rand) (string, int64, []step) {
-	ls, ln := 1+r.IntN(3), 2+r.IntN(3)
-	cfg := fmt.Sprintf(`domain: DOMAIN
+// genMode: a limit with mode (shadow_mode, quota_mode) on key k alone
+// and beside an enforced one.
+func genMode(mode, k string) func(r *rand.Rand) (string, int64, []step) {
+	return func(r *rand.Rand) (string, int64, []step) {
+		lm, ln := 1+r.IntN(3), 2+r.IntN(3)
+		cfg := fmt.Sprintf(`domain: DOMAIN
 descriptors:
-  - key: s
-    shadow_mode: true
+  - key: %s
+    %s: true
     rate_limit: %s
   - key: n
     rate_limit: %s
-`, limit("hour", ls), limit("hour", ln))
-	var steps []step
-	for range 12 {
-		s := rq(0, d("s", "v"))
-		if r.IntN(2) == 0 {
-			s.req.Descriptors = append(s.req.Descriptors, d("n", "v"))
+`, k, mode, limit("hour", lm), limit("hour", ln))
+		var steps []step
+		for range 12 {
+			s := rq(0, d(k, "v"))
+			if r.IntN(2) == 0 {
+				s.req.Descriptors = append(s.req.Descriptors, d("n", "v"))
+			}
+			steps = append(steps, s)
 		}
-		steps = append(steps, s)
+		return cfg, 3600, steps
 	}
-	return cfg, 3600, steps
-}
-
-// genQuota: a quota-mode limit alone and beside an enforced one.
-func genQuota(r *rand.Rand) (string, int64, []step) {
-	lq, ln := 1+r.IntN(3), 2+r.IntN(3)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: q
-    quota_mode: true
-    rate_limit: %s
-  - key: n
-    rate_limit: %s
-`, limit("hour", lq), limit("hour", ln))
-	var steps []step
-	for range 12 {
-		s := rq(0, d("q", "v"))
-		if r.IntN(2) == 0 {
-			s.req.Descriptors = append(s.req.Descriptors, d("n", "v"))
-		}
-		steps = append(steps, s)
-	}
-	return cfg, 3600, steps
 }
 
 // genReplaces: README's example 7 at hour units.
@@ -436,11 +415,7 @@ descriptors:
 // configured limit and on one no rule matches.
 func genRequestLimit(r *rand.Rand) (string, int64, []step) {
 	l, o := 2+r.IntN(3), 1+r.IntN(3)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: tenant
-    rate_limit: %s
-`, limit("hour", l))
+	cfg := oneKey("tenant", limit("hour", l))
 	var steps []step
 	for range 12 {
 		x := d(pick(r, "tenant", "tenant", "free"), "t")
@@ -457,11 +432,7 @@ descriptors:
 func genWindow(unit string, secs int64, bursts int) func(r *rand.Rand) (string, int64, []step) {
 	return func(r *rand.Rand) (string, int64, []step) {
 		l := 2 + r.IntN(3)
-		cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: w
-    rate_limit: %s
-`, limit(unit, l))
+		cfg := oneKey("w", limit(unit, l))
 		var steps []step
 		for range bursts {
 			for i := range l + 2 {

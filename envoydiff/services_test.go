@@ -267,10 +267,7 @@ func (p *pair) askJSON(req *rlv3.RateLimitRequest) (envoy, sluice answer, t0, t1
 	if err != nil {
 		panic(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	call := func(s *service, a *answer) {
-		defer wg.Done()
+	return p.both(func(s *service, a *answer) {
 		c := http.Client{Timeout: 2 * time.Minute} // a hang detector, not a speed bound
 		resp, err := c.Post("http://"+s.http+"/json", "application/json", bytes.NewReader(body))
 		if err != nil {
@@ -284,30 +281,27 @@ func (p *pair) askJSON(req *rlv3.RateLimitRequest) (envoy, sluice answer, t0, t1
 		if err == nil && protojson.Unmarshal(b, &r) == nil {
 			a.resp = &r
 		}
-	}
-	t0 = time.Now()
-	go call(p.envoy, &envoy)
-	go call(p.sluice, &sluice)
-	wg.Wait()
-	t1 = time.Now()
-	return envoy, sluice, t0, t1
+	})
 }
 
-// ask sends req to both services at once and returns their answers, with
-// the wall-clock times before the sends and after both answers.
+// ask sends req to both services at once over gRPC.
 func (p *pair) ask(req *rlv3.RateLimitRequest) (envoy, sluice answer, t0, t1 time.Time) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	call := func(s *service, a *answer) {
-		defer wg.Done()
+	return p.both(func(s *service, a *answer) {
 		// A hang detector, not a speed bound.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		a.resp, a.err = s.client.ShouldRateLimit(ctx, req)
-	}
+	})
+}
+
+// both calls call on both services at once and returns their answers,
+// with the wall-clock times before the calls and after both answers.
+func (p *pair) both(call func(*service, *answer)) (envoy, sluice answer, t0, t1 time.Time) {
+	var wg sync.WaitGroup
+	wg.Add(2)
 	t0 = time.Now()
-	go call(p.envoy, &envoy)
-	go call(p.sluice, &sluice)
+	go func() { defer wg.Done(); call(p.envoy, &envoy) }()
+	go func() { defer wg.Done(); call(p.sluice, &sluice) }()
 	wg.Wait()
 	t1 = time.Now()
 	return envoy, sluice, t0, t1
