@@ -5,7 +5,7 @@
 # features that wait for minute boundaries. Prints every disagreement and
 # the agreement per feature and field (the table at the end).
 #
-#   bench/envoydiff.sh                            seeds 1,2,3, 4 sequences a feature (~10 minutes)
+#   bench/envoydiff.sh                            seeds 1,2,3, 4 sequences a feature (~7 minutes)
 #   SEEDS=7 SCALE=2 bench/envoydiff.sh            others
 #   bench/envoydiff.sh -only 'quota|stream'       some features (any of the test's flags)
 #   bench/envoydiff.sh -overlimit-cache           Sluice's over-limit cache on, as when it is
