@@ -68,24 +68,24 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// A PathChecker decides a request path: it fills d (Allowed, Matched, Summary
-// and Levels, reusing the capacity of d.Levels) or returns an error. The
-// policy package's *Checker is one. Check must honour ctx's deadline and
-// must not keep path or d after it returns.
+// A PathChecker decides a request path with the policy's one verb: it
+// does q.Op with q's paths, fills d (Allowed, Matched, Summary and Levels,
+// reusing the capacity of d.Levels) or returns an error. The policy
+// package's *Checker is one. The middleware decides with policy.Acquire:
+// a path that hits a concurrency limit takes its slots under a permit id
+// (policy.Decision.Permit), which the middleware renews (policy.Renew)
+// while the next handler runs and releases (policy.Release) when it
+// returns, normally or by a panic; a request that a policy delay holds
+// (policy.Decision.Delay) whose client goes away, or that finds
+// MaxWaiting requests already waiting, gets its units back
+// (policy.GiveBack). Decide must honour ctx's deadline and must not keep
+// q or d after it returns.
 type PathChecker interface {
-	Check(ctx context.Context, path []string, cost int64, d *policy.Decision) error
+	Decide(ctx context.Context, q *policy.Query, d *policy.Decision) error
 }
 
 // defaultTimeout bounds a check when Options.Timeout is zero.
 const defaultTimeout = 50 * time.Millisecond
-
-// An Undoer is a PathChecker that can give back what an allowed check
-// took (policy.Checker is one): the middleware calls it for a request
-// that a policy delay holds (policy.Decision.Delay) whose client goes
-// away, or that finds MaxWaiting requests already waiting.
-type Undoer interface {
-	Undo(ctx context.Context, path []string, cost int64) error
-}
 
 // defaultMaxWaiting bounds the requests a Middleware holds at once for a
 // policy's delay when Options.MaxWaiting is zero.
@@ -231,17 +231,18 @@ type request struct {
 type scratch struct {
 	d    policy.Decision
 	path [8]string
-	q    policy.Query // a SlotChecker's one-path query
+	q    policy.Query // the one-path query
 }
 
-// query returns the scratch's query of one path at cost, keeping the
-// capacity of its Hits.
-func (sc *scratch) query(path []string, cost int64) *policy.Query {
+// query returns the scratch's query of op on one path at cost, keeping
+// the capacity of its Hits.
+func (sc *scratch) query(op policy.Op, path []string, cost int64) *policy.Query {
 	if len(sc.q.Paths) == 0 {
 		sc.q.Paths = make([]policy.PathQuery, 1)
 	}
 	pq := &sc.q.Paths[0]
 	*pq = policy.PathQuery{Path: path, Cost: cost, Match: policy.Match{Hits: pq.Match.Hits[:0]}}
+	sc.q = policy.Query{Paths: sc.q.Paths, Op: op}
 	return &sc.q
 }
 
@@ -271,12 +272,7 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	*d = policy.Decision{Levels: d.Levels[:0]}
 	rq := new(request)
 	rq.ctx.init(r.Context(), l.timeout)
-	sh, holds := l.checker.(SlotChecker)
-	if holds {
-		err = sh.Acquire(&rq.ctx, sc.query(path, cost), 0, d)
-	} else {
-		err = l.checker.Check(&rq.ctx, path, cost, d)
-	}
+	err = l.checker.Decide(&rq.ctx, sc.query(policy.Acquire, path, cost), d)
 	rq.ctx.release()
 	if err != nil {
 		putScratch(sc)
@@ -286,7 +282,7 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if l.opts.OnDecision != nil {
 		l.opts.OnDecision(r, d)
 	}
-	if d.Allowed && d.Delay > 0 && !l.wait(r, path, cost, d) {
+	if d.Allowed && d.Delay > 0 && !l.wait(r, sc, d) {
 		putScratch(sc)
 		return
 	}
@@ -296,8 +292,8 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		putScratch(sc)
 		return
 	}
-	if holds && d.Permit != 0 {
-		h, hr := l.hold(r, sh, path, d)
+	if d.Permit != 0 {
+		h, hr := l.hold(r, path, d)
 		putScratch(sc)
 		defer h.release(r) // also when next panics
 		next.ServeHTTP(w, hr)
@@ -310,12 +306,11 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // wait holds an allowed request for its decision's Delay. It reports
 // false when the client went away meanwhile (nothing is answered); when
 // MaxWaiting requests are already held it makes d a denial, to be retried
-// after the delay, and reports true. Either way the units go back (when
-// the checker is an Undoer).
-func (l *Middleware) wait(r *http.Request, path []string, cost int64, d *policy.Decision) bool {
+// after the delay, and reports true. Either way the units go back.
+func (l *Middleware) wait(r *http.Request, sc *scratch, d *policy.Decision) bool {
 	if l.waiting.Add(1) > l.maxWaiting {
 		l.waiting.Add(-1)
-		l.undo(r, path, cost)
+		l.undo(r, sc)
 		d.Withdraw()
 		return true
 	}
@@ -326,21 +321,18 @@ func (l *Middleware) wait(r *http.Request, path []string, cost int64, d *policy.
 	case <-t.C:
 		return true
 	case <-r.Context().Done():
-		l.undo(r, path, cost)
+		l.undo(r, sc)
 		return false
 	}
 }
 
-// undo gives back an allowed check's units, within the check's timeout,
-// whether or not the client is still there.
-func (l *Middleware) undo(r *http.Request, path []string, cost int64) {
-	u, ok := l.checker.(Undoer)
-	if !ok {
-		return
-	}
+// undo gives back the units the allowed check of sc's query took, within
+// the check's timeout, whether or not the client is still there.
+func (l *Middleware) undo(r *http.Request, sc *scratch) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout)
 	defer cancel()
-	if err := u.Undo(ctx, path, cost); err != nil {
+	sc.q.Op = policy.GiveBack
+	if err := l.checker.Decide(ctx, &sc.q, &policy.Decision{}); err != nil {
 		l.logFailure(r, err)
 	}
 }

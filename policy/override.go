@@ -166,18 +166,6 @@ func decodeOverrides(entries map[string][]byte) []Override {
 	return out
 }
 
-// match sets pq.Match to what pq's path hits in p (Policy.match), with
-// the overrides in force at t applied.
-func (c *Checker) match(p *Policy, pq *PathQuery, t time.Time) error {
-	if err := p.match(pq); err != nil {
-		return err
-	}
-	if o := c.overrides.Load(); o != nil {
-		o.apply(p, pq.Match.Hits, t)
-	}
-	return nil
-}
-
 // overrideSet is the overrides in force, compiled for one policy.
 type overrideSet struct {
 	gen    int64
@@ -207,7 +195,8 @@ type compiledOverride struct {
 	prefix string // the glob's literal part when it is that and a final * (the common "trial-*")
 	limits []algo.Limit
 	plans  []algo.Plan
-	until  int64 // µs; 0: never
+	noDebt []algo.Plan // see node.noDebt
+	until  int64       // µs; 0: never
 }
 
 // build compiles the set's overrides for p; one that no longer fits p (a
@@ -224,7 +213,7 @@ func (s *overrideSet) build(p *Policy) *overridesFor {
 		}
 		sig := fmt.Sprintf("%d %v", i, co.limits)
 		if first, ok := shared[sig]; ok {
-			co.limits, co.plans = first.limits, first.plans
+			co.limits, co.plans, co.noDebt = first.limits, first.plans, first.noDebt
 		} else {
 			shared[sig] = co
 		}
@@ -289,7 +278,7 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 				continue
 			}
 		}
-		h.Limits, h.plans = co.limits, co.plans
+		h.Limits, h.plans, h.noDebt = co.limits, co.plans, co.noDebt
 	}
 }
 
@@ -340,6 +329,7 @@ func compileOverride(p *Policy, o Override) (int, *compiledOverride, error) {
 		}
 		co.limits[i] = l
 	}
+	co.noDebt = withoutDebt(co.plans)
 	if !o.Until.IsZero() {
 		co.until = o.Until.UnixMicro()
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -317,6 +318,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	if escalated != nil && nd.escalate != nil {
 		l.escalateNode(nd, escalated, yamlfile.Sub(path, "escalate"))
 	}
+	nd.noDebt = withoutDebt(nd.plans)
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Global: nd.global, Delay: nd.delay}
 	return nd
 }
@@ -345,6 +347,22 @@ func (l *loader) windowsOnly(nd *node, e *yamlfile.Entry, path, what, why string
 			return
 		}
 	}
+}
+
+// withoutDebt returns the plans an Estimate decides with in place of
+// plans: each with debt compiled again without it, once, at load (nil
+// when none has debt).
+func withoutDebt(plans []algo.Plan) []algo.Plan {
+	if !slices.ContainsFunc(plans, func(p algo.Plan) bool { return p.Debt() }) {
+		return nil
+	}
+	out := slices.Clone(plans)
+	for i := range out {
+		if out[i].Debt() {
+			out[i] = *algo.MustCompile(out[i].Limit().(algo.Debt).Limit)
+		}
+	}
+	return out
 }
 
 // debtNode makes every limit of a node with debt: true one with debt

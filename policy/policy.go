@@ -118,6 +118,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
@@ -142,12 +143,15 @@ type Policy struct {
 
 // node is one compiled node of the tree.
 type node struct {
-	pattern   string
-	limits    []algo.Limit // shared by every Hit of the node: read-only
-	specs     []algo.Spec  // the limits as written
-	plans     []algo.Plan  // the limits compiled, for the requests: read-only
-	shadow    bool         // the node or an ancestor is shadow
-	ownShadow bool         // the node itself says shadow: true
+	pattern string
+	limits  []algo.Limit // shared by every Hit of the node: read-only
+	specs   []algo.Spec  // the limits as written
+	plans   []algo.Plan  // the limits compiled, for the requests: read-only
+	// noDebt are the plans an Estimate decides with: a limit with debt
+	// without it, since a denied estimate records nothing (nil: no debt).
+	noDebt    []algo.Plan
+	shadow    bool // the node or an ancestor is shadow
+	ownShadow bool // the node itself says shadow: true
 	unlimited bool
 	children  map[string]*node // named children
 	globs     []*node          // children whose names are patterns, in file order
@@ -331,8 +335,8 @@ type Hit struct {
 	// long to wait.
 	Delay time.Duration
 	// plans are Limits compiled when the policy loaded: the requests carry
-	// them.
-	plans []algo.Plan
+	// them; noDebt, those an Estimate's carry (node.noDebt).
+	plans, noDebt []algo.Plan
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
 	// node is the node's index in its policy's nodes.
@@ -356,7 +360,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node
@@ -467,7 +471,7 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 		if c == nil {
 			break
 		}
-		if c.listsAddrs() && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
+		if (c.allow != nil || c.deny != nil) && c.listsAddrs() && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
 			// One address, one spelling: keyed and listed by its canonical
 			// form, or refused.
 			a, ok := addrSegment(seg)
@@ -549,3 +553,25 @@ func limitKey(key string, j, n int) string {
 	}
 	return key + "#" + strconv.Itoa(j)
 }
+
+// Current is the policy in force, for concurrent readers, replaced
+// atomically (a reload: Load the file, then Store the policy if it is
+// valid). Readers that loaded the old policy keep using it, unchanged,
+// until they load again. The zero Current holds nil, which matches
+// nothing.
+type Current struct {
+	p atomic.Pointer[Policy]
+}
+
+// NewCurrent returns a Current of p.
+func NewCurrent(p *Policy) *Current {
+	h := new(Current)
+	h.p.Store(p)
+	return h
+}
+
+// Load returns the current policy.
+func (h *Current) Load() *Policy { return h.p.Load() }
+
+// Store makes p the current policy.
+func (h *Current) Store(p *Policy) { h.p.Store(p) }

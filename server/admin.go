@@ -69,7 +69,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := new(batch)
-	if _, err := s.decidePath(r.Context(), s.checker.Decide, path, 0, b); err != nil {
+	if _, err := s.decidePath(r.Context(), policy.Check, 0, path, 0, b); err != nil {
 		s.adminStoreError(w, err)
 		return
 	}
@@ -311,7 +311,7 @@ func (s *Server) handleChange(kind string) http.HandlerFunc {
 			return
 		}
 		b := new(batch)
-		if _, err := s.decidePath(r.Context(), s.checker.Decide, req.Path, 0, b); err != nil {
+		if _, err := s.decidePath(r.Context(), policy.Check, 0, req.Path, 0, b); err != nil {
 			s.adminStoreError(w, err)
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/policy"
 )
 
 const benchPolicy = `
@@ -103,7 +104,7 @@ func BenchmarkDecidePath(b *testing.B) {
 				path := []string{"user", "", "trade"}
 				for pb.Next() {
 					path[1] = strconv.Itoa(int(n.Add(1) % 1000))
-					if _, err := s.decidePath(context.Background(), s.checker.Decide, path, 1, bt); err != nil {
+					if _, err := s.decidePath(context.Background(), policy.Check, 0, path, 1, bt); err != nil {
 						b.Fatal(err)
 					}
 					bt.buf = appendDecisionJSON(bt.buf[:0], &bt.d, "")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -53,7 +52,11 @@ func (s *Server) hold(ctx context.Context, api string, q *policy.Query, d *polic
 func (s *Server) giveBack(ctx context.Context, q *policy.Query, d *policy.Decision) {
 	uctx, cancel := s.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
-	if err := s.checker.Adjust(uctx, q, algo.Reward); err != nil {
+	op := q.Op
+	q.Op = policy.GiveBack
+	err := s.checker.Decide(uctx, q, &policy.Decision{})
+	q.Op = op
+	if err != nil {
 		s.m.storeErrors.Inc()
 		if n, ok := s.errLog.Allow(time.Now()); ok {
 			s.log.Error("store failed to give back a delayed request's units", "err", err, "suppressed", n)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // The forward-auth endpoint answers a reverse proxy that asks, before it
@@ -724,9 +725,9 @@ func (s *Server) decideForward(w http.ResponseWriter, r *http.Request, b *batch,
 	start := time.Now()
 	var err error
 	if len(paths) == 1 {
-		_, err = s.decidePath(r.Context(), s.checker.Decide, paths[0], cost, b)
+		_, err = s.decidePath(r.Context(), policy.Check, 0, paths[0], cost, b)
 	} else {
-		_, err = s.decidePaths(r.Context(), s.checker.Decide, paths, cost, b)
+		_, err = s.decidePaths(r.Context(), paths, cost, b)
 	}
 	s.m.forwardDuration.Observe(time.Since(start).Seconds())
 	if err == nil {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"math"
-	"slices"
 	"strconv"
 	"time"
 
@@ -59,7 +58,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	defer s.inflight.Done()
 	b := batchPool.Get().(*batch)
 	defer batchPool.Put(b)
-	q, neg, own, err := readRequest(req, b)
+	q, err := readRequest(req, b)
 	if err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
@@ -73,13 +72,11 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		// The caller has gone: decide nothing it would not hear of.
 		return nil, status.FromContextError(err).Err()
 	}
-	if neg != 0 {
-		return g.negativeHits(ctx, q, neg, own)
+	if ends, _ := hasEnds(q); ends {
+		return g.negativeHits(ctx, q, b)
 	}
 	start := time.Now()
-	sctx, cancel := s.storeCtx(ctx)
-	err = s.checker.DecideStarts(sctx, q, &b.d, own)
-	cancel()
+	err = s.decideQuery(ctx, q, b)
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return g.failed(ctx, err, len(req.Descriptors))
@@ -131,40 +128,38 @@ func (g *rateLimitService) failed(ctx context.Context, err error, n int) (*rlv3.
 // descriptor i with a hits_addend of its own (Envoy's rate_limits entry
 // with hits_addend: a start whose end may give it back). The error is an
 // InvalidArgument status.
-func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg, own uint64, err error) {
+func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, err error) {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
-		return nil, 0, 0, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	case n == 0:
-		return nil, 0, 0, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	case n > maxDescriptors:
-		return nil, 0, 0, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
 	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
 	q = b.query(len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		if n := len(d.GetEntries()); n > maxEntries {
-			return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
-		}
-		if d.GetIsNegativeHits() {
-			neg |= 1 << i
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
 		}
 		cost := reqCost
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
-				return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
 			}
 			cost = int64(h.GetValue())
-			own |= 1 << i
 		}
 		pq := &q.Paths[i]
 		pq.Cost, pq.Exact = cost, true
+		pq.End = d.GetIsNegativeHits()
+		pq.Start = !pq.End && d.GetHitsAddend() != nil
 		if o := d.GetLimit(); o != nil {
 			// A per-request limit, honoured where the node says
 			// request_limit (policy.PathQuery.Limit).
 			window, ok := overrideUnits[o.GetUnit()]
 			if !ok || o.GetRequestsPerUnit() == 0 {
-				return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
 			}
 			pq.Limit = &algo.FixedWindow{Count: int64(o.GetRequestsPerUnit()), Window: window}
 		}
@@ -172,141 +167,76 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg, ow
 			pq.Path = descriptorPath(req.Domain, d.Entries)
 		}
 	}
-	return q, neg, own, nil
+	return q, nil
+}
+
+// hasEnds reports whether a query holds a stream's end (a descriptor
+// with is_negative_hits).
+func hasEnds(q *policy.Query) (bool, int) {
+	n := 0
+	for i := range q.Paths {
+		if q.Paths[i].End {
+			n++
+		}
+	}
+	return n > 0, n
 }
 
 // negativeHits answers a request with descriptors that carry
-// is_negative_hits (bit i of neg for descriptor i): Envoy sends them when
-// a stream ends (apply_on_stream_done), to give back what the same
-// descriptors took when it began: their concurrency limits free
-// hits_addend slots taken for no permit (algo.Concurrency: a release
-// without a permit id), the earliest hold first, and their rate limits get
-// back what the stream's start took, if it took it (policy.Checker.
-// SettleOldest: the oldest ticket an admitted start of the same descriptor
-// and hits_addend opened, given back only where that start counted it;
-// with no ticket, nothing).
-//
-// A descriptor given back and another one with the same entries charged in
-// the same request are a settle: the estimate taken when the stream began
-// given back and its real cost charged, as one change of their difference
-// on the rate limits (a reward of what the estimate took beyond the cost,
-// or a penalty of the excess, past the limit if need be), so that the
-// charge is neither lost nor admitted beyond the limit in between; with
-// no ticket (the start was denied or never decided, or another end took
-// its ticket) the cost is recorded in full: what was used is never lost. The other descriptors are
-// decided as in any request (starts, with own for their tickets), all or
-// nothing among them, and the changes happen whatever that decision is.
-// A descriptor given back or settled has status OK, with its slots left.
-func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, neg, own uint64) (*rlv3.RateLimitResponse, error) {
+// is_negative_hits (Envoy sends them when a stream ends,
+// apply_on_stream_done): the checker gives back what their starts took
+// (policy.PathQuery.Start). A descriptor given back or settled has status
+// OK, with its slots left.
+func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, b *batch) (*rlv3.RateLimitResponse, error) {
 	s := g.s
-	// rel: every descriptor given back (its slots released); pos: the
-	// charges decided (posOwn: those with their own hits_addend); ends:
-	// the ends to settle; over: the excesses of ends with no ticket.
-	rel, pos, over := &policy.Query{}, &policy.Query{}, &policy.Query{}
-	var posOwn uint64
-	type end struct {
-		path           []string
-		estimate, cost int64
-	}
-	var ends []end
-	settled := uint64(0) // bit i: descriptor i is a charge of a settle
-	for i := range q.Paths {
-		if neg&(1<<i) != 0 {
-			rel.Paths = append(rel.Paths, q.Paths[i])
-		}
-	}
-	paired := make([]bool, len(rel.Paths))
-	for i := range q.Paths {
-		if neg&(1<<i) != 0 {
-			continue
-		}
-		pq := q.Paths[i]
-		k := slices.IndexFunc(rel.Paths, func(r policy.PathQuery) bool { return slices.Equal(r.Path, pq.Path) })
-		for k >= 0 && paired[k] {
-			next := slices.IndexFunc(rel.Paths[k+1:], func(r policy.PathQuery) bool { return slices.Equal(r.Path, pq.Path) })
-			if next < 0 {
-				k = -1
-			} else {
-				k += 1 + next
-			}
-		}
-		if k < 0 || pq.Path == nil {
-			if own&(1<<i) != 0 {
-				posOwn |= 1 << len(pos.Paths)
-			}
-			pos.Paths = append(pos.Paths, pq)
-			continue
-		}
-		paired[k], settled = true, settled|1<<i
-		ends = append(ends, end{pq.Path, rel.Paths[k].Cost, pq.Cost})
-	}
-	for k := range rel.Paths {
-		if !paired[k] && rel.Paths[k].Path != nil {
-			ends = append(ends, end{rel.Paths[k].Path, rel.Paths[k].Cost, 0})
-		}
-	}
-	var relD, posD policy.Decision
-	sctx, cancel := s.storeCtx(ctx)
-	defer cancel()
 	start := time.Now()
-	// Slots are released first, so that a stream starting in the same
-	// request may take one.
-	err := s.checker.Release(sctx, rel, 0, &relD)
-	if err == nil && len(pos.Paths) > 0 {
-		err = s.checker.DecideStarts(sctx, pos, &posD, posOwn)
-	}
-	for _, e := range ends {
-		if err != nil {
-			break
-		}
-		var ok bool
-		if ok, err = s.checker.SettleOldest(sctx, time.Time{}, e.path, e.estimate, e.cost); err == nil && !ok && e.cost > 0 {
-			over.Paths = append(over.Paths, policy.PathQuery{Path: e.path, Exact: true, Cost: e.cost})
-		}
-	}
-	if err == nil {
-		err = s.checker.Adjust(sctx, over, algo.Penalize)
-	}
+	err := s.decideQuery(ctx, q, b)
 	s.m.grpcDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return g.failed(ctx, err, len(q.Paths))
 	}
-	s.countSlots("grpc", algo.Release, &relD)
-	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
-	if len(pos.Paths) > 0 {
-		s.noteUnmatched(pos)
-		s.countLevels(posD.Levels)
-		if posD.Permit == 0 && posD.Allowed {
-			s.countSlots("grpc", algo.Acquire, &posD)
+	var rel policy.Decision
+	decided := false
+	for i := range q.Paths {
+		if pq := &q.Paths[i]; pq.End {
+			rel.Levels = append(rel.Levels, pq.Levels...)
+		} else if !pq.Settled {
+			decided = true
 		}
-		if !posD.Allowed {
+	}
+	s.countSlots("grpc", algo.Release, &rel)
+	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
+	if decided {
+		s.noteUnmatched(q)
+		s.countLevels(b.d.Levels)
+		if b.d.Permit == 0 && b.d.Allowed {
+			s.countSlots("grpc", algo.Acquire, &b.d)
+		}
+		if !b.d.Allowed {
 			resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
 	switch {
 	case resp.OverallCode == rlv3.RateLimitResponse_OK:
 		s.m.grpcChecks.allowed.Inc()
-	case len(pos.Paths) > 0 && onlyOwed(&posD):
+	case decided && onlyOwed(&b.d):
 		s.m.grpcChecks.debtRecorded.Inc()
 	default:
 		s.m.grpcChecks.limited.Inc()
 	}
 	denyUnmatched := s.current.Load().DenyUnmatched()
-	r, p := 0, 0
 	for i := range q.Paths {
-		switch {
-		case neg&(1<<i) != 0:
-			resp.Statuses[i] = descriptorStatus(&rel.Paths[r], false)
+		switch pq := &q.Paths[i]; {
+		case pq.End:
+			resp.Statuses[i] = descriptorStatus(pq, false)
 			resp.Statuses[i].Code = rlv3.RateLimitResponse_OK
-			r++
-		case settled&(1<<i) != 0:
+		case pq.Settled:
 			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 		default:
-			resp.Statuses[i] = descriptorStatus(&pos.Paths[p], denyUnmatched)
-			p++
+			resp.Statuses[i] = descriptorStatus(pq, denyUnmatched)
 		}
 	}
-	addHeaders(resp, &posD, nil)
+	addHeaders(resp, &b.d, nil)
 	return resp, nil
 }
 

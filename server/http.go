@@ -56,6 +56,7 @@ func (s *Server) handler(admin, check bool) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.HandleFunc("GET /healthcheck", s.handleReady) // envoyproxy/ratelimit's path, which Envoy Gateway probes
+	s.envoyRoutes(mux, check)                         // envoyproxy/ratelimit's POST /json and GET /rlconfig (envoyhttp.go)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	if admin {
 		mux.HandleFunc("GET /admin/v1/state", s.admin(s.handleState))
@@ -130,21 +131,17 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	// A check that takes slots takes them under a new permit id, which
 	// the answer gives for /v1/renew and /v1/release.
-	verb := s.checker.Decide
+	op := policy.Check
 	if cost > 0 || slices.ContainsFunc(req.Costs, func(c int64) bool { return c > 0 }) {
-		verb = s.acquire
+		op = policy.Acquire
 	}
-	var settleID string
 	if req.within > 0 {
-		verb = func(ctx context.Context, q *policy.Query, d *policy.Decision) (err error) {
-			settleID, err = s.checker.Estimate(ctx, q, d, req.within)
-			return err
-		}
+		op = policy.Estimate
 	}
 	var err error
 	switch {
-	case req.Paths == nil && req.limit == nil:
-		_, err = s.decidePath(r.Context(), verb, req.Path, cost, b)
+	case req.Paths == nil && req.limit == nil && op != policy.Estimate:
+		_, err = s.decidePath(r.Context(), op, 0, req.Path, cost, b)
 	default:
 		paths := req.Paths
 		if paths == nil {
@@ -157,7 +154,8 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 				q.Paths[i].Cost = req.Costs[i]
 			}
 		}
-		err = s.decideQuery(r.Context(), verb, q, b)
+		q.Op, q.Within = op, req.within
+		err = s.decideQuery(r.Context(), q, b)
 	}
 	pqs := b.q.Paths
 	s.m.httpDuration.Observe(time.Since(start).Seconds())
@@ -207,9 +205,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	h["Content-Type"] = contentTypeJSON
 	status := s.addDecisionHeaders(h, b, storeErr != "")
 	out := appendDecisionJSON(b.buf[:0], &b.d, storeErr)
-	if settleID != "" {
+	if b.d.Ticket != "" {
 		out = append(out[:len(out)-1], `,"settle_id":`...)
-		out = append(jsonenc.AppendString(out, settleID), '}')
+		out = append(jsonenc.AppendString(out, b.d.Ticket), '}')
 	}
 	out = append(out, '\n')
 	b.buf = out[:0]

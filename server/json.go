@@ -215,7 +215,7 @@ type checkRequest struct {
 	Costs []int64         `json:"costs,omitempty"`
 	Meta  json.RawMessage `json:"meta,omitempty"`
 	// SettleWithin makes the cost (each path's) an estimate, settled
-	// later with POST /v1/settle (policy.Checker.Estimate): "10m".
+	// later with POST /v1/settle (policy.Estimate): "10m".
 	SettleWithin string `json:"settle_within,omitempty"`
 
 	limit  *algo.FixedWindow // Limit, parsed

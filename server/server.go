@@ -59,9 +59,10 @@ type Server struct {
 	// first valid one is in force): ShouldRateLimit answers UNAVAILABLE
 	// and /readyz 503 meanwhile, as envoyproxy/ratelimit does.
 	xdsWait   atomic.Pointer[string]
-	storeDown atomic.Bool   // the last ping failed (noteStore)
-	errLog    ratelog.Every // store failures: one line a second
-	unmatched unmatchedLog  // where unmatched paths were logged
+	rlconfig  atomic.Pointer[rlconfig] // GET /rlconfig's text, for the policy it was converted to
+	storeDown atomic.Bool              // the last ping failed (noteStore)
+	errLog    ratelog.Every            // store failures: one line a second
+	unmatched unmatchedLog             // where unmatched paths were logged
 	httpLn    net.Listener
 	grpcLn    net.Listener
 	adminLn   net.Listener // nil: admin on httpLn
@@ -212,6 +213,9 @@ func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
 			s.log.Warn("envoy config: "+w, "dir", dir)
 		}
 		p, err := policy.Parse(dir, out)
+		if err == nil {
+			s.rlconfig.Store(&rlconfig{p, envoyimport.Dump(files)})
+		}
 		return p, stamp, err
 	}
 	if s.cfg.Policy == "" {
@@ -478,7 +482,7 @@ var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1
 // query returns the batch's query with n paths, emptied, each keeping the
 // capacity of its Hits.
 func (b *batch) query(n int) *policy.Query {
-	b.q.Time = time.Time{}
+	b.q.Time, b.q.Op, b.q.Permit, b.q.Within, b.q.Ticket = time.Time{}, policy.Check, 0, 0, ""
 	b.q.Paths = slices.Grow(b.q.Paths[:0], n)[:n]
 	for i := range b.q.Paths {
 		hits := b.q.Paths[i].Match.Hits
@@ -489,30 +493,30 @@ func (b *batch) query(n int) *policy.Query {
 }
 
 // decidePath decides a path with every level on its walk (the HTTP
-// semantics) into b.d with one of the checker's verbs (Decide, or
-// Acquire: slots under a new permit), and returns what the path hit. A
-// store failure is returned as is; the caller applies the store-error
-// policy.
-func (s *Server) decidePath(ctx context.Context, verb func(context.Context, *policy.Query, *policy.Decision) error, path []string, cost int64, b *batch) (*policy.PathQuery, error) {
+// semantics) into b.d by op (for Renew and Release, of permit), and
+// returns what the path hit. A store failure is returned as is; the caller
+// applies the store-error policy.
+func (s *Server) decidePath(ctx context.Context, op policy.Op, permit int64, path []string, cost int64, b *batch) (*policy.PathQuery, error) {
 	q := b.query(1)
+	q.Op, q.Permit = op, permit
 	q.Paths[0].Path, q.Paths[0].Cost = path, cost
-	return &q.Paths[0], s.decideQuery(ctx, verb, q, b)
+	return &q.Paths[0], s.decideQuery(ctx, q, b)
 }
 
-// decidePaths is decidePath for several paths decided together, all or
-// nothing, each at cost.
-func (s *Server) decidePaths(ctx context.Context, verb func(context.Context, *policy.Query, *policy.Decision) error, paths [][]string, cost int64, b *batch) ([]policy.PathQuery, error) {
+// decidePaths is decidePath of a Check for several paths decided
+// together, all or nothing, each at cost.
+func (s *Server) decidePaths(ctx context.Context, paths [][]string, cost int64, b *batch) ([]policy.PathQuery, error) {
 	q := b.query(len(paths))
 	for i := range q.Paths {
 		q.Paths[i].Path, q.Paths[i].Cost = paths[i], cost
 	}
-	return q.Paths, s.decideQuery(ctx, verb, q, b)
+	return q.Paths, s.decideQuery(ctx, q, b)
 }
 
-func (s *Server) decideQuery(ctx context.Context, verb func(context.Context, *policy.Query, *policy.Decision) error, q *policy.Query, b *batch) error {
+func (s *Server) decideQuery(ctx context.Context, q *policy.Query, b *batch) error {
 	sctx, cancel := s.storeCtx(ctx)
 	defer cancel()
-	return verb(sctx, q, &b.d)
+	return s.checker.Decide(sctx, q, &b.d)
 }
 
 // countLevels counts level outcomes in the metrics.

@@ -1,8 +1,8 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/policy"
 	"net/http"
-	"time"
 )
 
 // settleRequest is the body of POST /v1/settle: the real cost of the
@@ -24,7 +24,7 @@ type settleAnswer struct {
 
 // handleSettle serves POST /v1/settle: the estimate of a check made with
 // "settle_within" is settled at its real cost, or for a check of "paths"
-// at its real costs, one per path in their order (policy.Checker.Settle),
+// at its real costs, one per path in their order (policy.Settle),
 // once. It is part of the check API, with no admin token: only the holder
 // of an id, which is unguessable, can settle it. 200 with "settled"; 400
 // for a malformed body or id; 503 when the store failed.
@@ -55,9 +55,15 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 	if req.Cost != nil {
 		costs = []int64{*req.Cost}
 	}
+	q := policy.Query{Op: policy.Settle, Ticket: req.SettleID, Paths: make([]policy.PathQuery, len(costs))}
+	for i, c := range costs {
+		q.Paths[i].Cost = c
+	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
-	settled, err := s.checker.Settle(ctx, time.Time{}, req.SettleID, costs...)
+	var d policy.Decision
+	err := s.checker.Decide(ctx, &q, &d)
+	settled := d.Settled
 	switch {
 	case isBadRequest(err):
 		s.badRequest(w, err)

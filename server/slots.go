@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -70,7 +69,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 			return
 		}
 		b := new(batch)
-		if _, err := s.decidePath(r.Context(), slotVerb(s.checker, op, permit), path, 0, b); err != nil {
+		if _, err := s.decidePath(r.Context(), slotOp(op), permit, path, 0, b); err != nil {
 			s.slotFailed(w, err)
 			return
 		}
@@ -189,7 +188,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := new(batch)
-	if _, err := s.decidePath(r.Context(), s.acquire, req.Path, cost, b); err != nil {
+	if _, err := s.decidePath(r.Context(), policy.Acquire, 0, req.Path, cost, b); err != nil {
 		s.slotFailed(w, err)
 		return
 	}
@@ -221,18 +220,10 @@ func (s *Server) mayHoldSlots(path []string) bool {
 	return false
 }
 
-// acquire is the checker's Acquire under a new permit id, as a verb of
-// decidePath.
-func (s *Server) acquire(ctx context.Context, q *policy.Query, d *policy.Decision) error {
-	return s.checker.Acquire(ctx, q, 0, d)
-}
-
-// slotVerb returns the checker's Renew or Release of permit, as a verb of
-// decidePath.
-func slotVerb(c *policy.Checker, op algo.SlotOp, permit int64) func(context.Context, *policy.Query, *policy.Decision) error {
-	verb := c.Release
+// slotOp is the policy's Op of a slot verb.
+func slotOp(op algo.SlotOp) policy.Op {
 	if op == algo.Renew {
-		verb = c.Renew
+		return policy.Renew
 	}
-	return func(ctx context.Context, q *policy.Query, d *policy.Decision) error { return verb(ctx, q, permit, d) }
+	return policy.Release
 }

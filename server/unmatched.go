@@ -30,6 +30,9 @@ type unmatchedLog struct {
 func (s *Server) noteUnmatched(q *policy.Query) {
 	for i := range q.Paths {
 		pq := &q.Paths[i]
+		if pq.End {
+			continue // a stream's end: it gave back, and decided nothing
+		}
 		if pq.LimitIgnored {
 			s.m.limitsIgnored.Inc()
 			if place := pq.Match.Hits[len(pq.Match.Hits)-1].Pattern; s.unmatched.first("request_limit "+place, time.Now()) {

@@ -276,7 +276,7 @@ type Adjuster interface {
 }
 
 // Settler is a store that keeps the tickets of estimates to be settled
-// (policy.Checker.Estimate, Settle): Issue keeps a ticket named t.Key
+// (policy.Estimate, policy.Settle): Issue keeps a ticket named t.Key
 // (placed by t.Tag) for ttl (MinTicket to MaxTicket) from t.Time (the
 // zero Time: the store's clock); Settle, if the ticket is still kept,
 // deletes it and applies op of each request's Cost to its key, and
@@ -306,7 +306,7 @@ type TicketQueue interface {
 	Dequeue(ctx context.Context, q Request) (string, error)
 }
 
-// MaxQueueEntry bounds a TicketQueue entry's length (an estimate's id).
+// MaxQueueEntry bounds a TicketQueue entry's length (a ticket's id: a settle_id).
 const MaxQueueEntry = 16 << 10
 
 // ValidateQueue checks a TicketQueue's queue (a key as Validate takes one,
@@ -370,7 +370,7 @@ const (
 // ErrTooManyTickets is Issue's error when the ticket's tag holds
 // MaxOpenTickets tickets not settled and not expired; it wraps
 // ErrBadRequest.
-var ErrTooManyTickets = fmt.Errorf("%w: the key holds %d open estimates (tickets not settled and not expired), the most one key may", ErrBadRequest, MaxOpenTickets)
+var ErrTooManyTickets = fmt.Errorf("%w: the key holds %d open tickets (estimates not settled and not expired), the most one key may", ErrBadRequest, MaxOpenTickets)
 
 // ValidateTicket checks a ticket and its life for Settler.Issue: a key as
 // Validate takes one, with a tag (the key whose bound it counts against),

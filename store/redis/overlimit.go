@@ -28,7 +28,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 	// refill may grow at any moment (global.go).
 	cacheable := true
 	for i := range reqs {
-		cacheable = cacheable && reqs[i].Plan.DenialHolds() && !reqs[i].WatchDenials && !reqs[i].Global
+		cacheable = cacheable && reqs[i].Plan.DenialStands() && !reqs[i].WatchDenials && !reqs[i].Global
 	}
 	hit := false
 	for i := range reqs {
