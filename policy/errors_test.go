@@ -61,12 +61,16 @@ schema:
     limits: {algorithm: fixed_window, limit: 10, window: day, anchor_day: 3}
   bad5:
     limits: {algorithm: fixed_window, limit: 10, window: 1h, time_zone: UTC}
+  bad6:
+    global: true
+    limits: {algorithm: fixed_window, limit: 10, window: day}
 `, []string{
 			`f.yaml:4:75: schema.bad.limits.time_zone: time_zone "Mars/Base" is not an IANA time zone, such as Europe/Berlin`,
 			`f.yaml:6:74: schema.bad2.limits.time_zone: gcra does not take "time_zone"`,
 			`f.yaml:8:5: schema.bad3.lease: limit 0 is a calendar window: leases are for windows of a duration`,
 			`f.yaml:11:75: schema.bad4.limits.anchor_day: anchor_day is for a month's window, not a day's`,
 			`f.yaml:13:73: schema.bad5.limits.time_zone: time_zone, anchor_day and week_start are for a calendar window (window: day, week, month or year)`,
+			`f.yaml:15:5: schema.bad6.global: limit 0 is a calendar window: global limits are for windows of a duration`,
 		}},
 		{"debt", `
 schema:
@@ -114,7 +118,7 @@ schema:
 `, []string{
 			`f.yaml:2:12: unmatched: want allow or deny, got "maybe"`,
 			`f.yaml:3:1: extra: unknown field "extra" (want schema, unmatched or definitions)`,
-			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, debt, escalate, allow or deny)`,
+			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
 			`f.yaml:9:35: schema.user.children.*.limits.brust: unknown field "brust" (want algorithm, burst, count, period, ...`,
 		}},
 		{"wrong types", `
@@ -272,7 +276,7 @@ schema:
 			`f.yaml:4:6: schema.b: YAML tags (!!map) are not supported`,
 			`f.yaml:5:3: schema: want a name as key, got null`,
 			`f.yaml:6:11: schema.c: a merge key (<<) takes a mapping or a list of mappings, got integer 5`,
-			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, debt, escalate, allow or deny)`,
+			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -195,7 +195,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		return nil
 	}
 	nd := &node{pattern: pattern, shadow: shadow}
-	var limits, children, unlimited, shadowed, counter, leased *yamlfile.Entry
+	var limits, children, unlimited, shadowed, counter, leased, global *yamlfile.Entry
 	var listed, delayed, owed, escalated *yamlfile.Entry
 	uok, unknown := false, false
 	for _, e := range l.Mapping(m, path, "field") {
@@ -225,6 +225,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		case "lease":
 			leased = &e
 			nd.lease, _ = l.Bool(e.Value, yamlfile.Sub(path, e.Name))
+		case "global":
+			global = &e
+			nd.global, _ = l.Bool(e.Value, yamlfile.Sub(path, e.Name))
 		case "delay":
 			delayed = &e
 			var dc struct {
@@ -259,7 +262,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			listed = &e
 			nd.deny = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
 		default:
-			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, delay, request_limit, debt, escalate, allow or deny)", e.Name)
+			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)", e.Name)
 			unknown = true
 		}
 	}
@@ -299,24 +302,15 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	case nd.lease && limits == nil:
 		l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "lease needs the node's own limits")
 	case nd.lease:
-		for i, lim := range nd.limits {
-			if !lim.Kind().Leasable() {
-				l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "limit %d is %s: %v", i, lim.Kind(), algo.ErrNotLeasable)
-				break
-			}
-			if _, ok := lim.(algo.Blocking); ok {
-				l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "limit %d has a block: a lease admits from units taken ahead, which a block that starts meanwhile could not stop", i)
-				break
-			}
-			if _, ok := lim.(algo.Debt); ok {
-				l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "limit %d has a debt: a lease admits from units taken ahead, and a charge it denied would never reach the store", i)
-				break
-			}
-			if fw, ok := lim.(algo.FixedWindow); ok && fw.Calendar != (algo.Calendar{}) {
-				l.Errorf(leased.Key, yamlfile.Sub(path, "lease"), "limit %d is a calendar window: leases are for windows of a duration", i)
-				break
-			}
-		}
+		l.windowsOnly(nd, leased, yamlfile.Sub(path, "lease"), "leases", "a lease admits from units taken ahead")
+	}
+	switch {
+	case nd.global && limits == nil:
+		l.Errorf(global.Key, yamlfile.Sub(path, "global"), "global needs the node's own limits")
+	case nd.global && nd.lease:
+		l.Errorf(global.Key, yamlfile.Sub(path, "global"), "global beside lease: true: a global limit is admitted from its region's share, a lease from the regional window alone")
+	case nd.global:
+		l.windowsOnly(nd, global, yamlfile.Sub(path, "global"), "global limits", "a region admits a global limit from units charged at home ahead")
 	}
 	if delayed != nil {
 		l.delayNode(nd, delayed, limits != nil, yamlfile.Sub(path, "delay"))
@@ -325,8 +319,34 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		l.escalateNode(nd, escalated, yamlfile.Sub(path, "escalate"))
 	}
 	nd.noDebt = withoutDebt(nd.plans)
-	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Delay: nd.delay}
+	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Global: nd.global, Delay: nd.delay}
 	return nd
+}
+
+// windowsOnly checks that every limit of a node that says lease: true or
+// global: true (at e; what the errors call them) is a fixed window of a
+// duration with neither block nor debt: units taken ahead (why) are spent
+// until the window ends, which only a window that ends with them keeps
+// exact.
+func (l *loader) windowsOnly(nd *node, e *yamlfile.Entry, path, what, why string) {
+	for i, lim := range nd.limits {
+		if !lim.Kind().Leasable() {
+			l.Errorf(e.Key, path, "limit %d is %s: %v", i, lim.Kind(), algo.ErrNotLeasable)
+			return
+		}
+		if _, ok := lim.(algo.Blocking); ok {
+			l.Errorf(e.Key, path, "limit %d has a block: %s, which a block that starts meanwhile could not stop", i, why)
+			return
+		}
+		if _, ok := lim.(algo.Debt); ok {
+			l.Errorf(e.Key, path, "limit %d has a debt: %s, and a charge it denied would never reach the store", i, why)
+			return
+		}
+		if fw, ok := lim.(algo.FixedWindow); ok && fw.Calendar != (algo.Calendar{}) {
+			l.Errorf(e.Key, path, "limit %d is a calendar window: %s are for windows of a duration", i, what)
+			return
+		}
+	}
 }
 
 // withoutDebt returns the plans an Estimate decides with in place of

@@ -56,6 +56,11 @@
 //     ahead for a hot key, without a round trip each; the window still
 //     never admits more than its limit (see store/redis). It also lets the
 //     service grant quota to an Envoy proxy that asks for it.
+//   - global: true, on a node whose limits are all fixed_window (of a
+//     duration, with no block or debt): its limits are one limit across
+//     regions, each region on its own store, charged at a home store
+//     (the Redis store's Options.Home, the service's redis.home); see
+//     docs/multi-region.md.
 //   - delay: {max: D}, on a node whose limits are gcra or token_bucket: a
 //     request the limits would deny but would admit within D (at most a
 //     minute) is admitted with its units reserved, and waits its Delay
@@ -159,6 +164,7 @@ type node struct {
 	name     string
 	replaces []string
 	lease    bool // see Hit.Lease
+	global   bool // see Hit.Global
 	// allow and deny are the node's lists (lists.go); nil when it has none.
 	allow, deny *keyList
 	// delay is the node's delay: its plans are then the reserving ones
@@ -254,6 +260,8 @@ type Node struct {
 	Unlimited bool
 	// Lease reports whether the node's limits may be leased.
 	Lease bool
+	// Global reports whether the node's limits are global (Hit.Global).
+	Global bool
 	// Delay is the node's delay (0: none): see Hit.Delay.
 	Delay time.Duration
 }
@@ -318,6 +326,9 @@ type Hit struct {
 	// Lease reports whether the node says lease: true: its requests may be
 	// admitted from leased quota (store.Request.Lease).
 	Lease bool
+	// Global reports whether the node says global: true: its limits are one
+	// limit across regions (store.Request.Global).
+	Global bool
 	// Delay is the node's delay (delay: {max: ...}): its requests carry
 	// plans that admit a cost its limits would admit within Delay,
 	// reserved (algo.Reserving), and the decision's Delay says how
@@ -336,10 +347,10 @@ type Hit struct {
 }
 
 // Request returns the request that decides the hit's limit j at cost:
-// its key (LimitKey), the hit's tag, shadow and lease, and the limit's
+// its key (LimitKey), the hit's tag, shadow, lease and global, and the limit's
 // plan, compiled when the policy loaded. Its Time is the zero Time.
 func (h *Hit) Request(j int, cost int64) store.Request {
-	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Plan: &h.plans[j], Cost: cost, Shadow: h.Shadow, Lease: h.Lease}
+	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Plan: &h.plans[j], Cost: cost, Shadow: h.Shadow, Lease: h.Lease, Global: h.Global}
 }
 
 // hit returns the Hit of node n; with exact, the node's shadow is its own
@@ -349,7 +360,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

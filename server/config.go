@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Config configures a Server. The zero value of a field means its default
@@ -144,6 +146,16 @@ type RedisConfig struct {
 	// most MaxLease at a time per key (default 10000). See store/redis.
 	LeaseFor time.Duration `yaml:"lease_for" default:"1s"`
 	MaxLease int64         `yaml:"max_lease"`
+	// Home is the URL of the home of global limits (policy nodes that say
+	// global: true), when this service's store is one region's: each
+	// region spends a share charged at Home first. GlobalAllowance is what
+	// a region cut off from Home admits once its share is spent, per
+	// window (default 0: it denies); HomeReplicas the replicas of Home a
+	// charge waits for (WAIT), so that Home's failover loses none.
+	// docs/multi-region.md.
+	Home            string `yaml:"home"`
+	GlobalAllowance int64  `yaml:"global_allowance"`
+	HomeReplicas    int    `yaml:"home_replicas"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
 	// checked; InsecureSkipVerify disables verification (tests only).
@@ -238,6 +250,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: max_waiting must be 0 to 1000000, got %d", c.MaxWaiting)
 	case c.Redis.MaxLease < 0:
 		return fmt.Errorf("config: redis.max_lease must be positive, got %d", c.Redis.MaxLease)
+	case c.Redis.GlobalAllowance < 0 || c.Redis.GlobalAllowance > algo.MaxCount || c.Redis.HomeReplicas < 0 || c.Redis.HomeReplicas > 64:
+		return fmt.Errorf("config: redis.global_allowance must be 0 to %d and redis.home_replicas 0 to 64, got %d and %d", algo.MaxCount, c.Redis.GlobalAllowance, c.Redis.HomeReplicas)
+	case c.Redis.Home != "" && !strings.HasPrefix(c.Store, "redis"):
+		return fmt.Errorf("config: redis.home is the home of a region's Redis store, and the store is %q", store.Redact(c.Store))
 	case c.Headers != "draft" && c.Headers != "legacy" && c.Headers != "both":
 		return fmt.Errorf("config: headers must be draft, legacy or both, got %q", c.Headers)
 	case c.LogFormat != "text" && c.LogFormat != "json":

@@ -28,16 +28,19 @@ func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 // bad password, a TLS certificate that does not verify) is.
 func openStore(ctx context.Context, c Config, log *slog.Logger, background bool) (store.Store, error) {
 	opts := store.Options{
-		Prefix:         c.Redis.Prefix,
-		Timeout:        time.Duration(c.Timeout),
-		Username:       c.Redis.Username,
-		Password:       c.Redis.Password,
-		MaxFlushDelay:  time.Duration(c.Redis.MaxFlushDelay),
-		OverLimitCache: max(c.Redis.OverLimitCache, 0),
-		LeaseFor:       max(time.Duration(c.Redis.LeaseFor), 0),
-		MaxLease:       c.Redis.MaxLease,
-		Background:     background,
-		Log:            log,
+		Prefix:          c.Redis.Prefix,
+		Timeout:         time.Duration(c.Timeout),
+		Username:        c.Redis.Username,
+		Password:        c.Redis.Password,
+		MaxFlushDelay:   time.Duration(c.Redis.MaxFlushDelay),
+		OverLimitCache:  max(c.Redis.OverLimitCache, 0),
+		LeaseFor:        max(time.Duration(c.Redis.LeaseFor), 0),
+		MaxLease:        c.Redis.MaxLease,
+		Home:            c.Redis.Home,
+		GlobalAllowance: c.Redis.GlobalAllowance,
+		HomeReplicas:    c.Redis.HomeReplicas,
+		Background:      background,
+		Log:             log,
 	}
 	if c.Redis.TLS.enabled() {
 		tc, err := tlsConfig(c.Redis.TLS)

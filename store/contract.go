@@ -71,6 +71,11 @@ type Request struct {
 	// limit; see store/redis for the bounds. Stores without leases ignore
 	// it.
 	Lease bool
+	// Global makes a fixed-window limit one limit across regions: a store
+	// with a home (the Redis store's Options.Home) admits it only from its
+	// region's share of the window, charged at home first; a store
+	// without one is its own home and decides it as any limit.
+	Global bool
 	// Watch, when above 0, makes the request a node's escalation
 	// (policy's escalate), which counts what the Watch requests after it
 	// in a DecideAll do: each that starts a block (with WatchDenials,

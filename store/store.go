@@ -63,6 +63,13 @@ type Options struct {
 	// bounds a lease (the store's default when zero). See store/redis.
 	LeaseFor time.Duration
 	MaxLease int64
+	// Home, when set, is the URL of the home of global limits
+	// (store.Request.Global): the store opened is a region's, and opens
+	// Home too; GlobalAllowance and HomeReplicas as store/redis's
+	// Options. See docs/multi-region.md.
+	Home            string
+	GlobalAllowance int64
+	HomeReplicas    int
 }
 
 // An Opener opens a store of one scheme.

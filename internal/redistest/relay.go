@@ -6,31 +6,45 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A Relay passes TCP connections on to an address, and can cut them all:
 // a client of Redis through it dials anew, to a Redis that may be stopped.
+// A relay with a delay holds every byte that long in each direction (a
+// link between regions); a relay that is down refuses every connection
+// until it is up again (a region cut off).
 type Relay struct {
 	Addr   string // host:port to connect to
+	delay  time.Duration
 	dialed atomic.Int64
+	down   atomic.Bool
 	mu     sync.Mutex
 	open   []net.Conn
 }
 
 // NewRelay starts a Relay to addr, stopped when the test ends.
-func NewRelay(t testing.TB, addr string) *Relay {
+func NewRelay(t testing.TB, addr string) *Relay { return NewDelayRelay(t, addr, 0) }
+
+// NewDelayRelay starts a Relay to addr that holds each byte for delay in
+// each direction (a round trip of 2 × delay), stopped when the test ends.
+func NewDelayRelay(t testing.TB, addr string, delay time.Duration) *Relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Relay{Addr: ln.Addr().String()}
+	r := &Relay{Addr: ln.Addr().String(), delay: delay}
 	t.Cleanup(func() { ln.Close(); r.Cut() })
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if r.down.Load() {
+				c.Close()
+				continue
 			}
 			u, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -41,11 +55,46 @@ func NewRelay(t testing.TB, addr string) *Relay {
 			r.open = append(r.open, c, u)
 			r.mu.Unlock()
 			r.dialed.Add(1)
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
+			go func() { r.copy(u, c); u.Close() }()
+			go func() { r.copy(c, u); c.Close() }()
 		}
 	}()
 	return r
+}
+
+// copy passes src on to dst, each read held for the relay's delay.
+func (r *Relay) copy(dst, src net.Conn) {
+	if r.delay <= 0 {
+		io.Copy(dst, src)
+		return
+	}
+	type chunk struct {
+		at time.Time
+		b  []byte
+	}
+	ch := make(chan chunk, 1024)
+	go func() {
+		defer close(ch)
+		for {
+			b := make([]byte, 32<<10)
+			n, err := src.Read(b)
+			if n > 0 {
+				ch <- chunk{time.Now().Add(r.delay), b[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range ch {
+		time.Sleep(time.Until(c.at))
+		if _, err := dst.Write(c.b); err != nil {
+			src.Close()
+			for range ch { // let the reader end
+			}
+			return
+		}
+	}
 }
 
 // Dialed is how many connections the relay has passed on.
@@ -60,3 +109,12 @@ func (r *Relay) Cut() {
 	}
 	r.open = nil
 }
+
+// Down cuts every connection and refuses new ones until Up.
+func (r *Relay) Down() {
+	r.down.Store(true)
+	r.Cut()
+}
+
+// Up accepts connections again after Down.
+func (r *Relay) Up() { r.down.Store(false) }

@@ -118,7 +118,7 @@ func (l *leaser) shard(key string) *leaseShard {
 // asks for one, is enforced, costs something, is on the store's clock,
 // and its limit can be leased (algo.Kind.Leasable: a fixed window).
 func leasable(r *store.Request) (algo.FixedWindow, bool) {
-	if !r.Lease || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Plan == nil || !r.Plan.Kind().Leasable() {
+	if !r.Lease || r.Global || r.Shadow || r.Cost <= 0 || !r.Time.IsZero() || r.Plan == nil || !r.Plan.Kind().Leasable() {
 		return algo.FixedWindow{}, false
 	}
 	if _, blocks := r.Plan.Blocks(); blocks || r.Plan.Debt() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis/internal/overlimit"
 )
@@ -80,6 +81,25 @@ type Options struct {
 	// (DefaultMaxLease when zero).
 	LeaseFor time.Duration
 	MaxLease int64
+	// Home, when set, is the home of global limits (global.go,
+	// docs/multi-region.md): this store is a region's, and a request with
+	// Global set is admitted from the region's share of its window, charged
+	// at Home first and refilled every GlobalEvery (100ms when zero), sized
+	// by the region's demand. Once its share is spent, a region cut off
+	// from Home denies, or admits GlobalAllowance more units a window.
+	// HomeReplicas, when positive, spends units only once that many of
+	// Home's replicas have their charge (WAIT), so that a failover of Home
+	// loses no charge. The caller keeps owning Home.
+	Home            *Store
+	GlobalEvery     time.Duration
+	GlobalAllowance int64
+	HomeReplicas    int
+
+	// manualRefill (tests) starts no background refill: the test refills
+	// at its own times (refillAt).
+	manualRefill bool
+	// ownsHome makes Close close Home (a store opened by URL).
+	ownsHome bool
 }
 
 // defaultMaxInFlight is Options.MaxInFlight when zero.
@@ -95,6 +115,7 @@ type Store struct {
 	coalesce coalescer
 	denials  *overlimit.Cache // nil when off
 	leases   *leaser          // nil when off
+	globals  *globals         // nil without a home
 	forgets  forgets          // followed when denials is not nil
 
 	stop chan struct{} // ends background connecting
@@ -113,12 +134,28 @@ var (
 
 func init() {
 	store.Register("redis", func(ctx context.Context, url string, o store.Options) (store.Store, error) {
-		return Open(ctx, url, Options{
+		opts := Options{
 			Prefix: o.Prefix, Timeout: o.Timeout, MaxFlushDelay: o.MaxFlushDelay,
 			Username: o.Username, Password: o.Password, TLS: o.TLS,
 			Background: o.Background, Log: o.Log, OverLimitCache: o.OverLimitCache,
 			LeaseFor: o.LeaseFor, MaxLease: o.MaxLease,
-		})
+			GlobalAllowance: o.GlobalAllowance, HomeReplicas: o.HomeReplicas,
+		}
+		if o.Home == "" {
+			return Open(ctx, url, opts)
+		}
+		// Home has its own URL (and credentials in it); it may be
+		// unreachable at start, as a region cut off is.
+		home, err := Open(ctx, o.Home, Options{Prefix: o.Prefix, Timeout: o.Timeout, TLS: o.TLS, Background: true, Log: o.Log})
+		if err != nil {
+			return nil, fmt.Errorf("home: %w", err)
+		}
+		opts.Home, opts.ownsHome = home, true
+		s, err := Open(ctx, url, opts)
+		if err != nil {
+			home.Close()
+		}
+		return s, err
 	})
 }
 
@@ -237,6 +274,10 @@ func newStore(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redis store: prefix %q may not contain '{' or '}'", opts.Prefix)
 	case opts.Timeout < 0 || opts.MaxInFlight < 0 || opts.MaxLease < 0:
 		return nil, fmt.Errorf("redis store: a negative option: timeout %v, max in flight %d, max lease %d (zero: the default)", opts.Timeout, opts.MaxInFlight, opts.MaxLease)
+	case opts.GlobalEvery < 0 || opts.GlobalAllowance < 0 || opts.HomeReplicas < 0:
+		return nil, fmt.Errorf("redis store: a negative option: global every %v, global allowance %d, home replicas %d (zero: the default)", opts.GlobalEvery, opts.GlobalAllowance, opts.HomeReplicas)
+	case opts.GlobalAllowance > algo.MaxCount:
+		return nil, fmt.Errorf("redis store: global allowance %d exceeds %d (algo.MaxCount)", opts.GlobalAllowance, algo.MaxCount)
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = defaultTimeout
@@ -257,6 +298,15 @@ func newStore(opts Options) (*Store, error) {
 		}
 		s.leases = newLeaser(opts.LeaseFor, opts.MaxLease)
 		go s.sweep()
+	}
+	if opts.Home != nil {
+		s.globals = newGlobals(opts.Home, opts.GlobalEvery, opts.GlobalAllowance, opts.HomeReplicas)
+		s.globals.ownsHome = opts.ownsHome
+		if !opts.manualRefill {
+			go s.refill()
+		} else {
+			close(s.globals.done)
+		}
 	}
 	return s, nil
 }
@@ -326,6 +376,13 @@ func (s *Store) Close() error {
 		if s.leases != nil {
 			close(s.leases.stop) // gives every lease's units back
 			<-s.leases.done
+		}
+		if s.globals != nil {
+			close(s.globals.stop)
+			<-s.globals.done
+			if s.globals.ownsHome {
+				s.globals.home.Close()
+			}
 		}
 	})
 	<-s.done

@@ -24,10 +24,11 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 	// attempt even when another level denies it: such a decision goes to
 	// Redis.
 	// So must a decision that a level counts the denials of (a node's
-	// escalate of denials).
+	// escalate of denials), and one with a global limit, whose share a
+	// refill may grow at any moment (global.go).
 	cacheable := true
 	for i := range reqs {
-		cacheable = cacheable && reqs[i].Plan.DenialStands() && !reqs[i].WatchDenials
+		cacheable = cacheable && reqs[i].Plan.DenialStands() && !reqs[i].WatchDenials && !reqs[i].Global
 	}
 	hit := false
 	for i := range reqs {

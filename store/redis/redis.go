@@ -89,10 +89,25 @@ func (s *Store) DecideAll(ctx context.Context, reqs []store.Request, results []a
 
 // decide is DecideAll; with own, reqs is the store's own slice (Decide's),
 // which check may change in place rather than copy.
-func (s *Store) decide(ctx context.Context, reqs []store.Request, results []algo.Result, own bool) (bool, error) {
-	reqs, err := batch(reqs, results, own)
+func (s *Store) decide(ctx context.Context, orig []store.Request, results []algo.Result, own bool) (bool, error) {
+	reqs, err := batch(orig, results, own)
 	if err != nil {
 		return false, err
+	}
+	for i := range reqs {
+		if !reqs[i].Global {
+			continue
+		}
+		if s.globals == nil {
+			// No home: this store is its own, and decides the limit as
+			// any other.
+			if !own && &reqs[0] == &orig[0] {
+				reqs = slices.Clone(reqs)
+			}
+			reqs[i].Global = false
+		} else if err := s.global(&reqs[i]); err != nil {
+			return false, fmt.Errorf("request %d: %w", i, err)
+		}
 	}
 	if s.leases != nil {
 		for i := range reqs {
@@ -251,6 +266,9 @@ func appendLevel(args []string, b *binding, r store.Request) []string {
 	}
 	if peek {
 		flag += "p"
+	}
+	if r.Global { // a region's share of a global limit (global.go)
+		flag += "g"
 	}
 	args = append(args, b.letter, flag, "")
 	n := len(args)
