@@ -59,10 +59,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
@@ -162,14 +162,13 @@ type Middleware struct {
 	timeout time.Duration
 
 	storeErrors atomic.Uint64
-	logEvery    ratelog.Every // store errors: one line a second
-	waiting     atomic.Int64  // requests held for a delay now
-	maxWaiting  int64
+	logEvery    ratelog.Every // store errors of scripts and releases: one line a second
+	pipe        answer.Pipeline
 }
 
 // Waiting returns how many requests the Middleware holds for a policy's
 // delay now.
-func (l *Middleware) Waiting() int64 { return l.waiting.Load() }
+func (l *Middleware) Waiting() int64 { return l.pipe.Waiting.Load() }
 
 // New returns a Middleware that checks requests with c. It panics if c is nil.
 func New(c PathChecker, opts Options) *Middleware {
@@ -195,14 +194,39 @@ func (l *Middleware) setOptions(opts Options) {
 	if l.timeout <= 0 {
 		l.timeout = defaultTimeout
 	}
-	l.maxWaiting = int64(opts.MaxWaiting)
-	switch {
-	case opts.MaxWaiting == 0:
-		l.maxWaiting = defaultMaxWaiting
-	case opts.MaxWaiting < 0:
-		l.maxWaiting = 0
+	p := &l.pipe
+	p.Timeout, p.FailOpen, p.Log = l.timeout, opts.Failure == FailOpen, opts.Logger
+	p.MaxWaiting = int64(max(opts.MaxWaiting, 0))
+	if opts.MaxWaiting == 0 {
+		p.MaxWaiting = defaultMaxWaiting
+	}
+	p.Checker = pathDecider{l.checker}
+	if pc, ok := l.checker.(*policy.Checker); ok {
+		p.Checker = pc
+	}
+	if opts.OnDecision != nil {
+		p.Decided = func(c *answer.Call) { opts.OnDecision(c.Request, &c.Decision) }
 	}
 	l.opts = opts
+}
+
+// pathDecider is a PathChecker as the pipeline's checker: one path at its
+// cost, its slots taken when it is a SlotChecker, given back when it is
+// an Undoer.
+type pathDecider struct{ PathChecker }
+
+func (p pathDecider) Decide(ctx context.Context, q *policy.Query, d *policy.Decision) error {
+	if sh, ok := p.PathChecker.(SlotChecker); ok {
+		return sh.Acquire(ctx, q, 0, d)
+	}
+	return p.Check(ctx, q.Paths[0].Path, q.Paths[0].Cost, d)
+}
+
+func (p pathDecider) Undo(ctx context.Context, path []string, cost int64) error {
+	if u, ok := p.PathChecker.(Undoer); ok {
+		return u.Undo(ctx, path, cost)
+	}
+	return nil
 }
 
 // StoreErrors returns how many checks have failed since the Middleware was
@@ -217,148 +241,48 @@ func (l *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
 }
 
-// request is what a request needs that cannot be pooled, in one
-// allocation: the checker's context (which a misbehaving checker could keep)
-// and the backing array of the header values (which the response's header
-// map keeps).
-type request struct {
-	ctx   deadlineCtx
-	value [4]string
-}
-
-// scratch is what a request needs only during its check, pooled: the
-// Decision, whose Levels keep their capacity, and room for the path.
-type scratch struct {
-	d    policy.Decision
-	path [8]string
-	q    policy.Query // a SlotChecker's one-path query
-}
-
-// query returns the scratch's query of one path at cost, keeping the
-// capacity of its Hits.
-func (sc *scratch) query(path []string, cost int64) *policy.Query {
-	if len(sc.q.Paths) == 0 {
-		sc.q.Paths = make([]policy.PathQuery, 1)
-	}
-	pq := &sc.q.Paths[0]
-	*pq = policy.PathQuery{Path: path, Cost: cost, Match: policy.Match{Hits: pq.Match.Hits[:0]}}
-	return &sc.q
-}
-
-var scratches = sync.Pool{New: func() any { return new(scratch) }}
-
 func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	key, err := l.opts.Key(r)
 	if err != nil {
 		l.opts.OnBadRequest(w, r, err)
 		return
 	}
-	sc := scratches.Get().(*scratch)
-	path := sc.path[:0]
+	c := answer.Get("middleware")
+	defer c.Put()
+	pq := &c.SetPaths(1)[0]
 	if l.opts.Path != nil {
-		path = l.opts.Path(r, key, path)
+		pq.Path = l.opts.Path(r, key, c.Path[:0])
 	} else {
-		path = append(path, key)
+		pq.Path = append(c.Path[:0], key)
 	}
-	cost := int64(1)
+	c.Path, pq.Cost = pq.Path[:0], 1
 	if l.opts.Cost != nil {
-		cost = l.opts.Cost(r)
+		pq.Cost = l.opts.Cost(r)
 	}
-
-	// The pooled Levels still refer to an earlier request's keys until the
-	// checker overwrites them: bounded, and the pool is emptied by the GC.
-	d := &sc.d
-	*d = policy.Decision{Levels: d.Levels[:0]}
-	rq := new(request)
-	rq.ctx.init(r.Context(), l.timeout)
 	sh, holds := l.checker.(SlotChecker)
-	if holds {
-		err = sh.Acquire(&rq.ctx, sc.query(path, cost), 0, d)
-	} else {
-		err = l.checker.Check(&rq.ctx, path, cost, d)
-	}
-	rq.ctx.release()
-	if err != nil {
-		putScratch(sc)
-		l.failed(w, r, next, err)
-		return
-	}
-	if l.opts.OnDecision != nil {
-		l.opts.OnDecision(r, d)
-	}
-	if d.Allowed && d.Delay > 0 && !l.wait(r, path, cost, d) {
-		putScratch(sc)
-		return
-	}
-	l.setHeaders(w.Header(), d, &rq.value)
-	if !d.Allowed {
+	c.Request, c.Slots, c.Wait = r, holds, true
+	l.pipe.Answer(r.Context(), c)
+	switch d := &c.Decision; {
+	case c.Gone:
+	case c.Status == http.StatusBadRequest:
+		l.opts.OnBadRequest(w, r, c.Err)
+	case c.Failed:
+		l.storeFailed(w, r, next, c.Err)
+	case !d.Allowed:
+		c.SetHeader(w.Header(), l.opts.Headers == DraftHeaders, l.opts.Headers == LegacyHeaders)
 		l.opts.OnLimited(w, r, d)
-		putScratch(sc)
-		return
-	}
-	if holds && d.Permit != 0 {
-		h, hr := l.hold(r, sh, path, d)
-		putScratch(sc)
+	case holds && d.Permit != 0:
+		c.SetHeader(w.Header(), l.opts.Headers == DraftHeaders, l.opts.Headers == LegacyHeaders)
+		h, hr := l.hold(r, sh, pq.Path, d)
 		defer h.release(r) // also when next panics
 		next.ServeHTTP(w, hr)
-		return
-	}
-	putScratch(sc)
-	next.ServeHTTP(w, r)
-}
-
-// wait holds an allowed request for its decision's Delay. It reports
-// false when the client went away meanwhile (nothing is answered); when
-// MaxWaiting requests are already held it makes d a denial, to be retried
-// after the delay, and reports true. Either way the units go back (when
-// the checker is an Undoer).
-func (l *Middleware) wait(r *http.Request, path []string, cost int64, d *policy.Decision) bool {
-	if l.waiting.Add(1) > l.maxWaiting {
-		l.waiting.Add(-1)
-		l.undo(r, path, cost)
-		d.Withdraw()
-		return true
-	}
-	defer l.waiting.Add(-1)
-	t := time.NewTimer(d.Delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		l.undo(r, path, cost)
-		return false
+	default:
+		c.SetHeader(w.Header(), l.opts.Headers == DraftHeaders, l.opts.Headers == LegacyHeaders)
+		next.ServeHTTP(w, r)
 	}
 }
 
-// undo gives back an allowed check's units, within the check's timeout,
-// whether or not the client is still there.
-func (l *Middleware) undo(r *http.Request, path []string, cost int64) {
-	u, ok := l.checker.(Undoer)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout)
-	defer cancel()
-	if err := u.Undo(ctx, path, cost); err != nil {
-		l.logFailure(r, err)
-	}
-}
-
-func putScratch(sc *scratch) {
-	if cap(sc.d.Levels) > 64 {
-		return // an outsized decision: let it go
-	}
-	sc.path = [8]string{}
-	if len(sc.q.Paths) > 0 {
-		pq := &sc.q.Paths[0]
-		clear(pq.Match.Hits)
-		*pq = policy.PathQuery{Match: policy.Match{Hits: pq.Match.Hits[:0]}}
-	}
-	scratches.Put(sc)
-}
-
-// failed handles a failed check.
+// failed handles a failed script.
 func (l *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
 	if r.Context().Err() != nil {
 		return // the client is gone: nobody to answer
@@ -367,8 +291,13 @@ func (l *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 		l.opts.OnBadRequest(w, r, err)
 		return
 	}
-	l.storeErrors.Add(1)
 	l.logFailure(r, err)
+	l.storeFailed(w, r, next, err)
+}
+
+// storeFailed counts a failed check and answers it by Options.Failure.
+func (l *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	l.storeErrors.Add(1)
 	if l.opts.OnStoreError != nil {
 		l.opts.OnStoreError(r, err)
 	}

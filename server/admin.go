@@ -68,12 +68,19 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	b := new(batch)
-	if _, err := s.decidePath(r.Context(), s.checker.Decide, path, 0, b); err != nil {
+	d, err := s.peek(r.Context(), path)
+	if err != nil {
 		s.adminStoreError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewDecisionJSON(&b.d))
+	writeJSON(w, http.StatusOK, NewDecisionJSON(&d))
+}
+
+// peek decides path at cost 0: its levels' state, nothing consumed.
+func (s *Server) peek(ctx context.Context, path []string) (policy.Decision, error) {
+	var d policy.Decision
+	err := s.checker.Decide(ctx, &policy.Query{Paths: []policy.PathQuery{{Path: path}}}, &d)
+	return d, err
 }
 
 // handleReset serves DELETE /admin/v1/state: every limit of the path's
@@ -303,20 +310,18 @@ func (s *Server) handleChange(kind string) http.HandlerFunc {
 			writeProblem(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		ctx, cancel := s.storeCtx(r.Context())
-		defer cancel()
-		keys, err := s.checker.Change(ctx, time.Time{}, req.Path, ch)
+		keys, err := s.checker.Change(r.Context(), time.Time{}, req.Path, ch)
 		if err != nil {
 			s.adminStoreError(w, err)
 			return
 		}
-		b := new(batch)
-		if _, err := s.decidePath(r.Context(), s.checker.Decide, req.Path, 0, b); err != nil {
+		d, err := s.peek(r.Context(), req.Path)
+		if err != nil {
 			s.adminStoreError(w, err)
 			return
 		}
 		s.log.Info("admin "+kind, "path", req.Path, "keys", keys)
-		writeJSON(w, http.StatusOK, ChangeJSON{Changed: keys, State: NewDecisionJSON(&b.d)})
+		writeJSON(w, http.StatusOK, ChangeJSON{Changed: keys, State: NewDecisionJSON(&d)})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sluicehq/sluice/answer"
 	"io"
 	"log/slog"
 	"net/http"
@@ -99,14 +100,17 @@ func BenchmarkDecidePath(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				bt := new(batch)
 				path := []string{"user", "", "trade"}
 				for pb.Next() {
 					path[1] = strconv.Itoa(int(n.Add(1) % 1000))
-					if _, err := s.decidePath(context.Background(), s.checker.Decide, path, 1, bt); err != nil {
-						b.Fatal(err)
+					c := answer.Get("http")
+					pq := &c.SetPaths(1)[0]
+					pq.Path, pq.Cost = path, 1
+					if s.pipe.Answer(context.Background(), c); c.Err != nil {
+						b.Fatal(c.Err)
 					}
-					bt.buf = appendDecisionJSON(bt.buf[:0], &bt.d, "")
+					c.Buf = appendDecisionJSON(c.Buf[:0], &c.Decision, "")
+					c.Put()
 				}
 			})
 		})

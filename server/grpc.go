@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 	"math"
-	"slices"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/headers"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -57,10 +57,9 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	s := g.s
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	b := batchPool.Get().(*batch)
-	defer batchPool.Put(b)
-	q, neg, own, err := readRequest(req, b)
-	if err != nil {
+	c := answer.Get("grpc")
+	defer c.Put()
+	if err := readRequest(req, c); err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
 	}
@@ -69,102 +68,93 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		// then lets the request through or not by its failure_mode_deny.
 		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded: "+*why)
 	}
-	if err := ctx.Err(); err != nil {
-		// The caller has gone: decide nothing it would not hear of.
-		return nil, status.FromContextError(err).Err()
-	}
-	if neg != 0 {
-		return g.negativeHits(ctx, q, neg, own)
-	}
-	start := time.Now()
-	sctx, cancel := s.storeCtx(ctx)
-	err = s.checker.DecideStarts(sctx, q, &b.d, own)
-	cancel()
-	s.m.grpcDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		return g.failed(ctx, err, len(req.Descriptors))
-	}
-	s.noteUnmatched(q)
-	if b.d.Allowed && b.d.Delay > 0 && !s.hold(ctx, "grpc", q, &b.d) && ctx.Err() != nil {
+	c.Wait = c.Ends == 0
+	s.pipe.Answer(ctx, c)
+	s.observe(c)
+	switch {
+	case c.Gone:
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case c.Status == http.StatusBadRequest:
+		return nil, status.Error(codes.InvalidArgument, c.Err.Error())
 	}
-	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
-	if !b.d.Allowed {
+	return g.response(ctx, c), nil
+}
+
+// response is the answer of a decided call: each descriptor's status
+// (OK for one given back or settled), the quota a proxy asked for, and
+// the RateLimit fields; when the store failed, every descriptor OK (fail
+// open) or OVER_LIMIT (fail closed).
+func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.RateLimitResponse {
+	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(c.Query.Paths))}
+	if !c.Decision.Allowed {
 		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 	}
-	denyUnmatched := s.current.Load().DenyUnmatched()
-	for i := range q.Paths {
-		resp.Statuses[i] = descriptorStatus(&q.Paths[i], denyUnmatched)
-	}
-	s.m.grpcChecks.count(&b.d)
-	if resp.OverallCode == rlv3.RateLimitResponse_OK {
-		if units := quotaAsked(ctx); units > 0 {
-			resp.Quota = g.quota(ctx, q, units)
+	denyUnmatched := g.s.current.Load().DenyUnmatched()
+	for i := range c.Query.Paths {
+		switch {
+		case c.Failed:
+			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: resp.OverallCode}
+		case c.Ends&(1<<i) != 0:
+			resp.Statuses[i] = descriptorStatus(&c.Query.Paths[i], false)
+			resp.Statuses[i].Code = rlv3.RateLimitResponse_OK
+		case c.Settled&(1<<i) != 0:
+			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
+		default:
+			resp.Statuses[i] = descriptorStatus(&c.Query.Paths[i], denyUnmatched)
 		}
 	}
-	s.countLevels(b.d.Levels)
-	s.countSlots("grpc", algo.Acquire, &b.d)
-	b.buf = addHeaders(resp, &b.d, b.buf)
-	return resp, nil
-}
-
-// failed answers a request of n descriptors whose decision failed: a bad
-// request is InvalidArgument, a caller gone its context's status, and a
-// store failure the on_store_error answer.
-func (g *rateLimitService) failed(ctx context.Context, err error, n int) (*rlv3.RateLimitResponse, error) {
-	s := g.s
-	switch {
-	case isBadRequest(err):
-		s.m.badRequests.WithLabelValues("grpc").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case ctx.Err() != nil:
-		return nil, status.FromContextError(ctx.Err()).Err()
+	if resp.OverallCode == rlv3.RateLimitResponse_OK && !c.Failed && c.Ends == 0 {
+		if units := quotaAsked(ctx); units > 0 {
+			resp.Quota = g.quota(ctx, &c.Query, units)
+		}
 	}
-	s.storeFailed("grpc", err)
-	return g.storeErrorResponse(n), nil
+	c.Header(func(name, value string) {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: name, Value: value})
+	})
+	return resp
 }
 
-// readRequest checks an RLS request and reads it into b's query: one
+// readRequest checks an RLS request and reads it into c's query: one
 // exact path per descriptor (domain, then each entry's key and value), at
 // the descriptor's hits_addend or else the request's (at least 1). Bit i
-// of neg is set for descriptor i with is_negative_hits, and of own for
-// descriptor i with a hits_addend of its own (Envoy's rate_limits entry
-// with hits_addend: a start whose end may give it back). The error is an
-// InvalidArgument status.
-func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg, own uint64, err error) {
+// of c.Ends is set for descriptor i with is_negative_hits, and of
+// c.Starts for descriptor i with a hits_addend of its own (Envoy's
+// rate_limits entry with hits_addend: a start whose end may give it
+// back). The error is an InvalidArgument status.
+func readRequest(req *rlv3.RateLimitRequest, c *answer.Call) error {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
-		return nil, 0, 0, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	case n == 0:
-		return nil, 0, 0, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	case n > maxDescriptors:
-		return nil, 0, 0, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
+		return status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
 	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
-	q = b.query(len(req.Descriptors))
+	pqs := c.SetPaths(len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		if n := len(d.GetEntries()); n > maxEntries {
-			return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
 		}
 		if d.GetIsNegativeHits() {
-			neg |= 1 << i
+			c.Ends |= 1 << i
 		}
 		cost := reqCost
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
-				return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
+				return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
 			}
 			cost = int64(h.GetValue())
-			own |= 1 << i
+			c.Starts |= 1 << i
 		}
-		pq := &q.Paths[i]
+		pq := &pqs[i]
 		pq.Cost, pq.Exact = cost, true
 		if o := d.GetLimit(); o != nil {
 			// A per-request limit, honoured where the node says
 			// request_limit (policy.PathQuery.Limit).
 			window, ok := overrideUnits[o.GetUnit()]
 			if !ok || o.GetRequestsPerUnit() == 0 {
-				return nil, 0, 0, status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
+				return status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
 			}
 			pq.Limit = &algo.FixedWindow{Count: int64(o.GetRequestsPerUnit()), Window: window}
 		}
@@ -172,142 +162,7 @@ func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, neg, ow
 			pq.Path = descriptorPath(req.Domain, d.Entries)
 		}
 	}
-	return q, neg, own, nil
-}
-
-// negativeHits answers a request with descriptors that carry
-// is_negative_hits (bit i of neg for descriptor i): Envoy sends them when
-// a stream ends (apply_on_stream_done), to give back what the same
-// descriptors took when it began: their concurrency limits free
-// hits_addend slots taken for no permit (algo.Concurrency: a release
-// without a permit id), the earliest hold first, and their rate limits get
-// back what the stream's start took, if it took it (policy.Checker.
-// SettleOldest: the oldest ticket an admitted start of the same descriptor
-// and hits_addend opened, given back only where that start counted it;
-// with no ticket, nothing).
-//
-// A descriptor given back and another one with the same entries charged in
-// the same request are a settle: the estimate taken when the stream began
-// given back and its real cost charged, as one change of their difference
-// on the rate limits (a reward of what the estimate took beyond the cost,
-// or a penalty of the excess, past the limit if need be), so that the
-// charge is neither lost nor admitted beyond the limit in between; with
-// no ticket (the start was denied or never decided, or another end took
-// its ticket) the cost is recorded in full: what was used is never lost. The other descriptors are
-// decided as in any request (starts, with own for their tickets), all or
-// nothing among them, and the changes happen whatever that decision is.
-// A descriptor given back or settled has status OK, with its slots left.
-func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, neg, own uint64) (*rlv3.RateLimitResponse, error) {
-	s := g.s
-	// rel: every descriptor given back (its slots released); pos: the
-	// charges decided (posOwn: those with their own hits_addend); ends:
-	// the ends to settle; over: the excesses of ends with no ticket.
-	rel, pos, over := &policy.Query{}, &policy.Query{}, &policy.Query{}
-	var posOwn uint64
-	type end struct {
-		path           []string
-		estimate, cost int64
-	}
-	var ends []end
-	settled := uint64(0) // bit i: descriptor i is a charge of a settle
-	for i := range q.Paths {
-		if neg&(1<<i) != 0 {
-			rel.Paths = append(rel.Paths, q.Paths[i])
-		}
-	}
-	paired := make([]bool, len(rel.Paths))
-	for i := range q.Paths {
-		if neg&(1<<i) != 0 {
-			continue
-		}
-		pq := q.Paths[i]
-		k := slices.IndexFunc(rel.Paths, func(r policy.PathQuery) bool { return slices.Equal(r.Path, pq.Path) })
-		for k >= 0 && paired[k] {
-			next := slices.IndexFunc(rel.Paths[k+1:], func(r policy.PathQuery) bool { return slices.Equal(r.Path, pq.Path) })
-			if next < 0 {
-				k = -1
-			} else {
-				k += 1 + next
-			}
-		}
-		if k < 0 || pq.Path == nil {
-			if own&(1<<i) != 0 {
-				posOwn |= 1 << len(pos.Paths)
-			}
-			pos.Paths = append(pos.Paths, pq)
-			continue
-		}
-		paired[k], settled = true, settled|1<<i
-		ends = append(ends, end{pq.Path, rel.Paths[k].Cost, pq.Cost})
-	}
-	for k := range rel.Paths {
-		if !paired[k] && rel.Paths[k].Path != nil {
-			ends = append(ends, end{rel.Paths[k].Path, rel.Paths[k].Cost, 0})
-		}
-	}
-	var relD, posD policy.Decision
-	sctx, cancel := s.storeCtx(ctx)
-	defer cancel()
-	start := time.Now()
-	// Slots are released first, so that a stream starting in the same
-	// request may take one.
-	err := s.checker.Release(sctx, rel, 0, &relD)
-	if err == nil && len(pos.Paths) > 0 {
-		err = s.checker.DecideStarts(sctx, pos, &posD, posOwn)
-	}
-	for _, e := range ends {
-		if err != nil {
-			break
-		}
-		var ok bool
-		if ok, err = s.checker.SettleOldest(sctx, time.Time{}, e.path, e.estimate, e.cost); err == nil && !ok && e.cost > 0 {
-			over.Paths = append(over.Paths, policy.PathQuery{Path: e.path, Exact: true, Cost: e.cost})
-		}
-	}
-	if err == nil {
-		err = s.checker.Adjust(sctx, over, algo.Penalize)
-	}
-	s.m.grpcDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		return g.failed(ctx, err, len(q.Paths))
-	}
-	s.countSlots("grpc", algo.Release, &relD)
-	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
-	if len(pos.Paths) > 0 {
-		s.noteUnmatched(pos)
-		s.countLevels(posD.Levels)
-		if posD.Permit == 0 && posD.Allowed {
-			s.countSlots("grpc", algo.Acquire, &posD)
-		}
-		if !posD.Allowed {
-			resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
-		}
-	}
-	switch {
-	case resp.OverallCode == rlv3.RateLimitResponse_OK:
-		s.m.grpcChecks.allowed.Inc()
-	case len(pos.Paths) > 0 && onlyOwed(&posD):
-		s.m.grpcChecks.debtRecorded.Inc()
-	default:
-		s.m.grpcChecks.limited.Inc()
-	}
-	denyUnmatched := s.current.Load().DenyUnmatched()
-	r, p := 0, 0
-	for i := range q.Paths {
-		switch {
-		case neg&(1<<i) != 0:
-			resp.Statuses[i] = descriptorStatus(&rel.Paths[r], false)
-			resp.Statuses[i].Code = rlv3.RateLimitResponse_OK
-			r++
-		case settled&(1<<i) != 0:
-			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
-		default:
-			resp.Statuses[i] = descriptorStatus(&pos.Paths[p], denyUnmatched)
-			p++
-		}
-	}
-	addHeaders(resp, &posD, nil)
-	return resp, nil
+	return nil
 }
 
 // descriptorStatus is a decided path's answer: OK or OVER_LIMIT, with the
@@ -358,8 +213,8 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitR
 // gives for q (Server.grant), or nil. A failed grant is logged: the check
 // itself stands.
 func (g *rateLimitService) quota(ctx context.Context, q *policy.Query, units int64) *rlv3.RateLimitResponse_Quota {
-	sctx, cancel := g.s.storeCtx(ctx)
-	gr, err := g.s.grant(sctx, q, units)
+	gctx, cancel := context.WithTimeout(ctx, g.s.timeout)
+	gr, err := g.s.grant(gctx, q, units)
 	cancel()
 	if err != nil {
 		g.s.log.Warn("quota grant failed", "err", err)
@@ -371,26 +226,6 @@ func (g *rateLimitService) quota(ctx context.Context, q *policy.Query, units int
 	g.s.m.quotaGranted.Add(float64(gr.Units))
 	return &rlv3.RateLimitResponse_Quota{Requests: uint32(gr.Units),
 		ExpirationSpecifier: &rlv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(gr.Until)}}
-}
-
-// addHeaders adds the RateLimit fields of the decision's enforced levels
-// to resp, and for a denial its Retry-After (the decision's Summary, as
-// the HTTP answer has it; none when it can never be admitted), built in
-// buf, which it returns for reuse.
-func addHeaders(resp *rlv3.RateLimitResponse, d *policy.Decision, buf []byte) []byte {
-	fields, end := headers.AppendDraftFields(buf[:0], d.Levels)
-	if end > 0 {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: headers.Policy, Value: string(fields[:end])},
-			&corev3.HeaderValue{Key: headers.RateLimit, Value: string(fields[end:])})
-	}
-	if resp.OverallCode == rlv3.RateLimitResponse_OVER_LIMIT {
-		if secs, ok := headers.RetryAfterSeconds(d.Summary); ok {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
-		}
-	}
-	return fields[:0]
 }
 
 // quotaHeader is the gRPC request metadata by which a client asks for
@@ -426,23 +261,6 @@ func quotaAsked(ctx context.Context) int64 {
 		return 0
 	}
 	return n // the store grants at most its own bound
-}
-
-// storeErrorResponse is the answer when the store failed: every
-// descriptor OK (fail open) or OVER_LIMIT (fail closed).
-func (g *rateLimitService) storeErrorResponse(n int) *rlv3.RateLimitResponse {
-	code := rlv3.RateLimitResponse_OK
-	if g.s.failOpen {
-		g.s.m.grpcChecks.errAllowed.Inc()
-	} else {
-		code = rlv3.RateLimitResponse_OVER_LIMIT
-		g.s.m.grpcChecks.errDenied.Inc()
-	}
-	resp := &rlv3.RateLimitResponse{OverallCode: code, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, n)}
-	for i := range resp.Statuses {
-		resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: code}
-	}
-	return resp
 }
 
 // envoyUnits are Envoy's units with their lengths, as Envoy's rate limit

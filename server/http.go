@@ -7,17 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/headers"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/internal/jsonenc"
-	"github.com/sluicehq/sluice/internal/problem"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -96,184 +92,97 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	b := batchPool.Get().(*batch)
-	defer batchPool.Put(b)
-
-	body, ok := s.readBodyOrRefuse(w, r, b.body[:0])
-	b.body = body[:0]
+	c := answer.Get("http")
+	defer c.Put()
+	meta, ok := s.readCheck(w, r, c)
 	if !ok {
 		return
 	}
+	s.pipe.Answer(r.Context(), c)
+	s.observe(c)
+	switch {
+	case c.Gone:
+		return
+	case c.Status == http.StatusBadRequest:
+		writeProblem(w, c.Status, c.Err.Error())
+		return
+	case len(meta) > 0 && c.Decision.Allowed && !c.Failed:
+		for i := range c.Query.Paths {
+			if pq := &c.Query.Paths[i]; pq.Cost > 0 {
+				s.consumers.record(pq.Match.Hits, pq.Cost, meta)
+			}
+		}
+	}
+	s.writeCheck(w, c)
+}
+
+// readCheck decodes a check's body into c: its query, and what it does
+// beside deciding; and returns its meta. A body that cannot be read or is
+// bad is refused here (ok false).
+func (s *Server) readCheck(w http.ResponseWriter, r *http.Request, c *answer.Call) (meta json.RawMessage, ok bool) {
+	body, ok := s.readBodyOrRefuse(w, r, c.Body[:0])
+	c.Body = body[:0]
+	if !ok {
+		return nil, false
+	}
 	var req checkRequest
-	path, cost, hasCost, fast := parseCheckFast(body, b.path[:0])
-	b.path = path[:0]
+	cost := int64(1)
+	path, n, hasCost, fast := parseCheckFast(body, c.Path[:0])
+	c.Path = path[:0]
 	if fast {
 		req.Path = path
-		if !hasCost {
-			cost = 1
+		if hasCost {
+			cost = n
 		}
 	} else {
 		var err error
 		if req, err = parseCheckRequest(body); err != nil {
-			s.m.badRequests.WithLabelValues("http").Inc()
-			writeProblem(w, http.StatusBadRequest, err.Error())
-			return
+			s.badRequest(w, err)
+			return nil, false
 		}
-		cost = 1
 		if req.Cost != nil {
 			cost = *req.Cost
 		}
 	}
-	if r.Context().Err() != nil {
-		return // the client has gone: decide nothing it would not hear of
+	pqs := c.SetPaths(max(len(req.Paths), 1))
+	for i := range pqs {
+		pqs[i].Path, pqs[i].Cost, pqs[i].Limit = req.Path, cost, req.limit
+		if req.Paths != nil {
+			pqs[i].Path = req.Paths[i]
+		}
+		if req.Costs != nil {
+			pqs[i].Cost = req.Costs[i]
+		}
+		// A check that takes slots takes them under a new permit id,
+		// which the answer gives for /v1/renew and /v1/release.
+		c.Slots = c.Slots || pqs[i].Cost > 0
 	}
-	start := time.Now()
-	// A check that takes slots takes them under a new permit id, which
-	// the answer gives for /v1/renew and /v1/release.
-	verb := s.checker.Decide
-	if cost > 0 || slices.ContainsFunc(req.Costs, func(c int64) bool { return c > 0 }) {
-		verb = s.acquire
-	}
-	var settleID string
-	if req.within > 0 {
-		verb = func(ctx context.Context, q *policy.Query, d *policy.Decision) (err error) {
-			settleID, err = s.checker.Estimate(ctx, q, d, req.within)
-			return err
-		}
-	}
-	var err error
-	switch {
-	case req.Paths == nil && req.limit == nil:
-		_, err = s.decidePath(r.Context(), verb, req.Path, cost, b)
-	default:
-		paths := req.Paths
-		if paths == nil {
-			paths = [][]string{req.Path}
-		}
-		q := b.query(len(paths))
-		for i := range q.Paths {
-			q.Paths[i].Path, q.Paths[i].Cost, q.Paths[i].Limit = paths[i], cost, req.limit
-			if req.Costs != nil {
-				q.Paths[i].Cost = req.Costs[i]
-			}
-		}
-		err = s.decideQuery(r.Context(), verb, q, b)
-	}
-	pqs := b.q.Paths
-	s.m.httpDuration.Observe(time.Since(start).Seconds())
-	if err == nil {
-		s.noteUnmatched(&b.q)
-	}
-	storeErr := ""
-	if err != nil {
-		if isBadRequest(err) {
-			s.m.badRequests.WithLabelValues("http").Inc()
-			writeProblem(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if r.Context().Err() != nil {
-			return // the client has gone
-		}
-		s.storeFailed("http", err)
-		storeErr = "store unavailable: " + err.Error()
-		matched := true
-		for i := range pqs {
-			matched = matched && !pqs[i].Match.Unmatched
-		}
-		b.d = policy.Decision{Levels: b.d.Levels[:0], Matched: matched, Allowed: s.failOpen}
-		b.d.Summary.Allowed = s.failOpen
-		if s.failOpen {
-			s.m.httpChecks.errAllowed.Inc()
-		} else {
-			b.d.Summary.RetryAfter = time.Second
-			s.m.httpChecks.errDenied.Inc()
-		}
-	} else {
-		s.countLevels(b.d.Levels)
-		if b.d.Permit != 0 {
-			s.countSlots("http", algo.Acquire, &b.d)
-		}
-		s.m.httpChecks.count(&b.d)
-		if len(req.Meta) > 0 && b.d.Allowed {
-			for i := range pqs {
-				if c := pqs[i].Cost; c > 0 {
-					s.consumers.record(pqs[i].Match.Hits, c, req.Meta)
-				}
-			}
-		}
-	}
+	c.Within = req.within
+	return req.Meta, true
+}
 
+// writeCheck answers a check: its status, the header fields and the
+// decision's JSON.
+func (s *Server) writeCheck(w http.ResponseWriter, c *answer.Call) {
 	h := w.Header()
 	h["Content-Type"] = contentTypeJSON
-	status := s.addDecisionHeaders(h, b, storeErr != "")
-	out := appendDecisionJSON(b.buf[:0], &b.d, storeErr)
-	if settleID != "" {
+	c.SetHeader(h, s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
+	storeErr := ""
+	if c.Failed {
+		storeErr = "store unavailable: " + c.Err.Error()
+	}
+	out := appendDecisionJSON(c.Buf[:0], &c.Decision, storeErr)
+	if c.SettleID != "" {
 		out = append(out[:len(out)-1], `,"settle_id":`...)
-		out = append(jsonenc.AppendString(out, settleID), '}')
+		out = append(jsonenc.AppendString(out, c.SettleID), '}')
 	}
 	out = append(out, '\n')
-	b.buf = out[:0]
+	c.Buf = out[:0]
 	if len(out) > 2048 { // past what net/http measures by itself
 		h["Content-Length"] = []string{strconv.Itoa(len(out))}
 	}
-	w.WriteHeader(status)
+	w.WriteHeader(c.Status)
 	w.Write(out)
-	b.hdr = [3]string{}
-}
-
-// addDecisionHeaders sets the RateLimit fields of the decision in b (none
-// when the store failed), and Retry-After when it denies, and returns the
-// answer's status. Header values live in b.hdr: WriteHeader copies them
-// before the batch goes back to the pool, and the caller empties b.hdr
-// then.
-func (s *Server) addDecisionHeaders(h http.Header, b *batch, storeFailed bool) int {
-	if !storeFailed && s.cfg.Headers != "legacy" {
-		fields, end := headers.AppendDraftFields(b.buf[:0], b.d.Levels)
-		b.buf = fields[:0]
-		if end > 0 {
-			both := string(fields) // one allocation for both values
-			b.hdr[0], b.hdr[1] = both[:end], both[end:]
-			h[hdrPolicy] = b.hdr[0:1:1]
-			h[hdrRateLimit] = b.hdr[1:2:2]
-		}
-	}
-	if !storeFailed && s.cfg.Headers != "draft" && len(b.d.Levels) > 0 {
-		// The older X-RateLimit-* fields, as the middleware's
-		// LegacyHeaders writes them: the summary's limit, remaining, and
-		// seconds until it is full (until Retry-After when denied).
-		sum := b.d.Summary
-		reset := headers.CeilSeconds(sum.ResetAfter)
-		if !b.d.Allowed && sum.RetryAfter > 0 {
-			reset = headers.RetrySeconds(sum.RetryAfter)
-		}
-		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(sum.Quota, 10)}
-		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(max(sum.Remaining, 0), 10)}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
-	}
-	status := answerStatus(&b.d, storeFailed)
-	if status != http.StatusOK && status != http.StatusForbidden {
-		if secs, ok := headers.RetryAfterSeconds(b.d.Summary); ok {
-			b.hdr[2] = strconv.FormatInt(secs, 10)
-			h["Retry-After"] = b.hdr[2:3:3]
-		}
-	}
-	return status
-}
-
-// Canonical header names, so that the hot path assigns map entries
-// without canonicalizing.
-const (
-	hdrPolicy    = "Ratelimit-Policy"
-	hdrRateLimit = "Ratelimit"
-)
-
-// answerStatus is the HTTP status of a check: problem.Status, or 503
-// when the store failed and on_store_error is deny (Retry-After: 1).
-func answerStatus(d *policy.Decision, storeFailed bool) int {
-	if !d.Allowed && storeFailed {
-		return http.StatusServiceUnavailable
-	}
-	return problem.Status(d)
 }
 
 // contentTypeJSON is shared by every answer: net/http only reads it.
@@ -329,7 +238,7 @@ func readBody(r *http.Request, buf []byte) ([]byte, error) {
 
 // writeProblem answers status with an about:blank problem details body.
 func writeProblem(w http.ResponseWriter, status int, detail string) {
-	problem.Write(w, status, "", "", detail, nil)
+	answer.WriteProblem(w, status, "", "", detail, nil)
 }
 
 // writeJSON answers status with v as JSON on one line, the style of every

@@ -55,9 +55,7 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 	if req.Cost != nil {
 		costs = []int64{*req.Cost}
 	}
-	ctx, cancel := s.storeCtx(r.Context())
-	defer cancel()
-	settled, err := s.checker.Settle(ctx, time.Time{}, req.SettleID, costs...)
+	settled, err := s.checker.Settle(r.Context(), time.Time{}, req.SettleID, costs...)
 	switch {
 	case isBadRequest(err):
 		s.badRequest(w, err)

@@ -1,12 +1,12 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -69,27 +69,29 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 			s.badRequest(w, err)
 			return
 		}
-		b := new(batch)
-		if _, err := s.decidePath(r.Context(), slotVerb(s.checker, op, permit), path, 0, b); err != nil {
-			s.slotFailed(w, err)
+		c := answer.Get("http")
+		defer c.Put()
+		c.SetPaths(1)[0].Path = path
+		c.Slots, c.Slot, c.Permit = true, op, permit
+		if !s.answerSlots(w, r, c) {
 			return
 		}
-		if !hasSlotLevel(&b.d) {
+		if !hasSlotLevel(&c.Decision) {
 			s.badRequest(w, errors.New("the path has no concurrency limit: nothing holds slots there"))
 			return
 		}
-		s.countSlots("http", op, &b.d)
-		out := NewDecisionJSON(&b.d)
+		s.countSlots("http", op, &c.Decision)
+		out := NewDecisionJSON(&c.Decision)
 		if op == algo.Release {
-			freed := slotUnits(&b.d) > 0
+			freed := slotUnits(&c.Decision) > 0
 			out.Released = &freed
 		}
-		status := s.addDecisionHeaders(w.Header(), b, false)
-		if op == algo.Renew && !b.d.Allowed {
+		c.SetHeader(w.Header(), s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
+		if op == algo.Renew && !c.Decision.Allowed {
 			writeProblem(w, http.StatusNotFound, "permit "+strconv.FormatInt(permit, 10)+" holds no slot on this path: it was released, its hold ended, or it was never acquired; acquire anew with POST /v1/check")
 			return
 		}
-		writeJSON(w, status, out)
+		writeJSON(w, c.Status, out)
 	}
 }
 
@@ -127,16 +129,23 @@ func (s *Server) badRequest(w http.ResponseWriter, err error) {
 	writeProblem(w, http.StatusBadRequest, err.Error())
 }
 
-// slotFailed answers a slot request whose decision failed: 400 when the
-// request was bad, else 503 with Retry-After (the store failed).
-func (s *Server) slotFailed(w http.ResponseWriter, err error) {
-	if isBadRequest(err) {
-		s.badRequest(w, err)
-		return
+// answerSlots answers a slot call, or refuses it when its decision
+// failed (false): 400 when the request was bad, else 503 with
+// Retry-After (the store failed).
+func (s *Server) answerSlots(w http.ResponseWriter, r *http.Request, c *answer.Call) bool {
+	s.pipe.Answer(r.Context(), c)
+	switch {
+	case c.Gone:
+		return false
+	case c.Status == http.StatusBadRequest:
+		s.badRequest(w, c.Err)
+		return false
+	case c.Failed:
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+c.Err.Error())
+		return false
 	}
-	s.storeFailed("http", err)
-	w.Header().Set("Retry-After", "1")
-	writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+	return true
 }
 
 // countSlots counts a decision's slot units in the metrics.
@@ -188,19 +197,21 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
-	b := new(batch)
-	if _, err := s.decidePath(r.Context(), s.acquire, req.Path, cost, b); err != nil {
-		s.slotFailed(w, err)
+	c := answer.Get("http")
+	defer c.Put()
+	pq := &c.SetPaths(1)[0]
+	pq.Path, pq.Cost, c.Slots = req.Path, cost, true
+	if !s.answerSlots(w, r, c) {
 		return
 	}
-	if !hasSlotLevel(&b.d) { // the policy was reloaded between
+	if !hasSlotLevel(&c.Decision) { // the policy was reloaded between
 		s.badRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
-	s.countLevels(b.d.Levels)
-	s.countSlots("http", algo.Acquire, &b.d)
-	status := s.addDecisionHeaders(w.Header(), b, false)
-	writeJSON(w, status, NewDecisionJSON(&b.d))
+	s.countLevels(c.Decision.Levels)
+	s.countSlots("http", algo.Acquire, &c.Decision)
+	c.SetHeader(w.Header(), s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
+	writeJSON(w, c.Status, NewDecisionJSON(&c.Decision))
 }
 
 // mayHoldSlots reports whether path hits a concurrency limit, or a list
@@ -219,20 +230,4 @@ func (s *Server) mayHoldSlots(path []string) bool {
 		}
 	}
 	return false
-}
-
-// acquire is the checker's Acquire under a new permit id, as a verb of
-// decidePath.
-func (s *Server) acquire(ctx context.Context, q *policy.Query, d *policy.Decision) error {
-	return s.checker.Acquire(ctx, q, 0, d)
-}
-
-// slotVerb returns the checker's Renew or Release of permit, as a verb of
-// decidePath.
-func slotVerb(c *policy.Checker, op algo.SlotOp, permit int64) func(context.Context, *policy.Query, *policy.Decision) error {
-	verb := c.Release
-	if op == algo.Renew {
-		verb = c.Renew
-	}
-	return func(ctx context.Context, q *policy.Query, d *policy.Decision) error { return verb(ctx, q, permit, d) }
 }

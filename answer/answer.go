@@ -1,0 +1,340 @@
+// Package answer answers a call to decide, whichever front end decoded
+// it: the httplimit middleware, and the service's HTTP check,
+// forward-auth and Envoy's gRPC. Each is a codec around one Pipeline:
+// it decodes its call into a Call, has the Pipeline answer it, and
+// encodes the answer. The Pipeline sets the store's deadline (once per
+// call), asks policy, applies on_store_error to a store failure (counted
+// and logged once), holds a call for a policy's delay and gives its
+// units back when it cannot wait, and fills in the status; the Call
+// writes the RateLimit fields, Retry-After and the problem+json bodies.
+package answer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/ratelog"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
+)
+
+// A Pipeline answers calls; it is safe for concurrent use.
+type Pipeline struct {
+	// Checker decides: a *policy.Checker, or any checker of the
+	// middleware's.
+	Checker interface {
+		Decide(ctx context.Context, q *policy.Query, d *policy.Decision) error
+	}
+	// Timeout bounds each decision, store round trip included, from the
+	// checker's first look at its context (deadlineCtx); a context's
+	// earlier deadline comes first.
+	Timeout time.Duration
+	// FailOpen is what a store failure answers: allowed, without
+	// RateLimit fields (true), or 503 with Retry-After: 1.
+	FailOpen bool
+	// MaxWaiting bounds the calls held at once for a policy's delay
+	// (Call.Wait): the next is answered at once as denied, its units
+	// given back.
+	MaxWaiting int64
+	// Log receives store failures, at most a line a second; nil is
+	// slog.Default().
+	Log *slog.Logger
+	// StoreFailed, if set, is told of each store failure, the decision's
+	// or a give-back's: a place to count them.
+	StoreFailed func(c *Call, err error)
+	// Decided, if set, is told of each decision the store made, before
+	// any wait for its delay.
+	Decided func(c *Call)
+	// Delayed, if set, is told of each call a delay holds, or (refused)
+	// would have held beyond MaxWaiting.
+	Delayed func(c *Call, refused bool)
+	// Waiting counts the calls held for a delay now.
+	Waiting atomic.Int64
+
+	errLog ratelog.Every
+}
+
+// A Call is one call to decide, as a front end decoded it, and its
+// answer. Get one from Get and give it back with Put: its buffers are
+// reused.
+type Call struct {
+	// API names the front end, for metrics and logs: "http", "grpc",
+	// "forward_auth", "middleware".
+	API string
+	// Query holds the paths to decide together, all or nothing.
+	Query policy.Query
+	// What the call does beside deciding (policy's one verb will carry
+	// them in the Query): Slots, with Slot and Permit, takes (a new
+	// permit when Permit is 0), renews or releases slots; Within makes
+	// the costs an estimate settled later (SettleID); Starts (bit i: path
+	// i) are gRPC descriptors whose end may give back what they take, and
+	// Ends those that give back (Envoy's is_negative_hits: see settleEnds).
+	Slots  bool
+	Slot   algo.SlotOp
+	Permit int64
+	Within time.Duration
+	Starts uint64
+	Ends   uint64
+	// Wait: the caller waits out a policy's delay here before it is
+	// answered allowed (gRPC, forward-auth, the middleware); else the
+	// answer carries the delay (the HTTP check's delay_ns).
+	Wait bool
+	// Request is the middleware's request: the line logged if the store
+	// fails names its method and path.
+	Request *http.Request
+
+	// The answer. Decision is the policy's, or on_store_error's when the
+	// store failed (Failed, Err); Err is also a bad request's error
+	// (Status 400). Gone: the caller went away, and is answered nothing.
+	Decision policy.Decision
+	Status   int
+	Err      error
+	Failed   bool
+	Gone     bool
+	// Took is how long the decision took.
+	Took time.Duration
+	// SettleID is an estimate's id (Within).
+	SettleID string
+	// Returned is the decision of the paths Ends gave back (their slots
+	// released), and Settled (bit i) the descriptors that were the real
+	// cost of an end.
+	Returned policy.Decision
+	Settled  uint64
+
+	// Scratch the front ends reuse: a buffer, the body, a path and
+	// several paths, a URI's segments.
+	Buf   []byte
+	Body  []byte
+	Path  []string
+	Paths [][]string
+	Segs  []string
+
+	path [8]string
+	one  [1]policy.PathQuery
+	own  *owned
+}
+
+// owned is what a call needs that cannot be pooled, in one allocation:
+// the checker's context (which a misbehaving checker could keep), and the
+// backing array of the header values (which the answer's header map
+// keeps, and the middleware's next handler with it).
+type owned struct {
+	ctx  deadlineCtx
+	vals [6]string
+}
+
+var calls = sync.Pool{New: func() any { return new(Call) }}
+
+// Get returns an empty Call of api; its Path has room for 8 segments.
+func Get(api string) *Call {
+	c := calls.Get().(*Call)
+	c.API = api
+	if c.Path == nil {
+		c.Path = c.path[:0]
+	}
+	return c
+}
+
+// Put gives c back for reuse; nothing of it may be used after.
+func (c *Call) Put() {
+	if cap(c.Decision.Levels) > 64 {
+		return // an outsized decision: let it go
+	}
+	q, d, r, one := c.Query, c.Decision, c.Returned, c.one // keep their capacity
+	clear(c.Path[:cap(c.Path)])
+	*c = Call{Query: q, Buf: c.Buf[:0], Body: c.Body[:0], Path: c.Path[:0], Paths: c.Paths[:0], Segs: c.Segs[:0], one: one}
+	c.Decision.Levels, c.Returned.Levels = d.Levels[:0], r.Levels[:0]
+	calls.Put(c)
+}
+
+// SetPaths empties the Query to n paths, each keeping the capacity of
+// its Hits, and returns them.
+func (c *Call) SetPaths(n int) []policy.PathQuery {
+	q := &c.Query
+	q.Time = time.Time{}
+	for i := range q.Paths {
+		clear(q.Paths[i].Match.Hits)
+	}
+	switch {
+	case cap(q.Paths) >= n:
+	case n == 1:
+		q.Paths = c.one[:0]
+	default:
+		q.Paths = append(make([]policy.PathQuery, 0, n), q.Paths[:cap(q.Paths)]...)
+	}
+	q.Paths = q.Paths[:n]
+	for i := range q.Paths {
+		q.Paths[i] = policy.PathQuery{Match: policy.Match{Hits: q.Paths[i].Match.Hits[:0]}}
+	}
+	return q.Paths
+}
+
+// Answer decides c and fills in its answer: the Decision and Status (200,
+// 429, 403; 400 for a bad request, with Err; 503 when the store failed
+// and FailOpen is false), after waiting out a delay when c.Wait. When the
+// caller has gone (ctx is done), before or during, c.Gone is set and
+// nothing is decided, or what was taken for a delay is given back.
+func (p *Pipeline) Answer(ctx context.Context, c *Call) {
+	if ctx.Err() != nil {
+		c.Gone = true // decide nothing the caller would not hear of
+		return
+	}
+	c.Decision.Levels = c.Decision.Levels[:0]
+	c.own = new(owned)
+	dc := &c.own.ctx
+	dc.init(ctx, p.Timeout)
+	start := time.Now()
+	err := p.decide(dc, c)
+	c.Took = time.Since(start)
+	dc.release()
+	switch {
+	case err == nil:
+	case isBadRequest(err):
+		c.Err, c.Status = err, http.StatusBadRequest
+		return
+	case ctx.Err() != nil:
+		c.Err, c.Gone = err, true
+		return
+	default:
+		p.storeFailed(ctx, c, err)
+		c.Err, c.Failed = err, true
+		matched := true
+		for i := range c.Query.Paths {
+			matched = matched && !c.Query.Paths[i].Match.Unmatched
+		}
+		c.Decision = policy.Decision{Levels: c.Decision.Levels[:0], Matched: matched, Allowed: p.FailOpen}
+		c.Decision.Summary.Allowed = p.FailOpen
+		if !p.FailOpen {
+			c.Decision.Summary.RetryAfter = time.Second
+		}
+	}
+	if p.Decided != nil && !c.Failed {
+		p.Decided(c)
+	}
+	if c.Wait && c.Decision.Allowed && c.Decision.Delay > 0 && !p.wait(ctx, c) && ctx.Err() != nil {
+		c.Gone = true // and the units are back
+		return
+	}
+	c.Status = status(&c.Decision, c.Failed)
+}
+
+// decide asks policy for c's decision: the one place the pipeline calls
+// policy.
+func (p *Pipeline) decide(ctx context.Context, c *Call) (err error) {
+	q, d := &c.Query, &c.Decision
+	pc, ok := p.Checker.(*policy.Checker)
+	switch {
+	case !ok:
+		return p.Checker.Decide(ctx, q, d)
+	case c.Ends != 0:
+		return p.settleEnds(ctx, c, pc)
+	case c.Within > 0:
+		c.SettleID, err = pc.Estimate(ctx, q, d, c.Within)
+		return err
+	case c.Slots && c.Slot == algo.Renew:
+		return pc.Renew(ctx, q, c.Permit, d)
+	case c.Slots && c.Slot == algo.Release:
+		return pc.Release(ctx, q, c.Permit, d)
+	case c.Slots:
+		return pc.Acquire(ctx, q, c.Permit, d)
+	}
+	return pc.DecideStarts(ctx, q, d, c.Starts)
+}
+
+// isBadRequest reports whether a decision's error is the request's fault.
+func isBadRequest(err error) bool {
+	return errors.Is(err, store.ErrBadRequest) || errors.Is(err, algo.ErrInvalid)
+}
+
+// storeFailed counts a store failure (StoreFailed) and logs it, at most a
+// line a second with how many were left out.
+func (p *Pipeline) storeFailed(ctx context.Context, c *Call, err error) {
+	if p.StoreFailed != nil {
+		p.StoreFailed(c, err)
+	}
+	n, ok := p.errLog.Allow(time.Now())
+	if !ok {
+		return
+	}
+	log := p.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	answer := "fail-closed"
+	if p.FailOpen {
+		answer = "fail-open"
+	}
+	attrs := []slog.Attr{slog.String("api", c.API), slog.String("policy", answer),
+		slog.String("error", err.Error()), slog.Uint64("unlogged", n)}
+	if r := c.Request; r != nil {
+		attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	}
+	log.LogAttrs(ctx, slog.LevelError, "rate-limit check failed: the store failed", attrs...)
+}
+
+// A policy node with a delay admits a request that would be denied, its
+// units reserved, and says how long to wait (policy.Decision.Delay). A
+// Call with Wait waits here before it is answered allowed (so that an
+// Envoy, nginx, Caddy or Traefik in front holds the request), at most
+// MaxWaiting at once: beyond them a delayed call is refused at once. A
+// caller that goes away, or whose deadline comes before the delay ends,
+// gets its units back.
+
+// wait waits out c's delay. It reports whether the caller may go on; when
+// it may not, it has given the units back and made the decision a
+// denial: ctx ended first (or its deadline is before the delay's end), or
+// MaxWaiting calls are already held.
+func (p *Pipeline) wait(ctx context.Context, c *Call) bool {
+	d := &c.Decision
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.Delay {
+		p.giveBack(ctx, c)
+		return false
+	}
+	if p.Waiting.Add(1) > p.MaxWaiting {
+		p.Waiting.Add(-1)
+		if p.Delayed != nil {
+			p.Delayed(c, true)
+		}
+		p.giveBack(ctx, c)
+		return false
+	}
+	defer p.Waiting.Add(-1)
+	if p.Delayed != nil {
+		p.Delayed(c, false)
+	}
+	t := time.NewTimer(d.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		p.giveBack(ctx, c)
+		return false
+	}
+}
+
+// giveBack undoes what c's allowed decision took, within the timeout
+// whether or not the caller is still there, and makes it a denial to be
+// retried after its delay.
+func (p *Pipeline) giveBack(ctx context.Context, c *Call) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Timeout)
+	defer cancel()
+	var err error
+	if pc, ok := p.Checker.(*policy.Checker); ok {
+		err = pc.Adjust(gctx, &c.Query, algo.Reward)
+	} else if u, ok := p.Checker.(interface {
+		Undo(ctx context.Context, path []string, cost int64) error
+	}); ok && len(c.Query.Paths) == 1 {
+		err = u.Undo(gctx, c.Query.Paths[0].Path, c.Query.Paths[0].Cost)
+	}
+	if err != nil {
+		p.storeFailed(ctx, c, err)
+	}
+	c.Decision.Withdraw()
+}
