@@ -3,17 +3,13 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/answer"
-	"github.com/sluicehq/sluice/internal/jsonenc"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -81,159 +77,6 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 		w.Header().Set("Allow", allow)
 		writeProblem(w, http.StatusMethodNotAllowed, "use "+allow)
 	}
-}
-
-// handleCheck serves POST /v1/check: 200 with the decision when allowed,
-// 429 when limited, with the RateLimit fields (and Retry-After when
-// denied, unless the cost can never be admitted); 400 with a problem+json
-// body for a malformed request. When the store fails, the answer is the
-// on_store_error policy's, with store_error set in the body and no
-// RateLimit fields.
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
-	s.inflight.Add(1)
-	defer s.inflight.Done()
-	c := answer.Get("http")
-	defer c.Put()
-	meta, ok := s.readCheck(w, r, c)
-	if !ok {
-		return
-	}
-	s.pipe.Answer(r.Context(), c)
-	s.observe(c)
-	switch {
-	case c.Gone:
-		return
-	case c.Status == http.StatusBadRequest:
-		writeProblem(w, c.Status, c.Err.Error())
-		return
-	case len(meta) > 0 && c.Decision.Allowed && !c.Failed:
-		for i := range c.Query.Paths {
-			if pq := &c.Query.Paths[i]; pq.Cost > 0 {
-				s.consumers.record(pq.Match.Hits, pq.Cost, meta)
-			}
-		}
-	}
-	s.writeCheck(w, c)
-}
-
-// readCheck decodes a check's body into c: its query, and what it does
-// beside deciding; and returns its meta. A body that cannot be read or is
-// bad is refused here (ok false).
-func (s *Server) readCheck(w http.ResponseWriter, r *http.Request, c *answer.Call) (meta json.RawMessage, ok bool) {
-	body, ok := s.readBodyOrRefuse(w, r, c.Body[:0])
-	c.Body = body[:0]
-	if !ok {
-		return nil, false
-	}
-	var req checkRequest
-	cost := int64(1)
-	path, n, hasCost, fast := parseCheckFast(body, c.Path[:0])
-	c.Path = path[:0]
-	if fast {
-		req.Path = path
-		if hasCost {
-			cost = n
-		}
-	} else {
-		var err error
-		if req, err = parseCheckRequest(body); err != nil {
-			s.badRequest(w, err)
-			return nil, false
-		}
-		if req.Cost != nil {
-			cost = *req.Cost
-		}
-	}
-	pqs := c.SetPaths(max(len(req.Paths), 1))
-	for i := range pqs {
-		pqs[i].Path, pqs[i].Cost, pqs[i].Limit = req.Path, cost, req.limit
-		if req.Paths != nil {
-			pqs[i].Path = req.Paths[i]
-		}
-		if req.Costs != nil {
-			pqs[i].Cost = req.Costs[i]
-		}
-		// A check that takes slots takes them under a new permit id,
-		// which the answer gives for /v1/renew and /v1/release.
-		c.Slots = c.Slots || pqs[i].Cost > 0
-	}
-	c.Within = req.within
-	return req.Meta, true
-}
-
-// writeCheck answers a check: its status, the header fields and the
-// decision's JSON.
-func (s *Server) writeCheck(w http.ResponseWriter, c *answer.Call) {
-	h := w.Header()
-	h["Content-Type"] = contentTypeJSON
-	c.SetHeader(h, s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
-	storeErr := ""
-	if c.Failed {
-		storeErr = "store unavailable: " + c.Err.Error()
-	}
-	out := appendDecisionJSON(c.Buf[:0], &c.Decision, storeErr)
-	if c.SettleID != "" {
-		out = append(out[:len(out)-1], `,"settle_id":`...)
-		out = append(jsonenc.AppendString(out, c.SettleID), '}')
-	}
-	out = append(out, '\n')
-	c.Buf = out[:0]
-	if len(out) > 2048 { // past what net/http measures by itself
-		h["Content-Length"] = []string{strconv.Itoa(len(out))}
-	}
-	w.WriteHeader(c.Status)
-	w.Write(out)
-}
-
-// contentTypeJSON is shared by every answer: net/http only reads it.
-var contentTypeJSON = []string{"application/json"}
-
-// errTooLarge is readBody's error for a body over maxBodyBytes: a 413.
-var errTooLarge = errors.New("the body is too large")
-
-// readBodyOrRefuse reads the body into buf (readBody), or answers 413 for
-// one over maxBodyBytes and 400 for one that cannot be read, counts the
-// bad request and reports false.
-func (s *Server) readBodyOrRefuse(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, bool) {
-	body, err := readBody(r, buf)
-	if err != nil {
-		s.m.badRequests.WithLabelValues("http").Inc()
-		status := http.StatusBadRequest
-		if errors.Is(err, errTooLarge) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeProblem(w, status, err.Error())
-		return body, false
-	}
-	return body, true
-}
-
-// readBody reads at most maxBodyBytes of the body into buf.
-func readBody(r *http.Request, buf []byte) ([]byte, error) {
-	if r.ContentLength > maxBodyBytes {
-		return buf, fmt.Errorf("%w: %d bytes, more than %d", errTooLarge, r.ContentLength, maxBodyBytes)
-	}
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		room := buf[len(buf):min(cap(buf), maxBodyBytes+1)]
-		if len(room) == 0 {
-			break
-		}
-		n, err := r.Body.Read(room)
-		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return buf, bodyErrorf("reading the body: %v", err)
-		}
-	}
-	if len(buf) > maxBodyBytes {
-		return buf, fmt.Errorf("%w: more than %d bytes", errTooLarge, maxBodyBytes)
-	}
-	return buf, nil
 }
 
 // writeProblem answers status with an about:blank problem details body.

@@ -313,6 +313,49 @@ func (s *Server) observe(c *answer.Call) {
 	}
 }
 
+// slotUnits returns the most units a decision's concurrency levels
+// admitted (an acquire) or freed (a release).
+func slotUnits(d *policy.Decision) int64 {
+	var n int64
+	for i := range d.Levels {
+		if l := &d.Levels[i]; isSlotLevel(l) {
+			n = max(n, l.Result.Admitted)
+		}
+	}
+	return n
+}
+
+// isSlotLevel reports whether a level is a concurrency limit's.
+func isSlotLevel(l *policy.Level) bool {
+	return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency
+}
+
+// hasSlotLevel reports whether a decision has a concurrency level.
+func hasSlotLevel(d *policy.Decision) bool {
+	for i := range d.Levels {
+		if isSlotLevel(&d.Levels[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// countSlots counts a decision's slot units in the metrics.
+func (s *Server) countSlots(api string, op algo.SlotOp, d *policy.Decision) {
+	switch {
+	case op == algo.Acquire && d.Allowed:
+		if n := slotUnits(d); n > 0 {
+			s.m.slots.WithLabelValues(api, "acquired").Add(float64(n))
+		}
+	case op == algo.Release:
+		if n := slotUnits(d); n > 0 {
+			s.m.slots.WithLabelValues(api, "released").Add(float64(n))
+		}
+	case op == algo.Renew && !d.Allowed:
+		s.m.slots.WithLabelValues(api, "lost").Inc()
+	}
+}
+
 // countLevels counts level outcomes in the metrics.
 func (s *Server) countLevels(levels []policy.Level) {
 	for i := range levels {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/answer"
-	"github.com/sluicehq/sluice/policy"
 )
 
 // slotRequest is the body of POST /v1/renew and POST /v1/release: the
@@ -95,33 +94,6 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 	}
 }
 
-// slotUnits returns the most units a decision's concurrency levels
-// admitted (an acquire) or freed (a release).
-func slotUnits(d *policy.Decision) int64 {
-	var n int64
-	for i := range d.Levels {
-		if l := &d.Levels[i]; isSlotLevel(l) {
-			n = max(n, l.Result.Admitted)
-		}
-	}
-	return n
-}
-
-// isSlotLevel reports whether a level is a concurrency limit's.
-func isSlotLevel(l *policy.Level) bool {
-	return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency
-}
-
-// hasSlotLevel reports whether a decision has a concurrency level.
-func hasSlotLevel(d *policy.Decision) bool {
-	for i := range d.Levels {
-		if isSlotLevel(&d.Levels[i]) {
-			return true
-		}
-	}
-	return false
-}
-
 // badRequest answers 400 for a request that is the caller's
 // fault, and counts it.
 func (s *Server) badRequest(w http.ResponseWriter, err error) {
@@ -146,22 +118,6 @@ func (s *Server) answerSlots(w http.ResponseWriter, r *http.Request, c *answer.C
 		return false
 	}
 	return true
-}
-
-// countSlots counts a decision's slot units in the metrics.
-func (s *Server) countSlots(api string, op algo.SlotOp, d *policy.Decision) {
-	switch {
-	case op == algo.Acquire && d.Allowed:
-		if n := slotUnits(d); n > 0 {
-			s.m.slots.WithLabelValues(api, "acquired").Add(float64(n))
-		}
-	case op == algo.Release:
-		if n := slotUnits(d); n > 0 {
-			s.m.slots.WithLabelValues(api, "released").Add(float64(n))
-		}
-	case op == algo.Renew && !d.Allowed:
-		s.m.slots.WithLabelValues(api, "lost").Inc()
-	}
 }
 
 // handleAcquire serves POST /v1/acquire: a check (the body of POST
