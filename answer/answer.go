@@ -26,8 +26,9 @@ import (
 
 // A Pipeline answers calls; it is safe for concurrent use.
 type Pipeline struct {
-	// Checker decides: a *policy.Checker, or any checker of the
-	// middleware's.
+	// Checker decides, with policy's one verb: a *policy.Checker, or any
+	// checker of the middleware's. It is the one place the pipeline
+	// calls policy.
 	Checker interface {
 		Decide(ctx context.Context, q *policy.Query, d *policy.Decision) error
 	}
@@ -67,20 +68,9 @@ type Call struct {
 	// API names the front end, for metrics and logs: "http", "grpc",
 	// "forward_auth", "middleware".
 	API string
-	// Query holds the paths to decide together, all or nothing.
+	// Query holds the paths to decide together, all or nothing, and what
+	// to do with them (its Op).
 	Query policy.Query
-	// What the call does beside deciding (policy's one verb will carry
-	// them in the Query): Slots, with Slot and Permit, takes (a new
-	// permit when Permit is 0), renews or releases slots; Within makes
-	// the costs an estimate settled later (SettleID); Starts (bit i: path
-	// i) are gRPC descriptors whose end may give back what they take, and
-	// Ends those that give back (Envoy's is_negative_hits: see settleEnds).
-	Slots  bool
-	Slot   algo.SlotOp
-	Permit int64
-	Within time.Duration
-	Starts uint64
-	Ends   uint64
 	// Wait: the caller waits out a policy's delay here before it is
 	// answered allowed (gRPC, forward-auth, the middleware); else the
 	// answer carries the delay (the HTTP check's delay_ns).
@@ -99,13 +89,6 @@ type Call struct {
 	Gone     bool
 	// Took is how long the decision took.
 	Took time.Duration
-	// SettleID is an estimate's id (Within).
-	SettleID string
-	// Returned is the decision of the paths Ends gave back (their slots
-	// released), and Settled (bit i) the descriptors that were the real
-	// cost of an end.
-	Returned policy.Decision
-	Settled  uint64
 
 	// Scratch the front ends reuse: a buffer, the body, a path and
 	// several paths, a URI's segments.
@@ -146,10 +129,10 @@ func (c *Call) Put() {
 	if cap(c.Decision.Levels) > 64 {
 		return // an outsized decision: let it go
 	}
-	q, d, r, one := c.Query, c.Decision, c.Returned, c.one // keep their capacity
+	q, d, one := c.Query, c.Decision, c.one // keep their capacity
 	clear(c.Path[:cap(c.Path)])
 	*c = Call{Query: q, Buf: c.Buf[:0], Body: c.Body[:0], Path: c.Path[:0], Paths: c.Paths[:0], Segs: c.Segs[:0], one: one}
-	c.Decision.Levels, c.Returned.Levels = d.Levels[:0], r.Levels[:0]
+	c.Decision.Levels = d.Levels[:0]
 	calls.Put(c)
 }
 
@@ -157,7 +140,7 @@ func (c *Call) Put() {
 // its Hits, and returns them.
 func (c *Call) SetPaths(n int) []policy.PathQuery {
 	q := &c.Query
-	q.Time = time.Time{}
+	*q = policy.Query{Paths: q.Paths}
 	for i := range q.Paths {
 		clear(q.Paths[i].Match.Hits)
 	}
@@ -190,7 +173,7 @@ func (p *Pipeline) Answer(ctx context.Context, c *Call) {
 	dc := &c.own.ctx
 	dc.init(ctx, p.Timeout)
 	start := time.Now()
-	err := p.decide(dc, c)
+	err := p.Checker.Decide(dc, &c.Query, &c.Decision)
 	c.Took = time.Since(start)
 	dc.release()
 	switch {
@@ -222,29 +205,6 @@ func (p *Pipeline) Answer(ctx context.Context, c *Call) {
 		return
 	}
 	c.Status = status(&c.Decision, c.Failed)
-}
-
-// decide asks policy for c's decision: the one place the pipeline calls
-// policy.
-func (p *Pipeline) decide(ctx context.Context, c *Call) (err error) {
-	q, d := &c.Query, &c.Decision
-	pc, ok := p.Checker.(*policy.Checker)
-	switch {
-	case !ok:
-		return p.Checker.Decide(ctx, q, d)
-	case c.Ends != 0:
-		return p.settleEnds(ctx, c, pc)
-	case c.Within > 0:
-		c.SettleID, err = pc.Estimate(ctx, q, d, c.Within)
-		return err
-	case c.Slots && c.Slot == algo.Renew:
-		return pc.Renew(ctx, q, c.Permit, d)
-	case c.Slots && c.Slot == algo.Release:
-		return pc.Release(ctx, q, c.Permit, d)
-	case c.Slots:
-		return pc.Acquire(ctx, q, c.Permit, d)
-	}
-	return pc.DecideStarts(ctx, q, d, c.Starts)
 }
 
 // isBadRequest reports whether a decision's error is the request's fault.
@@ -325,17 +285,12 @@ func (p *Pipeline) wait(ctx context.Context, c *Call) bool {
 func (p *Pipeline) giveBack(ctx context.Context, c *Call) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Timeout)
 	defer cancel()
-	var err error
-	if pc, ok := p.Checker.(*policy.Checker); ok {
-		err = pc.Adjust(gctx, &c.Query, algo.Reward)
-	} else if u, ok := p.Checker.(interface {
-		Undo(ctx context.Context, path []string, cost int64) error
-	}); ok && len(c.Query.Paths) == 1 {
-		err = u.Undo(gctx, c.Query.Paths[0].Path, c.Query.Paths[0].Cost)
-	}
-	if err != nil {
+	op := c.Query.Op
+	c.Query.Op = policy.GiveBack
+	if err := p.Checker.Decide(gctx, &c.Query, &policy.Decision{}); err != nil {
 		p.storeFailed(ctx, c, err)
 	}
+	c.Query.Op = op
 	c.Decision.Withdraw()
 }
 

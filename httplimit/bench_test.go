@@ -103,12 +103,12 @@ schema:
 	})
 	b.Run("checker", func(b *testing.B) {
 		var d policy.Decision
-		path := []string{"api", "192.0.2.7"}
+		q := &policy.Query{Paths: []policy.PathQuery{{Path: []string{"api", "192.0.2.7"}, Cost: 1}}}
 		ctx := context.Background()
 		b.ReportAllocs()
 		cpu := cpuTime()
 		for i := 0; i < b.N; i++ {
-			if err := c.Check(ctx, path, 1, &d); err != nil || !d.Allowed {
+			if err := c.Decide(ctx, q, &d); err != nil || !d.Allowed {
 				b.Fatal(err, d.Allowed)
 			}
 		}

@@ -217,8 +217,8 @@ func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 type checkerFunc func(ctx context.Context, path []string, cost int64, d *policy.Decision) error
 
-func (f checkerFunc) Check(ctx context.Context, path []string, cost int64, d *policy.Decision) error {
-	return f(ctx, path, cost, d)
+func (f checkerFunc) Decide(ctx context.Context, q *policy.Query, d *policy.Decision) error {
+	return f(ctx, q.Paths[0].Path, q.Paths[0].Cost, d)
 }
 
 // recorder is a minimal ResponseWriter.

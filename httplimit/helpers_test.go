@@ -80,8 +80,9 @@ type checkAt struct {
 	clk *clock
 }
 
-func (a checkAt) Check(ctx context.Context, path []string, cost int64, d *policy.Decision) error {
-	return a.c.CheckAt(ctx, a.clk.Now(), path, cost, d)
+func (a checkAt) Decide(ctx context.Context, q *policy.Query, d *policy.Decision) error {
+	q.Time = a.clk.Now()
+	return a.c.Decide(ctx, q, d)
 }
 
 func mustPolicy(t testing.TB, yaml string) *policy.Policy {

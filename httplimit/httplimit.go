@@ -68,24 +68,24 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// A PathChecker decides a request path: it fills d (Allowed, Matched, Summary
-// and Levels, reusing the capacity of d.Levels) or returns an error. The
-// policy package's *Checker is one. Check must honour ctx's deadline and
-// must not keep path or d after it returns.
+// A PathChecker decides a request path with the policy's one verb: it
+// does q.Op with q's paths, fills d (Allowed, Matched, Summary and Levels,
+// reusing the capacity of d.Levels) or returns an error. The policy
+// package's *Checker is one. The middleware decides with policy.Acquire:
+// a path that hits a concurrency limit takes its slots under a permit id
+// (policy.Decision.Permit), which the middleware renews (policy.Renew)
+// while the next handler runs and releases (policy.Release) when it
+// returns, normally or by a panic; a request that a policy delay holds
+// (policy.Decision.Delay) whose client goes away, or that finds
+// MaxWaiting requests already waiting, gets its units back
+// (policy.GiveBack). Decide must honour ctx's deadline and must not keep
+// q or d after it returns.
 type PathChecker interface {
-	Check(ctx context.Context, path []string, cost int64, d *policy.Decision) error
+	Decide(ctx context.Context, q *policy.Query, d *policy.Decision) error
 }
 
 // defaultTimeout bounds a check when Options.Timeout is zero.
 const defaultTimeout = 50 * time.Millisecond
-
-// An Undoer is a PathChecker that can give back what an allowed check
-// took (policy.Checker is one): the middleware calls it for a request
-// that a policy delay holds (policy.Decision.Delay) whose client goes
-// away, or that finds MaxWaiting requests already waiting.
-type Undoer interface {
-	Undo(ctx context.Context, path []string, cost int64) error
-}
 
 // defaultMaxWaiting bounds the requests a Middleware holds at once for a
 // policy's delay when Options.MaxWaiting is zero.
@@ -200,33 +200,11 @@ func (l *Middleware) setOptions(opts Options) {
 	if opts.MaxWaiting == 0 {
 		p.MaxWaiting = defaultMaxWaiting
 	}
-	p.Checker = pathDecider{l.checker}
-	if pc, ok := l.checker.(*policy.Checker); ok {
-		p.Checker = pc
-	}
+	p.Checker = l.checker
 	if opts.OnDecision != nil {
 		p.Decided = func(c *answer.Call) { opts.OnDecision(c.Request, &c.Decision) }
 	}
 	l.opts = opts
-}
-
-// pathDecider is a PathChecker as the pipeline's checker: one path at its
-// cost, its slots taken when it is a SlotChecker, given back when it is
-// an Undoer.
-type pathDecider struct{ PathChecker }
-
-func (p pathDecider) Decide(ctx context.Context, q *policy.Query, d *policy.Decision) error {
-	if sh, ok := p.PathChecker.(SlotChecker); ok {
-		return sh.Acquire(ctx, q, 0, d)
-	}
-	return p.Check(ctx, q.Paths[0].Path, q.Paths[0].Cost, d)
-}
-
-func (p pathDecider) Undo(ctx context.Context, path []string, cost int64) error {
-	if u, ok := p.PathChecker.(Undoer); ok {
-		return u.Undo(ctx, path, cost)
-	}
-	return nil
 }
 
 // StoreErrors returns how many checks have failed since the Middleware was
@@ -259,27 +237,28 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if l.opts.Cost != nil {
 		pq.Cost = l.opts.Cost(r)
 	}
-	sh, holds := l.checker.(SlotChecker)
-	c.Request, c.Slots, c.Wait = r, holds, true
+	c.Request, c.Query.Op, c.Wait = r, policy.Acquire, true
 	l.pipe.Answer(r.Context(), c)
-	switch d := &c.Decision; {
+	switch {
 	case c.Gone:
+		return
 	case c.Status == http.StatusBadRequest:
 		l.opts.OnBadRequest(w, r, c.Err)
+		return
 	case c.Failed:
 		l.storeFailed(w, r, next, c.Err)
-	case !d.Allowed:
-		c.SetHeader(w.Header(), l.opts.Headers == DraftHeaders, l.opts.Headers == LegacyHeaders)
-		l.opts.OnLimited(w, r, d)
-	case holds && d.Permit != 0:
-		c.SetHeader(w.Header(), l.opts.Headers == DraftHeaders, l.opts.Headers == LegacyHeaders)
-		h, hr := l.hold(r, sh, pq.Path, d)
-		defer h.release(r) // also when next panics
-		next.ServeHTTP(w, hr)
-	default:
-		c.SetHeader(w.Header(), l.opts.Headers == DraftHeaders, l.opts.Headers == LegacyHeaders)
-		next.ServeHTTP(w, r)
+		return
 	}
+	c.SetHeader(w.Header(), l.opts.Headers == DraftHeaders, l.opts.Headers == LegacyHeaders)
+	if d := &c.Decision; !d.Allowed {
+		l.opts.OnLimited(w, r, d)
+		return
+	} else if d.Permit != 0 {
+		h, hr := l.hold(r, pq.Path, d)
+		defer h.release(r) // also when next panics
+		r = hr
+	}
+	next.ServeHTTP(w, r)
 }
 
 // failed handles a failed script.

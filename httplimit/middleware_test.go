@@ -420,7 +420,7 @@ type stubChecker struct {
 	err error
 }
 
-func (s stubChecker) Check(_ context.Context, _ []string, _ int64, d *policy.Decision) error {
+func (s stubChecker) Decide(_ context.Context, _ *policy.Query, d *policy.Decision) error {
 	if s.err != nil {
 		return s.err
 	}

@@ -11,34 +11,22 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// A SlotChecker is a PathChecker that can hold slots of concurrency limits
-// (algo.Concurrency) while a request runs; policy.Checker is one. The
-// middleware then checks with Acquire: a path that hits a concurrency
-// limit takes its slots under a permit id (policy.Decision.Permit), which
-// the middleware renews while the next handler runs and releases when it
-// returns, normally or by a panic. A client that goes away
-// cancels the request's context: a handler that stops then releases at
-// once, one that does not keeps its slots until it returns, since its
-// work is still in flight. Should a renewal find the slots gone (their
-// hold ended while the store was out of reach), the request's context is
-// cancelled with sluice.ErrLost as its cause.
-type SlotChecker interface {
-	PathChecker
-	Acquire(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
-	Renew(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
-	Release(ctx context.Context, q *policy.Query, permit int64, d *policy.Decision) error
-}
-
-// holding is a request that holds slots: its path and permit, until the
+// holding is a request that holds slots of concurrency limits
+// (algo.Concurrency) while it runs. A client that goes away cancels the
+// request's context: a handler that stops then releases at once, one that
+// does not keeps its slots until it returns, since its work is still in
+// flight. Should a renewal find the slots gone (their hold ended while
+// the store was out of reach), the request's context is cancelled with
+// sluice.ErrLost as its cause.
+//
+// It holds its path and permit, until the
 // next handler returns. It is renewed by a timer (time.AfterFunc), so that
 // a request holding slots costs no goroutine beyond its own but while a
 // renewal runs.
 type holding struct {
 	l      *Middleware
-	sh     SlotChecker
 	q      policy.Query // the path, for renewals and the release
 	paths  [1]policy.PathQuery
-	permit int64
 	every  time.Duration
 	ctx    context.Context // the request's, whose values renewals keep
 	cancel context.CancelCauseFunc
@@ -51,7 +39,7 @@ type holding struct {
 // hold starts renewing d's permit on path every third of the shortest
 // hold_for of its concurrency levels, and returns the request to serve,
 // whose context is cancelled if the slots are lost.
-func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *policy.Decision) (*holding, *http.Request) {
+func (l *Middleware) hold(r *http.Request, path []string, d *policy.Decision) (*holding, *http.Request) {
 	hold := time.Duration(0)
 	for i := range d.Levels {
 		if lv := &d.Levels[i]; lv.Limit != nil && lv.Limit.Kind() == algo.KindConcurrency {
@@ -61,9 +49,9 @@ func (l *Middleware) hold(r *http.Request, sh SlotChecker, path []string, d *pol
 		}
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
-	h := &holding{l: l, sh: sh, permit: d.Permit, every: hold / 3, ctx: r.Context(), cancel: cancel}
+	h := &holding{l: l, every: hold / 3, ctx: r.Context(), cancel: cancel}
 	h.paths[0].Path = append([]string(nil), path...)
-	h.q.Paths = h.paths[:]
+	h.q.Paths, h.q.Permit = h.paths[:], d.Permit
 	h.mu.Lock()
 	h.t = time.AfterFunc(h.every, h.renew)
 	h.mu.Unlock()
@@ -81,7 +69,8 @@ func (h *holding) renew() {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), h.l.timeout)
 	var d policy.Decision
-	err := h.sh.Renew(ctx, &h.q, h.permit, &d)
+	h.q.Op = policy.Renew
+	err := h.l.checker.Decide(ctx, &h.q, &d)
 	cancel()
 	if err == nil && !d.Allowed {
 		h.cancel(sluice.ErrLost)
@@ -101,7 +90,8 @@ func (h *holding) release(r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.l.timeout)
 	defer cancel()
 	var d policy.Decision
-	if err := h.sh.Release(ctx, &h.q, h.permit, &d); err != nil {
+	h.q.Op = policy.Release
+	if err := h.l.checker.Decide(ctx, &h.q, &d); err != nil {
 		h.l.logFailure(r, err)
 	}
 }

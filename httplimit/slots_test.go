@@ -54,7 +54,7 @@ func slotCheckers(t *testing.T) map[string]*policy.Checker {
 func free(t *testing.T, c *policy.Checker, key string) int64 {
 	t.Helper()
 	var d policy.Decision
-	if err := c.Check(context.Background(), []string{"exports", key}, 0, &d); err != nil {
+	if err := c.Decide(context.Background(), &policy.Query{Paths: []policy.PathQuery{{Path: []string{"exports", key}}}}, &d); err != nil {
 		t.Fatal(err)
 	}
 	return d.Summary.Remaining
@@ -208,7 +208,7 @@ func TestSlotsRenewedWhileServing(t *testing.T) {
 	}
 	// 100ms on, past 3 leases: the slot is still held.
 	var d policy.Decision
-	if err := c.Check(context.Background(), []string{"exports", "acme"}, 1, &d); err != nil || d.Allowed {
+	if err := c.Decide(context.Background(), &policy.Query{Paths: []policy.PathQuery{{Path: []string{"exports", "acme"}, Cost: 1}}}, &d); err != nil || d.Allowed {
 		t.Fatalf("a second request while the first runs: %+v, %v", d, err)
 	}
 	close(release)
@@ -308,9 +308,9 @@ func TestSlotsLostWhileServing(t *testing.T) {
 		cause <- context.Cause(r.Context())
 	}))
 	go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	q := &policy.Query{Paths: []policy.PathQuery{{Path: []string{"exports", "acme"}}}}
+	q := &policy.Query{Op: policy.Release, Permit: <-permits, Paths: []policy.PathQuery{{Path: []string{"exports", "acme"}}}}
 	var d policy.Decision
-	if err := c.Release(context.Background(), q, <-permits, &d); err != nil {
+	if err := c.Decide(context.Background(), q, &d); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-cause; !errors.Is(err, sluice.ErrLost) {

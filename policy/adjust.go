@@ -92,7 +92,7 @@ func (ch Change) need() string {
 	return fmt.Sprintf("a %v needs a level that counts both ways: not a gate or concurrency slots", ch.Op)
 }
 
-// Adjust applies op of each path's cost to every level of q's paths whose
+// adjust applies op of each path's cost to every level of q's paths whose
 // limit counts both ways (any but a gate and concurrency slots): a reward
 // gives back what the path took (an allowed check given up, Envoy's
 // is_negative_hits), never beyond an empty state; a penalty records the
@@ -101,7 +101,7 @@ func (ch Change) need() string {
 // released, not given back (Release).
 // The levels change one by one, not all or nothing. It walks the policy
 // in force, so after a reload it changes by the new one.
-func (c *Checker) Adjust(ctx context.Context, q *Query, op algo.Adjust) error {
+func (c *Checker) adjust(ctx context.Context, q *Query, op algo.Adjust) error {
 	a, adjusts := c.Store.(store.Adjuster)
 	p := c.Policy.Load()
 	for i := range q.Paths {
@@ -127,10 +127,4 @@ func (c *Checker) Adjust(ctx context.Context, q *Query, op algo.Adjust) error {
 		}
 	}
 	return nil
-}
-
-// Undo gives back what an allowed check of path at cost took: Adjust of
-// a reward on one path, as Check is Decide for one.
-func (c *Checker) Undo(ctx context.Context, path []string, cost int64) error {
-	return c.Adjust(ctx, &Query{Paths: []PathQuery{{Path: path, Cost: cost}}}, algo.Reward)
 }

@@ -35,7 +35,7 @@ schema:
 			var d policy.Decision
 			check := func(after time.Duration, cost int64) *policy.Decision {
 				t.Helper()
-				if err := c.CheckAt(ctx, at.Add(after), path, cost, &d); err != nil {
+				if err := check(c, ctx, at.Add(after), path, cost, &d); err != nil {
 					t.Fatal(err)
 				}
 				return &d
@@ -85,7 +85,7 @@ schema:
 	at := conformance.T0
 	var d policy.Decision
 	for i, want := range []time.Duration{0, time.Second, 0} {
-		if err := c.CheckAt(context.Background(), at, []string{"ip", "a"}, 1, &d); err != nil {
+		if err := check(c, context.Background(), at, []string{"ip", "a"}, 1, &d); err != nil {
 			t.Fatal(err)
 		}
 		if i < 2 && (!d.Allowed || d.Delay != want) {
@@ -121,7 +121,7 @@ schema:
 			var d policy.Decision
 			check := func(after time.Duration, path ...string) *policy.Decision {
 				t.Helper()
-				if err := c.CheckAt(ctx, at.Add(after), path, 1, &d); err != nil {
+				if err := check(c, ctx, at.Add(after), path, 1, &d); err != nil {
 					t.Fatal(err)
 				}
 				return &d

@@ -27,14 +27,101 @@ type Checker struct {
 }
 
 // Query is what Checker.Decide decides: one or more paths at one time,
-// all or nothing.
+// all or nothing, and what to do with them (Op).
 type Query struct {
 	// Time is the time of the decision; the zero Time is the store's
 	// clock.
 	Time time.Time
 	// Paths are the paths to decide together.
 	Paths []PathQuery
+	// Op is what the decision does; the zero Op is Check.
+	Op Op
+	// Permit is the permit whose slots Acquire takes (0: a new one),
+	// Renew renews and Release gives back (0: slots taken for no permit).
+	Permit int64
+	// Within is how long an Estimate may wait for its Settle
+	// (store.MinTicket to store.MaxTicket).
+	Within time.Duration
+	// SettleID is the estimate Settle settles: the Decision.SettleID of its
+	// Estimate.
+	SettleID string
 }
+
+// Op is what Checker.Decide does with a query's paths. Every Op but
+// Settle and GiveBack fills the Decision with the levels it decided.
+type Op uint8
+
+const (
+	// Check decides each path at its Cost (0 peeks) against every node
+	// with limits on its walk. A request that matches no level is
+	// allowed, or denied with RetryAfter Never when the policy says
+	// unmatched: deny; its shadow levels are still checked and reported.
+	// A concurrency limit on the walk takes slots for no permit. A path
+	// marked Start or End is one end of a stream (Envoy's protocol: see
+	// PathQuery.Start).
+	Check Op = iota
+	// Acquire is Check for a caller that holds the slots it takes until
+	// it releases them: when a path hits concurrency limits, their slots
+	// are taken under Query.Permit, or under a new permit id when it is 0
+	// (Decision.Permit), which Renew renews and Release gives back; every
+	// other level is decided as Check does, all or nothing, so a request
+	// a rate level denies takes no slot.
+	Acquire
+	// Renew renews the hold of Query.Permit's slots on the concurrency
+	// limits of the paths (store.Renew), and fills the Decision with those
+	// levels alone; it is denied, with RetryAfter algo.Never, when a level
+	// no longer holds the permit, and renews no level then.
+	Renew
+	// Release gives back Query.Permit's slots on the concurrency limits
+	// of the paths (store.Release; permit 0: each path's Cost of the
+	// slots taken for no permit), and fills the Decision with those
+	// levels alone.
+	Release
+	// Estimate is Check of each path's Cost as an estimate of a cost
+	// known only later (the tokens of a response, written as max_tokens,
+	// beside 1 for the request itself); admitted on every path, it sets
+	// Decision.SettleID, the id to Settle it with within Query.Within. A
+	// denied estimate records nothing, even on a level with debt: the
+	// request does not go on. An estimate not settled in time stays
+	// counted in full, as if its holder had crashed: nothing is ever
+	// given back that was not settled. The id says each path's estimate
+	// and when it was counted (Query.Time, or the store's clock when
+	// zero): a settle gives back only there. Its one ticket is kept with
+	// the last path's own level (the last hit of the last path that hits
+	// one: for paths such as a caller's calls and its token budget, the
+	// budget's, which a settle changes), whose key holds at most
+	// store.MaxOpenTickets open: one more is refused, before anything is
+	// decided, with store.ErrTooManyTickets. The error wraps
+	// store.ErrBadRequest for no path, a bad Within or cost, or paths
+	// whose id would be longer than MaxEstimateID, and
+	// algo.ErrUnsupported for a store without tickets (store.Settler).
+	Estimate
+	// Settle settles Query.SettleID at the real costs of its paths: the
+	// Query's Paths, one per path of the estimate in its order, each with
+	// its Cost (their Path is read from the id). On every key its paths
+	// hit whose limit counts both ways (any but a gate and concurrency
+	// slots), the estimates less the real costs of the paths on it are
+	// given back, but only what of it still counts in the window the
+	// estimate was counted in (algo.Plan.GiveBack: nothing once that
+	// window has ended, never to a later one), or, when the real costs
+	// are above, the excess is recorded (a penalty, past the limit if
+	// need be, now), in one atomic step with taking its ticket. A settle
+	// that both charges one key and gives back on another charges with
+	// taking the ticket, then gives back in a second step (if that
+	// fails, the estimate stays counted there: never more is given
+	// back). Decision.Settled is false, nothing changed, for an id
+	// settled already, not settled within its time or never issued (a
+	// forged one), and true, nothing changed, for paths the policy in
+	// force does not limit. The error wraps store.ErrBadRequest for a
+	// malformed id, costs not one per path, or a cost outside
+	// 0..MaxCount.
+	Settle
+	// GiveBack gives back what an allowed Check of the paths at their
+	// costs took (a delay's wait abandoned): a reward of each path's Cost
+	// on every level of its walk that counts both ways, level by level,
+	// not all or nothing; concurrency slots are released by Release.
+	GiveBack
+)
 
 // slot is what a decision's concurrency limits do (store.Acquire, Renew,
 // Release): op for permit (0: none); with fresh, an Acquire takes a new
@@ -70,6 +157,16 @@ type PathQuery struct {
 	// LimitIgnored reports that Limit was set and ignored: the node the
 	// path hit takes no per-request limit.
 	LimitIgnored bool
+	// Start and End pair a stream's two ends in a Check, as Envoy's
+	// protocol does (it carries no id from one to the other): a Start
+	// (a descriptor with a hits_addend of its own) is decided as any
+	// path, and, admitted, opens a ticket of the estimate it took, which
+	// the End of the same exact path and cost (is_negative_hits) takes;
+	// see pair.go.
+	Start, End bool
+	// Settled reports, after Decide, that the path was the real cost of
+	// an End in the same query, settled with it: it decided no level.
+	Settled bool
 
 	// Match is the walk's outcome, set by Decide. Its Hits are the nodes
 	// the path is limited by. With Exact they are at most the last one,
@@ -79,94 +176,75 @@ type PathQuery struct {
 	// Levels are the path's levels in the Decision, set by Decide: one per
 	// limit of each hit, from the root down. Paths of one Query that hit
 	// the same limit key share its state and its result, and the costs of
-	// all of them are added.
+	// all of them are added. An End's are the levels whose slots it
+	// released.
 	Levels []Level
 }
 
-// Check decides a request for path of the given cost at the store's
-// clock; see CheckAt.
-func (c *Checker) Check(ctx context.Context, path []string, cost int64, d *Decision) error {
-	return c.CheckAt(ctx, time.Time{}, path, cost, d)
-}
-
-// CheckAt decides a request for path of the given cost at time t (the zero
-// Time for the store's clock) against every node with limits on its walk,
-// and fills d, reusing the capacity of d.Levels. A request that matches no
-// level is allowed, or denied with RetryAfter Never when the policy says
-// unmatched: deny; its shadow levels are still checked and reported. A
-// concurrency limit on the walk takes slots for no permit (see Acquire).
-func (c *Checker) CheckAt(ctx context.Context, t time.Time, path []string, cost int64, d *Decision) error {
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
-	q := &sc.q
-	q.Time = t
-	if len(q.Paths) == 0 {
-		q.Paths = make([]PathQuery, 1)
-	}
-	pq := &q.Paths[0]
-	*pq = PathQuery{Path: path, Cost: cost, Match: Match{Hits: pq.Match.Hits}}
-	return c.decide(ctx, q, d, sc, slot{op: algo.Acquire})
-}
-
-// Acquire is Decide for a caller that holds the slots it takes until it
-// releases them: when a path hits concurrency limits, their slots are
-// taken under permit, or under a new permit id when permit is 0
-// (Decision.Permit), which Renew renews and Release gives back; every
-// other level is decided as Decide does, all or nothing, so a request a
-// rate level denies takes no slot. A query that hits no concurrency limit
-// costs what Decide does.
-func (c *Checker) Acquire(ctx context.Context, q *Query, permit int64, d *Decision) error {
-	return c.decideSlots(ctx, q, d, slot{op: algo.Acquire, permit: permit, fresh: permit == 0})
-}
-
-// Renew renews the hold of permit's slots on the concurrency limits of
-// q's paths (store.Renew), and fills d with those levels alone; it is
-// denied, with RetryAfter algo.Never, when a level no longer holds the
-// permit, and renews no level then.
-func (c *Checker) Renew(ctx context.Context, q *Query, permit int64, d *Decision) error {
-	return c.decideSlots(ctx, q, d, slot{op: algo.Renew, permit: permit})
-}
-
-// Release gives back permit's slots on the concurrency limits of q's paths
-// (store.Release; permit 0: each path's Cost of the slots taken for no
-// permit), and fills d with those levels alone.
-func (c *Checker) Release(ctx context.Context, q *Query, permit int64, d *Decision) error {
-	return c.decideSlots(ctx, q, d, slot{op: algo.Release, permit: permit})
-}
-
-func (c *Checker) decideSlots(ctx context.Context, q *Query, d *Decision, s slot) error {
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
-	return c.decide(ctx, q, d, sc, s)
-}
-
-// Decide decides every path of q together, all or nothing, and fills d
-// (reusing the capacity of d.Levels) and each path's Match and Levels. d
-// is allowed when every enforced level allowed and no path is unmatched
-// under unmatched: deny; its Summary folds every level (Summarize),
-// or is a denial with RetryAfter Never when a path is unmatched under
-// unmatched: deny. Matched is false when some path matched no policy.
-// A cost outside 0..algo.MaxCount is an error wrapping
-// store.ErrBadRequest; a store
-// failure is returned as the store gave it, and the paths' Match is set.
+// Decide does q.Op with every path of q together, all or nothing, and
+// fills d (reusing the capacity of d.Levels) and each path's Match and
+// Levels. d is allowed when every enforced level allowed and no path is
+// unmatched under unmatched: deny; its Summary folds every level
+// (Summarize), or is a denial with RetryAfter Never when a path is
+// unmatched under unmatched: deny. Matched is false when some path
+// matched no policy. A cost outside 0..algo.MaxCount is an error wrapping
+// store.ErrBadRequest; a store failure is returned as the store gave it,
+// and the paths' Match is set. It is the one way Sluice decides a path.
 func (c *Checker) Decide(ctx context.Context, q *Query, d *Decision) error {
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
-	return c.decide(ctx, q, d, sc, slot{op: algo.Acquire})
-}
-
-func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch, s slot) error {
 	for i := range q.Paths {
 		if cost := q.Paths[i].Cost; cost < 0 || cost > algo.MaxCount {
 			return fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
 		}
 	}
+	d.SettleID, d.Settled = "", false
+	switch q.Op {
+	case Estimate:
+		return c.estimate(ctx, q, d)
+	case Settle:
+		return c.settle(ctx, q, d)
+	case GiveBack:
+		return c.adjust(ctx, q, algo.Reward)
+	case Check:
+		if ends, starts := streams(q); ends {
+			return c.decideEnds(ctx, q, d)
+		} else if starts {
+			return c.decideStarts(ctx, q, d)
+		}
+	}
+	return c.decideOp(ctx, q, d)
+}
+
+// decideOp is Decide of a Check, Acquire, Renew or Release, its paths no
+// stream's ends.
+func (c *Checker) decideOp(ctx context.Context, q *Query, d *Decision) error {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	s := slot{op: algo.Acquire}
+	switch q.Op {
+	case Acquire:
+		s.permit, s.fresh = q.Permit, q.Permit == 0
+	case Renew:
+		s.op, s.permit = algo.Renew, q.Permit
+	case Release:
+		s.op, s.permit = algo.Release, q.Permit
+	}
+	p, err := c.matchQuery(q)
+	if err != nil {
+		return err
+	}
+	return c.decide(ctx, p, q, d, sc, s)
+}
+
+// matchQuery matches every path of q: its walk, with a per-request limit
+// applied to its deepest hit; with several paths, the hits other hits
+// replace are dropped. It returns the policy it matched them in.
+func (c *Checker) matchQuery(q *Query) (*Policy, error) {
 	p := c.Policy.Load()
 	replacing := false
 	for i := range q.Paths {
 		pq := &q.Paths[i]
 		if err := c.match(p, pq, q.Time); err != nil {
-			return err
+			return nil, err
 		}
 		for h := range pq.Match.Hits {
 			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
@@ -174,13 +252,18 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 		pq.LimitIgnored = false
 		if pq.Limit != nil && len(pq.Match.Hits) > 0 {
 			if err := applyRequestLimit(pq); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	if replacing && len(q.Paths) > 1 {
 		dropReplaced(q)
 	}
+	return p, nil
+}
+
+// decide decides q's paths, matched in p (matchQuery), with s.
+func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, sc *scratch, s slot) error {
 	// A deny list denies the whole decision, which then counts nothing;
 	// an allow list is named unless a deny list decides.
 	var listed Listed
@@ -197,14 +280,7 @@ func (c *Checker) decide(ctx context.Context, q *Query, d *Decision, sc *scratch
 		return nil
 	}
 	for i := range q.Paths {
-		sc.add(&q.Paths[i], q.Time, s.op, len(q.Paths) > 1)
-	}
-	if s.estimate {
-		for i := range sc.reqs {
-			if r := &sc.reqs[i]; r.Plan.Debt() {
-				r.Plan = algo.MustCompile(r.Plan.Limit().(algo.Debt).Limit)
-			}
-		}
+		sc.add(&q.Paths[i], q.Time, s, len(q.Paths) > 1)
 	}
 	// A delay node decides with a reserving plan, which must never see a
 	// cost above its limit's burst (algo.Reserving): such a cost is
@@ -332,7 +408,7 @@ func applyRequestLimit(pq *PathQuery) error {
 	if err != nil {
 		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
 	}
-	h.Limits, h.plans = []algo.Limit{l}, []algo.Plan{plan}
+	h.Limits, h.plans, h.estimates = []algo.Limit{l}, []algo.Plan{plan}, nil
 	// A key of its own per window: the same count whatever the number
 	// (as envoyproxy/ratelimit keys a descriptor's limit by its unit).
 	h.Key += "#per-" + strconv.FormatInt(int64(l.Window/time.Millisecond), 10) + "ms"
@@ -387,7 +463,6 @@ func dropReplaced(q *Query) {
 
 // scratch holds a decision's buffers between decisions.
 type scratch struct {
-	q       Query // CheckAt's one-path query
 	reqs    []store.Request
 	results []algo.Result
 	// index[k] is the request of the k-th limit over every path's hits.
@@ -401,7 +476,8 @@ type scratch struct {
 // limit key already requested adds its cost to that request. A limit that
 // op does not decide (a rate limit when renewing or releasing) gets the
 // index -1.
-func (sc *scratch) add(pq *PathQuery, t time.Time, op algo.SlotOp, merge bool) {
+func (sc *scratch) add(pq *PathQuery, t time.Time, s slot, merge bool) {
+	op := s.op
 	watcher := -1 // the requests of escalations, from the last: each watches those after it
 	for h := range pq.Match.Hits {
 		hit := &pq.Match.Hits[h]
@@ -419,6 +495,9 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, op algo.SlotOp, merge bool) {
 		for j := range hit.Limits {
 			r := hit.Request(j, pq.Cost)
 			r.Time = t
+			if s.estimate && hit.estimates != nil {
+				r.Plan = &hit.estimates[j] // without debt: a denied estimate records nothing
+			}
 			if op != algo.Acquire && !takesSlots(r) {
 				sc.index = append(sc.index, -1)
 				continue
@@ -492,11 +571,6 @@ func (sc *scratch) release() {
 	clear(sc.reqs)
 	sc.reqs, sc.results, sc.index = sc.reqs[:0], sc.results[:0], sc.index[:0]
 	clear(sc.byKey)
-	if len(sc.q.Paths) > 0 {
-		pq := &sc.q.Paths[0]
-		clear(pq.Match.Hits)
-		*pq = PathQuery{Match: Match{Hits: pq.Match.Hits[:0]}}
-	}
 	scratchPool.Put(sc)
 }
 

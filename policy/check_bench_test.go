@@ -36,7 +36,7 @@ const benchPolicy = `schema:
                 limits: [1000000, 1000000, 1]
 `
 
-// BenchmarkCheck measures Checker.Check with one and three levels on the
+// BenchmarkCheck measures a Checker.Decide of a Check with one and three levels on the
 // memory store (GOMAXPROCS goroutines), a Redis server and a Redis Cluster
 // (64 goroutines each, so that round trips overlap), over 1000 callers.
 func BenchmarkCheck(b *testing.B) {
@@ -93,7 +93,7 @@ func BenchmarkCheck(b *testing.B) {
 						var d policy.Decision
 						i := 0
 						for pb.Next() {
-							if err := c.Check(context.Background(), paths[i%len(paths)], 1, &d); err != nil || !d.Allowed {
+							if err := check(c, context.Background(), time.Time{}, paths[i%len(paths)], 1, &d); err != nil || !d.Allowed {
 								b.Fatalf("check: %v %+v", err, d.Summary)
 							}
 							i++
@@ -170,7 +170,7 @@ func BenchmarkOverride(b *testing.B) {
 			var d policy.Decision
 			i := 0
 			for b.Loop() {
-				if err := c.Check(ctx, paths[i%len(paths)], 1, &d); err != nil {
+				if err := check(c, ctx, time.Time{}, paths[i%len(paths)], 1, &d); err != nil {
 					b.Fatal(err)
 				}
 				i++

@@ -62,7 +62,7 @@ func TestCheckSeedScenario(t *testing.T) {
 			var d policy.Decision
 			check := func(path ...string) {
 				t.Helper()
-				if err := c.CheckAt(ctx, t0, path, 1, &d); err != nil {
+				if err := check(c, ctx, t0, path, 1, &d); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -137,7 +137,7 @@ func TestConcurrentMixedPaths(t *testing.T) {
 					defer wg.Done()
 					<-start
 					var d policy.Decision
-					if err := c.Check(context.Background(), paths[g%4], 1, &d); err != nil {
+					if err := check(c, context.Background(), time.Time{}, paths[g%4], 1, &d); err != nil {
 						t.Error(err)
 						return
 					}
@@ -167,7 +167,7 @@ func TestConcurrentMixedPaths(t *testing.T) {
 func TestUnmatchedDeny(t *testing.T) {
 	c := checker(t, "unmatched: deny\n"+seedPolicy, memory.New())
 	var d policy.Decision
-	if err := c.Check(context.Background(), []string{"other"}, 1, &d); err != nil {
+	if err := check(c, context.Background(), time.Time{}, []string{"other"}, 1, &d); err != nil {
 		t.Fatal(err)
 	}
 	if d.Allowed || d.Matched || d.Summary.RetryAfter != algo.Never {

@@ -36,6 +36,12 @@ type Decision struct {
 	// or renews their hold, with it. It is 0 when the decision holds no
 	// slot under an id.
 	Permit int64
+	// SettleID is the id an admitted Estimate is settled with (Settle);
+	// empty for every other decision.
+	SettleID string
+	// Settled reports whether a Settle found its estimate open and settled
+	// it.
+	Settled bool
 }
 
 // Withdraw makes a decision that was allowed after its Delay a denial, to

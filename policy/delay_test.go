@@ -99,7 +99,7 @@ schema:
 	path := []string{"ip", "a"}
 	check := func() Decision {
 		var d Decision
-		if err := c.CheckAt(context.Background(), t0, path, 1, &d); err != nil {
+		if err := c.Decide(context.Background(), oneQuery(t0, path, 1), &d); err != nil {
 			t.Fatal(err)
 		}
 		return d
@@ -108,7 +108,7 @@ schema:
 	if d := check(); d.Delay != 100*time.Millisecond {
 		t.Fatalf("second: delay %v, want 100ms", d.Delay)
 	}
-	if err := c.Undo(context.Background(), path, 1); err != nil {
+	if err := c.Decide(context.Background(), &Query{Op: GiveBack, Paths: []PathQuery{{Path: path, Cost: 1}}}, &Decision{}); err != nil {
 		t.Fatal(err)
 	}
 	d := check()
@@ -131,7 +131,7 @@ schema:
 `)
 	t0 := time.Unix(1_800_000_000, 0)
 	var d Decision
-	if err := c.CheckAt(context.Background(), t0, []string{"a"}, 7, &d); err != nil {
+	if err := c.Decide(context.Background(), oneQuery(t0, []string{"a"}, 7), &d); err != nil {
 		t.Fatal(err)
 	}
 	if d.Allowed || d.Summary.RetryAfter != algo.Never || d.Summary.Quota != 6 || len(d.Levels) != 0 {
@@ -139,7 +139,7 @@ schema:
 	}
 	// Nothing was counted: 6 pass at once.
 	for i := range 6 {
-		if err := c.CheckAt(context.Background(), t0, []string{"a"}, 1, &d); err != nil || !d.Allowed || d.Delay != 0 {
+		if err := c.Decide(context.Background(), oneQuery(t0, []string{"a"}, 1), &d); err != nil || !d.Allowed || d.Delay != 0 {
 			t.Fatalf("request %d: allowed %v delay %v, %v", i+1, d.Allowed, d.Delay, err)
 		}
 	}
@@ -156,4 +156,9 @@ func memoryChecker(t *testing.T, src string) *Checker {
 	st := memory.New()
 	t.Cleanup(func() { st.Close() })
 	return &Checker{Policy: NewCurrent(p), Store: st}
+}
+
+// oneQuery is a Check of path at cost at time t.
+func oneQuery(t time.Time, path []string, cost int64) *Query {
+	return &Query{Time: t, Paths: []PathQuery{{Path: path, Cost: cost}}}
 }

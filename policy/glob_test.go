@@ -79,7 +79,7 @@ schema:
 		t.Fatalf("replaced: %+v / %+v, allowed %v", q.Paths[0], q.Paths[1].Levels, d.Allowed)
 	}
 	// Alone, the replaced limit applies.
-	if err := c.Check(context.Background(), []string{"k1", "v1"}, 1, &d); err != nil || len(d.Levels) != 1 || d.Levels[0].Result.Quota != 5 || d.Levels[0].Result.Remaining != 4 {
+	if err := check(c, context.Background(), time.Time{}, []string{"k1", "v1"}, 1, &d); err != nil || len(d.Levels) != 1 || d.Levels[0].Result.Quota != 5 || d.Levels[0].Result.Remaining != 4 {
 		t.Fatalf("alone: %+v, %v (want the replaced limit untouched by the pair)", d.Levels, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,31 +17,41 @@ import (
 
 // Envoy's protocol carries no id from a stream's start to its end: the
 // end gives back the estimate of the same descriptor with
-// is_negative_hits. DecideStarts and SettleOldest pair them through the
-// store (store.TicketQueue): an admitted start opens a ticket in the queue
-// of its path and cost, and an end takes the oldest, so that nothing is
+// is_negative_hits. A Check pairs them through the store
+// (store.TicketQueue): an admitted Start opens a ticket in the queue of
+// its path and cost, and an End takes the oldest, so that nothing is
 // given back that no start took, and only where that start counted it.
 
-// DecideStarts decides q as Decide does; when it is admitted, each path i
-// of starts (bit i) whose cost is 1 or more on a level that gives back (a
-// limit that counts both ways, without debt) opens a ticket of the
-// estimate it took, queued by its path and cost, for as long as a give-back
-// could still find it counted (its levels' ResetAfter) and at least an hour
-// (minStartLife), which SettleOldest takes. Such a query is decided at an explicit time (q.Time,
-// or the store's clock), which the ticket names. A ticket that cannot be
-// kept (the key holds store.MaxOpenTickets, the store failed) leaves the
-// start admitted and counted, with nothing to give back. A query with no
-// such path, or a store without ticket queues, costs what Decide does.
-func (c *Checker) DecideStarts(ctx context.Context, q *Query, d *Decision, starts uint64) error {
+// streams reports whether a query's paths hold a stream's End, and a
+// Start.
+func streams(q *Query) (ends, starts bool) {
+	for i := range q.Paths {
+		ends, starts = ends || q.Paths[i].End, starts || q.Paths[i].Start
+	}
+	return ends, starts
+}
+
+// decideStarts decides q as a Check does; when it is admitted, each Start
+// path whose cost is 1 or more on a level that gives back (a limit that
+// counts both ways, without debt) opens a ticket of the estimate it took,
+// queued by its path and cost, for as long as a give-back could still
+// find it counted (its levels' ResetAfter) and at least an hour
+// (minStartLife), which an End takes. Such a query is decided at an
+// explicit time (q.Time, or the store's clock), which the ticket names. A
+// ticket that cannot be kept (the key holds store.MaxOpenTickets, the
+// store failed) leaves the start admitted and counted, with nothing to
+// give back. A query with no such path, or a store without ticket queues,
+// costs what a Check does.
+func (c *Checker) decideStarts(ctx context.Context, q *Query, d *Decision) error {
 	s, ok := c.Store.(store.TicketQueue)
-	if starts == 0 || !ok {
-		return c.Decide(ctx, q, d)
+	if !ok {
+		return c.decideOp(ctx, q, d)
 	}
 	p := c.Policy.Load()
 	open := uint64(0)
 	for i := range q.Paths {
 		pq := &q.Paths[i]
-		if i >= 64 || starts&(1<<i) == 0 || pq.Cost < 1 || pq.Path == nil {
+		if i >= 64 || !pq.Start || pq.Cost < 1 || pq.Path == nil {
 			continue
 		}
 		if err := c.match(p, pq, q.Time); err != nil {
@@ -51,7 +62,7 @@ func (c *Checker) DecideStarts(ctx context.Context, q *Query, d *Decision, start
 		}
 	}
 	if open == 0 {
-		return c.Decide(ctx, q, d)
+		return c.decideOp(ctx, q, d)
 	}
 	if q.Time.IsZero() {
 		now, err := storeNow(ctx, c.Store)
@@ -61,7 +72,7 @@ func (c *Checker) DecideStarts(ctx context.Context, q *Query, d *Decision, start
 		q.Time = now
 		defer func() { q.Time = time.Time{} }()
 	}
-	if err := c.Decide(ctx, q, d); err != nil || !d.Allowed {
+	if err := c.decideOp(ctx, q, d); err != nil || !d.Allowed {
 		return err
 	}
 	var began [][]int64
@@ -101,17 +112,111 @@ func (c *Checker) DecideStarts(ctx context.Context, q *Query, d *Decision, start
 	return nil
 }
 
-// SettleOldest settles a stream's end (Envoy's is_negative_hits of
-// estimate on the exact path, and its real cost): it takes the oldest
-// ticket DecideStarts opened for that path and estimate and settles it at
-// cost as Settle does (the unused part given back where the start counted
-// it, an excess recorded now), and reports true. With no ticket (the start
-// was denied, never decided, or its ticket has ended) it reports false and
-// changes nothing: the caller records the cost in full (an end that took
-// another stream's ticket leaves that stream's end none: its cost is
-// recorded all the same, so that no use goes uncounted).
-// t is the time of the end (the zero Time: the store's clock).
-func (c *Checker) SettleOldest(ctx context.Context, t time.Time, path []string, estimate, cost int64) (bool, error) {
+// decideEnds decides a Check whose paths hold a stream's End (Envoy sends
+// is_negative_hits when a stream ends, apply_on_stream_done), to give
+// back what the same descriptors took when it began: their concurrency
+// limits free Cost slots taken for no permit (algo.Concurrency: a release
+// without a permit id), the earliest hold first, and their rate limits get
+// back what the stream's start took, if it took it (settleOldest: the
+// oldest ticket an admitted Start of the same path and cost opened, given
+// back only where that start counted it; with no ticket, nothing).
+//
+// An End and another path with the same entries in the same query are a
+// settle: the estimate taken when the stream began given back and its real
+// cost (that path's Cost) charged, as one change of their difference on
+// the rate limits (a reward of what the estimate took beyond the cost, or
+// a penalty of the excess, past the limit if need be), so that the charge
+// is neither lost nor admitted beyond the limit in between; that path is
+// Settled. With no ticket (the start was denied or never decided, or
+// another end took its ticket) the cost is recorded in full: what was
+// used is never lost. The other paths are decided as in any Check (with
+// their Starts), all or nothing among them, into d; the changes happen
+// whatever that decision is. An End's Levels are those whose slots it
+// released.
+func (c *Checker) decideEnds(ctx context.Context, q *Query, d *Decision) error {
+	// rel: every End (its slots released); pos: the paths decided; ends:
+	// the ends to settle; over: the excesses of ends with no ticket.
+	rel, pos, over := &Query{Op: Release, Time: q.Time}, &Query{Time: q.Time}, &Query{Time: q.Time}
+	var relAt, posAt []int // the index in q of each path of rel, pos
+	type end struct {
+		path           []string
+		estimate, cost int64
+	}
+	var ends []end
+	for i := range q.Paths {
+		if q.Paths[i].End {
+			rel.Paths, relAt = append(rel.Paths, q.Paths[i]), append(relAt, i)
+		}
+	}
+	paired := make([]bool, len(rel.Paths))
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		pq.Settled = false
+		if pq.End {
+			continue
+		}
+		k := -1
+		for r := range rel.Paths {
+			if !paired[r] && slices.Equal(rel.Paths[r].Path, pq.Path) {
+				k = r
+				break
+			}
+		}
+		if k < 0 || pq.Path == nil {
+			pos.Paths, posAt = append(pos.Paths, *pq), append(posAt, i)
+			continue
+		}
+		paired[k], pq.Settled = true, true
+		pq.Match, pq.Levels = Match{Hits: pq.Match.Hits[:0]}, nil
+		ends = append(ends, end{pq.Path, rel.Paths[k].Cost, pq.Cost})
+	}
+	for k := range rel.Paths {
+		rel.Paths[k].End = false
+		if !paired[k] && rel.Paths[k].Path != nil {
+			ends = append(ends, end{rel.Paths[k].Path, rel.Paths[k].Cost, 0})
+		}
+	}
+	// Slots are released first, so that a stream starting in the same
+	// query may take one.
+	var relD Decision
+	err := c.decideOp(ctx, rel, &relD)
+	*d = Decision{Allowed: true, Matched: true, Levels: d.Levels[:0], Summary: algo.Result{Allowed: true}}
+	if err == nil && len(pos.Paths) > 0 {
+		err = c.Decide(ctx, pos, d)
+	}
+	for _, e := range ends {
+		if err != nil {
+			break
+		}
+		var ok bool
+		if ok, err = c.settleOldest(ctx, q.Time, e.path, e.estimate, e.cost); err == nil && !ok && e.cost > 0 {
+			over.Paths = append(over.Paths, PathQuery{Path: e.path, Exact: true, Cost: e.cost})
+		}
+	}
+	if err == nil {
+		err = c.adjust(ctx, over, algo.Penalize)
+	}
+	for r, i := range relAt {
+		q.Paths[i] = rel.Paths[r]
+		q.Paths[i].End = true
+	}
+	for k, i := range posAt {
+		q.Paths[i] = pos.Paths[k]
+	}
+	return err
+}
+
+// settleOldest settles a stream's end (an End of estimate on the exact
+// path, and its real cost): it takes the oldest ticket decideStarts
+// opened for that path and estimate and settles it at cost as Settle
+// does (the unused part given back where the start counted it, an excess
+// recorded now), and reports true. With no ticket (the start was denied,
+// never decided, or its ticket has ended) it reports false and changes
+// nothing: the caller records the cost in full (an end that took another
+// stream's ticket leaves that stream's end none: its cost is recorded all
+// the same, so that no use goes uncounted). t is the time of the end (the
+// zero Time: the store's clock).
+func (c *Checker) settleOldest(ctx context.Context, t time.Time, path []string, estimate, cost int64) (bool, error) {
 	s, ok := c.Store.(store.TicketQueue)
 	if !ok || estimate < 1 || path == nil {
 		return false, nil
@@ -130,7 +235,7 @@ func (c *Checker) SettleOldest(ctx context.Context, t time.Time, path []string, 
 	if err != nil || id == "" {
 		return false, err
 	}
-	return c.Settle(ctx, t, id, cost)
+	return c.settleID(ctx, t, id, []PathQuery{{Cost: cost}})
 }
 
 // givesBack reports whether a matched path's cost could be given back on

@@ -137,12 +137,15 @@ type Policy struct {
 
 // node is one compiled node of the tree.
 type node struct {
-	pattern   string
-	limits    []algo.Limit // shared by every Hit of the node: read-only
-	specs     []algo.Spec  // the limits as written
-	plans     []algo.Plan  // the limits compiled, for the requests: read-only
-	shadow    bool         // the node or an ancestor is shadow
-	ownShadow bool         // the node itself says shadow: true
+	pattern string
+	limits  []algo.Limit // shared by every Hit of the node: read-only
+	specs   []algo.Spec  // the limits as written
+	plans   []algo.Plan  // the limits compiled, for the requests: read-only
+	// estimates are the plans an Estimate decides with: a limit with debt
+	// without it, since a denied estimate records nothing (nil: no debt).
+	estimates []algo.Plan
+	shadow    bool // the node or an ancestor is shadow
+	ownShadow bool // the node itself says shadow: true
 	unlimited bool
 	children  map[string]*node // named children
 	globs     []*node          // children whose names are patterns, in file order
@@ -320,8 +323,8 @@ type Hit struct {
 	// long to wait.
 	Delay time.Duration
 	// plans are Limits compiled when the policy loaded: the requests carry
-	// them.
-	plans []algo.Plan
+	// them; estimates, those an Estimate's carry (node.estimates).
+	plans, estimates []algo.Plan
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
 	// node is the node's index in its policy's nodes.
@@ -345,7 +348,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, estimates: n.estimates, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

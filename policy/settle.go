@@ -18,53 +18,29 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Estimate decides the paths of q, each at its own cost, all or nothing,
-// as an estimate of a cost known only later (the tokens of a response,
-// written as max_tokens, beside 1 for the request itself), and, when it is
-// admitted on every path, returns the id to Settle it with, for within
-// (store.MinTicket to store.MaxTicket). A denied estimate records nothing,
-// even on a level with debt: the request does not go on. An estimate not
-// settled within that time stays counted in full, as if its holder had
-// crashed: nothing is ever given back that was not settled. The id says
-// each path's estimate and when it was counted (q.Time, or the store's
-// clock when zero): a settle gives back only there. Its one ticket is kept
-// with the last path's own level (the last hit of the last path that hits
-// one: for paths such as a caller's calls and its token budget, the
-// budget's, which a settle changes), whose key holds at most
-// store.MaxOpenTickets open: one more is refused, before anything is
-// decided, with store.ErrTooManyTickets. The error wraps
-// store.ErrBadRequest for no path, a bad within or cost, or paths whose id
-// would be longer than MaxEstimateID, and algo.ErrUnsupported for a store
-// without tickets (store.Settler).
-func (c *Checker) Estimate(ctx context.Context, q *Query, d *Decision, within time.Duration) (string, error) {
+// estimate is Decide of an Estimate (see Estimate).
+func (c *Checker) estimate(ctx context.Context, q *Query, d *Decision) error {
 	s, ok := c.Store.(store.Settler)
-	switch {
+	switch within := q.Within; {
 	case !ok:
-		return "", fmt.Errorf("policy: %w: the store keeps no tickets to settle estimates", algo.ErrUnsupported)
+		return fmt.Errorf("policy: %w: the store keeps no tickets to settle estimates", algo.ErrUnsupported)
 	case len(q.Paths) == 0:
-		return "", fmt.Errorf("policy: %w: an estimate of no path", store.ErrBadRequest)
+		return fmt.Errorf("policy: %w: an estimate of no path", store.ErrBadRequest)
 	case within < store.MinTicket || within > store.MaxTicket:
-		return "", fmt.Errorf("policy: %w: settle within %v: want %v to %v", store.ErrBadRequest, within, store.MinTicket, store.MaxTicket)
-	}
-	for i := range q.Paths {
-		if cost := q.Paths[i].Cost; cost < 0 || cost > algo.MaxCount {
-			return "", fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
-		}
+		return fmt.Errorf("policy: %w: settle within %v: want %v to %v", store.ErrBadRequest, within, store.MinTicket, store.MaxTicket)
 	}
 	if q.Time.IsZero() {
 		// The estimate is decided at a time the id names: the store's.
-		now := time.Now()
-		if clock, ok := c.Store.(store.Clock); ok {
-			var err error
-			if now, err = clock.Now(ctx); err != nil {
-				return "", err
-			}
+		now, err := storeNow(ctx, c.Store)
+		if err != nil {
+			return err
 		}
 		q.Time = now
 		defer func() { q.Time = time.Time{} }()
 	}
-	if err := c.matchAll(q); err != nil {
-		return "", err
+	p, err := c.matchQuery(q)
+	if err != nil {
+		return err
 	}
 	e := estimate{since: q.Time.UnixMicro()}
 	for i := range q.Paths {
@@ -76,7 +52,7 @@ func (c *Checker) Estimate(ctx context.Context, q *Query, d *Decision, within ti
 	e.nonce = base64.RawURLEncoding.EncodeToString(random[:])
 	id := e.String()
 	if len(id) > MaxEstimateID {
-		return "", fmt.Errorf("policy: %w: the estimate's paths make an id of %d bytes, more than %d", store.ErrBadRequest, len(id), MaxEstimateID)
+		return fmt.Errorf("policy: %w: the estimate's paths make an id of %d bytes, more than %d", store.ErrBadRequest, len(id), MaxEstimateID)
 	}
 	// The ticket is kept before anything is decided (a key past its bound
 	// decides nothing), and taken back when the estimate is denied.
@@ -85,58 +61,40 @@ func (c *Checker) Estimate(ctx context.Context, q *Query, d *Decision, within ti
 	if hits {
 		t = ticket(id, tag)
 		t.Time = q.Time
-		if err := s.Issue(ctx, t, within); err != nil {
-			return "", err
+		if err := s.Issue(ctx, t, q.Within); err != nil {
+			return err
 		}
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	if err := c.decide(ctx, q, d, sc, slot{op: algo.Acquire, estimate: true}); err != nil || !d.Allowed {
+	if err := c.decide(ctx, p, q, d, sc, slot{op: algo.Acquire, estimate: true}); err != nil || !d.Allowed {
 		if hits {
 			s.Settle(ctx, t, nil, algo.Reward) // the ticket, back; on failure it expires
 		}
-		return "", err
+		return err
 	}
+	d.SettleID = id
 	if !hits {
-		return id, nil
+		return nil
 	}
 	// A bucket's estimate began its n·T at the TAT it found, not at the
 	// estimate's time: the id says where, so that a settle gives back all
 	// of it that lies ahead. A ticket under that id replaces the first;
 	// if it cannot be kept, the first one stands (it gives back less).
 	if e.began = tatBegan(q); e.began == nil {
-		return id, nil
+		return nil
 	}
 	id2 := e.String()
 	if len(id2) > MaxEstimateID {
-		return id, nil
+		return nil
 	}
 	t2 := ticket(id2, tag)
 	t2.Time = q.Time
-	if err := s.Issue(ctx, t2, within); err != nil {
-		return id, nil
+	if err := s.Issue(ctx, t2, q.Within); err != nil {
+		return nil
 	}
 	s.Settle(ctx, t, nil, algo.Reward)
-	return id2, nil
-}
-
-// matchAll matches every path of q, as a decision would: with several,
-// the hits other hits replace are dropped.
-func (c *Checker) matchAll(q *Query) error {
-	p := c.Policy.Load()
-	replacing := false
-	for i := range q.Paths {
-		pq := &q.Paths[i]
-		if err := c.match(p, pq, q.Time); err != nil {
-			return err
-		}
-		for h := range pq.Match.Hits {
-			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
-		}
-	}
-	if replacing && len(q.Paths) > 1 {
-		dropReplaced(q)
-	}
+	d.SettleID = id2
 	return nil
 }
 
@@ -192,23 +150,15 @@ func tatBegan(q *Query) [][]int64 {
 	return began
 }
 
-// Settle settles the estimate id at its real costs, one for each of its
-// paths, in their order (one, for an estimate of one path). On every key
-// its paths hit whose limit counts both ways (any but a gate and
-// concurrency slots), the estimates less the real costs of the paths on
-// it are given back, but only what of it still counts in the window the
-// estimate was counted in (algo.Plan.GiveBack: nothing once that window
-// has ended, never to a later one), or, when the real costs are above,
-// the excess is recorded (a penalty, past the limit if need be, now), in
-// one atomic step with taking its ticket. A settle that both charges one
-// key and gives back on another charges with taking the ticket, then gives
-// back in a second step (if that fails, the estimate stays counted there:
-// never more is given back). It reports false, changing nothing, for an id
-// settled already, not settled within its time or never issued (a forged
-// one), and true, changing nothing, for paths the policy in force does not
-// limit. The error wraps store.ErrBadRequest for a malformed id, costs not
-// one per path, or a cost outside 0..MaxCount.
-func (c *Checker) Settle(ctx context.Context, t time.Time, id string, costs ...int64) (bool, error) {
+// settle is Decide of a Settle (see Settle).
+func (c *Checker) settle(ctx context.Context, sq *Query, d *Decision) (err error) {
+	d.Settled, err = c.settleID(ctx, sq.Time, sq.SettleID, sq.Paths)
+	return err
+}
+
+// settleID settles the estimate id at time t at the costs of paths, one
+// per path of the estimate.
+func (c *Checker) settleID(ctx context.Context, t time.Time, id string, costs []PathQuery) (bool, error) {
 	s, ok := c.Store.(store.Settler)
 	if !ok {
 		return false, fmt.Errorf("policy: %w: the store keeps no tickets to settle estimates", algo.ErrUnsupported)
@@ -220,16 +170,11 @@ func (c *Checker) Settle(ctx context.Context, t time.Time, id string, costs ...i
 	if len(costs) != len(e.paths) {
 		return false, fmt.Errorf("policy: %w: the estimate is of %d paths: settle it with %d costs, one per path in its order, not %d", store.ErrBadRequest, len(e.paths), len(e.paths), len(costs))
 	}
-	for _, cost := range costs {
-		if cost < 0 || cost > algo.MaxCount {
-			return false, fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
-		}
-	}
 	q := Query{Time: t, Paths: make([]PathQuery, len(e.paths))}
 	for i := range q.Paths {
 		q.Paths[i] = PathQuery{Path: e.paths[i], Exact: e.exact[i]}
 	}
-	if err := c.matchAll(&q); err != nil {
+	if _, err := c.matchQuery(&q); err != nil {
 		return false, err
 	}
 	tag, hits := ticketTag(&q)
@@ -271,11 +216,11 @@ func (c *Checker) Settle(ctx context.Context, t time.Time, id string, costs ...i
 				}
 				r.Time = time.UnixMicro(since)
 				if x, ok := byKey[r.Key]; ok {
-					changes[x].back += e.costs[i] - costs[i]
+					changes[x].back += e.costs[i] - costs[i].Cost
 					continue
 				}
 				byKey[r.Key] = len(changes)
-				changes = append(changes, change{r, e.costs[i] - costs[i]})
+				changes = append(changes, change{r, e.costs[i] - costs[i].Cost})
 			}
 		}
 	}

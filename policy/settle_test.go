@@ -42,7 +42,7 @@ func TestEstimateSettle(t *testing.T) {
 			estimate := func(cost int64) string {
 				t.Helper()
 				var d policy.Decision
-				id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", "acme"}, Cost: cost}}}, &d, time.Minute)
+				id, err := estimateWithin(c, ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", "acme"}, Cost: cost}}}, &d, time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -53,7 +53,7 @@ func TestEstimateSettle(t *testing.T) {
 			}
 			settle := func(id string, cost int64) bool {
 				t.Helper()
-				ok, err := c.Settle(ctx, at, id, cost)
+				ok, err := settleAt(c, ctx, at, id, cost)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -88,14 +88,14 @@ func TestEstimateSettle(t *testing.T) {
 				t.Fatalf("after settling 500 at 1400: %d, %d (want 98350, 0)", shared, own)
 			}
 			for _, bad := range []string{"", "x", "e1.a.1.p.bGxt", id + "x", strings.Replace(id, ".p.", ".q.", 1)} {
-				if _, err := c.Settle(ctx, at, bad, 1); !errors.Is(err, store.ErrBadRequest) {
+				if _, err := settleAt(c, ctx, at, bad, 1); !errors.Is(err, store.ErrBadRequest) {
 					t.Errorf("settle %q: %v", bad, err)
 				}
 			}
-			if _, err := c.Settle(ctx, at, id, -1); !errors.Is(err, store.ErrBadRequest) {
+			if _, err := settleAt(c, ctx, at, id, -1); !errors.Is(err, store.ErrBadRequest) {
 				t.Errorf("a negative cost: %v", err)
 			}
-			if _, err := c.Settle(ctx, at, id, 1, 1); !errors.Is(err, store.ErrBadRequest) {
+			if _, err := settleAt(c, ctx, at, id, 1, 1); !errors.Is(err, store.ErrBadRequest) {
 				t.Errorf("two costs for an estimate of one path: %v", err)
 			}
 		})
@@ -131,7 +131,7 @@ func TestSettleBucketWhereItBegan(t *testing.T) {
 			estimate := func(tenant string, when time.Time, cost int64) string {
 				t.Helper()
 				var d policy.Decision
-				id, err := c.Estimate(ctx, &policy.Query{Time: when, Paths: []policy.PathQuery{{Path: []string{"llm", tenant}, Cost: cost}}}, &d, time.Hour)
+				id, err := estimateWithin(c, ctx, &policy.Query{Time: when, Paths: []policy.PathQuery{{Path: []string{"llm", tenant}, Cost: cost}}}, &d, time.Hour)
 				if err != nil || id == "" {
 					t.Fatalf("estimate: %q %v", id, err)
 				}
@@ -142,7 +142,7 @@ func TestSettleBucketWhereItBegan(t *testing.T) {
 			check("busy", at, 500)
 			id := estimate("busy", at, 400)
 			later := at.Add(100 * T)
-			if ok, err := c.Settle(ctx, later, id, 0); !ok || err != nil {
+			if ok, err := settleAt(c, ctx, later, id, 0); !ok || err != nil {
 				t.Fatalf("settle: %v %v", ok, err)
 			}
 			if r := check("busy", later, 0); r != 600 {
@@ -153,7 +153,7 @@ func TestSettleBucketWhereItBegan(t *testing.T) {
 			id = estimate("idle", at, 400)
 			later = at.Add(500 * T)
 			check("idle", later, 300)
-			if ok, err := c.Settle(ctx, later, id, 0); !ok || err != nil {
+			if ok, err := settleAt(c, ctx, later, id, 0); !ok || err != nil {
 				t.Fatalf("settle: %v %v", ok, err)
 			}
 			if r := check("idle", later, 0); r != 700 {
@@ -180,7 +180,7 @@ func TestEstimatesBoundedPerKey(t *testing.T) {
 	at := time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
 	estimate := func(tenant string) (string, *policy.Decision, error) {
 		var d policy.Decision
-		id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", tenant}, Cost: 1}}}, &d, 24*time.Hour)
+		id, err := estimateWithin(c, ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", tenant}, Cost: 1}}}, &d, 24*time.Hour)
 		return id, &d, err
 	}
 	var first string
@@ -203,7 +203,7 @@ func TestEstimatesBoundedPerKey(t *testing.T) {
 	if id, d, err := estimate("alice"); err != nil || id == "" || !d.Allowed {
 		t.Fatalf("another caller's estimate: %q %v %v", id, d.Allowed, err)
 	}
-	if ok, err := c.Settle(ctx, at, first, 1); !ok || err != nil {
+	if ok, err := settleAt(c, ctx, at, first, 1); !ok || err != nil {
 		t.Fatalf("settle: %v %v", ok, err)
 	}
 	if id, _, err := estimate("mallory"); err != nil || id == "" {
@@ -254,7 +254,7 @@ func TestEstimateOfSeveralPaths(t *testing.T) {
 			estimate := func(caller string, calls, tokens int64) string {
 				t.Helper()
 				var d policy.Decision
-				id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: paths(caller, calls, tokens)}, &d, time.Hour)
+				id, err := estimateWithin(c, ctx, &policy.Query{Time: at, Paths: paths(caller, calls, tokens)}, &d, time.Hour)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -265,7 +265,7 @@ func TestEstimateOfSeveralPaths(t *testing.T) {
 			}
 			settle := func(id string, costs ...int64) bool {
 				t.Helper()
-				ok, err := c.Settle(ctx, at, id, costs...)
+				ok, err := settleAt(c, ctx, at, id, costs...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -279,7 +279,7 @@ func TestEstimateOfSeveralPaths(t *testing.T) {
 				t.Fatalf("after an estimate of 1 call and 4,000 tokens: %v", got)
 			}
 			for _, bad := range [][]int64{nil, {1250}, {1, 1250, 0}, {1, -1}, {-1, 1250}} {
-				if _, err := c.Settle(ctx, at, id, bad...); !errors.Is(err, store.ErrBadRequest) {
+				if _, err := settleAt(c, ctx, at, id, bad...); !errors.Is(err, store.ErrBadRequest) {
 					t.Errorf("settle with costs %v: %v", bad, err)
 				}
 			}
@@ -353,11 +353,11 @@ func TestSettleOfSeveralPathsInItsWindow(t *testing.T) {
 			feb := time.Date(2027, 2, 1, 0, 0, 10, 0, berlin)
 			paths := []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}, Cost: 1}, {Path: []string{"llm", "tokens", "alex"}, Cost: 4000}}
 			var d policy.Decision
-			id, err := c.Estimate(ctx, &policy.Query{Time: jan, Paths: paths}, &d, time.Hour)
+			id, err := estimateWithin(c, ctx, &policy.Query{Time: jan, Paths: paths}, &d, time.Hour)
 			if err != nil || id == "" {
 				t.Fatalf("estimate: %q %v", id, err)
 			}
-			id2, err := c.Estimate(ctx, &policy.Query{Time: jan, Paths: paths}, &d, time.Hour)
+			id2, err := estimateWithin(c, ctx, &policy.Query{Time: jan, Paths: paths}, &d, time.Hour)
 			if err != nil || id2 == "" {
 				t.Fatalf("estimate: %q %v", id2, err)
 			}
@@ -365,7 +365,7 @@ func TestSettleOfSeveralPathsInItsWindow(t *testing.T) {
 			if err := c.Decide(ctx, &policy.Query{Time: feb, Paths: []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}, Cost: 1}, {Path: []string{"llm", "tokens", "alex"}, Cost: 1000}}}, &d); err != nil || !d.Allowed {
 				t.Fatalf("February's first call: %v %v", d.Allowed, err)
 			}
-			if ok, err := c.Settle(ctx, feb, id, 0, 0); !ok || err != nil {
+			if ok, err := settleAt(c, ctx, feb, id, 0, 0); !ok || err != nil {
 				t.Fatalf("settle: %v %v", ok, err)
 			}
 			peek := func(at time.Time) (calls, tokens int64) {
@@ -378,7 +378,7 @@ func TestSettleOfSeveralPathsInItsWindow(t *testing.T) {
 			if calls, tokens := peek(feb); calls != 19 || tokens != 99000 {
 				t.Fatalf("after a January estimate settled at 0 in February: %d calls, %d tokens left, want 19 and 99,000 (nothing given back to February)", calls, tokens)
 			}
-			if ok, err := c.Settle(ctx, feb, id2, 1, 4500); !ok || err != nil {
+			if ok, err := settleAt(c, ctx, feb, id2, 1, 4500); !ok || err != nil {
 				t.Fatalf("settle: %v %v", ok, err)
 			}
 			if calls, tokens := peek(feb); calls != 19 || tokens != 98500 {
@@ -402,7 +402,7 @@ func TestSettleSharedBucketOfSeveralPaths(t *testing.T) {
 			c := checker(t, gatewayPolicy, st)
 			at := time.Date(2027, 3, 10, 12, 0, 30, 0, time.UTC)
 			var d policy.Decision
-			id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}, Cost: 1}, {Path: []string{"llm", "tokens", "alex"}, Cost: 399}}}, &d, time.Hour)
+			id, err := estimateWithin(c, ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: []string{"llm", "calls", "alex"}, Cost: 1}, {Path: []string{"llm", "tokens", "alex"}, Cost: 399}}}, &d, time.Hour)
 			if err != nil || id == "" {
 				t.Fatalf("estimate: %q %v", id, err)
 			}
@@ -415,7 +415,7 @@ func TestSettleSharedBucketOfSeveralPaths(t *testing.T) {
 				return d.Levels[0].Result.Remaining
 			}
 			spend(300)
-			if ok, err := c.Settle(ctx, later, id, 0, 0); !ok || err != nil {
+			if ok, err := settleAt(c, ctx, later, id, 0, 0); !ok || err != nil {
 				t.Fatalf("settle: %v %v", ok, err)
 			}
 			if r := spend(0); r != 1000000-300 {
@@ -439,7 +439,7 @@ func TestEstimateIDBounded(t *testing.T) {
 		path = append(path, long)
 	}
 	var d policy.Decision
-	_, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path, Cost: 4000}}}, &d, time.Hour)
+	_, err := estimateWithin(c, ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path, Cost: 4000}}}, &d, time.Hour)
 	if !errors.Is(err, store.ErrBadRequest) || !strings.Contains(err.Error(), "more than 8192") {
 		t.Fatalf("an estimate of a path of 6,400 bytes: %v", err)
 	}
@@ -447,11 +447,11 @@ func TestEstimateIDBounded(t *testing.T) {
 		t.Fatalf("the refused estimate was counted: %v %v", d.Levels, err)
 	}
 	// One that fits is settled.
-	id, err := c.Estimate(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path[:10], Cost: 4000}}}, &d, time.Hour)
+	id, err := estimateWithin(c, ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path[:10], Cost: 4000}}}, &d, time.Hour)
 	if err != nil || id == "" || len(id) > policy.MaxEstimateID {
 		t.Fatalf("an estimate that fits: %d bytes, %v", len(id), err)
 	}
-	if ok, err := c.Settle(ctx, at, id, 1000); !ok || err != nil {
+	if ok, err := settleAt(c, ctx, at, id, 1000); !ok || err != nil {
 		t.Fatalf("settle: %v %v", ok, err)
 	}
 }

@@ -43,12 +43,12 @@ func TestSlotsOnAPath(t *testing.T) {
 					if permit == 0 {
 						err = c.Decide(ctx, q, &d) // no permit: a plain decision
 					} else {
-						err = c.Acquire(ctx, q, permit, &d)
+						err = slots(c, ctx, policy.Acquire, q, permit, &d)
 					}
 				case algo.Renew:
-					err = c.Renew(ctx, q, permit, &d)
+					err = slots(c, ctx, policy.Renew, q, permit, &d)
 				default:
-					err = c.Release(ctx, q, permit, &d)
+					err = slots(c, ctx, policy.Release, q, permit, &d)
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -103,7 +103,7 @@ func TestSlotsOnAPath(t *testing.T) {
 			if d := do(0, 0, algo.Acquire); level("tenant/*/export").Remaining != 1 {
 				t.Fatalf("a denied acquire took a slot: %+v", d)
 			}
-			if err := c.Renew(ctx, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path}}}, 0, &d); err == nil {
+			if err := slots(c, ctx, policy.Renew, &policy.Query{Time: at, Paths: []policy.PathQuery{{Path: path}}}, 0, &d); err == nil {
 				t.Fatal("a renewal without a permit was decided")
 			}
 		})

@@ -217,7 +217,7 @@ type checkRequest struct {
 	Costs []int64         `json:"costs,omitempty"`
 	Meta  json.RawMessage `json:"meta,omitempty"`
 	// SettleWithin makes the cost (each path's) an estimate, settled
-	// later with POST /v1/settle (policy.Checker.Estimate): "10m".
+	// later with POST /v1/settle (policy.Estimate): "10m".
 	SettleWithin string `json:"settle_within,omitempty"`
 
 	limit  *algo.FixedWindow // Limit, parsed
@@ -541,9 +541,13 @@ func (s *Server) readCheck(w http.ResponseWriter, r *http.Request, c *answer.Cal
 		}
 		// A check that takes slots takes them under a new permit id,
 		// which the answer gives for /v1/renew and /v1/release.
-		c.Slots = c.Slots || pqs[i].Cost > 0
+		if pqs[i].Cost > 0 {
+			c.Query.Op = policy.Acquire
+		}
 	}
-	c.Within = req.within
+	if req.within > 0 {
+		c.Query.Op, c.Query.Within = policy.Estimate, req.within
+	}
 	return req.Meta, true
 }
 
@@ -558,9 +562,9 @@ func (s *Server) writeCheck(w http.ResponseWriter, c *answer.Call) {
 		storeErr = "store unavailable: " + c.Err.Error()
 	}
 	out := appendDecisionJSON(c.Buf[:0], &c.Decision, storeErr)
-	if c.SettleID != "" {
+	if c.Decision.SettleID != "" {
 		out = append(out[:len(out)-1], `,"settle_id":`...)
-		out = append(jsonenc.AppendString(out, c.SettleID), '}')
+		out = append(jsonenc.AppendString(out, c.Decision.SettleID), '}')
 	}
 	out = append(out, '\n')
 	c.Buf = out[:0]

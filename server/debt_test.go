@@ -11,6 +11,8 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/sluice/policy"
 )
 
 // TestDebtEdges: on a budget with debt (meteringPolicy: 100,000 an hour),
@@ -98,7 +100,7 @@ func TestDebtEdges(t *testing.T) {
 					// is_negative_hits gives back only what a start took)
 					// leaves it spent to the unit, one more leaves 1.
 					undo := func(n int64) {
-						if err := s.checker.Undo(context.Background(), []string{"ai", "tenant", over}, n); err != nil {
+						if err := s.checker.Decide(context.Background(), &policy.Query{Op: policy.GiveBack, Paths: []policy.PathQuery{{Path: []string{"ai", "tenant", over}, Cost: n}}}, &policy.Decision{}); err != nil {
 							t.Fatal(err)
 						}
 					}

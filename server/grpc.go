@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -68,7 +69,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		// then lets the request through or not by its failure_mode_deny.
 		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded: "+*why)
 	}
-	c.Wait = c.Ends == 0
+	c.Wait = !hasEnds(&c.Query) // an end gives back: nothing to wait for
 	s.pipe.Answer(ctx, c)
 	s.observe(c)
 	switch {
@@ -81,7 +82,8 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 }
 
 // response is the answer of a decided call: each descriptor's status
-// (OK for one given back or settled), the quota a proxy asked for, and
+// (OK for a stream's end, which gave back, and for the real cost it was
+// settled with), the quota a proxy asked for, and
 // the RateLimit fields; when the store failed, every descriptor OK (fail
 // open) or OVER_LIMIT (fail closed).
 func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.RateLimitResponse {
@@ -91,19 +93,19 @@ func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.R
 	}
 	denyUnmatched := g.s.current.Load().DenyUnmatched()
 	for i := range c.Query.Paths {
-		switch {
+		switch pq := &c.Query.Paths[i]; {
 		case c.Failed:
 			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: resp.OverallCode}
-		case c.Ends&(1<<i) != 0:
-			resp.Statuses[i] = descriptorStatus(&c.Query.Paths[i], false)
+		case pq.End:
+			resp.Statuses[i] = descriptorStatus(pq, false)
 			resp.Statuses[i].Code = rlv3.RateLimitResponse_OK
-		case c.Settled&(1<<i) != 0:
+		case pq.Settled:
 			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 		default:
-			resp.Statuses[i] = descriptorStatus(&c.Query.Paths[i], denyUnmatched)
+			resp.Statuses[i] = descriptorStatus(pq, denyUnmatched)
 		}
 	}
-	if resp.OverallCode == rlv3.RateLimitResponse_OK && !c.Failed && c.Ends == 0 {
+	if resp.OverallCode == rlv3.RateLimitResponse_OK && !c.Failed && c.Wait {
 		if units := quotaAsked(ctx); units > 0 {
 			resp.Quota = g.quota(ctx, &c.Query, units)
 		}
@@ -116,11 +118,11 @@ func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.R
 
 // readRequest checks an RLS request and reads it into c's query: one
 // exact path per descriptor (domain, then each entry's key and value), at
-// the descriptor's hits_addend or else the request's (at least 1). Bit i
-// of c.Ends is set for descriptor i with is_negative_hits, and of
-// c.Starts for descriptor i with a hits_addend of its own (Envoy's
-// rate_limits entry with hits_addend: a start whose end may give it
-// back). The error is an InvalidArgument status.
+// the descriptor's hits_addend or else the request's (at least 1). A
+// descriptor with is_negative_hits is a stream's End, one with a
+// hits_addend of its own a Start (Envoy's rate_limits entry with
+// hits_addend: a start whose end may give it back; policy.PathQuery.Start).
+// The error is an InvalidArgument status.
 func readRequest(req *rlv3.RateLimitRequest, c *answer.Call) error {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
@@ -136,19 +138,17 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call) error {
 		if n := len(d.GetEntries()); n > maxEntries {
 			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
 		}
-		if d.GetIsNegativeHits() {
-			c.Ends |= 1 << i
-		}
 		cost := reqCost
 		if h := d.GetHitsAddend(); h != nil {
 			if h.GetValue() > math.MaxInt32 {
 				return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
 			}
 			cost = int64(h.GetValue())
-			c.Starts |= 1 << i
 		}
 		pq := &pqs[i]
 		pq.Cost, pq.Exact = cost, true
+		pq.End = d.GetIsNegativeHits()
+		pq.Start = !pq.End && d.GetHitsAddend() != nil
 		if o := d.GetLimit(); o != nil {
 			// A per-request limit, honoured where the node says
 			// request_limit (policy.PathQuery.Limit).
@@ -163,6 +163,12 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call) error {
 		}
 	}
 	return nil
+}
+
+// hasEnds reports whether a query holds a stream's end (a descriptor
+// with is_negative_hits).
+func hasEnds(q *policy.Query) bool {
+	return slices.ContainsFunc(q.Paths, func(pq policy.PathQuery) bool { return pq.End })
 }
 
 // descriptorStatus is a decided path's answer: OK or OVER_LIMIT, with the

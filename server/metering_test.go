@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // meteringPolicy is a budget of 100,000 tokens an hour per tenant that
@@ -135,7 +136,7 @@ func meteringRound(t *testing.T, m meter, s *Server, name string) int64 {
 		// is then exactly full if every token was recorded (a check of 0 is
 		// denied, and passes once one more is given back).
 		undo := func(n int64) {
-			if err := s.checker.Undo(context.Background(), []string{"ai", "tenant", tenant}, n); err != nil {
+			if err := s.checker.Decide(context.Background(), &policy.Query{Op: policy.GiveBack, Paths: []policy.PathQuery{{Path: []string{"ai", "tenant", tenant}, Cost: n}}}, &policy.Decision{}); err != nil {
 				t.Fatal(err)
 			}
 		}

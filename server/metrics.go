@@ -288,7 +288,7 @@ func (s *Server) observe(c *answer.Call) {
 	}
 	took.Observe(c.Took.Seconds())
 	if c.Err == nil {
-		s.noteUnmatched(&c.Query, c.Ends|c.Settled)
+		s.noteUnmatched(&c.Query)
 	}
 	switch {
 	case c.Gone:
@@ -307,9 +307,15 @@ func (s *Server) observe(c *answer.Call) {
 		}
 	default:
 		s.countLevels(c.Decision.Levels)
-		s.countSlots(c.API, algo.Release, &c.Returned)
 		s.countSlots(c.API, algo.Acquire, &c.Decision)
 		o.count(&c.Decision)
+		var ends policy.Decision // the slots streams' ends released
+		for i := range c.Query.Paths {
+			if pq := &c.Query.Paths[i]; pq.End {
+				ends.Levels = append(ends.Levels, pq.Levels...)
+			}
+		}
+		s.countSlots(c.API, algo.Release, &ends)
 	}
 }
 
@@ -392,13 +398,12 @@ type unmatchedLog struct {
 	last   time.Time
 }
 
-// noteUnmatched counts and logs the unmatched paths of q, as decided,
-// but those of skip (bit i: path i).
-func (s *Server) noteUnmatched(q *policy.Query, skip uint64) {
+// noteUnmatched counts and logs the unmatched paths of q, as decided.
+func (s *Server) noteUnmatched(q *policy.Query) {
 	for i := range q.Paths {
 		pq := &q.Paths[i]
-		if skip&(1<<i) != 0 {
-			continue
+		if pq.End {
+			continue // a stream's end: it gave back, and decided nothing
 		}
 		if pq.LimitIgnored {
 			s.m.limitsIgnored.Inc()

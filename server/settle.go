@@ -2,7 +2,8 @@ package server
 
 import (
 	"net/http"
-	"time"
+
+	"github.com/sluicehq/sluice/policy"
 )
 
 // settleRequest is the body of POST /v1/settle: the real cost of the
@@ -24,7 +25,7 @@ type settleAnswer struct {
 
 // handleSettle serves POST /v1/settle: the estimate of a check made with
 // "settle_within" is settled at its real cost, or for a check of "paths"
-// at its real costs, one per path in their order (policy.Checker.Settle),
+// at its real costs, one per path in their order (policy.Settle),
 // once. It is part of the check API, with no admin token: only the holder
 // of an id, which is unguessable, can settle it. 200 with "settled"; 400
 // for a malformed body or id; 503 when the store failed.
@@ -55,7 +56,13 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 	if req.Cost != nil {
 		costs = []int64{*req.Cost}
 	}
-	settled, err := s.checker.Settle(r.Context(), time.Time{}, req.SettleID, costs...)
+	q := policy.Query{Op: policy.Settle, SettleID: req.SettleID, Paths: make([]policy.PathQuery, len(costs))}
+	for i, c := range costs {
+		q.Paths[i].Cost = c
+	}
+	var d policy.Decision
+	err := s.checker.Decide(r.Context(), &q, &d)
+	settled := d.Settled
 	switch {
 	case isBadRequest(err):
 		s.badRequest(w, err)

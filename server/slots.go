@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/policy"
 )
 
 // slotRequest is the body of POST /v1/renew and POST /v1/release: the
@@ -71,7 +72,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 		c := answer.Get("http")
 		defer c.Put()
 		c.SetPaths(1)[0].Path = path
-		c.Slots, c.Slot, c.Permit = true, op, permit
+		c.Query.Op, c.Query.Permit = slotOp(op), permit
 		if !s.answerSlots(w, r, c) {
 			return
 		}
@@ -156,7 +157,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	c := answer.Get("http")
 	defer c.Put()
 	pq := &c.SetPaths(1)[0]
-	pq.Path, pq.Cost, c.Slots = req.Path, cost, true
+	pq.Path, pq.Cost, c.Query.Op = req.Path, cost, policy.Acquire
 	if !s.answerSlots(w, r, c) {
 		return
 	}
@@ -186,4 +187,12 @@ func (s *Server) mayHoldSlots(path []string) bool {
 		}
 	}
 	return false
+}
+
+// slotOp is the policy's Op of a slot verb.
+func slotOp(op algo.SlotOp) policy.Op {
+	if op == algo.Renew {
+		return policy.Renew
+	}
+	return policy.Release
 }

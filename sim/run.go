@@ -314,12 +314,12 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 					end = t0.Add(e.at + p.Hold)
 				}
 				path = strategies[i].pathOf(e.caller, path)
-				if err := c.Release(ctx, oneQuery(end, path, e.cost), e.permit, &d); err != nil {
+				if err := c.Decide(ctx, oneQuery(end, path, e.cost, policy.Release, e.permit), &d); err != nil {
 					return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
 				}
 			}
 			path = strategies[i].pathOf(ev.Caller, path)
-			if err := c.Acquire(ctx, oneQuery(at, path, cost), int64(n+1), &d); err != nil {
+			if err := c.Decide(ctx, oneQuery(at, path, cost, policy.Acquire, int64(n+1)), &d); err != nil {
 				return nil, fmt.Errorf("sim: %s: %w", strategies[i].Name, err)
 			}
 			r.Offered[slice] += cost
@@ -553,6 +553,6 @@ func (p *progress) done(n int) {
 
 // oneQuery is a query of one path at time t (the zero Time: the store's
 // clock).
-func oneQuery(t time.Time, path []string, cost int64) *policy.Query {
-	return &policy.Query{Time: t, Paths: []policy.PathQuery{{Path: path, Cost: cost}}}
+func oneQuery(t time.Time, path []string, cost int64, op policy.Op, permit int64) *policy.Query {
+	return &policy.Query{Time: t, Op: op, Permit: permit, Paths: []policy.PathQuery{{Path: path, Cost: cost}}}
 }

@@ -269,7 +269,7 @@ type Adjuster interface {
 }
 
 // Settler is a store that keeps the tickets of estimates to be settled
-// (policy.Checker.Estimate, Settle): Issue keeps a ticket named t.Key
+// (policy.Estimate, policy.Settle): Issue keeps a ticket named t.Key
 // (placed by t.Tag) for ttl (MinTicket to MaxTicket) from t.Time (the
 // zero Time: the store's clock); Settle, if the ticket is still kept,
 // deletes it and applies op of each request's Cost to its key, and

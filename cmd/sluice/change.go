@@ -83,7 +83,7 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 		}
 		out := server.ChangeJSON{Changed: keys}
 		var dec policy.Decision
-		if err := c.Check(ctx, fs.Args(), 0, &dec); err != nil {
+		if err := c.Decide(ctx, &policy.Query{Paths: []policy.PathQuery{{Path: fs.Args()}}}, &dec); err != nil {
 			return fail(err)
 		}
 		out.State = server.NewDecisionJSON(&dec)

@@ -238,7 +238,11 @@ func TestQueueCLI(t *testing.T) {
 	if err := fail.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for s.DeadLetters == 0 { // bounded by the test's own timeout, not a deadline here
+	// Until the entry is dead-lettered and gone from the queue: two steps
+	// (dead letter first, so that nothing is lost), which a stats call may
+	// fall between on a busy machine. Bounded by the test's own timeout,
+	// not a deadline here.
+	for s.DeadLetters == 0 || s.Length != 0 {
 		time.Sleep(50 * time.Millisecond)
 		statsOut, _, _ = sluice("queue", "stats", "--store", url, "slow")
 		json.Unmarshal([]byte(statsOut), &s)

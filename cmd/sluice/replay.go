@@ -143,18 +143,16 @@ flags:`)
 			if err != nil {
 				return nil, err
 			}
-			q := &policy.Query{Time: ev.time(), Paths: []policy.PathQuery{{Path: ev.Path, Cost: ev.cost()}}}
+			q := &policy.Query{Time: ev.time(), Permit: ev.Permit, Paths: []policy.PathQuery{{Path: ev.Path, Cost: ev.cost()}}}
 			switch {
 			case op == algo.Renew:
-				err = c.Renew(ctx, q, ev.Permit, &d)
+				q.Op = policy.Renew
 			case op == algo.Release:
-				err = c.Release(ctx, q, ev.Permit, &d)
+				q.Op = policy.Release
 			case ev.Permit != 0:
-				err = c.Acquire(ctx, q, ev.Permit, &d)
-			default:
-				err = c.Decide(ctx, q, &d)
+				q.Op = policy.Acquire
 			}
-			if err != nil {
+			if err := c.Decide(ctx, q, &d); err != nil {
 				return nil, err
 			}
 			return server.NewDecisionJSON(&d), nil
