@@ -90,13 +90,14 @@ type Call struct {
 	// Took is how long the decision took.
 	Took time.Duration
 
-	// Scratch the front ends reuse: a buffer, the body, a path and
-	// several paths, a URI's segments.
-	Buf   []byte
-	Body  []byte
-	Path  []string
-	Paths [][]string
-	Segs  []string
+	// Scratch the front ends reuse: a header, a buffer, the body, a path
+	// and several paths, a URI's segments.
+	Header http.Header
+	Buf    []byte
+	Body   []byte
+	Path   []string
+	Paths  [][]string
+	Segs   []string
 
 	path [8]string
 	one  [1]policy.PathQuery
@@ -114,12 +115,14 @@ type owned struct {
 
 var calls = sync.Pool{New: func() any { return new(Call) }}
 
-// Get returns an empty Call of api; its Path has room for 8 segments.
+// Get returns an empty Call of api. Its Query has no path, and room for
+// paths whose Hits keep their capacity (slices.Grow(c.Query.Paths, n)[:n]);
+// its Path has room for 8 segments.
 func Get(api string) *Call {
 	c := calls.Get().(*Call)
 	c.API = api
 	if c.Path == nil {
-		c.Path = c.path[:0]
+		c.Path, c.Query.Paths = c.path[:0], c.one[:0]
 	}
 	return c
 }
@@ -129,33 +132,17 @@ func (c *Call) Put() {
 	if cap(c.Decision.Levels) > 64 {
 		return // an outsized decision: let it go
 	}
-	q, d, one := c.Query, c.Decision, c.one // keep their capacity
+	paths := c.Query.Paths
+	for i := range paths {
+		clear(paths[i].Match.Hits)
+		paths[i] = policy.PathQuery{Match: policy.Match{Hits: paths[i].Match.Hits[:0]}}
+	}
 	clear(c.Path[:cap(c.Path)])
-	*c = Call{Query: q, Buf: c.Buf[:0], Body: c.Body[:0], Path: c.Path[:0], Paths: c.Paths[:0], Segs: c.Segs[:0], one: one}
-	c.Decision.Levels = d.Levels[:0]
+	levels, one := c.Decision.Levels[:0], c.one // one: paths may be in it
+	clear(c.Header)
+	*c = Call{Header: c.Header, Buf: c.Buf[:0], Body: c.Body[:0], Path: c.Path[:0], Paths: c.Paths[:0], Segs: c.Segs[:0], one: one}
+	c.Query.Paths, c.Decision.Levels = paths[:0], levels
 	calls.Put(c)
-}
-
-// SetPaths empties the Query to n paths, each keeping the capacity of
-// its Hits, and returns them.
-func (c *Call) SetPaths(n int) []policy.PathQuery {
-	q := &c.Query
-	*q = policy.Query{Paths: q.Paths}
-	for i := range q.Paths {
-		clear(q.Paths[i].Match.Hits)
-	}
-	switch {
-	case cap(q.Paths) >= n:
-	case n == 1:
-		q.Paths = c.one[:0]
-	default:
-		q.Paths = append(make([]policy.PathQuery, 0, n), q.Paths[:cap(q.Paths)]...)
-	}
-	q.Paths = q.Paths[:n]
-	for i := range q.Paths {
-		q.Paths[i] = policy.PathQuery{Match: policy.Match{Hits: q.Paths[i].Match.Hits[:0]}}
-	}
-	return q.Paths
 }
 
 // Answer decides c and fills in its answer: the Decision and Status (200,

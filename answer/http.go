@@ -233,9 +233,9 @@ func status(d *policy.Decision, storeFailed bool) int {
 	return http.StatusTooManyRequests
 }
 
-// The header fields an answer may carry, as the draft spells them (gRPC
-// sends them so), and canonical for an http.Header map, so that the hot
-// path assigns map entries without canonicalizing.
+// The header fields an answer may carry, with their names canonical for
+// an http.Header map, so that the hot path assigns map entries without
+// canonicalizing.
 const (
 	fieldPolicy = iota
 	fieldRateLimit
@@ -245,10 +245,7 @@ const (
 	fieldRetryAfter
 )
 
-var (
-	fieldNames     = [...]string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
-	canonicalNames = [...]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Retry-After"}
-)
+var canonicalNames = [...]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Retry-After"}
 
 // fields are the header fields of an answer: n of them, field kind[i]
 // with its value s[start of i : ends[i]], all in one string.
@@ -330,21 +327,22 @@ func (c *Call) SetHeader(h http.Header, draft, legacy bool) {
 	}
 }
 
-// Header calls add with each header field of c's answer (makeFields) with
-// the draft's fields, as the draft spells their names: Envoy's
-// response_headers_to_add.
-func (c *Call) Header(add func(name, value string)) {
-	f := makeFields(c, true, false)
-	for i := 0; i < f.n; i++ {
-		add(fieldNames[f.kind[i]], f.value(i))
+// WriteProblem answers with an RFC 9457 problem details body
+// (application/problem+json): for a denial d, its own (writeDenied);
+// else (d nil) an about:blank problem of status saying detail.
+func WriteProblem(w http.ResponseWriter, status int, detail string, d *policy.Decision) {
+	if d != nil {
+		writeDenied(w, d)
+		return
 	}
+	writeProblem(w, status, "", "", detail, nil)
 }
 
-// WriteProblem answers status with an RFC 9457 problem details body
-// (application/problem+json) of the given type, title and detail; ext, if
-// set, appends extension members, each starting with a comma. An empty
-// typ is "about:blank" and an empty title is the status text.
-func WriteProblem(w http.ResponseWriter, status int, typ, title, detail string, ext func([]byte) []byte) {
+// writeProblem answers status with a problem details body of the given
+// type, title and detail; ext, if set, appends extension members, each
+// starting with a comma. An empty typ is "about:blank" and an empty title
+// is the status text.
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, ext func([]byte) []byte) {
 	if typ == "" {
 		typ = "about:blank"
 	}
@@ -380,7 +378,7 @@ const (
 	quotaExceededTitle = "Request cannot be satisfied as assigned quota has been exceeded"
 )
 
-// WriteDenied answers a denial with its problem+json body: 403 with an
+// writeDenied answers a denial with its problem+json body: 403 with an
 // about:blank problem for a request denied because it matched no policy
 // (unmatched: deny) by no level; else 429 of the draft's quota-exceeded
 // type, whose violated-policies names the enforced levels that denied,
@@ -388,9 +386,9 @@ const (
 // retry_after equals Retry-After (left out when the cost can never be
 // admitted, or the retry time is unknown). httplimit.QuotaExceeded
 // documents the body.
-func WriteDenied(w http.ResponseWriter, d *policy.Decision) {
+func writeDenied(w http.ResponseWriter, d *policy.Decision) {
 	if status(d, false) == http.StatusForbidden {
-		WriteProblem(w, http.StatusForbidden, "about:blank", "Forbidden",
+		writeProblem(w, http.StatusForbidden, "about:blank", "Forbidden",
 			"The request matches no rate-limit policy, and requests that match none are denied.", nil)
 		return
 	}
@@ -443,5 +441,5 @@ func WriteDenied(w http.ResponseWriter, d *policy.Decision) {
 			detail = append(detail, " seconds."...)
 		}
 	}
-	WriteProblem(w, http.StatusTooManyRequests, quotaExceededType, quotaExceededTitle, string(detail), ext)
+	writeProblem(w, http.StatusTooManyRequests, quotaExceededType, quotaExceededTitle, string(detail), ext)
 }

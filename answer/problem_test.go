@@ -13,7 +13,7 @@ import (
 
 func TestWrite(t *testing.T) {
 	rec := httptest.NewRecorder()
-	WriteProblem(rec, http.StatusTeapot, "", "", `says "no" <now>`, func(b []byte) []byte { return append(b, `,"extra":1`...) })
+	writeProblem(rec, http.StatusTeapot, "", "", `says "no" <now>`, func(b []byte) []byte { return append(b, `,"extra":1`...) })
 	if rec.Code != http.StatusTeapot || rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("status %d, content type %q", rec.Code, rec.Header().Get("Content-Type"))
 	}

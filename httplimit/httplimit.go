@@ -227,7 +227,8 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	c := answer.Get("middleware")
 	defer c.Put()
-	pq := &c.SetPaths(1)[0]
+	c.Query.Paths = c.Query.Paths[:1]
+	pq := &c.Query.Paths[0]
 	if l.opts.Path != nil {
 		pq.Path = l.opts.Path(r, key, c.Path[:0])
 	} else {

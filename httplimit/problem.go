@@ -36,7 +36,7 @@ const QuotaExceededType = "https://iana.org/assignments/http-problem-types#quota
 // deny), and by no level, is not over a quota: it gets 403 Forbidden, with
 // an about:blank problem.
 func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *policy.Decision) {
-	answer.WriteDenied(w, d)
+	answer.WriteProblem(w, 0, "", d)
 }
 
 // BadRequest is the default Options.OnBadRequest: 400 Bad Request with an
@@ -48,7 +48,7 @@ func BadRequest(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, ErrNoKey) {
 		detail = err.Error()
 	}
-	answer.WriteProblem(w, http.StatusBadRequest, "about:blank", "Bad Request", detail, nil)
+	answer.WriteProblem(w, http.StatusBadRequest, detail, nil)
 }
 
 // Unavailable answers 503 Service Unavailable, with Retry-After: 1 and an
@@ -56,6 +56,5 @@ func BadRequest(w http.ResponseWriter, r *http.Request, err error) {
 // as sluice serve does when its store fails under on_store_error: deny.
 func Unavailable(w http.ResponseWriter, r *http.Request) {
 	w.Header()["Retry-After"] = []string{"1"}
-	answer.WriteProblem(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
-		"The rate limiter is unavailable.", nil)
+	answer.WriteProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable.", nil)
 }

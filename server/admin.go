@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -62,7 +63,7 @@ func adminPath(w http.ResponseWriter, r *http.Request) ([]string, bool) {
 }
 
 // handleState serves GET /admin/v1/state: a peek (cost 0, nothing
-// consumed) of every level of the path, as a DecisionJSON.
+// consumed) of every level of the path (AppendDecisionJSON).
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	path, ok := adminPath(w, r)
 	if !ok {
@@ -73,7 +74,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 		s.adminStoreError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewDecisionJSON(&d))
+	writeJSON(w, http.StatusOK, json.RawMessage(AppendDecisionJSON(nil, &d)))
 }
 
 // peek decides path at cost 0: its levels' state, nothing consumed.
@@ -276,11 +277,12 @@ type changeRequest struct {
 	Levels string   `json:"levels,omitempty"`
 }
 
-// ChangeJSON is the answer of an admin change: the keys changed and a
-// peek of the path afterwards.
+// ChangeJSON is the answer of an admin change (and of sluice block,
+// penalty...): the keys changed and a peek of the path afterwards
+// (AppendDecisionJSON).
 type ChangeJSON struct {
-	Changed []string     `json:"changed"`
-	State   DecisionJSON `json:"state"`
+	Changed []string        `json:"changed"`
+	State   json.RawMessage `json:"state"`
 }
 
 // handleChange serves the admin changes of a path's keys outside a
@@ -321,7 +323,7 @@ func (s *Server) handleChange(kind string) http.HandlerFunc {
 			return
 		}
 		s.log.Info("admin "+kind, "path", req.Path, "keys", keys)
-		writeJSON(w, http.StatusOK, ChangeJSON{Changed: keys, State: NewDecisionJSON(&d)})
+		writeJSON(w, http.StatusOK, ChangeJSON{Changed: keys, State: AppendDecisionJSON(nil, &d)})
 	}
 }
 

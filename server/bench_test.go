@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/policy"
 	"io"
 	"log/slog"
 	"net/http"
@@ -104,8 +105,7 @@ func BenchmarkDecidePath(b *testing.B) {
 				for pb.Next() {
 					path[1] = strconv.Itoa(int(n.Add(1) % 1000))
 					c := answer.Get("http")
-					pq := &c.SetPaths(1)[0]
-					pq.Path, pq.Cost = path, 1
+					c.Query.Paths = append(c.Query.Paths, policy.PathQuery{Path: path, Cost: 1})
 					if s.pipe.Answer(context.Background(), c); c.Err != nil {
 						b.Fatal(c.Err)
 					}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,10 +21,10 @@ import (
 	"net/http"
 )
 
-// DecisionJSON is a hierarchical decision as JSON: the body of POST
-// /v1/check (and of the admin state endpoint), and one output line of
-// `sluice replay --policy`. It is the summary of policy.Summarize in the
-// shape of CL.THROTTLE's reply, plus every level the request hit:
+// AppendDecisionJSON appends a hierarchical decision as JSON to b: the
+// body of POST /v1/check (and of the admin state endpoint), and one output
+// line of `sluice replay --policy`. It is the summary of policy.Summarize
+// in the shape of CL.THROTTLE's reply, plus every level the request hit:
 //
 //	{"allowed": false, "limit": 16, "remaining": 0, "retry_after_ns": 1999000000,
 //	 "reset_after_ns": 31999000000, "matched": true, "levels": [
@@ -36,85 +37,24 @@ import (
 // matched nothing under unmatched: deny). Levels is [] (never null) when the
 // request hit no level. A level's configured limit is under "spec" (the
 // algo.Spec JSON of replay events and limits.yaml), since "limit" is the
-// result's Quota (the IETF RateLimit-Policy's q), as in the summary.
-type DecisionJSON struct {
-	Allowed      bool        `json:"allowed"`
-	Quota        int64       `json:"limit"`
-	Remaining    int64       `json:"remaining"`
-	RetryAfterNs int64       `json:"retry_after_ns"`
-	ResetAfterNs int64       `json:"reset_after_ns"`
-	Matched      bool        `json:"matched"`
-	Levels       []LevelJSON `json:"levels"`
-	// DelayNs is how long an allowed request waits before it acts (a
-	// policy node's delay; see policy.Decision.Delay); 0 is omitted.
-	DelayNs int64 `json:"delay_ns,omitempty"`
-	// Listed is the allow or deny list entry that decided (see
-	// policy.Decision.Listed).
-	Listed string `json:"listed,omitempty"`
-	// Permit is the permit id under which an allowed check holds slots of
-	// concurrency limits (policy.Decision.Permit), in decimal: renew and
-	// release them with it (POST /v1/renew, /v1/release).
-	Permit string `json:"permit,omitempty"`
-	// Released, in the answer of POST /v1/release, reports whether the
-	// permit held slots that are now free (false: it held none, having
-	// been released before, lost its lease or never been acquired).
-	Released *bool `json:"released,omitempty"`
-	// StoreError is set, and the decision is the configured store-error
-	// policy's (allow or deny), when the store failed or timed out.
-	StoreError string `json:"store_error,omitempty"`
-	// SettleID, in the answer of an allowed check with "settle_within",
-	// is the id to settle its estimate with (POST /v1/settle).
-	SettleID string `json:"settle_id,omitempty"`
-}
+// result's Quota (the IETF RateLimit-Policy's q), as in the summary; a
+// level that denied says under "denied_by" the limit of its algorithm it
+// waits for, as sluice replay's denied_by does (a sliding_log or
+// window_counter limit's name or window, or "min_gap").
+//
+// Then, when there is one: "delay_ns", how long an allowed request waits
+// before it acts (policy.Decision.Delay); "listed", the allow or deny list
+// entry that decided; "permit", in decimal, the permit id under which an
+// allowed check holds slots of concurrency limits, to renew and release
+// them with (POST /v1/renew, /v1/release). An answer adds "released"
+// (POST /v1/release: whether the permit held slots that are now free;
+// false: it held none, having been released before, lost its hold or never
+// been acquired), "store_error" (the store failed or timed out, and the
+// decision is on_store_error's) and "settle_id" (an allowed check with
+// "settle_within": the id to settle its estimate with, POST /v1/settle).
+func AppendDecisionJSON(b []byte, d *policy.Decision) []byte { return appendDecisionJSON(b, d, "") }
 
-// LevelJSON is one level of a DecisionJSON: one limit of one policy node on
-// the request's path, and its result.
-type LevelJSON struct {
-	Pattern      string    `json:"pattern"`
-	Key          string    `json:"key"`
-	Spec         algo.Spec `json:"spec"`
-	Shadow       bool      `json:"shadow"`
-	Allowed      bool      `json:"allowed"`
-	Quota        int64     `json:"limit"`
-	Remaining    int64     `json:"remaining"`
-	RetryAfterNs int64     `json:"retry_after_ns"`
-	ResetAfterNs int64     `json:"reset_after_ns"`
-	// DeniedBy names, for a level that denied, the limit of its algorithm
-	// it waits for, as sluice replay's denied_by does: a sliding_log or
-	// window_counter limit's name or window, or "min_gap".
-	DeniedBy string `json:"denied_by,omitempty"`
-}
-
-// NewDecisionJSON converts a decision to its JSON form.
-func NewDecisionJSON(d *policy.Decision) DecisionJSON {
-	out := DecisionJSON{
-		Allowed:      d.Allowed,
-		Quota:        d.Summary.Quota,
-		Remaining:    d.Summary.Remaining,
-		RetryAfterNs: int64(d.Summary.RetryAfter),
-		ResetAfterNs: int64(d.Summary.ResetAfter),
-		Matched:      d.Matched,
-		Levels:       make([]LevelJSON, len(d.Levels)),
-		DelayNs:      int64(d.Delay),
-		Listed:       d.Listed,
-	}
-	if d.Permit != 0 {
-		out.Permit = strconv.FormatInt(d.Permit, 10)
-	}
-	for i, l := range d.Levels {
-		out.Levels[i] = LevelJSON{
-			Pattern: l.Pattern, Key: l.Key, Spec: levelSpec(&l), Shadow: l.Shadow,
-			Allowed: l.Result.Allowed, Quota: l.Result.Quota, Remaining: l.Result.Remaining,
-			RetryAfterNs: int64(l.Result.RetryAfter), ResetAfterNs: int64(l.Result.ResetAfter),
-			DeniedBy: levelDeniedBy(&l),
-		}
-	}
-	return out
-}
-
-// appendDecisionJSON appends the JSON of NewDecisionJSON(d) (with
-// storeError as store_error) to b, byte for byte what encoding/json
-// writes for it, without its allocations.
+// appendDecisionJSON is AppendDecisionJSON with storeError as store_error.
 func appendDecisionJSON(b []byte, d *policy.Decision, storeError string) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
@@ -530,7 +470,9 @@ func (s *Server) readCheck(w http.ResponseWriter, r *http.Request, c *answer.Cal
 			cost = *req.Cost
 		}
 	}
-	pqs := c.SetPaths(max(len(req.Paths), 1))
+	paths := max(len(req.Paths), 1)
+	c.Query.Paths = slices.Grow(c.Query.Paths, paths)[:paths]
+	pqs := c.Query.Paths
 	for i := range pqs {
 		pqs[i].Path, pqs[i].Cost, pqs[i].Limit = req.Path, cost, req.limit
 		if req.Paths != nil {

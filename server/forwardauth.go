@@ -710,7 +710,8 @@ next:
 			}
 			c.Paths = append(c.Paths, path)
 		}
-		pqs := c.SetPaths(len(c.Paths))
+		c.Query.Paths = slices.Grow(c.Query.Paths, len(c.Paths))[:len(c.Paths)]
+		pqs := c.Query.Paths
 		for i := range pqs {
 			pqs[i].Path, pqs[i].Cost = c.Paths[i], rt.cost
 		}

@@ -110,11 +110,21 @@ func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.R
 			resp.Quota = g.quota(ctx, &c.Query, units)
 		}
 	}
-	c.Header(func(name, value string) {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: name, Value: value})
-	})
+	if c.Header == nil {
+		c.Header = http.Header{}
+	}
+	c.SetHeader(c.Header, true, false)
+	for _, f := range grpcFields {
+		if v := c.Header[f[1]]; len(v) > 0 {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: f[0], Value: v[0]})
+		}
+	}
 	return resp
 }
+
+// grpcFields are the header fields a gRPC answer adds (the draft's, and
+// Retry-After), as the draft spells them and as http.Header keys them.
+var grpcFields = [...][2]string{{"RateLimit-Policy", "Ratelimit-Policy"}, {"RateLimit", "Ratelimit"}, {"Retry-After", "Retry-After"}}
 
 // readRequest checks an RLS request and reads it into c's query: one
 // exact path per descriptor (domain, then each entry's key and value), at
@@ -133,7 +143,8 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call) error {
 		return status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
 	}
 	reqCost := int64(max(req.GetHitsAddend(), 1))
-	pqs := c.SetPaths(len(req.Descriptors))
+	c.Query.Paths = slices.Grow(c.Query.Paths, len(req.Descriptors))[:len(req.Descriptors)]
+	pqs := c.Query.Paths
 	for i, d := range req.Descriptors {
 		if n := len(d.GetEntries()); n > maxEntries {
 			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)

@@ -81,7 +81,7 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 
 // writeProblem answers status with an about:blank problem details body.
 func writeProblem(w http.ResponseWriter, status int, detail string) {
-	answer.WriteProblem(w, status, "", "", detail, nil)
+	answer.WriteProblem(w, status, detail, nil)
 }
 
 // writeJSON answers status with v as JSON on one line, the style of every

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -71,7 +72,7 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 		}
 		c := answer.Get("http")
 		defer c.Put()
-		c.SetPaths(1)[0].Path = path
+		c.Query.Paths = append(c.Query.Paths, policy.PathQuery{Path: path})
 		c.Query.Op, c.Query.Permit = slotOp(op), permit
 		if !s.answerSlots(w, r, c) {
 			return
@@ -81,17 +82,17 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 			return
 		}
 		s.countSlots("http", op, &c.Decision)
-		out := NewDecisionJSON(&c.Decision)
+		out := AppendDecisionJSON(nil, &c.Decision)
 		if op == algo.Release {
-			freed := slotUnits(&c.Decision) > 0
-			out.Released = &freed
+			out = append(out[:len(out)-1], `,"released":`...)
+			out = append(strconv.AppendBool(out, slotUnits(&c.Decision) > 0), '}')
 		}
 		c.SetHeader(w.Header(), s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
 		if op == algo.Renew && !c.Decision.Allowed {
 			writeProblem(w, http.StatusNotFound, "permit "+strconv.FormatInt(permit, 10)+" holds no slot on this path: it was released, its hold ended, or it was never acquired; acquire anew with POST /v1/check")
 			return
 		}
-		writeJSON(w, c.Status, out)
+		writeJSON(w, c.Status, json.RawMessage(out))
 	}
 }
 
@@ -156,8 +157,8 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	c := answer.Get("http")
 	defer c.Put()
-	pq := &c.SetPaths(1)[0]
-	pq.Path, pq.Cost, c.Query.Op = req.Path, cost, policy.Acquire
+	c.Query.Paths = append(c.Query.Paths, policy.PathQuery{Path: req.Path, Cost: cost})
+	c.Query.Op = policy.Acquire
 	if !s.answerSlots(w, r, c) {
 		return
 	}
@@ -168,7 +169,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	s.countLevels(c.Decision.Levels)
 	s.countSlots("http", algo.Acquire, &c.Decision)
 	c.SetHeader(w.Header(), s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
-	writeJSON(w, c.Status, NewDecisionJSON(&c.Decision))
+	writeJSON(w, c.Status, json.RawMessage(AppendDecisionJSON(nil, &c.Decision)))
 }
 
 // mayHoldSlots reports whether path hits a concurrency limit, or a list
