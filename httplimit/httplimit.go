@@ -229,12 +229,10 @@ func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	defer c.Put()
 	c.Query.Paths = c.Query.Paths[:1]
 	pq := &c.Query.Paths[0]
+	pq.Path, pq.Cost = append(c.Path, key), 1
 	if l.opts.Path != nil {
-		pq.Path = l.opts.Path(r, key, c.Path[:0])
-	} else {
-		pq.Path = append(c.Path[:0], key)
+		pq.Path = l.opts.Path(r, key, c.Path)
 	}
-	c.Path, pq.Cost = pq.Path[:0], 1
 	if l.opts.Cost != nil {
 		pq.Cost = l.opts.Cost(r)
 	}
