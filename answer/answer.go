@@ -4,8 +4,8 @@
 // it decodes its call into a Call, has the Pipeline answer it, and
 // encodes the answer. The Pipeline sets the store's deadline (once per
 // call), asks policy, applies on_store_error to a store failure (counted
-// and logged once), holds a call for a policy's delay and gives its
-// units back when it cannot wait, and fills in the status; the Call
+// and logged once), waits out a policy's delay and gives a call's units
+// back when it cannot wait, and fills in the status; the Call
 // writes the RateLimit fields, Retry-After and the problem+json bodies.
 package answer
 
@@ -39,7 +39,7 @@ type Pipeline struct {
 	// FailOpen is what a store failure answers: allowed, without
 	// RateLimit fields (true), or 503 with Retry-After: 1.
 	FailOpen bool
-	// MaxWaiting bounds the calls held at once for a policy's delay
+	// MaxWaiting bounds the calls waiting at once for a policy's delay
 	// (Call.Wait): the next is answered at once as denied, its units
 	// given back.
 	MaxWaiting int64
@@ -52,10 +52,13 @@ type Pipeline struct {
 	// Decided, if set, is told of each decision the store made, before
 	// any wait for its delay.
 	Decided func(c *Call)
-	// Delayed, if set, is told of each call a delay holds, or (refused)
-	// would have held beyond MaxWaiting.
+	// Delayed, if set, is told of each call that waits for a delay, or
+	// (refused) would have waited beyond MaxWaiting.
 	Delayed func(c *Call, refused bool)
-	// Waiting counts the calls held for a delay now.
+	// Timed: each call's Took is measured (a clock read either side of
+	// the decision).
+	Timed bool
+	// Waiting counts the calls waiting for a delay now.
 	Waiting atomic.Int64
 
 	errLog ratelog.Every
@@ -87,7 +90,7 @@ type Call struct {
 	Err      error
 	Failed   bool
 	Gone     bool
-	// Took is how long the decision took.
+	// Took is how long the decision took (Pipeline.Timed).
 	Took time.Duration
 
 	// Scratch the front ends reuse: a header, a buffer, the body, a path
@@ -138,10 +141,13 @@ func (c *Call) Put() {
 		paths[i] = policy.PathQuery{Match: policy.Match{Hits: paths[i].Match.Hits[:0]}}
 	}
 	clear(c.Path[:cap(c.Path)])
-	levels, one := c.Decision.Levels[:0], c.one // one: paths may be in it
+	clear(c.Paths)
 	clear(c.Header)
-	*c = Call{Header: c.Header, Buf: c.Buf[:0], Body: c.Body[:0], Path: c.Path[:0], Paths: c.Paths[:0], Segs: c.Segs[:0], one: one}
-	c.Query.Paths, c.Decision.Levels = paths[:0], levels
+	c.Query = policy.Query{Paths: paths[:0]}
+	c.Decision = policy.Decision{Levels: c.Decision.Levels[:0]}
+	c.API, c.Request, c.Wait, c.own = "", nil, false, nil
+	c.Status, c.Err, c.Failed, c.Gone, c.Took = 0, nil, false, false, 0
+	c.Buf, c.Body, c.Path, c.Paths, c.Segs = c.Buf[:0], c.Body[:0], c.Path[:0], c.Paths[:0], c.Segs[:0]
 	calls.Put(c)
 }
 
@@ -159,9 +165,14 @@ func (p *Pipeline) Answer(ctx context.Context, c *Call) {
 	c.own = new(owned)
 	dc := &c.own.ctx
 	dc.init(ctx, p.Timeout)
-	start := time.Now()
+	var start time.Time
+	if p.Timed {
+		start = time.Now()
+	}
 	err := p.Checker.Decide(dc, &c.Query, &c.Decision)
-	c.Took = time.Since(start)
+	if p.Timed {
+		c.Took = time.Since(start)
+	}
 	dc.release()
 	switch {
 	case err == nil:
@@ -228,7 +239,7 @@ func (p *Pipeline) storeFailed(ctx context.Context, c *Call, err error) {
 // A policy node with a delay admits a request that would be denied, its
 // units reserved, and says how long to wait (policy.Decision.Delay). A
 // Call with Wait waits here before it is answered allowed (so that an
-// Envoy, nginx, Caddy or Traefik in front holds the request), at most
+// Envoy, nginx, Caddy or Traefik in front keeps the request waiting), at most
 // MaxWaiting at once: beyond them a delayed call is refused at once. A
 // caller that goes away, or whose deadline comes before the delay ends,
 // gets its units back.
@@ -236,7 +247,7 @@ func (p *Pipeline) storeFailed(ctx context.Context, c *Call, err error) {
 // wait waits out c's delay. It reports whether the caller may go on; when
 // it may not, it has given the units back and made the decision a
 // denial: ctx ended first (or its deadline is before the delay's end), or
-// MaxWaiting calls are already held.
+// MaxWaiting calls are already waiting.
 func (p *Pipeline) wait(ctx context.Context, c *Call) bool {
 	d := &c.Decision
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.Delay {

@@ -162,7 +162,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.checker = &policy.Checker{Policy: s.current, Store: s.store}
-	s.pipe = &answer.Pipeline{Checker: s.checker, Timeout: s.timeout, FailOpen: s.failOpen, MaxWaiting: int64(cfg.MaxWaiting), Log: log,
+	s.pipe = &answer.Pipeline{Checker: s.checker, Timeout: s.timeout, Timed: true, FailOpen: s.failOpen, MaxWaiting: int64(cfg.MaxWaiting), Log: log,
 		StoreFailed: func(*answer.Call, error) { s.m.storeErrors.Inc() },
 		Delayed: func(c *answer.Call, refused bool) {
 			if refused {
