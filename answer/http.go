@@ -317,7 +317,10 @@ func makeFields(c *Call, draft, legacy bool) fields {
 // the draft's fields, the legacy ones, or both.
 func (c *Call) SetHeader(h http.Header, draft, legacy bool) {
 	f := makeFields(c, draft, legacy)
-	if f.n > 0 && c.own == nil {
+	if f.n == 0 {
+		return
+	}
+	if c.own == nil {
 		c.own = new(owned)
 	}
 	vals := &c.own.vals
