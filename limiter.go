@@ -35,7 +35,7 @@ type Limiter struct {
 	plan *algo.Plan // compiled once, passed as every request's Plan
 	// allower is st as an Allower, or nil.
 	allower store.Allower
-	// renewers renew the holds of the permits Acquire gave (renewer.go).
+	// renewers renew the holds of the permits Acquire gave (internal/renewal).
 	renewers [renewers]paddedRenewer
 	// plans holds copies of plan for the ops of permits (Permit.do).
 	plans       sync.Pool

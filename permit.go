@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/permitid"
+	"github.com/sluicehq/sluice/internal/renewal"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -48,18 +49,15 @@ type permitState struct {
 	lost    chan struct{} // Lost's, made on demand (most permits need none), or lostChan; under lostMu
 	lostGen uint64        // 1 + the generation that was lost, or 0: a lost state is never handed on (lostMu)
 
-	// Renewals, by the permit's renewer; its mu guards these.
-	last       time.Time    // the last renewal that held, or a time before the acquire
-	prev, next *permitState // in the renewer's bucket
+	entry renewal.Entry // its place in its renewer
 
-	// mu is held while an op of the permit is in the store: a Release
-	// waits for a renewal in flight, and RenewAt and Release take turns.
-	// Lock order: mu, then the renewer's mu, then lostMu.
-	mu     sync.Mutex
+	// The Mutex is held while an op of the permit is in the store: a
+	// Release waits for a renewal in flight, and RenewAt and Release take
+	// turns. Lock order: it, then the renewer's, then lostMu.
+	sync.Mutex
 	lostMu sync.Mutex
 
 	renewing bool  // renewed by the renewer (Acquire's permits)
-	bucket   int8  // the renewer's bucket it is in, -1 when in none (the renewer's mu)
 	renewer  uint8 // its renewer, the one of the acquire's pooled plan (opPlan)
 }
 
@@ -101,9 +99,9 @@ func (p Permit) Lost() <-chan struct{} {
 	return s.lost
 }
 
-// markLost closes the permit's Lost channel, or gives it lostChan if it
-// has none yet. The caller holds s.mu: the permit is not released meanwhile.
-func (s *permitState) markLost() {
+// MarkLost closes the permit's Lost channel, or gives it lostChan if it
+// has none yet. The caller holds s's lock: it is not released meanwhile.
+func (s *permitState) MarkLost() {
 	s.lostMu.Lock()
 	defer s.lostMu.Unlock()
 	s.lostGen = s.gen.Load() + 1
@@ -156,7 +154,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, n int64) (Permit, er
 		case err != nil:
 			return Permit{}, err
 		case p.OK():
-			l.renewers[p.s.renewer].add(p.s, c.HoldFor)
+			l.renewers[p.s.renewer].Add(&p.s.entry, p.s, c.HoldFor)
 			return p, nil
 		case p.res.RetryAfter == algo.Never:
 			return Permit{}, ErrNever
@@ -197,7 +195,7 @@ func (l *Limiter) acquire(ctx context.Context, key string, t time.Time, n int64,
 	}
 	pp.spare = nil
 	s.l, s.key, s.id, s.renewer = l, key, pp.ids.Next(), pp.renewer
-	s.last, s.renewing, s.bucket = time.Time{}, renewing, -1
+	s.renewing = renewing
 	_, err := s.do(ctx, pp, algo.Acquire, t, n, &pp.res) // &pp.res, not a local: it would escape
 	switch {
 	case err != nil:
@@ -226,7 +224,7 @@ func (l *Limiter) opPlan() *opPlan {
 // copy of the limit's plan from the Limiter's pool (a store keeps no Plan
 // past the call; nothing but ForPermit changes a plan once compiled). It
 // sets *r to the Result, in place on a store that is an Allower (which
-// with r nil skips building it). The caller holds s.mu, or has not yet
+// with r nil skips building it). The caller holds s's lock, or has not yet
 // given s to a Permit. The error wraps algo.ErrUnsupported for a limit
 // that is not a concurrency limit.
 func (s *permitState) do(ctx context.Context, pp *opPlan, op algo.SlotOp, t time.Time, n int64, r *algo.Result) (bool, error) {
@@ -253,15 +251,15 @@ func (p Permit) RenewAt(ctx context.Context, t time.Time) (bool, error) {
 	if s == nil {
 		return false, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.Lock()
+	defer s.Unlock()
 	if s.gen.Load() != p.gen {
 		return false, nil
 	}
 	return s.renew(ctx, t)
 }
 
-// renew renews s's hold at t; s.mu is held.
+// renew renews s's hold at t; s's lock is held.
 func (s *permitState) renew(ctx context.Context, t time.Time) (bool, error) {
 	pp := s.l.opPlan()
 	defer s.l.plans.Put(pp)
@@ -286,18 +284,18 @@ func (p Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 	if s == nil || s.gen.Load() != p.gen {
 		return nil
 	}
-	s.mu.Lock() // after a renewal in flight
+	s.Lock() // after a renewal in flight
 	if s.gen.Load() != p.gen {
-		s.mu.Unlock()
+		s.Unlock()
 		return nil
 	}
 	if s.renewing {
-		s.l.renewers[s.renewer].remove(s) // no renewal after the release
+		s.entry.Stop() // no renewal after the release
 	}
 	pp := s.l.opPlan()
 	defer s.l.plans.Put(pp)
 	if _, err := s.do(ctx, pp, algo.Release, t, 0, nil); err != nil {
-		s.mu.Unlock()
+		s.Unlock()
 		return fmt.Errorf("sluice: release permit: %w", err)
 	}
 	// Spend this generation; a state that was never lost goes to the next
@@ -309,11 +307,37 @@ func (p Permit) ReleaseAt(ctx context.Context, t time.Time) error {
 		s.lost = nil
 	}
 	s.lostMu.Unlock()
-	s.mu.Unlock()
+	s.Unlock()
 	if !gone && pp.spare == nil {
 		pp.spare = s
 	}
 	return nil
+}
+
+// Renew renews the permit once for its renewer, within a third of the
+// hold. A permit none of whose renewals held for a whole hold since is
+// lost: its slots may have run out.
+func (s *permitState) Renew(since time.Time) (bool, error) {
+	c, _ := s.l.plan.Concurrency()
+	ctx, cancel := context.WithTimeout(context.Background(), c.HoldFor/3)
+	held, err := s.renew(ctx, time.Time{})
+	cancel()
+	if err != nil && time.Since(since) >= c.HoldFor {
+		return false, nil
+	}
+	return held, err
+}
+
+// A Limiter has renewers renewers, and a permit's is the one of the pooled
+// plan its acquire used (opPlan), so that acquires and releases on several
+// cores seldom meet on one lock, nor on the cache line of one.
+const renewers = 8
+
+// paddedRenewer is a renewer alone on its cache lines: renewers side by
+// side would share one, and its lock would bounce between cores anyway.
+type paddedRenewer struct {
+	renewal.Renewer
+	_ [128]byte
 }
 
 // opPlan is a copy of a Limiter's plan for one op of a permit

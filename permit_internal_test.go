@@ -29,13 +29,13 @@ func TestLostChannelOnDemand(t *testing.T) {
 	if closed(c) {
 		t.Fatal("closed before it was lost")
 	}
-	before.s.markLost()
-	before.s.markLost()
+	before.s.MarkLost()
+	before.s.MarkLost()
 	if !closed(c) || before.Lost() != c {
 		t.Fatal("made before: not closed when lost")
 	}
 	after := Permit{s: &permitState{renewing: true}}
-	after.s.markLost()
+	after.s.MarkLost()
 	if !closed(after.Lost()) {
 		t.Fatal("made after: not closed")
 	}
@@ -78,29 +78,18 @@ func TestRenewerOfThePooledPlan(t *testing.T) {
 	for p := range held {
 		permits = append(permits, p)
 	}
-	// inRenewers checks that the renewers hold exactly want, each permit
-	// in the renewer it names.
+	// inRenewers checks that the renewers hold exactly want, each renewer
+	// the permits that name it.
 	inRenewers := func(want []Permit) {
 		t.Helper()
-		left := map[*permitState]bool{}
+		var named [renewers]int
 		for _, p := range want {
-			left[p.s] = true
+			named[p.s.renewer]++
 		}
 		for i := range lim.renewers {
-			rn := &lim.renewers[i].renewer
-			rn.mu.Lock()
-			for _, head := range rn.buckets {
-				for p := head; p != nil; p = p.next {
-					if !left[p] || int(p.renewer) != i {
-						t.Fatalf("renewer %d holds a permit released, or one that names renewer %d", i, p.renewer)
-					}
-					delete(left, p)
-				}
+			if n := lim.renewers[i].Len(); n != named[i] {
+				t.Fatalf("renewer %d renews %d permits; %d held name it", i, n, named[i])
 			}
-			rn.mu.Unlock()
-		}
-		if len(left) > 0 {
-			t.Fatalf("%d permits held are in no renewer", len(left))
 		}
 	}
 	inRenewers(permits)
@@ -164,11 +153,7 @@ func TestSpentCopiesDoNothing(t *testing.T) {
 	if x, err := lim.AcquireAt(ctx, "k", time.Time{}, 1); err != nil || x.OK() {
 		t.Fatalf("a spent copy's release freed the new permit's slot: %+v, %v", x.Result(), err)
 	}
-	rn := &lim.renewers[p.s.renewer].renewer
-	rn.mu.Lock()
-	in := p.s.bucket >= 0
-	rn.mu.Unlock()
-	if !in {
+	if lim.renewers[p.s.renewer].Len() != 1 {
 		t.Fatal("the new permit left its renewer")
 	}
 	select {

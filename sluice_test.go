@@ -3,15 +3,12 @@ package sluice_test
 import (
 	"context"
 	"errors"
-	"go/parser"
-	"go/token"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,64 +243,6 @@ func TestStoreBoundary(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestStoresBelowHandles: the stores and the algorithms sit below the
-// user's handles. store, store/memory, store/redis and algo do not import
-// the root package, directly or through another package of the module.
-func TestStoresBelowHandles(t *testing.T) {
-	const mod = "github.com/sluicehq/sluice"
-	imports := map[string][]string{} // a package's directory: the module's packages it imports
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path == "bench" || path == "charts" || strings.HasPrefix(d.Name(), ".") && path != "." {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
-		for _, im := range f.Imports {
-			p, _ := strconv.Unquote(im.Path.Value)
-			if p == mod || strings.HasPrefix(p, mod+"/") {
-				dir := filepath.Dir(path)
-				imports[dir] = append(imports[dir], strings.TrimPrefix(strings.TrimPrefix(p, mod), "/"))
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, low := range []string{"store", "store/memory", "store/redis", "algo"} {
-		seen := map[string]string{low: ""} // a package reached ("" the root): the one that imports it
-		for todo := []string{low}; len(todo) > 0; {
-			p := todo[0]
-			todo = todo[1:]
-			for _, q := range imports[p] {
-				if _, ok := seen[q]; !ok {
-					seen[q] = p
-					todo = append(todo, q)
-				}
-			}
-		}
-		if by, ok := seen[""]; ok {
-			chain := []string{"the root package"}
-			for p := by; p != ""; p = seen[p] {
-				chain = append(chain, p)
-			}
-			slices.Reverse(chain)
-			t.Errorf("%s imports the user's handles: %s", low, strings.Join(chain, " → "))
-		}
 	}
 }
 

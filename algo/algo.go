@@ -37,7 +37,7 @@
 //     one the simulator's windows read too (sim TestWindowsOfEveryKind).
 //
 // What is derived from the registry needs no change: `sluice replay -h`
-// shows each kind's example, TestDenialHolds and the agreement tests go
+// shows each kind's example, TestDenialStands and the agreement tests go
 // over every kind.
 package algo
 
@@ -96,7 +96,7 @@ type Result struct {
 	ResetAfter time.Duration
 	// Admitted is how much of the cost was admitted: the cost when Allowed
 	// (0 for a peek), 0 when not, except that a nary SlidingLog may admit
-	// part of a batch (0 < Admitted < cost, Allowed false).
+	// part of the cost (0 < Admitted < cost, Allowed false).
 	Admitted int64
 	// DeniedBy tells which limit a denied decision of an algorithm with
 	// several limits (SlidingLog, WindowCounter) waits for, the one that

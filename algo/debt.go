@@ -92,11 +92,6 @@ func (p *Plan) compileDebt(d Debt) error {
 	return nil
 }
 
-// Debt reports whether the plan records denied charges (Debt): a store
-// deciding several levels at once records such a level's charge even when
-// another level denies.
-func (p *Plan) Debt() bool { return p.debt }
-
 // owe records a denied charge of cost on s at now: as a penalty does,
 // but that a TAT moves on by cost·T to at most MaxHorizon ahead (not by
 // whole steps), as the Redis store's tat.lua does.

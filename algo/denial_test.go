@@ -30,12 +30,12 @@ func randomLimit(r *rand.Rand, k Kind) Limit {
 	return k.Example()
 }
 
-// TestDenialHolds is what an over-limit cache relies on: for a plan whose
-// DenialHolds, a denied decision leaves the state as it was, and until its
+// TestDenialStands is what an over-limit cache relies on: for a plan whose
+// DenialStands, a denied decision leaves the state as it was, and until its
 // RetryAfter has passed the same cost and a larger one stay denied, while
 // other decisions (admissions among them) go on at later times. For the
-// modes whose denials record, DenialHolds is false.
-func TestDenialHolds(t *testing.T) {
+// modes whose denials record, DenialStands is false.
+func TestDenialStands(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 11))
@@ -48,19 +48,19 @@ func TestDenialHolds(t *testing.T) {
 			t.Fatalf("%+v: %v", l, err)
 		}
 		if sl, ok := l.(SlidingLog); ok && sl.Mode != Binary {
-			if p.DenialHolds() {
-				t.Fatalf("%+v: DenialHolds for mode %v", l, sl.Mode)
+			if p.DenialStands() {
+				t.Fatalf("%+v: DenialStands for mode %v", l, sl.Mode)
 			}
 			continue
 		}
 		if k == KindConcurrency { // a release frees slots at any time
-			if p.DenialHolds() {
-				t.Fatalf("%+v: DenialHolds", l)
+			if p.DenialStands() {
+				t.Fatalf("%+v: DenialStands", l)
 			}
 			continue
 		}
-		if !p.DenialHolds() {
-			t.Fatalf("%+v: DenialHolds is false", l)
+		if !p.DenialStands() {
+			t.Fatalf("%+v: DenialStands is false", l)
 		}
 		var s State
 		now := int64(1800003000334587) + r.Int64N(1e9)

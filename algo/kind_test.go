@@ -123,3 +123,18 @@ func TestWindowedDeniedBy(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecStringsAsEncodingJSON: a spec's strings are written byte for
+// byte as encoding/json writes them, plain or not.
+func TestSpecStringsAsEncodingJSON(t *testing.T) {
+	strs := []string{"", "gcra", "Europe/Berlin", "\u2028\u2029", "é", "\xff\xfe", "a\u00e9\xffb"}
+	for c := range 0x80 { // every ASCII byte alone, so that each one's way is checked
+		strs = append(strs, "a"+string(rune(c))+"b")
+	}
+	for _, s := range strs {
+		want, _ := json.Marshal(s)
+		if got := appendString(nil, s); string(got) != string(want) {
+			t.Errorf("appendString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}

@@ -5,21 +5,21 @@ import (
 	"time"
 )
 
-// Mode says what a SlidingLog does with a batch that does not fit.
+// Mode says what a SlidingLog does with a cost that does not fit.
 type Mode int
 
 // The modes, from the most to the least lenient towards a caller over its
 // limit. Binary is the zero Mode.
 const (
-	// Binary admits the whole batch or none of it; a rejected attempt is
+	// Binary admits the whole cost or none of it; a rejected attempt is
 	// not recorded.
 	Binary Mode = iota
-	// Nary admits as much of the batch as fits (Result.Admitted); what does
+	// Nary admits as much of the cost as fits (Result.Admitted); what does
 	// not fit is not recorded. In a DecideAll of several requests a nary
-	// log acts as Binary, since the batch is all or nothing.
+	// log acts as Binary, since the batch is all or nothing (InBatch).
 	Nary
 	// Uniform records every attempt, also a rejected one, so that a caller
-	// who keeps hammering stays locked out; the batch itself is admitted
+	// who keeps hammering stays locked out; the cost itself is admitted
 	// whole or not at all, as in Binary.
 	Uniform
 )
@@ -82,14 +82,14 @@ const (
 	maxSlices  = 10_000
 )
 
-// SlidingLog counts every action in rolling windows and admits a batch of
-// n while, for every limit i, the actions in the last Windows[i] plus n
+// SlidingLog counts every action in rolling windows and admits a cost
+// of n actions while, for every limit i, the actions in the last Windows[i] plus n
 // stay within Limit[i], all limits evaluated together in one atomic step.
 //
 // # Exact log
 //
 // Without Buckets, the log keeps the time t of every recorded action (a
-// batch of n records n actions). An action counts in limit i while
+// cost of n records n actions). An action counts in limit i while
 // now - t < W_i, so at time now limit i counts
 //
 //	c_i = #{recorded t : t > now - W_i}
@@ -117,7 +117,7 @@ const (
 //
 //   - the gap is kept when there is no recorded action, n = 0, MinGap = 0
 //     or now - last ≥ MinGap (the gap is between recorded decisions: the
-//     actions of one batch share one time);
+//     actions of one decision share one time);
 //   - Binary and Uniform admit n when the gap is kept and c_i + n ≤ L_i
 //     for every i, else 0; Nary admits min(n, min_i(L_i - c_i)), at least
 //     0, when the gap is kept, else 0;
@@ -132,10 +132,10 @@ const (
 // the counts after the decision, floored at 0 except in Uniform.
 //
 // RetryAfter ("wait") is 0 when allowed, Never when n > L_i for some i,
-// and else the time after which the same batch is admitted in full if
+// and else the time after which the same cost is admitted in full if
 // nothing else happens meanwhile, computed on the state after the
 // decision (so it includes a recorded uniform attempt or a nary partial
-// batch): the latest of last' + MinGap (when the gap matters) and, for
+// admission): the latest of last' + MinGap (when the gap matters) and, for
 // every limit with c'_i + n > L_i, the time its (L_i-n+1)-th newest
 // action leaves the window (exact: t + W_i; sampled: (k+B+1)·w_i of its
 // bucket). DeniedBy names the constraint with the latest of those times
@@ -544,7 +544,7 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 // (e = max(now, A)) and each limit's count at e: limit i's buckets in
 // [cur_i-B, a_i] (a_i ≤ cur_i), its running sum over the ring
 // (a_i-B-1, a_i] less the buckets that leave when the ring moves to
-// cur_i, which sit in the slots of (a_i, cur_i].
+// cur_i, which sit in the fields of (a_i, cur_i].
 func (l SlidingLog) sampledCounts(s *State, now int64) (e int64, c [maxWindows]int64) {
 	r := l.Buckets + 1
 	k := int64(len(l.Limits))

@@ -8,8 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/jsonenc"
+	"unicode/utf8"
 )
 
 // Spec is the serialized form of a limit, as it appears in replay events
@@ -347,7 +346,7 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 		return append(b, '"')
 	}
 	b = append(b, `{"algorithm":`...)
-	b = jsonenc.AppendString(b, s.Algorithm)
+	b = appendString(b, s.Algorithm)
 	for _, f := range [...]struct {
 		name string
 		v    int64
@@ -384,25 +383,25 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 	}
 	if s.Mode != "" {
 		b = append(b, `,"mode":`...)
-		b = jsonenc.AppendString(b, s.Mode)
+		b = appendString(b, s.Mode)
 	}
 	if s.Slice != 0 {
 		b = dur(b, "slice", s.Slice)
 	}
 	if s.Calendar != "" {
 		b = append(b, `,"window":`...)
-		b = jsonenc.AppendString(b, s.Calendar)
+		b = appendString(b, s.Calendar)
 	}
 	if s.TimeZone != "" {
 		b = append(b, `,"time_zone":`...)
-		b = jsonenc.AppendString(b, s.TimeZone)
+		b = appendString(b, s.TimeZone)
 	}
 	if s.AnchorDay != 0 {
 		b = num(b, "anchor_day", s.AnchorDay)
 	}
 	if s.WeekStart != "" {
 		b = append(b, `,"week_start":`...)
-		b = jsonenc.AppendString(b, s.WeekStart)
+		b = appendString(b, s.WeekStart)
 	}
 	if s.Block != nil {
 		b = append(b, `,"block":`...)
@@ -412,6 +411,21 @@ func (s *Spec) AppendJSON(b []byte) []byte {
 		b = append(b, `,"debt":true`...)
 	}
 	return append(b, '}')
+}
+
+// appendString appends s as encoding/json writes a string: as it is when
+// printable ASCII that needs no escape (a spec's strings always are, once
+// valid), else through encoding/json itself.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // blockJSON is a Block's JSON, durations as Go duration strings.
@@ -469,7 +483,7 @@ func (w WindowSpec) appendJSON(b []byte) []byte {
 	b = append(b, '{')
 	if w.Name != "" {
 		b = append(b, `"name":`...)
-		b = jsonenc.AppendString(b, w.Name)
+		b = appendString(b, w.Name)
 		b = append(b, ',')
 	}
 	b = append(b, `"limit":`...)

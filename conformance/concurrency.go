@@ -110,7 +110,7 @@ func RunBatchConcurrency(t *testing.T, st store.Store, ns string) {
 	}
 }
 
-// RunNaryInBatch checks that a nary sliding log admits part of a batch in
+// RunNaryInBatch checks that a nary sliding log admits part of a cost in
 // Decide, but acts as binary in a DecideAll of several requests: a level
 // that could take only part records nothing, and the batch is denied.
 func RunNaryInBatch(t *testing.T, st store.Store, ns string) {

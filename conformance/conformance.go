@@ -131,17 +131,17 @@ var Traces = []Trace{
 			// 2 in the last second: the action at 0 leaves it at 1s.
 			{At: 300 * ms, Cost: 1, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: 700 * ms, ResetAfter: 9800 * ms, DeniedBy: 2}},
 			{At: 1 * s, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: 10 * s}},
-			// A batch of 2 needs the 10s limit's 2nd newest (at 100ms) gone.
+			// A cost of 2 needs the 10s limit's 2nd newest (at 100ms) gone.
 			{At: 1 * s, Cost: 2, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: 9100 * ms, ResetAfter: 10 * s, DeniedBy: 1}},
 			{At: 1 * s, Cost: 3, Want: algo.Result{Quota: 2, Remaining: 0, RetryAfter: algo.Never, ResetAfter: 10 * s, DeniedBy: 2}},
 			{At: 1 * s, Cost: 0, Want: algo.Result{Allowed: true, Quota: 2, Remaining: 0, ResetAfter: 10 * s}},
-			// Retrying the batch after its wait succeeds.
+			// Retrying the cost after its wait succeeds.
 			{At: 10100 * ms, Cost: 2, Want: algo.Result{Allowed: true, Admitted: 2, Quota: 2, Remaining: 0, ResetAfter: 10 * s}},
 			{At: 40 * s, Cost: 0, Want: algo.Result{Allowed: true, Quota: 2, Remaining: 2}},
 		},
 	},
 	{
-		// 5 per 1s, admitting as much of a batch as fits.
+		// 5 per 1s, admitting as much of a cost as fits.
 		Name:  "sliding_log/nary",
 		Limit: algo.SlidingLog{Limits: []algo.Window{{Count: 5, Window: s}}, Mode: algo.Nary},
 		Steps: []Step{
@@ -166,7 +166,7 @@ var Traces = []Trace{
 			{At: 1150 * ms, Cost: 1, Want: algo.Result{Quota: 2, Remaining: -1, RetryAfter: 950 * ms, ResetAfter: s, DeniedBy: 1}},
 			{At: 1500 * ms, Cost: 1, Want: algo.Result{Quota: 2, Remaining: -1, RetryAfter: 650 * ms, ResetAfter: s, DeniedBy: 1}},
 			{At: 2150 * ms, Cost: 1, Want: algo.Result{Allowed: true, Admitted: 1, Quota: 2, Remaining: 0, ResetAfter: s}},
-			// A batch over the limit is recorded as at most 2.
+			// A cost over the limit is recorded as at most 2.
 			{At: 2150 * ms, Cost: 3, Want: algo.Result{Quota: 2, Remaining: -2, RetryAfter: algo.Never, ResetAfter: s, DeniedBy: 1}},
 		},
 	},

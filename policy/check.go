@@ -262,6 +262,18 @@ func (c *Checker) matchQuery(q *Query) (*Policy, error) {
 	return p, nil
 }
 
+// match sets pq.Match to what pq's path hits in p (Policy.match), with
+// the overrides in force at t applied.
+func (c *Checker) match(p *Policy, pq *PathQuery, t time.Time) error {
+	if err := p.match(pq); err != nil {
+		return err
+	}
+	if o := c.overrides.Load(); o != nil {
+		o.apply(p, pq.Match.Hits, t)
+	}
+	return nil
+}
+
 // decide decides q's paths, matched in p (matchQuery), with s.
 func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, sc *scratch, s slot) error {
 	// A deny list denies the whole decision, which then counts nothing;
@@ -327,7 +339,10 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 	}
 	d.Levels = d.Levels[:0]
 	d.Matched = true
-	d.Listed = listed.String()
+	d.Listed = ""
+	if listed.List != "" {
+		d.Listed = listed.String()
+	}
 	deny := false
 	var delay time.Duration
 	k := 0

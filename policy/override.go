@@ -166,18 +166,6 @@ func decodeOverrides(entries map[string][]byte) []Override {
 	return out
 }
 
-// match sets pq.Match to what pq's path hits in p (Policy.match), with
-// the overrides in force at t applied.
-func (c *Checker) match(p *Policy, pq *PathQuery, t time.Time) error {
-	if err := p.match(pq); err != nil {
-		return err
-	}
-	if o := c.overrides.Load(); o != nil {
-		o.apply(p, pq.Match.Hits, t)
-	}
-	return nil
-}
-
 // overrideSet is the overrides in force, compiled for one policy.
 type overrideSet struct {
 	gen    int64

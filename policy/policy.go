@@ -113,6 +113,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
@@ -459,7 +460,7 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 		if c == nil {
 			break
 		}
-		if c.listsAddrs() && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
+		if (c.allow != nil || c.deny != nil) && c.listsAddrs() && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
 			// One address, one spelling: keyed and listed by its canonical
 			// form, or refused.
 			a, ok := addrSegment(seg)
@@ -541,3 +542,25 @@ func limitKey(key string, j, n int) string {
 	}
 	return key + "#" + strconv.Itoa(j)
 }
+
+// Current is the policy in force, for concurrent readers, replaced
+// atomically (a reload: Load the file, then Store the policy if it is
+// valid). Readers that loaded the old policy keep using it, unchanged,
+// until they load again. The zero Current holds nil, which matches
+// nothing.
+type Current struct {
+	p atomic.Pointer[Policy]
+}
+
+// NewCurrent returns a Current of p.
+func NewCurrent(p *Policy) *Current {
+	h := new(Current)
+	h.p.Store(p)
+	return h
+}
+
+// Load returns the current policy.
+func (h *Current) Load() *Policy { return h.p.Load() }
+
+// Store makes p the current policy.
+func (h *Current) Store(p *Policy) { h.p.Store(p) }

@@ -65,7 +65,7 @@ func BenchmarkAdd(b *testing.B) {
 }
 
 // BenchmarkDrain: b.N entries queued first, then 1 or 4 workers (Work,
-// no-op handler, batches of 16) drain them to the end; entries/s from the
+// no-op handler, 16 entries a read) drain them to the end; entries/s from the
 // first read to the last ack.
 func BenchmarkDrain(b *testing.B) {
 	for _, workers := range []int{1, 4} {
@@ -105,7 +105,7 @@ func BenchmarkDrain(b *testing.B) {
 								stop()
 							}
 							return nil
-						}, WorkerOptions{Batch: 16})
+						}, WorkerOptions{PerRead: 16})
 						if err != nil && !errors.Is(err, context.Canceled) {
 							b.Error(err)
 						}

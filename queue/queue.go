@@ -47,8 +47,8 @@ const (
 	MaxDeadLetters = 10_000
 )
 
-// maxBatch bounds WorkerOptions.Batch, the entries one read takes.
-const maxBatch = 1000
+// maxPerRead bounds WorkerOptions.PerRead, the entries one read takes.
+const maxPerRead = 1000
 
 // Options configures a Queue.
 type Options struct {
@@ -97,7 +97,7 @@ type Added struct {
 type FullError struct {
 	// Length is the queue's length, at least its capacity.
 	Length int64
-	// Wait estimates when a slot frees: (Length - capacity + 1) over the
+	// Wait estimates when a place frees: (Length - capacity + 1) over the
 	// drain rate observed in the last 10 to 20 seconds; 0 when nothing
 	// was drained lately (unknown).
 	Wait time.Duration
@@ -356,7 +356,7 @@ func (q *Queue) added(a backend.Added) (Added, error) {
 	case backend.Conflict:
 		return Added{ID: a.ID, Length: a.Length}, fmt.Errorf("queue %q: %w", q.name, ErrDedupConflict)
 	}
-	return Added{Length: a.Length}, &FullError{Length: a.Length, Wait: estimate(a.Length, int64(q.opts.Capacity), a.DrainRate)}
+	return Added{Length: a.Length}, &FullError{Length: a.Length, Wait: expectedWait(a.Length, int64(q.opts.Capacity), a.DrainRate)}
 }
 
 // Requeue moves the dead letter deadID (DeadLetter.DeadID) back into the
@@ -392,9 +392,9 @@ func (q *Queue) Drop(ctx context.Context, deadID string) error {
 	return nil
 }
 
-// estimate is the wait until the queue holds fewer than capacity entries,
+// expectedWait is the wait until the queue holds fewer than capacity entries,
 // at rate entries/s; 0 when the rate is unknown.
-func estimate(length, capacity int64, rate float64) time.Duration {
+func expectedWait(length, capacity int64, rate float64) time.Duration {
 	if rate <= 0 {
 		return 0
 	}

@@ -190,7 +190,7 @@ func TestDedup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("poison") }, WorkerOptions{Visibility: time.Second, MaxDeliveries: 1, Batch: 4})
+		drainWith(t, q, 2, func(context.Context, Entry) error { return errors.New("poison") }, WorkerOptions{Visibility: time.Second, MaxDeliveries: 1, PerRead: 4})
 		if e, err := q.Add(ctx, map[string]string{"v": "3"}, "order-8"); err != nil || e.Duplicate || e.ID == d.ID {
 			t.Fatalf("the id of a dead letter: %+v %v, want a new entry", e, err)
 		}
@@ -203,7 +203,7 @@ func TestDedup(t *testing.T) {
 // theirs outlasts it on a busy machine (200ms, a handler timeout of 150ms,
 // was not).
 func drain(t *testing.T, q *Queue, n int64, h Handler) Counts {
-	return drainWith(t, q, n, h, WorkerOptions{Visibility: time.Second, MaxDeliveries: 3, Batch: 4})
+	return drainWith(t, q, n, h, WorkerOptions{Visibility: time.Second, MaxDeliveries: 3, PerRead: 4})
 }
 
 func drainWith(t *testing.T, q *Queue, n int64, h Handler, o WorkerOptions) Counts {
@@ -280,7 +280,7 @@ func TestCrashBetweenReadAndAck(t *testing.T) {
 		dying := open(t, st, "crash-read", 10) // another handle on the queue
 		dying.hooks.afterRead = func([]Entry) error { return errCrash }
 		if _, err := dying.Work(ctx, func(context.Context, Entry) error { return nil },
-			WorkerOptions{Batch: 3, Visibility: time.Second}); !errors.Is(err, errCrash) {
+			WorkerOptions{PerRead: 3, Visibility: time.Second}); !errors.Is(err, errCrash) {
 			t.Fatalf("dying worker: %v", err)
 		}
 		if s, _ := q.Stats(ctx); s.Pending != 3 {
@@ -288,13 +288,13 @@ func TestCrashBetweenReadAndAck(t *testing.T) {
 		}
 		handled := map[string]int{}
 		var mu sync.Mutex
-		// Batch 1: the claim follows its cursor over three turns.
+		// PerRead 1: the claim follows its cursor over three turns.
 		c := drainWith(t, q, 5, func(_ context.Context, e Entry) error {
 			mu.Lock()
 			handled[e.Fields["i"]]++
 			mu.Unlock()
 			return nil
-		}, WorkerOptions{Visibility: time.Second, Batch: 1})
+		}, WorkerOptions{Visibility: time.Second, PerRead: 1})
 		if len(handled) != 5 || c.Claimed != 3 {
 			t.Fatalf("handled %v, counts %+v", handled, c)
 		}
@@ -414,7 +414,7 @@ func TestReadAndWorkerBounds(t *testing.T) {
 			t.Errorf("DeadLetters(MaxDeadLetters): %v", err)
 		}
 		for _, o := range []WorkerOptions{{Visibility: -time.Second}, {HandlerTimeout: -time.Second}, {ShutdownTimeout: -time.Second},
-			{MaxDeliveries: -1}, {Batch: -1}, {Batch: maxBatch + 1}, {Rate: -1}, {Rate: math.NaN()}} {
+			{MaxDeliveries: -1}, {PerRead: -1}, {PerRead: maxPerRead + 1}, {Rate: -1}, {Rate: math.NaN()}} {
 			if _, err := q.Add(ctx, nil, ""); err != nil {
 				t.Fatal(err)
 			}

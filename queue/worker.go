@@ -54,12 +54,12 @@ type WorkerOptions struct {
 	// live worker after Visibility (not counted as failed). Zero lets it
 	// run up to HandlerTimeout.
 	ShutdownTimeout time.Duration
-	// Batch is how many entries one read takes, 1 to 1,000; default 1.
-	// The entries of a batch are handled one by one and those that
+	// PerRead is how many entries one read takes, 1 to 1,000; default 1.
+	// The entries of a read are handled one by one and those that
 	// succeeded are acked together, in one round trip, after the last:
-	// Visibility must cover a whole batch, and a crash mid-batch
-	// redelivers the batch.
-	Batch int
+	// Visibility must cover a whole read, and a crash mid-read
+	// redelivers the read.
+	PerRead int
 	// Log receives warnings; default slog.Default().
 	Log *slog.Logger
 }
@@ -105,9 +105,9 @@ func (q *Queue) Work(ctx context.Context, h Handler, o WorkerOptions) (Counts, e
 	return w.run(ctx, h)
 }
 
-// read takes up to a batch of new entries, waiting up to block for one.
+// read takes up to PerRead new entries, waiting up to block for one.
 func (w *worker) read(ctx context.Context, block time.Duration) ([]Entry, error) {
-	raws, err := w.q.b.Read(ctx, w.o.Consumer, w.o.Batch, block)
+	raws, err := w.q.b.Read(ctx, w.o.Consumer, w.o.PerRead, block)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ type worker struct {
 	o       WorkerOptions
 	pace    *sluice.Limiter
 	counts  Counts
-	handled []string // ids of a batch handled, to ack
+	handled []string // ids of a read handled, to ack
 	acked   []bool
 	cursor  string // XAUTOCLAIM's, "0-0" at the start of a sweep
 }
@@ -152,8 +152,8 @@ func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
 		return nil, fmt.Errorf("queue %q: a negative duration: visibility %v, handler timeout %v, shutdown timeout %v", q.name, o.Visibility, o.HandlerTimeout, o.ShutdownTimeout)
 	case o.MaxDeliveries < 0:
 		return nil, fmt.Errorf("queue %q: max deliveries %d is negative", q.name, o.MaxDeliveries)
-	case o.Batch < 0 || o.Batch > maxBatch:
-		return nil, fmt.Errorf("queue %q: batch %d: want 1 to %d (0: 1)", q.name, o.Batch, maxBatch)
+	case o.PerRead < 0 || o.PerRead > maxPerRead:
+		return nil, fmt.Errorf("queue %q: per read %d: want 1 to %d (0: 1)", q.name, o.PerRead, maxPerRead)
 	case o.Rate < 0 || math.IsNaN(o.Rate):
 		return nil, fmt.Errorf("queue %q: rate %v: want 0 or more", q.name, o.Rate)
 	}
@@ -173,8 +173,8 @@ func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
 	if o.HandlerTimeout >= o.Visibility {
 		return nil, fmt.Errorf("queue %q: handler timeout %v is not below the visibility timeout %v: a hung handler's entry would be claimed and run twice at once", q.name, o.HandlerTimeout, o.Visibility)
 	}
-	if o.Batch <= 0 {
-		o.Batch = 1
+	if o.PerRead <= 0 {
+		o.PerRead = 1
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -207,7 +207,7 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 		var es []Entry
 		var err error
 		// Sweep for stale entries every quarter of the visibility
-		// timeout, a batch per turn until the cursor is back at the start.
+		// timeout, a read per turn until the cursor is back at the start.
 		if sweeping || time.Since(swept) >= w.o.Visibility/4 {
 			es, sweeping, err = w.claimSome(ctx)
 			if !sweeping {
@@ -269,13 +269,13 @@ func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
 	return w.counts, nil
 }
 
-// claimSome takes up to Batch entries idle past the visibility timeout,
+// claimSome takes up to PerRead entries idle past the visibility timeout,
 // from the worker's XAUTOCLAIM cursor on, dead-lettering those delivered
 // too often; sweeping reports whether the cursor has more to look at.
-// Taking a batch at a time, rather than all at once, keeps a worker from
+// Taking a read at a time, rather than all at once, keeps a worker from
 // holding more than it can handle within the visibility timeout.
 func (w *worker) claimSome(ctx context.Context) (es []Entry, sweeping bool, err error) {
-	next, raws, err := w.q.b.Claim(ctx, w.o.Consumer, w.o.Visibility, w.cursor, w.o.Batch)
+	next, raws, err := w.q.b.Claim(ctx, w.o.Consumer, w.o.Visibility, w.cursor, w.o.PerRead)
 	if err != nil {
 		return nil, true, err
 	}
@@ -382,7 +382,7 @@ func (w *worker) call(ctx, work context.Context, h Handler, e Entry) (stopped bo
 	return false, err
 }
 
-// ackAll acks the handled entries of a batch and counts them.
+// ackAll acks the handled entries of a read and counts them.
 func (w *worker) ackAll(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,11 +28,11 @@ type Config struct {
 	// GRPCReflection is "on" (the default) to serve gRPC server reflection
 	// on the gRPC listener, so that grpcurl and grpcui list and call its
 	// services by name with no proto files, or "off".
-	GRPCReflection string `yaml:"grpc_reflection" oneof:"on off"`
+	GRPCReflection string `yaml:"grpc_reflection" oneof:"on off" default:"on"`
 	// Store is "memory" or a redis:// or rediss:// URL: one server, a
 	// Cluster seed list (?addr=host:port&addr=...) or Sentinel
 	// (?master_set=name). Default memory.
-	Store string `yaml:"store"`
+	Store string `yaml:"store" default:"memory"`
 	// Policy is the limits.yaml file; empty means the bundled example
 	// (PolicyData).
 	Policy string `yaml:"policy"`
@@ -56,10 +58,10 @@ type Config struct {
 	PolicyName string `yaml:"-"`
 	// Timeout bounds each decision, store round trip included. Default
 	// 50ms.
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout" default:"50ms"`
 	// OnStoreError is what a check answers when the store fails or times
 	// out: "allow" (fail open, the default) or "deny" (fail closed).
-	OnStoreError string `yaml:"on_store_error" oneof:"allow deny"`
+	OnStoreError string `yaml:"on_store_error" oneof:"allow deny" default:"allow"`
 	// RequireStore makes New fail when the store cannot be reached, for a
 	// deployment that prefers a crash loop to answering by OnStoreError
 	// until it can. By default the service starts and connects when it
@@ -68,13 +70,13 @@ type Config struct {
 	// GRPCTLS serves gRPC over TLS, mutual with ca_file; HTTPTLS
 	// the HTTP listener. Both reread their files when they change.
 	// They take cert_file, key_file and ca_file (the clients' CA).
-	GRPCTLS TLSConfig `yaml:"grpc_tls"`
-	HTTPTLS TLSConfig `yaml:"http_tls"`
+	GRPCTLS TLSConfig `yaml:"grpc_tls" env:"server"`
+	HTTPTLS TLSConfig `yaml:"http_tls" env:"server"`
 	// Headers are the rate-limit fields of HTTP answers (checks,
 	// forward-auth): draft (the IETF RateLimit-Policy and RateLimit, the
 	// default), legacy (X-RateLimit-Limit, -Remaining and -Reset, for
 	// clients that read those), or both.
-	Headers string `yaml:"headers" oneof:"draft legacy both"`
+	Headers string `yaml:"headers" oneof:"draft legacy both" default:"draft"`
 	// AdminToken is the bearer token of the /admin/ endpoints. Empty
 	// disables them: they answer 404. AdminTokenFile, if set, is read for it
 	// (trailing white space trimmed).
@@ -93,14 +95,14 @@ type Config struct {
 	MaxWaiting int `yaml:"max_waiting"`
 	// ForwardAuth maps the requests that nginx, Traefik and Caddy ask
 	// about to policy paths (see ForwardAuthConfig).
-	ForwardAuth ForwardAuthConfig `yaml:"forward_auth"`
+	ForwardAuth ForwardAuthConfig `yaml:"forward_auth" env:"-"`
 	// WatchInterval is how often the policy file's contents, modification
 	// time and size are polled for a reload; negative disables polling
 	// (SIGHUP still reloads). Default 1s.
-	WatchInterval time.Duration `yaml:"watch_interval"`
+	WatchInterval time.Duration `yaml:"watch_interval" default:"1s"`
 	// ShutdownTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 10s.
-	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" default:"10s"`
 	// ShutdownDelay is how long, after SIGTERM, the service goes on
 	// serving while /readyz answers 503 and the gRPC health service
 	// NOT_SERVING, so that a load balancer stops sending to it before its
@@ -113,8 +115,8 @@ type Config struct {
 	AdminHTTP string `yaml:"admin_http"`
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
 	// (default) or json.
-	LogLevel  string `yaml:"log_level" oneof:"debug info warn error"`
-	LogFormat string `yaml:"log_format" oneof:"text json"`
+	LogLevel  string `yaml:"log_level" oneof:"debug info warn error" default:"info"`
+	LogFormat string `yaml:"log_format" oneof:"text json" default:"text"`
 }
 
 // RedisConfig is how to reach Redis beyond what the URL says.
@@ -128,19 +130,19 @@ type RedisConfig struct {
 	// write for up to this long (default 20µs; negative disables): fewer
 	// system calls, for the service and for Redis, at a small cost in
 	// latency.
-	MaxFlushDelay time.Duration `yaml:"max_flush_delay"`
+	MaxFlushDelay time.Duration `yaml:"max_flush_delay" default:"20µs"`
 	// OverLimitCache is how many keys' denials the exact over-limit cache
 	// keeps (default 100000; negative disables): a key denied by Redis is
 	// denied again without a round trip until its retry-after
 	// (store/redis/internal/overlimit). An admin reset and a policy reload clear it;
 	// a reset made by another instance is seen here when the cached
 	// denial expires.
-	OverLimitCache int `yaml:"over_limit_cache"`
+	OverLimitCache int `yaml:"over_limit_cache" default:"100000"`
 	// LeaseFor is how long a lease of quota lives, for the policy nodes
 	// that say lease: true (default 1s; negative turns leases off):
 	// a hot key's checks are then admitted from units taken ahead, at
 	// most MaxLease at a time per key (default 10000). See store/redis.
-	LeaseFor time.Duration `yaml:"lease_for"`
+	LeaseFor time.Duration `yaml:"lease_for" default:"1s"`
 	MaxLease int64         `yaml:"max_lease"`
 	// TLS: CAFile verifies the server (system roots when empty); CertFile
 	// and KeyFile are a client certificate; ServerName overrides the name
@@ -158,8 +160,8 @@ type TLSConfig struct {
 	CAFile             string `yaml:"ca_file"`
 	CertFile           string `yaml:"cert_file"`
 	KeyFile            string `yaml:"key_file"`
-	ServerName         string `yaml:"server_name"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	ServerName         string `yaml:"server_name" env:"client"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" env:"client"`
 }
 
 func (t TLSConfig) enabled() bool {
@@ -170,57 +172,36 @@ func (t TLSConfig) enabled() bool {
 type ConsumersConfig struct {
 	// Max is how many entries a key's list keeps (default 20; negative
 	// disables recording).
-	Max int `yaml:"max"`
+	Max int `yaml:"max" default:"20"`
 	// TTL is how long a list lives after its last entry (default 1h).
-	TTL time.Duration `yaml:"ttl"`
+	TTL time.Duration `yaml:"ttl" default:"1h"`
 }
 
-// Defaults of Config.
+// Defaults of Config: the others are in its fields' tags (default:"...").
 const (
-	DefaultHTTP            = "127.0.0.1:8080"
-	DefaultGRPC            = "127.0.0.1:8081"
-	defaultTimeout         = 50 * time.Millisecond
-	defaultWatchInterval   = time.Second
-	defaultShutdownTimeout = 10 * time.Second
-	defaultQueueCapacity   = 1000
-	defaultConsumersMax    = 20
-	defaultConsumersTTL    = time.Hour
-	defaultMaxFlushDelay   = 20 * time.Microsecond
-	defaultOverLimitCache  = 100_000
-	defaultLeaseFor        = time.Second
+	DefaultHTTP          = "127.0.0.1:8080"
+	DefaultGRPC          = "127.0.0.1:8081"
+	defaultQueueCapacity = 1000
 )
 
 // Defaults returns c with every unset field at its default.
 func (c Config) Defaults() Config {
+	v := reflect.ValueOf(&c).Elem()
+	for _, s := range settings {
+		if s.def != "" && v.FieldByIndex(s.index).IsZero() {
+			if err := c.Set(s.name, s.def); err != nil {
+				panic(fmt.Sprintf("config: %s's default: %v", s.name, err))
+			}
+		}
+	}
 	if c.HTTP == "" {
 		c.HTTP = DefaultHTTP
 	}
 	if c.GRPC == "" {
 		c.GRPC = DefaultGRPC
 	}
-	if c.GRPCReflection == "" {
-		c.GRPCReflection = "on"
-	}
-	if c.Store == "" {
-		c.Store = "memory"
-	}
 	if c.XDSServer != "" && c.XDSNodeID == "" {
 		c.XDSNodeID = "sluice"
-	}
-	if c.Timeout == 0 {
-		c.Timeout = defaultTimeout
-	}
-	if c.OnStoreError == "" {
-		c.OnStoreError = "allow"
-	}
-	if c.WatchInterval == 0 {
-		c.WatchInterval = defaultWatchInterval
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = defaultShutdownTimeout
-	}
-	if c.Consumers.Max == 0 {
-		c.Consumers.Max = defaultConsumersMax
 	}
 	if c.MaxWaiting == 0 {
 		c.MaxWaiting = defaultMaxWaiting
@@ -230,27 +211,6 @@ func (c Config) Defaults() Config {
 			q.Capacity = defaultQueueCapacity
 			c.Queues[name] = q
 		}
-	}
-	if c.Consumers.TTL == 0 {
-		c.Consumers.TTL = defaultConsumersTTL
-	}
-	if c.Redis.LeaseFor == 0 {
-		c.Redis.LeaseFor = defaultLeaseFor
-	}
-	if c.Redis.OverLimitCache == 0 {
-		c.Redis.OverLimitCache = defaultOverLimitCache
-	}
-	if c.Redis.MaxFlushDelay == 0 {
-		c.Redis.MaxFlushDelay = defaultMaxFlushDelay
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = "info"
-	}
-	if c.Headers == "" {
-		c.Headers = "draft"
-	}
-	if c.LogFormat == "" {
-		c.LogFormat = "text"
 	}
 	return c
 }
@@ -308,55 +268,49 @@ func LoadConfigFile(path string, c *Config) error {
 	return yamlfile.Decode(path, data, c)
 }
 
-// EnvVars lists the environment variables ApplyEnv reads, each with the
-// Config field it sets.
-var EnvVars = []struct{ Name, Field string }{
-	{"SLUICE_HTTP", "http"},
-	{"SLUICE_GRPC", "grpc"},
-	{"SLUICE_GRPC_REFLECTION", "grpc_reflection"},
-	{"SLUICE_STORE", "store"},
-	{"SLUICE_POLICY", "policy"},
-	{"SLUICE_ENVOY_CONFIG_DIR", "envoy_config_dir"},
-	{"SLUICE_XDS_SERVER", "xds_server"},
-	{"SLUICE_XDS_NODE_ID", "xds_node_id"},
-	{"SLUICE_XDS_TLS_CA_FILE", "xds_tls.ca_file"},
-	{"SLUICE_XDS_TLS_CERT_FILE", "xds_tls.cert_file"},
-	{"SLUICE_XDS_TLS_KEY_FILE", "xds_tls.key_file"},
-	{"SLUICE_XDS_TLS_SERVER_NAME", "xds_tls.server_name"},
-	{"SLUICE_TIMEOUT", "timeout"},
-	{"SLUICE_ON_STORE_ERROR", "on_store_error"},
-	{"SLUICE_REQUIRE_STORE", "require_store"},
-	{"SLUICE_HEADERS", "headers"},
-	{"SLUICE_GRPC_TLS_CERT_FILE", "grpc_tls.cert_file"},
-	{"SLUICE_GRPC_TLS_KEY_FILE", "grpc_tls.key_file"},
-	{"SLUICE_GRPC_TLS_CA_FILE", "grpc_tls.ca_file"},
-	{"SLUICE_HTTP_TLS_CERT_FILE", "http_tls.cert_file"},
-	{"SLUICE_HTTP_TLS_KEY_FILE", "http_tls.key_file"},
-	{"SLUICE_HTTP_TLS_CA_FILE", "http_tls.ca_file"},
-	{"SLUICE_ADMIN_TOKEN", "admin_token"},
-	{"SLUICE_ADMIN_TOKEN_FILE", "admin_token_file"},
-	{"SLUICE_ADMIN_HTTP", "admin_http"},
-	{"SLUICE_REDIS_PREFIX", "redis.prefix"},
-	{"SLUICE_REDIS_USERNAME", "redis.username"},
-	{"SLUICE_REDIS_PASSWORD", "redis.password"},
-	{"SLUICE_REDIS_MAX_FLUSH_DELAY", "redis.max_flush_delay"},
-	{"SLUICE_REDIS_OVER_LIMIT_CACHE", "redis.over_limit_cache"},
-	{"SLUICE_REDIS_LEASE_FOR", "redis.lease_for"},
-	{"SLUICE_REDIS_MAX_LEASE", "redis.max_lease"},
-	{"SLUICE_REDIS_TLS_CA_FILE", "redis.tls.ca_file"},
-	{"SLUICE_REDIS_TLS_CERT_FILE", "redis.tls.cert_file"},
-	{"SLUICE_REDIS_TLS_KEY_FILE", "redis.tls.key_file"},
-	{"SLUICE_REDIS_TLS_SERVER_NAME", "redis.tls.server_name"},
-	{"SLUICE_REDIS_TLS_INSECURE_SKIP_VERIFY", "redis.tls.insecure_skip_verify"},
-	{"SLUICE_CONSUMERS_MAX", "consumers.max"},
-	{"SLUICE_CONSUMERS_TTL", "consumers.ttl"},
-	{"SLUICE_MAX_WAITING", "max_waiting"},
-	{"SLUICE_WATCH_INTERVAL", "watch_interval"},
-	{"SLUICE_SHUTDOWN_TIMEOUT", "shutdown_timeout"},
-	{"SLUICE_SHUTDOWN_DELAY", "shutdown_delay"},
-	{"SLUICE_LOG_LEVEL", "log_level"},
-	{"SLUICE_LOG_FORMAT", "log_format"},
+// A setting is a field of Config that Set, its SLUICE_* variable and a
+// serve flag reach, named once: by its yaml tag, dotted below its
+// section's ("redis.tls.ca_file").
+type setting struct {
+	name, def string // def: its default (default:"..."), if it has one
+	index     []int  // the field, for reflect.Value.FieldByIndex
 }
+
+// settings are Config's fields of one value each (text, number, duration,
+// true or false), as declared. A section tagged env:"-" is the file's
+// only, and a listener's TLS (env:"server") has no field that only a
+// client has (env:"client").
+var settings = settingsOf(reflect.TypeFor[Config](), "", nil, "")
+
+func settingsOf(t reflect.Type, prefix string, index []int, section string) (out []setting) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		env := f.Tag.Get("env")
+		if name == "" || name == "-" || env == "-" || env == "client" && section == "server" {
+			continue
+		}
+		at := append(slices.Clip(index), i)
+		switch f.Type.Kind() {
+		case reflect.Struct:
+			out = append(out, settingsOf(f.Type, prefix+name+".", at, env)...)
+		case reflect.String, reflect.Bool, reflect.Int, reflect.Int64:
+			out = append(out, setting{prefix + name, f.Tag.Get("default"), at})
+		}
+	}
+	return out
+}
+
+// EnvVars lists the environment variables ApplyEnv reads, each with the
+// Config field it sets: SLUICE_ and the field's yaml name in upper case,
+// "_" for ".".
+var EnvVars = func() []struct{ Name, Field string } {
+	vars := make([]struct{ Name, Field string }, len(settings))
+	for i, s := range settings {
+		vars[i].Name, vars[i].Field = "SLUICE_"+strings.ToUpper(strings.ReplaceAll(s.name, ".", "_")), s.name
+	}
+	return vars
+}()
 
 // ApplyEnv sets the fields of c named by the SLUICE_* variables that
 // getenv returns non-empty (see EnvVars).
@@ -376,64 +330,34 @@ func ApplyEnv(c *Config, getenv func(string) string) error {
 // Set sets the field of c with the given yaml name (dotted for nested
 // fields, as in EnvVars) from its text form.
 func (c *Config) Set(field, s string) error {
-	str := map[string]*string{
-		"http": &c.HTTP, "grpc": &c.GRPC, "grpc_reflection": &c.GRPCReflection, "store": &c.Store, "policy": &c.Policy, "envoy_config_dir": &c.EnvoyConfigDir,
-		"xds_server": &c.XDSServer, "xds_node_id": &c.XDSNodeID,
-		"xds_tls.ca_file": &c.XDSTLS.CAFile, "xds_tls.cert_file": &c.XDSTLS.CertFile,
-		"xds_tls.key_file": &c.XDSTLS.KeyFile, "xds_tls.server_name": &c.XDSTLS.ServerName,
-		"on_store_error": &c.OnStoreError, "admin_token": &c.AdminToken, "admin_token_file": &c.AdminTokenFile,
-		"admin_http": &c.AdminHTTP, "headers": &c.Headers,
-		"grpc_tls.cert_file": &c.GRPCTLS.CertFile, "grpc_tls.key_file": &c.GRPCTLS.KeyFile, "grpc_tls.ca_file": &c.GRPCTLS.CAFile,
-		"http_tls.cert_file": &c.HTTPTLS.CertFile, "http_tls.key_file": &c.HTTPTLS.KeyFile, "http_tls.ca_file": &c.HTTPTLS.CAFile,
-		"redis.prefix": &c.Redis.Prefix, "redis.username": &c.Redis.Username, "redis.password": &c.Redis.Password,
-		"redis.tls.ca_file": &c.Redis.TLS.CAFile, "redis.tls.cert_file": &c.Redis.TLS.CertFile,
-		"redis.tls.key_file": &c.Redis.TLS.KeyFile, "redis.tls.server_name": &c.Redis.TLS.ServerName,
-		"log_level": &c.LogLevel, "log_format": &c.LogFormat,
+	i := slices.IndexFunc(settings, func(st setting) bool { return st.name == field })
+	if i < 0 {
+		return fmt.Errorf("unknown config field %q", field)
 	}
-	if p, ok := str[field]; ok {
-		*p = s
-		return nil
-	}
-	durs := map[string]*time.Duration{
-		"timeout": &c.Timeout, "consumers.ttl": &c.Consumers.TTL,
-		"watch_interval": &c.WatchInterval, "shutdown_timeout": &c.ShutdownTimeout, "shutdown_delay": &c.ShutdownDelay,
-		"redis.max_flush_delay": &c.Redis.MaxFlushDelay, "redis.lease_for": &c.Redis.LeaseFor,
-	}
-	if p, ok := durs[field]; ok {
-		d, err := yamlfile.ParseDuration(s)
-		if err != nil {
-			return err
-		}
-		*p = d
-		return nil
-	}
-	ints := map[string]*int{"consumers.max": &c.Consumers.Max, "redis.over_limit_cache": &c.Redis.OverLimitCache, "max_waiting": &c.MaxWaiting}
-	if p, ok := ints[field]; ok {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return fmt.Errorf("want an integer, got %q", s)
-		}
-		*p = n
-		return nil
-	}
-	if field == "redis.max_lease" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return fmt.Errorf("want an integer, got %q", s)
-		}
-		c.Redis.MaxLease = n
-		return nil
-	}
-	bools := map[string]*bool{"redis.tls.insecure_skip_verify": &c.Redis.TLS.InsecureSkipVerify, "require_store": &c.RequireStore}
-	if p, ok := bools[field]; ok {
+	v := reflect.ValueOf(c).Elem().FieldByIndex(settings[i].index)
+	switch {
+	case v.Kind() == reflect.String:
+		v.SetString(s)
+	case v.Kind() == reflect.Bool:
 		b, err := strconv.ParseBool(s)
 		if err != nil {
 			return fmt.Errorf("want true or false, got %q", s)
 		}
-		*p = b
-		return nil
+		v.SetBool(b)
+	case v.Type() == reflect.TypeFor[time.Duration]():
+		d, err := yamlfile.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		v.SetInt(int64(d))
+	default:
+		n, err := strconv.ParseInt(s, 10, v.Type().Bits())
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", s)
+		}
+		v.SetInt(n)
 	}
-	return fmt.Errorf("unknown config field %q", field)
+	return nil
 }
 
 // adminToken returns the admin token, reading AdminTokenFile if set.

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/yamlfile"
 )
@@ -69,5 +72,85 @@ func TestConfigValidateRefuses(t *testing.T) {
 		if err := c.Defaults().Validate(); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v, want an error naming %s", env, err, field)
 		}
+	}
+}
+
+// TestConfigFieldNamedOnce: a field of Config is named once, by its yaml
+// tag. Every field of one value (but a listener's client-only TLS fields
+// and forward_auth's, the file's only) has its SLUICE_* variable, named
+// after it, and Set's name, and the variable sets what the same value at
+// that name in a sluice.yaml sets: a field added with its yaml tag alone
+// is reached by all three, and a name written twice, differently, fails.
+func TestConfigFieldNamedOnce(t *testing.T) {
+	fileOnly := func(name string) bool {
+		return strings.HasPrefix(name, "forward_auth.") || slices.Contains([]string{"grpc_tls.server_name",
+			"grpc_tls.insecure_skip_verify", "http_tls.server_name", "http_tls.insecure_skip_verify"}, name)
+	}
+	samples := map[string]string{} // yaml name -> a value it takes
+	var walk func(typ reflect.Type, prefix string)
+	walk = func(typ reflect.Type, prefix string) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			name = prefix + name
+			switch oneof := f.Tag.Get("oneof"); {
+			case f.Type.Kind() == reflect.Struct:
+				walk(f.Type, name+".")
+			case fileOnly(name):
+			case oneof != "":
+				samples[name], _, _ = strings.Cut(oneof, " ")
+			case f.Type == reflect.TypeFor[time.Duration]():
+				samples[name] = "7s"
+			default:
+				samples[name] = map[reflect.Kind]string{reflect.String: "x", reflect.Bool: "true", reflect.Int: "7", reflect.Int64: "7"}[f.Type.Kind()]
+			}
+		}
+	}
+	walk(reflect.TypeFor[Config](), "")
+	delete(samples, "queues") // a map of sections, the file's only
+	if len(samples) < 40 {
+		t.Fatalf("found only %d fields: %v", len(samples), samples)
+	}
+	for _, v := range EnvVars {
+		sample, ok := samples[v.Field]
+		delete(samples, v.Field)
+		if !ok {
+			t.Errorf("%s sets %s, which is no field of one value", v.Name, v.Field)
+			continue
+		}
+		if want := "SLUICE_" + strings.ToUpper(strings.ReplaceAll(v.Field, ".", "_")); v.Name != want {
+			t.Errorf("%s is the variable of %s, want %s", v.Name, v.Field, want)
+		}
+		var fromEnv, fromFile Config
+		if err := ApplyEnv(&fromEnv, func(name string) string { return map[string]string{v.Name: sample}[name] }); err != nil {
+			t.Errorf("%s=%s: %v", v.Name, sample, err)
+			continue
+		}
+		parts := strings.Split(v.Field, ".")
+		var yaml strings.Builder
+		for i, p := range parts {
+			yaml.WriteString(strings.Repeat("  ", i) + p + ":")
+			if i < len(parts)-1 {
+				yaml.WriteString("\n")
+			}
+		}
+		yaml.WriteString(" " + sample + "\n")
+		path := filepath.Join(t.TempDir(), "sluice.yaml")
+		if err := os.WriteFile(path, []byte(yaml.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := LoadConfigFile(path, &fromFile); err != nil {
+			t.Errorf("%s: %v", yaml.String(), err)
+			continue
+		}
+		if reflect.DeepEqual(fromEnv, Config{}) || !reflect.DeepEqual(fromEnv, fromFile) {
+			t.Errorf("%s=%s sets %+v; %s in a sluice.yaml sets %+v", v.Name, sample, fromEnv, strings.TrimSpace(yaml.String()), fromFile)
+		}
+	}
+	for name := range samples {
+		t.Errorf("%s has no SLUICE_* variable", name)
 	}
 }

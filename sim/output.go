@@ -129,7 +129,7 @@ func chartPanels(r *Result) ([]*plot.Plot, error) {
 	// Requests in flight: every strategy on one panel, so that a limit on
 	// starts (which lets work pile up when requests run long) and one on
 	// slots (which holds it at its limit) show side by side.
-	flight := panel(fmt.Sprintf("requests in flight (each admitted request runs %v; most at once per %v)", r.Params.Hold, r.Slice))
+	flight := panel(fmt.Sprintf("requests in flight (each admitted request runs %v; most at once per %v)", r.Params.RunFor, r.Slice))
 	flight.Y.Min = 0
 	flight.Y.Label.Text = "at once"
 	flight.Legend.Top = true // in the room above the lines (Y.Max below)
@@ -395,7 +395,7 @@ td.limits code { display: block; white-space: pre-wrap; font-size: 0.85em; }
 {{range .Reading}}<li>{{.}}</li>
 {{end}}</ul>
 <h2>Admitted over time</h2>
-<p class="muted">The top panel is what every strategy was offered; then how many admitted requests ran at once under each (every one runs {{.Hold}}); below, what each admitted, all on one scale.</p>
+<p class="muted">The top panel is what every strategy was offered; then how many admitted requests ran at once under each (every one runs {{.RunFor}}); below, what each admitted, all on one scale.</p>
 <div class="chart" id="chart">{{.SVG}}</div>
 <h2>Who got through</h2>
 <div class="chart" id="callers">{{.Callers}}</div>
@@ -440,7 +440,7 @@ func writeReport(w io.Writer, r *Result, description string) error {
 		"S":           newSummary(r),
 		"Description": description,
 		"Duration":    r.Params.Duration.String(),
-		"Hold":        r.Params.Hold.String(),
+		"RunFor":      r.Params.RunFor.String(),
 		"Reading":     reading(r),
 		"SVG":         chart,
 		"Callers":     callers,

@@ -165,7 +165,7 @@ type StrategyResult struct {
 	// Offered and Admitted are the requests (costs) per slice.
 	Offered, Admitted []int64
 	// InFlight is, per slice, the most admitted requests (costs) running
-	// at once: each runs Params.Hold from its time.
+	// at once: each runs Params.RunFor from its time.
 	InFlight   []int64
 	Summary    Summary
 	scope      string // each (every limit the caller's own), shared, or both
@@ -178,7 +178,7 @@ type StrategyResult struct {
 	ended   int
 }
 
-// span is an admitted request: it runs from at for the run's Hold, with
+// span is an admitted request: it runs from at for the run's RunFor, with
 // cost, under a permit when it holds slots of concurrency limits.
 type span struct {
 	at     time.Duration
@@ -307,11 +307,11 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 		for i, c := range checkers {
 			r := &res.Strategies[i]
 			// The requests that have ended by now give their slots back.
-			for ; r.ended < len(r.ending) && r.ending[r.ended].at+p.Hold <= ev.At; r.ended++ {
+			for ; r.ended < len(r.ending) && r.ending[r.ended].at+p.RunFor <= ev.At; r.ended++ {
 				e := r.ending[r.ended]
 				end := time.Time{}
 				if opts.Store == nil {
-					end = t0.Add(e.at + p.Hold)
+					end = t0.Add(e.at + p.RunFor)
 				}
 				path = strategies[i].pathOf(e.caller, path)
 				if err := c.Decide(ctx, oneQuery(end, path, e.cost, policy.Release, e.permit), &d); err != nil {
@@ -344,7 +344,7 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 	classes := callerClasses(res.Strategies[0].perCaller)
 	for i, s := range strategies {
 		r := &res.Strategies[i]
-		r.InFlight, r.Summary.MaxInFlight = inFlight(r.running, p.Hold, opts.Slice, res.Slices)
+		r.InFlight, r.Summary.MaxInFlight = inFlight(r.running, p.RunFor, opts.Slice, res.Slices)
 		r.summarize(s.Policy, classes)
 		r.running, r.ending = nil, nil
 	}
@@ -352,15 +352,15 @@ func Run(ctx context.Context, sc Scenario, seed uint64, p Params, strategies []S
 }
 
 // inFlight returns, per slice, the most of the spans' costs running at
-// once (each from its time for hold, half open), and the most overall.
-func inFlight(spans []span, hold, slice time.Duration, slices int) ([]int64, int64) {
+// once (each from its time for runFor, half open), and the most overall.
+func inFlight(spans []span, runFor, slice time.Duration, slices int) ([]int64, int64) {
 	type edge struct {
 		at time.Duration
 		d  int64
 	}
 	edges := make([]edge, 0, 2*len(spans))
 	for _, s := range spans {
-		edges = append(edges, edge{s.at, s.cost}, edge{s.at + hold, -s.cost})
+		edges = append(edges, edge{s.at, s.cost}, edge{s.at + runFor, -s.cost})
 	}
 	// In time order, an end before a start at the same time.
 	sort.SliceStable(edges, func(i, j int) bool {

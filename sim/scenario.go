@@ -43,15 +43,15 @@ type Params struct {
 	Duration time.Duration
 	Rate     float64 // requests per second, over all callers
 	Callers  int
-	// Hold is how long an admitted request runs (defaultHold when zero):
-	// it is in flight from its time for Hold, and holds the slots of a
+	// RunFor is how long an admitted request runs (defaultRunFor when zero):
+	// it is in flight from its time for RunFor, and holds the slots of a
 	// strategy's concurrency limits as long, releasing them at its end.
-	Hold time.Duration
+	RunFor time.Duration
 }
 
-// defaultHold is how long an admitted request runs when Params.Hold is
+// defaultRunFor is how long an admitted request runs when Params.RunFor is
 // zero.
-const defaultHold = 200 * time.Millisecond
+const defaultRunFor = 200 * time.Millisecond
 
 // Bounds of a run, which keep its memory and time small: Run refuses
 // Params beyond them, and a scenario of more than maxEvents requests.
@@ -72,8 +72,8 @@ func (p Params) validate() error {
 		return fmt.Errorf("sim: rate %v: want up to %d a second (0: the scenario's)", p.Rate, maxRate)
 	case p.Callers < 0 || p.Callers > maxCallers:
 		return fmt.Errorf("sim: %d callers: want up to %d (0: the scenario's)", p.Callers, maxCallers)
-	case p.Hold < 0 || p.Hold > maxDuration:
-		return fmt.Errorf("sim: hold %v: want up to %v (0: the scenario's)", p.Hold, maxDuration)
+	case p.RunFor < 0 || p.RunFor > maxDuration:
+		return fmt.Errorf("sim: hold %v: want up to %v (0: the scenario's)", p.RunFor, maxDuration)
 	}
 	return nil
 }
@@ -116,11 +116,11 @@ func (p Params) or(d Params) Params {
 	if p.Callers <= 0 {
 		p.Callers = d.Callers
 	}
-	if p.Hold <= 0 {
-		p.Hold = d.Hold
+	if p.RunFor <= 0 {
+		p.RunFor = d.RunFor
 	}
-	if p.Hold <= 0 {
-		p.Hold = defaultHold
+	if p.RunFor <= 0 {
+		p.RunFor = defaultRunFor
 	}
 	return p
 }
@@ -251,7 +251,7 @@ var Scenarios = map[string]Scenario{
 		Name: "backend",
 		Description: "10 callers send 40 requests a second in all, caller c0 half of them, to a backend that takes " +
 			"2 s to answer each; a rate of 2 per second per caller (bursts of 6), 5 slots per caller (requests in flight), and both",
-		Defaults: Params{Duration: time.Minute, Rate: 40, Callers: 10, Hold: 2 * time.Second},
+		Defaults: Params{Duration: time.Minute, Rate: 40, Callers: 10, RunFor: 2 * time.Second},
 		Events: func(seed uint64, p Params) []Event {
 			r := rand.New(rand.NewPCG(seed, 9))
 			return poisson(r, p, func() int {

@@ -238,7 +238,7 @@ func TestRefusesAPolicyThatMatchesNothing(t *testing.T) {
 // the rate admits 2 a second whatever runs.
 func TestInFlightByHand(t *testing.T) {
 	at := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
-	sc := Scenario{Name: "hand", Defaults: Params{Duration: 3 * time.Second, Hold: time.Second}, Events: func(uint64, Params) []Event {
+	sc := Scenario{Name: "hand", Defaults: Params{Duration: 3 * time.Second, RunFor: time.Second}, Events: func(uint64, Params) []Event {
 		return []Event{{At: 0, Caller: "A"}, {At: 0, Caller: "A"}, {At: 0, Caller: "A"},
 			{At: at(1000), Caller: "A"}, {At: at(1000), Caller: "A"}, {At: at(1500), Caller: "A"}, {At: at(2000), Caller: "A"}}
 	}}
@@ -264,7 +264,7 @@ func TestInFlightByHand(t *testing.T) {
 		t.Errorf("rate: admitted %d, most in flight %d, series %v", s.Summary.Admitted, s.Summary.MaxInFlight, s.InFlight)
 	}
 	// Longer requests: a rate lets work pile up, slots do not.
-	res, err = Run(context.Background(), sc, 1, Params{Hold: 2500 * time.Millisecond}, []Strategy{slots, rate}, Options{})
+	res, err = Run(context.Background(), sc, 1, Params{RunFor: 2500 * time.Millisecond}, []Strategy{slots, rate}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestRunBounds(t *testing.T) {
 		{Params{Rate: 1e12}, 0, "rate 1e+12"},
 		{Params{Callers: -2}, 0, "-2 callers"},
 		{Params{Callers: maxCallers + 1}, 0, "1000001 callers"},
-		{Params{Hold: -time.Second}, 0, "hold -1s"},
+		{Params{RunFor: -time.Second}, 0, "hold -1s"},
 		{Params{}, -time.Second, "slice -1s is negative"},
 		{Params{}, time.Nanosecond, "more than 100000 slices"},
 		{Params{Rate: maxRate, Duration: time.Minute}, 0, "fires more than 5000000 requests"},

@@ -59,7 +59,7 @@ type Request struct {
 	// Tag, when set, places the key for Redis Cluster: keys with the same
 	// Tag share one hash slot, so one script can read and write them all.
 	// Tag must be a prefix of Key, and a Key must always come with the same
-	// Tag. Stores that have no slots ignore it.
+	// Tag. Stores that have no hash slots ignore it.
 	Tag string
 	// Shadow marks a request of a DecideAll whose denial is reported but
 	// does not block the others: a shadow limit being rolled out.

@@ -23,7 +23,7 @@ func Acquire(ctx context.Context, st Store, reqs []Request, permit int64, result
 	return slots(ctx, st, reqs, permit, algo.Acquire, results)
 }
 
-// Renew renews the lease of permit's slots on every request, each of a
+// Renew renews the hold of permit's slots on every request, each of a
 // concurrency limit: it runs the limit's HoldFor from the request's Time.
 // A level that no longer holds the permit is denied, with RetryAfter
 // algo.Never, and then no level is renewed.
@@ -33,7 +33,7 @@ func Renew(ctx context.Context, st Store, reqs []Request, permit int64, results 
 
 // Release gives back permit's slots on every request, each of a
 // concurrency limit; with permit 0, Cost units of the holders without a
-// permit, the earliest lease first. results[i].Admitted is how many units
+// permit, the earliest hold first. results[i].Admitted is how many units
 // request i freed (0 for a permit that held none there: a release is
 // idempotent).
 func Release(ctx context.Context, st Store, reqs []Request, permit int64, results []algo.Result) (bool, error) {

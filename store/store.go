@@ -299,7 +299,7 @@ type TicketQueue interface {
 	Dequeue(ctx context.Context, q Request) (string, error)
 }
 
-// MaxQueueEntry bounds a TicketQueue entry's length (an estimate's id).
+// MaxQueueEntry bounds a TicketQueue entry's length (a ticket's id: a settle_id).
 const MaxQueueEntry = 16 << 10
 
 // ValidateQueue checks a TicketQueue's queue (a key as Validate takes one,
@@ -363,7 +363,7 @@ const (
 // ErrTooManyTickets is Issue's error when the ticket's tag holds
 // MaxOpenTickets tickets not settled and not expired; it wraps
 // ErrBadRequest.
-var ErrTooManyTickets = fmt.Errorf("%w: the key holds %d open estimates (tickets not settled and not expired), the most one key may", ErrBadRequest, MaxOpenTickets)
+var ErrTooManyTickets = fmt.Errorf("%w: the key holds %d open tickets (estimates not settled and not expired), the most one key may", ErrBadRequest, MaxOpenTickets)
 
 // ValidateTicket checks a ticket and its life for Settler.Issue: a key as
 // Validate takes one, with a tag (the key whose bound it counts against),

@@ -25,33 +25,52 @@ import (
 //go:embed limits.example.yaml
 var examplePolicy []byte
 
-// serveFlags are serve's flags, each setting a Config field (by its yaml
-// name, as server.EnvVars names them); every one has its SLUICE_*
-// variable (TestEveryFlagHasItsVariable).
-var serveFlags = []struct{ name, field, usage string }{
-	{"http", "http", "HTTP listen address (default " + server.DefaultHTTP + "; off disables)"},
-	{"grpc", "grpc", "gRPC listen address (default " + server.DefaultGRPC + "; off disables)"},
-	{"grpc-reflection", "grpc_reflection", "gRPC server reflection, for grpcurl and grpcui: on (default) or off"},
-	{"store", "store", "store: memory (default), redis://[user:pass@]host:port/db, rediss://..., a Cluster seed list redis://h1:p1?addr=h2:p2, or Sentinel redis://h:26379?master_set=name"},
-	{"policy", "policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)"},
-	{"envoy-config-dir", "envoy_config_dir", "instead of --policy, serve envoyproxy/ratelimit's config directory as it is (its *.yaml files, reloaded when they change)"},
-	{"xds-server", "xds_server", "instead of --policy, take Envoy's RateLimitConfig from this xDS management server (host:port; state of the world, as Envoy Gateway serves it)"},
-	{"xds-node-id", "xds_node_id", "this instance's node id at the xDS server (default sluice)"},
-	{"timeout", "timeout", "decision timeout, a `duration`, store round trip included (default 50ms)"},
-	{"on-store-error", "on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)"},
-	{"require-store", "require_store", "exit non-zero when the store cannot be reached at start, instead of answering by on-store-error until it can (--require-store=false: the default)"},
-	{"headers", "headers", "the rate-limit fields of HTTP answers: draft (the IETF RateLimit-Policy and RateLimit, default), legacy (X-RateLimit-*) or both"},
-	{"admin-token", "admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)"},
-	{"admin-token-file", "admin_token_file", "file holding the admin token"},
-	{"admin-http", "admin_http", "serve /admin/ on this address of its own, not on --http (metrics and health answer on both)"},
-	{"shutdown-delay", "shutdown_delay", "after SIGTERM, answer /readyz 503 for this `duration` before closing the listeners (default 0)"},
-	{"redis-prefix", "redis.prefix", "prefix of Redis keys (default sluice:)"},
-	{"redis-tls-ca", "redis.tls.ca_file", "CA file that verifies Redis's TLS certificate (turns TLS on)"},
-	{"redis-tls-cert", "redis.tls.cert_file", "client certificate for Redis TLS"},
-	{"redis-tls-key", "redis.tls.key_file", "client key for Redis TLS"},
-	{"watch-interval", "watch_interval", "how often to poll the policy file for changes, a `duration` (default 1s; -1s disables)"},
-	{"log-level", "log_level", "debug, info (default), warn or error"},
-	{"log-format", "log_format", "text (default) or json"},
+// serveFlags are serve's flags, each setting the Config field of its yaml
+// name (as server.EnvVars names them), which names the flag too: "-" for
+// "." and "_" (flagName). Every one has its SLUICE_* variable
+// (TestEveryFlagHasItsVariable).
+var serveFlags = []struct{ field, usage string }{
+	{"http", "HTTP listen address (default " + server.DefaultHTTP + "; off disables)"},
+	{"grpc", "gRPC listen address (default " + server.DefaultGRPC + "; off disables)"},
+	{"grpc_reflection", "gRPC server reflection, for grpcurl and grpcui: on (default) or off"},
+	{"store", "store: memory (default), redis://[user:pass@]host:port/db, rediss://..., a Cluster seed list redis://h1:p1?addr=h2:p2, or Sentinel redis://h:26379?master_set=name"},
+	{"policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)"},
+	{"envoy_config_dir", "instead of --policy, serve envoyproxy/ratelimit's config directory as it is (its *.yaml files, reloaded when they change)"},
+	{"xds_server", "instead of --policy, take Envoy's RateLimitConfig from this xDS management server (host:port; state of the world, as Envoy Gateway serves it)"},
+	{"xds_node_id", "this instance's node id at the xDS server (default sluice)"},
+	{"timeout", "decision timeout, a `duration`, store round trip included (default 50ms)"},
+	{"on_store_error", "answer when the store fails: allow (default, fail open) or deny (fail closed)"},
+	{"require_store", "exit non-zero when the store cannot be reached at start, instead of answering by on-store-error until it can (--require-store=false: the default)"},
+	{"headers", "the rate-limit fields of HTTP answers: draft (the IETF RateLimit-Policy and RateLimit, default), legacy (X-RateLimit-*) or both"},
+	{"admin_token", "bearer token of the /admin/ endpoints (prefer SLUICE_ADMIN_TOKEN or --admin-token-file; none disables them)"},
+	{"admin_token_file", "file holding the admin token"},
+	{"admin_http", "serve /admin/ on this address of its own, not on --http (metrics and health answer on both)"},
+	{"shutdown_delay", "after SIGTERM, answer /readyz 503 for this `duration` before closing the listeners (default 0)"},
+	{"redis.prefix", "prefix of Redis keys (default sluice:)"},
+	{"redis.tls.ca_file", "CA file that verifies Redis's TLS certificate (turns TLS on)"},
+	{"redis.tls.cert_file", "client certificate for Redis TLS"},
+	{"redis.tls.key_file", "client key for Redis TLS"},
+	{"watch_interval", "how often to poll the policy file for changes, a `duration` (default 1s; -1s disables)"},
+	{"log_level", "debug, info (default), warn or error"},
+	{"log_format", "text (default) or json"},
+}
+
+// olderFlags are the flags named before their fields named them.
+var olderFlags = map[string]string{"redis.tls.ca_file": "redis-tls-ca", "redis.tls.cert_file": "redis-tls-cert", "redis.tls.key_file": "redis-tls-key"}
+
+// flagName is the serve flag of a Config field.
+func flagName(field string) string {
+	if name, ok := olderFlags[field]; ok {
+		return name
+	}
+	return strings.NewReplacer(".", "-", "_", "-").Replace(field)
+}
+
+// isBool reports whether a Config field is true or false: its flag may
+// stand alone, as --require-store (a field that takes "true" but not "on").
+func isBool(field string) bool {
+	var c server.Config
+	return c.Set(field, "true") == nil && c.Set(field, "on") != nil
 }
 
 // boolFlag is a flag's text that may stand alone, as a boolean flag does:
@@ -62,27 +81,20 @@ func (b *boolFlag) String() string     { return string(*b) }
 func (b *boolFlag) Set(s string) error { *b = boolFlag(s); return nil }
 func (b *boolFlag) IsBoolFlag() bool   { return true }
 
-// serveFlagField returns the Config field a serve flag sets.
-func serveFlagField(name string) (string, bool) {
-	for _, f := range serveFlags {
-		if f.name == name {
-			return f.field, true
-		}
-	}
-	return "", false
-}
-
 func runServe(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	configFile := fs.String("config", "", "read settings from this sluice.yaml (env and flags override it)")
 	envoyEnv := fs.Bool("envoy-env", false, "read envoyproxy/ratelimit's environment variables (REDIS_URL, PORT, GRPC_PORT, RUNTIME_ROOT, CONFIG_TYPE, ...) as its service does, before SLUICE_* and flags; as when started as ratelimit")
+	fields := map[string]string{} // flag -> field
 	for _, f := range serveFlags {
-		if f.field == "require_store" {
-			fs.Var(new(boolFlag), f.name, f.usage)
+		name := flagName(f.field)
+		fields[name] = f.field
+		if isBool(f.field) {
+			fs.Var(new(boolFlag), name, f.usage)
 			continue
 		}
-		fs.String(f.name, "", f.usage)
+		fs.String(name, "", f.usage)
 	}
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, `usage: sluice serve [flags]
@@ -138,7 +150,7 @@ flags:`)
 	}
 	var flagErr error
 	fs.Visit(func(f *flag.Flag) {
-		field, ok := serveFlagField(f.Name)
+		field, ok := fields[f.Name]
 		if !ok {
 			return
 		}

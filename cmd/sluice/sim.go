@@ -34,7 +34,7 @@ func runSim(ctx context.Context, e env, args []string) int {
 	duration := fs.Duration("duration", 0, "the scenario's length (its default when 0)")
 	rate := fs.Float64("rate", 0, "requests per second over all callers (the scenario's default when 0)")
 	callers := fs.Int("callers", 0, "how many callers (the scenario's default when 0)")
-	hold := fs.Duration("hold", 0, "how long each admitted request runs: it is in flight, and holds its concurrency slots, that long (the scenario's default, else 200ms, when 0)")
+	runFor := fs.Duration("hold", 0, "how long each admitted request runs: it is in flight, and holds its concurrency slots, that long (the scenario's default, else 200ms, when 0)")
 	slice := fs.Duration("slice", time.Second, "the length of a slice of the series")
 	storeURL := fs.String("store", "memory", "memory (virtual time: as fast as it decides) or redis://... (real time)")
 	out := fs.String("out", "", "write series.csv, summary.json, chart.png, chart.svg, callers.png and report.html to this directory")
@@ -139,7 +139,7 @@ scenarios:`)
 			return store.Open(ctx, *storeURL, store.Options{Prefix: "sluice:sim:" + sluice.Key(strategy) + ":"})
 		}
 	}
-	res, err := sim.Run(ctx, sc, *seed, sim.Params{Duration: *duration, Rate: *rate, Callers: *callers, Hold: *hold}, strategies, opts)
+	res, err := sim.Run(ctx, sc, *seed, sim.Params{Duration: *duration, Rate: *rate, Callers: *callers, RunFor: *runFor}, strategies, opts)
 	if err != nil {
 		return fail(err)
 	}

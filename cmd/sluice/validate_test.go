@@ -94,7 +94,7 @@ func TestEveryFlagHasItsVariable(t *testing.T) {
 	}
 	for _, f := range serveFlags {
 		if vars[f.field] == "" {
-			t.Errorf("--%s sets %s, which no SLUICE_* variable sets", f.name, f.field)
+			t.Errorf("--%s sets %s, which no SLUICE_* variable sets", flagName(f.field), f.field)
 		}
 	}
 	_, _, usage := runSluice(t, "serve", "-h")

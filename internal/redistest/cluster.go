@@ -110,9 +110,9 @@ func clusterPort() (int, error) {
 	return 0, fmt.Errorf("no free port pair for a cluster node")
 }
 
-// MasterOf returns the node that serves a slot now, as node from sees it
+// MasterOf returns the node that serves a hash slot now, as node from sees it
 // (a node of c that is up), or nil.
-func (c *Cluster) MasterOf(from *Server, slot int) *Server {
+func (c *Cluster) MasterOf(from *Server, hashSlot int) *Server {
 	nodes, err := from.Do("CLUSTER", "NODES")
 	if err != nil {
 		return nil
@@ -130,7 +130,7 @@ func (c *Cluster) MasterOf(from *Server, slot int) *Server {
 			}
 			a, err1 := strconv.Atoi(lo)
 			b, err2 := strconv.Atoi(hi)
-			if err1 == nil && err2 == nil && a <= slot && slot <= b {
+			if err1 == nil && err2 == nil && a <= hashSlot && hashSlot <= b {
 				for _, n := range c.Nodes {
 					if n.Addr == addr {
 						return n

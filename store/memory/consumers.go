@@ -31,7 +31,7 @@ type consumerLists struct {
 }
 
 type ring struct {
-	entries [][]byte // oldest first once full: next is the slot to write
+	entries [][]byte // oldest first once full: next is the place to write
 	next    int
 	n       int
 	expires time.Time

@@ -90,7 +90,7 @@ func New(opts ...Option) *Store {
 		o(s)
 	}
 	for i := range s.shards {
-		s.shards[i].index.Store(newIndex(minSlots))
+		s.shards[i].index.Store(newIndex(minCells))
 	}
 	if s.sweepEvery > 0 {
 		go s.sweeper(s.sweepEvery)
@@ -206,8 +206,8 @@ func refresh(st *algo.State, p *algo.Plan, t int64) {
 // when it would be more than half full. The caller holds sh.mu.
 func (sh *shard) add(e *entry) {
 	x := sh.index.Load()
-	if 2*(x.n+1) > len(x.slots) {
-		x = x.resized(2 * len(x.slots))
+	if 2*(x.n+1) > len(x.cells) {
+		x = x.resized(2 * len(x.cells))
 		sh.index.Store(x)
 	}
 	x.add(e)
@@ -237,8 +237,8 @@ func (s *Store) sweep() {
 		now := sh.sweptLatest + max(wall-sh.sweptWall, 0)
 		x := sh.index.Load()
 		dead = dead[:0]
-		for j := range x.slots {
-			if e := x.slots[j].Load(); e != nil {
+		for j := range x.cells {
+			if e := x.cells[j].Load(); e != nil {
 				e.mu.Lock()
 				if !e.st.Live(now) {
 					e.dead = true
@@ -247,8 +247,8 @@ func (s *Store) sweep() {
 				e.mu.Unlock()
 			}
 		}
-		if live := x.n - len(dead); len(x.slots) > minSlots && 8*live <= len(x.slots) {
-			sh.index.Store(x.resized(slotsFor(live)))
+		if live := x.n - len(dead); len(x.cells) > minCells && 8*live <= len(x.cells) {
+			sh.index.Store(x.resized(cellsFor(live)))
 		} else {
 			for _, e := range dead {
 				x.remove(e)

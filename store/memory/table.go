@@ -30,21 +30,21 @@ type entry struct {
 
 // An index is a shard's open-addressing hash table of entries (linear
 // probing on the key's hash, at most half full), read without locks:
-// slots are atomic, and every change is made under the shard's lock. A
+// cells are atomic, and every change is made under the shard's lock. A
 // reader that misses a key, or finds its entry dead, looks again under the
 // shard's lock (see Store.apply), so a change in flight can only send a
 // reader the slow way, never to another key's state.
 type index struct {
-	slots []atomic.Pointer[entry]
+	cells []atomic.Pointer[entry]
 	mask  uint64
 	n     int // entries; under the shard's lock
 }
 
-// minSlots is the size of a new index, and the least an index shrinks to.
-const minSlots = 8
+// minCells is the size of a new index, and the least an index shrinks to.
+const minCells = 8
 
-func newIndex(slots int) *index {
-	return &index{slots: make([]atomic.Pointer[entry], slots), mask: uint64(slots - 1)}
+func newIndex(cells int) *index {
+	return &index{cells: make([]atomic.Pointer[entry], cells), mask: uint64(cells - 1)}
 }
 
 // home is where the probe for hash h starts; the low bits of h pick the
@@ -54,7 +54,7 @@ func (x *index) home(h uint64) uint64 { return (h >> shardBits) & x.mask }
 // find returns key's entry, or nil. It takes no lock.
 func (x *index) find(h uint64, key string) *entry {
 	for i := x.home(h); ; i = (i + 1) & x.mask {
-		e := x.slots[i].Load()
+		e := x.cells[i].Load()
 		if e == nil {
 			return nil
 		}
@@ -67,10 +67,10 @@ func (x *index) find(h uint64, key string) *entry {
 // add places e, which the index does not hold and has room for.
 func (x *index) add(e *entry) {
 	i := x.home(e.h)
-	for x.slots[i].Load() != nil {
+	for x.cells[i].Load() != nil {
 		i = (i + 1) & x.mask
 	}
-	x.slots[i].Store(e)
+	x.cells[i].Store(e)
 	x.n++
 }
 
@@ -78,12 +78,12 @@ func (x *index) add(e *entry) {
 // so that every remaining entry stays reachable from its home.
 func (x *index) remove(e *entry) {
 	i := x.home(e.h)
-	for x.slots[i].Load() != e {
+	for x.cells[i].Load() != e {
 		i = (i + 1) & x.mask
 	}
 	for j := i; ; {
 		j = (j + 1) & x.mask
-		f := x.slots[j].Load()
+		f := x.cells[j].Load()
 		if f == nil {
 			break
 		}
@@ -92,27 +92,27 @@ func (x *index) remove(e *entry) {
 		if k := x.home(f.h); (i < j && i < k && k <= j) || (j < i && (i < k || k <= j)) {
 			continue
 		}
-		x.slots[i].Store(f)
+		x.cells[i].Store(f)
 		i = j
 	}
-	x.slots[i].Store(nil)
+	x.cells[i].Store(nil)
 	x.n--
 }
 
 // resized returns a new index of the given size holding x's live entries.
-func (x *index) resized(slots int) *index {
-	y := newIndex(slots)
-	for i := range x.slots {
-		if e := x.slots[i].Load(); e != nil && !e.dead {
+func (x *index) resized(cells int) *index {
+	y := newIndex(cells)
+	for i := range x.cells {
+		if e := x.cells[i].Load(); e != nil && !e.dead {
 			y.add(e)
 		}
 	}
 	return y
 }
 
-// slotsFor is the index size for n entries: at most half full.
-func slotsFor(n int) int {
-	s := minSlots
+// cellsFor is the index size for n entries: at most half full.
+func cellsFor(n int) int {
+	s := minCells
 	for s < 2*n {
 		s *= 2
 	}

@@ -88,11 +88,11 @@ type driver struct {
 	scripts [1 << algo.NumKinds]atomic.Pointer[rueidis.Lua]
 }
 
-// The drivers: a decision, a batch of decisions across hash slots, a refund.
+// The drivers: a decision, several callers' decisions coalesced in one call, a refund.
 var (
-	decideDriver = &driver{file: "decide.lua", tables: []string{"check", "commit"}}
-	batchDriver  = &driver{file: "batch.lua", tables: []string{"check", "commit"}}
-	refundDriver = &driver{file: "refund.lua", tables: []string{"undo"}}
+	decideDriver   = &driver{file: "decide.lua", tables: []string{"check", "commit"}}
+	coalesceDriver = &driver{file: "coalesce.lua", tables: []string{"check", "commit"}}
+	refundDriver   = &driver{file: "refund.lua", tables: []string{"undo"}}
 )
 
 // kindSet is a set of kinds, bit k for algo.Kind k.

@@ -15,7 +15,7 @@ var _ store.Board = (*Store)(nil)
 
 var boardScript = embeddedScript("board.lua")
 
-// boardKeys are the board's hash and generation counter, in one slot.
+// boardKeys are the board's hash and generation counter, in one hash slot.
 func (s *Store) boardKeys() []string {
 	return []string{s.prefix + "{%board}", s.prefix + "{%board}:gen"}
 }

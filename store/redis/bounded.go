@@ -3,7 +3,7 @@ package redis
 // Calls outside decisions (queues, pings, adjustments, resets, the clock,
 // the over-limit cache's and the leases' upkeep) go through bounded, so
 // that they return by their context whatever rueidis does; a decision's
-// own calls run on goroutines of their own (batch.go; detached, lease.go).
+// own calls run on goroutines of their own (coalesce.go; detached, lease.go).
 
 import (
 	"context"

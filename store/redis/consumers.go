@@ -18,7 +18,7 @@ var consumersScript = embeddedScript("consumers.lua")
 
 // consumersKey returns the Redis key of a key's consumers list: the key's
 // own name (keyName) with "#consumers" appended, so that it lives in the
-// key's Cluster slot.
+// key's Cluster hash slot.
 func consumersKey(prefix, key, tag string) string {
 	return keyName(prefix, key+consumersSuffix, tag)
 }

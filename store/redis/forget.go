@@ -99,7 +99,7 @@ func (s *Store) watchForgets() {
 }
 
 // forgetHere drops the cached denials of the requests' keys in this
-// store only: a refund across Cluster slots, whose reservation lasted one
+// store only: a refund across Cluster hash slots, whose reservation lasted one
 // round trip, so that a denial another store cached meanwhile errs by at
 // most its RetryAfter towards denying.
 func (s *Store) forgetHere(reqs ...store.Request) {

@@ -79,11 +79,11 @@ func (s *Store) Grant(ctx context.Context, reqs []store.Request, units int64) (s
 		return store.Grant{}, err
 	}
 	defer cancel()
-	holder := "grants-" + s.leases.holder
+	taker := "grants-" + s.leases.taker
 	call := func(i int, k, least, back, end int64) rueidis.LuaExec {
 		fw := fws[i]
 		return rueidis.LuaExec{Keys: []string{s.stateKey(reqs[i])}, Args: []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Count),
-			itoa(k), holder, itoa(back), itoa(end), itoa(least)}}
+			itoa(k), taker, itoa(back), itoa(end), itoa(least)}}
 	}
 	// giveBack returns what each key granted beyond keep requests.
 	giveBack := func(ctx context.Context, g leaseGrant, keep int64) error {

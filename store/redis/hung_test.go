@@ -21,7 +21,7 @@ import (
 // whose deadline is an hour away, on a store whose own timeout is an hour
 // too, return when their context is cancelled: it is the context that
 // ends a call, not a timeout of the store's or the client's.
-// Decisions work again once Redis continues: exact decisions (batched),
+// Decisions work again once Redis continues: exact decisions (coalesced),
 // and the paths of the over-limit cache and of leases, whose lease calls
 // hang too.
 func TestDeadlineHoldsWhenRedisHangs(t *testing.T) {

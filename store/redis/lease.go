@@ -62,7 +62,7 @@ var leaseScript = embeddedScript("expire.lua", "lease.lua")
 
 // leaser is a store's leases, by key.
 type leaser struct {
-	holder   string
+	taker    string
 	leaseFor time.Duration
 	maxLease int64
 	seed     maphash.Seed
@@ -102,7 +102,7 @@ func monoNow() int64 { return int64(time.Since(leaseEpoch)) }
 func newLeaser(leaseFor time.Duration, maxLease int64) *leaser {
 	var id [6]byte
 	rand.Read(id[:])
-	l := &leaser{holder: hex.EncodeToString(id[:]), leaseFor: leaseFor, maxLease: maxLease, seed: maphash.MakeSeed(),
+	l := &leaser{taker: hex.EncodeToString(id[:]), leaseFor: leaseFor, maxLease: maxLease, seed: maphash.MakeSeed(),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range l.shards {
 		l.shards[i].m = make(map[string]*keyLease)
@@ -286,12 +286,12 @@ func (s *Store) lease(ctx context.Context, kl *keyLease, r *store.Request, fw al
 
 // callLease runs lease.lua.
 func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWindow, k, least, back, backEnd int64) (granted, end, count, now int64, err error) {
-	if err := s.acquire(ctx); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return 0, 0, 0, 0, err
 	}
-	defer s.release()
+	defer s.leave()
 	name := keyName(s.prefix, key, tag) + fixedWindowShape
-	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Count), itoa(k), s.leases.holder, itoa(back), itoa(backEnd), itoa(least)}
+	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Count), itoa(k), s.leases.taker, itoa(back), itoa(backEnd), itoa(least)}
 	v, err := detached(ctx, s.timeout, func(ctx context.Context) ([]int64, error) {
 		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
 		if err == nil && len(v) != 4 {
@@ -495,7 +495,7 @@ func (s *Store) giveBackExpired(now int64, all bool) {
 	execs := make([]rueidis.LuaExec, len(out))
 	for i, o := range out {
 		execs[i] = rueidis.LuaExec{Keys: []string{keyName(s.prefix, o.key, o.tag) + fixedWindowShape},
-			Args: []string{"", itoa(o.window), itoa(o.limit), "0", l.holder, itoa(o.units), itoa(o.end), "0"}}
+			Args: []string{"", itoa(o.window), itoa(o.limit), "0", l.taker, itoa(o.units), itoa(o.end), "0"}}
 	}
 	if c := s.client(); c != nil {
 		leaseScript.ExecMulti(ctx, bounded{c}, execs...) // best effort: units not given back wait for their window's end

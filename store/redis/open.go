@@ -58,7 +58,7 @@ type Options struct {
 	// slog.Default()).
 	Log *slog.Logger
 	// MaxInFlight bounds the decisions sent to Redis and not yet answered
-	// (DefaultMaxInFlight when zero). A decision past it waits for a slot
+	// (DefaultMaxInFlight when zero). A decision past it waits for room
 	// until its context is done: however many callers there are, the
 	// client's pipeline never holds more than Redis answers in time, and
 	// every call returns by its deadline.
@@ -88,11 +88,11 @@ const defaultMaxInFlight = 4096
 // Store is the Redis store.
 type Store struct {
 	conn     atomic.Pointer[conn] // nil until connected
-	inflight chan struct{}        // a slot per decision in flight
+	inflight chan struct{}        // a place per decision in flight
 	owned    bool
 	prefix   string
 	timeout  time.Duration
-	batch    batcher
+	coalesce coalescer
 	denials  *overlimit.Cache // nil when off
 	leases   *leaser          // nil when off
 	forgets  forgets          // followed when denials is not nil
@@ -285,9 +285,9 @@ func (s *Store) connected(ctx context.Context) (context.Context, context.CancelF
 	return ctx, cancel, nil
 }
 
-// acquire takes a slot for a decision in flight, or returns ctx's error
+// enter takes a place for a decision in flight, or returns ctx's error
 // when ctx is done first.
-func (s *Store) acquire(ctx context.Context) error {
+func (s *Store) enter(ctx context.Context) error {
 	select {
 	case s.inflight <- struct{}{}:
 		return nil
@@ -297,12 +297,12 @@ func (s *Store) acquire(ctx context.Context) error {
 	case s.inflight <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("redis store: waiting for one of %d slots: %w", cap(s.inflight), ctx.Err())
+		return fmt.Errorf("redis store: waiting for one of %d places in flight: %w", cap(s.inflight), ctx.Err())
 	}
 }
 
-// release gives back acquire's slot.
-func (s *Store) release() { <-s.inflight }
+// leave gives back enter's place.
+func (s *Store) leave() { <-s.inflight }
 
 // Ping implements store.Pinger.
 func (s *Store) Ping(ctx context.Context) error {

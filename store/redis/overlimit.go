@@ -27,7 +27,7 @@ func (s *Store) decideCached(ctx context.Context, reqs []store.Request, results 
 	// escalate of denials).
 	cacheable := true
 	for i := range reqs {
-		cacheable = cacheable && reqs[i].Plan.DenialHolds() && !reqs[i].WatchDenials
+		cacheable = cacheable && reqs[i].Plan.DenialStands() && !reqs[i].WatchDenials
 	}
 	hit := false
 	for i := range reqs {

@@ -18,7 +18,7 @@ import (
 // is a stream with one consumer group, admitted by one script (XLEN,
 // XADD, never trimmed), read with XREADGROUP, claimed with XAUTOCLAIM,
 // acked and deleted only once handled. Its keys share one hash tag, so
-// they live in one Cluster slot: the stream, its dead letters, and hashes
+// they live in one Cluster hash slot: the stream, its dead letters, and hashes
 // for counters, dedup ids, last errors and the dedup ids of entries
 // handled within backend.DedupWindow (with a zset of when each is
 // forgotten).

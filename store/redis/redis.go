@@ -1,13 +1,13 @@
 // Package redis is Sluice's Redis store: every decision is one atomic Lua
 // script, run with EVALSHA (and loaded again on NOSCRIPT); concurrent
-// decisions on one server share a call (batch.go), each still all or
+// decisions on one server share a call (coalesce.go), each still all or
 // nothing on its own. The scripts live in scripts/*.lua, embedded in the
 // binary; keys reach them only as KEYS. Time comes from Redis TIME unless
 // the request carries its own, so clients with skewed clocks still agree.
 //
 // Two options decide without a round trip, never admitting more than a
 // limit allows (docs/beyond-one-round-trip.md): OverLimitCache repeats a
-// denial while it must hold (package store/redis/internal/overlimit), and LeaseFor admits
+// denial while it stands (package store/redis/internal/overlimit), and LeaseFor admits
 // a hot fixed-window key's requests from units leased ahead (lease.go);
 // Grant gives such units to a client that admits on its own.
 //
@@ -36,7 +36,7 @@ import (
 // keyName returns the Redis key that holds the state of a request's key
 // and tag: prefix + key without a tag, prefix + "{" + tag + "}" + the rest
 // of key with one. '%', '{' and '}' in key are percent-encoded first, so
-// every (key, tag) has its own Redis key and only the tag picks a slot.
+// every (key, tag) has its own Redis key and only the tag picks a hash slot.
 func keyName(prefix, key, tag string) string {
 	if strings.ContainsAny(key, "%{}") {
 		key, tag = braceEscaper.Replace(key), braceEscaper.Replace(tag)
@@ -75,13 +75,13 @@ func (s *Store) Decide(ctx context.Context, req store.Request) (algo.Result, err
 
 // DecideAll implements store.Store: one script call checks every request
 // and records the costs only if every request that is not Shadow passes.
-// On Redis Cluster, requests whose keys lie in several slots take one
-// script call per slot, in parallel, each reserving its cost if its own
-// levels pass; if any slot denies, the slots that reserved are refunded
+// On Redis Cluster, requests whose keys lie in several hash slots take one
+// script call per hash slot, in parallel, each reserving its cost if its own
+// levels pass; if any hash slot denies, the hash slots that reserved are refunded
 // (refund.lua). Between a reservation and its refund the reserved cost
-// counts in its slot, so a concurrent request there may be denied for
+// counts in its hash slot, so a concurrent request there may be denied for
 // capacity about to come back: the window errs towards denying, never
-// admits more than a limit, and lasts one round trip. All slots decide at
+// admits more than a limit, and lasts one round trip. All hash slots decide at
 // one time (one node's TIME, read first, when the requests carry none).
 func (s *Store) DecideAll(ctx context.Context, reqs []store.Request, results []algo.Result) (bool, error) {
 	return s.decide(ctx, reqs, results, false)
@@ -96,6 +96,9 @@ func (s *Store) decide(ctx context.Context, reqs []store.Request, results []algo
 	}
 	if s.leases != nil {
 		for i := range reqs {
+			if !reqs[i].Lease {
+				continue // most requests: no call
+			}
 			if _, ok := leasable(&reqs[i]); ok {
 				return s.decideLeased(ctx, reqs, results)
 			}
@@ -136,17 +139,17 @@ func (s *Store) decideAll(ctx context.Context, reqs []store.Request, results []a
 		return false, err
 	}
 	defer cancel()
-	if err := s.acquire(ctx); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return false, err
 	}
-	defer s.release()
+	defer s.leave()
 	keys := make([]string, len(reqs))
 	for i, r := range reqs {
 		keys[i] = s.stateKey(r)
 	}
 	if s.client().Mode() == rueidis.ClientModeCluster {
-		if groups := slotGroups(keys); len(groups) > 1 {
-			return s.decideAcrossSlots(ctx, reqs, keys, groups, results)
+		if groups := hashSlotGroups(keys); len(groups) > 1 {
+			return s.decideAcrossHashSlots(ctx, reqs, keys, groups, results)
 		}
 	}
 	c, err := s.check(ctx, reqs, keys)
@@ -175,7 +178,7 @@ type checked struct {
 // window_counter.lua report more).
 func (c checked) extra(i int) []int64 { return c.v[c.at[i]+2 : c.at[i+1]] }
 
-// check runs decide.lua on requests whose keys share one slot (or on any
+// check runs decide.lua on requests whose keys share one hash slot (or on any
 // keys of a single server).
 func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) (checked, error) {
 	args := make([]string, 1, 1+6*len(reqs))
@@ -271,14 +274,14 @@ func blockExtras(p *algo.Plan) int64 {
 }
 
 // blockKey is the Redis key of the block of the state whose key is
-// state: in its slot, and no escaped key holds "%:".
+// state: in its hash slot, and no escaped key holds "%:".
 func blockKey(state string) string { return state + "%:block" }
 
 // blockKeys returns the script's KEYS for requests whose state keys are
 // keys: each level's key, followed by its block key (the state key +
-// "%:block", in the same slot by the request's Tag) for a level with a
+// "%:block", in the same hash slot by the request's Tag) for a level with a
 // block. On Redis Cluster a level with a block needs a Tag, without which
-// the two keys may lie in two slots.
+// the two keys may lie in two hash slots.
 func blockKeys(reqs []store.Request, keys []string, cluster bool) ([]string, error) {
 	var out []string
 	for i, r := range reqs {
@@ -289,7 +292,7 @@ func blockKeys(reqs []store.Request, keys []string, cluster bool) ([]string, err
 			continue
 		}
 		if cluster && r.Tag == "" {
-			return nil, fmt.Errorf("%w: a limit with a block needs the request's Tag on Redis Cluster (its block key must share the state's slot)", store.ErrBadRequest)
+			return nil, fmt.Errorf("%w: a limit with a block needs the request's Tag on Redis Cluster (its block key must share the state's hash slot)", store.ErrBadRequest)
 		}
 		if out == nil {
 			out = append(make([]string, 0, len(keys)+1), keys[:i]...)

@@ -14,7 +14,7 @@ import (
 // Limit names a GCRA or token bucket's key), and its block, as if the key
 // had never been seen; Cost and Time are ignored. Unknown keys are no error. Each key is
 // deleted on its own (in one pipelined round trip), so keys of several
-// Cluster slots may be reset together.
+// Cluster hash slots may be reset together.
 func (s *Store) Reset(ctx context.Context, reqs []store.Request) error {
 	if len(reqs) == 0 {
 		return nil
@@ -31,7 +31,7 @@ func (s *Store) Reset(ctx context.Context, reqs []store.Request) error {
 }
 
 // deleteEach deletes the key name gives each request, each key on its
-// own, in one pipelined round trip (so keys of several Cluster slots may
+// own, in one pipelined round trip (so keys of several Cluster hash slots may
 // go together); op names the operation in an error.
 func (s *Store) deleteEach(ctx context.Context, op string, reqs []store.Request, name func(store.Request) string) error {
 	if len(reqs) == 0 {

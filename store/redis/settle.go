@@ -20,14 +20,14 @@ var (
 	dequeueScript = embeddedScript("dequeue.lua")
 )
 
-// ticketKey is the Redis key of a ticket: in its tag's slot, and apart from
+// ticketKey is the Redis key of a ticket: in its tag's hash slot, and apart from
 // every state key ("%:", which no escaped key holds).
 func (s *Store) ticketKey(t store.Request) string {
 	return keyName(s.prefix, t.Key, t.Tag) + "%:ticket"
 }
 
 // ticketsKey is the Redis key of the tickets of t's tag (issue.lua), in
-// the tag's slot.
+// the tag's hash slot.
 func (s *Store) ticketsKey(t store.Request) string {
 	return keyName(s.prefix, t.Tag, t.Tag) + "%:tickets"
 }
@@ -43,7 +43,7 @@ func (s *Store) Issue(ctx context.Context, t store.Request, ttl time.Duration) e
 }
 
 // queueKey is the Redis key of a ticket queue (store.TicketQueue), in its
-// tag's slot.
+// tag's hash slot.
 func (s *Store) queueKey(q store.Request) string {
 	return keyName(s.prefix, q.Key, q.Tag) + "%:queue"
 }
@@ -131,7 +131,7 @@ func giveBackArgs(req *store.Request) (string, []string, error) {
 
 // Settle implements store.Settler: scripts/settle.lua takes the ticket,
 // makes the changes (change.lua) and, for a reward, tells the over-limit
-// caches, in one call. On a Cluster whose keys lie in several slots it
+// caches, in one call. On a Cluster whose keys lie in several hash slots it
 // takes the ticket first, then changes each key (a failure between leaves
 // the estimate counted, never more).
 func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
@@ -168,10 +168,10 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 	channel, gen := s.forgetNames()
 	keys[2] = gen
 	if s.client().Mode() == rueidis.ClientModeCluster {
-		if len(slotGroups(append([]string{keys[0]}, keys[3:]...))) > 1 {
-			return s.settleAcrossSlots(ctx, c, t, reqs, op)
+		if len(hashSlotGroups(append([]string{keys[0]}, keys[3:]...))) > 1 {
+			return s.settleAcrossHashSlots(ctx, c, t, reqs, op)
 		}
-		keys[2] = keys[0] // the forget goes apart, from its own slot
+		keys[2] = keys[0] // the forget goes apart, from its own hash slot
 	} else if op == algo.Reward {
 		names := make([]string, len(reqs))
 		for i, r := range reqs {
@@ -194,10 +194,10 @@ func (s *Store) Settle(ctx context.Context, t store.Request, reqs []store.Reques
 	return true, nil
 }
 
-// settleAcrossSlots settles on a Cluster whose keys lie in several slots:
-// the ticket is taken (settle.lua with no changes, in its slot), then each
+// settleAcrossHashSlots settles on a Cluster whose keys lie in several hash slots:
+// the ticket is taken (settle.lua with no changes, in its hash slot), then each
 // key changed.
-func (s *Store) settleAcrossSlots(ctx context.Context, c rueidis.Client, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
+func (s *Store) settleAcrossHashSlots(ctx context.Context, c rueidis.Client, t store.Request, reqs []store.Request, op algo.Adjust) (bool, error) {
 	tk := s.ticketKey(t)
 	now := ""
 	if !t.Time.IsZero() {

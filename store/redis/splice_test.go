@@ -29,7 +29,7 @@ func TestScriptsAreOnlyEmbeddedText(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := regexp.MustCompile(`^local (check|commit|undo|build) = \{([a-z] = [a-z]_(check|commit|undo|kind), )*\}$`)
-	for _, d := range []*driver{decideDriver, batchDriver, refundDriver} {
+	for _, d := range []*driver{decideDriver, coalesceDriver, refundDriver} {
 		for set := kindSet(0); set < 1<<len(bindings); set++ {
 			for _, l := range strings.Split(d.compose(set), "\n") {
 				if !embedded[l] && !table.MatchString(l) {

@@ -57,8 +57,8 @@ func (b *bench) captureSluice(ctx context.Context, lim algo.Limit, reqTime bool)
 	return cmd, nil
 }
 
-// captureBatch captures a batch.lua call of GCRA decisions (64 goroutines
-// decide until the store batches some) and makes it a call of n decisions
+// captureBatch captures a coalesce.lua call of GCRA decisions (64 goroutines
+// decide until the store coalesces some) and makes it a call of n decisions
 // on random keys.
 func (b *bench) captureBatch(ctx context.Context, lim algo.Limit, n int) ([]string, error) {
 	if err := b.reset(); err != nil {
@@ -330,7 +330,7 @@ func (b *bench) cpu(ctx context.Context) error {
 			cases = append(cases, cpuCase{"gcra, random keys, Request.Time set (no TIME call)", withKey(tcmd, cap, sluiceKey(randKey)), true, 0})
 		}
 	}
-	// Batches: batch.lua, which the store sends when it gathers concurrent
+	// Coalesced calls: coalesce.lua, which the store sends when it coalesces concurrent
 	// decisions into one call, made into 8 and into 32 (the most a batch
 	// takes) GCRA decisions on as many random keys. Each case makes 8
 	// times the decisions of a call alone, on keys of its own, so that no

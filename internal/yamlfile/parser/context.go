@@ -1,11 +1,6 @@
 package parser
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/goccy/go-yaml/token"
-)
+import "github.com/goccy/go-yaml/token"
 
 // context context at parsing
 type context struct {
@@ -18,26 +13,6 @@ type tokenRef struct {
 	tokens []*Token
 	size   int
 	idx    int
-}
-
-var pathSpecialChars = []string{
-	"$", "*", ".", "[", "]",
-}
-
-func containsPathSpecialChar(path string) bool {
-	for _, char := range pathSpecialChars {
-		if strings.Contains(path, char) {
-			return true
-		}
-	}
-	return false
-}
-
-func normalizePath(path string) string {
-	if containsPathSpecialChar(path) {
-		return fmt.Sprintf("'%s'", path)
-	}
-	return path
 }
 
 func (c *context) currentToken() *Token {

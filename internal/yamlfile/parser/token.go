@@ -1,8 +1,6 @@
 package parser
 
 import (
-	"fmt"
-	"os"
 	"strings"
 
 	"github.com/goccy/go-yaml/token"
@@ -25,38 +23,6 @@ const (
 	TokenGroupMapKey
 	TokenGroupMapKeyValue
 )
-
-func (t TokenGroupType) String() string {
-	switch t {
-	case TokenGroupNone:
-		return "none"
-	case TokenGroupDirective:
-		return "directive"
-	case TokenGroupDirectiveName:
-		return "directive_name"
-	case TokenGroupDocument:
-		return "document"
-	case TokenGroupDocumentBody:
-		return "document_body"
-	case TokenGroupAnchor:
-		return "anchor"
-	case TokenGroupAnchorName:
-		return "anchor_name"
-	case TokenGroupAlias:
-		return "alias"
-	case TokenGroupLiteral:
-		return "literal"
-	case TokenGroupFolded:
-		return "folded"
-	case TokenGroupScalarTag:
-		return "scalar_tag"
-	case TokenGroupMapKey:
-		return "map_key"
-	case TokenGroupMapKeyValue:
-		return "map_key_value"
-	}
-	return "none"
-}
 
 type Token struct {
 	Token       *token.Token
@@ -121,28 +87,6 @@ func (t *Token) SetGroupType(typ TokenGroupType) {
 	t.Group.Type = typ
 }
 
-func (t *Token) Dump() {
-	ctx := new(groupTokenRenderContext)
-	if t.Token != nil {
-		fmt.Fprint(os.Stdout, t.Token.Value)
-		return
-	}
-	t.Group.dump(ctx)
-	fmt.Fprintf(os.Stdout, "\n")
-}
-
-func (t *Token) dump(ctx *groupTokenRenderContext) {
-	if t.Token != nil {
-		fmt.Fprint(os.Stdout, t.Token.Value)
-		return
-	}
-	t.Group.dump(ctx)
-}
-
-type groupTokenRenderContext struct {
-	num int
-}
-
 type TokenGroup struct {
 	Type   TokenGroupType
 	Tokens []*Token
@@ -160,16 +104,6 @@ func (g *TokenGroup) Last() *Token {
 		return nil
 	}
 	return g.Tokens[len(g.Tokens)-1]
-}
-
-func (g *TokenGroup) dump(ctx *groupTokenRenderContext) {
-	num := ctx.num
-	fmt.Fprint(os.Stdout, colorize(num, "("))
-	ctx.num++
-	for _, tk := range g.Tokens {
-		tk.dump(ctx)
-	}
-	fmt.Fprint(os.Stdout, colorize(num, ")"))
 }
 
 func (g *TokenGroup) RawToken() *token.Token {

@@ -205,7 +205,7 @@ local function c_commit(key, now, a, go, _, reply, p)
   reply[p + 3] = s[3]
 end
 
--- Undo removes the holder a commit added (a refund across Cluster slots):
+-- Undo removes the holder a commit added (a refund across Cluster hash slots):
 -- value is the commit's token.
 local function c_undo(key, now, a, token)
   if token == 0 then return end

@@ -2,7 +2,7 @@
 -- keeps the newest entries and sets the list's expiry.
 --
 -- KEYS[1]  the list, named after the level's state key so that it lives
---          in the same Cluster slot
+--          in the same Cluster hash slot
 -- ARGV[1]  the entry (JSON)
 -- ARGV[2]  how many entries to keep
 -- ARGV[3]  the list's time to live in ms

@@ -6,7 +6,7 @@
 -- it lives a minute longer, so that state still live at the caller's time
 -- is not dropped on Redis's; a caller whose clock runs more than a minute
 -- behind Redis's between two decisions may find state gone early. ARGV[1]
--- is the call's time but in batch.lua, which sets grace for each decision.
+-- is the call's time but in coalesce.lua, which sets grace for each decision.
 local grace = ARGV[1] == '' and 0 or 60000
 -- The bounds of a debt (algo.Debt): a TAT at most horizon µs ahead of now
 -- (algo.MaxHorizon), a count at most maxcount (algo.MaxCount), an exact

@@ -63,7 +63,7 @@ local function f_commit(key, now, a, go, after)
   end
 end
 
--- Undo gives back a committed cost (a refund across Cluster slots) while
+-- Undo gives back a committed cost (a refund across Cluster hash slots) while
 -- its window is still the counted one.
 local function f_undo(key, now, a, after)
   local stored = tonumber(redis.call('HGET', key, 'e'))

@@ -19,7 +19,7 @@ local function g_commit(key, now, a, go, at)
   end
 end
 
--- Undo reopens the gate (a refund across Cluster slots) if it is still
+-- Undo reopens the gate (a refund across Cluster hash slots) if it is still
 -- closed by the committed action.
 local function g_undo(key, now, a, at)
   if tonumber(redis.call('GET', key)) == at then redis.call('DEL', key) end

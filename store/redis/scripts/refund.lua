@@ -1,11 +1,11 @@
 -- refund.lua: gives back what decide.lua committed in one Redis Cluster
--- slot when another slot of the same request denied. The store composes it
+-- hash slot when another hash slot of the same request denied. The store composes it
 -- like decide.lua, from the files of the algorithms the call uses; each
 -- defines <kind>_undo(key, now, a, value), or <kind>_kind() returning
 -- {check, commit, undo}, and the store declares local undo = {<kind> =
 -- <kind>_undo, ...} and local build = {<kind> = <kind>_kind, ...} first.
 --
--- KEYS     the levels of one slot, as decide.lua got them
+-- KEYS     the levels of one hash slot, as decide.lua got them
 -- ARGV     decide.lua's ARGV for those levels, with ARGV[1] set to the now
 --          decide.lua replied (or "" for Redis TIME: a limiter handle's
 --          Cancel); then one value per key: the value decide.lua replied

@@ -294,7 +294,7 @@ local function s_kind()
         if cur - ai < r then
           c = tonumber(h[3 + i]) or 0
           -- the buckets that leave the ring from ai to cur sit in the
-          -- slots of (ai, cur]
+          -- fields of (ai, cur]
           for kb = ai + 1, cur do
             need = need or {}
             need[#need + 1] = i * r + kb % r
@@ -342,16 +342,16 @@ local function s_kind()
         local x = #set
         set[x + 1], set[x + 2] = -(i + 1), c
         if (cur + r) * w > reset then reset = (cur + r) * w end
-        local slot = i * r + cur % r
+        local field = i * r + cur % r
         local ai = t and math.floor(t / w)
         if ai == cur and e == now then
           -- the check read this bucket's counter
-          set[x + 3], set[x + 4] = slot, (tonumber(h[3 + k + i]) or 0) + rec
+          set[x + 3], set[x + 4] = field, (tonumber(h[3 + k + i]) or 0) + rec
         elseif ai == cur then
-          redis.call('HINCRBY', key, slot, rec)
+          redis.call('HINCRBY', key, field, rec)
         else
           moved = true
-          set[x + 3], set[x + 4] = slot, rec
+          set[x + 3], set[x + 4] = field, rec
           if ai then
             for kb = math.max(ai + 1, cur - r + 1), cur - 1 do
               del = del or {}
@@ -421,7 +421,7 @@ local function s_kind()
     end
   end
 
-  -- Undo gives back a committed batch (a refund across Cluster slots): an ok
+  -- Undo gives back a committed batch (a refund across Cluster hash slots): an ok
   -- level recorded the whole cost at the check's time.
   local function s_undo(key, now, a, val)
     local n, b, k = tonumber(ARGV[a]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])

@@ -24,7 +24,7 @@ local function t_commit(key, now, a, go, new)
   end
 end
 
--- Undo gives back a committed increment (a refund across Cluster slots):
+-- Undo gives back a committed increment (a refund across Cluster hash slots):
 -- the TAT moves back by n*T, and a TAT no later than now is no state.
 local function t_undo(key, now, a, new)
   local cur = tonumber(redis.call('GET', key))

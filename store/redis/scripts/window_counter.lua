@@ -8,7 +8,7 @@
 --        slices (a-m_i, a]. The hash expires when slice a leaves the
 --        longest window. (The store cannot name per-slice keys: under
 --        Redis TIME the client does not know the slice, and a script may
---        only touch keys it is given; one hash is one key, so one slot.)
+--        only touch keys it is given; one hash is one key, so one hash slot.)
 -- Args   a+0: cost n (the store caps it at the largest limit + 1)
 --        a+1: slice S in µs
 --        a+2: number of windows K
@@ -172,7 +172,7 @@ local function w_kind()
     reply[p + 1] = cur
   end
 
-  -- Undo gives back a committed cost (a refund across Cluster slots) from
+  -- Undo gives back a committed cost (a refund across Cluster hash slots) from
   -- the slice it was counted in, while that slice is still kept.
   local function w_undo(key, now, a, slice)
     local v = w_args(a)

@@ -1,9 +1,9 @@
 // Package overlimit is an exact over-limit cache: it remembers the
 // denials a shared store (Redis) gave, and repeats them without asking
-// the store again while they must still hold.
+// the store again while they still stand.
 //
 // A denial of cost c at time t with RetryAfter R, by a limit whose denials
-// hold (algo.Plan.DenialHolds: every algorithm but a nary or uniform
+// stand (algo.Plan.DenialStands: every algorithm but a nary or uniform
 // sliding log), means that the state did not change and that until t+R
 // the cost c, and any larger cost, is denied again whatever else is
 // decided meanwhile: only time frees capacity, and other decisions, here
@@ -133,7 +133,7 @@ func (c *Cache) Answered() { c.hits.Add(1) }
 // cached: allowed, Never, a limit whose denials do not hold, or the cache
 // forgot something since epoch was read.
 func (c *Cache) Remember(key string, p *algo.Plan, cost int64, at Time, epoch uint64, res algo.Result) {
-	if res.Allowed || res.RetryAfter <= 0 || cost <= 0 || !p.DenialHolds() {
+	if res.Allowed || res.RetryAfter <= 0 || cost <= 0 || !p.DenialStands() {
 		return
 	}
 	e := entry{plan: *p, cost: cost, at: at.ns, end: at.ns + int64(res.RetryAfter), explicit: at.explicit, res: res}

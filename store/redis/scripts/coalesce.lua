@@ -1,6 +1,6 @@
--- batch.lua: several decisions in one call, each what decide.lua does on
--- its own, all or nothing, in one atomic call (the store gathers concurrent
--- decisions into one: a batch). The store composes it as it composes
+-- coalesce.lua: several decisions in one call, each what decide.lua does on
+-- its own, all or nothing, in one atomic call (the store coalesces concurrent
+-- decisions into one). The store composes it as it composes
 -- decide.lua (expire.lua, the algorithm files, the dispatch tables, then
 -- this driver); a decision alone goes to decide.lua, which this file
 -- follows level for level, so that a call of one pays for no loop.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,33 +13,56 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// slotGroups splits key indices by Redis Cluster hash slot, in slot order.
-func slotGroups(keys []string) [][]int {
-	bySlot := map[int][]int{}
+// HashSlot returns the Redis Cluster hash slot of a Redis key: CRC16 (XMODEM)
+// of the key, or of its hash tag (the text between the first '{' and the
+// next '}', when not empty), modulo 16384.
+func HashSlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}
+
+// hashSlotGroups splits key indices by Redis Cluster hash slot, in slot order.
+func hashSlotGroups(keys []string) [][]int {
+	byHashSlot := map[int][]int{}
 	for i, k := range keys {
-		slot := HashSlot(k)
-		bySlot[slot] = append(bySlot[slot], i)
+		hashSlot := HashSlot(k)
+		byHashSlot[hashSlot] = append(byHashSlot[hashSlot], i)
 	}
-	slots := make([]int, 0, len(bySlot))
-	for slot := range bySlot {
-		slots = append(slots, slot)
+	hashSlots := make([]int, 0, len(byHashSlot))
+	for hashSlot := range byHashSlot {
+		hashSlots = append(hashSlots, hashSlot)
 	}
-	sort.Ints(slots)
-	groups := make([][]int, len(slots))
-	for i, slot := range slots {
-		groups[i] = bySlot[slot]
+	sort.Ints(hashSlots)
+	groups := make([][]int, len(hashSlots))
+	for i, hashSlot := range hashSlots {
+		groups[i] = byHashSlot[hashSlot]
 	}
 	return groups
 }
 
-// decideAcrossSlots decides requests whose keys lie in several Cluster
-// slots, where no one script may touch them all. Each slot's group runs
+// decideAcrossHashSlots decides requests whose keys lie in several Cluster
+// hash slots, where no one script may touch them all. Each hash slot's group runs
 // decide.lua at once, in parallel, and so reserves its cost if its own
 // levels pass. If every group passes, the request passes. If any group
 // denies, each group that reserved is refunded with refund.lua.
 //
 // Between a reservation and its refund, the reserved cost is counted in its
-// slot: a concurrent request there may be denied for capacity that is about
+// hash slot: a concurrent request there may be denied for capacity that is about
 // to come back. The window is conservative — it can deny more than strictly
 // necessary, never admit more than a limit — and lasts one round trip. If
 // a refund itself fails (Redis unreachable), the reservation stays until
@@ -46,7 +70,7 @@ func slotGroups(keys []string) [][]int {
 //
 // All groups decide at one time: without an explicit time, one node's
 // Redis TIME, read first, is used for every group.
-func (s *Store) decideAcrossSlots(ctx context.Context, reqs []store.Request, keys []string, groups [][]int, results []algo.Result) (bool, error) {
+func (s *Store) decideAcrossHashSlots(ctx context.Context, reqs []store.Request, keys []string, groups [][]int, results []algo.Result) (bool, error) {
 	for _, r := range reqs {
 		if r.Watch > 0 { // its events must be seen in its own script call
 			return false, fmt.Errorf("%w: a request that watches others (a node's escalate) needs them in its hash slot on Redis Cluster: escalate on a node at or below the path's first \"*\"", store.ErrBadRequest)

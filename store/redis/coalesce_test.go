@@ -14,12 +14,12 @@ import (
 	"github.com/sluicehq/sluice/store/redis"
 )
 
-// TestBatches: concurrent decisions go to Redis in fewer script calls than
+// TestCoalesced: concurrent decisions go to Redis in fewer script calls than
 // decisions, each decided on its own: 64 goroutines on 64 keys with a
 // limit of 10 each admit exactly 10 per key. A key whose state Redis cannot
 // read (another type under its name) fails its own decisions only, not
-// those batched with it.
-func TestBatches(t *testing.T) {
+// those coalesced with it.
+func TestCoalesced(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{})
 	ctx := context.Background()
@@ -65,16 +65,16 @@ func TestBatches(t *testing.T) {
 	calls := scriptCalls(t, srv) - before
 	t.Logf("%d decisions in %d script calls", 64*30*2, calls)
 	if calls >= 64*30*2 {
-		t.Fatalf("%d script calls for %d decisions: nothing batched", calls, 64*30*2)
+		t.Fatalf("%d script calls for %d decisions: nothing coalesced", calls, 64*30*2)
 	}
 }
 
-// TestEscalationBatched: decisions with a level that watches others (a
-// node's escalate) batched with others into one script call (batch.lua)
+// TestEscalationCoalesced: decisions with a level that watches others (a
+// node's escalate) coalesced with others into one script call (coalesce.lua)
 // escalate as one alone (decide.lua) does: on 32 addresses at once, the
 // third username blocked blocks its address, and the next username is
 // denied by the address's block.
-func TestEscalationBatched(t *testing.T) {
+func TestEscalationCoalesced(t *testing.T) {
 	srv := redistest.Start(t)
 	st := open(t, srv, redis.Options{})
 	ctx := context.Background()
@@ -110,6 +110,6 @@ func TestEscalationBatched(t *testing.T) {
 	calls := scriptCalls(t, srv) - before
 	t.Logf("%d decisions in %d script calls", 32*7, calls)
 	if calls >= 32*7 {
-		t.Fatalf("%d script calls for %d decisions: nothing batched", calls, 32*7)
+		t.Fatalf("%d script calls for %d decisions: nothing coalesced", calls, 32*7)
 	}
 }
