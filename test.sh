@@ -4,10 +4,10 @@
 # report, nginx and caddy, which the forward-auth tests put in front of
 # Sluice, prometheus, which scrapes it, and podman, which builds the
 # image, with runc, which runs it) when it is missing, then vets and runs
-# every test with the race detector, the chart's test and a short run of
-# each fuzz target. Every stage runs even when an earlier one fails; the
-# failures are listed at the end and the exit status is 1 if there was
-# any.
+# every test with the race detector, the chart's test, the comparison
+# with envoyproxy/ratelimit and a short run of each fuzz target. Every
+# stage runs even when an earlier one fails; the failures are listed at
+# the end and the exit status is 1 if there was any.
 set -euo pipefail
 cd "$(dirname "$0")"
 need=()
@@ -57,6 +57,12 @@ if [ -n "$helm_pid" ] && ! wait "$helm_pid"; then
 fi
 (cd charts && go vet ./...) || fail "charts: go vet ./..."
 (cd charts && PATH="$(go env GOPATH)/bin:$PATH" go test -count=1 ./...) || fail "charts: go test ./..."
+# Sluice started as envoyproxy/ratelimit against envoyproxy/ratelimit
+# itself, request by request (envoydiff/, a module of its own: the
+# service's dependencies stay out of Sluice's); a short seeded run, the
+# long one is bench/envoydiff.sh.
+(cd envoydiff && go vet ./...) || fail "envoydiff: go vet ./..."
+(cd envoydiff && go test -count=1 -timeout 30m ./...) || fail "envoydiff: go test ./..."
 # A short run of every fuzz target (their seeds ran above as tests): 10,000
 # inputs each (a second or a few), so that CI explores a little beyond the
 # seeds every time. A count, not a duration: a duration races Go's fuzz

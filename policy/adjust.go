@@ -114,7 +114,7 @@ func (c *Checker) adjust(ctx context.Context, q *Query, op algo.Adjust) error {
 			for j := range hit.Limits {
 				req := hit.Request(j, pq.Cost)
 				req.Time = q.Time
-				if takesSlots(req) || req.Plan.ValidateAdjust(op, req.Cost) != nil {
+				if isConcurrency(req) || req.Plan.ValidateAdjust(op, req.Cost) != nil {
 					continue // released, not adjusted; or nothing to change (a cost of 0)
 				}
 				if !adjusts {

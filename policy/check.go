@@ -42,9 +42,9 @@ type Query struct {
 	// Within is how long an Estimate may wait for its Settle
 	// (store.MinTicket to store.MaxTicket).
 	Within time.Duration
-	// SettleID is the estimate Settle settles: the Decision.SettleID of its
+	// Ticket is the estimate Settle settles: the Decision.Ticket of its
 	// Estimate.
-	SettleID string
+	Ticket string
 }
 
 // Op is what Checker.Decide does with a query's paths. Every Op but
@@ -80,7 +80,7 @@ const (
 	// Estimate is Check of each path's Cost as an estimate of a cost
 	// known only later (the tokens of a response, written as max_tokens,
 	// beside 1 for the request itself); admitted on every path, it sets
-	// Decision.SettleID, the id to Settle it with within Query.Within. A
+	// Decision.Ticket, the id to Settle it with within Query.Within. A
 	// denied estimate records nothing, even on a level with debt: the
 	// request does not go on. An estimate not settled in time stays
 	// counted in full, as if its holder had crashed: nothing is ever
@@ -96,11 +96,11 @@ const (
 	// whose id would be longer than MaxEstimateID, and
 	// algo.ErrUnsupported for a store without tickets (store.Settler).
 	Estimate
-	// Settle settles Query.SettleID at the real costs of its paths: the
+	// Settle settles Query.Ticket at the real costs of its paths: the
 	// Query's Paths, one per path of the estimate in its order, each with
 	// its Cost (their Path is read from the id). On every key its paths
 	// hit whose limit counts both ways (any but a gate and concurrency
-	// slots), the estimates less the real costs of the paths on it are
+	// slots), the noDebt less the real costs of the paths on it are
 	// given back, but only what of it still counts in the window the
 	// estimate was counted in (algo.Plan.GiveBack: nothing once that
 	// window has ended, never to a later one), or, when the real costs
@@ -134,6 +134,9 @@ type slot struct {
 	// debt does not record when it denies it: the request does not go on.
 	estimate bool
 }
+
+// estimating is how an Estimate decides: as a Check, its cost an estimate.
+var estimating = slot{op: algo.Acquire, estimate: true}
 
 // PathQuery is one path of a Query, and, after Decide, what it hit.
 type PathQuery struct {
@@ -196,7 +199,7 @@ func (c *Checker) Decide(ctx context.Context, q *Query, d *Decision) error {
 			return fmt.Errorf("policy: %w: cost %d is outside 0..%d", store.ErrBadRequest, cost, algo.MaxCount)
 		}
 	}
-	d.SettleID, d.Settled = "", false
+	d.Ticket, d.Settled = "", false
 	switch q.Op {
 	case Estimate:
 		return c.estimate(ctx, q, d)
@@ -320,7 +323,7 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 	if len(sc.reqs) > 0 {
 		sc.results = append(sc.results[:0], make([]algo.Result, len(sc.reqs))...)
 		var err error
-		if s.fresh && s.permit == 0 && slices.ContainsFunc(sc.reqs, takesSlots) {
+		if s.fresh && s.permit == 0 && slices.ContainsFunc(sc.reqs, isConcurrency) {
 			s.permit = store.NewPermitID()
 		}
 		switch {
@@ -423,15 +426,15 @@ func applyRequestLimit(pq *PathQuery) error {
 	if err != nil {
 		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
 	}
-	h.Limits, h.plans, h.estimates = []algo.Limit{l}, []algo.Plan{plan}, nil
+	h.Limits, h.plans, h.noDebt = []algo.Limit{l}, []algo.Plan{plan}, nil
 	// A key of its own per window: the same count whatever the number
 	// (as envoyproxy/ratelimit keys a descriptor's limit by its unit).
 	h.Key += "#per-" + strconv.FormatInt(int64(l.Window/time.Millisecond), 10) + "ms"
 	return nil
 }
 
-// takesSlots reports whether a request is of a concurrency limit.
-func takesSlots(r store.Request) bool { return r.Plan.Kind() == algo.KindConcurrency }
+// isConcurrency reports whether a request is of a concurrency limit.
+func isConcurrency(r store.Request) bool { return r.Plan.Kind() == algo.KindConcurrency }
 
 // holdsSlots reports whether a level took slots of a concurrency limit.
 func holdsSlots(l Level) bool {
@@ -510,10 +513,10 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, s slot, merge bool) {
 		for j := range hit.Limits {
 			r := hit.Request(j, pq.Cost)
 			r.Time = t
-			if s.estimate && hit.estimates != nil {
-				r.Plan = &hit.estimates[j] // without debt: a denied estimate records nothing
+			if s.estimate && hit.noDebt != nil {
+				r.Plan = &hit.noDebt[j] // without debt: a denied estimate records nothing
 			}
-			if op != algo.Acquire && !takesSlots(r) {
+			if op != algo.Acquire && !isConcurrency(r) {
 				sc.index = append(sc.index, -1)
 				continue
 			}

@@ -36,9 +36,9 @@ type Decision struct {
 	// or renews their hold, with it. It is 0 when the decision holds no
 	// slot under an id.
 	Permit int64
-	// SettleID is the id an admitted Estimate is settled with (Settle);
-	// empty for every other decision.
-	SettleID string
+	// Ticket is the ticket an admitted Estimate opened: the id to Settle
+	// it with (the service's settle_id); empty for every other decision.
+	Ticket string
 	// Settled reports whether a Settle found its estimate open and settled
 	// it.
 	Settled bool

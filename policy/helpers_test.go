@@ -31,12 +31,12 @@ func check(c *policy.Checker, ctx context.Context, t time.Time, path []string, c
 func estimateWithin(c *policy.Checker, ctx context.Context, q *policy.Query, d *policy.Decision, within time.Duration) (string, error) {
 	q.Op, q.Within = policy.Estimate, within
 	err := c.Decide(ctx, q, d)
-	return d.SettleID, err
+	return d.Ticket, err
 }
 
 // settleAt is a Settle of id at time t at costs, one per path.
 func settleAt(c *policy.Checker, ctx context.Context, t time.Time, id string, costs ...int64) (bool, error) {
-	q := &policy.Query{Op: policy.Settle, Time: t, SettleID: id, Paths: make([]policy.PathQuery, len(costs))}
+	q := &policy.Query{Op: policy.Settle, Time: t, Ticket: id, Paths: make([]policy.PathQuery, len(costs))}
 	for i, cost := range costs {
 		q.Paths[i].Cost = cost
 	}

@@ -191,12 +191,12 @@ type nodeOverrides struct {
 }
 
 type compiledOverride struct {
-	glob      string // the key's glob, for one of globs
-	prefix    string // the glob's literal part when it is that and a final * (the common "trial-*")
-	limits    []algo.Limit
-	plans     []algo.Plan
-	estimates []algo.Plan // see node.estimates
-	until     int64       // µs; 0: never
+	glob   string // the key's glob, for one of globs
+	prefix string // the glob's literal part when it is that and a final * (the common "trial-*")
+	limits []algo.Limit
+	plans  []algo.Plan
+	noDebt []algo.Plan // see node.noDebt
+	until  int64       // µs; 0: never
 }
 
 // build compiles the set's overrides for p; one that no longer fits p (a
@@ -213,7 +213,7 @@ func (s *overrideSet) build(p *Policy) *overridesFor {
 		}
 		sig := fmt.Sprintf("%d %v", i, co.limits)
 		if first, ok := shared[sig]; ok {
-			co.limits, co.plans, co.estimates = first.limits, first.plans, first.estimates
+			co.limits, co.plans, co.noDebt = first.limits, first.plans, first.noDebt
 		} else {
 			shared[sig] = co
 		}
@@ -278,7 +278,7 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 				continue
 			}
 		}
-		h.Limits, h.plans, h.estimates = co.limits, co.plans, co.estimates
+		h.Limits, h.plans, h.noDebt = co.limits, co.plans, co.noDebt
 	}
 }
 
@@ -329,7 +329,7 @@ func compileOverride(p *Policy, o Override) (int, *compiledOverride, error) {
 		}
 		co.limits[i] = l
 	}
-	co.estimates = estimatePlans(co.plans)
+	co.noDebt = withoutDebt(co.plans)
 	if !o.Until.IsZero() {
 		co.until = o.Until.UnixMicro()
 	}

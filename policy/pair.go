@@ -235,7 +235,7 @@ func (c *Checker) settleOldest(ctx context.Context, t time.Time, path []string, 
 	if err != nil || id == "" {
 		return false, err
 	}
-	return c.settleID(ctx, t, id, []PathQuery{{Cost: cost}})
+	return c.settleTicket(ctx, t, id, []PathQuery{{Cost: cost}})
 }
 
 // givesBack reports whether a matched path's cost could be given back on

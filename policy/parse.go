@@ -324,15 +324,15 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	if escalated != nil && nd.escalate != nil {
 		l.escalateNode(nd, escalated, yamlfile.Sub(path, "escalate"))
 	}
-	nd.estimates = estimatePlans(nd.plans)
+	nd.noDebt = withoutDebt(nd.plans)
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Delay: nd.delay}
 	return nd
 }
 
-// estimatePlans returns the plans an Estimate decides with in place of
+// withoutDebt returns the plans an Estimate decides with in place of
 // plans: each with debt compiled again without it, once, at load (nil
 // when none has debt).
-func estimatePlans(plans []algo.Plan) []algo.Plan {
+func withoutDebt(plans []algo.Plan) []algo.Plan {
 	if !slices.ContainsFunc(plans, func(p algo.Plan) bool { return p.Debt() }) {
 		return nil
 	}

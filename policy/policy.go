@@ -142,9 +142,9 @@ type node struct {
 	limits  []algo.Limit // shared by every Hit of the node: read-only
 	specs   []algo.Spec  // the limits as written
 	plans   []algo.Plan  // the limits compiled, for the requests: read-only
-	// estimates are the plans an Estimate decides with: a limit with debt
+	// noDebt are the plans an Estimate decides with: a limit with debt
 	// without it, since a denied estimate records nothing (nil: no debt).
-	estimates []algo.Plan
+	noDebt    []algo.Plan
 	shadow    bool // the node or an ancestor is shadow
 	ownShadow bool // the node itself says shadow: true
 	unlimited bool
@@ -324,8 +324,8 @@ type Hit struct {
 	// long to wait.
 	Delay time.Duration
 	// plans are Limits compiled when the policy loaded: the requests carry
-	// them; estimates, those an Estimate's carry (node.estimates).
-	plans, estimates []algo.Plan
+	// them; noDebt, those an Estimate's carry (node.noDebt).
+	plans, noDebt []algo.Plan
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
 	// node is the node's index in its policy's nodes.
@@ -349,7 +349,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, estimates: n.estimates, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

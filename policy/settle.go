@@ -23,7 +23,7 @@ func (c *Checker) estimate(ctx context.Context, q *Query, d *Decision) error {
 	s, ok := c.Store.(store.Settler)
 	switch within := q.Within; {
 	case !ok:
-		return fmt.Errorf("policy: %w: the store keeps no tickets to settle estimates", algo.ErrUnsupported)
+		return fmt.Errorf("policy: %w: the store keeps no tickets to settle noDebt", algo.ErrUnsupported)
 	case len(q.Paths) == 0:
 		return fmt.Errorf("policy: %w: an estimate of no path", store.ErrBadRequest)
 	case within < store.MinTicket || within > store.MaxTicket:
@@ -67,13 +67,13 @@ func (c *Checker) estimate(ctx context.Context, q *Query, d *Decision) error {
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	if err := c.decide(ctx, p, q, d, sc, slot{op: algo.Acquire, estimate: true}); err != nil || !d.Allowed {
+	if err := c.decide(ctx, p, q, d, sc, estimating); err != nil || !d.Allowed {
 		if hits {
 			s.Settle(ctx, t, nil, algo.Reward) // the ticket, back; on failure it expires
 		}
 		return err
 	}
-	d.SettleID = id
+	d.Ticket = id
 	if !hits {
 		return nil
 	}
@@ -94,7 +94,7 @@ func (c *Checker) estimate(ctx context.Context, q *Query, d *Decision) error {
 		return nil
 	}
 	s.Settle(ctx, t, nil, algo.Reward)
-	d.SettleID = id2
+	d.Ticket = id2
 	return nil
 }
 
@@ -152,16 +152,16 @@ func tatBegan(q *Query) [][]int64 {
 
 // settle is Decide of a Settle (see Settle).
 func (c *Checker) settle(ctx context.Context, sq *Query, d *Decision) (err error) {
-	d.Settled, err = c.settleID(ctx, sq.Time, sq.SettleID, sq.Paths)
+	d.Settled, err = c.settleTicket(ctx, sq.Time, sq.Ticket, sq.Paths)
 	return err
 }
 
-// settleID settles the estimate id at time t at the costs of paths, one
+// settleTicket settles the estimate id at time t at the costs of paths, one
 // per path of the estimate.
-func (c *Checker) settleID(ctx context.Context, t time.Time, id string, costs []PathQuery) (bool, error) {
+func (c *Checker) settleTicket(ctx context.Context, t time.Time, id string, costs []PathQuery) (bool, error) {
 	s, ok := c.Store.(store.Settler)
 	if !ok {
-		return false, fmt.Errorf("policy: %w: the store keeps no tickets to settle estimates", algo.ErrUnsupported)
+		return false, fmt.Errorf("policy: %w: the store keeps no tickets to settle noDebt", algo.ErrUnsupported)
 	}
 	e, err := parseEstimate(id)
 	if err != nil {
@@ -182,7 +182,7 @@ func (c *Checker) settleID(ctx context.Context, t time.Time, id string, costs []
 		return true, nil
 	}
 	// What comes back on each key (negative: what is charged): the
-	// estimates less the real costs of the paths on it.
+	// noDebt less the real costs of the paths on it.
 	type change struct {
 		r    store.Request
 		back int64
@@ -211,7 +211,7 @@ func (c *Checker) settleID(ctx context.Context, t time.Time, id string, costs []
 					since += began[k]
 				}
 				k++
-				if takesSlots(r) {
+				if isConcurrency(r) {
 					continue
 				}
 				r.Time = time.UnixMicro(since)
@@ -318,7 +318,7 @@ const MaxEstimateID = 8 << 10
 
 // String is the id. An estimate of one path has the form "e2.<nonce>.
 // <cost>.<p|x>.<the path as base64url JSON>.<since>.<began,
-// comma-separated, or empty>", as before estimates of several paths; one
+// comma-separated, or empty>", as before noDebt of several paths; one
 // of several: "e3.<nonce>.<costs, comma-separated>.<p or x per path>.<the
 // paths as base64url JSON>.<since>.<each path's began, comma-separated,
 // the paths' joined by '~', or empty>". Both are URL-safe.

@@ -164,7 +164,7 @@ func TestSettleBucketWhereItBegan(t *testing.T) {
 }
 
 // TestEstimatesBoundedPerKey: one caller holding store.MaxOpenTickets
-// estimates open has its next one refused, before anything is decided,
+// noDebt open has its next one refused, before anything is decided,
 // with store.ErrTooManyTickets, and another caller's estimate is admitted;
 // a settle makes room (before: one table for every caller, which one
 // could fill, after which every caller's estimate failed).

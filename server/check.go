@@ -504,9 +504,9 @@ func (s *Server) writeCheck(w http.ResponseWriter, c *answer.Call) {
 		storeErr = "store unavailable: " + c.Err.Error()
 	}
 	out := appendDecisionJSON(c.Buf[:0], &c.Decision, storeErr)
-	if c.Decision.SettleID != "" {
+	if c.Decision.Ticket != "" {
 		out = append(out[:len(out)-1], `,"settle_id":`...)
-		out = append(jsonenc.AppendString(out, c.Decision.SettleID), '}')
+		out = append(jsonenc.AppendString(out, c.Decision.Ticket), '}')
 	}
 	out = append(out, '\n')
 	c.Buf = out[:0]

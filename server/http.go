@@ -48,6 +48,7 @@ func (s *Server) handler(admin, check bool) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.HandleFunc("GET /healthcheck", s.handleReady) // envoyproxy/ratelimit's path, which Envoy Gateway probes
+	s.envoyRoutes(mux, check)                         // envoyproxy/ratelimit's POST /json and GET /rlconfig (envoyhttp.go)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	if admin {
 		mux.HandleFunc("GET /admin/v1/state", s.admin(s.handleState))

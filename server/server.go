@@ -59,9 +59,10 @@ type Server struct {
 	// first valid one is in force): ShouldRateLimit answers UNAVAILABLE
 	// and /readyz 503 meanwhile, as envoyproxy/ratelimit does.
 	xdsWait   atomic.Pointer[string]
-	storeDown atomic.Bool   // the last ping failed (noteStore)
-	errLog    ratelog.Every // store failures: one line a second
-	unmatched unmatchedLog  // where unmatched paths were logged
+	rlconfig  atomic.Pointer[rlconfig] // GET /rlconfig's text, for the policy it was converted to
+	storeDown atomic.Bool              // the last ping failed (noteStore)
+	errLog    ratelog.Every            // store failures: one line a second
+	unmatched unmatchedLog             // where unmatched paths were logged
 	httpLn    net.Listener
 	grpcLn    net.Listener
 	adminLn   net.Listener // nil: admin on httpLn
@@ -225,6 +226,9 @@ func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
 			s.log.Warn("envoy config: "+w, "dir", dir)
 		}
 		p, err := policy.Parse(dir, out)
+		if err == nil {
+			s.rlconfig.Store(&rlconfig{p, envoyimport.Dump(files)})
+		}
 		return p, stamp, err
 	}
 	if s.cfg.Policy == "" {

@@ -56,7 +56,7 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 	if req.Cost != nil {
 		costs = []int64{*req.Cost}
 	}
-	q := policy.Query{Op: policy.Settle, SettleID: req.SettleID, Paths: make([]policy.PathQuery, len(costs))}
+	q := policy.Query{Op: policy.Settle, Ticket: req.SettleID, Paths: make([]policy.PathQuery, len(costs))}
 	for i, c := range costs {
 		q.Paths[i].Cost = c
 	}

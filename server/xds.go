@@ -114,6 +114,9 @@ func (s *Server) applyXDS(resources []*anypb.Any) error {
 		for _, w := range warnings {
 			s.log.Warn("xds: " + w)
 		}
+		if err == nil {
+			s.rlconfig.Store(&rlconfig{p, envoyimport.DumpXDS(configs)})
+		}
 	}
 	if err != nil {
 		return err
