@@ -61,13 +61,6 @@ func layerOf(l map[string]int, dir string) int {
 // and on a package the table does not place.
 func TestLayers(t *testing.T) {
 	l := layers(t)
-	// Until the answer branch moves RateLimit fields and problem details
-	// out of internal/ (issue 55), these two run up: the lead deletes them
-	// here when it lands.
-	pending := map[string]bool{
-		"internal/headers/headers.go imports policy": false,
-		"internal/problem/problem.go imports policy": false,
-	}
 	checked := 0
 	for _, f := range goFiles(t) {
 		dir := filepath.Dir(f.path)
@@ -82,22 +75,11 @@ func TestLayers(t *testing.T) {
 			case n < 0:
 				t.Errorf("%s imports %s, which has no layer in docs/architecture.md's table", f.path, to)
 			case n > from:
-				what := f.path + " imports " + to
-				if _, ok := pending[what]; ok {
-					pending[what] = true
-					t.Logf("%s (layer %d above %d): pending the answer branch", what, n, from)
-					continue
-				}
-				t.Errorf("%s (layer %d, above %s's %d)", what, n, dir, from)
+				t.Errorf("%s imports %s (layer %d, above %s's %d)", f.path, to, n, dir, from)
 			}
 		}
 	}
 	if checked < 100 {
 		t.Fatalf("checked only %d imports of the module: is the walk right?", checked)
-	}
-	for what, seen := range pending {
-		if !seen {
-			t.Errorf("%s no longer: delete it from pending", what)
-		}
 	}
 }

@@ -59,10 +59,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/internal/ratelog"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
@@ -162,14 +162,13 @@ type Middleware struct {
 	timeout time.Duration
 
 	storeErrors atomic.Uint64
-	logEvery    ratelog.Every // store errors: one line a second
-	waiting     atomic.Int64  // requests held for a delay now
-	maxWaiting  int64
+	logEvery    ratelog.Every // store errors of scripts and releases: one line a second
+	pipe        answer.Pipeline
 }
 
 // Waiting returns how many requests the Middleware holds for a policy's
 // delay now.
-func (l *Middleware) Waiting() int64 { return l.waiting.Load() }
+func (l *Middleware) Waiting() int64 { return l.pipe.Waiting.Load() }
 
 // New returns a Middleware that checks requests with c. It panics if c is nil.
 func New(c PathChecker, opts Options) *Middleware {
@@ -195,12 +194,15 @@ func (l *Middleware) setOptions(opts Options) {
 	if l.timeout <= 0 {
 		l.timeout = defaultTimeout
 	}
-	l.maxWaiting = int64(opts.MaxWaiting)
-	switch {
-	case opts.MaxWaiting == 0:
-		l.maxWaiting = defaultMaxWaiting
-	case opts.MaxWaiting < 0:
-		l.maxWaiting = 0
+	p := &l.pipe
+	p.Timeout, p.FailOpen, p.Log = l.timeout, opts.Failure == FailOpen, opts.Logger
+	p.MaxWaiting = int64(max(opts.MaxWaiting, 0))
+	if opts.MaxWaiting == 0 {
+		p.MaxWaiting = defaultMaxWaiting
+	}
+	p.Checker = l.checker
+	if opts.OnDecision != nil {
+		p.Decided = func(c *answer.Call) { opts.OnDecision(c.Request, &c.Decision) }
 	}
 	l.opts = opts
 }
@@ -217,140 +219,48 @@ func (l *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
 }
 
-// request is what a request needs that cannot be pooled, in one
-// allocation: the checker's context (which a misbehaving checker could keep)
-// and the backing array of the header values (which the response's header
-// map keeps).
-type request struct {
-	ctx   deadlineCtx
-	value [4]string
-}
-
-// scratch is what a request needs only during its check, pooled: the
-// Decision, whose Levels keep their capacity, and room for the path.
-type scratch struct {
-	d    policy.Decision
-	path [8]string
-	q    policy.Query // the one-path query
-}
-
-// query returns the scratch's query of op on one path at cost, keeping
-// the capacity of its Hits.
-func (sc *scratch) query(op policy.Op, path []string, cost int64) *policy.Query {
-	if len(sc.q.Paths) == 0 {
-		sc.q.Paths = make([]policy.PathQuery, 1)
-	}
-	pq := &sc.q.Paths[0]
-	*pq = policy.PathQuery{Path: path, Cost: cost, Match: policy.Match{Hits: pq.Match.Hits[:0]}}
-	sc.q = policy.Query{Paths: sc.q.Paths, Op: op}
-	return &sc.q
-}
-
-var scratches = sync.Pool{New: func() any { return new(scratch) }}
-
 func (l *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	key, err := l.opts.Key(r)
 	if err != nil {
 		l.opts.OnBadRequest(w, r, err)
 		return
 	}
-	sc := scratches.Get().(*scratch)
-	path := sc.path[:0]
+	c := answer.Get("middleware")
+	defer c.Put()
+	c.Query.Paths = c.Query.Paths[:1]
+	pq := &c.Query.Paths[0]
+	pq.Path, pq.Cost = append(c.Path, key), 1
 	if l.opts.Path != nil {
-		path = l.opts.Path(r, key, path)
-	} else {
-		path = append(path, key)
+		pq.Path = l.opts.Path(r, key, c.Path)
 	}
-	cost := int64(1)
 	if l.opts.Cost != nil {
-		cost = l.opts.Cost(r)
+		pq.Cost = l.opts.Cost(r)
 	}
-
-	// The pooled Levels still refer to an earlier request's keys until the
-	// checker overwrites them: bounded, and the pool is emptied by the GC.
-	d := &sc.d
-	*d = policy.Decision{Levels: d.Levels[:0]}
-	rq := new(request)
-	rq.ctx.init(r.Context(), l.timeout)
-	err = l.checker.Decide(&rq.ctx, sc.query(policy.Acquire, path, cost), d)
-	rq.ctx.release()
-	if err != nil {
-		putScratch(sc)
-		l.failed(w, r, next, err)
+	c.Request, c.Query.Op, c.Wait = r, policy.Acquire, true
+	l.pipe.Answer(r.Context(), c)
+	switch {
+	case c.Gone:
+		return
+	case c.Status == http.StatusBadRequest:
+		l.opts.OnBadRequest(w, r, c.Err)
+		return
+	case c.Failed:
+		l.storeFailed(w, r, next, c.Err)
 		return
 	}
-	if l.opts.OnDecision != nil {
-		l.opts.OnDecision(r, d)
-	}
-	if d.Allowed && d.Delay > 0 && !l.wait(r, sc, d) {
-		putScratch(sc)
-		return
-	}
-	l.setHeaders(w.Header(), d, &rq.value)
-	if !d.Allowed {
+	c.SetHeader(w.Header(), l.opts.Headers == DraftHeaders, l.opts.Headers == LegacyHeaders)
+	if d := &c.Decision; !d.Allowed {
 		l.opts.OnLimited(w, r, d)
-		putScratch(sc)
 		return
-	}
-	if d.Permit != 0 {
-		h, hr := l.hold(r, path, d)
-		putScratch(sc)
+	} else if d.Permit != 0 {
+		h, hr := l.hold(r, pq.Path, d)
 		defer h.release(r) // also when next panics
-		next.ServeHTTP(w, hr)
-		return
+		r = hr
 	}
-	putScratch(sc)
 	next.ServeHTTP(w, r)
 }
 
-// wait holds an allowed request for its decision's Delay. It reports
-// false when the client went away meanwhile (nothing is answered); when
-// MaxWaiting requests are already held it makes d a denial, to be retried
-// after the delay, and reports true. Either way the units go back.
-func (l *Middleware) wait(r *http.Request, sc *scratch, d *policy.Decision) bool {
-	if l.waiting.Add(1) > l.maxWaiting {
-		l.waiting.Add(-1)
-		l.undo(r, sc)
-		d.Withdraw()
-		return true
-	}
-	defer l.waiting.Add(-1)
-	t := time.NewTimer(d.Delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		l.undo(r, sc)
-		return false
-	}
-}
-
-// undo gives back the units the allowed check of sc's query took, within
-// the check's timeout, whether or not the client is still there.
-func (l *Middleware) undo(r *http.Request, sc *scratch) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.timeout)
-	defer cancel()
-	sc.q.Op = policy.GiveBack
-	if err := l.checker.Decide(ctx, &sc.q, &policy.Decision{}); err != nil {
-		l.logFailure(r, err)
-	}
-}
-
-func putScratch(sc *scratch) {
-	if cap(sc.d.Levels) > 64 {
-		return // an outsized decision: let it go
-	}
-	sc.path = [8]string{}
-	if len(sc.q.Paths) > 0 {
-		pq := &sc.q.Paths[0]
-		clear(pq.Match.Hits)
-		*pq = policy.PathQuery{Match: policy.Match{Hits: pq.Match.Hits[:0]}}
-	}
-	scratches.Put(sc)
-}
-
-// failed handles a failed check.
+// failed handles a failed script.
 func (l *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
 	if r.Context().Err() != nil {
 		return // the client is gone: nobody to answer
@@ -359,8 +269,13 @@ func (l *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 		l.opts.OnBadRequest(w, r, err)
 		return
 	}
-	l.storeErrors.Add(1)
 	l.logFailure(r, err)
+	l.storeFailed(w, r, next, err)
+}
+
+// storeFailed counts a failed check and answers it by Options.Failure.
+func (l *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	l.storeErrors.Add(1)
 	if l.opts.OnStoreError != nil {
 		l.opts.OnStoreError(r, err)
 	}

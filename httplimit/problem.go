@@ -3,21 +3,14 @@ package httplimit
 import (
 	"errors"
 	"net/http"
-	"strconv"
 
-	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/headers"
-	"github.com/sluicehq/sluice/internal/jsonenc"
-	"github.com/sluicehq/sluice/internal/problem"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/policy"
 )
 
 // QuotaExceededType is the problem type URI of draft-ietf-httpapi-
 // ratelimit-headers-10 §5.1, "quota-exceeded".
 const QuotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-
-// quotaExceededTitle is the title the draft gives the type (§5.1).
-const quotaExceededTitle = "Request cannot be satisfied as assigned quota has been exceeded"
 
 // QuotaExceeded is the default Options.OnLimited. It answers 429 Too Many
 // Requests with an application/problem+json body (RFC 9457) of the
@@ -43,61 +36,7 @@ const quotaExceededTitle = "Request cannot be satisfied as assigned quota has be
 // deny), and by no level, is not over a quota: it gets 403 Forbidden, with
 // an about:blank problem.
 func QuotaExceeded(w http.ResponseWriter, r *http.Request, d *policy.Decision) {
-	if problem.Status(d) == http.StatusForbidden {
-		problem.Write(w, http.StatusForbidden, "about:blank", "Forbidden",
-			"The request matches no rate-limit policy, and requests that match none are denied.", nil)
-		return
-	}
-	binding := policy.Denier(d.Levels)
-	ext := func(b []byte) []byte {
-		b = append(b, `,"violated-policies":[`...)
-		first := true
-		for i := range d.Levels {
-			lv := &d.Levels[i]
-			if lv.Shadow || lv.Result.Allowed {
-				continue
-			}
-			if !first {
-				b = append(b, ',')
-			}
-			first = false
-			var nb [128]byte
-			b = jsonenc.AppendString(b, headers.AppendLevelName(nb[:0], lv))
-		}
-		b = append(b, ']')
-		if binding != nil && binding.Result.Quota > 0 {
-			b = append(b, `,"limit":`...)
-			b = strconv.AppendInt(b, binding.Result.Quota, 10)
-		}
-		if d.Summary.RetryAfter > 0 {
-			b = append(b, `,"retry_after":`...)
-			b = strconv.AppendInt(b, headers.RetrySeconds(d.Summary.RetryAfter), 10)
-		}
-		return b
-	}
-	var detail []byte
-	switch {
-	case d.Summary.RetryAfter == algo.Never:
-		detail = append(detail, "The request exceeds the limit"...)
-		if binding != nil {
-			detail = append(detail, " of "...)
-			var nb [128]byte
-			detail = append(detail, headers.AppendLevelName(nb[:0], binding)...)
-		}
-		detail = append(detail, " and can never be admitted."...)
-	case d.Summary.RetryAfter == 0: // unknown (a script that sends no Retry-After)
-		detail = append(detail, "Quota exceeded."...)
-	default:
-		detail = append(detail, "Quota exceeded: retry in "...)
-		s := headers.RetrySeconds(d.Summary.RetryAfter)
-		detail = strconv.AppendInt(detail, s, 10)
-		if s == 1 {
-			detail = append(detail, " second."...)
-		} else {
-			detail = append(detail, " seconds."...)
-		}
-	}
-	problem.Write(w, http.StatusTooManyRequests, QuotaExceededType, quotaExceededTitle, string(detail), ext)
+	answer.WriteProblem(w, 0, "", d)
 }
 
 // BadRequest is the default Options.OnBadRequest: 400 Bad Request with an
@@ -109,14 +48,13 @@ func BadRequest(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, ErrNoKey) {
 		detail = err.Error()
 	}
-	problem.Write(w, http.StatusBadRequest, "about:blank", "Bad Request", detail, nil)
+	answer.WriteProblem(w, http.StatusBadRequest, detail, nil)
 }
 
 // Unavailable answers 503 Service Unavailable, with Retry-After: 1 and an
 // about:blank problem+json body: what FailClosed sends when a check fails,
 // as sluice serve does when its store fails under on_store_error: deny.
 func Unavailable(w http.ResponseWriter, r *http.Request) {
-	w.Header()[hdrRetryAfter] = []string{"1"}
-	problem.Write(w, http.StatusServiceUnavailable, "about:blank", "Service Unavailable",
-		"The rate limiter is unavailable.", nil)
+	w.Header()["Retry-After"] = []string{"1"}
+	answer.WriteProblem(w, http.StatusServiceUnavailable, "The rate limiter is unavailable.", nil)
 }

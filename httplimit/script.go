@@ -124,7 +124,7 @@ func (l *Middleware) serveScript(w http.ResponseWriter, r *http.Request, next ht
 	var retry time.Duration
 	for _, f := range rep.headers {
 		h[f.name] = []string{f.value}
-		if f.name == hdrRetryAfter {
+		if f.name == "Retry-After" {
 			if v, err := strconv.ParseInt(f.value, 10, 64); err == nil && v >= 0 && v < int64(algo.MaxHorizon/time.Second) {
 				retry = time.Duration(v) * time.Second
 			}

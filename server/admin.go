@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -62,18 +63,25 @@ func adminPath(w http.ResponseWriter, r *http.Request) ([]string, bool) {
 }
 
 // handleState serves GET /admin/v1/state: a peek (cost 0, nothing
-// consumed) of every level of the path, as a DecisionJSON.
+// consumed) of every level of the path (AppendDecisionJSON).
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	path, ok := adminPath(w, r)
 	if !ok {
 		return
 	}
-	b := new(batch)
-	if _, err := s.decidePath(r.Context(), policy.Check, 0, path, 0, b); err != nil {
+	d, err := s.peek(r.Context(), path)
+	if err != nil {
 		s.adminStoreError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewDecisionJSON(&b.d))
+	writeJSON(w, http.StatusOK, json.RawMessage(AppendDecisionJSON(nil, &d)))
+}
+
+// peek decides path at cost 0: its levels' state, nothing consumed.
+func (s *Server) peek(ctx context.Context, path []string) (policy.Decision, error) {
+	var d policy.Decision
+	err := s.checker.Decide(ctx, &policy.Query{Paths: []policy.PathQuery{{Path: path}}}, &d)
+	return d, err
 }
 
 // handleReset serves DELETE /admin/v1/state: every limit of the path's
@@ -269,11 +277,12 @@ type changeRequest struct {
 	Levels string   `json:"levels,omitempty"`
 }
 
-// ChangeJSON is the answer of an admin change: the keys changed and a
-// peek of the path afterwards.
+// ChangeJSON is the answer of an admin change (and of sluice block,
+// penalty...): the keys changed and a peek of the path afterwards
+// (AppendDecisionJSON).
 type ChangeJSON struct {
-	Changed []string     `json:"changed"`
-	State   DecisionJSON `json:"state"`
+	Changed []string        `json:"changed"`
+	State   json.RawMessage `json:"state"`
 }
 
 // handleChange serves the admin changes of a path's keys outside a
@@ -303,20 +312,18 @@ func (s *Server) handleChange(kind string) http.HandlerFunc {
 			writeProblem(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		ctx, cancel := s.storeCtx(r.Context())
-		defer cancel()
-		keys, err := s.checker.Change(ctx, time.Time{}, req.Path, ch)
+		keys, err := s.checker.Change(r.Context(), time.Time{}, req.Path, ch)
 		if err != nil {
 			s.adminStoreError(w, err)
 			return
 		}
-		b := new(batch)
-		if _, err := s.decidePath(r.Context(), policy.Check, 0, req.Path, 0, b); err != nil {
+		d, err := s.peek(r.Context(), req.Path)
+		if err != nil {
 			s.adminStoreError(w, err)
 			return
 		}
 		s.log.Info("admin "+kind, "path", req.Path, "keys", keys)
-		writeJSON(w, http.StatusOK, ChangeJSON{Changed: keys, State: NewDecisionJSON(&b.d)})
+		writeJSON(w, http.StatusOK, ChangeJSON{Changed: keys, State: AppendDecisionJSON(nil, &d)})
 	}
 }
 

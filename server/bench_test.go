@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/policy"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/policy"
 )
 
 const benchPolicy = `
@@ -100,14 +101,16 @@ func BenchmarkDecidePath(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				bt := new(batch)
 				path := []string{"user", "", "trade"}
 				for pb.Next() {
 					path[1] = strconv.Itoa(int(n.Add(1) % 1000))
-					if _, err := s.decidePath(context.Background(), policy.Check, 0, path, 1, bt); err != nil {
-						b.Fatal(err)
+					c := answer.Get("http")
+					c.Query.Paths = append(c.Query.Paths, policy.PathQuery{Path: path, Cost: 1})
+					if s.pipe.Answer(context.Background(), c); c.Err != nil {
+						b.Fatal(c.Err)
 					}
-					bt.buf = appendDecisionJSON(bt.buf[:0], &bt.d, "")
+					c.Buf = appendDecisionJSON(c.Buf[:0], &c.Decision, "")
+					c.Put()
 				}
 			})
 		})

@@ -39,7 +39,7 @@ schema:
 // when max_waiting requests are held.
 func TestDelayAnswers(t *testing.T) {
 	s := newTestServer(t, delayTestPolicy) // the store's clock stands still
-	s.cfg.MaxWaiting = 1
+	s.pipe.MaxWaiting = 1
 	w := httptest.NewRecorder()
 	body := `{"path": ["edge", "remote_address", "10.0.0.1"]}`
 	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)))
@@ -86,7 +86,7 @@ func TestDelayAnswers(t *testing.T) {
 		_, err := ask3(hctx)
 		held <- err
 	}()
-	for s.waiting.Load() == 0 {
+	for s.pipe.Waiting.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	if r, err := ask3(context.Background()); err != nil || r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT {
@@ -134,7 +134,7 @@ func TestForwardAuthDelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- ask(ctx, "10.0.0.9") }()
-	for s.waiting.Load() == 0 {
+	for s.pipe.Waiting.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()

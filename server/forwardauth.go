@@ -10,10 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/policy"
 )
 
 // The forward-auth endpoint answers a reverse proxy that asks, before it
@@ -635,8 +634,8 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 		}
 		s.inflight.Add(1)
 		defer s.inflight.Done()
-		b := batchPool.Get().(*batch)
-		defer batchPool.Put(b)
+		c := answer.Get("forward_auth")
+		defer c.Put()
 
 		refuse := func(status int, detail string) {
 			if nginx && status != http.StatusOK {
@@ -646,10 +645,9 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 			writeProblem(w, status, detail)
 		}
 		method, uri, host, fe := original(r, nginx)
-		var paths [][]string
 		var rt *route
 		if fe == nil {
-			paths, rt, fe = fa.read(r, method, uri, host, b)
+			rt, fe = fa.read(r, method, uri, host, c)
 		}
 		switch {
 		case fe != nil && fe.refused:
@@ -661,24 +659,24 @@ func (s *Server) handleForwardAuth(nginx bool) http.HandlerFunc {
 		case rt == nil:
 			w.WriteHeader(http.StatusOK) // no route: not limited
 		default:
-			s.decideForward(w, r, b, paths, rt.cost, refuse)
+			s.answerForward(w, r, c, refuse)
 		}
 	}
 }
 
 // read turns the proxied request into the route that decides it (nil
-// for none) and that route's policy paths, the first in b's buffers: the
+// for none) and c's query of that route's policy paths: the
 // first route that matches it and finds each part it keys by, or lacks
 // one and says missing: deny (a refusal); under unmatched: deny, a
 // request no route decides is refused.
-func (fa *forwardAuth) read(r *http.Request, method, uri, host string, b *batch) ([][]string, *route, *forwardError) {
+func (fa *forwardAuth) read(r *http.Request, method, uri, host string, c *answer.Call) (*route, *forwardError) {
 	if len(method) > maxForwardMethod {
-		return nil, nil, &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), maxForwardMethod)}
+		return nil, &forwardError{status: http.StatusBadRequest, msg: fmt.Sprintf("the proxied method has %d bytes, more than %d", len(method), maxForwardMethod)}
 	}
-	segs, fe := cleanPath(uri, b.segs[:0])
-	b.segs = segs[:0]
+	segs, fe := cleanPath(uri, c.Segs[:0])
+	c.Segs = segs[:0]
 	if fe != nil {
-		return nil, nil, fe
+		return nil, fe
 	}
 next:
 	for i := range fa.routes {
@@ -686,15 +684,15 @@ next:
 		if !rt.matches(method, segs) {
 			continue
 		}
-		b.paths = b.paths[:0]
+		c.Paths = c.Paths[:0]
 		for i, tmpl := range rt.paths {
 			var buf []string
 			if i == 0 {
-				buf = b.path[:0]
+				buf = c.Path[:0]
 			}
 			path, missing, fe := fa.policyPath(tmpl, r, method, uri, host, segs, buf)
 			if i == 0 {
-				b.path = path[:0]
+				c.Path = path[:0]
 			}
 			if fe == nil && missing != "" {
 				if rt.next {
@@ -708,63 +706,43 @@ next:
 				}
 			}
 			if fe != nil {
-				return nil, rt, fe
+				return rt, fe
 			}
-			b.paths = append(b.paths, path)
+			c.Paths = append(c.Paths, path)
 		}
-		return b.paths, rt, nil
+		c.Query.Paths = slices.Grow(c.Query.Paths, len(c.Paths))[:len(c.Paths)]
+		pqs := c.Query.Paths
+		for i := range pqs {
+			pqs[i].Path, pqs[i].Cost = c.Paths[i], rt.cost
+		}
+		return rt, nil
 	}
 	if fa.denyUnmatched {
-		return nil, nil, &forwardError{status: http.StatusForbidden, refused: true, msg: "no route decides the request (forward_auth.unmatched: deny)"}
+		return nil, &forwardError{status: http.StatusForbidden, refused: true, msg: "no route decides the request (forward_auth.unmatched: deny)"}
 	}
-	return nil, nil, nil
+	return nil, nil
 }
 
-// decideForward decides a proxied request's paths, together, and answers.
-func (s *Server) decideForward(w http.ResponseWriter, r *http.Request, b *batch, paths [][]string, cost int64, refuse func(int, string)) {
-	start := time.Now()
-	var err error
-	if len(paths) == 1 {
-		_, err = s.decidePath(r.Context(), policy.Check, 0, paths[0], cost, b)
-	} else {
-		_, err = s.decidePaths(r.Context(), paths, cost, b)
-	}
-	s.m.forwardDuration.Observe(time.Since(start).Seconds())
-	if err == nil {
-		s.noteUnmatched(&b.q)
-	}
-	c := &s.m.forwardChecks
-	if err != nil {
-		if isBadRequest(err) {
-			s.m.badRequests.WithLabelValues("forward_auth").Inc()
-			refuse(http.StatusBadRequest, err.Error())
-			return
-		}
-		if r.Context().Err() != nil {
-			return // the proxy has gone
-		}
-		s.storeFailed("forward_auth", err)
-		if s.failOpen {
-			c.errAllowed.Inc()
-			w.WriteHeader(http.StatusOK)
-			return
-		}
-		c.errDenied.Inc()
-		w.Header()["Retry-After"] = []string{"1"}
-		refuse(http.StatusServiceUnavailable, "store unavailable: "+err.Error())
+// answerForward answers a proxied request's paths, decided together:
+// allowed, 200 with the RateLimit fields; else a refusal.
+func (s *Server) answerForward(w http.ResponseWriter, r *http.Request, c *answer.Call, refuse func(int, string)) {
+	c.Wait = true
+	s.pipe.Answer(r.Context(), c)
+	s.observe(c)
+	switch {
+	case c.Gone:
+		return // the proxy has gone, and any units taken are back
+	case c.Status == http.StatusBadRequest:
+		refuse(c.Status, c.Err.Error())
 		return
 	}
-	if b.d.Allowed && b.d.Delay > 0 && !s.hold(r.Context(), "forward_auth", &b.q, &b.d) && r.Context().Err() != nil {
-		return // the proxy has gone, and the units are back
+	c.SetHeader(w.Header(), s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
+	switch {
+	case c.Status == http.StatusOK:
+		w.WriteHeader(c.Status)
+	case c.Failed:
+		refuse(c.Status, "store unavailable: "+c.Err.Error())
+	default:
+		refuse(c.Status, "rate limited")
 	}
-	s.countLevels(b.d.Levels)
-	status := s.addDecisionHeaders(w.Header(), b, false)
-	defer func() { b.hdr = [3]string{} }()
-	if b.d.Allowed {
-		c.allowed.Inc()
-		w.WriteHeader(status)
-		return
-	}
-	c.limited.Inc()
-	refuse(status, "rate limited")
 }

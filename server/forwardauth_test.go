@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/sluicehq/sluice/answer"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -96,10 +97,13 @@ func readRoute(t *testing.T, fa *forwardAuth, method, uri string, h http.Header)
 	t.Helper()
 	r := httptest.NewRequest("GET", "/v1/forward-auth", nil)
 	r.Header = h // from 192.0.2.1
-	paths, _, fe := fa.read(r, method, uri, "h", new(batch))
+	c := new(answer.Call)
+	rt, fe := fa.read(r, method, uri, "h", c)
 	var s []string
-	for _, p := range paths {
-		s = append(s, strings.Join(p, "/"))
+	for i := range c.Query.Paths {
+		if rt != nil && fe == nil {
+			s = append(s, strings.Join(c.Query.Paths[i].Path, "/"))
+		}
 	}
 	return strings.Join(s, " + "), fe
 }

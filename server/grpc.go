@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"math"
+	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/headers"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -56,10 +58,9 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	s := g.s
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	b := batchPool.Get().(*batch)
-	defer batchPool.Put(b)
-	q, err := readRequest(req, b)
-	if err != nil {
+	c := answer.Get("grpc")
+	defer c.Put()
+	if err := readRequest(req, c); err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
 	}
@@ -68,165 +69,33 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		// then lets the request through or not by its failure_mode_deny.
 		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded: "+*why)
 	}
-	if err := ctx.Err(); err != nil {
-		// The caller has gone: decide nothing it would not hear of.
-		return nil, status.FromContextError(err).Err()
-	}
-	if ends, _ := hasEnds(q); ends {
-		return g.negativeHits(ctx, q, b)
-	}
-	start := time.Now()
-	err = s.decideQuery(ctx, q, b)
-	s.m.grpcDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		return g.failed(ctx, err, len(req.Descriptors))
-	}
-	s.noteUnmatched(q)
-	if b.d.Allowed && b.d.Delay > 0 && !s.hold(ctx, "grpc", q, &b.d) && ctx.Err() != nil {
+	c.Wait = !hasEnds(&c.Query) // an end gives back: nothing to wait for
+	s.pipe.Answer(ctx, c)
+	s.observe(c)
+	switch {
+	case c.Gone:
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case c.Status == http.StatusBadRequest:
+		return nil, status.Error(codes.InvalidArgument, c.Err.Error())
 	}
-	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
-	if !b.d.Allowed {
+	return g.response(ctx, c), nil
+}
+
+// response is the answer of a decided call: each descriptor's status
+// (OK for a stream's end, which gave back, and for the real cost it was
+// settled with), the quota a proxy asked for, and
+// the RateLimit fields; when the store failed, every descriptor OK (fail
+// open) or OVER_LIMIT (fail closed).
+func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.RateLimitResponse {
+	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(c.Query.Paths))}
+	if !c.Decision.Allowed {
 		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 	}
-	denyUnmatched := s.current.Load().DenyUnmatched()
-	for i := range q.Paths {
-		resp.Statuses[i] = descriptorStatus(&q.Paths[i], denyUnmatched)
-	}
-	s.m.grpcChecks.count(&b.d)
-	if resp.OverallCode == rlv3.RateLimitResponse_OK {
-		if units := quotaAsked(ctx); units > 0 {
-			resp.Quota = g.quota(ctx, q, units)
-		}
-	}
-	s.countLevels(b.d.Levels)
-	s.countSlots("grpc", algo.Acquire, &b.d)
-	b.buf = addHeaders(resp, &b.d, b.buf)
-	return resp, nil
-}
-
-// failed answers a request of n descriptors whose decision failed: a bad
-// request is InvalidArgument, a caller gone its context's status, and a
-// store failure the on_store_error answer.
-func (g *rateLimitService) failed(ctx context.Context, err error, n int) (*rlv3.RateLimitResponse, error) {
-	s := g.s
-	switch {
-	case isBadRequest(err):
-		s.m.badRequests.WithLabelValues("grpc").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case ctx.Err() != nil:
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	s.storeFailed("grpc", err)
-	return g.storeErrorResponse(n), nil
-}
-
-// readRequest checks an RLS request and reads it into b's query: one
-// exact path per descriptor (domain, then each entry's key and value), at
-// the descriptor's hits_addend or else the request's (at least 1). Bit i
-// of neg is set for descriptor i with is_negative_hits, and of own for
-// descriptor i with a hits_addend of its own (Envoy's rate_limits entry
-// with hits_addend: a start whose end may give it back). The error is an
-// InvalidArgument status.
-func readRequest(req *rlv3.RateLimitRequest, b *batch) (q *policy.Query, err error) {
-	switch n := len(req.GetDescriptors()); {
-	case req.GetDomain() == "":
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	case n == 0:
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	case n > maxDescriptors:
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
-	}
-	reqCost := int64(max(req.GetHitsAddend(), 1))
-	q = b.query(len(req.Descriptors))
-	for i, d := range req.Descriptors {
-		if n := len(d.GetEntries()); n > maxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
-		}
-		cost := reqCost
-		if h := d.GetHitsAddend(); h != nil {
-			if h.GetValue() > math.MaxInt32 {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
-			}
-			cost = int64(h.GetValue())
-		}
-		pq := &q.Paths[i]
-		pq.Cost, pq.Exact = cost, true
-		pq.End = d.GetIsNegativeHits()
-		pq.Start = !pq.End && d.GetHitsAddend() != nil
-		if o := d.GetLimit(); o != nil {
-			// A per-request limit, honoured where the node says
-			// request_limit (policy.PathQuery.Limit).
-			window, ok := overrideUnits[o.GetUnit()]
-			if !ok || o.GetRequestsPerUnit() == 0 {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
-			}
-			pq.Limit = &algo.FixedWindow{Count: int64(o.GetRequestsPerUnit()), Window: window}
-		}
-		if len(d.GetEntries()) > 0 { // Envoy's service limits nothing for an empty descriptor
-			pq.Path = descriptorPath(req.Domain, d.Entries)
-		}
-	}
-	return q, nil
-}
-
-// hasEnds reports whether a query holds a stream's end (a descriptor
-// with is_negative_hits).
-func hasEnds(q *policy.Query) (bool, int) {
-	n := 0
-	for i := range q.Paths {
-		if q.Paths[i].End {
-			n++
-		}
-	}
-	return n > 0, n
-}
-
-// negativeHits answers a request with descriptors that carry
-// is_negative_hits (Envoy sends them when a stream ends,
-// apply_on_stream_done): the checker gives back what their starts took
-// (policy.PathQuery.Start). A descriptor given back or settled has status
-// OK, with its slots left.
-func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, b *batch) (*rlv3.RateLimitResponse, error) {
-	s := g.s
-	start := time.Now()
-	err := s.decideQuery(ctx, q, b)
-	s.m.grpcDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		return g.failed(ctx, err, len(q.Paths))
-	}
-	var rel policy.Decision
-	decided := false
-	for i := range q.Paths {
-		if pq := &q.Paths[i]; pq.End {
-			rel.Levels = append(rel.Levels, pq.Levels...)
-		} else if !pq.Settled {
-			decided = true
-		}
-	}
-	s.countSlots("grpc", algo.Release, &rel)
-	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(q.Paths))}
-	if decided {
-		s.noteUnmatched(q)
-		s.countLevels(b.d.Levels)
-		if b.d.Permit == 0 && b.d.Allowed {
-			s.countSlots("grpc", algo.Acquire, &b.d)
-		}
-		if !b.d.Allowed {
-			resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
-		}
-	}
-	switch {
-	case resp.OverallCode == rlv3.RateLimitResponse_OK:
-		s.m.grpcChecks.allowed.Inc()
-	case decided && onlyOwed(&b.d):
-		s.m.grpcChecks.debtRecorded.Inc()
-	default:
-		s.m.grpcChecks.limited.Inc()
-	}
-	denyUnmatched := s.current.Load().DenyUnmatched()
-	for i := range q.Paths {
-		switch pq := &q.Paths[i]; {
+	denyUnmatched := g.s.current.Load().DenyUnmatched()
+	for i := range c.Query.Paths {
+		switch pq := &c.Query.Paths[i]; {
+		case c.Failed:
+			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: resp.OverallCode}
 		case pq.End:
 			resp.Statuses[i] = descriptorStatus(pq, false)
 			resp.Statuses[i].Code = rlv3.RateLimitResponse_OK
@@ -236,8 +105,81 @@ func (g *rateLimitService) negativeHits(ctx context.Context, q *policy.Query, b 
 			resp.Statuses[i] = descriptorStatus(pq, denyUnmatched)
 		}
 	}
-	addHeaders(resp, &b.d, nil)
-	return resp, nil
+	if resp.OverallCode == rlv3.RateLimitResponse_OK && !c.Failed && c.Wait {
+		if units := quotaAsked(ctx); units > 0 {
+			resp.Quota = g.quota(ctx, &c.Query, units)
+		}
+	}
+	if c.Header == nil {
+		c.Header = http.Header{}
+	}
+	c.SetHeader(c.Header, true, false)
+	for _, f := range grpcFields {
+		if v := c.Header[f[1]]; len(v) > 0 {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: f[0], Value: v[0]})
+		}
+	}
+	return resp
+}
+
+// grpcFields are the header fields a gRPC answer adds (the draft's, and
+// Retry-After), as the draft spells them and as http.Header keys them.
+var grpcFields = [...][2]string{{"RateLimit-Policy", "Ratelimit-Policy"}, {"RateLimit", "Ratelimit"}, {"Retry-After", "Retry-After"}}
+
+// readRequest checks an RLS request and reads it into c's query: one
+// exact path per descriptor (domain, then each entry's key and value), at
+// the descriptor's hits_addend or else the request's (at least 1). A
+// descriptor with is_negative_hits is a stream's End, one with a
+// hits_addend of its own a Start (Envoy's rate_limits entry with
+// hits_addend: a start whose end may give it back; policy.PathQuery.Start).
+// The error is an InvalidArgument status.
+func readRequest(req *rlv3.RateLimitRequest, c *answer.Call) error {
+	switch n := len(req.GetDescriptors()); {
+	case req.GetDomain() == "":
+		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	case n == 0:
+		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	case n > maxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", n, maxDescriptors)
+	}
+	reqCost := int64(max(req.GetHitsAddend(), 1))
+	c.Query.Paths = slices.Grow(c.Query.Paths, len(req.Descriptors))[:len(req.Descriptors)]
+	pqs := c.Query.Paths
+	for i, d := range req.Descriptors {
+		if n := len(d.GetEntries()); n > maxEntries {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, n, maxEntries)
+		}
+		cost := reqCost
+		if h := d.GetHitsAddend(); h != nil {
+			if h.GetValue() > math.MaxInt32 {
+				return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
+			}
+			cost = int64(h.GetValue())
+		}
+		pq := &pqs[i]
+		pq.Cost, pq.Exact = cost, true
+		pq.End = d.GetIsNegativeHits()
+		pq.Start = !pq.End && d.GetHitsAddend() != nil
+		if o := d.GetLimit(); o != nil {
+			// A per-request limit, honoured where the node says
+			// request_limit (policy.PathQuery.Limit).
+			window, ok := overrideUnits[o.GetUnit()]
+			if !ok || o.GetRequestsPerUnit() == 0 {
+				return status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
+			}
+			pq.Limit = &algo.FixedWindow{Count: int64(o.GetRequestsPerUnit()), Window: window}
+		}
+		if len(d.GetEntries()) > 0 { // Envoy's service limits nothing for an empty descriptor
+			pq.Path = descriptorPath(req.Domain, d.Entries)
+		}
+	}
+	return nil
+}
+
+// hasEnds reports whether a query holds a stream's end (a descriptor
+// with is_negative_hits).
+func hasEnds(q *policy.Query) bool {
+	return slices.ContainsFunc(q.Paths, func(pq policy.PathQuery) bool { return pq.End })
 }
 
 // descriptorStatus is a decided path's answer: OK or OVER_LIMIT, with the
@@ -288,8 +230,8 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitR
 // gives for q (Server.grant), or nil. A failed grant is logged: the check
 // itself stands.
 func (g *rateLimitService) quota(ctx context.Context, q *policy.Query, units int64) *rlv3.RateLimitResponse_Quota {
-	sctx, cancel := g.s.storeCtx(ctx)
-	gr, err := g.s.grant(sctx, q, units)
+	gctx, cancel := context.WithTimeout(ctx, g.s.timeout)
+	gr, err := g.s.grant(gctx, q, units)
 	cancel()
 	if err != nil {
 		g.s.log.Warn("quota grant failed", "err", err)
@@ -301,26 +243,6 @@ func (g *rateLimitService) quota(ctx context.Context, q *policy.Query, units int
 	g.s.m.quotaGranted.Add(float64(gr.Units))
 	return &rlv3.RateLimitResponse_Quota{Requests: uint32(gr.Units),
 		ExpirationSpecifier: &rlv3.RateLimitResponse_Quota_ValidUntil{ValidUntil: timestamppb.New(gr.Until)}}
-}
-
-// addHeaders adds the RateLimit fields of the decision's enforced levels
-// to resp, and for a denial its Retry-After (the decision's Summary, as
-// the HTTP answer has it; none when it can never be admitted), built in
-// buf, which it returns for reuse.
-func addHeaders(resp *rlv3.RateLimitResponse, d *policy.Decision, buf []byte) []byte {
-	fields, end := headers.AppendDraftFields(buf[:0], d.Levels)
-	if end > 0 {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			&corev3.HeaderValue{Key: headers.Policy, Value: string(fields[:end])},
-			&corev3.HeaderValue{Key: headers.RateLimit, Value: string(fields[end:])})
-	}
-	if resp.OverallCode == rlv3.RateLimitResponse_OVER_LIMIT {
-		if secs, ok := headers.RetryAfterSeconds(d.Summary); ok {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-				&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
-		}
-	}
-	return fields[:0]
 }
 
 // quotaHeader is the gRPC request metadata by which a client asks for
@@ -356,23 +278,6 @@ func quotaAsked(ctx context.Context) int64 {
 		return 0
 	}
 	return n // the store grants at most its own bound
-}
-
-// storeErrorResponse is the answer when the store failed: every
-// descriptor OK (fail open) or OVER_LIMIT (fail closed).
-func (g *rateLimitService) storeErrorResponse(n int) *rlv3.RateLimitResponse {
-	code := rlv3.RateLimitResponse_OK
-	if g.s.failOpen {
-		g.s.m.grpcChecks.errAllowed.Inc()
-	} else {
-		code = rlv3.RateLimitResponse_OVER_LIMIT
-		g.s.m.grpcChecks.errDenied.Inc()
-	}
-	resp := &rlv3.RateLimitResponse{OverallCode: code, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, n)}
-	for i := range resp.Statuses {
-		resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: code}
-	}
-	return resp
 }
 
 // envoyUnits are Envoy's units with their lengths, as Envoy's rate limit

@@ -267,7 +267,7 @@ schema:
     children:
       "*": {limits: [{algorithm: fixed_window, limit: 100, window: 24h}]}
 `)
-	srv := httptest.NewServer(s.Handler()) // header values are the batch's until written
+	srv := httptest.NewServer(s.Handler()) // header values are the call's until written
 	defer srv.Close()
 	type answer struct {
 		Code   int

@@ -2,14 +2,18 @@ package server
 
 import (
 	"context"
+	"net/http"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
 )
@@ -267,4 +271,189 @@ func Version() string {
 		v += " " + at
 	}
 	return v
+}
+
+// observe counts an answered call in the metrics of its API: how long its
+// decision took, its unmatched paths, and what it answered.
+func (s *Server) observe(c *answer.Call) {
+	if c.Gone && c.Took == 0 {
+		return // nothing was decided
+	}
+	o, took := &s.m.httpChecks, s.m.httpDuration
+	switch c.API {
+	case "grpc":
+		o, took = &s.m.grpcChecks, s.m.grpcDuration
+	case "forward_auth":
+		o, took = &s.m.forwardChecks, s.m.forwardDuration
+	}
+	took.Observe(c.Took.Seconds())
+	if c.Err == nil {
+		s.noteUnmatched(&c.Query)
+	}
+	switch {
+	case c.Gone:
+	case c.Status == http.StatusBadRequest:
+		s.m.badRequests.WithLabelValues(c.API).Inc()
+	case c.Failed && c.Decision.Allowed:
+		o.errAllowed.Inc()
+	case c.Failed:
+		o.errDenied.Inc()
+	case c.API == "forward_auth":
+		s.countLevels(c.Decision.Levels)
+		if c.Decision.Allowed {
+			o.allowed.Inc()
+		} else {
+			o.limited.Inc()
+		}
+	default:
+		s.countLevels(c.Decision.Levels)
+		s.countSlots(c.API, algo.Acquire, &c.Decision)
+		o.count(&c.Decision)
+		var ends policy.Decision // the slots streams' ends released
+		for i := range c.Query.Paths {
+			if pq := &c.Query.Paths[i]; pq.End {
+				ends.Levels = append(ends.Levels, pq.Levels...)
+			}
+		}
+		s.countSlots(c.API, algo.Release, &ends)
+	}
+}
+
+// slotUnits returns the most units a decision's concurrency levels
+// admitted (an acquire) or freed (a release).
+func slotUnits(d *policy.Decision) int64 {
+	var n int64
+	for i := range d.Levels {
+		if l := &d.Levels[i]; isSlotLevel(l) {
+			n = max(n, l.Result.Admitted)
+		}
+	}
+	return n
+}
+
+// isSlotLevel reports whether a level is a concurrency limit's.
+func isSlotLevel(l *policy.Level) bool {
+	return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency
+}
+
+// hasSlotLevel reports whether a decision has a concurrency level.
+func hasSlotLevel(d *policy.Decision) bool {
+	for i := range d.Levels {
+		if isSlotLevel(&d.Levels[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// countSlots counts a decision's slot units in the metrics.
+func (s *Server) countSlots(api string, op algo.SlotOp, d *policy.Decision) {
+	switch {
+	case op == algo.Acquire && d.Allowed:
+		if n := slotUnits(d); n > 0 {
+			s.m.slots.WithLabelValues(api, "acquired").Add(float64(n))
+		}
+	case op == algo.Release:
+		if n := slotUnits(d); n > 0 {
+			s.m.slots.WithLabelValues(api, "released").Add(float64(n))
+		}
+	case op == algo.Renew && !d.Allowed:
+		s.m.slots.WithLabelValues(api, "lost").Inc()
+	}
+}
+
+// countLevels counts level outcomes in the metrics.
+func (s *Server) countLevels(levels []policy.Level) {
+	for i := range levels {
+		l := &levels[i]
+		c := s.m.node(l.Pattern)
+		switch {
+		case l.Result.Allowed:
+			c.allowed.Inc()
+		case l.Owed:
+			c.debtRecorded.Inc()
+		case l.Shadow:
+			c.shadowLimited.Inc()
+		default:
+			c.limited.Inc()
+		}
+	}
+}
+
+// With unmatched: allow (the default), a path that no limit matches is
+// admitted, and a typo in a path means no limit. So every unmatched path
+// counts in sluice_unmatched_paths_total, and the first path that falls
+// off the policy at each place (the deepest node it reached, and the
+// segment that matched nothing there) is logged, at most one line a
+// second and maxUnmatchedLogged places in all.
+
+// maxUnmatchedLogged bounds the places whose first unmatched path is
+// logged, however many callers' ids end up in unmatched segments.
+const maxUnmatchedLogged = 1000
+
+// unmatchedLog remembers where unmatched paths were logged.
+type unmatchedLog struct {
+	mu     sync.Mutex
+	logged map[string]bool
+	last   time.Time
+}
+
+// noteUnmatched counts and logs the unmatched paths of q, as decided.
+func (s *Server) noteUnmatched(q *policy.Query) {
+	for i := range q.Paths {
+		pq := &q.Paths[i]
+		if pq.End {
+			continue // a stream's end: it gave back, and decided nothing
+		}
+		if pq.LimitIgnored {
+			s.m.limitsIgnored.Inc()
+			if place := pq.Match.Hits[len(pq.Match.Hits)-1].Pattern; s.unmatched.first("request_limit "+place, time.Now()) {
+				s.log.Warn("a request's own limit was ignored: its node takes none (give it request_limit: {max: ..., window: ...}); later ones are only counted (sluice_request_limits_ignored_total)",
+					"node", place, "limit", pq.Limit.Count, "window", pq.Limit.Window.String())
+			}
+		}
+		if !pq.Match.Unmatched {
+			continue
+		}
+		s.m.unmatched.Inc()
+		place := pq.Match.Pattern
+		if pq.Match.Depth < len(pq.Path) {
+			place += "/" + truncate(pq.Path[pq.Match.Depth], 64)
+		}
+		if s.unmatched.first(place, time.Now()) {
+			path := make([]string, len(pq.Path))
+			for j, seg := range pq.Path {
+				path[j] = truncate(seg, 64)
+			}
+			how := "allowed (unmatched: allow)"
+			if s.current.Load().DenyUnmatched() {
+				how = "denied (unmatched: deny)"
+			}
+			s.log.Warn("a path matched no limit and was "+how+"; later ones that fall off the policy here are only counted (sluice_unmatched_paths_total)",
+				"path", path, "matched_to", pq.Match.Pattern, "depth", pq.Match.Depth)
+		}
+	}
+}
+
+// first reports whether place is logged now: the first time it is seen,
+// among the first maxUnmatchedLogged places, at most once a second.
+func (u *unmatchedLog) first(place string, now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.logged[place] || len(u.logged) >= maxUnmatchedLogged || now.Sub(u.last) < time.Second {
+		return false
+	}
+	if u.logged == nil {
+		u.logged = map[string]bool{}
+	}
+	u.logged[place], u.last = true, now
+	return true
+}
+
+// truncate shortens s to at most n bytes, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "...(" + strconv.Itoa(len(s)) + " bytes)"
 }

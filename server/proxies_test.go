@@ -97,13 +97,13 @@ func clientFrom(ip string) *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
 }
 
-type answer struct {
+type sent struct {
 	status int
 	body   string
 	h      http.Header
 }
 
-func send(t *testing.T, c *http.Client, method, url string, hdr map[string]string) answer {
+func send(t *testing.T, c *http.Client, method, url string, hdr map[string]string) sent {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
@@ -118,7 +118,7 @@ func send(t *testing.T, c *http.Client, method, url string, hdr map[string]strin
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return answer{resp.StatusCode, string(b), resp.Header}
+	return sent{resp.StatusCode, string(b), resp.Header}
 }
 
 // checkClientView runs what every proxy must show its clients, through
@@ -256,7 +256,7 @@ func TestTraefikForwardAuthHeaders(t *testing.T) {
 		t.Fatalf("traefik.yml's forwardAuth address is %q", url)
 	}
 	c := clientFrom("127.0.0.1") // Traefik, a trusted proxy
-	traefik := func(method, uri, client string, extra map[string]string) answer {
+	traefik := func(method, uri, client string, extra map[string]string) sent {
 		h := map[string]string{
 			"X-Forwarded-Method": method, "X-Forwarded-Proto": "https", "X-Forwarded-Host": "shop.example",
 			"X-Forwarded-Uri": uri, "X-Forwarded-For": client,
@@ -334,7 +334,7 @@ func TestForwardAuthStoreDown(t *testing.T) {
 				c.Store, c.OnStoreError = r.URL(), onErr
 			})
 			c := clientFrom("127.0.0.1")
-			ask := func(path string) answer {
+			ask := func(path string) sent {
 				return send(t, c, "GET", "http://"+sluiceAddr+path, map[string]string{"X-Forwarded-Uri": "/page", "X-Forwarded-Method": "GET", "X-Original-Uri": "/page", "X-Original-Method": "GET", "X-Forwarded-For": "203.0.113.7"})
 			}
 			if got := ask("/v1/forward-auth"); got.status != 200 {
@@ -397,7 +397,7 @@ func TestForwardAuthSeveralPaths(t *testing.T) {
 				p = proxytest.Caddy(t, conf, addr)
 			}
 			c := clientFrom("127.0.0.9")
-			get := func(key string) answer {
+			get := func(key string) sent {
 				return send(t, c, "GET", "http://"+p.Addr+"/api/orders", map[string]string{"X-Api-Key": key})
 			}
 			for i, want := range []int{200, 200, 429, 200, 200, 429} {
@@ -597,7 +597,7 @@ func TestLoginRecipeBehindNginx(t *testing.T) {
 		c.Store, c.Policy, c.PolicyData = rd.URL(), "", limits
 	})
 	p := proxytest.Nginx(t, conf, addr)
-	login := func(c *http.Client, user string) answer {
+	login := func(c *http.Client, user string) sent {
 		t.Helper()
 		uri := "http://" + p.Addr + "/login"
 		if user != "" {

@@ -131,9 +131,7 @@ func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
 			if refreshing.CompareAndSwap(false, true) {
 				go func() {
 					defer refreshing.Store(false)
-					sctx, cancel := s.storeCtx(ctx)
-					defer cancel()
-					if err := s.checker.Refresh(sctx); err != nil && ctx.Err() == nil {
+					if err := s.checker.Refresh(ctx); err != nil && ctx.Err() == nil {
 						s.storeFailed("overrides", err)
 					}
 				}()

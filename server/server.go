@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +31,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -82,9 +82,13 @@ type Server struct {
 	}
 	// forwardAuth is forward_auth compiled; nil when it has no routes.
 	forwardAuth *forwardAuth
-	// waiting counts the requests held for a policy's delay (delay.go).
-	waiting atomic.Int64
+	// pipe answers every check, whichever API decoded it.
+	pipe *answer.Pipeline
 }
+
+// defaultMaxWaiting is max_waiting's default: the requests held at once
+// for a policy's delay (answer.Pipeline.MaxWaiting).
+const defaultMaxWaiting = 10_000
 
 // maxHeaderBytes bounds a request's line and header fields on the HTTP
 // listeners: a request past it gets 431 from net/http. It matches what
@@ -144,7 +148,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.m = newMetrics(s.PingStore, s.timeout) // reads s.store when scraped
 	s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_delay_waiting", Help: "Requests held now for a policy's delay (gRPC and forward-auth).",
-	}, func() float64 { return float64(s.waiting.Load()) }))
+	}, func() float64 { return float64(s.pipe.Waiting.Load()) }))
 	p, stamp, err := s.loadPolicy()
 	if err != nil {
 		return nil, err
@@ -159,6 +163,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.checker = &policy.Checker{Policy: s.current, Store: s.store}
+	s.pipe = &answer.Pipeline{Checker: s.checker, Timeout: s.timeout, Timed: true, FailOpen: s.failOpen, MaxWaiting: int64(cfg.MaxWaiting), Log: log,
+		StoreFailed: func(*answer.Call, error) { s.m.storeErrors.Inc() },
+		Delayed: func(c *answer.Call, refused bool) {
+			if refused {
+				s.m.delayRefused.WithLabelValues(c.API).Inc()
+			} else {
+				s.m.delayed.WithLabelValues(c.API).Inc()
+			}
+		}}
 	s.consumers = newConsumerRecorder(s.store, cfg.Consumers, s.m.dropped, log)
 	if len(cfg.Queues) > 0 && !queue.Shared(s.store) {
 		s.store.Close()
@@ -449,92 +462,9 @@ func (s *Server) StoreKind() string { return store.Scheme(s.cfg.Store) }
 
 // --- deciding ---
 
-// storeCtx bounds ctx by the decision timeout when it has no earlier
-// deadline. A context without a deadline is left alone: the stores apply
-// the same timeout themselves (the Redis store is opened with it, and the
-// memory store does no I/O), which saves a timer per decision.
-func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) > s.timeout {
-		return context.WithTimeout(ctx, s.timeout)
-	}
-	return ctx, func() {}
-}
-
 // isBadRequest reports whether a store error is the request's fault.
 func isBadRequest(err error) bool {
 	return errors.Is(err, store.ErrBadRequest) || errors.Is(err, algo.ErrInvalid)
-}
-
-// batch is the reusable scratch space of one check.
-type batch struct {
-	q     policy.Query
-	d     policy.Decision
-	buf   []byte
-	body  []byte
-	path  []string
-	paths [][]string // a forward-auth route's policy paths
-	segs  []string   // a proxied URI's path segments (forward-auth)
-	hdr   [3]string  // backs header values until WriteHeader copies them
-}
-
-var batchPool = sync.Pool{New: func() any { return &batch{buf: make([]byte, 0, 1024), body: make([]byte, 0, 512)} }}
-
-// query returns the batch's query with n paths, emptied, each keeping the
-// capacity of its Hits.
-func (b *batch) query(n int) *policy.Query {
-	b.q.Time, b.q.Op, b.q.Permit, b.q.Within, b.q.Ticket = time.Time{}, policy.Check, 0, 0, ""
-	b.q.Paths = slices.Grow(b.q.Paths[:0], n)[:n]
-	for i := range b.q.Paths {
-		hits := b.q.Paths[i].Match.Hits
-		clear(hits)
-		b.q.Paths[i] = policy.PathQuery{Match: policy.Match{Hits: hits[:0]}}
-	}
-	return &b.q
-}
-
-// decidePath decides a path with every level on its walk (the HTTP
-// semantics) into b.d by op (for Renew and Release, of permit), and
-// returns what the path hit. A store failure is returned as is; the caller
-// applies the store-error policy.
-func (s *Server) decidePath(ctx context.Context, op policy.Op, permit int64, path []string, cost int64, b *batch) (*policy.PathQuery, error) {
-	q := b.query(1)
-	q.Op, q.Permit = op, permit
-	q.Paths[0].Path, q.Paths[0].Cost = path, cost
-	return &q.Paths[0], s.decideQuery(ctx, q, b)
-}
-
-// decidePaths is decidePath of a Check for several paths decided
-// together, all or nothing, each at cost.
-func (s *Server) decidePaths(ctx context.Context, paths [][]string, cost int64, b *batch) ([]policy.PathQuery, error) {
-	q := b.query(len(paths))
-	for i := range q.Paths {
-		q.Paths[i].Path, q.Paths[i].Cost = paths[i], cost
-	}
-	return q.Paths, s.decideQuery(ctx, q, b)
-}
-
-func (s *Server) decideQuery(ctx context.Context, q *policy.Query, b *batch) error {
-	sctx, cancel := s.storeCtx(ctx)
-	defer cancel()
-	return s.checker.Decide(sctx, q, &b.d)
-}
-
-// countLevels counts level outcomes in the metrics.
-func (s *Server) countLevels(levels []policy.Level) {
-	for i := range levels {
-		l := &levels[i]
-		c := s.m.node(l.Pattern)
-		switch {
-		case l.Result.Allowed:
-			c.allowed.Inc()
-		case l.Owed:
-			c.debtRecorded.Inc()
-		case l.Shadow:
-			c.shadowLimited.Inc()
-		default:
-			c.limited.Inc()
-		}
-	}
 }
 
 // storeFailed logs (at most once a second) and counts a store failure.

@@ -1,8 +1,9 @@
 package server
 
 import (
-	"github.com/sluicehq/sluice/policy"
 	"net/http"
+
+	"github.com/sluicehq/sluice/policy"
 )
 
 // settleRequest is the body of POST /v1/settle: the real cost of the
@@ -59,10 +60,8 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
 	for i, c := range costs {
 		q.Paths[i].Cost = c
 	}
-	ctx, cancel := s.storeCtx(r.Context())
-	defer cancel()
 	var d policy.Decision
-	err := s.checker.Decide(ctx, &q, &d)
+	err := s.checker.Decide(r.Context(), &q, &d)
 	settled := d.Settled
 	switch {
 	case isBadRequest(err):

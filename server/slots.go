@@ -1,11 +1,13 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -68,55 +70,30 @@ func (s *Server) handleSlot(op algo.SlotOp) http.HandlerFunc {
 			s.badRequest(w, err)
 			return
 		}
-		b := new(batch)
-		if _, err := s.decidePath(r.Context(), slotOp(op), permit, path, 0, b); err != nil {
-			s.slotFailed(w, err)
+		c := answer.Get("http")
+		defer c.Put()
+		c.Query.Paths = append(c.Query.Paths, policy.PathQuery{Path: path})
+		c.Query.Op, c.Query.Permit = slotOp(op), permit
+		if !s.answerSlots(w, r, c) {
 			return
 		}
-		if !hasSlotLevel(&b.d) {
+		if !hasSlotLevel(&c.Decision) {
 			s.badRequest(w, errors.New("the path has no concurrency limit: nothing holds slots there"))
 			return
 		}
-		s.countSlots("http", op, &b.d)
-		out := NewDecisionJSON(&b.d)
+		s.countSlots("http", op, &c.Decision)
+		out := AppendDecisionJSON(nil, &c.Decision)
 		if op == algo.Release {
-			freed := slotUnits(&b.d) > 0
-			out.Released = &freed
+			out = append(out[:len(out)-1], `,"released":`...)
+			out = append(strconv.AppendBool(out, slotUnits(&c.Decision) > 0), '}')
 		}
-		status := s.addDecisionHeaders(w.Header(), b, false)
-		if op == algo.Renew && !b.d.Allowed {
+		c.SetHeader(w.Header(), s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
+		if op == algo.Renew && !c.Decision.Allowed {
 			writeProblem(w, http.StatusNotFound, "permit "+strconv.FormatInt(permit, 10)+" holds no slot on this path: it was released, its hold ended, or it was never acquired; acquire anew with POST /v1/check")
 			return
 		}
-		writeJSON(w, status, out)
+		writeJSON(w, c.Status, json.RawMessage(out))
 	}
-}
-
-// slotUnits returns the most units a decision's concurrency levels
-// admitted (an acquire) or freed (a release).
-func slotUnits(d *policy.Decision) int64 {
-	var n int64
-	for i := range d.Levels {
-		if l := &d.Levels[i]; isSlotLevel(l) {
-			n = max(n, l.Result.Admitted)
-		}
-	}
-	return n
-}
-
-// isSlotLevel reports whether a level is a concurrency limit's.
-func isSlotLevel(l *policy.Level) bool {
-	return l.Limit != nil && l.Limit.Kind() == algo.KindConcurrency
-}
-
-// hasSlotLevel reports whether a decision has a concurrency level.
-func hasSlotLevel(d *policy.Decision) bool {
-	for i := range d.Levels {
-		if isSlotLevel(&d.Levels[i]) {
-			return true
-		}
-	}
-	return false
 }
 
 // badRequest answers 400 for a request that is the caller's
@@ -126,32 +103,23 @@ func (s *Server) badRequest(w http.ResponseWriter, err error) {
 	writeProblem(w, http.StatusBadRequest, err.Error())
 }
 
-// slotFailed answers a slot request whose decision failed: 400 when the
-// request was bad, else 503 with Retry-After (the store failed).
-func (s *Server) slotFailed(w http.ResponseWriter, err error) {
-	if isBadRequest(err) {
-		s.badRequest(w, err)
-		return
-	}
-	s.storeFailed("http", err)
-	w.Header().Set("Retry-After", "1")
-	writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+err.Error())
-}
-
-// countSlots counts a decision's slot units in the metrics.
-func (s *Server) countSlots(api string, op algo.SlotOp, d *policy.Decision) {
+// answerSlots answers a slot call, or refuses it when its decision
+// failed (false): 400 when the request was bad, else 503 with
+// Retry-After (the store failed).
+func (s *Server) answerSlots(w http.ResponseWriter, r *http.Request, c *answer.Call) bool {
+	s.pipe.Answer(r.Context(), c)
 	switch {
-	case op == algo.Acquire && d.Allowed:
-		if n := slotUnits(d); n > 0 {
-			s.m.slots.WithLabelValues(api, "acquired").Add(float64(n))
-		}
-	case op == algo.Release:
-		if n := slotUnits(d); n > 0 {
-			s.m.slots.WithLabelValues(api, "released").Add(float64(n))
-		}
-	case op == algo.Renew && !d.Allowed:
-		s.m.slots.WithLabelValues(api, "lost").Inc()
+	case c.Gone:
+		return false
+	case c.Status == http.StatusBadRequest:
+		s.badRequest(w, c.Err)
+		return false
+	case c.Failed:
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "store unavailable: "+c.Err.Error())
+		return false
 	}
+	return true
 }
 
 // handleAcquire serves POST /v1/acquire: a check (the body of POST
@@ -187,19 +155,21 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
-	b := new(batch)
-	if _, err := s.decidePath(r.Context(), policy.Acquire, 0, req.Path, cost, b); err != nil {
-		s.slotFailed(w, err)
+	c := answer.Get("http")
+	defer c.Put()
+	c.Query.Paths = append(c.Query.Paths, policy.PathQuery{Path: req.Path, Cost: cost})
+	c.Query.Op = policy.Acquire
+	if !s.answerSlots(w, r, c) {
 		return
 	}
-	if !hasSlotLevel(&b.d) { // the policy was reloaded between
+	if !hasSlotLevel(&c.Decision) { // the policy was reloaded between
 		s.badRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
-	s.countLevels(b.d.Levels)
-	s.countSlots("http", algo.Acquire, &b.d)
-	status := s.addDecisionHeaders(w.Header(), b, false)
-	writeJSON(w, status, NewDecisionJSON(&b.d))
+	s.countLevels(c.Decision.Levels)
+	s.countSlots("http", algo.Acquire, &c.Decision)
+	c.SetHeader(w.Header(), s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
+	writeJSON(w, c.Status, json.RawMessage(AppendDecisionJSON(nil, &c.Decision)))
 }
 
 // mayHoldSlots reports whether path hits a concurrency limit, or a list

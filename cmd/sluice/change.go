@@ -86,7 +86,7 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 		if err := c.Decide(ctx, &policy.Query{Paths: []policy.PathQuery{{Path: fs.Args()}}}, &dec); err != nil {
 			return fail(err)
 		}
-		out.State = server.NewDecisionJSON(&dec)
+		out.State = server.AppendDecisionJSON(nil, &dec)
 		b, _ := json.Marshal(out)
 		fmt.Fprintln(e.stdout, string(b))
 		return 0

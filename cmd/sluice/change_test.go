@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/server"
 )
 
 // loginPolicy: 3 tries a minute per account, blocking an account that
@@ -38,14 +37,14 @@ func TestServeChanges(t *testing.T) {
 	pol := policyFile(t, loginPolicy)
 	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, append(local, "--store", rd.URL(), "--policy", pol)...)
 	base := "http://" + p.http + "/admin/v1/"
-	change := func(kind, body string) (int, server.ChangeJSON, string) {
+	change := func(kind, body string) (int, changeJSON, string) {
 		t.Helper()
 		a := do(t, "POST", base+kind, token, body)
-		var c server.ChangeJSON
+		var c changeJSON
 		json.Unmarshal(a.body, &c)
 		return a.status, c, string(a.body)
 	}
-	own := func(c server.ChangeJSON) server.LevelJSON { return c.State.Levels[1] }
+	own := func(c changeJSON) levelJSON { return c.State.Levels[1] }
 
 	if a := do(t, "POST", base+"penalty", "", `{"path": ["login", "alex"], "units": 2}`); a.status != 401 {
 		t.Fatalf("without the token: %d", a.status)
@@ -84,10 +83,10 @@ func TestServeChanges(t *testing.T) {
 	}
 
 	// The CLI, on the same store: unblock, reward, then block again.
-	cli := func(args ...string) server.ChangeJSON {
+	cli := func(args ...string) changeJSON {
 		t.Helper()
 		status, out, errOut := runSluice(t, append(args[:1:1], append([]string{"--store", rd.URL(), "--policy", pol}, args[1:]...)...)...)
-		var c server.ChangeJSON
+		var c changeJSON
 		if status != 0 || json.Unmarshal([]byte(out), &c) != nil {
 			t.Fatalf("sluice %v: %d %s %s", args, status, out, errOut)
 		}
@@ -170,4 +169,10 @@ func TestChangeReachesTheService(t *testing.T) {
 	for p.check(`{"path": ["login", "mallory"]}`).status != 200 { // the over-limit cache hears of it within redis.ForgetPoll
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// changeJSON reads the answer of an admin change (server.ChangeJSON).
+type changeJSON struct {
+	Changed []string     `json:"changed"`
+	State   decisionJSON `json:"state"`
 }

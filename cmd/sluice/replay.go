@@ -155,7 +155,7 @@ flags:`)
 			if err := c.Decide(ctx, q, &d); err != nil {
 				return nil, err
 			}
-			return server.NewDecisionJSON(&d), nil
+			return json.RawMessage(server.AppendDecisionJSON(nil, &d)), nil
 		}
 	}
 

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -216,4 +217,97 @@ func TestParseCheckCosts(t *testing.T) {
 	if err != nil || !slices.Equal(req.Costs, []int64{0, 0}) {
 		t.Fatalf("costs %v: %v", req.Costs, err)
 	}
+}
+
+// DecisionJSON is AppendDecisionJSON's JSON as a struct, for the tests to
+// read answers with, and the reference its encoding is held to (what
+// encoding/json writes for NewDecisionJSON): the summary of
+// policy.Summarize in the shape of CL.THROTTLE's reply, plus every level
+// the request hit:
+//
+//	{"allowed": false, "limit": 16, "remaining": 0, "retry_after_ns": 1999000000,
+//	 "reset_after_ns": 31999000000, "matched": true, "levels": [
+//	   {"pattern": "user/*", "key": "user:alex", "spec": {"algorithm": "gcra", "burst": 15, "count": 30, "period": "1m0s"},
+//	    "shadow": false, "allowed": false, "limit": 16, "remaining": 0,
+//	    "retry_after_ns": 1999000000, "reset_after_ns": 31999000000}]}
+//
+// Durations are integer nanoseconds; retry_after_ns is 0 when allowed and -1
+// when the cost can never be admitted (it exceeds a limit, or the request
+// matched nothing under unmatched: deny). Levels is [] (never null) when the
+// request hit no level. A level's configured limit is under "spec" (the
+// algo.Spec JSON of replay events and limits.yaml), since "limit" is the
+// result's Quota (the IETF RateLimit-Policy's q), as in the summary.
+type DecisionJSON struct {
+	Allowed      bool        `json:"allowed"`
+	Quota        int64       `json:"limit"`
+	Remaining    int64       `json:"remaining"`
+	RetryAfterNs int64       `json:"retry_after_ns"`
+	ResetAfterNs int64       `json:"reset_after_ns"`
+	Matched      bool        `json:"matched"`
+	Levels       []LevelJSON `json:"levels"`
+	// DelayNs is how long an allowed request waits before it acts (a
+	// policy node's delay; see policy.Decision.Delay); 0 is omitted.
+	DelayNs int64 `json:"delay_ns,omitempty"`
+	// Listed is the allow or deny list entry that decided (see
+	// policy.Decision.Listed).
+	Listed string `json:"listed,omitempty"`
+	// Permit is the permit id under which an allowed check holds slots of
+	// concurrency limits (policy.Decision.Permit), in decimal: renew and
+	// release them with it (POST /v1/renew, /v1/release).
+	Permit string `json:"permit,omitempty"`
+	// Released, in the answer of POST /v1/release, reports whether the
+	// permit held slots that are now free (false: it held none, having
+	// been released before, lost its lease or never been acquired).
+	Released *bool `json:"released,omitempty"`
+	// StoreError is set, and the decision is the configured store-error
+	// policy's (allow or deny), when the store failed or timed out.
+	StoreError string `json:"store_error,omitempty"`
+	// SettleID, in the answer of an allowed check with "settle_within",
+	// is the id to settle its estimate with (POST /v1/settle).
+	SettleID string `json:"settle_id,omitempty"`
+}
+
+// LevelJSON is one level of a DecisionJSON: one limit of one policy node on
+// the request's path, and its result.
+type LevelJSON struct {
+	Pattern      string    `json:"pattern"`
+	Key          string    `json:"key"`
+	Spec         algo.Spec `json:"spec"`
+	Shadow       bool      `json:"shadow"`
+	Allowed      bool      `json:"allowed"`
+	Quota        int64     `json:"limit"`
+	Remaining    int64     `json:"remaining"`
+	RetryAfterNs int64     `json:"retry_after_ns"`
+	ResetAfterNs int64     `json:"reset_after_ns"`
+	// DeniedBy names, for a level that denied, the limit of its algorithm
+	// it waits for, as sluice replay's denied_by does: a sliding_log or
+	// window_counter limit's name or window, or "min_gap".
+	DeniedBy string `json:"denied_by,omitempty"`
+}
+
+// NewDecisionJSON converts a decision to its JSON form.
+func NewDecisionJSON(d *policy.Decision) DecisionJSON {
+	out := DecisionJSON{
+		Allowed:      d.Allowed,
+		Quota:        d.Summary.Quota,
+		Remaining:    d.Summary.Remaining,
+		RetryAfterNs: int64(d.Summary.RetryAfter),
+		ResetAfterNs: int64(d.Summary.ResetAfter),
+		Matched:      d.Matched,
+		Levels:       make([]LevelJSON, len(d.Levels)),
+		DelayNs:      int64(d.Delay),
+		Listed:       d.Listed,
+	}
+	if d.Permit != 0 {
+		out.Permit = strconv.FormatInt(d.Permit, 10)
+	}
+	for i, l := range d.Levels {
+		out.Levels[i] = LevelJSON{
+			Pattern: l.Pattern, Key: l.Key, Spec: levelSpec(&l), Shadow: l.Shadow,
+			Allowed: l.Result.Allowed, Quota: l.Result.Quota, Remaining: l.Result.Remaining,
+			RetryAfterNs: int64(l.Result.RetryAfter), ResetAfterNs: int64(l.Result.ResetAfter),
+			DeniedBy: levelDeniedBy(&l),
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package headers_test
+package answer
 
 import (
 	"strings"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/headers"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -26,8 +25,8 @@ func TestLevelNames(t *testing.T) {
 		{"tab\there", "k", "tab%09here"},
 	} {
 		lv := &policy.Level{Pattern: tc.pattern, Key: tc.key}
-		if got := string(headers.AppendLevelName(nil, lv)); got != tc.want {
-			t.Errorf("LevelName(%q, %q) = %q, want %q", tc.pattern, tc.key, got, tc.want)
+		if got := string(appendLevelName(nil, lv)); got != tc.want {
+			t.Errorf("appendLevelName(%q, %q) = %q, want %q", tc.pattern, tc.key, got, tc.want)
 		}
 	}
 }
@@ -43,14 +42,14 @@ func TestRateLimitFields(t *testing.T) {
 		{Pattern: `we"ird/é`, Key: "k", Limit: algo.Gate{Interval: time.Second},
 			Result: algo.Result{Allowed: true, Quota: 1, Remaining: 1}},
 	}
-	b, end := headers.AppendDraftFields(nil, levels)
+	b, end := appendDraftFields(nil, levels)
 	pol, rl := b[:end], b[end:]
 	wantPol := `"user/*";q=16;w=32, "user/*/trade#0";q=1000;w=3600, "we\"ird/%C3%A9";q=1;w=1`
 	wantRL := `"user/*";r=15;t=2, "user/*/trade#0";r=999;t=10, "we\"ird/%C3%A9";r=1;t=0`
 	if string(pol) != wantPol || string(rl) != wantRL {
 		t.Errorf("fields:\n %s\n %s\nwant\n %s\n %s", pol, rl, wantPol, wantRL)
 	}
-	if b, _ := headers.AppendDraftFields(nil, levels[2:3]); len(b) != 0 {
+	if b, _ := appendDraftFields(nil, levels[2:3]); len(b) != 0 {
 		t.Errorf("shadow-only levels gave fields %q", b)
 	}
 }
@@ -62,7 +61,7 @@ func TestEveryKindHasAWindow(t *testing.T) {
 		l := k.Example()
 		q, _ := algo.Quota(l)
 		lv := policy.Level{Pattern: "p", Key: "k", Limit: l, Result: algo.Result{Allowed: true, Quota: q, Remaining: q}}
-		b, end := headers.AppendDraftFields(nil, []policy.Level{lv})
+		b, end := appendDraftFields(nil, []policy.Level{lv})
 		if pol := string(b[:end]); !strings.Contains(pol, ";w=") {
 			t.Errorf("%v: RateLimit-Policy %q has no window", k, pol)
 		}

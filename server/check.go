@@ -6,22 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/internal/jsonenc"
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
+	"net/http"
 )
 
-// DecisionJSON is a hierarchical decision as JSON: the body of POST
-// /v1/check (and of the admin state endpoint), and one output line of
-// `sluice replay --policy`. It is the summary of policy.Summarize in the
-// shape of CL.THROTTLE's reply, plus every level the request hit:
+// AppendDecisionJSON appends a hierarchical decision as JSON to b: the
+// body of POST /v1/check (and of the admin state endpoint), and one output
+// line of `sluice replay --policy`. It is the summary of policy.Summarize
+// in the shape of CL.THROTTLE's reply, plus every level the request hit:
 //
 //	{"allowed": false, "limit": 16, "remaining": 0, "retry_after_ns": 1999000000,
 //	 "reset_after_ns": 31999000000, "matched": true, "levels": [
@@ -34,85 +37,24 @@ import (
 // matched nothing under unmatched: deny). Levels is [] (never null) when the
 // request hit no level. A level's configured limit is under "spec" (the
 // algo.Spec JSON of replay events and limits.yaml), since "limit" is the
-// result's Quota (the IETF RateLimit-Policy's q), as in the summary.
-type DecisionJSON struct {
-	Allowed      bool        `json:"allowed"`
-	Quota        int64       `json:"limit"`
-	Remaining    int64       `json:"remaining"`
-	RetryAfterNs int64       `json:"retry_after_ns"`
-	ResetAfterNs int64       `json:"reset_after_ns"`
-	Matched      bool        `json:"matched"`
-	Levels       []LevelJSON `json:"levels"`
-	// DelayNs is how long an allowed request waits before it acts (a
-	// policy node's delay; see policy.Decision.Delay); 0 is omitted.
-	DelayNs int64 `json:"delay_ns,omitempty"`
-	// Listed is the allow or deny list entry that decided (see
-	// policy.Decision.Listed).
-	Listed string `json:"listed,omitempty"`
-	// Permit is the permit id under which an allowed check holds slots of
-	// concurrency limits (policy.Decision.Permit), in decimal: renew and
-	// release them with it (POST /v1/renew, /v1/release).
-	Permit string `json:"permit,omitempty"`
-	// Released, in the answer of POST /v1/release, reports whether the
-	// permit held slots that are now free (false: it held none, having
-	// been released before, lost its lease or never been acquired).
-	Released *bool `json:"released,omitempty"`
-	// StoreError is set, and the decision is the configured store-error
-	// policy's (allow or deny), when the store failed or timed out.
-	StoreError string `json:"store_error,omitempty"`
-	// SettleID, in the answer of an allowed check with "settle_within",
-	// is the id to settle its estimate with (POST /v1/settle).
-	SettleID string `json:"settle_id,omitempty"`
-}
+// result's Quota (the IETF RateLimit-Policy's q), as in the summary; a
+// level that denied says under "denied_by" the limit of its algorithm it
+// waits for, as sluice replay's denied_by does (a sliding_log or
+// window_counter limit's name or window, or "min_gap").
+//
+// Then, when there is one: "delay_ns", how long an allowed request waits
+// before it acts (policy.Decision.Delay); "listed", the allow or deny list
+// entry that decided; "permit", in decimal, the permit id under which an
+// allowed check holds slots of concurrency limits, to renew and release
+// them with (POST /v1/renew, /v1/release). An answer adds "released"
+// (POST /v1/release: whether the permit held slots that are now free;
+// false: it held none, having been released before, lost its hold or never
+// been acquired), "store_error" (the store failed or timed out, and the
+// decision is on_store_error's) and "settle_id" (an allowed check with
+// "settle_within": the id to settle its estimate with, POST /v1/settle).
+func AppendDecisionJSON(b []byte, d *policy.Decision) []byte { return appendDecisionJSON(b, d, "") }
 
-// LevelJSON is one level of a DecisionJSON: one limit of one policy node on
-// the request's path, and its result.
-type LevelJSON struct {
-	Pattern      string    `json:"pattern"`
-	Key          string    `json:"key"`
-	Spec         algo.Spec `json:"spec"`
-	Shadow       bool      `json:"shadow"`
-	Allowed      bool      `json:"allowed"`
-	Quota        int64     `json:"limit"`
-	Remaining    int64     `json:"remaining"`
-	RetryAfterNs int64     `json:"retry_after_ns"`
-	ResetAfterNs int64     `json:"reset_after_ns"`
-	// DeniedBy names, for a level that denied, the limit of its algorithm
-	// it waits for, as sluice replay's denied_by does: a sliding_log or
-	// window_counter limit's name or window, or "min_gap".
-	DeniedBy string `json:"denied_by,omitempty"`
-}
-
-// NewDecisionJSON converts a decision to its JSON form.
-func NewDecisionJSON(d *policy.Decision) DecisionJSON {
-	out := DecisionJSON{
-		Allowed:      d.Allowed,
-		Quota:        d.Summary.Quota,
-		Remaining:    d.Summary.Remaining,
-		RetryAfterNs: int64(d.Summary.RetryAfter),
-		ResetAfterNs: int64(d.Summary.ResetAfter),
-		Matched:      d.Matched,
-		Levels:       make([]LevelJSON, len(d.Levels)),
-		DelayNs:      int64(d.Delay),
-		Listed:       d.Listed,
-	}
-	if d.Permit != 0 {
-		out.Permit = strconv.FormatInt(d.Permit, 10)
-	}
-	for i, l := range d.Levels {
-		out.Levels[i] = LevelJSON{
-			Pattern: l.Pattern, Key: l.Key, Spec: levelSpec(&l), Shadow: l.Shadow,
-			Allowed: l.Result.Allowed, Quota: l.Result.Quota, Remaining: l.Result.Remaining,
-			RetryAfterNs: int64(l.Result.RetryAfter), ResetAfterNs: int64(l.Result.ResetAfter),
-			DeniedBy: levelDeniedBy(&l),
-		}
-	}
-	return out
-}
-
-// appendDecisionJSON appends the JSON of NewDecisionJSON(d) (with
-// storeError as store_error) to b, byte for byte what encoding/json
-// writes for it, without its allocations.
+// appendDecisionJSON is AppendDecisionJSON with storeError as store_error.
 func appendDecisionJSON(b []byte, d *policy.Decision, storeError string) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
@@ -466,3 +408,279 @@ func stripJSONPrefix(s string) string {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 }
+
+// handleCheck serves POST /v1/check: 200 with the decision when allowed,
+// 429 when limited, with the RateLimit fields (and Retry-After when
+// denied, unless the cost can never be admitted); 400 with a problem+json
+// body for a malformed request. When the store fails, the answer is the
+// on_store_error policy's, with store_error set in the body and no
+// RateLimit fields.
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	c := answer.Get("http")
+	defer c.Put()
+	meta, ok := s.readCheck(w, r, c)
+	if !ok {
+		return
+	}
+	s.pipe.Answer(r.Context(), c)
+	s.observe(c)
+	switch {
+	case c.Gone:
+		return
+	case c.Status == http.StatusBadRequest:
+		writeProblem(w, c.Status, c.Err.Error())
+		return
+	case len(meta) > 0 && c.Decision.Allowed && !c.Failed:
+		for i := range c.Query.Paths {
+			if pq := &c.Query.Paths[i]; pq.Cost > 0 {
+				s.consumers.record(pq.Match.Hits, pq.Cost, meta)
+			}
+		}
+	}
+	s.writeCheck(w, c)
+}
+
+// readCheck decodes a check's body into c: its query, and what it does
+// beside deciding; and returns its meta. A body that cannot be read or is
+// bad is refused here (ok false).
+func (s *Server) readCheck(w http.ResponseWriter, r *http.Request, c *answer.Call) (meta json.RawMessage, ok bool) {
+	body, ok := s.readBodyOrRefuse(w, r, c.Body[:0])
+	c.Body = body[:0]
+	if !ok {
+		return nil, false
+	}
+	var req checkRequest
+	cost := int64(1)
+	path, n, hasCost, fast := parseCheckFast(body, c.Path[:0])
+	c.Path = path[:0]
+	if fast {
+		req.Path = path
+		if hasCost {
+			cost = n
+		}
+	} else {
+		var err error
+		if req, err = parseCheckRequest(body); err != nil {
+			s.badRequest(w, err)
+			return nil, false
+		}
+		if req.Cost != nil {
+			cost = *req.Cost
+		}
+	}
+	paths := max(len(req.Paths), 1)
+	c.Query.Paths = slices.Grow(c.Query.Paths, paths)[:paths]
+	pqs := c.Query.Paths
+	for i := range pqs {
+		pqs[i].Path, pqs[i].Cost, pqs[i].Limit = req.Path, cost, req.limit
+		if req.Paths != nil {
+			pqs[i].Path = req.Paths[i]
+		}
+		if req.Costs != nil {
+			pqs[i].Cost = req.Costs[i]
+		}
+		// A check that takes slots takes them under a new permit id,
+		// which the answer gives for /v1/renew and /v1/release.
+		if pqs[i].Cost > 0 {
+			c.Query.Op = policy.Acquire
+		}
+	}
+	if req.within > 0 {
+		c.Query.Op, c.Query.Within = policy.Estimate, req.within
+	}
+	return req.Meta, true
+}
+
+// writeCheck answers a check: its status, the header fields and the
+// decision's JSON.
+func (s *Server) writeCheck(w http.ResponseWriter, c *answer.Call) {
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	c.SetHeader(h, s.cfg.Headers != "legacy", s.cfg.Headers != "draft")
+	storeErr := ""
+	if c.Failed {
+		storeErr = "store unavailable: " + c.Err.Error()
+	}
+	out := appendDecisionJSON(c.Buf[:0], &c.Decision, storeErr)
+	if c.Decision.Ticket != "" {
+		out = append(out[:len(out)-1], `,"settle_id":`...)
+		out = append(jsonenc.AppendString(out, c.Decision.Ticket), '}')
+	}
+	out = append(out, '\n')
+	c.Buf = out[:0]
+	if len(out) > 2048 { // past what net/http measures by itself
+		h["Content-Length"] = []string{strconv.Itoa(len(out))}
+	}
+	w.WriteHeader(c.Status)
+	w.Write(out)
+}
+
+// contentTypeJSON is shared by every answer: net/http only reads it.
+var contentTypeJSON = []string{"application/json"}
+
+// errTooLarge is readBody's error for a body over maxBodyBytes: a 413.
+var errTooLarge = errors.New("the body is too large")
+
+// readBodyOrRefuse reads the body into buf (readBody), or answers 413 for
+// one over maxBodyBytes and 400 for one that cannot be read, counts the
+// bad request and reports false.
+func (s *Server) readBodyOrRefuse(w http.ResponseWriter, r *http.Request, buf []byte) ([]byte, bool) {
+	body, err := readBody(r, buf)
+	if err != nil {
+		s.m.badRequests.WithLabelValues("http").Inc()
+		status := http.StatusBadRequest
+		if errors.Is(err, errTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeProblem(w, status, err.Error())
+		return body, false
+	}
+	return body, true
+}
+
+// readBody reads at most maxBodyBytes of the body into buf.
+func readBody(r *http.Request, buf []byte) ([]byte, error) {
+	if r.ContentLength > maxBodyBytes {
+		return buf, fmt.Errorf("%w: %d bytes, more than %d", errTooLarge, r.ContentLength, maxBodyBytes)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		room := buf[len(buf):min(cap(buf), maxBodyBytes+1)]
+		if len(room) == 0 {
+			break
+		}
+		n, err := r.Body.Read(room)
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return buf, bodyErrorf("reading the body: %v", err)
+		}
+	}
+	if len(buf) > maxBodyBytes {
+		return buf, fmt.Errorf("%w: more than %d bytes", errTooLarge, maxBodyBytes)
+	}
+	return buf, nil
+}
+
+// parseCheckFast decodes the common check body, {"path": [...], "cost": n},
+// without reflection. It gives up (ok false) on anything unusual, such as
+// escapes, non-ASCII bytes, meta, duplicate or unknown fields, or a value
+// of another type, and the caller then decodes with parseCheckRequest,
+// which also words the errors; when ok, the result is what
+// parseCheckRequest would return (TestParseCheckFastAgrees and
+// FuzzParseCheck check that). What it pays: bench/NOTES.md, "What each
+// micro-optimisation pays".
+func parseCheckFast(b []byte, path []string) (_ []string, cost int64, hasCost, ok bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return path, 0, false, false
+	}
+	i = skipWS(b, i+1)
+	seenPath := false
+	if i < len(b) && b[i] == '}' {
+		return path, 0, false, false // no path: let the slow path word it
+	}
+	for {
+		key, j, ok := fastString(b, i)
+		if !ok {
+			return path, 0, false, false
+		}
+		i = skipWS(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return path, 0, false, false
+		}
+		i = skipWS(b, i+1)
+		switch key {
+		case "path":
+			if seenPath || i >= len(b) || b[i] != '[' {
+				return path, 0, false, false
+			}
+			seenPath = true
+			i = skipWS(b, i+1)
+			if i < len(b) && b[i] == ']' {
+				return path, 0, false, false
+			}
+			for {
+				s, j, ok := fastString(b, i)
+				if !ok || s == "" || len(path) == maxPathSegments { // "": the slow path words the error
+					return path, 0, false, false
+				}
+				path = append(path, s)
+				i = skipWS(b, j)
+				if i >= len(b) {
+					return path, 0, false, false
+				}
+				if b[i] == ']' {
+					i++
+					break
+				}
+				if b[i] != ',' {
+					return path, 0, false, false
+				}
+				i = skipWS(b, i+1)
+			}
+		case "cost":
+			if hasCost {
+				return path, 0, false, false
+			}
+			start := i
+			for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+				cost = cost*10 + int64(b[i]-'0')
+				i++
+			}
+			n := i - start
+			if n == 0 || n > 18 || n > 1 && b[start] == '0' || i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+				return path, 0, false, false
+			}
+			hasCost = true
+		default:
+			return path, 0, false, false
+		}
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return path, 0, false, false
+		}
+		if b[i] == '}' {
+			i++
+			break
+		}
+		if b[i] != ',' {
+			return path, 0, false, false
+		}
+		i = skipWS(b, i+1)
+	}
+	if skipWS(b, i) != len(b) || !seenPath {
+		return path, 0, false, false
+	}
+	return path, cost, hasCost, true
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// fastString reads a JSON string of printable ASCII without escapes
+// starting at b[i].
+func fastString(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", i, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x7f:
+			return "", j, false
+		}
+	}
+	return "", len(b), false
+}

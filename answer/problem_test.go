@@ -1,4 +1,4 @@
-package problem
+package answer
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 
 func TestWrite(t *testing.T) {
 	rec := httptest.NewRecorder()
-	Write(rec, http.StatusTeapot, "", "", `says "no" <now>`, func(b []byte) []byte { return append(b, `,"extra":1`...) })
+	writeProblem(rec, http.StatusTeapot, "", "", `says "no" <now>`, func(b []byte) []byte { return append(b, `,"extra":1`...) })
 	if rec.Code != http.StatusTeapot || rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("status %d, content type %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
@@ -44,8 +44,8 @@ func TestStatus(t *testing.T) {
 		{policy.Decision{Matched: false, Levels: []policy.Level{allowed, shadowDenied}}, http.StatusForbidden},
 		{policy.Decision{Matched: false, Levels: []policy.Level{denied}}, http.StatusTooManyRequests}, // over a quota too
 	} {
-		if got := Status(&c.d); got != c.want {
-			t.Errorf("Status(%+v) = %d, want %d", c.d, got, c.want)
+		if got := status(&c.d, false); got != c.want {
+			t.Errorf("status(%+v) = %d, want %d", c.d, got, c.want)
 		}
 	}
 }
