@@ -123,10 +123,7 @@ var leasedQuota = []string{"Lease", "Leaser", "LeaseFor", "MaxLease", "LeaseStat
 // the identifiers of other meanings, where a file's own identifiers tell
 // which meaning it is about; and a slot's hold out of what lease says.
 func TestOneWordPerIdea(t *testing.T) {
-	// server/, policy/ and httplimit/ are rewritten in other branches of
-	// issue 55 at the time of writing: the lead drops them from here when
-	// they land.
-	files := goFiles(t, "server", "httplimit")
+	files := goFiles(t)
 	if len(files) < 100 {
 		t.Fatalf("only %d files: is the walk right?", len(files))
 	}

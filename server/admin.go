@@ -204,10 +204,10 @@ type levelHoldersJSON struct {
 // holderJSON is one holder: its permit id (empty for slots taken for no
 // permit, such as Envoy's), its slots and when its hold ends.
 type holderJSON struct {
-	Permit    string `json:"permit,omitempty"`
-	Units     int64  `json:"units"`
-	LeaseEnds string `json:"lease_ends"` // RFC 3339, µs
-	LeftNs    int64  `json:"lease_left_ns"`
+	Permit   string `json:"permit,omitempty"`
+	Units    int64  `json:"units"`
+	HoldEnds string `json:"lease_ends"` // RFC 3339, µs; the wire keeps its first name
+	LeftNs   int64  `json:"lease_left_ns"`
 }
 
 // handleHolders serves GET /admin/v1/holders: the holders of every
@@ -254,7 +254,7 @@ func (s *Server) handleHolders(w http.ResponseWriter, r *http.Request) {
 				if i >= maxHoldersListed {
 					continue
 				}
-				hj := holderJSON{Units: x.Units, LeaseEnds: time.UnixMicro(x.End).UTC().Format("2006-01-02T15:04:05.000000Z07:00"), LeftNs: int64(time.UnixMicro(x.End).Sub(now))}
+				hj := holderJSON{Units: x.Units, HoldEnds: time.UnixMicro(x.End).UTC().Format("2006-01-02T15:04:05.000000Z07:00"), LeftNs: int64(time.UnixMicro(x.End).Sub(now))}
 				if x.Permit != 0 {
 					hj.Permit = strconv.FormatInt(x.Permit, 10)
 				}

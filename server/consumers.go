@@ -89,35 +89,35 @@ func (r *consumerRecorder) record(hits []policy.Hit, cost int64, meta json.RawMe
 
 func (r *consumerRecorder) run() {
 	defer close(r.done)
-	batch := make([]store.Consumed, 0, 256)
+	pending := make([]store.Consumed, 0, 256)
 	flush := func() {
-		if len(batch) == 0 {
+		if len(pending) == 0 {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if err := r.log.PushConsumers(ctx, batch, r.max, r.ttl); err != nil {
-			n := len(batch)
+		if err := r.log.PushConsumers(ctx, pending, r.max, r.ttl); err != nil {
+			n := len(pending)
 			var d *store.DroppedError
 			if errors.As(err, &d) {
 				n = d.Dropped
 			}
 			r.dropped.Add(float64(n))
-			r.logger.Debug("consumers: entries dropped", "n", len(batch), "err", err)
+			r.logger.Debug("consumers: entries dropped", "n", len(pending), "err", err)
 		}
 		cancel()
-		clear(batch)
-		batch = batch[:0]
+		clear(pending)
+		pending = pending[:0]
 	}
 	for it := range r.q {
-		batch = append(batch, it)
+		pending = append(pending, it)
 	drain:
-		for len(batch) < cap(batch) {
+		for len(pending) < cap(pending) {
 			select {
 			case it, ok := <-r.q:
 				if !ok {
 					break drain
 				}
-				batch = append(batch, it)
+				pending = append(pending, it)
 			default:
 				break drain
 			}

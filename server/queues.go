@@ -25,9 +25,9 @@ type QueueConfig struct {
 	Capacity int `yaml:"capacity"`
 }
 
-// queueSlot opens its queue on first use: the Redis store may still be
+// lazyQueue opens its queue on first use: the Redis store may still be
 // connecting when the server starts.
-type queueSlot struct {
+type lazyQueue struct {
 	name  string
 	cfg   QueueConfig
 	lock  chan struct{} // held (full) while the queue is being opened
@@ -36,38 +36,38 @@ type queueSlot struct {
 	read  bool        // stats were read once
 }
 
-func newQueueSlot(name string, cfg QueueConfig) *queueSlot {
-	return &queueSlot{name: name, cfg: cfg, lock: make(chan struct{}, 1)}
+func newLazyQueue(name string, cfg QueueConfig) *lazyQueue {
+	return &lazyQueue{name: name, cfg: cfg, lock: make(chan struct{}, 1)}
 }
 
-// openQueue returns the slot's queue, opening it on first use. A caller
+// openQueue returns lq's queue, opening it on first use. A caller
 // waits for another's opening no longer than its ctx allows.
-func (s *Server) openQueue(ctx context.Context, slot *queueSlot) (*queue.Queue, error) {
-	if q := slot.q.Load(); q != nil {
+func (s *Server) openQueue(ctx context.Context, lq *lazyQueue) (*queue.Queue, error) {
+	if q := lq.q.Load(); q != nil {
 		return q, nil
 	}
 	select {
-	case slot.lock <- struct{}{}:
+	case lq.lock <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("queue %s: opening: %w", slot.name, ctx.Err())
+		return nil, fmt.Errorf("queue %s: opening: %w", lq.name, ctx.Err())
 	}
-	defer func() { <-slot.lock }()
-	if q := slot.q.Load(); q != nil {
+	defer func() { <-lq.lock }()
+	if q := lq.q.Load(); q != nil {
 		return q, nil
 	}
 	// The config is the queue's definition: its capacity is set, for
 	// every producer (the CLI's too), before the queue is opened.
-	if err := queue.Define(ctx, s.store, slot.name, slot.cfg.Capacity); err != nil {
+	if err := queue.Define(ctx, s.store, lq.name, lq.cfg.Capacity); err != nil {
 		return nil, err
 	}
-	q, err := queue.Open(ctx, s.store, slot.name, queue.Options{Capacity: slot.cfg.Capacity})
+	q, err := queue.Open(ctx, s.store, lq.name, queue.Options{Capacity: lq.cfg.Capacity})
 	if err != nil {
 		return nil, err
 	}
 	if w := queue.EvictionWarning(ctx, s.store); w != "" {
-		s.log.Warn(w, "queue", slot.name)
+		s.log.Warn(w, "queue", lq.name)
 	}
-	slot.q.Store(q)
+	lq.q.Store(q)
 	return q, nil
 }
 
@@ -97,8 +97,8 @@ const maxEchoedName = 64
 // and a retry with the same Idempotency-Key answers 200 if it was.
 func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	slot := s.queues[name]
-	if slot == nil {
+	lq := s.queues[name]
+	if lq == nil {
 		shown := strconv.Quote(name)
 		if len(name) > maxEchoedName {
 			shown = fmt.Sprintf("%q... (%d bytes)", strings.ToValidUTF8(name[:maxEchoedName], ""), len(name))
@@ -125,7 +125,7 @@ func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	defer cancel()
-	q, err := s.openQueue(ctx, slot)
+	q, err := s.openQueue(ctx, lq)
 	var a queue.Added
 	if err == nil {
 		a, err = q.Add(ctx, fields, key)
@@ -145,7 +145,7 @@ func (s *Server) handleQueueAdd(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusUnprocessableEntity, fmt.Sprintf("Idempotency-Key %q was added (entry %s) with other fields; nothing was queued", key, a.ID))
 	case err != nil:
 		if n, ok := s.errLog.Allow(time.Now()); ok {
-			s.log.Error("queue add failed", "queue", slot.name, "err", err, "withheld", n)
+			s.log.Error("queue add failed", "queue", lq.name, "err", err, "withheld", n)
 		}
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set("Idempotency-Key", key)
@@ -207,13 +207,13 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	t.Stop()
 	s.queueStats.Lock()
 	defer s.queueStats.Unlock()
-	for _, slot := range s.queues {
-		if !slot.read {
+	for _, lq := range s.queues {
+		if !lq.read {
 			continue
 		}
-		st := &slot.stats
+		st := &lq.stats
 		g := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, t, v, slot.name)
+			ch <- prometheus.MustNewConstMetric(d, t, v, lq.name)
 		}
 		g(queueDescs.length, prometheus.GaugeValue, float64(st.Length))
 		g(queueDescs.pending, prometheus.GaugeValue, float64(st.Pending))
@@ -229,9 +229,9 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 // readQueueStats reads each queue's stats, each within the store's
 // timeout, then closes done.
 func (s *Server) readQueueStats(done chan struct{}) {
-	for _, slot := range s.queues {
+	for _, lq := range s.queues {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		q, err := s.openQueue(ctx, slot)
+		q, err := s.openQueue(ctx, lq)
 		var st queue.Stats
 		if err == nil {
 			st, err = q.Stats(ctx)
@@ -239,7 +239,7 @@ func (s *Server) readQueueStats(done chan struct{}) {
 		cancel()
 		if err == nil {
 			s.queueStats.Lock()
-			slot.stats, slot.read = st, true
+			lq.stats, lq.read = st, true
 			s.queueStats.Unlock()
 		}
 	}

@@ -71,10 +71,10 @@ type Server struct {
 	grpcSrv   *grpc.Server
 	health    *health.Server
 	inflight  sync.WaitGroup
-	queues    map[string]*queueSlot
+	queues    map[string]*lazyQueue
 	// grpcTLS and httpTLS serve the listeners over TLS (nil: plain).
 	grpcTLS, httpTLS *tlsFiles
-	// queueStats guards each queueSlot's stats; reading is closed when
+	// queueStats guards each lazyQueue's stats; reading is closed when
 	// the read in flight ends (nil when none is).
 	queueStats struct {
 		sync.Mutex
@@ -177,9 +177,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		s.store.Close()
 		return nil, errors.New("config: queues need a Redis store (--store redis://...): on the memory store no worker process could drain them")
 	}
-	s.queues = make(map[string]*queueSlot, len(cfg.Queues))
+	s.queues = make(map[string]*lazyQueue, len(cfg.Queues))
 	for name, qc := range cfg.Queues {
-		s.queues[name] = newQueueSlot(name, qc)
+		s.queues[name] = newLazyQueue(name, qc)
 	}
 	if len(s.queues) > 0 {
 		s.m.reg.MustRegister(queueCollector{s})
