@@ -342,10 +342,7 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 	}
 	d.Levels = d.Levels[:0]
 	d.Matched = true
-	d.Listed = ""
-	if listed.List != "" {
-		d.Listed = listed.String()
-	}
+	d.Listed = listed.String()
 	deny := false
 	var delay time.Duration
 	k := 0

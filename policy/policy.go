@@ -471,7 +471,7 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 		if c == nil {
 			break
 		}
-		if (c.allow != nil || c.deny != nil) && c.listsAddrs() && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
+		if c.listsAddrs() && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
 			// One address, one spelling: keyed and listed by its canonical
 			// form, or refused.
 			a, ok := addrSegment(seg)

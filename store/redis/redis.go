@@ -111,9 +111,6 @@ func (s *Store) decide(ctx context.Context, orig []store.Request, results []algo
 	}
 	if s.leases != nil {
 		for i := range reqs {
-			if !reqs[i].Lease {
-				continue // most requests: no call
-			}
 			if _, ok := leasable(&reqs[i]); ok {
 				return s.decideLeased(ctx, reqs, results)
 			}
