@@ -1,6 +1,7 @@
 package envoydiff
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -165,7 +166,7 @@ func TestAgainstEnvoy(t *testing.T) {
 				h.Write([]byte(f.name))
 				r := rand.New(rand.NewPCG(seed, h.Sum64()+uint64(n)))
 				cfg, unit, steps := f.gen(r)
-				s := &sequence{feature: f.name, pair: f.pair, n: n, config: cfg, unit: unit, headers: f.headers, json: f.json, steps: steps}
+				s := &sequence{feature: f.name, pair: f.pair, n: n, config: cfg, unit: unit, headers: f.headers, meta: f.meta, json: f.json, steps: steps}
 				jobs = append(jobs, job{s, seed})
 				if configs[f.pair] == nil {
 					configs[f.pair] = map[string]string{}
@@ -253,7 +254,7 @@ func runSequence(p *pair, s *sequence, seed uint64, attempt int) run {
 		if s.feature == *traceFlag {
 			out.details = append(out.details, fmt.Sprintf("%s step %d: %s\n\tenvoy  %s\n\tsluice %s", out.domain, i, oneLine(req), answerLine(e), answerLine(sl)))
 		}
-		diffs := compare(e, sl, s.headers, t1.Sub(t0))
+		diffs := compare(e, sl, s.headers, s.meta, t1.Sub(t0))
 		if len(diffs) == 0 {
 			out.agreed++
 			out.named++
@@ -351,6 +352,7 @@ const (
 	fRemaining = "limit_remaining"
 	fReset     = "duration_until_reset"
 	fHeaders   = "response_headers_to_add"
+	fMetadata  = "dynamic_metadata"
 	fHTTP      = "http_status"
 )
 
@@ -360,8 +362,8 @@ const (
 // until reset (at a second's tolerance beyond the time the two answers
 // took: envoyproxy/ratelimit counts the clock's whole seconds); with
 // headers, the response headers too (the reset header at the same
-// tolerance).
-func compare(e, s answer, headers bool, took time.Duration) []diff {
+// tolerance); with metadata, the dynamic metadata.
+func compare(e, s answer, headers, metadata bool, took time.Duration) []diff {
 	var out []diff
 	if e.status != s.status {
 		out = append(out, diff{fHTTP, fmt.Sprintf("http_status: envoy %d, sluice %d", e.status, s.status)})
@@ -414,6 +416,11 @@ func compare(e, s answer, headers bool, took time.Duration) []diff {
 			out = append(out, diff{fHeaders, fmt.Sprintf("response_headers_to_add: envoy %v, sluice %v", eh, sh)})
 		}
 	}
+	if metadata {
+		if em, sm := metadataText(er), metadataText(sr); em != sm {
+			out = append(out, diff{fMetadata, fmt.Sprintf("dynamic_metadata: envoy %s, sluice %s", em, sm)})
+		}
+	}
 	return out
 }
 
@@ -422,6 +429,21 @@ func limitText(l *rlv3.RateLimitResponse_RateLimit) string {
 		return "none"
 	}
 	return fmt.Sprintf("%d/%v name=%q", l.RequestsPerUnit, l.Unit, l.Name)
+}
+
+// metadataText is an answer's dynamic metadata as JSON without white
+// space (protobuf's JSON and its text format of a descriptor's limit
+// space their output at random, differently in each binary), its keys
+// sorted.
+func metadataText(r *rlv3.RateLimitResponse) string {
+	if r.DynamicMetadata == nil {
+		return "none"
+	}
+	b, err := json.Marshal(r.DynamicMetadata.AsMap())
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(strings.Fields(string(b)), "")
 }
 
 // headerText is an answer's response headers, lower-cased names, sorted.

@@ -181,6 +181,10 @@ type EnvoyConfig struct {
 	LimitHeader     string `yaml:"limit_header" default:"RateLimit-Limit"`
 	RemainingHeader string `yaml:"remaining_header" default:"RateLimit-Remaining"`
 	ResetHeader     string `yaml:"reset_header" default:"RateLimit-Reset"`
+	// DynamicMetadata (RESPONSE_DYNAMIC_METADATA) sets each answer's
+	// dynamic_metadata as envoyproxy/ratelimit sets it: the request's
+	// domain, descriptors and hits_addend.
+	DynamicMetadata bool `yaml:"dynamic_metadata"`
 }
 
 // TLSConfig names the files of one side of a TLS connection: its

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"math"
@@ -15,6 +16,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -267,6 +269,41 @@ func TestEnvoyResponseHeaders(t *testing.T) {
 	for k := range w.Header() {
 		if strings.HasPrefix(strings.ToLower(k), "ratelimit") {
 			t.Errorf("/json: HTTP header %s: Sluice's own RateLimit fields", k)
+		}
+	}
+}
+
+// TestEnvoyDynamicMetadata: serving Envoy's configuration with
+// envoy.dynamic_metadata (RESPONSE_DYNAMIC_METADATA), an answer's
+// dynamic_metadata is the request's as envoyproxy/ratelimit writes it
+// (envoydiff compares it with that service's, but for a descriptor's own
+// limit, which this checks); without it, or serving a limits.yaml, none.
+func TestEnvoyDynamicMetadata(t *testing.T) {
+	ctx := context.Background()
+	with := Config{EnvoyConfigDir: envoyDir(t), Envoy: EnvoyConfig{DynamicMetadata: true}}
+	on, _ := envoyGRPC(t, with)
+	limited := desc("tenant", "a", "user", "u")
+	limited.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
+	req := &rlv3.RateLimitRequest{Domain: "gw", HitsAddend: 2, Descriptors: []*rlcommon.RateLimitDescriptor{hitsOf(0, "tenant", "a"), limited}}
+	r, err := on.ShouldRateLimit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(r.DynamicMetadata.AsMap())
+	want := `{"descriptors":[{"entries":["tenant=a"],"hitsAddend":0},{"entries":["tenant=a","user=u"],"limit":"requests_per_unit:5unit:HOUR"}],"domain":"gw","hitsAddend":2,"quotaModeEnabled":false}`
+	if strings.Join(strings.Fields(string(got)), "") != want {
+		t.Errorf("dynamic_metadata %s, want %s (but for spaces)", got, want)
+	}
+
+	off, _ := envoyGRPC(t, Config{EnvoyConfigDir: envoyDir(t)})
+	pol, _, err := envoyimport.Convert([]envoyimport.File{{Name: "gw.yaml", Data: []byte(envoyAnswerConfig)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := envoyGRPC(t, Config{PolicyData: pol, PolicyName: "limits.yaml", Envoy: EnvoyConfig{DynamicMetadata: true}})
+	for name, c := range map[string]rlv3.RateLimitServiceClient{"without dynamic_metadata": off, "a limits.yaml": own} {
+		if r, err := c.ShouldRateLimit(ctx, req); err != nil || r.DynamicMetadata != nil {
+			t.Errorf("%s: %v, %v; want no dynamic_metadata", name, r.GetDynamicMetadata(), err)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/algo"
@@ -78,7 +79,48 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	case c.Status == http.StatusBadRequest:
 		return nil, status.Error(codes.InvalidArgument, c.Err.Error())
 	}
-	return g.response(ctx, c), nil
+	resp := g.response(ctx, c)
+	if s.cfg.servesEnvoy() && s.cfg.Envoy.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req)
+	}
+	return resp, nil
+}
+
+// dynamicMetadata is envoyproxy/ratelimit's dynamic metadata of a request
+// (RESPONSE_DYNAMIC_METADATA), as the version envoydiff runs writes it:
+// its domain, each descriptor's entries ("key=value"), per-request limit
+// (in protobuf's text format) and hits_addend, the request's hits_addend
+// unless 0, and quotaModeEnabled: false, as no limit of the drop-in is in
+// quota mode (quota_mode is a plain limit; with none, there are no
+// quotaModeViolations either).
+func dynamicMetadata(req *rlv3.RateLimitRequest) *structpb.Struct {
+	ds := make([]*structpb.Value, 0, len(req.Descriptors))
+	for _, d := range req.Descriptors {
+		if d == nil {
+			continue
+		}
+		entries := make([]*structpb.Value, len(d.Entries))
+		for i, e := range d.Entries {
+			entries[i] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		ds = append(ds, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	out := map[string]*structpb.Value{
+		"domain":           structpb.NewStringValue(req.GetDomain()),
+		"descriptors":      structpb.NewListValue(&structpb.ListValue{Values: ds}),
+		"quotaModeEnabled": structpb.NewBoolValue(false),
+	}
+	if h := req.GetHitsAddend(); h != 0 {
+		out["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	return &structpb.Struct{Fields: out}
 }
 
 // response is the answer of a decided call: each descriptor's status

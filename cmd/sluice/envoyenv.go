@@ -116,7 +116,7 @@ var envoyVars = []envoyVar{
 	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", ""},
 	{"LIMIT_RESET_HEADER", "RateLimit-Reset", ""},
 	{"QUOTA_MODE", "false", "quota mode is a descriptor's (quota_mode, a plain limit)"},
-	{"RESPONSE_DYNAMIC_METADATA", "false", "answers carry no dynamic metadata"},
+	{"RESPONSE_DYNAMIC_METADATA", "false", ""},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "the client pipelines over its own connections"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", "/readyz and the store's metrics say when Redis is down"},
 	{"REDIS_PERSECOND_SOCKET_TYPE", "unix", "one Redis holds every limit"},
@@ -202,7 +202,8 @@ func applyEnvoyEnv(cfg *server.Config, getenv func(string) string) (ignored []st
 		cfg.Redis.TLS = server.TLSConfig{CAFile: get("REDIS_TLS_CACERT"), CertFile: get("REDIS_TLS_CLIENT_CERT"), KeyFile: get("REDIS_TLS_CLIENT_KEY")}
 	}
 	cfg.Envoy = server.EnvoyConfig{ResponseHeaders: on("LIMIT_RESPONSE_HEADERS_ENABLED"),
-		LimitHeader: get("LIMIT_LIMIT_HEADER"), RemainingHeader: get("LIMIT_REMAINING_HEADER"), ResetHeader: get("LIMIT_RESET_HEADER")}
+		LimitHeader: get("LIMIT_LIMIT_HEADER"), RemainingHeader: get("LIMIT_REMAINING_HEADER"), ResetHeader: get("LIMIT_RESET_HEADER"),
+		DynamicMetadata: on("RESPONSE_DYNAMIC_METADATA")}
 	if p := get("CACHE_KEY_PREFIX"); p != "" {
 		cfg.Redis.Prefix = p
 	}
