@@ -135,11 +135,12 @@ func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.R
 	}
 	p := g.s.current.Load()
 	denyUnmatched := p.DenyUnmatched()
-	var e *envoyAnswer
+	var ea envoyAnswer
+	var e *envoyAnswer // Sluice's own answers when nil
 	if g.s.cfg.servesEnvoy() {
-		e = &envoyAnswer{now: time.Now()}
+		ea.now, e = time.Now(), &ea
 		if rc := g.s.rlconfig.Load(); rc != nil && rc.p == p {
-			e.unlimited = rc.unlimited
+			ea.unlimited = rc.unlimited
 		}
 	}
 	for i := range c.Query.Paths {

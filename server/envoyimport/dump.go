@@ -59,7 +59,10 @@ func dump(b *strings.Builder, unlimited map[string]bool, prefix, pattern string,
 		} else {
 			value = "*"
 		}
-		pat := pattern + string(d.Key) + "/" + value
+		var pat string // the node's pattern, made only when needed
+		if d.RateLimit != nil && d.RateLimit.Unlimited || len(d.Descriptors) > 0 {
+			pat = pattern + string(d.Key) + "/" + value
+		}
 		if rl := d.RateLimit; rl != nil {
 			if rl.Unlimited {
 				unlimited[pat] = true
