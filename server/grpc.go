@@ -223,6 +223,10 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitR
 	st.CurrentLimit = envoyLimit(mine[best].Limit, name)
 	st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(r.ResetAfter)
+	if !r.Allowed && mine[best].Shadow && len(pq.Match.Hits) == 1 && pq.Match.Hits[0].QuotaMode {
+		// Over quota: envoyproxy/ratelimit answers it OK, without a reset.
+		st.DurationUntilReset = nil
+	}
 	return st
 }
 
