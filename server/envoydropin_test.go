@@ -8,6 +8,8 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // dropIn serves envoyproxy/ratelimit's configuration files (name, text)
@@ -65,5 +67,70 @@ descriptors:
 	}
 	if r := ask(desc("n", "v"), desc("q", "v")); r.OverallCode != rlv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].Code != rlv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("n's 4th: %v, want OVER_LIMIT", r)
+	}
+}
+
+// TestDropInRequestLimits: the drop-in honours a descriptor's own limit
+// as envoyproxy/ratelimit does, with no request_limit: in place of the
+// configured limit, on one counter with it when the unit is the same (and
+// on one of its own when not); on a descriptor no rule matches; in place
+// of unlimited; 0 admits nothing; in a domain that is not configured,
+// nothing.
+func TestDropInRequestLimits(t *testing.T) {
+	g := dropIn(t, "t.yaml", `domain: t
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: ldap
+    rate_limit: {unlimited: true}
+`)
+	ask := func(domain string, d *rlcommon.RateLimitDescriptor) *rlv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		r, err := g.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (r.OverallCode == rlv3.RateLimitResponse_OK) != (r.Statuses[0].Code == rlv3.RateLimitResponse_OK) {
+			t.Fatalf("%v: overall code and status differ", r)
+		}
+		return r.Statuses[0]
+	}
+	over := func(kv []string, n uint32, unit typev3.RateLimitUnit) *rlcommon.RateLimitDescriptor {
+		d := desc(kv...)
+		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
+		return d
+	}
+	type want struct {
+		ok        bool
+		limit     uint32 // 0: no current limit
+		remaining uint32
+	}
+	for _, c := range []struct {
+		what string
+		d    *rlcommon.RateLimitDescriptor
+		want want
+	}{
+		{"configured, 1 of 3", desc("tenant", "a"), want{true, 3, 2}},
+		{"override 5 an hour, on the same counter: 2 of 5", over([]string{"tenant", "a"}, 5, typev3.RateLimitUnit_HOUR), want{true, 5, 3}},
+		{"override 5 an hour: 3 of 5", over([]string{"tenant", "a"}, 5, typev3.RateLimitUnit_HOUR), want{true, 5, 2}},
+		{"configured again: 4 of 3", desc("tenant", "a"), want{false, 3, 0}},
+		{"override 2 a minute, a counter of its own: 1 of 2", over([]string{"tenant", "a"}, 2, typev3.RateLimitUnit_MINUTE), want{true, 2, 1}},
+		{"no rule matches: 1 of 1", over([]string{"free", "x"}, 1, typev3.RateLimitUnit_HOUR), want{true, 1, 0}},
+		{"no rule matches: 2 of 1", over([]string{"free", "x"}, 1, typev3.RateLimitUnit_HOUR), want{false, 1, 0}},
+		{"unlimited, overridden: 1 of 1", over([]string{"ldap", "u"}, 1, typev3.RateLimitUnit_DAY), want{true, 1, 0}},
+		{"unlimited, overridden: 2 of 1", over([]string{"ldap", "u"}, 1, typev3.RateLimitUnit_DAY), want{false, 1, 0}},
+		{"0 an hour admits nothing", over([]string{"tenant", "b"}, 0, typev3.RateLimitUnit_HOUR), want{false, 0, 0}},
+	} {
+		st := ask("t", c.d)
+		got := want{st.Code == rlv3.RateLimitResponse_OK, st.CurrentLimit.GetRequestsPerUnit(), st.LimitRemaining}
+		if got != c.want {
+			t.Errorf("%s: %v, want %+v", c.what, st, c.want)
+		}
+	}
+	if st := ask("other", over([]string{"tenant", "a"}, 1, typev3.RateLimitUnit_HOUR)); st.Code != rlv3.RateLimitResponse_OK || st.CurrentLimit != nil {
+		t.Errorf("a domain not configured: %v, want OK with no limit, as Envoy's", st)
+	}
+	if n := testutil.ToFloat64(g.s.m.limitsIgnored); n != 0 {
+		t.Errorf("%v per-request limits counted as ignored, want none", n)
 	}
 }
