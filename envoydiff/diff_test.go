@@ -134,7 +134,7 @@ var knownReasons = map[string]string{
 	"5":        "issue 56 item 5: answer fields (remaining on OVER_LIMIT, reset of a key with nothing counted, a descriptor without rate_limit or children, hits_addend above 2^31-1, an unnamed rule's name)",
 	"7":        "issue 56 item 7: response headers",
 	"twice":    "not in issue 56: a descriptor twice in one request: envoyproxy/ratelimit answers each with the count after its own increment, Sluice each with the count after the request's",
-	"negative": "not in issue 56: is_negative_hits, which envoyproxy/ratelimit at this version does not read (it charges the descriptor), and Sluice gives back",
+	"negative": "kept on purpose (docs/envoy-migration.md): is_negative_hits gives back in Sluice, as Envoy's filter means it and later envoyproxy/ratelimit (#1140) reads it; the version run here does not read it and charges the hits",
 	"shadow":   "issue 56, what to build: SHADOW_MODE=true (global shadow mode) is not honoured",
 	"stop":     "issue 56, what to build: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true is not honoured (envoyproxy/ratelimit then still counts the key that goes over)",
 }
