@@ -50,6 +50,9 @@
 //   - shadow: true: the limits of the node and of every node below it are
 //     checked and reported but not enforced, for rolling out new limits
 //     (for a path decided Exact, as Envoy matches, the node's own only).
+//   - quota_mode: true: shadow: true, and the service's Envoy answer
+//     reports the node's denial as envoyproxy/ratelimit reports a
+//     quota_mode descriptor's: OK, with nothing left and no reset.
 //   - lease: true, on a node whose limits are all fixed_window: a store
 //     with leased quota (the Redis store's LeaseFor, the service's
 //     redis.lease_for) may admit the node's requests from units it took
@@ -154,7 +157,8 @@ type node struct {
 	// (Level.AppendSpecJSON).
 	specJSON  [][]byte
 	shadow    bool // the node or an ancestor is shadow
-	ownShadow bool // the node itself says shadow: true
+	ownShadow bool // the node itself says shadow: true (or quota_mode: true)
+	quotaMode bool // the node itself says quota_mode: true (see Hit.QuotaMode)
 	unlimited bool
 	children  map[string]*node // named children
 	globs     []*node          // children whose names are patterns, in file order
@@ -314,6 +318,10 @@ type Hit struct {
 	// Shadow reports whether the node's denials are reported but not
 	// enforced.
 	Shadow bool
+	// QuotaMode reports whether the node says quota_mode: true: it is
+	// shadow, and an Envoy answer reports its denial as envoyproxy/ratelimit
+	// reports a quota_mode descriptor's (OK, nothing left, no reset).
+	QuotaMode bool
 	// Name is the node's name (its name field), and Replaces the names of
 	// the nodes it replaces: when several paths are decided together
 	// (policy.Checker.Decide), a hit on a node whose name another hit
@@ -367,7 +375,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, specJSON: n.specJSON, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, QuotaMode: n.quotaMode, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, specJSON: n.specJSON, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node
