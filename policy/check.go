@@ -368,11 +368,11 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 				// A level only when it denies: allowed, it limits nothing
 				// a caller could spend.
 				if r := sc.index[k]; r >= 0 && !sc.results[r].Allowed {
-					d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: hit.escalate.limit, Shadow: hit.Shadow, Result: sc.results[r]})
+					d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: hit.escalate.limit, Shadow: hit.Shadow, Result: sc.results[r], specJSON: hit.escalate.specJSON})
 				}
 				k++
 			}
-			for _, l := range hit.Limits {
+			for j, l := range hit.Limits {
 				r := sc.index[k]
 				k++
 				if r < 0 {
@@ -393,6 +393,9 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 				lv := &d.Levels[len(d.Levels)-1]
 				lv.Pattern, lv.Name, lv.Key, lv.Limit, lv.Shadow, lv.Result = hit.Pattern, hit.Name, sc.reqs[r].Key, l, hit.Shadow, res
 				lv.Owed = !res.Allowed && sc.reqs[r].Cost > 0 && sc.reqs[r].Plan.Debt()
+				if hit.specJSON != nil {
+					lv.specJSON = hit.specJSON[j]
+				}
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]
@@ -436,7 +439,7 @@ func applyRequestLimit(pq *PathQuery) error {
 	if err != nil {
 		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
 	}
-	h.Limits, h.plans, h.noDebt = []algo.Limit{l}, []algo.Plan{plan}, nil
+	h.Limits, h.plans, h.noDebt, h.specJSON = []algo.Limit{l}, []algo.Plan{plan}, nil, nil
 	// A key of its own per window: the same count whatever the number
 	// (as envoyproxy/ratelimit keys a descriptor's limit by its unit).
 	h.Key += "#per-" + strconv.FormatInt(int64(l.Window/time.Millisecond), 10) + "ms"

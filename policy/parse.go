@@ -328,6 +328,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		l.escalateNode(nd, escalated, yamlfile.Sub(path, "escalate"))
 	}
 	nd.noDebt = withoutDebt(nd.plans)
+	nd.specJSON = specsJSON(nd.limits...)
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Global: nd.global, Delay: nd.delay}
 	return nd
 }
@@ -688,7 +689,7 @@ func (l *loader) escalation(v ast.Node, path string) *escalation {
 		l.Errorf(v, path, "%s", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
 		return nil
 	}
-	return &escalation{limit: lim, plan: plan, denials: ec.Denials > 0}
+	return &escalation{limit: lim, plan: plan, specJSON: specsJSON(lim)[0], denials: ec.Denials > 0}
 }
 
 // escalateNode checks a node's escalate against the nodes below it: it

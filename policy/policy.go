@@ -152,7 +152,10 @@ type node struct {
 	plans   []algo.Plan  // the limits compiled, for the requests: read-only
 	// noDebt are the plans an Estimate decides with: a limit with debt
 	// without it, since a denied estimate records nothing (nil: no debt).
-	noDebt    []algo.Plan
+	noDebt []algo.Plan
+	// specJSON are the limits as their Spec's JSON, for the answers
+	// (Level.AppendSpecJSON).
+	specJSON  [][]byte
 	shadow    bool // the node or an ancestor is shadow
 	ownShadow bool // the node itself says shadow: true (or quota_mode: true)
 	quotaMode bool // the node itself says quota_mode: true (see Hit.QuotaMode)
@@ -187,9 +190,10 @@ type node struct {
 // denials) of the levels below it on a path, counted in a fixed window
 // whose limit is one less than the count that blocks the node's key.
 type escalation struct {
-	limit   algo.Blocking // a FixedWindow and its block
-	plan    algo.Plan
-	denials bool
+	limit    algo.Blocking // a FixedWindow and its block
+	plan     algo.Plan
+	specJSON []byte // limit as JSON (node.specJSON)
+	denials  bool
 }
 
 // escalateKey is the state key of a hit's escalation: the hit's key and
@@ -345,6 +349,9 @@ type Hit struct {
 	// plans are Limits compiled when the policy loaded: the requests carry
 	// them; noDebt, those an Estimate's carry (node.noDebt).
 	plans, noDebt []algo.Plan
+	// specJSON are Limits as JSON (node.specJSON); nil for limits not
+	// made when the policy loaded (a request's own).
+	specJSON [][]byte
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
 	// node is the node's index in its policy's nodes.
@@ -368,7 +375,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, QuotaMode: n.quotaMode, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, QuotaMode: n.quotaMode, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, specJSON: n.specJSON, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

@@ -55,7 +55,7 @@ type Options struct {
 	// Log receives connection events (nil: slog.Default()).
 	Log *slog.Logger
 	// OverLimitCache, when positive, makes a shared store keep an exact
-	// over-limit cache of about that many keys (see store/redis/internal/overlimit); 0
+	// over-limit cache of about that many keys (see store/redis/overlimit.go); 0
 	// turns it off.
 	OverLimitCache int
 	// LeaseFor, when positive, lets a shared store admit requests with
