@@ -195,6 +195,27 @@ type LeaseStats struct {
 	Keys, Leased int64
 }
 
+// Sharer is a store that decides global limits from its region's shares,
+// charged at a home (the Redis store with Options.Home): ShareStats
+// returns what its refills did, for an operator to watch.
+type Sharer interface {
+	ShareStats() ShareStats
+}
+
+// ShareStats are a Sharer's counters since it opened, over the refills
+// this store ran (one store a region refills a key at a time).
+type ShareStats struct {
+	// Keys is how many global keys the store follows.
+	Keys int64
+	// Credited is the units charged at home and credited to the
+	// region's shares (a window's and those charged ahead); GivenBack the
+	// unused units taken from the shares and given back to home.
+	Credited, GivenBack int64
+	// HomeFailures is how many calls to home failed (cut off, home
+	// failing over, or not on HomeReplicas replicas in time).
+	HomeFailures int64
+}
+
 // Granter is a store that can grant quota to a client that admits
 // requests on its own, such as an Envoy proxy given quota in the rate
 // limit protocol's RateLimitResponse.Quota: Grant counts units more of the
