@@ -9,7 +9,8 @@
 // asks for with a type assertion: Pinger (is the server reachable),
 // Resetter (forget keys), Clock (the store's
 // time), ConsumerLog (who consumed a key), DenialCache and Leaser and
-// Granter (answers without a round trip), HolderLister (who holds slots),
+// Granter (answers without a round trip), Sharer (a region's shares of
+// global limits), HolderLister (who holds slots),
 // Adjuster (penalty, reward, block, unblock) and Script (a user's
 // limiter). Admission queues are package queue's (its backend,
 // queue/backend), not a store capability. A store's insides stay in its
