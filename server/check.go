@@ -189,51 +189,25 @@ func bodyErrorf(format string, args ...any) error {
 	return &errBody{fmt.Sprintf(format, args...)}
 }
 
-// decodeBody decodes a request body into v: one JSON value, with no
-// field v does not have and none twice; the error says what is wrong with
-// the body.
+// decodeBody decodes a request body into v: one JSON object (jsonReader
+// reads it, and refuses a field given twice), then encoding/json into v,
+// refusing a field v does not have; the error says what is wrong with the
+// body.
 func decodeBody(body []byte, v any) error {
+	r := jsonReader{b: body}
+	if err := r.object("", nil, func(int) error { return r.skip() }); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return describeJSONError(body, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return bodyErrorf("malformed JSON: more than one value in the body")
-	}
-	if k := repeatedField(body); k != "" {
-		return bodyErrorf("%q is given twice: give each field once", k)
+	var typ *json.UnmarshalTypeError
+	switch err := dec.Decode(v); {
+	case errors.As(err, &typ):
+		return bodyErrorf("%q must be %s, got a JSON %s", typ.Field, wantType(typ.Field), typ.Value)
+	case err != nil: // json: unknown field "x"
+		return bodyErrorf("%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
-}
-
-// repeatedField returns a field of the body's top-level object that
-// appears twice (encoding/json matches names in any case, and keeps the
-// last), or "".
-func repeatedField(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	var seen []string
-	for dec.More() {
-		t, err := dec.Token()
-		k, ok := t.(string)
-		if err != nil || !ok {
-			return ""
-		}
-		for _, s := range seen {
-			if strings.EqualFold(s, k) {
-				return k
-			}
-		}
-		seen = append(seen, k)
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return ""
-		}
-	}
-	return ""
 }
 
 // checkFields are the fields of a check body, in checkRequest's order.
@@ -362,7 +336,7 @@ func parseCheckRequest(body []byte, path []string) (checkRequest, error) {
 }
 
 // jsonReader reads JSON from b at i, a value at a time, with
-// encoding/json's grammar and the wording of describeJSONError.
+// encoding/json's grammar and clear errors.
 type jsonReader struct {
 	b     []byte
 	i     int
@@ -421,10 +395,11 @@ func (r *jsonReader) null() bool {
 	return false
 }
 
-// object reads the object of field ("" for the body), whose keys are
-// names (matched in any case, each given once), calling set with the
-// index of each key's name, with i at its value; a null value is skipped.
-// For the body, one object and nothing after it.
+// object reads the object of field ("" for the body), each key given
+// once (in any case, as encoding/json matches names), calling set with the
+// index of its name in names (any key, -1, when names is nil), with i at
+// its value; a null value is skipped. For the body, one object and nothing
+// after it.
 func (r *jsonReader) object(field string, names []string, set func(int) error) error {
 	switch c := r.next(); {
 	case c == 0 && field == "":
@@ -432,18 +407,24 @@ func (r *jsonReader) object(field string, names []string, set func(int) error) e
 	case c != '{':
 		return r.typeError(field, "an object")
 	}
-	var seen uint64
+	var seen uint64   // names' bits
+	var keys []string // names nil: the keys
 	err := r.members(func(key string) error {
-		f := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, key) })
+		same := func(n string) bool { return strings.EqualFold(n, key) }
+		f := slices.IndexFunc(names, same)
 		switch {
-		case f < 0:
+		case f < 0 && names != nil:
 			return bodyErrorf("unknown field %q", key)
-		case seen&(1<<f) != 0:
+		case f >= 0 && seen&(1<<f) != 0 || f < 0 && slices.ContainsFunc(keys, same):
 			return bodyErrorf("%q is given twice: give each field once", key)
-		case r.null():
+		case f < 0:
+			keys = append(keys, key)
+		default:
+			seen |= 1 << f
+		}
+		if r.null() {
 			return nil
 		}
-		seen |= 1 << f
 		return set(f)
 	})
 	if err == nil && field == "" && r.next() != 0 {
@@ -697,27 +678,6 @@ func firstBytes(b []byte, n int) string {
 	return string(b)
 }
 
-// describeJSONError turns a decoding error into a message for the client.
-func describeJSONError(body []byte, err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.Is(err, io.EOF):
-		return bodyErrorf("empty body: want a JSON object such as {\"path\": [\"user\", \"alex\"]}")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return bodyErrorf("malformed JSON: the body ends in the middle of a value")
-	case errors.As(err, &syn):
-		return bodyErrorf("malformed JSON at byte %d: %v", syn.Offset, syn)
-	case errors.As(err, &typ):
-		if typ.Field != "" {
-			return bodyErrorf("%q must be %s, got a JSON %s", typ.Field, wantType(typ.Field), typ.Value)
-		}
-		return bodyErrorf("the body must be a JSON object, got a JSON %s", typ.Value)
-	}
-	// json: unknown field "x"
-	return bodyErrorf("%s", stripJSONPrefix(err.Error()))
-}
-
 func wantType(field string) string {
 	switch field {
 	case "path", "path[]":
@@ -728,14 +688,6 @@ func wantType(field string) string {
 		return "an array of integers"
 	}
 	return "another type"
-}
-
-func stripJSONPrefix(s string) string {
-	const p = "json: "
-	if len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 }
