@@ -637,15 +637,9 @@ func (p *parser) mapKeyText(n ast.Node) string {
 }
 
 func (p *parser) parseMapValue(ctx *context, key ast.MapKeyNode, colonTk *Token) (ast.Node, error) {
-	tk := ctx.currentToken()
-	if tk == nil {
-		return newNullNode(ctx, ctx.addNullValueToken(colonTk)), nil
-	}
-
 	keyCol := key.GetToken().Position.Column
 	keyLine := key.GetToken().Position.Line
-
-	if tk.Column() != keyCol && tk.Line() == keyLine && (tk.GroupType() == TokenGroupMapKey || tk.GroupType() == TokenGroupMapKeyValue) {
+	if tk := ctx.currentToken(); tk != nil && tk.Column() != keyCol && tk.Line() == keyLine && (tk.GroupType() == TokenGroupMapKey || tk.GroupType() == TokenGroupMapKeyValue) {
 		// a: b:
 		//    ^
 		//
@@ -653,78 +647,93 @@ func (p *parser) parseMapValue(ctx *context, key ast.MapKeyNode, colonTk *Token)
 		//    ^
 		return nil, errSyntax("mapping value is not allowed in this context", tk.RawToken())
 	}
+	return p.parseValue(ctx, colonTk, keyLine, keyCol, p.isMapToken, "")
+}
 
-	if tk.Column() == keyCol && p.isMapToken(tk) {
+func (p *parser) parseSequenceValue(ctx *context, seqTk *Token) (ast.Node, error) {
+	isEntry := func(tk *Token) bool { return tk.Type() == token.SequenceEntryType }
+	return p.parseValue(ctx, seqTk, seqTk.Line(), seqTk.Column(), isEntry, " sequence")
+}
+
+// parseValue parses the value of a mapping key or a sequence entry (at,
+// its colon or dash; the key or entry on line at column col; Sluice's
+// fork: the library wrote it twice, in parseMapValue and
+// parseSequenceValue): sibling says whether a token starts the next key or
+// entry, where (" sequence" or "") words the errors.
+func (p *parser) parseValue(ctx *context, at *Token, line, col int, sibling func(*Token) bool, where string) (ast.Node, error) {
+	tk := ctx.currentToken()
+	if tk == nil {
+		return newNullNode(ctx, ctx.addNullValueToken(at)), nil
+	}
+
+	if tk.Column() == col && sibling(tk) {
 		// in this case,
 		// ----
 		// key: <value does not defined>
 		// next
-		return newNullNode(ctx, ctx.insertNullToken(colonTk)), nil
+		return newNullNode(ctx, ctx.insertNullToken(at)), nil
 	}
 
-	if tk.Line() == keyLine && tk.GroupType() == TokenGroupAnchorName &&
-		ctx.nextToken().Column() == keyCol && p.isMapToken(ctx.nextToken()) {
+	if tk.Line() == line && tk.GroupType() == TokenGroupAnchorName &&
+		ctx.nextToken().Column() == col && sibling(ctx.nextToken()) {
 		// in this case,
 		// ----
 		// key: &anchor
 		// next
-		group := &TokenGroup{
-			Type:   TokenGroupAnchor,
-			Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
-		}
-		anchor, err := p.parseAnchor(ctx.withGroup(group), group)
-		if err != nil {
-			return nil, err
-		}
-		ctx.goNext()
-		return anchor, nil
+		return p.parseNullAnchor(ctx, tk)
 	}
 
-	if tk.Column() <= keyCol && tk.GroupType() == TokenGroupAnchorName {
+	if tk.Column() <= col && tk.GroupType() == TokenGroupAnchorName {
 		// key: <value does not defined>
 		// &anchor
-		return nil, errSyntax("anchor is not allowed in this context", tk.RawToken())
+		return nil, errSyntax("anchor is not allowed in this"+where+" context", tk.RawToken())
 	}
-	if tk.Column() <= keyCol && tk.Type() == token.TagType {
+	if tk.Column() <= col && tk.Type() == token.TagType {
 		// key: <value does not defined>
 		// !!tag
-		return nil, errSyntax("tag is not allowed in this context", tk.RawToken())
+		return nil, errSyntax("tag is not allowed in this"+where+" context", tk.RawToken())
 	}
 
-	if tk.Column() < keyCol {
+	if tk.Column() < col {
 		// in this case,
 		// ----
 		//   key: <value does not defined>
 		// next
-		return newNullNode(ctx, ctx.insertNullToken(colonTk)), nil
+		return newNullNode(ctx, ctx.insertNullToken(at)), nil
 	}
 
-	if tk.Line() == keyLine && tk.GroupType() == TokenGroupAnchorName &&
-		ctx.nextToken().Column() < keyCol {
+	if tk.Line() == line && tk.GroupType() == TokenGroupAnchorName &&
+		ctx.nextToken().Column() < col {
 		// in this case,
 		// ----
 		//   key: &anchor
 		// next
-		group := &TokenGroup{
-			Type:   TokenGroupAnchor,
-			Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
-		}
-		anchor, err := p.parseAnchor(ctx.withGroup(group), group)
-		if err != nil {
-			return nil, err
-		}
-		ctx.goNext()
-		return anchor, nil
+		return p.parseNullAnchor(ctx, tk)
 	}
 
 	value, err := p.parseToken(ctx, ctx.currentToken())
 	if err != nil {
 		return nil, err
 	}
-	if err := p.validateAnchorValueInMapOrSeq(value, keyCol); err != nil {
+	if err := p.validateAnchorValueInMapOrSeq(value, col); err != nil {
 		return nil, err
 	}
 	return value, nil
+}
+
+// parseNullAnchor parses an anchor with no value, tk, as the anchor of an
+// implicit null.
+func (p *parser) parseNullAnchor(ctx *context, tk *Token) (ast.Node, error) {
+	group := &TokenGroup{
+		Type:   TokenGroupAnchor,
+		Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
+	}
+	anchor, err := p.parseAnchor(ctx.withGroup(group), group)
+	if err != nil {
+		return nil, err
+	}
+	ctx.goNext()
+	return anchor, nil
 }
 
 func (p *parser) validateAnchorValueInMapOrSeq(value ast.Node, col int) error {
@@ -984,88 +993,6 @@ func (p *parser) parseSequence(ctx *context) (*ast.SequenceNode, error) {
 		tk = ctx.currentToken()
 	}
 	return seqNode, nil
-}
-
-func (p *parser) parseSequenceValue(ctx *context, seqTk *Token) (ast.Node, error) {
-	tk := ctx.currentToken()
-	if tk == nil {
-		return newNullNode(ctx, ctx.addNullValueToken(seqTk)), nil
-	}
-
-	seqCol := seqTk.Column()
-	seqLine := seqTk.Line()
-
-	if tk.Column() == seqCol && tk.Type() == token.SequenceEntryType {
-		// in this case,
-		// ----
-		// - <value does not defined>
-		// -
-		return newNullNode(ctx, ctx.insertNullToken(seqTk)), nil
-	}
-
-	if tk.Line() == seqLine && tk.GroupType() == TokenGroupAnchorName &&
-		ctx.nextToken().Column() == seqCol && ctx.nextToken().Type() == token.SequenceEntryType {
-		// in this case,
-		// ----
-		// - &anchor
-		// -
-		group := &TokenGroup{
-			Type:   TokenGroupAnchor,
-			Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
-		}
-		anchor, err := p.parseAnchor(ctx.withGroup(group), group)
-		if err != nil {
-			return nil, err
-		}
-		ctx.goNext()
-		return anchor, nil
-	}
-
-	if tk.Column() <= seqCol && tk.GroupType() == TokenGroupAnchorName {
-		// - <value does not defined>
-		// &anchor
-		return nil, errSyntax("anchor is not allowed in this sequence context", tk.RawToken())
-	}
-	if tk.Column() <= seqCol && tk.Type() == token.TagType {
-		// - <value does not defined>
-		// !!tag
-		return nil, errSyntax("tag is not allowed in this sequence context", tk.RawToken())
-	}
-
-	if tk.Column() < seqCol {
-		// in this case,
-		// ----
-		//   - <value does not defined>
-		// next
-		return newNullNode(ctx, ctx.insertNullToken(seqTk)), nil
-	}
-
-	if tk.Line() == seqLine && tk.GroupType() == TokenGroupAnchorName &&
-		ctx.nextToken().Column() < seqCol {
-		// in this case,
-		// ----
-		//   - &anchor
-		// next
-		group := &TokenGroup{
-			Type:   TokenGroupAnchor,
-			Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
-		}
-		anchor, err := p.parseAnchor(ctx.withGroup(group), group)
-		if err != nil {
-			return nil, err
-		}
-		ctx.goNext()
-		return anchor, nil
-	}
-
-	value, err := p.parseToken(ctx, ctx.currentToken())
-	if err != nil {
-		return nil, err
-	}
-	if err := p.validateAnchorValueInMapOrSeq(value, seqCol); err != nil {
-		return nil, err
-	}
-	return value, nil
 }
 
 func (p *parser) parseDirective(ctx *context, g *TokenGroup) (*ast.DirectiveNode, error) {
