@@ -556,10 +556,10 @@ func genJSON(r *rand.Rand) (string, int64, []step) {
 }
 
 // genMetadata: requests with the request's hits_addend and descriptors'
-// own, one or two descriptors of distinct keys, well within their limits
-// (the answers' dynamic metadata is compared; a descriptor's own limit,
-// which Sluice honours only where its node says request_limit, is in
-// server's TestEnvoyDynamicMetadata).
+// own, of one to three descriptors of distinct keys, one of them in
+// quota mode and soon over its limit, the others well within theirs
+// (the answers' dynamic metadata is compared; a descriptor's own limit is
+// in server's TestEnvoyDynamicMetadata).
 func genMetadata(r *rand.Rand) (string, int64, []step) {
 	cfg := fmt.Sprintf(`domain: DOMAIN
 descriptors:
@@ -567,16 +567,22 @@ descriptors:
     rate_limit: %s
   - key: org
     rate_limit: %s
-`, limit("hour", 1000), limit("hour", 1000))
+  - key: q
+    quota_mode: true
+    rate_limit: %s
+`, limit("hour", 1000), limit("hour", 1000), limit("hour", 2))
 	var steps []step
 	for range 12 {
 		ds := []*rlcommon.RateLimitDescriptor{d("user", pick(r, "a", "b"))}
 		if r.IntN(2) == 0 {
 			ds = append(ds, d("org", "o"))
 		}
+		if r.IntN(2) == 0 {
+			ds = append(ds, d("q", "x"))
+		}
 		for _, x := range ds {
 			if r.IntN(2) == 0 {
-				hits(x, uint64(r.IntN(5)))
+				hits(x, uint64(r.IntN(3)))
 			}
 		}
 		steps = append(steps, rq(pick[uint32](r, 0, 1, 2, 5), ds...))

@@ -142,7 +142,7 @@ type RedisConfig struct {
 	// OverLimitCache is how many keys' denials the exact over-limit cache
 	// keeps (default 100000; negative disables): a key denied by Redis is
 	// denied again without a round trip until its retry-after
-	// (store/redis/internal/overlimit). An admin reset and a policy reload clear it;
+	// (store/redis/overlimit.go). An admin reset and a policy reload clear it;
 	// a reset made by another instance is seen here when the cached
 	// denial expires.
 	OverLimitCache int `yaml:"over_limit_cache" default:"100000"`
@@ -183,7 +183,7 @@ type EnvoyConfig struct {
 	ResetHeader     string `yaml:"reset_header" default:"RateLimit-Reset"`
 	// DynamicMetadata (RESPONSE_DYNAMIC_METADATA) sets each answer's
 	// dynamic_metadata as envoyproxy/ratelimit sets it: the request's
-	// domain, descriptors and hits_addend.
+	// domain, descriptors and hits_addend, and its quota_mode descriptors.
 	DynamicMetadata bool `yaml:"dynamic_metadata"`
 }
 

@@ -307,3 +307,51 @@ func TestEnvoyDynamicMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvoyDynamicMetadataQuota: the dynamic metadata says whether a
+// descriptor's limit is in quota mode (quotaModeEnabled; not one a
+// descriptor's own limit overrides, as there) and which descriptors are
+// over quota (quotaModeViolations, their indexes), as envoyproxy/ratelimit
+// writes them.
+func TestEnvoyDynamicMetadataQuota(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "q.yaml"), []byte(`domain: q
+descriptors:
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: n
+    rate_limit: {unit: hour, requests_per_unit: 9}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, WatchInterval: -1, Envoy: EnvoyConfig{DynamicMetadata: true}})}
+	overridden := desc("q", "v")
+	overridden.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
+	for _, c := range []struct {
+		ds         []*rlcommon.RateLimitDescriptor
+		enabled    bool
+		violations string
+	}{
+		{[]*rlcommon.RateLimitDescriptor{desc("n", "v")}, false, ""},
+		{[]*rlcommon.RateLimitDescriptor{desc("n", "v"), desc("q", "v")}, true, ""},
+		{[]*rlcommon.RateLimitDescriptor{desc("n", "v"), desc("q", "v")}, true, "[1]"},
+		{[]*rlcommon.RateLimitDescriptor{desc("q", "v"), desc("n", "v"), desc("q", "w")}, true, "[0]"},
+		{[]*rlcommon.RateLimitDescriptor{desc("q", "w"), desc("n", "v"), desc("q", "v")}, true, "[0,2]"},
+		{[]*rlcommon.RateLimitDescriptor{overridden, desc("n", "v")}, false, ""},
+	} {
+		r, err := g.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "q", Descriptors: c.ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := r.DynamicMetadata.GetFields()
+		violations := ""
+		if v := m["quotaModeViolations"]; v != nil {
+			b, _ := json.Marshal(v.AsInterface())
+			violations = string(b)
+		}
+		if m["quotaModeEnabled"].GetBoolValue() != c.enabled || violations != c.violations {
+			t.Errorf("%v: quotaModeEnabled %v, quotaModeViolations %q; want %v, %q", c.ds, m["quotaModeEnabled"], violations, c.enabled, c.violations)
+		}
+	}
+}

@@ -81,7 +81,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	}
 	resp := g.response(ctx, c)
 	if s.cfg.servesEnvoy() && s.cfg.Envoy.DynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req)
+		resp.DynamicMetadata = dynamicMetadata(req, c.Query.Paths)
 	}
 	return resp, nil
 }
@@ -90,10 +90,10 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 // (RESPONSE_DYNAMIC_METADATA), as the version envoydiff runs writes it:
 // its domain, each descriptor's entries ("key=value"), per-request limit
 // (in protobuf's text format) and hits_addend, the request's hits_addend
-// unless 0, and quotaModeEnabled: false, as no limit of the drop-in is in
-// quota mode (quota_mode is a plain limit; with none, there are no
-// quotaModeViolations either).
-func dynamicMetadata(req *rlv3.RateLimitRequest) *structpb.Struct {
+// unless 0, whether a descriptor's limit is in quota mode
+// (quotaModeEnabled), and the indexes of those over it
+// (quotaModeViolations), from the decided paths.
+func dynamicMetadata(req *rlv3.RateLimitRequest, paths []policy.PathQuery) *structpb.Struct {
 	ds := make([]*structpb.Value, 0, len(req.Descriptors))
 	for _, d := range req.Descriptors {
 		if d == nil {
@@ -112,10 +112,25 @@ func dynamicMetadata(req *rlv3.RateLimitRequest) *structpb.Struct {
 		}
 		ds = append(ds, structpb.NewStructValue(&structpb.Struct{Fields: f}))
 	}
+	quota := false
+	var over []*structpb.Value
+	for i := range paths {
+		pq := &paths[i]
+		if len(pq.Levels) == 0 || len(pq.Match.Hits) != 1 || !pq.Match.Hits[0].QuotaMode {
+			continue // unlimited, replaced, overridden, or not in quota mode
+		}
+		quota = true
+		if slices.ContainsFunc(pq.Levels, func(l policy.Level) bool { return !l.Result.Allowed }) {
+			over = append(over, structpb.NewNumberValue(float64(i)))
+		}
+	}
 	out := map[string]*structpb.Value{
 		"domain":           structpb.NewStringValue(req.GetDomain()),
 		"descriptors":      structpb.NewListValue(&structpb.ListValue{Values: ds}),
-		"quotaModeEnabled": structpb.NewBoolValue(false),
+		"quotaModeEnabled": structpb.NewBoolValue(quota),
+	}
+	if len(over) > 0 {
+		out["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: over})
 	}
 	if h := req.GetHitsAddend(); h != 0 {
 		out["hitsAddend"] = structpb.NewNumberValue(float64(h))
@@ -187,10 +202,13 @@ var grpcFields = [...][2]string{{"RateLimit-Policy", "Ratelimit-Policy"}, {"Rate
 // descriptor with is_negative_hits is a stream's End, one with a
 // hits_addend of its own a Start (Envoy's rate_limits entry with
 // hits_addend: a start whose end may give it back; policy.PathQuery.Start).
-// A descriptor's hits_addend above 2^31-1 is refused, or with envoy (the
-// service serves Envoy's configuration) taken as envoyproxy/ratelimit
-// takes it, up to algo.MaxCount: more than any limit admits.
 // The error is an InvalidArgument status.
+//
+// With envoy (the Envoy drop-in), a descriptor's limit is envoyproxy/ratelimit's
+// (policy.PathQuery.Override); else it is honoured where the node says
+// request_limit. A descriptor's hits_addend above 2^31-1 is refused, or
+// with envoy taken as envoyproxy/ratelimit takes it, up to algo.MaxCount:
+// more than any limit admits.
 func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy bool) error {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
@@ -222,14 +240,16 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy bool) error {
 		pq.Cost, pq.Exact = cost, true
 		pq.End = d.GetIsNegativeHits()
 		pq.Start = !pq.End && d.GetHitsAddend() != nil
+		pq.Limit, pq.Override = nil, false
 		if o := d.GetLimit(); o != nil {
-			// A per-request limit, honoured where the node says
-			// request_limit (policy.PathQuery.Limit).
+			// A per-request limit (policy.PathQuery.Limit); 0 admits
+			// nothing, as Envoy's, in the drop-in.
 			window, ok := overrideUnits[o.GetUnit()]
-			if !ok || o.GetRequestsPerUnit() == 0 {
+			if !ok || o.GetRequestsPerUnit() == 0 && !envoy {
 				return status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
 			}
 			pq.Limit = &algo.FixedWindow{Count: int64(o.GetRequestsPerUnit()), Window: window}
+			pq.Override = envoy
 		}
 		if len(d.GetEntries()) > 0 { // Envoy's service limits nothing for an empty descriptor
 			pq.Path = descriptorPath(req.Domain, d.Entries)
@@ -257,9 +277,9 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool, e *envoyAnswer) 
 	switch {
 	case pq.Match.Listed.List == "deny":
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OVER_LIMIT}
-	case e != nil && pq.Match.Depth == len(pq.Path) && e.unlimited[pq.Match.Pattern]:
+	case e != nil && len(mine) == 0 && pq.Match.Depth == len(pq.Path) && e.unlimited[pq.Match.Pattern]:
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-	case e != nil && pq.Match.Unlimited:
+	case e != nil && len(mine) == 0 && pq.Match.Unlimited:
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 	case pq.Match.Unlimited || pq.Match.Listed.List == "allow":
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
@@ -296,6 +316,10 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool, e *envoyAnswer) 
 			st.LimitRemaining = 0
 		}
 		st.DurationUntilReset = e.reset(st.CurrentLimit.Unit)
+	}
+	if !r.Allowed && mine[best].Shadow && len(pq.Match.Hits) == 1 && pq.Match.Hits[0].QuotaMode {
+		// Over quota: envoyproxy/ratelimit answers it OK, without a reset.
+		st.DurationUntilReset = nil
 	}
 	return st
 }
