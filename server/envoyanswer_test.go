@@ -17,9 +17,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -57,19 +55,7 @@ func envoyGRPC(t *testing.T, cfg Config) (rlv3.RateLimitServiceClient, *Server) 
 	}
 	s.store = fixedTime{s.store, time.Unix(1_800_003_000, 0)}
 	s.checker.Store = s.store
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Serve(ctx, nil); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; s.Close() })
-	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlv3.NewRateLimitServiceClient(conn), s
+	return serveRLS(t, s), s
 }
 
 // envoyDir writes envoyAnswerConfig into a runtime directory.
