@@ -379,7 +379,9 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 				d.Levels = append(d.Levels, Level{})
 				lv := &d.Levels[len(d.Levels)-1]
 				lv.Pattern, lv.Name, lv.Key, lv.Limit, lv.Shadow, lv.Result = hit.Pattern, hit.Name, sc.reqs[r].Key, l, hit.Shadow, res
-				lv.Owed = !res.Allowed && sc.reqs[r].Cost > 0 && sc.reqs[r].Plan.Debt()
+				// Under counts: each a denied charge is recorded as a
+				// rule, not as a node's debt.
+				lv.Owed = !res.Allowed && sc.reqs[r].Cost > 0 && sc.reqs[r].Plan.Debt() && hit.counts == allOrNothing
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]
@@ -424,6 +426,9 @@ func applyRequestLimit(pq *PathQuery) error {
 		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
 	}
 	h.Limits, h.plans, h.noDebt = []algo.Limit{l}, []algo.Plan{plan}, nil
+	if h.counts != allOrNothing { // its charges recorded as the node's are
+		h.Limits, h.plans, h.noDebt = []algo.Limit{algo.Debt{Limit: l}}, []algo.Plan{*algo.MustCompile(algo.Debt{Limit: l})}, h.plans
+	}
 	// A key of its own per window: the same count whatever the number
 	// (as envoyproxy/ratelimit keys a descriptor's limit by its unit).
 	h.Key += "#per-" + strconv.FormatInt(int64(l.Window/time.Millisecond), 10) + "ms"
@@ -510,11 +515,20 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, s slot, merge bool) {
 		for j := range hit.Limits {
 			r := hit.Request(j, pq.Cost)
 			r.Time = t
-			if s.estimate && hit.noDebt != nil {
-				r.Plan = &hit.noDebt[j] // without debt: a denied estimate records nothing
+			if hit.noDebt != nil && (s.estimate || pq.Cost == 0 && hit.counts != allOrNothing) {
+				// Without debt: a denied estimate records nothing; a peek
+				// that counts as Envoy's is denied only past the limit.
+				r.Plan, r.Stop = &hit.noDebt[j], false
 			}
 			if op != algo.Acquire && !isConcurrency(r) {
 				sc.index = append(sc.index, -1)
+				continue
+			}
+			if !merge || hit.counts != allOrNothing {
+				// Each level of each path on its own: a key twice is
+				// decided twice, in order.
+				sc.index = append(sc.index, len(sc.reqs))
+				sc.reqs = append(sc.reqs, r)
 				continue
 			}
 			if !merge {
