@@ -446,7 +446,7 @@ func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, 
 		}
 		watching = watching || r.Watch > 0
 	}
-	again := true // no Stop request decided again is denied
+	again := true  // no Stop request decided again is denied
 	var ev []uint8 // with watchers: per request, evDenied, evBlocked
 	if watching {
 		ev = make([]uint8, len(reqs))

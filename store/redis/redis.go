@@ -181,12 +181,12 @@ type checked struct {
 	// stopped: a level was not ok, so that the levels that stop
 	// (store.Request.Stop) and were ok recorded nothing.
 	stopped bool
-	ok   []bool
-	val  []int64
-	args []string // the script's ARGV, kept for a refund
-	set  kindSet  // the kinds the levels use: which composed script ran
-	v    []int64  // the reply
-	at   []int    // at[i]: index in v of level i's code; at[len] = len(v)
+	ok      []bool
+	val     []int64
+	args    []string // the script's ARGV, kept for a refund
+	set     kindSet  // the kinds the levels use: which composed script ran
+	v       []int64  // the reply
+	at      []int    // at[i]: index in v of level i's code; at[len] = len(v)
 }
 
 // extra returns level i's values after ok and value (sliding_log.lua and
