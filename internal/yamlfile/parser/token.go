@@ -134,36 +134,16 @@ func (g *TokenGroup) TokenType() token.Type {
 }
 
 func CreateGroupedTokens(tokens token.Tokens) ([]*Token, error) {
-	var err error
-	tks := newTokens(tokens)
-	tks, err = createLiteralAndFoldedTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createAnchorAndAliasTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createScalarTagTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createAnchorWithScalarTagTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createMapKeyTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks = createMapKeyValueTokenGroups(tks)
-	tks, err = createDirectiveTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createDocumentTokens(tks)
-	if err != nil {
-		return nil, err
+	tks := createLiteralAndFoldedTokenGroups(newTokens(tokens))
+	mapKeyValues := func(tks []*Token) ([]*Token, error) { return createMapKeyValueTokenGroups(tks), nil }
+	for _, group := range []func([]*Token) ([]*Token, error){
+		createAnchorAndAliasTokenGroups, createScalarTagTokenGroups, createAnchorWithScalarTagTokenGroups,
+		createMapKeyByMappingKey, createMapKeyByMappingValue, mapKeyValues, createDirectiveTokenGroups, createDocumentTokens,
+	} {
+		var err error
+		if tks, err = group(tks); err != nil {
+			return nil, err
+		}
 	}
 	return tks, nil
 }
@@ -176,40 +156,32 @@ func newTokens(tks token.Tokens) []*Token {
 	return ret
 }
 
-func createLiteralAndFoldedTokenGroups(tokens []*Token) ([]*Token, error) {
+func createLiteralAndFoldedTokenGroups(tokens []*Token) []*Token {
 	ret := make([]*Token, 0, len(tokens))
 	for i := 0; i < len(tokens); i++ {
 		tk := tokens[i]
+		typ := TokenGroupLiteral
 		switch tk.Type() {
 		case token.LiteralType:
-			tks := []*Token{tk}
-			if i+1 < len(tokens) {
-				tks = append(tks, tokens[i+1])
-			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupLiteral,
-					Tokens: tks,
-				},
-			})
-			i++
 		case token.FoldedType:
-			tks := []*Token{tk}
-			if i+1 < len(tokens) {
-				tks = append(tks, tokens[i+1])
-			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupFolded,
-					Tokens: tks,
-				},
-			})
-			i++
+			typ = TokenGroupFolded
 		default:
 			ret = append(ret, tk)
+			continue
 		}
+		tks := []*Token{tk}
+		if i+1 < len(tokens) {
+			tks = append(tks, tokens[i+1])
+		}
+		ret = append(ret, &Token{
+			Group: &TokenGroup{
+				Type:   typ,
+				Tokens: tks,
+			},
+		})
+		i++
 	}
-	return ret, nil
+	return ret
 }
 
 func createAnchorAndAliasTokenGroups(tokens []*Token) ([]*Token, error) {
@@ -264,93 +236,41 @@ func createAnchorAndAliasTokenGroups(tokens []*Token) ([]*Token, error) {
 	return ret, nil
 }
 
+// createScalarTagTokenGroups groups a tag with the value after it on its
+// line (Sluice's fork: the library checked that value in each case).
 func createScalarTagTokenGroups(tokens []*Token) ([]*Token, error) {
 	ret := make([]*Token, 0, len(tokens))
 	for i := 0; i < len(tokens); i++ {
 		tk := tokens[i]
-		if tk.Type() != token.TagType {
+		if tk.Type() != token.TagType || len(tokens) <= i+1 || tk.Line() != tokens[i+1].Line() || tokens[i+1].GroupType() == TokenGroupAnchorName {
 			ret = append(ret, tk)
 			continue
 		}
-		tag := tk.RawToken()
-		if strings.HasPrefix(tag.Value, "!!") {
+		next := tokens[i+1]
+		var group bool
+		switch tag := tk.RawToken().Value; token.ReservedTagKeyword(tag) {
+		case token.IntegerTag, token.FloatTag, token.StringTag, token.BinaryTag, token.TimestampTag, token.BooleanTag, token.NullTag:
 			// secondary tag.
-			switch token.ReservedTagKeyword(tag.Value) {
-			case token.IntegerTag, token.FloatTag, token.StringTag, token.BinaryTag, token.TimestampTag, token.BooleanTag, token.NullTag:
-				if len(tokens) <= i+1 {
-					ret = append(ret, tk)
-					continue
-				}
-				if tk.Line() != tokens[i+1].Line() {
-					ret = append(ret, tk)
-					continue
-				}
-				if tokens[i+1].GroupType() == TokenGroupAnchorName {
-					ret = append(ret, tk)
-					continue
-				}
-				if isScalarType(tokens[i+1]) {
-					ret = append(ret, &Token{
-						Group: &TokenGroup{
-							Type:   TokenGroupScalarTag,
-							Tokens: []*Token{tk, tokens[i+1]},
-						},
-					})
-					i++
-				} else {
-					ret = append(ret, tk)
-				}
-			case token.MergeTag:
-				if len(tokens) <= i+1 {
-					ret = append(ret, tk)
-					continue
-				}
-				if tk.Line() != tokens[i+1].Line() {
-					ret = append(ret, tk)
-					continue
-				}
-				if tokens[i+1].GroupType() == TokenGroupAnchorName {
-					ret = append(ret, tk)
-					continue
-				}
-				if tokens[i+1].Type() != token.MergeKeyType {
-					return nil, errSyntax("could not find merge key", tokens[i+1].RawToken())
-				}
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupScalarTag,
-						Tokens: []*Token{tk, tokens[i+1]},
-					},
-				})
-				i++
-			default:
-				ret = append(ret, tk)
+			group = isScalarType(next)
+		case token.MergeTag:
+			if next.Type() != token.MergeKeyType {
+				return nil, errSyntax("could not find merge key", next.RawToken())
 			}
-		} else {
-			if len(tokens) <= i+1 {
-				ret = append(ret, tk)
-				continue
-			}
-			if tk.Line() != tokens[i+1].Line() {
-				ret = append(ret, tk)
-				continue
-			}
-			if tokens[i+1].GroupType() == TokenGroupAnchorName {
-				ret = append(ret, tk)
-				continue
-			}
-			if isFlowType(tokens[i+1]) {
-				ret = append(ret, tk)
-				continue
-			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupScalarTag,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			})
-			i++
+			group = true
+		default:
+			group = !strings.HasPrefix(tag, "!!") && !isFlowType(next)
 		}
+		if !group {
+			ret = append(ret, tk)
+			continue
+		}
+		ret = append(ret, &Token{
+			Group: &TokenGroup{
+				Type:   TokenGroupScalarTag,
+				Tokens: []*Token{tk, next},
+			},
+		})
+		i++
 	}
 	return ret, nil
 }
@@ -381,14 +301,6 @@ func createAnchorWithScalarTagTokenGroups(tokens []*Token) ([]*Token, error) {
 		}
 	}
 	return ret, nil
-}
-
-func createMapKeyTokenGroups(tokens []*Token) ([]*Token, error) {
-	tks, err := createMapKeyByMappingKey(tokens)
-	if err != nil {
-		return nil, err
-	}
-	return createMapKeyByMappingValue(tks)
 }
 
 func createMapKeyByMappingKey(tokens []*Token) ([]*Token, error) {
