@@ -148,6 +148,11 @@ func CreateGroupedTokens(tokens token.Tokens) ([]*Token, error) {
 	return tks, nil
 }
 
+// grouped is a token of the group of typ holding tks.
+func grouped(typ TokenGroupType, tks ...*Token) *Token {
+	return &Token{Group: &TokenGroup{Type: typ, Tokens: tks}}
+}
+
 func newTokens(tks token.Tokens) []*Token {
 	ret := make([]*Token, 0, len(tks))
 	for _, tk := range tks {
@@ -173,12 +178,7 @@ func createLiteralAndFoldedTokenGroups(tokens []*Token) []*Token {
 		if i+1 < len(tokens) {
 			tks = append(tks, tokens[i+1])
 		}
-		ret = append(ret, &Token{
-			Group: &TokenGroup{
-				Type:   typ,
-				Tokens: tks,
-			},
-		})
+		ret = append(ret, grouped(typ, tks...))
 		i++
 	}
 	return ret
@@ -196,23 +196,13 @@ func createAnchorAndAliasTokenGroups(tokens []*Token) ([]*Token, error) {
 			if i+2 >= len(tokens) {
 				return nil, errSyntax("undefined anchor value", tk.RawToken())
 			}
-			anchorName := &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupAnchorName,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			}
+			anchorName := grouped(TokenGroupAnchorName, tk, tokens[i+1])
 			valueTk := tokens[i+2]
 			if tk.Line() == valueTk.Line() && valueTk.Type() == token.SequenceEntryType {
 				return nil, errSyntax("sequence entries are not allowed after anchor on the same line", valueTk.RawToken())
 			}
 			if tk.Line() == valueTk.Line() && isScalarType(valueTk) {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupAnchor,
-						Tokens: []*Token{anchorName, valueTk},
-					},
-				})
+				ret = append(ret, grouped(TokenGroupAnchor, anchorName, valueTk))
 				i++
 			} else {
 				ret = append(ret, anchorName)
@@ -222,12 +212,7 @@ func createAnchorAndAliasTokenGroups(tokens []*Token) ([]*Token, error) {
 			if i+1 == len(tokens) {
 				return nil, errSyntax("undefined alias name", tk.RawToken())
 			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupAlias,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			})
+			ret = append(ret, grouped(TokenGroupAlias, tk, tokens[i+1]))
 			i++
 		default:
 			ret = append(ret, tk)
@@ -264,12 +249,7 @@ func createScalarTagTokenGroups(tokens []*Token) ([]*Token, error) {
 			ret = append(ret, tk)
 			continue
 		}
-		ret = append(ret, &Token{
-			Group: &TokenGroup{
-				Type:   TokenGroupScalarTag,
-				Tokens: []*Token{tk, next},
-			},
-		})
+		ret = append(ret, grouped(TokenGroupScalarTag, tk, next))
 		i++
 	}
 	return ret, nil
@@ -286,12 +266,7 @@ func createAnchorWithScalarTagTokenGroups(tokens []*Token) ([]*Token, error) {
 			}
 			valueTk := tokens[i+1]
 			if tk.Line() == valueTk.Line() && valueTk.GroupType() == TokenGroupScalarTag {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupAnchor,
-						Tokens: []*Token{tk, tokens[i+1]},
-					},
-				})
+				ret = append(ret, grouped(TokenGroupAnchor, tk, tokens[i+1]))
 				i++
 			} else {
 				ret = append(ret, tk)
@@ -312,12 +287,7 @@ func createMapKeyByMappingKey(tokens []*Token) ([]*Token, error) {
 			if i+1 >= len(tokens) {
 				return nil, errSyntax("undefined map key", tk.RawToken())
 			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupMapKey,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			})
+			ret = append(ret, grouped(TokenGroupMapKey, tk, tokens[i+1]))
 			i++
 		default:
 			ret = append(ret, tk)
@@ -377,12 +347,7 @@ func createMapKeyValueTokenGroups(tokens []*Token) []*Token {
 			}
 
 			if isScalarType(valueTk) || valueTk.Type() == token.TagType {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupMapKeyValue,
-						Tokens: []*Token{tk, valueTk},
-					},
-				})
+				ret = append(ret, grouped(TokenGroupMapKeyValue, tk, valueTk))
 				i++
 			} else {
 				ret = append(ret, tk)
@@ -404,12 +369,7 @@ func createDirectiveTokenGroups(tokens []*Token) ([]*Token, error) {
 			if i+1 >= len(tokens) {
 				return nil, errSyntax("undefined directive value", tk.RawToken())
 			}
-			directiveName := &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupDirectiveName,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			}
+			directiveName := grouped(TokenGroupDirectiveName, tk, tokens[i+1])
 			i++
 			var valueTks []*Token
 			for j := i + 1; j < len(tokens); j++ {
@@ -423,12 +383,7 @@ func createDirectiveTokenGroups(tokens []*Token) ([]*Token, error) {
 				return nil, errSyntax("unexpected directive value. document not started", tk.RawToken())
 			}
 			if len(valueTks) != 0 {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupDirective,
-						Tokens: append([]*Token{directiveName}, valueTks...),
-					},
-				})
+				ret = append(ret, grouped(TokenGroupDirective, append([]*Token{directiveName}, valueTks...)...))
 			} else {
 				ret = append(ret, directiveName)
 			}
@@ -452,20 +407,10 @@ func createDocumentTokens(tokens []*Token) ([]*Token, error) {
 			}
 			if i+1 == len(tokens) {
 				// if current token is last token, add DocumentHeader only tokens to ret.
-				return append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupDocument,
-						Tokens: []*Token{tk},
-					},
-				}), nil
+				return append(ret, grouped(TokenGroupDocument, tk)), nil
 			}
 			if tokens[i+1].Type() == token.DocumentHeaderType {
-				return append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupDocument,
-						Tokens: []*Token{tk},
-					},
-				}), nil
+				return append(ret, grouped(TokenGroupDocument, tk)), nil
 			}
 			if tokens[i].Line() == tokens[i+1].Line() {
 				switch tokens[i+1].GroupType() {
@@ -486,20 +431,10 @@ func createDocumentTokens(tokens []*Token) ([]*Token, error) {
 				tks[0].Group.Tokens = append([]*Token{tk}, tks[0].Group.Tokens...)
 				return append(ret, tks...), nil
 			}
-			return append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupDocument,
-					Tokens: []*Token{tk},
-				},
-			}), nil
+			return append(ret, grouped(TokenGroupDocument, tk)), nil
 		case token.DocumentEndType:
 			if i != 0 {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupDocument,
-						Tokens: tokens[0 : i+1],
-					},
-				})
+				ret = append(ret, grouped(TokenGroupDocument, tokens[0:i+1]...))
 			}
 			if i+1 == len(tokens) {
 				return ret, nil
@@ -515,12 +450,7 @@ func createDocumentTokens(tokens []*Token) ([]*Token, error) {
 			return append(ret, tks...), nil
 		}
 	}
-	return append(ret, &Token{
-		Group: &TokenGroup{
-			Type:   TokenGroupDocument,
-			Tokens: tokens,
-		},
-	}), nil
+	return append(ret, grouped(TokenGroupDocument, tokens...)), nil
 }
 
 func isScalarType(tk *Token) bool {
