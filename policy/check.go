@@ -157,6 +157,14 @@ type PathQuery struct {
 	// wrapping store.ErrBadRequest. On a node without request_limit it
 	// is ignored, and Decide sets LimitIgnored.
 	Limit *algo.FixedWindow
+	// Override makes Limit envoyproxy/ratelimit's descriptor limit (the
+	// service's Envoy drop-in): on an Exact path it takes the place of
+	// whatever the path's node says (limits, shadow, quota_mode, name,
+	// unlimited), or applies where no node matches below its first
+	// segment (Envoy's domain); no request_limit bounds it. It counts on the path's own key, the key of the node's
+	// limit when that is a fixed window of the same window (one counter
+	// for both, as Envoy keys a count by descriptor and window).
+	Override bool
 	// LimitIgnored reports that Limit was set and ignored: the node the
 	// path hit takes no per-request limit.
 	LimitIgnored bool
@@ -249,14 +257,19 @@ func (c *Checker) matchQuery(q *Query) (*Policy, error) {
 		if err := c.match(p, pq, q.Time); err != nil {
 			return nil, err
 		}
-		for h := range pq.Match.Hits {
-			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
-		}
 		pq.LimitIgnored = false
-		if pq.Limit != nil && len(pq.Match.Hits) > 0 {
+		switch {
+		case pq.Limit != nil && pq.Override && pq.Exact && pq.Match.Listed.List == "" && pq.Match.Depth > 0:
+			if err := overrideLimit(pq); err != nil {
+				return nil, err
+			}
+		case pq.Limit != nil && len(pq.Match.Hits) > 0:
 			if err := applyRequestLimit(pq); err != nil {
 				return nil, err
 			}
+		}
+		for h := range pq.Match.Hits {
+			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
 		}
 	}
 	if replacing && len(q.Paths) > 1 {
@@ -355,11 +368,11 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 				// A level only when it denies: allowed, it limits nothing
 				// a caller could spend.
 				if r := sc.index[k]; r >= 0 && !sc.results[r].Allowed {
-					d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: hit.escalate.limit, Shadow: hit.Shadow, Result: sc.results[r]})
+					d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: hit.escalate.limit, Shadow: hit.Shadow, Result: sc.results[r], specJSON: hit.escalate.specJSON})
 				}
 				k++
 			}
-			for _, l := range hit.Limits {
+			for j, l := range hit.Limits {
 				r := sc.index[k]
 				k++
 				if r < 0 {
@@ -380,6 +393,9 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 				lv := &d.Levels[len(d.Levels)-1]
 				lv.Pattern, lv.Name, lv.Key, lv.Limit, lv.Shadow, lv.Result = hit.Pattern, hit.Name, sc.reqs[r].Key, l, hit.Shadow, res
 				lv.Owed = !res.Allowed && sc.reqs[r].Cost > 0 && sc.reqs[r].Plan.Debt()
+				if hit.specJSON != nil {
+					lv.specJSON = hit.specJSON[j]
+				}
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]
@@ -423,10 +439,35 @@ func applyRequestLimit(pq *PathQuery) error {
 	if err != nil {
 		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
 	}
-	h.Limits, h.plans, h.noDebt = []algo.Limit{l}, []algo.Plan{plan}, nil
+	h.Limits, h.plans, h.noDebt, h.specJSON = []algo.Limit{l}, []algo.Plan{plan}, nil, nil
 	// A key of its own per window: the same count whatever the number
 	// (as envoyproxy/ratelimit keys a descriptor's limit by its unit).
 	h.Key += "#per-" + strconv.FormatInt(int64(l.Window/time.Millisecond), 10) + "ms"
+	return nil
+}
+
+// overrideLimit makes pq.Limit the one hit of pq (PathQuery.Override).
+func overrideLimit(pq *PathQuery) error {
+	l := *pq.Limit
+	plan, err := algo.Compile(l)
+	if err != nil {
+		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
+	}
+	var ends [16]int
+	key, _ := joinEscaped(pq.Path, ends[:0])
+	m := &pq.Match
+	// node -1: no node's overrides apply to it (they were applied, by
+	// match, to the hit it replaces).
+	h := Hit{Pattern: m.Pattern, Key: key + "#per-" + strconv.FormatInt(l.Window.Milliseconds(), 10) + "ms", Tag: key, node: -1}
+	if len(m.Hits) == 1 && m.Hits[0].Key == key && len(m.Hits[0].Limits) == 1 {
+		if fw, ok := m.Hits[0].Limits[0].(algo.FixedWindow); ok && fw.Calendar == (algo.Calendar{}) && fw.Window == l.Window {
+			h.Key, h.Tag = key, m.Hits[0].Tag
+		}
+	}
+	h.Limits, h.plans = []algo.Limit{l}, []algo.Plan{plan}
+	clear(m.Hits)
+	m.Hits = append(m.Hits[:0], h)
+	m.Unlimited, m.Unmatched = false, false
 	return nil
 }
 

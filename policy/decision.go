@@ -63,8 +63,8 @@ type Level struct {
 	// Key is the state key, e.g. "user:alex:trade".
 	Key string
 	// Limit is the limit as configured; Limit.Spec() is its serialized
-	// form. It is nil for a level that no algo.Limit decided (a user Lua
-	// script's).
+	// form (AppendSpecJSON). It is nil for a level that no algo.Limit
+	// decided (a user Lua script's).
 	Limit algo.Limit
 	// Shadow levels report denials without enforcing them.
 	Shadow bool
@@ -72,6 +72,37 @@ type Level struct {
 	// Owed reports a denied charge that the level's limit with debt
 	// recorded in full (algo.Debt): counted, and answered as a denial.
 	Owed bool
+	// specJSON is Limit as JSON, made when the policy loaded (nil: not).
+	specJSON []byte
+}
+
+// AppendSpecJSON appends the level's limit as JSON (algo.Spec.AppendJSON
+// of Limit.Spec(); the zero Spec's without a Limit): the bytes the policy
+// made of it when it loaded, or made now for a limit it did not (a
+// request's own).
+func (l *Level) AppendSpecJSON(b []byte) []byte {
+	if l.specJSON != nil {
+		return append(b, l.specJSON...)
+	}
+	var s algo.Spec
+	if l.Limit != nil {
+		s = l.Limit.Spec()
+	}
+	return s.AppendJSON(b)
+}
+
+// specsJSON returns each limit as its Spec's JSON: what AppendSpecJSON
+// copies, made once when a policy loads.
+func specsJSON(limits ...algo.Limit) [][]byte {
+	if len(limits) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(limits))
+	for i, lim := range limits {
+		s := lim.Spec()
+		out[i] = s.AppendJSON(nil)
+	}
+	return out
 }
 
 // Summarize folds level results into one, as redis-cell would report a

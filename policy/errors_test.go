@@ -118,7 +118,7 @@ schema:
 `, []string{
 			`f.yaml:2:12: unmatched: want allow or deny, got "maybe"`,
 			`f.yaml:3:1: extra: unknown field "extra" (want schema, unmatched or definitions)`,
-			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
+			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, quota_mode, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
 			`f.yaml:9:35: schema.user.children.*.limits.brust: unknown field "brust" (want algorithm, burst, count, period, ...`,
 		}},
 		{"wrong types", `
@@ -276,7 +276,7 @@ schema:
 			`f.yaml:4:6: schema.b: YAML tags (!!map) are not supported`,
 			`f.yaml:5:3: schema: want a name as key, got null`,
 			`f.yaml:6:11: schema.c: a merge key (<<) takes a mapping or a list of mappings, got integer 5`,
-			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
+			`f.yaml:7:11: schema."a.b".limit: unknown field "limit" (want limits, children, unlimited, shadow, quota_mode, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -191,12 +191,13 @@ type nodeOverrides struct {
 }
 
 type compiledOverride struct {
-	glob   string // the key's glob, for one of globs
-	prefix string // the glob's literal part when it is that and a final * (the common "trial-*")
-	limits []algo.Limit
-	plans  []algo.Plan
-	noDebt []algo.Plan // see node.noDebt
-	until  int64       // µs; 0: never
+	glob     string // the key's glob, for one of globs
+	prefix   string // the glob's literal part when it is that and a final * (the common "trial-*")
+	limits   []algo.Limit
+	plans    []algo.Plan
+	noDebt   []algo.Plan // see node.noDebt
+	specJSON [][]byte    // see node.specJSON
+	until    int64       // µs; 0: never
 }
 
 // build compiles the set's overrides for p; one that no longer fits p (a
@@ -213,7 +214,7 @@ func (s *overrideSet) build(p *Policy) *overridesFor {
 		}
 		sig := fmt.Sprintf("%d %v", i, co.limits)
 		if first, ok := shared[sig]; ok {
-			co.limits, co.plans, co.noDebt = first.limits, first.plans, first.noDebt
+			co.limits, co.plans, co.noDebt, co.specJSON = first.limits, first.plans, first.noDebt, first.specJSON
 		} else {
 			shared[sig] = co
 		}
@@ -278,7 +279,7 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 				continue
 			}
 		}
-		h.Limits, h.plans, h.noDebt = co.limits, co.plans, co.noDebt
+		h.Limits, h.plans, h.noDebt, h.specJSON = co.limits, co.plans, co.noDebt, co.specJSON
 	}
 }
 
@@ -330,6 +331,7 @@ func compileOverride(p *Policy, o Override) (int, *compiledOverride, error) {
 		co.limits[i] = l
 	}
 	co.noDebt = withoutDebt(co.plans)
+	co.specJSON = specsJSON(co.limits...)
 	if !o.Until.IsZero() {
 		co.until = o.Until.UnixMicro()
 	}

@@ -214,7 +214,16 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 				shadowed = nil
 			}
 			nd.shadow = nd.shadow || own
-			nd.ownShadow = own
+			nd.ownShadow = nd.ownShadow || own
+		case "quota_mode":
+			shadowed = &e
+			own, _ := l.Bool(e.Value, yamlfile.Sub(path, e.Name))
+			if !own {
+				shadowed = nil
+			}
+			nd.quotaMode = own
+			nd.shadow = nd.shadow || own
+			nd.ownShadow = nd.ownShadow || own
 		case "name":
 			nd.name, _ = l.Str(e.Value, yamlfile.Sub(path, e.Name))
 		case "replaces":
@@ -262,7 +271,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			listed = &e
 			nd.deny = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
 		default:
-			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)", e.Name)
+			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, quota_mode, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)", e.Name)
 			unknown = true
 		}
 	}
@@ -290,7 +299,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	case nd.unlimited && children != nil:
 		l.Errorf(unlimited.Key, yamlfile.Sub(path, "unlimited"), "an unlimited node cannot have children (nothing below it is limited)")
 	case nd.unlimited && shadowed != nil:
-		l.Errorf(shadowed.Key, yamlfile.Sub(path, "shadow"), "an unlimited node cannot be shadow")
+		l.Errorf(shadowed.Key, yamlfile.Sub(path, shadowed.Name), "an unlimited node cannot be %s", shadowed.Name)
 	case counter != nil && !glob:
 		l.Errorf(counter.Key, yamlfile.Sub(path, "shared_counter"), "shared_counter is for a child whose name is a pattern with \"*\" (such as \"files/*\"), whose matches may share one counter")
 	case listed != nil && !glob && pattern != Wildcard && !strings.HasSuffix(pattern, "/"+Wildcard):
@@ -319,6 +328,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		l.escalateNode(nd, escalated, yamlfile.Sub(path, "escalate"))
 	}
 	nd.noDebt = withoutDebt(nd.plans)
+	nd.specJSON = specsJSON(nd.limits...)
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Global: nd.global, Delay: nd.delay}
 	return nd
 }
@@ -679,7 +689,7 @@ func (l *loader) escalation(v ast.Node, path string) *escalation {
 		l.Errorf(v, path, "%s", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
 		return nil
 	}
-	return &escalation{limit: lim, plan: plan, denials: ec.Denials > 0}
+	return &escalation{limit: lim, plan: plan, specJSON: specsJSON(lim)[0], denials: ec.Denials > 0}
 }
 
 // escalateNode checks a node's escalate against the nodes below it: it

@@ -50,6 +50,9 @@
 //   - shadow: true: the limits of the node and of every node below it are
 //     checked and reported but not enforced, for rolling out new limits
 //     (for a path decided Exact, as Envoy matches, the node's own only).
+//   - quota_mode: true: shadow: true, and the service's Envoy answer
+//     reports the node's denial as envoyproxy/ratelimit reports a
+//     quota_mode descriptor's: OK, with nothing left and no reset.
 //   - lease: true, on a node whose limits are all fixed_window: a store
 //     with leased quota (the Redis store's LeaseFor, the service's
 //     redis.lease_for) may admit the node's requests from units it took
@@ -149,9 +152,13 @@ type node struct {
 	plans   []algo.Plan  // the limits compiled, for the requests: read-only
 	// noDebt are the plans an Estimate decides with: a limit with debt
 	// without it, since a denied estimate records nothing (nil: no debt).
-	noDebt    []algo.Plan
+	noDebt []algo.Plan
+	// specJSON are the limits as their Spec's JSON, for the answers
+	// (Level.AppendSpecJSON).
+	specJSON  [][]byte
 	shadow    bool // the node or an ancestor is shadow
-	ownShadow bool // the node itself says shadow: true
+	ownShadow bool // the node itself says shadow: true (or quota_mode: true)
+	quotaMode bool // the node itself says quota_mode: true (see Hit.QuotaMode)
 	unlimited bool
 	children  map[string]*node // named children
 	globs     []*node          // children whose names are patterns, in file order
@@ -183,9 +190,10 @@ type node struct {
 // denials) of the levels below it on a path, counted in a fixed window
 // whose limit is one less than the count that blocks the node's key.
 type escalation struct {
-	limit   algo.Blocking // a FixedWindow and its block
-	plan    algo.Plan
-	denials bool
+	limit    algo.Blocking // a FixedWindow and its block
+	plan     algo.Plan
+	specJSON []byte // limit as JSON (node.specJSON)
+	denials  bool
 }
 
 // escalateKey is the state key of a hit's escalation: the hit's key and
@@ -310,6 +318,10 @@ type Hit struct {
 	// Shadow reports whether the node's denials are reported but not
 	// enforced.
 	Shadow bool
+	// QuotaMode reports whether the node says quota_mode: true: it is
+	// shadow, and an Envoy answer reports its denial as envoyproxy/ratelimit
+	// reports a quota_mode descriptor's (OK, nothing left, no reset).
+	QuotaMode bool
 	// Name is the node's name (its name field), and Replaces the names of
 	// the nodes it replaces: when several paths are decided together
 	// (policy.Checker.Decide), a hit on a node whose name another hit
@@ -337,6 +349,9 @@ type Hit struct {
 	// plans are Limits compiled when the policy loaded: the requests carry
 	// them; noDebt, those an Estimate's carry (node.noDebt).
 	plans, noDebt []algo.Plan
+	// specJSON are Limits as JSON (node.specJSON); nil for limits not
+	// made when the policy loaded (a request's own).
+	specJSON [][]byte
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
 	// node is the node's index in its policy's nodes.
@@ -360,7 +375,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, QuotaMode: n.quotaMode, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, specJSON: n.specJSON, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

@@ -74,8 +74,7 @@ func appendDecisionJSON(b []byte, d *policy.Decision, storeError string) []byte 
 		b = append(b, `,"key":`...)
 		b = jsonenc.AppendString(b, l.Key)
 		b = append(b, `,"spec":`...)
-		spec := levelSpec(l)
-		b = spec.AppendJSON(b)
+		b = l.AppendSpecJSON(b)
 		b = append(b, `,"shadow":`...)
 		b = strconv.AppendBool(b, l.Shadow)
 		b = append(b, `,"allowed":`...)
@@ -126,15 +125,6 @@ func levelDeniedBy(l *policy.Level) string {
 		return ""
 	}
 	return algo.DeniedBy(l.Limit, l.Result.DeniedBy)
-}
-
-// levelSpec is a level's configured limit in its serialized form, the
-// zero Spec for a level with no algo.Limit.
-func levelSpec(l *policy.Level) algo.Spec {
-	if l.Limit == nil {
-		return algo.Spec{}
-	}
-	return l.Limit.Spec()
 }
 
 // checkRequest is the body of POST /v1/check:

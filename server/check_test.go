@@ -351,3 +351,12 @@ func NewDecisionJSON(d *policy.Decision) DecisionJSON {
 	}
 	return out
 }
+
+// levelSpec is a level's configured limit in its serialized form, the
+// zero Spec for a level with no algo.Limit.
+func levelSpec(l *policy.Level) algo.Spec {
+	if l.Limit == nil {
+		return algo.Spec{}
+	}
+	return l.Limit.Spec()
+}

@@ -136,7 +136,7 @@ type RedisConfig struct {
 	// OverLimitCache is how many keys' denials the exact over-limit cache
 	// keeps (default 100000; negative disables): a key denied by Redis is
 	// denied again without a round trip until its retry-after
-	// (store/redis/internal/overlimit). An admin reset and a policy reload clear it;
+	// (store/redis/overlimit.go). An admin reset and a policy reload clear it;
 	// a reset made by another instance is seen here when the cached
 	// denial expires.
 	OverLimitCache int `yaml:"over_limit_cache" default:"100000"`

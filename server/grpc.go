@@ -60,7 +60,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	defer s.inflight.Done()
 	c := answer.Get("grpc")
 	defer c.Put()
-	if err := readRequest(req, c); err != nil {
+	if err := readRequest(req, c, s.cfg.EnvoyConfigDir != "" || s.cfg.XDSServer != ""); err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
 	}
@@ -133,7 +133,11 @@ var grpcFields = [...][2]string{{"RateLimit-Policy", "Ratelimit-Policy"}, {"Rate
 // hits_addend of its own a Start (Envoy's rate_limits entry with
 // hits_addend: a start whose end may give it back; policy.PathQuery.Start).
 // The error is an InvalidArgument status.
-func readRequest(req *rlv3.RateLimitRequest, c *answer.Call) error {
+//
+// With envoy (the Envoy drop-in), a descriptor's limit is envoyproxy/ratelimit's
+// (policy.PathQuery.Override); else it is honoured where the node says
+// request_limit.
+func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy bool) error {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -160,14 +164,16 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call) error {
 		pq.Cost, pq.Exact = cost, true
 		pq.End = d.GetIsNegativeHits()
 		pq.Start = !pq.End && d.GetHitsAddend() != nil
+		pq.Limit, pq.Override = nil, false
 		if o := d.GetLimit(); o != nil {
-			// A per-request limit, honoured where the node says
-			// request_limit (policy.PathQuery.Limit).
+			// A per-request limit (policy.PathQuery.Limit); 0 admits
+			// nothing, as Envoy's, in the drop-in.
 			window, ok := overrideUnits[o.GetUnit()]
-			if !ok || o.GetRequestsPerUnit() == 0 {
+			if !ok || o.GetRequestsPerUnit() == 0 && !envoy {
 				return status.Errorf(codes.InvalidArgument, "descriptor %d: limit %d per %v: want requests_per_unit above 0 per a second, minute, hour, day, month (30 days) or year (365 days)", i, o.GetRequestsPerUnit(), o.GetUnit())
 			}
 			pq.Limit = &algo.FixedWindow{Count: int64(o.GetRequestsPerUnit()), Window: window}
+			pq.Override = envoy
 		}
 		if len(d.GetEntries()) > 0 { // Envoy's service limits nothing for an empty descriptor
 			pq.Path = descriptorPath(req.Domain, d.Entries)
@@ -223,6 +229,10 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitR
 	st.CurrentLimit = envoyLimit(mine[best].Limit, name)
 	st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(r.ResetAfter)
+	if !r.Allowed && mine[best].Shadow && len(pq.Match.Hits) == 1 && pq.Match.Hits[0].QuotaMode {
+		// Over quota: envoyproxy/ratelimit answers it OK, without a reset.
+		st.DurationUntilReset = nil
+	}
 	return st
 }
 

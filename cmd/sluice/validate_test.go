@@ -64,7 +64,7 @@ schema:
 		bad + `:1:12: unmatched: want allow or deny, got "never"`,
 		bad + `:6:17: schema.user.children.*.limits: a [burst, count, period] shorthand has 3 values, got 2`,
 		bad + `:9:57: schema.user.children.*.children.trade.limits[0].count: gcra count must be positive, got -10`,
-		bad + `:10:13: schema.user.children.*.children.trade.colour: unknown field "colour" (want limits, children, unlimited, shadow, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
+		bad + `:10:13: schema.user.children.*.children.trade.colour: unknown field "colour" (want limits, children, unlimited, shadow, quota_mode, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
 		bad + `:11:11: schema.user.children.*.children.trade: duplicate child "trade" (first at line 8)`,
 		bad + `: 5 errors`,
 	}, "\n") + "\n"

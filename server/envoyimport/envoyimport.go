@@ -47,10 +47,9 @@
 //     pattern); metadata is dropped with a warning (Sluice's answers carry
 //     none); a rate_limit's name is the node's name, which answers carry
 //     as current_limit.name;
-//   - quota_mode: true is a plain limit, with a warning: the same as
-//     Envoy's for a request with one quota_mode descriptor; with several,
-//     Envoy denies only when all are over their limits, Sluice when any
-//     is, so it never admits more than Envoy would;
+//   - quota_mode: true is quota_mode: true: the node never denies (it is
+//     shadow), and the service answers its denial as envoyproxy/ratelimit
+//     answers an over-quota descriptor (OK, nothing left, no reset);
 //   - a domain without descriptors is a node with unlimited: true, as
 //     Envoy limits nothing in it.
 //
@@ -172,6 +171,7 @@ type node struct {
 	perUnit  uint32 // the limit's count
 	window   string // the limit's window, such as "1m"
 	shadow   bool
+	quota    bool // quota_mode
 	unlim    bool
 	shared   bool // a pattern whose matches share one counter
 	name     string
@@ -360,9 +360,6 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path *dpath, leve
 			}
 			continue
 		}
-		if d.QuotaMode {
-			c.warnf(p, "quota_mode", "quota_mode is enforced as a plain limit: as Envoy does for a request with one quota_mode descriptor; for a request with several, Envoy denies only when all are over their limits, and Sluice when any is (it never admits more than Envoy)")
-		}
 		if d.Metadata != nil {
 			c.warnf(p, "metadata", "metadata is dropped: Sluice's answers carry no descriptor metadata")
 		}
@@ -413,7 +410,10 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path *dpath, leve
 				// requests_per_unit 0 is a window that admits nothing.
 				v.perUnit, v.window = *rl.RequestsPerUnit, durationText(unit)
 				v.limit = fmt.Sprintf("{algorithm: fixed_window, limit: %d, window: %s}", v.perUnit, v.window)
+				// Shadow wins: Envoy's shadow_mode answers OK before its
+				// quota_mode sees a denial.
 				v.shadow = d.ShadowMode
+				v.quota = d.QuotaMode && !d.ShadowMode
 			}
 		}
 		if len(d.Descriptors) > 0 {
@@ -452,6 +452,9 @@ func write(b *bytes.Buffer, n *node, depth int) {
 		}
 		if c.shadow {
 			fmt.Fprintf(b, "%sshadow: true\n", in)
+		}
+		if c.quota {
+			fmt.Fprintf(b, "%squota_mode: true\n", in)
 		}
 		if c.shared {
 			fmt.Fprintf(b, "%sshared_counter: true\n", in)

@@ -101,7 +101,7 @@ func TestConvertAsEnvoyDoes(t *testing.T) {
 			"  - key: bar\n    value: a\n    rate_limit: {name: a, unit: minute, requests_per_unit: 1}\n" +
 			"  - key: qux\n    rate_limit: {unlimited: true}\n" +
 			"  - key: service\n    value: s1\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    metadata:\n      service_with_quota: {name: \"s1\"}\n"},
-			"", "quota_mode is enforced as a plain limit"},
+			"", "metadata is dropped"},
 		{"examples/ratelimit/config/config.yaml", []string{"domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 500}\n"}, "", ""},
 		{"test/config/basic_config.yaml", []string{"domain: test-domain\ndescriptors:\n" + limited + "  - key: k2\n    descriptors:\n      - key: sub\n        rate_limit: {unit: second, requests_per_unit: 5}\n"}, "", ""},
 		{"test/config/metadata.yaml", []string{"domain: d\ndescriptors:\n" + limited + "    metadata: {name: service_1, nested: [1, {a: b}]}\n"}, "", "metadata is dropped"},

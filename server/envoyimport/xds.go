@@ -123,7 +123,7 @@ func (t *tree) children(n *node) *ast.MappingNode {
 
 // node returns the mapping of one node.
 func (t *tree) node(c *node) ast.Node {
-	onlyLimit := c.limit != "" && !c.unlim && !c.shadow && !c.shared && c.name == "" && len(c.replaces) == 0 && len(c.names) == 0
+	onlyLimit := c.limit != "" && !c.unlim && !c.shadow && !c.quota && !c.shared && c.name == "" && len(c.replaces) == 0 && len(c.names) == 0
 	if onlyLimit {
 		if l, ok := t.leaves[c.limit]; ok {
 			return l
@@ -135,6 +135,9 @@ func (t *tree) node(c *node) ast.Node {
 	}
 	if c.shadow {
 		es = append(es, t.entry("shadow", t.boolean()))
+	}
+	if c.quota {
+		es = append(es, t.entry("quota_mode", t.boolean()))
 	}
 	if c.shared {
 		es = append(es, t.entry("shared_counter", t.boolean()))

@@ -18,7 +18,6 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/store"
-	"github.com/sluicehq/sluice/store/redis/internal/overlimit"
 )
 
 // DefaultPrefix is the prefix of every key the store writes, unless
@@ -65,7 +64,7 @@ type Options struct {
 	// every call returns by its deadline.
 	MaxInFlight int
 	// OverLimitCache, when positive, keeps an exact over-limit cache of
-	// about that many keys (package store/redis/internal/overlimit): a denial is repeated
+	// about that many keys (overlimit.go): a denial is repeated
 	// without a round trip while it must still hold. Resets and refunds
 	// made through any store on the same Redis and prefix forget their
 	// keys: this store's at once, another's within ForgetPoll plus a
@@ -113,10 +112,10 @@ type Store struct {
 	prefix   string
 	timeout  time.Duration
 	coalesce coalescer
-	denials  *overlimit.Cache // nil when off
-	leases   *leaser          // nil when off
-	globals  *globals         // nil without a home
-	forgets  forgets          // followed when denials is not nil
+	denials  *denialCache // nil when off
+	leases   *leaser      // nil when off
+	globals  *globals     // nil without a home
+	forgets  forgets      // followed when denials is not nil
 
 	stop chan struct{} // ends background connecting
 	done chan struct{} // closed when background connecting has ended
@@ -288,7 +287,7 @@ func newStore(opts Options) (*Store, error) {
 	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, inflight: make(chan struct{}, opts.MaxInFlight),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if opts.OverLimitCache > 0 {
-		s.denials = overlimit.New(opts.OverLimitCache)
+		s.denials = newDenialCache(opts.OverLimitCache)
 		s.forgets.done = make(chan struct{})
 		go s.watchForgets()
 	}

@@ -7,7 +7,7 @@
 //
 // Two options decide without a round trip, never admitting more than a
 // limit allows (docs/beyond-one-round-trip.md): OverLimitCache repeats a
-// denial while it stands (package store/redis/internal/overlimit), and LeaseFor admits
+// denial while it stands (overlimit.go), and LeaseFor admits
 // a hot fixed-window key's requests from units leased ahead (lease.go);
 // Grant gives such units to a client that admits on its own.
 //

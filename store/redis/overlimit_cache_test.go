@@ -1,4 +1,4 @@
-package overlimit
+package redis
 
 import (
 	"fmt"
@@ -19,10 +19,10 @@ func plan(t *testing.T, l algo.Limit) *algo.Plan {
 
 var t0 = time.Unix(1_800_000_000, 0)
 
-func at(d time.Duration) Time { return Now(t0.Add(d)) }
+func at(d time.Duration) cacheTime { return cacheNow(t0.Add(d)) }
 
-func TestLookup(t *testing.T) {
-	c := New(100)
+func TestDenialCacheLookup(t *testing.T) {
+	c := newDenialCache(100)
 	p := plan(t, algo.GCRA{Burst: 2, Count: 1, Period: time.Second})
 	denial := algo.Result{Quota: 3, RetryAfter: 400 * time.Millisecond, ResetAfter: 2 * time.Second}
 	c.Remember("k", p, 2, at(0), c.Epoch(), denial)
@@ -31,7 +31,7 @@ func TestLookup(t *testing.T) {
 		key  string
 		p    *algo.Plan
 		cost int64
-		now  Time
+		now  cacheTime
 		hit  bool
 	}{
 		{"same cost, later", "k", p, 2, at(100 * time.Millisecond), true},
@@ -42,7 +42,7 @@ func TestLookup(t *testing.T) {
 		{"before the denial", "k", p, 2, at(-time.Microsecond), false},
 		{"another key", "k2", p, 2, at(0), false},
 		{"another limit", "k", plan(t, algo.GCRA{Burst: 3, Count: 1, Period: time.Second}), 2, at(0), false},
-		{"the store's clock", "k", p, 2, Now(time.Time{}), false},
+		{"the store's clock", "k", p, 2, cacheNow(time.Time{}), false},
 	} {
 		res, hit := c.Lookup(tc.key, tc.p, tc.cost, tc.now)
 		if hit {
@@ -67,10 +67,10 @@ func TestLookup(t *testing.T) {
 	}
 }
 
-// TestNotRemembered: allowed results, Never, peeks and limits whose
+// TestDenialCacheNotRemembered: allowed results, Never, peeks and limits whose
 // denials record are not cached, nor a denial read before a Forget.
-func TestNotRemembered(t *testing.T) {
-	c := New(100)
+func TestDenialCacheNotRemembered(t *testing.T) {
+	c := newDenialCache(100)
 	g := plan(t, algo.GCRA{Burst: 2, Count: 1, Period: time.Second})
 	uniform := plan(t, algo.SlidingLog{Limits: []algo.Window{{Count: 2, Window: time.Second}}, Mode: algo.Uniform})
 	deny := algo.Result{RetryAfter: time.Second}
@@ -91,9 +91,9 @@ func TestNotRemembered(t *testing.T) {
 	}
 }
 
-// TestBounded: the cache never holds much more than its size.
-func TestBounded(t *testing.T) {
-	c := New(640)
+// TestDenialCacheBounded: the cache never holds much more than its size.
+func TestDenialCacheBounded(t *testing.T) {
+	c := newDenialCache(640)
 	g := plan(t, algo.GCRA{Burst: 2, Count: 1, Period: time.Second})
 	for i := range 100_000 {
 		c.Remember(fmt.Sprint("k", i), g, 1, at(time.Duration(i)*time.Microsecond), c.Epoch(), algo.Result{RetryAfter: time.Hour})
