@@ -91,10 +91,11 @@ func hitsOf(n uint64, kv ...string) *rlcommon.RateLimitDescriptor {
 // counted is its window's end, an unnamed limit has no name, a
 // descriptor without rate_limit is not unlimited, and a descriptor's
 // hits_addend above 2^31-1 is counted); the same configuration imported
-// into a limits.yaml keeps Sluice's own answers.
+// into a limits.yaml (counting all or nothing, as Sluice's own policies)
+// keeps Sluice's own answers.
 func TestEnvoyAnswerFields(t *testing.T) {
 	envoy, _ := envoyGRPC(t, Config{EnvoyConfigDir: envoyDir(t)})
-	pol, _, err := envoyimport.Convert([]envoyimport.File{{Name: "gw.yaml", Data: []byte(envoyAnswerConfig)}})
+	pol, _, err := envoyimport.Convert([]envoyimport.File{{Name: "gw.yaml", Data: []byte(envoyAnswerConfig)}}, "all_or_nothing")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestEnvoyAnswerFields(t *testing.T) {
 		{"a cost above the limit", hitsOf(5, "tenant", "a"),
 			want{rlv3.RateLimitResponse_OVER_LIMIT, "", true, 0, 3600},
 			want{rlv3.RateLimitResponse_OVER_LIMIT, "gw/tenant/*", true, 3, 0}},
-		{"a peek", hitsOf(0, "tenant", "a"),
+		{"a peek", hitsOf(0, "tenant", "p"),
 			want{rlv3.RateLimitResponse_OK, "", true, 3, 3600},
 			want{rlv3.RateLimitResponse_OK, "gw/tenant/*", true, 3, 0}},
 		{"a named limit", desc("named", "n"),
@@ -282,7 +283,7 @@ func TestEnvoyDynamicMetadata(t *testing.T) {
 	}
 
 	off, _ := envoyGRPC(t, Config{EnvoyConfigDir: envoyDir(t)})
-	pol, _, err := envoyimport.Convert([]envoyimport.File{{Name: "gw.yaml", Data: []byte(envoyAnswerConfig)}})
+	pol, _, err := envoyimport.Convert([]envoyimport.File{{Name: "gw.yaml", Data: []byte(envoyAnswerConfig)}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func dynamicMetadata(req *rlv3.RateLimitRequest, paths []policy.PathQuery) *stru
 // open) or OVER_LIMIT (fail closed).
 func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.RateLimitResponse {
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(c.Query.Paths))}
-	if !c.Decision.Allowed {
+	if !c.Decision.Allowed && !g.s.cfg.EnvoyShadowMode { // SHADOW_MODE: OK whatever the statuses say
 		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 	}
 	p := g.s.current.Load()

@@ -51,7 +51,7 @@ descriptors:
 	}
 	// Each is the pattern of the node Convert makes of it, which a
 	// descriptor of its entries reaches.
-	out, _, err := Convert([]File{{Name: "a.yaml", Data: []byte(yml)}})
+	out, _, err := Convert([]File{{Name: "a.yaml", Data: []byte(yml)}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
