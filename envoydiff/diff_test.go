@@ -47,8 +47,6 @@ var knownToDiffer = map[string]string{
 
 // knownReasons are the words of knownToDiffer's reasons.
 var knownReasons = map[string]string{
-	"5":        "issue 56 item 5: answer fields (remaining on OVER_LIMIT, reset of a key with nothing counted, a descriptor without rate_limit or children, hits_addend above 2^31-1, an unnamed rule's name)",
-	"7":        "issue 56 item 7: response headers",
 	"negative": "kept on purpose (docs/envoy-migration.md): is_negative_hits gives back in Sluice, as Envoy's filter means it and later envoyproxy/ratelimit (#1140) reads it; the version run here does not read it and charges the hits",
 }
 
