@@ -72,6 +72,8 @@ var knownToDiffer = map[string]string{
 	"request_limit current_limit.name":                "5",
 	"request_limit limit_remaining":                   "1",
 	"request_limit overall_code":                      "1",
+	"global_quota_mode current_limit.name":            "5",
+	"global_quota_request_limit current_limit.name":   "5",
 	"window_second code":                              "1 5",
 	"window_second current_limit.name":                "5",
 	"window_second limit_remaining":                   "1 5",

@@ -142,6 +142,13 @@ func TestEnvoyRedisURL(t *testing.T) {
 	if err != nil || len(ignored) != 1 || !strings.HasPrefix(ignored[0], "SHADOW_MODE") || cfg.XDSServer != "gw:18001" || cfg.XDSNodeID != "default" {
 		t.Errorf("xds, SHADOW_MODE: %v %v %+v", ignored, err, cfg)
 	}
+	quota := server.Config{}
+	ignored, err = applyEnvoyEnv(&quota, func(k string) string {
+		return map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1", "QUOTA_MODE": "true"}[k]
+	})
+	if err != nil || len(ignored) != 0 || !quota.EnvoyQuotaMode {
+		t.Errorf("QUOTA_MODE=true: %v %v, envoy_quota_mode %v", ignored, err, quota.EnvoyQuotaMode)
+	}
 }
 
 // TestEnvoyVarsDocumented: docs/envoy-migration.md's table names every
