@@ -28,6 +28,7 @@ type Plan struct {
 	ok       bool   // made by Compile
 	stepwise bool   // kinds[kind].stepwise, read on every decision
 	shape    uint64 // see Shape
+	shapeKey string // see ShapeKey
 	maxCost  int64  // see MaxCost; 0 until compiled
 	// What is derived from the limit, first, beside the fields above that
 	// every decision reads.
@@ -148,6 +149,7 @@ func (p *Plan) compile(l Limit) error {
 	}
 	p.ok, p.stepwise = true, kinds[p.kind].stepwise
 	p.shape = p.computeShape()
+	p.shapeKey = p.computeShapeKey()
 	p.maxCost = MaxCount
 	if p.kind == KindSlidingLog && p.sl.Buckets == 0 {
 		p.maxCost = MaxExactCost
@@ -168,14 +170,18 @@ func (p *Plan) Shape() uint64 { return p.shape }
 // numbers of the layout: "%:fixed_window", "%:gate", "%:sliding_log" (an
 // exact log), "%:sliding_log-sampled-10-100000" (buckets, then each
 // limit's bucket width), "%:window_counter-1000000-60-2" (slice, slices,
-// limits). It never holds a kind's number, which may change.
-func (p *Plan) ShapeKey() string {
+// limits). It never holds a kind's number, which may change. It is made
+// when the plan is compiled.
+func (p *Plan) ShapeKey() string { return p.shapeKey }
+
+// computeShapeKey makes ShapeKey: for a layout without numbers, its kind's
+// (shapeKeys), so that compiling such a plan allocates nothing.
+func (p *Plan) computeShapeKey() string {
 	if p.shape == 0 {
 		return ""
 	}
-	b := make([]byte, 0, 32)
-	b = append(b, "%:"...)
-	b = append(b, p.kind.String()...)
+	var buf [64]byte
+	b := append(buf[:0], shapeKeys[p.kind]...)
 	p.shapeParts(func(v int64) {
 		b = append(b, '-')
 		b = strconv.AppendInt(b, v, 10)
@@ -183,8 +189,20 @@ func (p *Plan) ShapeKey() string {
 		b = append(b, '-')
 		b = append(b, tag...)
 	})
+	if len(b) == len(shapeKeys[p.kind]) {
+		return shapeKeys[p.kind]
+	}
 	return string(b)
 }
+
+// shapeKeys are "%:" and each kind's name: the ShapeKey of a layout with
+// no numbers.
+var shapeKeys = func() (keys [NumKinds]string) {
+	for k := range keys {
+		keys[k] = "%:" + Kind(k).String()
+	}
+	return keys
+}()
 
 // shapeParts calls num with the numbers the state's layout depends on,
 // beyond its kind, and tag with the words that tell layouts of one kind

@@ -10,7 +10,8 @@ import (
 
 // TestSpecJSONMadeAtLoad: a level's AppendSpecJSON is its Limit's Spec as
 // JSON whichever way the limit came (a node's, with debt, with a delay,
-// an override's, an escalate's, a request's own), and the bytes of every
+// an override's, an escalate's, a request's own, Envoy's descriptor
+// limit in place of the node's), and the bytes of every
 // limit the policy holds were made when it loaded (or when an override
 // was compiled), not on the request.
 func TestSpecJSONMadeAtLoad(t *testing.T) {
@@ -48,6 +49,7 @@ schema:
 		{Path: []string{"delayed"}, Cost: 1},
 		{Path: []string{"tenant", "t1"}, Cost: 1},
 		{Path: []string{"tenant", "t1"}, Cost: 1, Limit: &algo.FixedWindow{Count: 10, Window: time.Minute}},
+		{Path: []string{"key", "charlie"}, Cost: 1, Exact: true, Override: true, Limit: &algo.FixedWindow{Count: 9, Window: time.Hour}},
 		{Path: []string{"key", "acme"}, Cost: 1},
 		{Path: []string{"key", "bravo"}, Cost: 1},
 		{Path: []string{"login", "ip1", "u1"}, Cost: 1},
@@ -63,14 +65,14 @@ schema:
 			if got, want := lv.AppendSpecJSON(nil), s.AppendJSON(nil); string(got) != string(want) {
 				t.Errorf("%v, level %s %s: spec %s, want %s", pq.Path, lv.Pattern, lv.Key, got, want)
 			}
-			ownLimit := pq.Limit != nil && lv.Pattern == "tenant/*"
+			ownLimit := pq.Limit != nil
 			if made := lv.specJSON != nil; made == ownLimit {
 				t.Errorf("%v, level %s %s: made at load %v, want %v", pq.Path, lv.Pattern, lv.Key, made, !ownLimit)
 			}
 			seen[lv.Key] = true
 		}
 	}
-	for _, k := range []string{"plain#0", "plain#1", "owed", "delayed", "tenant:t1", "tenant:t1#per-60000ms", "key:acme", "key:bravo", "login:ip1:u1", "login:ip1#escalate"} {
+	for _, k := range []string{"plain#0", "plain#1", "owed", "delayed", "tenant:t1", "tenant:t1#per-60000ms", "key:acme", "key:bravo", "key:charlie", "login:ip1:u1", "login:ip1#escalate"} {
 		if !seen[k] {
 			t.Errorf("no level of key %s", k)
 		}

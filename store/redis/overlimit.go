@@ -163,13 +163,15 @@ type cacheTime struct {
 	explicit bool
 }
 
+var cacheStart = time.Now()
+
 // cacheNow returns the cache's time of a decision at t: t itself when it
 // is not zero (a request's own Time), else the local monotonic clock now.
 func cacheNow(t time.Time) cacheTime {
 	if !t.IsZero() {
 		return cacheTime{ns: t.UnixNano(), explicit: true}
 	}
-	return cacheTime{ns: monoNow()}
+	return cacheTime{ns: int64(time.Since(cacheStart))}
 }
 
 // Epoch returns a value that changes whenever the cache forgets: read it

@@ -25,9 +25,8 @@ const (
 )
 
 type Token struct {
-	Token       *token.Token
-	Group       *TokenGroup
-	LineComment *token.Token
+	Token *token.Token
+	Group *TokenGroup
 }
 
 func (t *Token) RawToken() *token.Token {
@@ -137,7 +136,6 @@ func (g *TokenGroup) TokenType() token.Type {
 func CreateGroupedTokens(tokens token.Tokens) ([]*Token, error) {
 	var err error
 	tks := newTokens(tokens)
-	tks = createLineCommentTokenGroups(tks)
 	tks, err = createLiteralAndFoldedTokenGroups(tks)
 	if err != nil {
 		return nil, err
@@ -174,24 +172,6 @@ func newTokens(tks token.Tokens) []*Token {
 	ret := make([]*Token, 0, len(tks))
 	for _, tk := range tks {
 		ret = append(ret, &Token{Token: tk})
-	}
-	return ret
-}
-
-func createLineCommentTokenGroups(tokens []*Token) []*Token {
-	ret := make([]*Token, 0, len(tokens))
-	for i := 0; i < len(tokens); i++ {
-		tk := tokens[i]
-		switch tk.Type() {
-		case token.CommentType:
-			if i > 0 && tokens[i-1].Line() == tk.Line() {
-				tokens[i-1].LineComment = tk.RawToken()
-			} else {
-				ret = append(ret, tk)
-			}
-		default:
-			ret = append(ret, tk)
-		}
 	}
 	return ret
 }
