@@ -72,8 +72,8 @@ type Level struct {
 	// Owed reports a denied charge that the level's limit with debt
 	// recorded in full (algo.Debt): counted, and answered as a denial.
 	Owed bool
-	// specJSON is Limit as JSON, made when the policy loaded (nil: not).
-	specJSON []byte
+	// specJSON is Limit as JSON, made when the policy loaded ("": not).
+	specJSON string
 }
 
 // AppendSpecJSON appends the level's limit as JSON (algo.Spec.AppendJSON
@@ -81,7 +81,7 @@ type Level struct {
 // made of it when it loaded, or made now for a limit it did not (a
 // request's own).
 func (l *Level) AppendSpecJSON(b []byte) []byte {
-	if l.specJSON != nil {
+	if l.specJSON != "" {
 		return append(b, l.specJSON...)
 	}
 	var s algo.Spec
@@ -93,14 +93,14 @@ func (l *Level) AppendSpecJSON(b []byte) []byte {
 
 // specsJSON returns each limit as its Spec's JSON: what AppendSpecJSON
 // copies, made once when a policy loads.
-func specsJSON(limits ...algo.Limit) [][]byte {
+func specsJSON(limits ...algo.Limit) []string {
 	if len(limits) == 0 {
 		return nil
 	}
-	out := make([][]byte, len(limits))
+	out := make([]string, len(limits))
 	for i, lim := range limits {
 		s := lim.Spec()
-		out[i] = s.AppendJSON(nil)
+		out[i] = string(s.AppendJSON(nil))
 	}
 	return out
 }
