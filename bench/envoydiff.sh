@@ -8,9 +8,8 @@
 #   bench/envoydiff.sh                            seeds 1,2,3, 4 sequences a feature (~7 minutes)
 #   SEEDS=7 SCALE=2 bench/envoydiff.sh            others
 #   bench/envoydiff.sh -only 'quota|stream'       some features (any of the test's flags)
-#   bench/envoydiff.sh -overlimit-cache           Sluice's over-limit cache on, as when it is
-#                                                 started as ratelimit (report only: its answers
-#                                                 then depend on timing)
+#   bench/envoydiff.sh -overlimit-cache           both local caches on (LOCAL_CACHE_SIZE_IN_BYTES;
+#                                                 report only: the answers then depend on timing)
 #   bench/envoydiff.sh -trace nested              every answer of a feature's sequences
 #
 # Exits 1 when the answers differ otherwise than envoydiff/diff_test.go's

@@ -181,16 +181,11 @@ func startService(t *testing.T, bin binaries, which, redisAddr, root string, env
 			return nil, err.Error()
 		}
 		e = append(e, "SLUICE_TIMEOUT=1m")
-		if !*cacheFlag {
-			// Sluice's over-limit cache off, as envoyproxy/ratelimit's
-			// local cache is (LOCAL_CACHE_SIZE_IN_BYTES=0; Sluice keeps
-			// its own on then): a denial it answers reports the
-			// request's other descriptors unread, and whether it
-			// answers depends on timing (a poll of its forgets that a
-			// busy machine delays clears it), so the answers would
-			// not be a function of the sequence.
-			e = append(e, "SLUICE_REDIS_OVER_LIMIT_CACHE=-1")
-		}
+	}
+	if *cacheFlag {
+		// Both local caches on: Sluice's over-limit cache as
+		// envoyproxy/ratelimit's (off by default, as its own is).
+		e = append(e, "LOCAL_CACHE_SIZE_IN_BYTES=1048576")
 	}
 	logPath := filepath.Join(dir, "output.log")
 	log, err := os.Create(logPath)

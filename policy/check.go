@@ -260,7 +260,7 @@ func (c *Checker) matchQuery(q *Query) (*Policy, error) {
 		pq.LimitIgnored = false
 		switch {
 		case pq.Limit != nil && pq.Override && pq.Exact && pq.Match.Listed.List == "" && pq.Match.Depth > 0:
-			if err := overrideLimit(pq); err != nil {
+			if err := overrideLimit(pq, p.counts); err != nil {
 				return nil, err
 			}
 		case pq.Limit != nil && len(pq.Match.Hits) > 0:
@@ -392,7 +392,9 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 				d.Levels = append(d.Levels, Level{})
 				lv := &d.Levels[len(d.Levels)-1]
 				lv.Pattern, lv.Name, lv.Key, lv.Limit, lv.Shadow, lv.Result = hit.Pattern, hit.Name, sc.reqs[r].Key, l, hit.Shadow, res
-				lv.Owed = !res.Allowed && sc.reqs[r].Cost > 0 && sc.reqs[r].Plan.Debt()
+				// Under counts: each a denied charge is recorded as a
+				// rule, not as a node's debt.
+				lv.Owed = !res.Allowed && sc.reqs[r].Cost > 0 && sc.reqs[r].Plan.Debt() && hit.counts == allOrNothing
 				if hit.specJSON != nil {
 					lv.specJSON = hit.specJSON[j]
 				}
@@ -440,14 +442,18 @@ func applyRequestLimit(pq *PathQuery) error {
 		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
 	}
 	h.Limits, h.plans, h.noDebt, h.specJSON = []algo.Limit{l}, []algo.Plan{plan}, nil, nil
+	if h.counts != allOrNothing { // its charges recorded as the node's are
+		h.Limits, h.plans, h.noDebt = []algo.Limit{algo.Debt{Limit: l}}, []algo.Plan{*algo.MustCompile(algo.Debt{Limit: l})}, h.plans
+	}
 	// A key of its own per window: the same count whatever the number
 	// (as envoyproxy/ratelimit keys a descriptor's limit by its unit).
 	h.Key += "#per-" + strconv.FormatInt(int64(l.Window/time.Millisecond), 10) + "ms"
 	return nil
 }
 
-// overrideLimit makes pq.Limit the one hit of pq (PathQuery.Override).
-func overrideLimit(pq *PathQuery) error {
+// overrideLimit makes pq.Limit the one hit of pq (PathQuery.Override),
+// counted as the policy counts.
+func overrideLimit(pq *PathQuery, counts counting) error {
 	l := *pq.Limit
 	plan, err := algo.Compile(l)
 	if err != nil {
@@ -458,13 +464,20 @@ func overrideLimit(pq *PathQuery) error {
 	m := &pq.Match
 	// node -1: no node's overrides apply to it (they were applied, by
 	// match, to the hit it replaces).
-	h := Hit{Pattern: m.Pattern, Key: key + "#per-" + strconv.FormatInt(l.Window.Milliseconds(), 10) + "ms", Tag: key, node: -1}
+	h := Hit{Pattern: m.Pattern, Key: key + "#per-" + strconv.FormatInt(l.Window.Milliseconds(), 10) + "ms", Tag: key, node: -1, counts: counts}
 	if len(m.Hits) == 1 && m.Hits[0].Key == key && len(m.Hits[0].Limits) == 1 {
-		if fw, ok := m.Hits[0].Limits[0].(algo.FixedWindow); ok && fw.Calendar == (algo.Calendar{}) && fw.Window == l.Window {
+		lim := m.Hits[0].Limits[0]
+		if d, ok := lim.(algo.Debt); ok { // counts: each
+			lim = d.Limit
+		}
+		if fw, ok := lim.(algo.FixedWindow); ok && fw.Calendar == (algo.Calendar{}) && fw.Window == l.Window {
 			h.Key, h.Tag = key, m.Hits[0].Tag
 		}
 	}
 	h.Limits, h.plans = []algo.Limit{l}, []algo.Plan{plan}
+	if counts != allOrNothing { // its charges recorded as a node's are
+		h.Limits, h.plans, h.noDebt = []algo.Limit{algo.Debt{Limit: l}}, []algo.Plan{*algo.MustCompile(algo.Debt{Limit: l})}, h.plans
+	}
 	clear(m.Hits)
 	m.Hits = append(m.Hits[:0], h)
 	m.Unlimited, m.Unmatched = false, false
@@ -551,11 +564,20 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, s slot, merge bool) {
 		for j := range hit.Limits {
 			r := hit.Request(j, pq.Cost)
 			r.Time = t
-			if s.estimate && hit.noDebt != nil {
-				r.Plan = &hit.noDebt[j] // without debt: a denied estimate records nothing
+			if hit.noDebt != nil && (s.estimate || pq.Cost == 0 && hit.counts != allOrNothing) {
+				// Without debt: a denied estimate records nothing; a peek
+				// that counts as Envoy's is denied only past the limit.
+				r.Plan, r.Stop = &hit.noDebt[j], false
 			}
 			if op != algo.Acquire && !isConcurrency(r) {
 				sc.index = append(sc.index, -1)
+				continue
+			}
+			if !merge || hit.counts != allOrNothing {
+				// Each level of each path on its own: a key twice is
+				// decided twice, in order.
+				sc.index = append(sc.index, len(sc.reqs))
+				sc.reqs = append(sc.reqs, r)
 				continue
 			}
 			if !merge {

@@ -70,7 +70,9 @@ type Level struct {
 	Shadow bool
 	Result algo.Result
 	// Owed reports a denied charge that the level's limit with debt
-	// recorded in full (algo.Debt): counted, and answered as a denial.
+	// recorded in full (algo.Debt): counted, and answered as a denial
+	// (not under counts: each or stop_when_over, where every denied charge
+	// is recorded).
 	Owed bool
 	// specJSON is Limit as JSON, made when the policy loaded ("": not).
 	specJSON string

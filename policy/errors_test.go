@@ -117,7 +117,7 @@ schema:
         limits: {algorithm: gcra, brust: 5, count: 10, period: 1s}
 `, []string{
 			`f.yaml:2:12: unmatched: want allow or deny, got "maybe"`,
-			`f.yaml:3:1: extra: unknown field "extra" (want schema, unmatched or definitions)`,
+			`f.yaml:3:1: extra: unknown field "extra" (want schema, unmatched, counts or definitions)`,
 			`f.yaml:6:5: schema.user.limit: unknown field "limit" (want limits, children, unlimited, shadow, quota_mode, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)`,
 			`f.yaml:9:35: schema.user.children.*.limits.brust: unknown field "brust" (want algorithm, burst, count, period, ...`,
 		}},

@@ -19,7 +19,20 @@ import (
 // loader compiles one limits file, collecting every problem it finds.
 type loader struct {
 	*yamlfile.Loader
-	nodes []Node // for Policy.Nodes
+	nodes  []Node   // for Policy.Nodes
+	counts counting // the file's counts
+	// owing are the limits with debt counts: each gives the nodes of one
+	// fixed window, and their plans without it, compiled once: an Envoy
+	// configuration's 100,000 descriptors share a few limits.
+	owing map[algo.FixedWindow]owed
+}
+
+// owed is a fixed window with debt, compiled, and without it.
+type owed struct {
+	limit  algo.Limit
+	spec   algo.Spec
+	plan   algo.Plan
+	noDebt []algo.Plan
 }
 
 func parse(name string, data []byte) (*Policy, yamlfile.ErrorList) {
@@ -39,7 +52,7 @@ func (l *loader) compile(name string, body ast.Node) (*Policy, yamlfile.ErrorLis
 	if len(l.Errs) > 0 {
 		return nil, l.Errs
 	}
-	pol.nodes = l.nodes
+	pol.nodes, pol.counts = l.nodes, l.counts
 	return pol, nil
 }
 
@@ -74,8 +87,15 @@ func (l *loader) file(body ast.Node, pol *Policy) {
 			case s != "allow":
 				l.Errorf(e.Value, "unmatched", "want allow or deny, got %q", s)
 			}
+		case "counts":
+			s, ok := l.Str(e.Value, "counts")
+			if c := slices.Index(countings[:], s); ok && c >= 0 {
+				l.counts = counting(c)
+			} else if ok {
+				l.Errorf(e.Value, "counts", "want all_or_nothing, each or stop_when_over, got %q", s)
+			}
 		default:
-			l.Errorf(e.Key, e.Name, "unknown field %q (want schema, unmatched or definitions)", e.Name)
+			l.Errorf(e.Key, e.Name, "unknown field %q (want schema, unmatched, counts or definitions)", e.Name)
 		}
 	}
 	if schema == nil {
@@ -287,8 +307,11 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			nd.limits[i], nd.specs[i], nd.plans[i] = c.limit, c.spec, c.plan
 		}
 		if owed != nil {
-			l.debtNode(nd, owed, yamlfile.Sub(path, "debt"))
+			l.debtNode(nd, owed.Key, yamlfile.Sub(path, "debt"), "")
+		} else if l.counts != allOrNothing {
+			l.countNode(nd, limits.Key, yamlfile.Sub(path, "limits"))
 		}
+		nd.counts = l.counts
 	}
 	if children != nil {
 		nd.children, nd.star, nd.globs = l.children(children.Value, children.Key, yamlfile.Sub(path, "children"), pattern, nd.shadow)
@@ -327,7 +350,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	if escalated != nil && nd.escalate != nil {
 		l.escalateNode(nd, escalated, yamlfile.Sub(path, "escalate"))
 	}
-	nd.noDebt = withoutDebt(nd.plans)
+	if nd.noDebt == nil {
+		nd.noDebt = withoutDebt(nd.plans)
+	}
 	nd.specJSON = specsJSON(nd.limits...)
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Global: nd.global, Delay: nd.delay}
 	return nd
@@ -375,9 +400,30 @@ func withoutDebt(plans []algo.Plan) []algo.Plan {
 	return out
 }
 
-// debtNode makes every limit of a node with debt: true one with debt
-// (algo.Debt), refusing the kinds that cannot record one.
-func (l *loader) debtNode(nd *node, e *yamlfile.Entry, path string) {
+// countNode makes every limit of a node debt under counts: each or
+// stop_when_over (debtNode), a node of one fixed window from owing.
+func (l *loader) countNode(nd *node, key ast.Node, path string) {
+	fw, ok := nd.limits[0].(algo.FixedWindow)
+	if len(nd.limits) != 1 || !ok {
+		l.debtNode(nd, key, path, "counts: "+countings[l.counts]+" records a denied charge: ")
+		return
+	}
+	o, ok := l.owing[fw]
+	if !ok {
+		l.debtNode(nd, key, path, "")
+		o = owed{nd.limits[0], nd.specs[0], nd.plans[0], withoutDebt(nd.plans)}
+		if l.owing == nil {
+			l.owing = map[algo.FixedWindow]owed{}
+		}
+		l.owing[fw] = o
+	}
+	nd.limits[0], nd.specs[0], nd.plans[0], nd.noDebt = o.limit, o.spec, o.plan, o.noDebt
+}
+
+// debtNode makes every limit of a node with debt: true (or of every node
+// under counts: each or stop_when_over) one with debt (algo.Debt),
+// refusing the kinds that cannot record one (at key, why first).
+func (l *loader) debtNode(nd *node, key ast.Node, path, why string) {
 	for i := range nd.specs {
 		s := nd.specs[i]
 		s.Debt = true
@@ -386,7 +432,7 @@ func (l *loader) debtNode(nd *node, e *yamlfile.Entry, path string) {
 			nd.plans[i], err = algo.Compile(lim)
 		}
 		if err != nil {
-			l.Errorf(e.Key, path, "limit %d: %s", i, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+			l.Errorf(key, path, "%slimit %d: %s", why, i, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
 			continue
 		}
 		nd.limits[i], nd.specs[i] = lim, s

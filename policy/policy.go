@@ -88,7 +88,16 @@
 //     and Decision.Listed name the entry (lists.go).
 //
 // At the top level, schema: holds the tree; unmatched: deny denies the
-// requests that no policy matches (see Match.Unmatched); definitions:, a
+// requests that no policy matches (see Match.Unmatched); counts: says how
+// a decision counts the levels it hits: all_or_nothing (the default) on
+// every level or none, only when every enforced level admits it, so that
+// a denied request costs nothing; each, every level its own charge,
+// admitted or denied, as envoyproxy/ratelimit counts descriptors (each
+// limit gets algo.Debt; a peek is denied only past its limit; a key hit
+// twice is counted twice, in order), which import-envoy writes; or
+// stop_when_over, each but that when a level (a shadow one too) would go
+// over, only the levels that go over count
+// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT). definitions:, a
 // place for YAML anchors, is ignored. Anchors, aliases and merge keys (<<)
 // work; YAML tags and more than one document are errors.
 //
@@ -136,11 +145,35 @@ import (
 // child matches.
 const Wildcard = "*"
 
+// counting is how a decision counts the levels it hits (the file's
+// counts).
+type counting uint8
+
+const (
+	// allOrNothing: a request counts on every level or on none, only when
+	// every enforced level admits it (a level with debt: true records its
+	// charge whatever the others decide).
+	allOrNothing counting = iota
+	// each: every level counts its charge whatever the others decide,
+	// admitted or denied (each limit gets algo.Debt), in the order of the
+	// paths, as envoyproxy/ratelimit counts descriptors; a peek counts
+	// nothing and is denied only past the limit.
+	each
+	// stopWhenOver: each, but when a level (shadow ones too) would go over
+	// its limit, only the levels that go over count
+	// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	stopWhenOver
+)
+
+// countings are the counts a file may say, by counting.
+var countings = [...]string{"all_or_nothing", "each", "stop_when_over"}
+
 // Policy is a compiled, immutable limits tree.
 type Policy struct {
 	name          string
 	root          *node
 	denyUnmatched bool
+	counts        counting
 	nodes         []Node
 }
 
@@ -159,6 +192,7 @@ type node struct {
 	shadow    bool // the node or an ancestor is shadow
 	ownShadow bool // the node itself says shadow: true (or quota_mode: true)
 	quotaMode bool // the node itself says quota_mode: true (see Hit.QuotaMode)
+	counts    counting
 	unlimited bool
 	children  map[string]*node // named children
 	globs     []*node          // children whose names are patterns, in file order
@@ -354,6 +388,8 @@ type Hit struct {
 	specJSON []string
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
+	// counts is the policy's counts.
+	counts counting
 	// node is the node's index in its policy's nodes.
 	node int
 	// escalate is the node's escalate (nil: none), decided after the
@@ -365,7 +401,7 @@ type Hit struct {
 // its key (LimitKey), the hit's tag, shadow, lease and global, and the limit's
 // plan, compiled when the policy loaded. Its Time is the zero Time.
 func (h *Hit) Request(j int, cost int64) store.Request {
-	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Plan: &h.plans[j], Cost: cost, Shadow: h.Shadow, Lease: h.Lease, Global: h.Global}
+	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Plan: &h.plans[j], Cost: cost, Shadow: h.Shadow, Lease: h.Lease, Global: h.Global, Stop: h.counts == stopWhenOver}
 }
 
 // hit returns the Hit of node n; with exact, the node's shadow is its own
@@ -375,7 +411,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, QuotaMode: n.quotaMode, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, specJSON: n.specJSON, requestMax: n.requestMax, node: n.index, escalate: n.escalate}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, QuotaMode: n.quotaMode, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, specJSON: n.specJSON, requestMax: n.requestMax, node: n.index, escalate: n.escalate, counts: n.counts}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node

@@ -60,3 +60,60 @@ schema:
 		t.Error("request_limit max 0 was taken")
 	}
 }
+
+// TestOverride: an Exact path's Limit with Override is Envoy's descriptor
+// limit: it shares the key of the node's fixed window of the same window
+// (whatever the node's request_limit), has a key of its own for another
+// window, limits a path no node matches below a matched first segment, and
+// replaces a shadow node's limit; a path whose first segment matches
+// nothing stays unmatched.
+func TestOverride(t *testing.T) {
+	c := memoryChecker(t, `
+schema:
+  d:
+    children:
+      tenant:
+        children:
+          "*": {limits: {algorithm: fixed_window, limit: 3, window: 1h}}
+      s:
+        children:
+          "*": {limits: {algorithm: fixed_window, limit: 1, window: 1h}, quota_mode: true}
+`)
+	at := time.Unix(1_800_000_000, 0)
+	decide := func(l *algo.FixedWindow, path ...string) (Decision, PathQuery) {
+		t.Helper()
+		q := &Query{Time: at, Paths: []PathQuery{{Path: path, Cost: 1, Exact: true, Limit: l, Override: l != nil}}}
+		var d Decision
+		if err := c.Decide(context.Background(), q, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d, q.Paths[0]
+	}
+	hour5 := &algo.FixedWindow{Count: 5, Window: time.Hour}
+	decide(nil, "d", "tenant", "a")
+	if d, pq := decide(hour5, "d", "tenant", "a"); !d.Allowed || d.Summary.Remaining != 3 || pq.Match.Hits[0].Key != "d:tenant:a" {
+		t.Errorf("5 an hour after 1 of the node's 3: %+v, key %q; want 3 left on the node's key", d.Summary, pq.Match.Hits[0].Key)
+	}
+	if d, pq := decide(&algo.FixedWindow{Count: 2, Window: time.Minute}, "d", "tenant", "a"); !d.Allowed || d.Summary.Remaining != 1 || pq.Match.Hits[0].Key == "d:tenant:a" {
+		t.Errorf("2 a minute: %+v, key %q; want 1 left on a key of its own", d.Summary, pq.Match.Hits[0].Key)
+	}
+	if d, _ := decide(nil, "d", "tenant", "a"); !d.Allowed || d.Summary.Remaining != 0 {
+		t.Errorf("the node's 3 after its 1, 1 by 5 an hour and 1 by 2 a minute: %+v, want the 3rd, none left", d.Summary)
+	}
+	for i := range 2 {
+		if d, pq := decide(&algo.FixedWindow{Count: 1, Window: time.Hour}, "d", "free", "x"); d.Allowed != (i == 0) || pq.Match.Unmatched {
+			t.Errorf("no node, 1 an hour, request %d: allowed %v, unmatched %v", i+1, d.Allowed, pq.Match.Unmatched)
+		}
+	}
+	for i := range 2 {
+		if d, pq := decide(hour5, "d", "s", "x"); !d.Allowed || pq.Match.Hits[0].QuotaMode || pq.Match.Hits[0].Shadow {
+			t.Errorf("a quota_mode node overridden, request %d: %+v %+v, want its limit enforced", i+1, d.Summary, pq.Match.Hits[0])
+		}
+	}
+	if d, pq := decide(hour5, "other", "k", "v"); !d.Allowed || !pq.Match.Unmatched || len(pq.Match.Hits) != 0 {
+		t.Errorf("a first segment that matches nothing: %+v %+v, want unmatched", d.Summary, pq.Match)
+	}
+	if _, err := Parse("l.yaml", []byte("schema:\n  a: {unlimited: true, quota_mode: true}\n")); err == nil {
+		t.Error("an unlimited quota_mode node was taken")
+	}
+}

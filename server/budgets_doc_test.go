@@ -107,3 +107,72 @@ func TestUsageBudgetsEnvoyConfig(t *testing.T) {
 		t.Fatal("the page no longer explains apply_on_stream_done")
 	}
 }
+
+// TestUsageBudgetsEnvoyStreamDone: Envoy AI Gateway's flow that
+// docs/usage-budgets.md shows, against its configuration served as Envoy's
+// (the drop-in, counts: each): a stream-done charge larger than what is
+// left is recorded, as envoyproxy/ratelimit records it, and the next
+// request is denied; with envoy_counts: all_or_nothing (Sluice's rules)
+// it is dropped. Fails without counts: each (the charge was dropped).
+func TestUsageBudgetsEnvoyStreamDone(t *testing.T) {
+	page, err := os.ReadFile("../docs/usage-budgets.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := func(head string) []byte {
+		m := regexp.MustCompile("(?s)```yaml\n# " + regexp.QuoteMeta(head) + "\n(.*?)```").FindSubmatch(page)
+		if m == nil {
+			t.Fatalf("no %q block in docs/usage-budgets.md", head)
+		}
+		return m[1]
+	}
+	js, err := yaml.YAMLToJSON(block("envoy: RateLimitPerRoute (Envoy AI Gateway)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var route ratelimitv3.RateLimitPerRoute
+	if err := protojson.Unmarshal(js, &route); err != nil {
+		t.Fatal(err)
+	}
+	if err := route.ValidateAll(); err != nil {
+		t.Fatalf("Envoy would refuse it: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/llm.yaml", block("ratelimit config: llm.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// stage is the request Envoy sends at one stage, tokens the stream's.
+	stage := func(done bool, tokens uint64) *rlv3.RateLimitRequest {
+		req := &rlv3.RateLimitRequest{Domain: "llm"}
+		for _, rl := range route.RateLimits {
+			if rl.ApplyOnStreamDone != done {
+				continue
+			}
+			d := &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: rl.Actions[0].GetRequestHeaders().DescriptorKey, Value: "acme"}}}
+			switch ha := rl.HitsAddend; {
+			case ha.Number != nil:
+				d.HitsAddend = ha.Number
+			case ha.Format == "%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%":
+				d.HitsAddend = wrapperspb.UInt64(tokens)
+			default:
+				t.Fatalf("a hits_addend this test does not play: %v", ha)
+			}
+			req.Descriptors = append(req.Descriptors, d)
+		}
+		return req
+	}
+	ctx := context.Background()
+	for counts, wantNext := range map[string]rlv3.RateLimitResponse_Code{"": rlv3.RateLimitResponse_OVER_LIMIT, "all_or_nothing": rlv3.RateLimitResponse_OK} {
+		g := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, EnvoyCounts: counts})}
+		if r, err := g.ShouldRateLimit(ctx, stage(false, 0)); err != nil || r.OverallCode != rlv3.RateLimitResponse_OK {
+			t.Fatalf("%q: the first request: %v %v", counts, r, err)
+		}
+		if _, err := g.ShouldRateLimit(ctx, stage(true, 12000)); err != nil { // 12,000 tokens on 10,000
+			t.Fatal(err)
+		}
+		r, err := g.ShouldRateLimit(ctx, stage(false, 0))
+		if err != nil || r.OverallCode != wantNext {
+			t.Errorf("envoy_counts %q: the request after a stream of 12,000 tokens on 10,000: %v %v, want %v", counts, r, err, wantNext)
+		}
+	}
+}

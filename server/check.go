@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/algo"
@@ -138,26 +140,18 @@ func levelDeniedBy(l *policy.Level) string {
 // request consumed from (see consumer). Unknown fields
 // are an error.
 type checkRequest struct {
-	Path  []string   `json:"path"`
-	Paths [][]string `json:"paths,omitempty"`
-	// Limit is the request's own limit, honoured on a node that says
-	// request_limit (policy.PathQuery.Limit).
-	Limit *requestLimit   `json:"limit,omitempty"`
-	Cost  *int64          `json:"cost,omitempty"`
-	Costs []int64         `json:"costs,omitempty"`
-	Meta  json.RawMessage `json:"meta,omitempty"`
-	// SettleWithin makes the cost (each path's) an estimate, settled
-	// later with POST /v1/settle (policy.Estimate): "10m".
-	SettleWithin string `json:"settle_within,omitempty"`
-
-	limit  *algo.FixedWindow // Limit, parsed
-	within time.Duration     // SettleWithin, parsed
-}
-
-// requestLimit is a check's own limit: {"limit": 100, "window": "1m"}.
-type requestLimit struct {
-	Limit  int64  `json:"limit"`
-	Window string `json:"window"`
+	Path    []string
+	Paths   [][]string
+	Cost    int64 // 1 unless given
+	hasCost bool
+	Costs   []int64
+	Meta    []byte // compacted
+	// Limit is the request's own limit, {"limit": 100, "window": "1m"},
+	// honoured on a node that says request_limit (policy.PathQuery.Limit).
+	Limit *algo.FixedWindow
+	// within, from "settle_within", makes the cost (each path's) an
+	// estimate, settled later with POST /v1/settle (policy.Estimate): "10m".
+	within time.Duration
 }
 
 // Limits on a check request.
@@ -171,6 +165,8 @@ const (
 	maxPaths = 16
 	// maxMetaBytes bounds a check's meta object.
 	maxMetaBytes = 1024
+	// maxDepth bounds the nesting of a body, as encoding/json's.
+	maxDepth = 10000
 )
 
 // errBody is a problem with a request body; its message is the detail of
@@ -183,60 +179,85 @@ func bodyErrorf(format string, args ...any) error {
 	return &errBody{fmt.Sprintf(format, args...)}
 }
 
-// decodeBody decodes a request body into v: one JSON value, with no
-// field v does not have and none twice; the error says what is wrong with
-// the body.
+// decodeBody decodes a request body into v: one JSON object (jsonReader
+// reads it, and refuses a field given twice), then encoding/json into v,
+// refusing a field v does not have; the error says what is wrong with the
+// body.
 func decodeBody(body []byte, v any) error {
+	r := jsonReader{b: body}
+	if err := r.object("", nil, func(int) error { return r.skip() }); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return describeJSONError(body, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return bodyErrorf("malformed JSON: more than one value in the body")
-	}
-	if k := repeatedField(body); k != "" {
-		return bodyErrorf("%q is given twice: give each field once", k)
+	var typ *json.UnmarshalTypeError
+	switch err := dec.Decode(v); {
+	case errors.As(err, &typ):
+		return bodyErrorf("%q must be %s, got a JSON %s", typ.Field, wantType(typ.Field), typ.Value)
+	case err != nil: // json: unknown field "x"
+		return bodyErrorf("%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
 }
 
-// repeatedField returns a field of the body's top-level object that
-// appears twice (encoding/json matches names in any case, and keeps the
-// last), or "".
-func repeatedField(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	var seen []string
-	for dec.More() {
-		t, err := dec.Token()
-		k, ok := t.(string)
-		if err != nil || !ok {
-			return ""
-		}
-		for _, s := range seen {
-			if strings.EqualFold(s, k) {
-				return k
-			}
-		}
-		seen = append(seen, k)
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return ""
-		}
-	}
-	return ""
-}
+// checkFields are the fields of a check body, in checkRequest's order.
+var checkFields = []string{"path", "paths", "cost", "costs", "meta", "limit", "settle_within"}
 
-// parseCheckRequest decodes and validates a check request body: one JSON
-// object with no unknown fields, a non-empty path of at most
-// maxPathSegments segments, a cost that is not negative, and a meta that is
-// an object of at most maxMetaBytes. The error says what is wrong.
-func parseCheckRequest(body []byte) (checkRequest, error) {
-	var req checkRequest
-	if err := decodeBody(body, &req); err != nil {
+// parseCheckRequest parses and validates a check request body, the one
+// parser of that format (a check's body is read with no reflection: what
+// that pays, bench/NOTES.md): one JSON object with no unknown field and
+// none twice (names match in any case, as encoding/json's), a non-empty
+// path of at most maxPathSegments segments, a cost that is not negative,
+// and a meta that is an object of at most maxMetaBytes. The path's
+// segments go on path (scratch, may be nil). The error says what is wrong.
+func parseCheckRequest(body []byte, path []string) (checkRequest, error) {
+	req := checkRequest{Cost: 1}
+	r := jsonReader{b: body}
+	var limit struct {
+		count  int64
+		window string
+		given  bool
+	}
+	var within string
+	err := r.object("", checkFields, func(f int) (err error) {
+		switch f {
+		case 0:
+			req.Path, err = r.strings("path", "an array of strings", path)
+		case 1:
+			req.Paths = make([][]string, 0, 2)
+			err = r.array("paths", "an array of arrays of strings", func() error {
+				p, err := r.strings("paths", "an array of arrays of strings", nil)
+				req.Paths = append(req.Paths, p)
+				return err
+			})
+		case 2:
+			req.Cost, err = r.integer("cost", "an integer")
+			req.hasCost = true
+		case 3:
+			req.Costs = make([]int64, 0, 2)
+			err = r.array("costs", "an array of integers", func() error {
+				n, err := r.integer("costs", "an array of integers")
+				req.Costs = append(req.Costs, n)
+				return err
+			})
+		case 4:
+			req.Meta, err = r.meta()
+		case 5:
+			limit.given = true
+			err = r.object("limit", []string{"limit", "window"}, func(f int) (err error) {
+				if f == 0 {
+					limit.count, err = r.integer("limit", "an integer")
+				} else {
+					limit.window, err = r.string("window", "a string")
+				}
+				return err
+			})
+		case 6:
+			within, err = r.string("settle_within", "a string")
+		}
+		return err
+	})
+	if err != nil {
 		return req, err
 	}
 	if req.Paths != nil {
@@ -265,9 +286,9 @@ func parseCheckRequest(body []byte) (checkRequest, error) {
 		return req, bodyErrorf(`"path" is missing or empty: give the request's path segments, e.g. ["user","alex","trade"] (or "paths": several paths decided together)`)
 	case len(req.Path) > maxPathSegments:
 		return req, bodyErrorf(`"path" has %d segments, more than %d`, len(req.Path), maxPathSegments)
-	case req.Cost != nil && *req.Cost < 0:
-		return req, bodyErrorf(`"cost" must not be negative, got %d`, *req.Cost)
-	case req.Costs != nil && req.Cost != nil:
+	case req.Cost < 0:
+		return req, bodyErrorf(`"cost" must not be negative, got %d`, req.Cost)
+	case req.Costs != nil && req.hasCost:
 		return req, bodyErrorf(`give "cost" (the same for every path) or "costs" (one per path), not both`)
 	case req.Costs != nil && req.Paths == nil:
 		return req, bodyErrorf(`"costs" goes with "paths", one per path: a check of one "path" gives "cost"`)
@@ -284,41 +305,332 @@ func parseCheckRequest(body []byte) (checkRequest, error) {
 	if err := validPath(req.Path); err != nil {
 		return req, err
 	}
-	if l := req.Limit; l != nil {
-		w, err := yamlfile.ParseDuration(l.Window)
-		if err != nil || l.Limit < 1 || w <= 0 {
+	if limit.given {
+		w, err := yamlfile.ParseDuration(limit.window)
+		if err != nil || limit.count < 1 || w <= 0 {
 			return req, bodyErrorf(`"limit" must be {"limit": N, "window": "1m"}, N at least 1 and a positive window%s`, errSuffix(err))
 		}
-		req.limit = &algo.FixedWindow{Count: l.Limit, Window: w}
+		req.Limit = &algo.FixedWindow{Count: limit.count, Window: w}
 	}
-	if req.SettleWithin != "" {
-		w, err := yamlfile.ParseDuration(req.SettleWithin)
+	if within != "" {
+		w, err := yamlfile.ParseDuration(within)
 		switch {
 		case err != nil || w < store.MinTicket || w > store.MaxTicket:
 			return req, bodyErrorf(`"settle_within" must be a duration from %v to %v, such as "10m"%s`, store.MinTicket, store.MaxTicket, errSuffix(err))
-		case req.limit != nil:
+		case req.Limit != nil:
 			return req, bodyErrorf(`"settle_within" and "limit" do not combine: an estimate is settled by the policy's limits`)
 		}
 		req.within = w
 	}
-	if len(req.Meta) > 0 {
-		m := bytes.TrimSpace(req.Meta)
-		if bytes.Equal(m, []byte("null")) {
-			req.Meta = nil
-		} else if len(m) == 0 || m[0] != '{' {
-			return req, bodyErrorf(`"meta" must be a JSON object, got %s`, firstBytes(m, 40))
-		} else {
-			var buf bytes.Buffer
-			if err := json.Compact(&buf, m); err != nil {
-				return req, bodyErrorf(`"meta": %v`, err)
-			}
-			if buf.Len() > maxMetaBytes {
-				return req, bodyErrorf(`"meta" is %d bytes, more than %d`, buf.Len(), maxMetaBytes)
-			}
-			req.Meta = buf.Bytes()
+	return req, nil
+}
+
+// jsonReader reads JSON from b at i, a value at a time, with
+// encoding/json's grammar and clear errors.
+type jsonReader struct {
+	b     []byte
+	i     int
+	depth int
+}
+
+// next skips white space and returns the byte at i, 0 at the end.
+func (r *jsonReader) next() byte {
+	for ; r.i < len(r.b); r.i++ {
+		if c := r.b[r.i]; c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return c
 		}
 	}
-	return req, nil
+	return 0
+}
+
+// syntaxError says that the byte at i is not what the grammar wants
+// there ("looking for beginning of value"), or that the body ended.
+func (r *jsonReader) syntaxError(wants string) error {
+	if r.i >= len(r.b) {
+		return bodyErrorf("malformed JSON: the body ends in the middle of a value")
+	}
+	return bodyErrorf("malformed JSON at byte %d: invalid character %q %s", r.i+1, r.b[r.i], wants)
+}
+
+// kinds names a value by its first byte.
+var kinds = [256]string{'{': "object", '[': "array", '"': "string", 't': "bool", 'f': "bool", 'n': "null", '-': "number",
+	'0': "number", '1': "number", '2': "number", '3': "number", '4': "number", '5': "number", '6': "number", '7': "number", '8': "number", '9': "number"}
+
+// typeError says that field ("": the body) must be want and what the
+// value at i is.
+func (r *jsonReader) typeError(field, want string) error {
+	start, got := r.i, kinds[r.next()]
+	if got == "number" {
+		if _, _, err := r.number(); err != nil {
+			return err
+		}
+		got += " " + string(r.b[start:r.i])
+	}
+	switch {
+	case got == "":
+		return r.syntaxError("looking for beginning of value")
+	case field == "":
+		return bodyErrorf("the body must be a JSON object, got a JSON %s", got)
+	}
+	return bodyErrorf("%q must be %s, got a JSON %s", field, want, got)
+}
+
+// null reads a null if one is next: a null leaves a field as it is, as
+// encoding/json leaves it.
+func (r *jsonReader) null() bool {
+	if r.next() == 'n' && bytes.HasPrefix(r.b[r.i:], []byte("null")) {
+		r.i += 4
+		return true
+	}
+	return false
+}
+
+// object reads the object of field ("" for the body), each key given
+// once (in any case, as encoding/json matches names), calling set with the
+// index of its name in names (any key, -1, when names is nil), with i at
+// its value; a null value is skipped. For the body, one object and nothing
+// after it.
+func (r *jsonReader) object(field string, names []string, set func(int) error) error {
+	switch c := r.next(); {
+	case c == 0 && field == "":
+		return bodyErrorf("empty body: want a JSON object such as {\"path\": [\"user\", \"alex\"]}")
+	case c != '{':
+		return r.typeError(field, "an object")
+	}
+	var seen uint64   // names' bits
+	var keys []string // names nil: the keys
+	err := r.members(func(key string) error {
+		same := func(n string) bool { return strings.EqualFold(n, key) }
+		f := slices.IndexFunc(names, same)
+		switch {
+		case f < 0 && names != nil:
+			return bodyErrorf("unknown field %q", key)
+		case f >= 0 && seen&(1<<f) != 0 || f < 0 && slices.ContainsFunc(keys, same):
+			return bodyErrorf("%q is given twice: give each field once", key)
+		case f < 0:
+			keys = append(keys, key)
+		default:
+			seen |= 1 << f
+		}
+		if r.null() {
+			return nil
+		}
+		return set(f)
+	})
+	if err == nil && field == "" && r.next() != 0 {
+		return bodyErrorf("malformed JSON: more than one value in the body")
+	}
+	return err
+}
+
+// members reads the object at i, calling value with each key and i at
+// its value.
+func (r *jsonReader) members(value func(key string) error) error {
+	return r.items('}', func() error {
+		if r.next() != '"' {
+			return r.syntaxError("looking for beginning of object key string")
+		}
+		key, err := r.string("", "")
+		if err == nil && r.next() != ':' {
+			err = r.syntaxError("after object key")
+		}
+		if err != nil {
+			return err
+		}
+		r.i++
+		return value(key)
+	})
+}
+
+// array reads an array of values read by item; field and want word the
+// error for another type.
+func (r *jsonReader) array(field, want string, item func() error) error {
+	if r.next() != '[' {
+		return r.typeError(field, want)
+	}
+	return r.items(']', item)
+}
+
+// items reads the members or elements of the object or array at i, to
+// its end; maxDepth of them inside each other at most.
+func (r *jsonReader) items(end byte, item func() error) error {
+	if r.depth++; r.depth > maxDepth {
+		return bodyErrorf("malformed JSON: nested more than %d deep", maxDepth)
+	}
+	defer func() { r.depth-- }()
+	r.i++
+	if r.next() == end {
+		r.i++
+		return nil
+	}
+	for {
+		if err := item(); err != nil {
+			return err
+		}
+		switch r.next() {
+		case ',':
+			r.i++
+		case end:
+			r.i++
+			return nil
+		case ']':
+			return r.syntaxError("after array element")
+		default:
+			return r.syntaxError("after object key:value pair")
+		}
+	}
+}
+
+// strings reads an array of strings (a null one is "") onto dst[:0],
+// which may be nil; field and want word the error for another type.
+func (r *jsonReader) strings(field, want string, dst []string) ([]string, error) {
+	dst = append(dst[:0:cap(dst)], "")[:0] // not nil: given
+	err := r.array(field, want, func() error {
+		s, err := "", error(nil)
+		if !r.null() {
+			s, err = r.string(field, want)
+		}
+		dst = append(dst, s)
+		return err
+	})
+	return dst, err
+}
+
+// string reads a string, decoding its escapes; a lone surrogate becomes
+// U+FFFD, as encoding/json makes it. Bytes that are not UTF-8 are kept
+// (for the caller to refuse). field and want word the error for another
+// type.
+func (r *jsonReader) string(field, want string) (string, error) {
+	if r.next() != '"' {
+		return "", r.typeError(field, want)
+	}
+	start := r.i + 1
+	var s []byte // once an escape is met
+	for j := start; j < len(r.b); j++ {
+		switch c := r.b[j]; {
+		case c == '"':
+			r.i = j + 1
+			if s == nil {
+				return string(r.b[start:j]), nil
+			}
+			return string(append(s, r.b[start:j]...)), nil
+		case c < 0x20:
+			r.i = j
+			return "", r.syntaxError("in string literal")
+		case c != '\\':
+			continue
+		}
+		s, r.i = append(s, r.b[start:j]...), j+1
+		if k := strings.IndexByte(`"\/bfnrt`, r.peek()); k >= 0 {
+			s, start, j = append(s, "\"\\/\b\f\n\r\t"[k]), j+2, j+1
+			continue
+		}
+		rn, ok := r.hex4(j + 2)
+		if r.peek() != 'u' || !ok {
+			return "", r.syntaxError("in string escape code")
+		}
+		start, j = j+6, j+5
+		if rn2, ok := r.hex4(j + 3); utf16.IsSurrogate(rn) && ok && string(r.b[j+1:j+3]) == `\u` {
+			if rn = utf16.DecodeRune(rn, rn2); rn != utf8.RuneError {
+				start, j = j+7, j+6
+			}
+		} else if utf16.IsSurrogate(rn) {
+			rn = utf8.RuneError
+		}
+		s = utf8.AppendRune(s, rn)
+	}
+	r.i = len(r.b)
+	return "", r.syntaxError("")
+}
+
+// peek is the byte at i, 0 at the end.
+func (r *jsonReader) peek() byte {
+	if r.i < len(r.b) {
+		return r.b[r.i]
+	}
+	return 0
+}
+
+// hex4 reads the four hex digits at b[i:], false if there are none.
+func (r *jsonReader) hex4(i int) (rune, bool) {
+	if i+4 > len(r.b) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(r.b[i:i+4]), 16, 16)
+	return rune(n), err == nil
+}
+
+// jsonNumber is the grammar of a JSON number.
+var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+
+// number reads a number, and its value when it is an integer that fits
+// an int64 (isInt).
+func (r *jsonReader) number() (n int64, isInt bool, err error) {
+	start := r.i
+	for r.i < len(r.b) && strings.IndexByte("+-.eE0123456789", r.b[r.i]) >= 0 {
+		r.i++
+	}
+	tok := r.b[start:r.i]
+	if !jsonNumber.Match(tok) {
+		return 0, false, bodyErrorf("malformed JSON at byte %d: %q is not a number", start+1, tok)
+	}
+	n, err = strconv.ParseInt(string(tok), 10, 64)
+	return n, err == nil, nil
+}
+
+// integer reads an integer that fits an int64; field and want word the
+// error for another value.
+func (r *jsonReader) integer(field, want string) (int64, error) {
+	if kinds[r.next()] == "number" {
+		start := r.i
+		if n, isInt, err := r.number(); isInt || err != nil {
+			return n, err
+		}
+		r.i = start
+	}
+	return 0, r.typeError(field, want)
+}
+
+// meta reads the meta object, compacted.
+func (r *jsonReader) meta() ([]byte, error) {
+	start := r.next()
+	m := r.b[r.i:]
+	if err := r.skip(); err != nil {
+		return nil, err
+	}
+	m = m[:len(m)-len(r.b[r.i:])]
+	if start != '{' {
+		return nil, bodyErrorf(`"meta" must be a JSON object, got %s`, firstBytes(m, 40))
+	}
+	var buf bytes.Buffer
+	json.Compact(&buf, m) // valid: skip has read it
+	if buf.Len() > maxMetaBytes {
+		return nil, bodyErrorf(`"meta" is %d bytes, more than %d`, buf.Len(), maxMetaBytes)
+	}
+	return buf.Bytes(), nil
+}
+
+// skip reads any value, checking its syntax.
+func (r *jsonReader) skip() error {
+	switch c := r.next(); kinds[c] {
+	case "object":
+		return r.members(func(string) error { return r.skip() })
+	case "array":
+		return r.items(']', r.skip)
+	case "string":
+		_, err := r.string("", "")
+		return err
+	case "number":
+		_, _, err := r.number()
+		return err
+	}
+	for _, lit := range []string{"true", "false", "null"} {
+		if bytes.HasPrefix(r.b[r.i:], []byte(lit)) {
+			r.i += len(lit)
+			return nil
+		}
+	}
+	return r.syntaxError("looking for beginning of value")
 }
 
 func errSuffix(err error) string {
@@ -356,27 +668,6 @@ func firstBytes(b []byte, n int) string {
 	return string(b)
 }
 
-// describeJSONError turns a decoding error into a message for the client.
-func describeJSONError(body []byte, err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.Is(err, io.EOF):
-		return bodyErrorf("empty body: want a JSON object such as {\"path\": [\"user\", \"alex\"]}")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return bodyErrorf("malformed JSON: the body ends in the middle of a value")
-	case errors.As(err, &syn):
-		return bodyErrorf("malformed JSON at byte %d: %v", syn.Offset, syn)
-	case errors.As(err, &typ):
-		if typ.Field != "" {
-			return bodyErrorf("%q must be %s, got a JSON %s", typ.Field, wantType(typ.Field), typ.Value)
-		}
-		return bodyErrorf("the body must be a JSON object, got a JSON %s", typ.Value)
-	}
-	// json: unknown field "x"
-	return bodyErrorf("%s", stripJSONPrefix(err.Error()))
-}
-
 func wantType(field string) string {
 	switch field {
 	case "path", "path[]":
@@ -387,14 +678,6 @@ func wantType(field string) string {
 		return "an array of integers"
 	}
 	return "another type"
-}
-
-func stripJSONPrefix(s string) string {
-	const p = "json: "
-	if len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 }
@@ -441,30 +724,19 @@ func (s *Server) readCheck(w http.ResponseWriter, r *http.Request, c *answer.Cal
 	if !ok {
 		return nil, false
 	}
-	var req checkRequest
-	cost := int64(1)
-	path, n, hasCost, fast := parseCheckFast(body, c.Path[:0])
-	c.Path = path[:0]
-	if fast {
-		req.Path = path
-		if hasCost {
-			cost = n
-		}
-	} else {
-		var err error
-		if req, err = parseCheckRequest(body); err != nil {
-			s.badRequest(w, err)
-			return nil, false
-		}
-		if req.Cost != nil {
-			cost = *req.Cost
-		}
+	req, err := parseCheckRequest(body, c.Path)
+	if err != nil {
+		s.badRequest(w, err)
+		return nil, false
+	}
+	if req.Paths == nil {
+		c.Path = req.Path[:0]
 	}
 	paths := max(len(req.Paths), 1)
 	c.Query.Paths = slices.Grow(c.Query.Paths, paths)[:paths]
 	pqs := c.Query.Paths
 	for i := range pqs {
-		pqs[i].Path, pqs[i].Cost, pqs[i].Limit = req.Path, cost, req.limit
+		pqs[i].Path, pqs[i].Cost, pqs[i].Limit = req.Path, req.Cost, req.Limit
 		if req.Paths != nil {
 			pqs[i].Path = req.Paths[i]
 		}
@@ -556,121 +828,4 @@ func readBody(r *http.Request, buf []byte) ([]byte, error) {
 		return buf, fmt.Errorf("%w: more than %d bytes", errTooLarge, maxBodyBytes)
 	}
 	return buf, nil
-}
-
-// parseCheckFast decodes the common check body, {"path": [...], "cost": n},
-// without reflection. It gives up (ok false) on anything unusual, such as
-// escapes, non-ASCII bytes, meta, duplicate or unknown fields, or a value
-// of another type, and the caller then decodes with parseCheckRequest,
-// which also words the errors; when ok, the result is what
-// parseCheckRequest would return (TestParseCheckFastAgrees and
-// FuzzParseCheck check that). What it pays: bench/NOTES.md, "What each
-// micro-optimisation pays".
-func parseCheckFast(b []byte, path []string) (_ []string, cost int64, hasCost, ok bool) {
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return path, 0, false, false
-	}
-	i = skipWS(b, i+1)
-	seenPath := false
-	if i < len(b) && b[i] == '}' {
-		return path, 0, false, false // no path: let the slow path word it
-	}
-	for {
-		key, j, ok := fastString(b, i)
-		if !ok {
-			return path, 0, false, false
-		}
-		i = skipWS(b, j)
-		if i >= len(b) || b[i] != ':' {
-			return path, 0, false, false
-		}
-		i = skipWS(b, i+1)
-		switch key {
-		case "path":
-			if seenPath || i >= len(b) || b[i] != '[' {
-				return path, 0, false, false
-			}
-			seenPath = true
-			i = skipWS(b, i+1)
-			if i < len(b) && b[i] == ']' {
-				return path, 0, false, false
-			}
-			for {
-				s, j, ok := fastString(b, i)
-				if !ok || s == "" || len(path) == maxPathSegments { // "": the slow path words the error
-					return path, 0, false, false
-				}
-				path = append(path, s)
-				i = skipWS(b, j)
-				if i >= len(b) {
-					return path, 0, false, false
-				}
-				if b[i] == ']' {
-					i++
-					break
-				}
-				if b[i] != ',' {
-					return path, 0, false, false
-				}
-				i = skipWS(b, i+1)
-			}
-		case "cost":
-			if hasCost {
-				return path, 0, false, false
-			}
-			start := i
-			for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-				cost = cost*10 + int64(b[i]-'0')
-				i++
-			}
-			n := i - start
-			if n == 0 || n > 18 || n > 1 && b[start] == '0' || i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
-				return path, 0, false, false
-			}
-			hasCost = true
-		default:
-			return path, 0, false, false
-		}
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return path, 0, false, false
-		}
-		if b[i] == '}' {
-			i++
-			break
-		}
-		if b[i] != ',' {
-			return path, 0, false, false
-		}
-		i = skipWS(b, i+1)
-	}
-	if skipWS(b, i) != len(b) || !seenPath {
-		return path, 0, false, false
-	}
-	return path, cost, hasCost, true
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// fastString reads a JSON string of printable ASCII without escapes
-// starting at b[i].
-func fastString(b []byte, i int) (string, int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return "", i, false
-	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return string(b[i+1 : j]), j + 1, true
-		case c == '\\' || c < 0x20 || c >= 0x7f:
-			return "", j, false
-		}
-	}
-	return "", len(b), false
 }

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,17 +69,13 @@ func TestParseCheckRequest(t *testing.T) {
 		{`{"path": ["a"], "meta": null}`, 1, ""},
 	}
 	for _, c := range ok {
-		req, err := parseCheckRequest([]byte(c.body))
+		req, err := parseCheckRequest([]byte(c.body), nil)
 		if err != nil {
 			t.Errorf("%s: %v", c.body, err)
 			continue
 		}
-		cost := int64(1)
-		if req.Cost != nil {
-			cost = *req.Cost
-		}
-		if cost != c.cost || string(req.Meta) != c.meta {
-			t.Errorf("%s: cost %d meta %s, want %d %s", c.body, cost, req.Meta, c.cost, c.meta)
+		if cost := req.Cost; cost != c.cost || string(req.Meta) != c.meta {
+			t.Errorf("%s: cost %d meta %s, want %d %s", c.body, req.Cost, req.Meta, c.cost, c.meta)
 		}
 	}
 	bad := []struct{ body, want string }{
@@ -112,14 +111,17 @@ func TestParseCheckRequest(t *testing.T) {
 		{`{"path": ["user", "\ud800"]}`, "lone surrogate"},
 	}
 	for _, c := range bad {
-		_, err := parseCheckRequest([]byte(c.body))
+		_, err := parseCheckRequest([]byte(c.body), nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%.60s: error %v, want one containing %q", c.body, err, c.want)
 		}
 	}
 }
 
-func TestParseCheckFastAgrees(t *testing.T) {
+// TestParseCheckAgrees: what parseCheckRequest accepts, encoding/json
+// (a parser Sluice did not write) accepts with the same values, and what
+// encoding/json refuses, parseCheckRequest refuses.
+func TestParseCheckAgrees(t *testing.T) {
 	bodies := []string{
 		`{"path": ["user", "alex", "trade"]}`,
 		`{"path":["a"],"cost":0}`,
@@ -156,31 +158,69 @@ func TestParseCheckFastAgrees(t *testing.T) {
 		`{"paths": [["a"], ["b"]], "costs": [1, 4000]}`,
 		`{"path": ["a"], "costs": [1]}`,
 		`{"costs": [1], "path": ["a"]}`,
-	}
-	for i, body := range bodies[:5] {
-		if _, _, _, ok := parseCheckFast([]byte(body), nil); !ok && i != 5 {
-			t.Errorf("%q: not taken by the fast path", body)
-		}
+		`{"path": ["a\u00e9\n\ud83d\ude00\/"], "Cost": 2}`,
+		`{"paths": [["a"], null], "costs": [1, null]}`,
+		`{"path": ["a"], "limit": {"limit": 5, "window": "1m"}, "meta": {"a": [1, {"b": null}], "c": "\"x"}}`,
+		`{"path": ["a"], "limit": {"limit": 5, "x": 1}}`,
+		`{"path": ["a"], "meta": {"a": 01}}`,
+		`{"path": ["a"], "meta": [1]}`,
+		`{"path": ["a"], "settle_within": 5}`,
+		`null`,
+		`{"path": ["a"], "cost": -0}`,
+		`{"path": ["a"], "cost": 1E+2}`,
+		`{"path": ["a\x"]}`,
+		`{"path": ["a\u12"]}`,
+		"{\"path\": [\"a\tb\"]}",
 	}
 	for _, body := range bodies {
-		path, cost, hasCost, ok := parseCheckFast([]byte(body), nil)
-		req, err := parseCheckRequest([]byte(body))
-		if !ok {
-			continue
+		checkAgrees(t, []byte(body))
+	}
+}
+
+// checkAgrees fails t where parseCheckRequest and encoding/json disagree
+// on body (parseCheckRequest refuses more: a field given twice, text that
+// is not UTF-8, a bad path or meta, and the checks after decoding).
+func checkAgrees(t *testing.T, body []byte) {
+	t.Helper()
+	req, err := parseCheckRequest(body, nil)
+	var ref struct {
+		Path  []string
+		Paths [][]string
+		Cost  *int64
+		Costs []int64
+		Meta  json.RawMessage
+		Limit *struct {
+			Limit  int64
+			Window string
 		}
-		if err != nil {
-			t.Errorf("%q: the fast path accepts what parseCheckRequest refuses: %v", body, err)
-			continue
+		SettleWithin string `json:"settle_within"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	refErr := dec.Decode(&ref)
+	if _, e := dec.Token(); refErr == nil && !errors.Is(e, io.EOF) {
+		refErr = errors.New("more than one value")
+	}
+	switch {
+	case refErr != nil && err == nil:
+		t.Errorf("%q: parsed, encoding/json refuses it: %v", body, refErr)
+	case err != nil:
+	case refErr != nil:
+	default:
+		var meta bytes.Buffer
+		if ref.Meta != nil && string(ref.Meta) != "null" {
+			json.Compact(&meta, ref.Meta)
 		}
-		want := int64(1)
-		if req.Cost != nil {
-			want = *req.Cost
+		cost := int64(1)
+		if ref.Cost != nil {
+			cost = *ref.Cost
 		}
-		if !hasCost {
-			cost = 1
+		if ref.Paths != nil {
+			ref.Path = ref.Paths[0]
 		}
-		if strings.Join(path, "\x00") != strings.Join(req.Path, "\x00") || len(path) != len(req.Path) || cost != want || (req.Cost != nil) != hasCost || req.Meta != nil || req.Costs != nil || req.Paths != nil {
-			t.Errorf("%q: fast %q %d, slow %q %d", body, path, cost, req.Path, want)
+		if !slices.Equal(req.Path, ref.Path) || !slices.EqualFunc(req.Paths, ref.Paths, slices.Equal) || req.Cost != cost || !slices.Equal(req.Costs, ref.Costs) ||
+			string(req.Meta) != meta.String() || (req.Limit != nil) != (ref.Limit != nil) || req.Limit != nil && req.Limit.Count != ref.Limit.Limit {
+			t.Errorf("%q: parsed %q %q %d %v %s %v, encoding/json %q %q %d %v %s %v", body, req.Path, req.Paths, req.Cost, req.Costs, req.Meta, req.Limit, ref.Path, ref.Paths, cost, ref.Costs, meta.Bytes(), ref.Limit)
 		}
 	}
 }
@@ -206,14 +246,14 @@ func TestEveryKindEncodes(t *testing.T) {
 // TestParseCheckCosts: "costs" gives each of "paths" its own cost, in
 // order; without it every path has "cost" (1 when left out).
 func TestParseCheckCosts(t *testing.T) {
-	req, err := parseCheckRequest([]byte(`{"paths": [["llm", "calls", "alex"], ["llm", "tokens", "alex"]], "costs": [1, 4000], "settle_within": "10m"}`))
+	req, err := parseCheckRequest([]byte(`{"paths": [["llm", "calls", "alex"], ["llm", "tokens", "alex"]], "costs": [1, 4000], "settle_within": "10m"}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(req.Costs, []int64{1, 4000}) || req.Cost != nil || req.within != 10*time.Minute {
-		t.Fatalf("costs %v, cost %v, within %v", req.Costs, req.Cost, req.within)
+	if !slices.Equal(req.Costs, []int64{1, 4000}) || req.hasCost || req.within != 10*time.Minute {
+		t.Fatalf("costs %v, cost %v %v, within %v", req.Costs, req.Cost, req.hasCost, req.within)
 	}
-	req, err = parseCheckRequest([]byte(`{"paths": [["a"], ["b"]], "costs": [0, 0]}`))
+	req, err = parseCheckRequest([]byte(`{"paths": [["a"], ["b"]], "costs": [0, 0]}`), nil)
 	if err != nil || !slices.Equal(req.Costs, []int64{0, 0}) {
 		t.Fatalf("costs %v: %v", req.Costs, err)
 	}

@@ -54,6 +54,18 @@ type Config struct {
 	// verifies it, CertFile and KeyFile are this instance's certificate
 	// (mutual TLS, as Envoy Gateway asks), ServerName the name checked.
 	XDSTLS TLSConfig `yaml:"xds_tls"`
+	// EnvoyCounts is how a served Envoy configuration (EnvoyConfigDir,
+	// XDSServer) counts, the policy's counts: each (the default), every
+	// descriptor's hits on its own, admitted or denied, as
+	// envoyproxy/ratelimit counts; stop_when_over, as it counts with
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true; or all_or_nothing,
+	// Sluice's own rules: a request counts on every descriptor or on none,
+	// and a denied one costs nothing (docs/envoy-migration.md).
+	EnvoyCounts string `yaml:"envoy_counts" oneof:"each stop_when_over all_or_nothing" default:"each"`
+	// EnvoyShadowMode answers every ShouldRateLimit (gRPC, POST /json) OK
+	// overall, each descriptor's status as decided: envoyproxy/ratelimit's
+	// SHADOW_MODE=true.
+	EnvoyShadowMode bool `yaml:"envoy_shadow_mode"`
 	// PolicyData is the policy used when Policy is empty, and PolicyName
 	// the name its errors carry.
 	PolicyData []byte `yaml:"-"`

@@ -34,7 +34,7 @@ func TestEnvoyReadmeConfigs(t *testing.T) {
 		}
 		files = append(files, envoyimport.File{Name: e.Name(), Data: data})
 	}
-	pol, warnings, err := envoyimport.Convert(files)
+	pol, warnings, err := envoyimport.Convert(files, "")
 	for _, w := range warnings {
 		if !strings.Contains(w, "detailed_metric is dropped") { // README example 08 sets it
 			t.Errorf("warning %q", w)

@@ -88,7 +88,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 // open) or OVER_LIMIT (fail closed).
 func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.RateLimitResponse {
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(c.Query.Paths))}
-	if !c.Decision.Allowed {
+	if !c.Decision.Allowed && !g.s.cfg.EnvoyShadowMode { // SHADOW_MODE: OK whatever the statuses say
 		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 	}
 	denyUnmatched := g.s.current.Load().DenyUnmatched()

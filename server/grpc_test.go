@@ -231,7 +231,7 @@ func TestImportEnvoyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, warnings, err := envoyimport.Convert([]envoyimport.File{{Name: "envoy.yaml", Data: data}})
+	out, warnings, err := envoyimport.Convert([]envoyimport.File{{Name: "envoy.yaml", Data: data}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,8 @@ import (
 
 // TestPrometheusDashboardQueries starts Debian's prometheus scraping a
 // service on Redis under load (checks allowed and limited over HTTP and
-// forward-auth, a leased node, malformed requests, a queue), and
+// forward-auth, a leased node, a global node with a home, malformed
+// requests, a queue), and
 // evaluates every query of docs/grafana-dashboard.json through
 // Prometheus's HTTP API until each returns a number. It waits as long as
 // that takes: the test's own timeout is the only bound.
@@ -42,10 +43,14 @@ schema:
   slots:
     children:
       "*": {limits: [{algorithm: concurrency, limit: 3, hold_for: 1m}]}
+  everywhere:
+    global: true
+    limits: {algorithm: fixed_window, limit: 1000000, window: 1h}
 `),
 		Queues:      map[string]QueueConfig{"jobs": {Capacity: 100}},
 		ForwardAuth: ForwardAuthConfig{Routes: []ForwardRoute{{Match: "/", Path: []string{"web", "{header:X-Key}"}}}},
 	}
+	cfg.Redis.Home = redistest.Start(t).URL()
 	s := serveForTest(t, cfg)
 	base := "http://" + s.HTTPAddr()
 
@@ -72,6 +77,7 @@ schema:
 			}
 			post("/v1/check", fmt.Sprintf(`{"path": ["web", "u%d"]}`, i%20))
 			post("/v1/check", `{"path": ["hot"]}`)
+			post("/v1/check", `{"path": ["everywhere"]}`)
 			post("/v1/check", `{"path": [`)
 			if i%10 == 0 {
 				post("/v1/queues/jobs", `{"payload": "job"}`)

@@ -190,6 +190,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if l, ok := s.store.(store.Leaser); ok && cfg.Redis.LeaseFor > 0 {
 		s.m.registerLeases(l)
 	}
+	if sh, ok := s.store.(store.Sharer); ok && cfg.Redis.Home != "" {
+		s.m.registerShares(sh)
+	}
 	return s, nil
 }
 
@@ -218,7 +221,7 @@ func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
 			}
 			files[i].Name = n
 		}
-		out, warnings, err := envoyimport.Convert(files)
+		out, warnings, err := envoyimport.Convert(files, s.cfg.EnvoyCounts)
 		if err != nil {
 			return nil, stamp, err
 		}

@@ -135,11 +135,11 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := parseCheckRequest(body)
+	req, err := parseCheckRequest(body, nil)
 	switch {
 	case err != nil:
-	case req.Cost != nil && *req.Cost < 1:
-		err = bodyErrorf(`"cost" of an acquire must be at least 1 slot, got %d`, *req.Cost)
+	case req.Cost < 1:
+		err = bodyErrorf(`"cost" of an acquire must be at least 1 slot, got %d`, req.Cost)
 	case req.Paths != nil || req.Limit != nil:
 		err = bodyErrorf(`an acquire takes one "path", and no "paths" or "limit"`)
 	}
@@ -147,17 +147,13 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, err)
 		return
 	}
-	cost := int64(1)
-	if req.Cost != nil {
-		cost = *req.Cost
-	}
 	if !s.mayHoldSlots(req.Path) {
 		s.badRequest(w, errors.New("the path has no concurrency limit: an acquire would hold no slot (use POST /v1/check)"))
 		return
 	}
 	c := answer.Get("http")
 	defer c.Put()
-	c.Query.Paths = append(c.Query.Paths, policy.PathQuery{Path: req.Path, Cost: cost})
+	c.Query.Paths = append(c.Query.Paths, policy.PathQuery{Path: req.Path, Cost: req.Cost})
 	c.Query.Op = policy.Acquire
 	if !s.answerSlots(w, r, c) {
 		return

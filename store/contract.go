@@ -64,6 +64,14 @@ type Request struct {
 	// Shadow marks a request of a DecideAll whose denial is reported but
 	// does not block the others: a shadow limit being rolled out.
 	Shadow bool
+	// Stop, on a request whose plan has a debt (algo.Debt), records its
+	// admitted cost only when every request of the DecideAll is allowed,
+	// Shadow ones too; a denied cost it records in full, as any debt does
+	// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	// Without it a debt's cost is recorded whatever the others decide,
+	// each request in its order, so that a key twice in one DecideAll
+	// answers each with the count after its own cost.
+	Stop bool
 	// Lease lets a store that keeps leased quota (the Redis store with
 	// Options.LeaseFor) admit the request from units it took ahead for the
 	// key, without a round trip; only a fixed-window limit on the store's

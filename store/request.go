@@ -58,6 +58,9 @@ func ValidateAll(reqs []Request, results []algo.Result) error {
 		if !r.Time.Equal(reqs[0].Time) {
 			return fmt.Errorf("%w: request %d has another time than request 0", ErrBadRequest, i)
 		}
+		if r.Stop && !r.Plan.Debt() {
+			return fmt.Errorf("%w: request %d: Stop is for a plan with a debt", ErrBadRequest, i)
+		}
 		if r.Watch != 0 || r.WatchDenials {
 			if err := validateWatch(r, len(reqs)-1-i); err != nil {
 				return fmt.Errorf("request %d: %w", i, err)

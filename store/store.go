@@ -9,7 +9,8 @@
 // asks for with a type assertion: Pinger (is the server reachable),
 // Resetter (forget keys), Clock (the store's
 // time), ConsumerLog (who consumed a key), DenialCache and Leaser and
-// Granter (answers without a round trip), HolderLister (who holds slots),
+// Granter (answers without a round trip), Sharer (a region's shares of
+// global limits), HolderLister (who holds slots),
 // Adjuster (penalty, reward, block, unblock) and Script (a user's
 // limiter). Admission queues are package queue's (its backend,
 // queue/backend), not a store capability. A store's insides stay in its
@@ -193,6 +194,27 @@ type LeaseStats struct {
 	// live leases hold unused: counted in the store's windows, not yet
 	// admitted, and given back if no request uses them.
 	Keys, Leased int64
+}
+
+// Sharer is a store that decides global limits from its region's shares,
+// charged at a home (the Redis store with Options.Home): ShareStats
+// returns what its refills did, for an operator to watch.
+type Sharer interface {
+	ShareStats() ShareStats
+}
+
+// ShareStats are a Sharer's counters since it opened, over the refills
+// this store ran (one store a region refills a key at a time).
+type ShareStats struct {
+	// Keys is how many global keys the store follows.
+	Keys int64
+	// Credited is the units charged at home and credited to the
+	// region's shares (a window's and those charged ahead); GivenBack the
+	// unused units taken from the shares and given back to home.
+	Credited, GivenBack int64
+	// HomeFailures is how many calls to home failed (cut off, home
+	// failing over, or not on HomeReplicas replicas in time).
+	HomeFailures int64
 }
 
 // Granter is a store that can grant quota to a client that admits

@@ -89,9 +89,9 @@ var envoyVars = []envoyVar{
 	{"PROMETHEUS_PATH", "/metrics", "metrics are at /metrics"},
 	{"EXPIRATION_JITTER_MAX_SECONDS", "300", "keys expire when their state does"},
 	{"NEAR_LIMIT_RATIO", "0.8", "there is no near-limit statistic"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", "a denied request counts nothing, always"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", ""},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
-	{"SHADOW_MODE", "false", "shadow mode is a descriptor's (shadow_mode), not the service's"},
+	{"SHADOW_MODE", "false", ""},
 	{"MERGE_DOMAIN_CONFIG", "false", "a domain is defined by one file"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", "/healthcheck answers as /readyz"},
 	{"TRACING_ENABLED", "false", "no traces are exported"},
@@ -206,7 +206,13 @@ func applyEnvoyEnv(cfg *server.Config, getenv func(string) string) (ignored []st
 	}
 	if n, _ := strconv.ParseInt(get("LOCAL_CACHE_SIZE_IN_BYTES"), 10, 64); n > 0 {
 		cfg.Redis.OverLimitCache = int(max(n/100, 1000)) // about 100 bytes a key
+	} else {
+		cfg.Redis.OverLimitCache = -1 // off, as Envoy's local cache is
 	}
+	if on("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+		cfg.EnvoyCounts = "stop_when_over"
+	}
+	cfg.EnvoyShadowMode = on("SHADOW_MODE")
 	return ignored, nil
 }
 

@@ -137,10 +137,33 @@ func TestEnvoyRedisURL(t *testing.T) {
 		t.Errorf("the default Unix socket: %v", err)
 	}
 	ignored, err := applyEnvoyEnv(&cfg, func(k string) string {
-		return map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1", "SHADOW_MODE": "true", "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "gw:18001"}[k]
+		return map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1", "NEAR_LIMIT_RATIO": "0.9", "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "gw:18001"}[k]
 	})
-	if err != nil || len(ignored) != 1 || !strings.HasPrefix(ignored[0], "SHADOW_MODE") || cfg.XDSServer != "gw:18001" || cfg.XDSNodeID != "default" {
-		t.Errorf("xds, SHADOW_MODE: %v %v %+v", ignored, err, cfg)
+	if err != nil || len(ignored) != 1 || !strings.HasPrefix(ignored[0], "NEAR_LIMIT_RATIO") || cfg.XDSServer != "gw:18001" || cfg.XDSNodeID != "default" {
+		t.Errorf("xds, NEAR_LIMIT_RATIO: %v %v %+v", ignored, err, cfg)
+	}
+}
+
+// TestEnvoyCountingVars: the variables that change how envoyproxy/ratelimit
+// counts and answers are honoured, and its local cache is off unless
+// LOCAL_CACHE_SIZE_IN_BYTES sizes it, so that the drop-in counts as it does.
+func TestEnvoyCountingVars(t *testing.T) {
+	apply := func(env map[string]string) server.Config {
+		t.Helper()
+		env["REDIS_SOCKET_TYPE"], env["REDIS_URL"] = "tcp", "r:1"
+		var cfg server.Config
+		ignored, err := applyEnvoyEnv(&cfg, func(k string) string { return env[k] })
+		if err != nil || len(ignored) != 0 {
+			t.Fatalf("%v: %v %v", env, ignored, err)
+		}
+		return cfg
+	}
+	if cfg := apply(map[string]string{}); cfg.EnvoyCounts != "" || cfg.EnvoyShadowMode || cfg.Redis.OverLimitCache >= 0 {
+		t.Errorf("defaults: counts %q, shadow mode %v, over-limit cache %d: want Envoy's (each), off, off", cfg.EnvoyCounts, cfg.EnvoyShadowMode, cfg.Redis.OverLimitCache)
+	}
+	cfg := apply(map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "SHADOW_MODE": "true", "LOCAL_CACHE_SIZE_IN_BYTES": "1000000"})
+	if cfg.EnvoyCounts != "stop_when_over" || !cfg.EnvoyShadowMode || cfg.Redis.OverLimitCache != 10000 {
+		t.Errorf("set: counts %q, shadow mode %v, over-limit cache %d", cfg.EnvoyCounts, cfg.EnvoyShadowMode, cfg.Redis.OverLimitCache)
 	}
 }
 

@@ -54,7 +54,7 @@ flags:`)
 		}
 		files = append(files, envoyimport.File{Name: name, Data: data})
 	}
-	policy, warnings, err := envoyimport.Convert(files)
+	policy, warnings, err := envoyimport.Convert(files, "")
 	for _, w := range warnings {
 		fmt.Fprintf(e.stderr, "import-envoy: warning: %s\n", w)
 	}

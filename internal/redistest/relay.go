@@ -17,6 +17,7 @@ import (
 type Relay struct {
 	Addr   string // host:port to connect to
 	delay  time.Duration
+	ln     net.Listener
 	dialed atomic.Int64
 	down   atomic.Bool
 	mu     sync.Mutex
@@ -30,12 +31,23 @@ func NewRelay(t testing.TB, addr string) *Relay { return NewDelayRelay(t, addr, 
 // each direction (a round trip of 2 × delay), stopped when the test ends.
 func NewDelayRelay(t testing.TB, addr string, delay time.Duration) *Relay {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := ListenRelay("127.0.0.1:0", addr, delay)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Relay{Addr: ln.Addr().String(), delay: delay}
-	t.Cleanup(func() { ln.Close(); r.Cut() })
+	t.Cleanup(r.Close)
+	return r
+}
+
+// ListenRelay starts a Relay on listen (host:port; port 0 picks one) to
+// addr, holding each byte for delay in each direction, until Close: for
+// programs (bench/) that link regions outside a test.
+func ListenRelay(listen, addr string, delay time.Duration) (*Relay, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, err
+	}
+	r := &Relay{Addr: ln.Addr().String(), delay: delay, ln: ln}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -59,7 +71,13 @@ func NewDelayRelay(t testing.TB, addr string, delay time.Duration) *Relay {
 			go func() { r.copy(c, u); c.Close() }()
 		}
 	}()
-	return r
+	return r, nil
+}
+
+// Close stops the relay and cuts its connections.
+func (r *Relay) Close() {
+	r.ln.Close()
+	r.Cut()
 }
 
 // copy passes src on to dst, each read held for the relay's delay.

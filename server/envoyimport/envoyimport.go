@@ -215,11 +215,13 @@ const maxNesting = 31
 // xDS update of 4 MiB (gRPC's bound) holds of descriptors with limits.
 const maxDescriptors = 200_000
 
-// Convert converts the files (one domain each) into one limits.yaml. It
-// returns the text, warnings about what was ignored, and an error listing
-// every problem when something cannot be converted. The text is checked
-// with policy.Parse before it is returned.
-func Convert(files []File) ([]byte, []string, error) {
+// Convert converts the files (one domain each) into one limits.yaml whose
+// counts is counts (the policy's top-level field; each when empty, as
+// envoyproxy/ratelimit counts). It returns the text, warnings about what
+// was ignored, and an error listing every problem when something cannot
+// be converted. The text is checked with policy.Parse before it is
+// returned.
+func Convert(files []File, counts string) ([]byte, []string, error) {
 	c := &converter{}
 	top := &node{}
 	for _, f := range files {
@@ -250,16 +252,26 @@ func Convert(files []File) ([]byte, []string, error) {
 # (k1, v1) ... (kn, vn) to the path D/k1/v1/.../kn/vn and applies the limits of
 # the node that whole path reaches, as envoyproxy/ratelimit does: a key
 # without a value is "*" (one counter per value), requests_per_unit per unit
-# is a fixed window aligned to the epoch.
+# is a fixed window aligned to the epoch. counts: each counts every
+# descriptor's hits on its own, admitted or denied, as envoyproxy/ratelimit
+# does.
 unmatched: allow
-schema:
 `)
+	fmt.Fprintf(&b, "counts: %s\nschema:\n", countsOr(counts))
 	write(&b, top, 1)
 	out := b.Bytes()
 	if _, err := policy.Parse("import-envoy output", out); err != nil {
 		return nil, c.warned(), fmt.Errorf("import-envoy produced an invalid policy (a bug): %w", err)
 	}
 	return out, c.warned(), nil
+}
+
+// countsOr is counts, or each when it is empty: Envoy's.
+func countsOr(counts string) string {
+	if counts == "" {
+		return "each"
+	}
+	return counts
 }
 
 // domain converts one domain's configuration under top.

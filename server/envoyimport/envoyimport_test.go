@@ -27,7 +27,7 @@ descriptors:
     value: 10
     detailed_metric: true
     rate_limit: {unit: year, requests_per_unit: 1}
-`)}})
+`)}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,12 +69,12 @@ func TestConvertErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - value: v\n", "descriptors[0]: descriptor has no key"},
 	}
 	for _, c := range cases {
-		_, _, err := Convert([]File{{Name: "x.yaml", Data: []byte(c.yaml)}})
+		_, _, err := Convert([]File{{Name: "x.yaml", Data: []byte(c.yaml)}}, "")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.yaml, err, c.want)
 		}
 	}
-	_, _, err := Convert([]File{{Name: "a.yaml", Data: []byte("domain: d\n")}, {Name: "b.yaml", Data: []byte("domain: d\n")}})
+	_, _, err := Convert([]File{{Name: "a.yaml", Data: []byte("domain: d\n")}, {Name: "b.yaml", Data: []byte("domain: d\n")}}, "")
 	if err == nil || !strings.Contains(err.Error(), "b.yaml:1:9: domain: domain \"d\" is already defined") {
 		t.Errorf("duplicate domain: %v", err)
 	}
@@ -134,7 +134,7 @@ func TestConvertAsEnvoyDoes(t *testing.T) {
 		for i, f := range c.files {
 			files = append(files, File{Name: "f" + strconv.Itoa(i) + ".yaml", Data: []byte(f)})
 		}
-		out, warnings, err := Convert(files)
+		out, warnings, err := Convert(files, "")
 		switch {
 		case c.err == "" && err != nil:
 			t.Errorf("%s: Envoy loads it; import-envoy: %v", c.envoy, err)
@@ -165,7 +165,7 @@ func TestManyDescriptors(t *testing.T) {
 		return []byte(b.String())
 	}
 	for _, n := range []int{10_000, 30_000} {
-		out, _, err := Convert([]File{{"many.yaml", file(n)}})
+		out, _, err := Convert([]File{{"many.yaml", file(n)}}, "")
 		if err != nil {
 			t.Fatalf("%d descriptors: %.300v", n, err)
 		}
@@ -177,7 +177,7 @@ func TestManyDescriptors(t *testing.T) {
 			t.Errorf("%d descriptors: the last is not matched", n)
 		}
 	}
-	if _, _, err := Convert([]File{{"many.yaml", file(41_000)}}); err == nil || !strings.Contains(err.Error(), "file too large: more than 400000 nodes and values") {
+	if _, _, err := Convert([]File{{"many.yaml", file(41_000)}}, ""); err == nil || !strings.Contains(err.Error(), "file too large: more than 400000 nodes and values") {
 		t.Errorf("41,000 descriptors: %.300v", err)
 	}
 }

@@ -17,8 +17,9 @@ import (
 // name: no text is written or parsed (an update of 100,000 descriptors
 // cost gigabytes so), and the policy's tree shares what its descriptors
 // share (a leaf's limit). Errors name "xds:" and the config's name, then
-// the field, such as descriptors[3].rate_limit.unit.
-func FromXDS(name string, configs []*rlsconfv3.RateLimitConfig) (*policy.Policy, []string, error) {
+// the field, such as descriptors[3].rate_limit.unit. counts is the
+// policy's, as Convert's.
+func FromXDS(name string, configs []*rlsconfv3.RateLimitConfig, counts string) (*policy.Policy, []string, error) {
 	c := &converter{}
 	top := &node{}
 	for _, rc := range configs {
@@ -28,7 +29,7 @@ func FromXDS(name string, configs []*rlsconfv3.RateLimitConfig) (*policy.Policy,
 	if err := c.err(); err != nil {
 		return nil, c.warned(), err
 	}
-	p, err := policy.ParseTree(name, newTree().file(top))
+	p, err := policy.ParseTree(name, newTree().file(top, countsOr(counts)))
 	if err != nil {
 		return nil, c.warned(), fmt.Errorf("the xDS configuration converted to an invalid policy (a bug): %w", err)
 	}
@@ -99,8 +100,8 @@ func (t *tree) boolean() ast.Node {
 }
 
 // file returns the tree of the whole limits.yaml.
-func (t *tree) file(top *node) ast.Node {
-	return t.mapping(t.entry("unmatched", t.str("allow")), t.entry("schema", t.children(top)))
+func (t *tree) file(top *node, counts string) ast.Node {
+	return t.mapping(t.entry("unmatched", t.str("allow")), t.entry("counts", t.str(counts)), t.entry("schema", t.children(top)))
 }
 
 // children returns the mapping of n's children, "*" last as write writes it.

@@ -424,17 +424,29 @@ func unlockAll(es []*entry) {
 // others report their state. A request that watches others
 // (store.Request.Watch) is decided last, at cost 1 per event of those it
 // watches, the deepest first, so that one watching it sees its block.
+//
+// A request with a debt is decided in this check, in its order, and its
+// cost recorded whatever the others decide (a key twice in the batch
+// answers each with the count after its own cost), unless it Stops:
+// then it records an admitted cost only when every request (Shadow ones
+// too) is allowed, decided again after those before it.
 func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, ents []*entry, t int64) bool {
-	pass, watching := true, false
+	pass, all, watching := true, true, false
 	for i, r := range reqs {
 		st := &ents[i].st
 		refresh(st, plans[i], t)
-		results[i].Allowed = plans[i].Allows(st, t, r.Cost) // the loop below makes every Result
-		if !results[i].Allowed && !r.Shadow {
-			pass = false
+		if plans[i].Debt() && !r.Stop {
+			results[i] = plans[i].Decide(st, t, r.Cost, true)
+		} else {
+			results[i].Allowed = plans[i].Allows(st, t, r.Cost) // the loop below makes every Result
+		}
+		if !results[i].Allowed {
+			all = false
+			pass = pass && r.Shadow
 		}
 		watching = watching || r.Watch > 0
 	}
+	again := true  // no Stop request decided again is denied
 	var ev []uint8 // with watchers: per request, evDenied, evBlocked
 	if watching {
 		ev = make([]uint8, len(reqs))
@@ -445,11 +457,25 @@ func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, 
 		}
 		st := &ents[i].st
 		before := st.Block.Blocked(t)
-		if pass || !results[i].Allowed || plans[i].Debt() {
+		switch {
+		case plans[i].Debt() && !r.Stop:
+			// Decided in the check.
+		case r.Stop && (all || !results[i].Allowed):
+			results[i] = plans[i].Decide(st, t, r.Cost, true)
+			again = again && (results[i].Allowed || r.Shadow)
+		case r.Stop:
+			// Stopped: what it reports, after the requests before it
+			// (the same key, over).
+			if results[i] = plans[i].Decide(st, t, r.Cost, false); results[i].Allowed {
+				results[i] = plans[i].Decide(st, t, 0, false)
+			} else {
+				results[i].Remaining = 0
+			}
+		case pass || !results[i].Allowed:
 			// Record the cost, or let the algorithm record a denied
 			// attempt or a debt.
 			results[i] = plans[i].Decide(st, t, r.Cost, true)
-		} else {
+		default:
 			results[i] = plans[i].Decide(st, t, 0, false)
 		}
 		if ev != nil {
@@ -475,7 +501,7 @@ func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, 
 		results[i] = plans[i].Decide(st, t, 0, false) // as a peek, or the block's denial
 		ev[i] = events(r, results[i], before, st.Block.Blocked(t))
 	}
-	return pass
+	return pass && again
 }
 
 // What a request of a batch did, for one that watches it.

@@ -113,3 +113,60 @@ func TestEscalationCoalesced(t *testing.T) {
 		t.Fatalf("%d script calls for %d decisions: nothing coalesced", calls, 32*7)
 	}
 }
+
+// TestEachCountsCoalesced: batches of levels with debt coalesced into one
+// script call (coalesce.lua) count as each alone (decide.lua) does: a key
+// twice decided in order, and Stop recording an admitted cost only when
+// no level goes over; 32 callers at once, each on keys of its own.
+func TestEachCountsCoalesced(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redis.Options{})
+	ctx := context.Background()
+	plan := func(n int64) *algo.Plan {
+		return algo.MustCompile(algo.Debt{Limit: algo.FixedWindow{Count: n, Window: noBoundary}})
+	}
+	probe := algo.MustCompile(algo.FixedWindow{Count: 1 << 20, Window: noBoundary})
+	count := func(key string) int64 {
+		res, err := st.Decide(ctx, store.Request{Key: key, Plan: probe})
+		if err != nil {
+			t.Error(err)
+		}
+		return 1<<20 - res.Remaining
+	}
+	st.Decide(ctx, store.Request{Key: "warm", Plan: plan(1), Cost: 1}) // loads the script
+	before := scriptCalls(t, srv)
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := "c" + strconv.Itoa(g)
+			a := store.Request{Key: k + ":a", Plan: plan(10), Stop: g%2 == 1}
+			b := store.Request{Key: k + ":b", Plan: plan(5), Stop: g%2 == 1}
+			res := make([]algo.Result, 2)
+			for round := range 5 {
+				a.Cost, b.Cost = 2, 2
+				if pass, err := st.DecideAll(ctx, []store.Request{a, b}, res); err != nil || pass != (round < 2) {
+					t.Errorf("%s round %d: pass %v %v", k, round, pass, err)
+					return
+				}
+			}
+			// Rounds 0 and 1 admitted (4 of 5 on b); 2 to 4 go over on b.
+			wantA, wantB := int64(10), int64(10)
+			if a.Stop {
+				wantA, wantB = 4, 10 // a stopped once b went over
+			}
+			if ga, gb := count(a.Key), count(b.Key); ga != wantA || gb != wantB {
+				t.Errorf("%s (stop %v): a counted %d, b %d, want %d, %d", k, a.Stop, ga, gb, wantA, wantB)
+			}
+			a.Cost = 1
+			if pass, err := st.DecideAll(ctx, []store.Request{a, a}, res); err != nil || pass != (wantA+2 <= 10) || res[0].Remaining != max(10-wantA-1, 0) || res[1].Allowed != (wantA+2 <= 10) {
+				t.Errorf("%s: a twice: pass %v, %+v %v", k, pass, res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if calls := scriptCalls(t, srv) - before; calls >= 32*8 {
+		t.Fatalf("%d script calls for %d decisions: nothing coalesced", calls, 32*8)
+	}
+}

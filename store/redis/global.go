@@ -64,6 +64,9 @@ type globals struct {
 	holder    string
 	ownsHome  bool
 
+	// what the refills did (ShareStats)
+	credited, givenBack, homeFailures atomic.Int64
+
 	mu   sync.RWMutex
 	keys map[string]*globalKey // by the share's Redis key
 	kick chan struct{}         // a new key: refill now
@@ -213,12 +216,14 @@ func (s *Store) refillKey(ctx context.Context, k *globalKey, at time.Time, horiz
 			return
 		}
 		if granted > 0 {
-			s.pool(ctx, k, at, 0, v.e, granted, 0, 0)
+			s.credit(ctx, k, at, v.e, granted)
 		}
 	case back > 0:
 		w, err := s.pool(ctx, k, at, 0, v.e, 0, back, 0)
 		if err == nil && w.taken > 0 {
-			g.charge(ctx, k, v.e, 0, w.taken)
+			if _, err := g.charge(ctx, k, v.e, 0, w.taken); err == nil {
+				g.givenBack.Add(w.taken)
+			}
 		}
 	}
 	// Within a horizon of the window's end, the next window's first
@@ -230,10 +235,30 @@ func (s *Store) refillKey(ctx context.Context, k *globalKey, at time.Time, horiz
 		next := v.e + k.window
 		if ask > 0 {
 			if granted, err := g.charge(ctx, k, next, ask, 0); err == nil && granted > 0 {
-				s.pool(ctx, k, at, 0, next, granted, 0, 0)
+				s.credit(ctx, k, at, next, granted)
 			}
 		}
 	}
+}
+
+// credit credits units charged at home to k's share of the window ending
+// at end.
+func (s *Store) credit(ctx context.Context, k *globalKey, at time.Time, end, units int64) {
+	if _, err := s.pool(ctx, k, at, 0, end, units, 0, 0); err == nil {
+		s.globals.credited.Add(units)
+	}
+}
+
+// ShareStats implements store.Sharer (zero without a home).
+func (s *Store) ShareStats() store.ShareStats {
+	g := s.globals
+	if g == nil {
+		return store.ShareStats{}
+	}
+	g.mu.RLock()
+	keys := len(g.keys)
+	g.mu.RUnlock()
+	return store.ShareStats{Keys: int64(keys), Credited: g.credited.Load(), GivenBack: g.givenBack.Load(), HomeFailures: g.homeFailures.Load()}
 }
 
 // observe takes the region's demand rate from a reading of the share: the
@@ -284,6 +309,7 @@ func (s *Store) pool(ctx context.Context, k *globalKey, at time.Time, claim, end
 func (g *globals) charge(ctx context.Context, k *globalKey, end, want, back int64) (int64, error) {
 	ctx, cancel, c, err := g.home.boundedCall(ctx)
 	if err != nil {
+		g.homeFailures.Add(1)
 		return 0, err
 	}
 	defer cancel()
@@ -312,6 +338,7 @@ func (g *globals) charge(ctx context.Context, k *globalKey, end, want, back int6
 		err = fmt.Errorf("global_home replied %d values", len(v))
 	}
 	if err != nil {
+		g.homeFailures.Add(1)
 		return 0, fmt.Errorf("redis store: global home: %w", err)
 	}
 	return v[0], nil

@@ -280,6 +280,45 @@ func TestGlobalAcrossRegions(t *testing.T) {
 			t.Errorf("window ending %d: admitted %d, under 95%% of %d with every link up and %d asked", e, got, globalLimit, g.asked[e])
 		}
 	}
+	g.checkStats(home, map[string]bool{"a": true, "c": true}, allowance["c"])
+}
+
+// checkStats checks the instances' ShareStats against what the regions
+// admitted and home counted: every unit admitted beyond the allowances
+// was credited and not given back, every unit credited and not given
+// back is counted at home, each instance follows the one global key, and
+// only the regions cut off failed to reach home; a region that lost its
+// demand gave units back.
+func (g *rig) checkStats(home *redistest.Server, cut map[string]bool, allowances int64) {
+	var admitted, credited, back, counted int64
+	for _, n := range g.admitted {
+		admitted += n
+	}
+	for _, r := range g.regions {
+		var failures int64
+		for i, s := range r.instances {
+			st := s.ShareStats()
+			credited, back, failures = credited+st.Credited, back+st.GivenBack, failures+st.HomeFailures
+			if st.Keys != 1 {
+				g.t.Errorf("region %s instance %d follows %d global keys, want 1", r.name, i, st.Keys)
+			}
+		}
+		if (failures > 0) != cut[r.name] {
+			g.t.Errorf("region %s: %d failures to reach home (cut off: %v)", r.name, failures, cut[r.name])
+		}
+	}
+	for w := range 8 {
+		v, err := home.Do("GET", redis.KeyName(redis.DefaultPrefix, "api", "")+"%:global:"+strconv.FormatInt(g.end(w), 10))
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		counted += n
+	}
+	g.t.Logf("ShareStats: credited %d, given back %d; admitted %d, home counted %d", credited, back, admitted, counted)
+	if admitted > credited-back+allowances || credited-back > counted || back == 0 {
+		g.t.Errorf("the regions admitted %d, were credited %d and gave back %d (allowances %d), home counted %d", admitted, credited, back, allowances, counted)
+	}
 }
 
 // TestGlobalHomeFailover: home is a master and its replica under three

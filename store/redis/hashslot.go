@@ -138,7 +138,7 @@ func (s *Store) decideAcrossHashSlots(ctx context.Context, reqs []store.Request,
 	for g, idx := range groups {
 		c := checks[g]
 		for j, i := range idx {
-			results[i] = levelResult(reqs[i], c.now, c.ok[j], c.val[j], c.extra(j), committed(reqs[i], c.ok[j], pass))
+			results[i] = levelResult(reqs[i], c.now, c.ok[j], c.val[j], c.extra(j), committed(reqs[i], c.ok[j], pass, c.stopped))
 		}
 	}
 	return pass, nil

@@ -169,7 +169,7 @@ func (s *Store) decideAll(ctx context.Context, reqs []store.Request, results []a
 		return false, err
 	}
 	for i, r := range reqs {
-		results[i] = levelResult(r, c.now, c.ok[i], c.val[i], c.extra(i), committed(r, c.ok[i], c.pass))
+		results[i] = levelResult(r, c.now, c.ok[i], c.val[i], c.extra(i), committed(r, c.ok[i], c.pass, c.stopped))
 	}
 	return c.pass, nil
 }
@@ -178,12 +178,15 @@ func (s *Store) decideAll(ctx context.Context, reqs []store.Request, results []a
 type checked struct {
 	now  int64
 	pass bool
-	ok   []bool
-	val  []int64
-	args []string // the script's ARGV, kept for a refund
-	set  kindSet  // the kinds the levels use: which composed script ran
-	v    []int64  // the reply
-	at   []int    // at[i]: index in v of level i's code; at[len] = len(v)
+	// stopped: a level was not ok, so that the levels that stop
+	// (store.Request.Stop) and were ok recorded nothing.
+	stopped bool
+	ok      []bool
+	val     []int64
+	args    []string // the script's ARGV, kept for a refund
+	set     kindSet  // the kinds the levels use: which composed script ran
+	v       []int64  // the reply
+	at      []int    // at[i]: index in v of level i's code; at[len] = len(v)
 }
 
 // extra returns level i's values after ok and value (sliding_log.lua and
@@ -210,7 +213,7 @@ func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) 
 	if err != nil {
 		return checked{}, err
 	}
-	c := checked{now: v[0], pass: v[1] == 1, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, set: set, v: v, at: make([]int, len(reqs)+1)}
+	c := checked{now: v[0], pass: v[1]&1 == 1, stopped: v[1]&2 != 0, ok: make([]bool, len(reqs)), val: make([]int64, len(reqs)), args: args, set: set, v: v, at: make([]int, len(reqs)+1)}
 	p := 2
 	for i, r := range reqs {
 		if p+1 >= len(v) {
@@ -235,8 +238,9 @@ func (s *Store) check(ctx context.Context, reqs []store.Request, keys []string) 
 // argument count, arguments, then a block's (block.lua).
 func appendLevel(args []string, b *binding, r store.Request) []string {
 	blk, blocks := r.Plan.Blocks()
-	// "s" shadow, "b" a block, "d" a debt (which has no block), "p" a
-	// debt's peek: checked as a cost of 1 and never committed (algo.Debt).
+	// "s" shadow, "b" a block, "d" a debt (which has no block), "o" a
+	// debt that stops, "p" a debt's peek: checked as a cost of 1 and never
+	// committed (algo.Debt).
 	flag := "-"
 	cost, peek := r.Cost, r.Cost == 0 && r.Plan.Debt()
 	if peek {
@@ -260,6 +264,9 @@ func appendLevel(args []string, b *binding, r store.Request) []string {
 			w = "W"
 		}
 		flag += w + strconv.Itoa(r.Watch)
+	}
+	if r.Stop { // a debt that stops (store.Request.Stop)
+		flag += "o"
 	}
 	if peek {
 		flag += "p"
@@ -346,8 +353,14 @@ func windowResult(ws []algo.Window, now, cost int64, ok, committed, floor bool, 
 // committed reports whether decide.lua committed a level that was ok or
 // not, in a decision that passed or not: a level not ok (to record its
 // attempt, or its debt), every level of a decision that passed, and a
-// level with debt whatever the others decided.
-func committed(r store.Request, ok, pass bool) bool { return !ok || pass || r.Plan.Debt() }
+// level with debt whatever the others decided, unless it stops
+// (store.Request.Stop) and a level was not ok (stopped).
+func committed(r store.Request, ok, pass, stopped bool) bool {
+	if r.Stop {
+		return !ok || !stopped
+	}
+	return !ok || pass || r.Plan.Debt()
+}
 
 // levelResult derives a level's Result from the script's check value (and
 // extra values). A level that was ok but not committed (another level

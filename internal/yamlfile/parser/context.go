@@ -22,26 +22,11 @@ func (c *context) currentToken() *Token {
 	return c.tokenRef.tokens[c.tokenRef.idx]
 }
 
-func (c *context) isComment() bool {
-	return c.currentToken().Type() == token.CommentType
-}
-
 func (c *context) nextToken() *Token {
 	if c.tokenRef.idx+1 >= c.tokenRef.size {
 		return nil
 	}
 	return c.tokenRef.tokens[c.tokenRef.idx+1]
-}
-
-func (c *context) nextNotCommentToken() *Token {
-	for i := c.tokenRef.idx + 1; i < c.tokenRef.size; i++ {
-		tk := c.tokenRef.tokens[i]
-		if tk.Type() == token.CommentType {
-			continue
-		}
-		return tk
-	}
-	return nil
 }
 
 func (c *context) isTokenNotFound() bool {

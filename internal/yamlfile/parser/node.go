@@ -7,170 +7,107 @@ import (
 	"github.com/goccy/go-yaml/token"
 )
 
-func newMappingNode(ctx *context, tk *Token, isFlow bool, values ...*ast.MappingValueNode) (*ast.MappingNode, error) {
+func newMappingNode(ctx *context, tk *Token, isFlow bool, values ...*ast.MappingValueNode) *ast.MappingNode {
 	node := ast.Mapping(tk.RawToken(), isFlow, values...)
 	node.SetPath(ctx.path)
-	return node, nil
+	return node
 }
 
-func newMappingValueNode(ctx *context, colonTk, entryTk *Token, key ast.MapKeyNode, value ast.Node) (*ast.MappingValueNode, error) {
+func newMappingValueNode(ctx *context, colonTk, entryTk *Token, key ast.MapKeyNode, value ast.Node) *ast.MappingValueNode {
 	node := ast.MappingValue(colonTk.RawToken(), key, value)
 	node.SetPath(ctx.path)
 	node.CollectEntry = entryTk.RawToken()
-	if key.GetToken().Position.Line == value.GetToken().Position.Line {
-		// originally key was commented, but now that null value has been added, value must be commented.
-		if err := setLineComment(ctx, value, colonTk); err != nil {
-			return nil, err
-		}
-		// set line comment by colonTk or entryTk.
-		if err := setLineComment(ctx, value, entryTk); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := setLineComment(ctx, key, colonTk); err != nil {
-			return nil, err
-		}
-		// set line comment by colonTk or entryTk.
-		if err := setLineComment(ctx, key, entryTk); err != nil {
-			return nil, err
-		}
-	}
-	return node, nil
+	return node
 }
 
-func newMappingKeyNode(ctx *context, tk *Token) (*ast.MappingKeyNode, error) {
+func newMappingKeyNode(ctx *context, tk *Token) *ast.MappingKeyNode {
 	node := ast.MappingKey(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newAnchorNode(ctx *context, tk *Token) (*ast.AnchorNode, error) {
+func newAnchorNode(ctx *context, tk *Token) *ast.AnchorNode {
 	node := ast.Anchor(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newAliasNode(ctx *context, tk *Token) (*ast.AliasNode, error) {
+func newAliasNode(ctx *context, tk *Token) *ast.AliasNode {
 	node := ast.Alias(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newDirectiveNode(ctx *context, tk *Token) (*ast.DirectiveNode, error) {
+func newDirectiveNode(ctx *context, tk *Token) *ast.DirectiveNode {
 	node := ast.Directive(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newMergeKeyNode(ctx *context, tk *Token) (*ast.MergeKeyNode, error) {
+func newMergeKeyNode(ctx *context, tk *Token) *ast.MergeKeyNode {
 	node := ast.MergeKey(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newNullNode(ctx *context, tk *Token) (*ast.NullNode, error) {
+func newNullNode(ctx *context, tk *Token) *ast.NullNode {
 	node := ast.Null(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newBoolNode(ctx *context, tk *Token) (*ast.BoolNode, error) {
+func newBoolNode(ctx *context, tk *Token) *ast.BoolNode {
 	node := ast.Bool(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newIntegerNode(ctx *context, tk *Token) (*ast.IntegerNode, error) {
+func newIntegerNode(ctx *context, tk *Token) *ast.IntegerNode {
 	node := ast.Integer(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newFloatNode(ctx *context, tk *Token) (*ast.FloatNode, error) {
+func newFloatNode(ctx *context, tk *Token) *ast.FloatNode {
 	node := ast.Float(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newInfinityNode(ctx *context, tk *Token) (*ast.InfinityNode, error) {
+func newInfinityNode(ctx *context, tk *Token) *ast.InfinityNode {
 	node := ast.Infinity(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newNanNode(ctx *context, tk *Token) (*ast.NanNode, error) {
+func newNanNode(ctx *context, tk *Token) *ast.NanNode {
 	node := ast.Nan(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newStringNode(ctx *context, tk *Token) (*ast.StringNode, error) {
+func newStringNode(ctx *context, tk *Token) *ast.StringNode {
 	node := ast.String(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newLiteralNode(ctx *context, tk *Token) (*ast.LiteralNode, error) {
+func newLiteralNode(ctx *context, tk *Token) *ast.LiteralNode {
 	node := ast.Literal(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newTagNode(ctx *context, tk *Token) (*ast.TagNode, error) {
+func newTagNode(ctx *context, tk *Token) *ast.TagNode {
 	node := ast.Tag(tk.RawToken())
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
-func newSequenceNode(ctx *context, tk *Token, isFlow bool) (*ast.SequenceNode, error) {
+func newSequenceNode(ctx *context, tk *Token, isFlow bool) *ast.SequenceNode {
 	node := ast.Sequence(tk.RawToken(), isFlow)
 	node.SetPath(ctx.path)
-	if err := setLineComment(ctx, node, tk); err != nil {
-		return nil, err
-	}
-	return node, nil
+	return node
 }
 
 func newTagDefaultScalarValueNode(ctx *context, tag *token.Token) (ast.ScalarNode, error) {
@@ -184,73 +121,23 @@ func newTagDefaultScalarValueNode(ctx *context, tag *token.Token) (ast.ScalarNod
 	switch token.ReservedTagKeyword(tag.Value) {
 	case token.IntegerTag:
 		tk = &Token{Token: token.New("0", "0", &pos)}
-		n, err := newIntegerNode(ctx, tk)
-		if err != nil {
-			return nil, err
-		}
-		node = n
+		node = newIntegerNode(ctx, tk)
 	case token.FloatTag:
 		tk = &Token{Token: token.New("0", "0", &pos)}
-		n, err := newFloatNode(ctx, tk)
-		if err != nil {
-			return nil, err
-		}
-		node = n
+		node = newFloatNode(ctx, tk)
 	case token.StringTag, token.BinaryTag, token.TimestampTag:
 		tk = &Token{Token: token.New("", "", &pos)}
-		n, err := newStringNode(ctx, tk)
-		if err != nil {
-			return nil, err
-		}
-		node = n
+		node = newStringNode(ctx, tk)
 	case token.BooleanTag:
 		tk = &Token{Token: token.New("false", "false", &pos)}
-		n, err := newBoolNode(ctx, tk)
-		if err != nil {
-			return nil, err
-		}
-		node = n
+		node = newBoolNode(ctx, tk)
 	case token.NullTag:
 		tk = &Token{Token: token.New("null", "null", &pos)}
-		n, err := newNullNode(ctx, tk)
-		if err != nil {
-			return nil, err
-		}
-		node = n
+		node = newNullNode(ctx, tk)
 	default:
 		return nil, errSyntax(fmt.Sprintf("cannot assign default value for %q tag", tag.Value), tag)
 	}
 	ctx.insertToken(tk)
 	ctx.goNext()
 	return node, nil
-}
-
-func setLineComment(ctx *context, node ast.Node, tk *Token) error {
-	if tk == nil || tk.LineComment == nil {
-		return nil
-	}
-	comment := ast.CommentGroup([]*token.Token{tk.LineComment})
-	comment.SetPath(ctx.path)
-	if err := node.SetComment(comment); err != nil {
-		return err
-	}
-	return nil
-}
-
-func setHeadComment(cm *ast.CommentGroupNode, value ast.Node) error {
-	if cm == nil {
-		return nil
-	}
-	switch n := value.(type) {
-	case *ast.MappingNode:
-		if len(n.Values) != 0 && value.GetComment() == nil {
-			cm.SetPath(n.Values[0].GetPath())
-			return n.Values[0].SetComment(cm)
-		}
-	case *ast.MappingValueNode:
-		cm.SetPath(n.GetPath())
-		return n.SetComment(cm)
-	}
-	cm.SetPath(value.GetPath())
-	return value.SetComment(cm)
 }

@@ -9,37 +9,27 @@ import (
 	"github.com/goccy/go-yaml/token"
 )
 
+// Mode is the library's parse mode: Sluice's fork knows only 0 (the
+// library's ParseComments, which kept comments in the tree, is gone, as
+// nothing of Sluice reads a comment).
 type Mode uint
-
-const (
-	ParseComments Mode = 1 << iota // parse comments and add them to AST
-)
 
 // ParseBytes parse from byte slice, and returns ast.File. A key given twice
 // in one mapping is kept (Sluice's loader reports it, with both positions).
-func ParseBytes(bytes []byte, mode Mode) (*ast.File, error) {
-	tokens := lexer.Tokenize(string(bytes))
-	f, err := Parse(tokens, mode)
-	if err != nil {
-		return nil, err
-	}
-	return f, nil
+func ParseBytes(bytes []byte, _ Mode) (*ast.File, error) {
+	return Parse(lexer.Tokenize(string(bytes)))
 }
 
 // Parse parse from token instances, and returns ast.File
-func Parse(tokens token.Tokens, mode Mode) (*ast.File, error) {
+func Parse(tokens token.Tokens) (*ast.File, error) {
 	if tk := tokens.InvalidToken(); tk != nil {
 		return nil, errSyntax(tk.Error, tk)
 	}
-	p, err := newParser(tokens, mode)
+	p, err := newParser(tokens)
 	if err != nil {
 		return nil, err
 	}
-	f, err := p.parse(newContext())
-	if err != nil {
-		return nil, err
-	}
-	return f, nil
+	return p.parse(newContext())
 }
 
 type YAMLVersion string
@@ -65,17 +55,11 @@ type parser struct {
 	depth                 int // parseToken calls open
 }
 
-func newParser(tokens token.Tokens, mode Mode) (*parser, error) {
+// newParser parses tokens without their comments (see Mode).
+func newParser(tokens token.Tokens) (*parser, error) {
 	filteredTokens := []*token.Token{}
-	if mode&ParseComments != 0 {
-		filteredTokens = tokens
-	} else {
-		for _, tk := range tokens {
-			if tk.Type == token.CommentType {
-				continue
-			}
-			// keep prev/next reference between tokens containing comments
-			// https://github.com/goccy/go-yaml/issues/254
+	for _, tk := range tokens {
+		if tk.Type != token.CommentType {
 			filteredTokens = append(filteredTokens, tk)
 		}
 	}
@@ -225,8 +209,6 @@ func (p *parser) parseToken(ctx *context, tk *Token) (ast.Node, error) {
 		return node, nil
 	}
 	switch tk.Type() {
-	case token.CommentType:
-		return p.parseComment(ctx)
 	case token.TagType:
 		return p.parseTag(ctx)
 	case token.MappingStartType:
@@ -289,21 +271,21 @@ func (p *parser) parseScalarValue(ctx *context, tk *Token) (ast.ScalarNode, erro
 	}
 	switch tk.Type() {
 	case token.MergeKeyType:
-		return newMergeKeyNode(ctx, tk)
+		return newMergeKeyNode(ctx, tk), nil
 	case token.NullType, token.ImplicitNullType:
-		return newNullNode(ctx, tk)
+		return newNullNode(ctx, tk), nil
 	case token.BoolType:
-		return newBoolNode(ctx, tk)
+		return newBoolNode(ctx, tk), nil
 	case token.IntegerType, token.BinaryIntegerType, token.OctetIntegerType, token.HexIntegerType:
-		return newIntegerNode(ctx, tk)
+		return newIntegerNode(ctx, tk), nil
 	case token.FloatType:
-		return newFloatNode(ctx, tk)
+		return newFloatNode(ctx, tk), nil
 	case token.InfinityType:
-		return newInfinityNode(ctx, tk)
+		return newInfinityNode(ctx, tk), nil
 	case token.NanType:
-		return newNanNode(ctx, tk)
+		return newNanNode(ctx, tk), nil
 	case token.StringType, token.SingleQuoteType, token.DoubleQuoteType:
-		return newStringNode(ctx, tk)
+		return newStringNode(ctx, tk), nil
 	case token.TagType:
 		// this case applies when it is a scalar tag and its value does not exist.
 		// Examples of cases where the value does not exist include cases like `key: !!str,` or `!!str : value`.
@@ -313,10 +295,7 @@ func (p *parser) parseScalarValue(ctx *context, tk *Token) (ast.ScalarNode, erro
 }
 
 func (p *parser) parseFlowMap(ctx *context) (*ast.MappingNode, error) {
-	node, err := newMappingNode(ctx, ctx.currentToken(), true)
-	if err != nil {
-		return nil, err
-	}
+	node := newMappingNode(ctx, ctx.currentToken(), true)
 	ctx.goNext() // skip MappingStart token
 
 	isFirst := true
@@ -359,14 +338,8 @@ func (p *parser) parseFlowMap(ctx *context) (*ast.MappingNode, error) {
 			ctx := ctx.withChild(p.mapKeyText(key))
 			colonTk := mapKeyTk.Group.Last()
 			if p.isFlowMapDelim(ctx.nextToken()) {
-				value, err := newNullNode(ctx, ctx.insertNullToken(colonTk))
-				if err != nil {
-					return nil, err
-				}
-				mapValue, err := newMappingValueNode(ctx, colonTk, entryTk, key, value)
-				if err != nil {
-					return nil, err
-				}
+				value := newNullNode(ctx, ctx.insertNullToken(colonTk))
+				mapValue := newMappingValueNode(ctx, colonTk, entryTk, key, value)
 				node.Values = append(node.Values, mapValue)
 				ctx.goNext()
 			} else {
@@ -378,10 +351,7 @@ func (p *parser) parseFlowMap(ctx *context) (*ast.MappingNode, error) {
 				if err != nil {
 					return nil, err
 				}
-				mapValue, err := newMappingValueNode(ctx, colonTk, entryTk, key, value)
-				if err != nil {
-					return nil, err
-				}
+				mapValue := newMappingValueNode(ctx, colonTk, entryTk, key, value)
 				node.Values = append(node.Values, mapValue)
 			}
 		default:
@@ -396,14 +366,8 @@ func (p *parser) parseFlowMap(ctx *context) (*ast.MappingNode, error) {
 			if err != nil {
 				return nil, err
 			}
-			value, err := newNullNode(ctx, ctx.insertNullToken(mapKeyTk))
-			if err != nil {
-				return nil, err
-			}
-			mapValue, err := newMappingValueNode(ctx, mapKeyTk, entryTk, key, value)
-			if err != nil {
-				return nil, err
-			}
+			value := newNullNode(ctx, ctx.insertNullToken(mapKeyTk))
+			mapValue := newMappingValueNode(ctx, mapKeyTk, entryTk, key, value)
 			node.Values = append(node.Values, mapValue)
 			ctx.goNext()
 		}
@@ -413,10 +377,6 @@ func (p *parser) parseFlowMap(ctx *context) (*ast.MappingNode, error) {
 		return nil, errSyntax("could not find flow mapping end token '}'", node.Start)
 	}
 
-	// set line comment if exists. e.g.) } # comment
-	if err := setLineComment(ctx, node, ctx.currentToken()); err != nil {
-		return nil, err
-	}
 	ctx.goNext() // skip mapping end token.
 	return node, nil
 }
@@ -436,16 +396,8 @@ func (p *parser) parseMap(ctx *context) (*ast.MappingNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	mapNode, err := newMappingNode(ctx, &Token{Token: first.GetToken()}, false, first)
-	if err != nil {
-		return nil, err
-	}
-	var tk *Token
-	if ctx.isComment() {
-		tk = ctx.nextNotCommentToken()
-	} else {
-		tk = ctx.currentToken()
-	}
+	mapNode := newMappingNode(ctx, &Token{Token: first.GetToken()}, false, first)
+	tk := ctx.currentToken()
 	open := 0 // the levels the library's recursion would have open
 	for tk.Column() == keyTk.Column() {
 		typ := tk.Type()
@@ -458,7 +410,6 @@ func (p *parser) parseMap(ctx *context) (*ast.MappingNode, error) {
 		if !p.isMapToken(tk) {
 			return nil, errSyntax("non-map value is specified", tk.RawToken())
 		}
-		cm := p.parseHeadComment(ctx)
 		if typ == token.MappingEndType {
 			// a: {
 			//  b: c
@@ -475,25 +426,9 @@ func (p *parser) parseMap(ctx *context) (*ast.MappingNode, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := setHeadComment(cm, node); err != nil {
-			return nil, err
-		}
 		mapNode.Values = append(mapNode.Values, node)
 		open++
-		if ctx.isComment() {
-			tk = ctx.nextNotCommentToken()
-		} else {
-			tk = ctx.currentToken()
-		}
-	}
-	if ctx.isComment() {
-		if keyTk.Column() <= ctx.currentToken().Column() {
-			// If the comment is in the same or deeper column as the last element column in map value,
-			// treat it as a footer comment for the last element.
-			last := mapNode.Values[len(mapNode.Values)-1]
-			last.FootComment = p.parseFootComment(ctx, keyTk.Column())
-			last.FootComment.SetPath(last.Key.GetPath())
-		}
+		tk = ctx.currentToken()
 	}
 	return mapNode, nil
 }
@@ -531,10 +466,7 @@ func (p *parser) parseMapEntry(ctx *context) (*ast.MappingValueNode, error) {
 		if err != nil {
 			return nil, err
 		}
-		node, err := newMappingValueNode(ctx, keyTk.Group.Last(), nil, key, value)
-		if err != nil {
-			return nil, err
-		}
+		node := newMappingValueNode(ctx, keyTk.Group.Last(), nil, key, value)
 		keyValueNode = node
 	}
 	return keyValueNode, nil
@@ -545,9 +477,6 @@ func (p *parser) validateMapKeyValueNextToken(ctx *context, keyTk, tk *Token) er
 		return nil
 	}
 	if tk.Column() <= keyTk.Column() {
-		return nil
-	}
-	if ctx.isComment() {
 		return nil
 	}
 	if ctx.isFlow && (tk.Type() == token.CollectEntryType || tk.Type() == token.SequenceEndType) {
@@ -584,7 +513,7 @@ func (p *parser) parseMapKeyValue(ctx *context, g *TokenGroup, entryTk *Token) (
 	if err != nil {
 		return nil, err
 	}
-	return newMappingValueNode(c, keyGroup.Last(), entryTk, key, value)
+	return newMappingValueNode(c, keyGroup.Last(), entryTk, key, value), nil
 }
 
 func (p *parser) parseMapKey(ctx *context, g *TokenGroup) (ast.MapKeyNode, error) {
@@ -596,10 +525,7 @@ func (p *parser) parseMapKey(ctx *context, g *TokenGroup) (ast.MapKeyNode, error
 		if mapKeyTk.Group != nil {
 			ctx = ctx.withGroup(mapKeyTk.Group)
 		}
-		key, err := newMappingKeyNode(ctx, mapKeyTk)
-		if err != nil {
-			return nil, err
-		}
+		key := newMappingKeyNode(ctx, mapKeyTk)
 		ctx.goNext() // skip mapping key token
 		if ctx.isTokenNotFound() {
 			return nil, errSyntax("could not find value for mapping key", mapKeyTk.RawToken())
@@ -711,18 +637,9 @@ func (p *parser) mapKeyText(n ast.Node) string {
 }
 
 func (p *parser) parseMapValue(ctx *context, key ast.MapKeyNode, colonTk *Token) (ast.Node, error) {
-	tk := ctx.currentToken()
-	if tk == nil {
-		return newNullNode(ctx, ctx.addNullValueToken(colonTk))
-	}
-
-	if ctx.isComment() {
-		tk = ctx.nextNotCommentToken()
-	}
 	keyCol := key.GetToken().Position.Column
 	keyLine := key.GetToken().Position.Line
-
-	if tk.Column() != keyCol && tk.Line() == keyLine && (tk.GroupType() == TokenGroupMapKey || tk.GroupType() == TokenGroupMapKeyValue) {
+	if tk := ctx.currentToken(); tk != nil && tk.Column() != keyCol && tk.Line() == keyLine && (tk.GroupType() == TokenGroupMapKey || tk.GroupType() == TokenGroupMapKeyValue) {
 		// a: b:
 		//    ^
 		//
@@ -730,78 +647,93 @@ func (p *parser) parseMapValue(ctx *context, key ast.MapKeyNode, colonTk *Token)
 		//    ^
 		return nil, errSyntax("mapping value is not allowed in this context", tk.RawToken())
 	}
+	return p.parseValue(ctx, colonTk, keyLine, keyCol, p.isMapToken, "")
+}
 
-	if tk.Column() == keyCol && p.isMapToken(tk) {
+func (p *parser) parseSequenceValue(ctx *context, seqTk *Token) (ast.Node, error) {
+	isEntry := func(tk *Token) bool { return tk.Type() == token.SequenceEntryType }
+	return p.parseValue(ctx, seqTk, seqTk.Line(), seqTk.Column(), isEntry, " sequence")
+}
+
+// parseValue parses the value of a mapping key or a sequence entry (at,
+// its colon or dash; the key or entry on line at column col; Sluice's
+// fork: the library wrote it twice, in parseMapValue and
+// parseSequenceValue): sibling says whether a token starts the next key or
+// entry, where (" sequence" or "") words the errors.
+func (p *parser) parseValue(ctx *context, at *Token, line, col int, sibling func(*Token) bool, where string) (ast.Node, error) {
+	tk := ctx.currentToken()
+	if tk == nil {
+		return newNullNode(ctx, ctx.addNullValueToken(at)), nil
+	}
+
+	if tk.Column() == col && sibling(tk) {
 		// in this case,
 		// ----
 		// key: <value does not defined>
 		// next
-		return newNullNode(ctx, ctx.insertNullToken(colonTk))
+		return newNullNode(ctx, ctx.insertNullToken(at)), nil
 	}
 
-	if tk.Line() == keyLine && tk.GroupType() == TokenGroupAnchorName &&
-		ctx.nextToken().Column() == keyCol && p.isMapToken(ctx.nextToken()) {
+	if tk.Line() == line && tk.GroupType() == TokenGroupAnchorName &&
+		ctx.nextToken().Column() == col && sibling(ctx.nextToken()) {
 		// in this case,
 		// ----
 		// key: &anchor
 		// next
-		group := &TokenGroup{
-			Type:   TokenGroupAnchor,
-			Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
-		}
-		anchor, err := p.parseAnchor(ctx.withGroup(group), group)
-		if err != nil {
-			return nil, err
-		}
-		ctx.goNext()
-		return anchor, nil
+		return p.parseNullAnchor(ctx, tk)
 	}
 
-	if tk.Column() <= keyCol && tk.GroupType() == TokenGroupAnchorName {
+	if tk.Column() <= col && tk.GroupType() == TokenGroupAnchorName {
 		// key: <value does not defined>
 		// &anchor
-		return nil, errSyntax("anchor is not allowed in this context", tk.RawToken())
+		return nil, errSyntax("anchor is not allowed in this"+where+" context", tk.RawToken())
 	}
-	if tk.Column() <= keyCol && tk.Type() == token.TagType {
+	if tk.Column() <= col && tk.Type() == token.TagType {
 		// key: <value does not defined>
 		// !!tag
-		return nil, errSyntax("tag is not allowed in this context", tk.RawToken())
+		return nil, errSyntax("tag is not allowed in this"+where+" context", tk.RawToken())
 	}
 
-	if tk.Column() < keyCol {
+	if tk.Column() < col {
 		// in this case,
 		// ----
 		//   key: <value does not defined>
 		// next
-		return newNullNode(ctx, ctx.insertNullToken(colonTk))
+		return newNullNode(ctx, ctx.insertNullToken(at)), nil
 	}
 
-	if tk.Line() == keyLine && tk.GroupType() == TokenGroupAnchorName &&
-		ctx.nextToken().Column() < keyCol {
+	if tk.Line() == line && tk.GroupType() == TokenGroupAnchorName &&
+		ctx.nextToken().Column() < col {
 		// in this case,
 		// ----
 		//   key: &anchor
 		// next
-		group := &TokenGroup{
-			Type:   TokenGroupAnchor,
-			Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
-		}
-		anchor, err := p.parseAnchor(ctx.withGroup(group), group)
-		if err != nil {
-			return nil, err
-		}
-		ctx.goNext()
-		return anchor, nil
+		return p.parseNullAnchor(ctx, tk)
 	}
 
 	value, err := p.parseToken(ctx, ctx.currentToken())
 	if err != nil {
 		return nil, err
 	}
-	if err := p.validateAnchorValueInMapOrSeq(value, keyCol); err != nil {
+	if err := p.validateAnchorValueInMapOrSeq(value, col); err != nil {
 		return nil, err
 	}
 	return value, nil
+}
+
+// parseNullAnchor parses an anchor with no value, tk, as the anchor of an
+// implicit null.
+func (p *parser) parseNullAnchor(ctx *context, tk *Token) (ast.Node, error) {
+	group := &TokenGroup{
+		Type:   TokenGroupAnchor,
+		Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
+	}
+	anchor, err := p.parseAnchor(ctx.withGroup(group), group)
+	if err != nil {
+		return nil, err
+	}
+	ctx.goNext()
+	return anchor, nil
 }
 
 func (p *parser) validateAnchorValueInMapOrSeq(value ast.Node, col int) error {
@@ -858,10 +790,7 @@ func (p *parser) parseAnchor(ctx *context, g *TokenGroup) (*ast.AnchorNode, erro
 }
 
 func (p *parser) parseAnchorName(ctx *context) (*ast.AnchorNode, error) {
-	anchor, err := newAnchorNode(ctx, ctx.currentToken())
-	if err != nil {
-		return nil, err
-	}
+	anchor := newAnchorNode(ctx, ctx.currentToken())
 	ctx.goNext()
 	if ctx.isTokenNotFound() {
 		return nil, errSyntax("could not find anchor value", anchor.GetToken())
@@ -879,10 +808,7 @@ func (p *parser) parseAnchorName(ctx *context) (*ast.AnchorNode, error) {
 }
 
 func (p *parser) parseAlias(ctx *context) (*ast.AliasNode, error) {
-	alias, err := newAliasNode(ctx, ctx.currentToken())
-	if err != nil {
-		return nil, err
-	}
+	alias := newAliasNode(ctx, ctx.currentToken())
 	ctx.goNext()
 	if ctx.isTokenNotFound() {
 		return nil, errSyntax("could not find alias value", alias.GetToken())
@@ -900,18 +826,12 @@ func (p *parser) parseAlias(ctx *context) (*ast.AliasNode, error) {
 }
 
 func (p *parser) parseLiteral(ctx *context) (*ast.LiteralNode, error) {
-	node, err := newLiteralNode(ctx, ctx.currentToken())
-	if err != nil {
-		return nil, err
-	}
+	node := newLiteralNode(ctx, ctx.currentToken())
 	ctx.goNext() // skip literal/folded token
 
 	tk := ctx.currentToken()
 	if tk == nil {
-		value, err := newStringNode(ctx, &Token{Token: token.New("", "", node.Start.Position)})
-		if err != nil {
-			return nil, err
-		}
+		value := newStringNode(ctx, &Token{Token: token.New("", "", node.Start.Position)})
 		node.Value = value
 		return node, nil
 	}
@@ -944,20 +864,12 @@ func (p *parser) parseScalarTag(ctx *context) (*ast.TagNode, error) {
 func (p *parser) parseTag(ctx *context) (*ast.TagNode, error) {
 	tagTk := ctx.currentToken()
 	tagRawTk := tagTk.RawToken()
-	node, err := newTagNode(ctx, tagTk)
-	if err != nil {
-		return nil, err
-	}
+	node := newTagNode(ctx, tagTk)
 	ctx.goNext()
-
-	comment := p.parseHeadComment(ctx)
 
 	var tagValue ast.Node
 	if p.secondaryTagDirective != nil {
-		value, err := newStringNode(ctx, ctx.currentToken())
-		if err != nil {
-			return nil, err
-		}
+		value := newStringNode(ctx, ctx.currentToken())
 		tagValue = value
 		node.Directive = p.secondaryTagDirective
 	} else {
@@ -967,16 +879,13 @@ func (p *parser) parseTag(ctx *context) (*ast.TagNode, error) {
 		}
 		tagValue = value
 	}
-	if err := setHeadComment(comment, tagValue); err != nil {
-		return nil, err
-	}
 	node.Value = tagValue
 	return node, nil
 }
 
 func (p *parser) parseTagValue(ctx *context, tagRawTk *token.Token, tk *Token) (ast.Node, error) {
 	if tk == nil {
-		return newNullNode(ctx, ctx.createImplicitNullToken(&Token{Token: tagRawTk}))
+		return newNullNode(ctx, ctx.createImplicitNullToken(&Token{Token: tagRawTk})), nil
 	}
 	switch token.ReservedTagKeyword(tagRawTk.Value) {
 	case token.MappingTag, token.SetTag:
@@ -1009,10 +918,7 @@ func (p *parser) parseTagValue(ctx *context, tagRawTk *token.Token, tk *Token) (
 }
 
 func (p *parser) parseFlowSequence(ctx *context) (*ast.SequenceNode, error) {
-	node, err := newSequenceNode(ctx, ctx.currentToken(), true)
-	if err != nil {
-		return nil, err
-	}
+	node := newSequenceNode(ctx, ctx.currentToken(), true)
 	ctx.goNext() // skip SequenceStart token
 
 	isFirst := true
@@ -1052,9 +958,6 @@ func (p *parser) parseFlowSequence(ctx *context) (*ast.SequenceNode, error) {
 		}
 		node.Values = append(node.Values, value)
 		seqEntry := ast.SequenceEntry(entryTk.RawToken(), value, nil)
-		if err := setLineComment(ctx, seqEntry, entryTk); err != nil {
-			return nil, err
-		}
 		seqEntry.SetPath(ctx.path)
 		node.Entries = append(node.Entries, seqEntry)
 
@@ -1064,25 +967,17 @@ func (p *parser) parseFlowSequence(ctx *context) (*ast.SequenceNode, error) {
 		return nil, errSyntax("sequence end token ']' not found", node.Start)
 	}
 
-	// set line comment if exists. e.g.) ] # comment
-	if err := setLineComment(ctx, node, ctx.currentToken()); err != nil {
-		return nil, err
-	}
 	ctx.goNext() // skip sequence end token.
 	return node, nil
 }
 
 func (p *parser) parseSequence(ctx *context) (*ast.SequenceNode, error) {
 	seqTk := ctx.currentToken()
-	seqNode, err := newSequenceNode(ctx, seqTk, false)
-	if err != nil {
-		return nil, err
-	}
+	seqNode := newSequenceNode(ctx, seqTk, false)
 
 	tk := seqTk
 	for tk.Type() == token.SequenceEntryType && tk.Column() == seqTk.Column() {
 		seqTk := tk
-		headComment := p.parseHeadComment(ctx)
 		ctx.goNext() // skip sequence entry token
 
 		ctx := ctx.withIndex(uint(len(seqNode.Values)))
@@ -1090,117 +985,14 @@ func (p *parser) parseSequence(ctx *context) (*ast.SequenceNode, error) {
 		if err != nil {
 			return nil, err
 		}
-		seqEntry := ast.SequenceEntry(seqTk.RawToken(), value, headComment)
-		if err := setLineComment(ctx, seqEntry, seqTk); err != nil {
-			return nil, err
-		}
+		seqEntry := ast.SequenceEntry(seqTk.RawToken(), value, nil)
 		seqEntry.SetPath(ctx.path)
-		seqNode.ValueHeadComments = append(seqNode.ValueHeadComments, headComment)
+		seqNode.ValueHeadComments = append(seqNode.ValueHeadComments, nil)
 		seqNode.Values = append(seqNode.Values, value)
 		seqNode.Entries = append(seqNode.Entries, seqEntry)
-
-		if ctx.isComment() {
-			tk = ctx.nextNotCommentToken()
-		} else {
-			tk = ctx.currentToken()
-		}
-	}
-	if ctx.isComment() {
-		if seqTk.Column() <= ctx.currentToken().Column() {
-			// If the comment is in the same or deeper column as the last element column in sequence value,
-			// treat it as a footer comment for the last element.
-			seqNode.FootComment = p.parseFootComment(ctx, seqTk.Column())
-			if len(seqNode.Values) != 0 {
-				seqNode.FootComment.SetPath(seqNode.Values[len(seqNode.Values)-1].GetPath())
-			}
-		}
+		tk = ctx.currentToken()
 	}
 	return seqNode, nil
-}
-
-func (p *parser) parseSequenceValue(ctx *context, seqTk *Token) (ast.Node, error) {
-	tk := ctx.currentToken()
-	if tk == nil {
-		return newNullNode(ctx, ctx.addNullValueToken(seqTk))
-	}
-
-	if ctx.isComment() {
-		tk = ctx.nextNotCommentToken()
-	}
-	seqCol := seqTk.Column()
-	seqLine := seqTk.Line()
-
-	if tk.Column() == seqCol && tk.Type() == token.SequenceEntryType {
-		// in this case,
-		// ----
-		// - <value does not defined>
-		// -
-		return newNullNode(ctx, ctx.insertNullToken(seqTk))
-	}
-
-	if tk.Line() == seqLine && tk.GroupType() == TokenGroupAnchorName &&
-		ctx.nextToken().Column() == seqCol && ctx.nextToken().Type() == token.SequenceEntryType {
-		// in this case,
-		// ----
-		// - &anchor
-		// -
-		group := &TokenGroup{
-			Type:   TokenGroupAnchor,
-			Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
-		}
-		anchor, err := p.parseAnchor(ctx.withGroup(group), group)
-		if err != nil {
-			return nil, err
-		}
-		ctx.goNext()
-		return anchor, nil
-	}
-
-	if tk.Column() <= seqCol && tk.GroupType() == TokenGroupAnchorName {
-		// - <value does not defined>
-		// &anchor
-		return nil, errSyntax("anchor is not allowed in this sequence context", tk.RawToken())
-	}
-	if tk.Column() <= seqCol && tk.Type() == token.TagType {
-		// - <value does not defined>
-		// !!tag
-		return nil, errSyntax("tag is not allowed in this sequence context", tk.RawToken())
-	}
-
-	if tk.Column() < seqCol {
-		// in this case,
-		// ----
-		//   - <value does not defined>
-		// next
-		return newNullNode(ctx, ctx.insertNullToken(seqTk))
-	}
-
-	if tk.Line() == seqLine && tk.GroupType() == TokenGroupAnchorName &&
-		ctx.nextToken().Column() < seqCol {
-		// in this case,
-		// ----
-		//   - &anchor
-		// next
-		group := &TokenGroup{
-			Type:   TokenGroupAnchor,
-			Tokens: []*Token{tk, ctx.createImplicitNullToken(tk)},
-		}
-		anchor, err := p.parseAnchor(ctx.withGroup(group), group)
-		if err != nil {
-			return nil, err
-		}
-		ctx.goNext()
-		return anchor, nil
-	}
-
-	value, err := p.parseToken(ctx, ctx.currentToken())
-	if err != nil {
-		return nil, err
-	}
-	if err := p.validateAnchorValueInMapOrSeq(value, seqCol); err != nil {
-		return nil, err
-	}
-	return value, nil
 }
 
 func (p *parser) parseDirective(ctx *context, g *TokenGroup) (*ast.DirectiveNode, error) {
@@ -1226,34 +1018,22 @@ func (p *parser) parseDirective(ctx *context, g *TokenGroup) (*ast.DirectiveNode
 			return nil, errSyntax("YAML version has already been specified", valueRawTk)
 		}
 		p.yamlVersion = ver
-		versionNode, err := newStringNode(ctx, valueTk)
-		if err != nil {
-			return nil, err
-		}
+		versionNode := newStringNode(ctx, valueTk)
 		directive.Values = append(directive.Values, versionNode)
 	case "TAG":
 		if len(g.Tokens) != 3 {
 			return nil, errSyntax("unexpected format TAG directive", g.First().RawToken())
 		}
-		tagKey, err := newStringNode(ctx, g.Tokens[1])
-		if err != nil {
-			return nil, err
-		}
+		tagKey := newStringNode(ctx, g.Tokens[1])
 		if tagKey.Value == "!!" {
 			p.secondaryTagDirective = directive
 		}
-		tagValue, err := newStringNode(ctx, g.Tokens[2])
-		if err != nil {
-			return nil, err
-		}
+		tagValue := newStringNode(ctx, g.Tokens[2])
 		directive.Values = append(directive.Values, tagKey, tagValue)
 	default:
 		if len(g.Tokens) > 1 {
 			for _, tk := range g.Tokens[1:] {
-				value, err := newStringNode(ctx, tk)
-				if err != nil {
-					return nil, err
-				}
+				value := newStringNode(ctx, tk)
 				directive.Values = append(directive.Values, value)
 			}
 		}
@@ -1262,10 +1042,7 @@ func (p *parser) parseDirective(ctx *context, g *TokenGroup) (*ast.DirectiveNode
 }
 
 func (p *parser) parseDirectiveName(ctx *context) (*ast.DirectiveNode, error) {
-	directive, err := newDirectiveNode(ctx, ctx.currentToken())
-	if err != nil {
-		return nil, err
-	}
+	directive := newDirectiveNode(ctx, ctx.currentToken())
 	ctx.goNext()
 	if ctx.isTokenNotFound() {
 		return nil, errSyntax("could not find directive value", directive.GetToken())
@@ -1280,43 +1057,4 @@ func (p *parser) parseDirectiveName(ctx *context) (*ast.DirectiveNode, error) {
 	}
 	directive.Name = directiveName
 	return directive, nil
-}
-
-func (p *parser) parseComment(ctx *context) (ast.Node, error) {
-	cm := p.parseHeadComment(ctx)
-	if ctx.isTokenNotFound() {
-		return cm, nil
-	}
-	node, err := p.parseToken(ctx, ctx.currentToken())
-	if err != nil {
-		return nil, err
-	}
-	if err := setHeadComment(cm, node); err != nil {
-		return nil, err
-	}
-	return node, nil
-}
-
-func (p *parser) parseHeadComment(ctx *context) *ast.CommentGroupNode {
-	tks := []*token.Token{}
-	for ctx.isComment() {
-		tks = append(tks, ctx.currentToken().RawToken())
-		ctx.goNext()
-	}
-	if len(tks) == 0 {
-		return nil
-	}
-	return ast.CommentGroup(tks)
-}
-
-func (p *parser) parseFootComment(ctx *context, col int) *ast.CommentGroupNode {
-	tks := []*token.Token{}
-	for ctx.isComment() && col <= ctx.currentToken().Column() {
-		tks = append(tks, ctx.currentToken().RawToken())
-		ctx.goNext()
-	}
-	if len(tks) == 0 {
-		return nil
-	}
-	return ast.CommentGroup(tks)
 }

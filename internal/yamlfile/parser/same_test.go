@@ -45,17 +45,15 @@ func TestSameAsUpstream(t *testing.T) {
 		fmt.Fprintf(&b, "k%d:\n  v: %d\n  w: [%d, {x: y}]\n", i, i, i)
 	}
 	sources = append(sources, b.String(), "a: {\nb: 1\n}\nc: 2\n", "- a: 1\n  b: 2\n- c: 3\n", "[\na: 1\n]\n")
-	for _, mode := range []parser.Mode{0, parser.ParseComments} {
-		for i, src := range sources {
-			want, werr := upstream.ParseBytes([]byte(src), upstream.Mode(mode), upstream.AllowDuplicateMapKey())
-			got, gerr := parser.ParseBytes([]byte(src), parser.Mode(mode))
-			if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
-				t.Errorf("source %d, mode %d: error %v, the library's %v", i, mode, gerr, werr)
-				continue
-			}
-			if werr == nil && fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("source %d, mode %d: the fork parses\n%v\nthe library\n%v", i, mode, got, want)
-			}
+	for i, src := range sources {
+		want, werr := upstream.ParseBytes([]byte(src), 0, upstream.AllowDuplicateMapKey())
+		got, gerr := parser.ParseBytes([]byte(src), 0)
+		if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+			t.Errorf("source %d: error %v, the library's %v", i, gerr, werr)
+			continue
+		}
+		if werr == nil && fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("source %d: the fork parses\n%v\nthe library\n%v", i, got, want)
 		}
 	}
 }

@@ -25,9 +25,8 @@ const (
 )
 
 type Token struct {
-	Token       *token.Token
-	Group       *TokenGroup
-	LineComment *token.Token
+	Token *token.Token
+	Group *TokenGroup
 }
 
 func (t *Token) RawToken() *token.Token {
@@ -135,39 +134,23 @@ func (g *TokenGroup) TokenType() token.Type {
 }
 
 func CreateGroupedTokens(tokens token.Tokens) ([]*Token, error) {
-	var err error
-	tks := newTokens(tokens)
-	tks = createLineCommentTokenGroups(tks)
-	tks, err = createLiteralAndFoldedTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createAnchorAndAliasTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createScalarTagTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createAnchorWithScalarTagTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createMapKeyTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks = createMapKeyValueTokenGroups(tks)
-	tks, err = createDirectiveTokenGroups(tks)
-	if err != nil {
-		return nil, err
-	}
-	tks, err = createDocumentTokens(tks)
-	if err != nil {
-		return nil, err
+	tks := createLiteralAndFoldedTokenGroups(newTokens(tokens))
+	mapKeyValues := func(tks []*Token) ([]*Token, error) { return createMapKeyValueTokenGroups(tks), nil }
+	for _, group := range []func([]*Token) ([]*Token, error){
+		createAnchorAndAliasTokenGroups, createScalarTagTokenGroups, createAnchorWithScalarTagTokenGroups,
+		createMapKeyByMappingKey, createMapKeyByMappingValue, mapKeyValues, createDirectiveTokenGroups, createDocumentTokens,
+	} {
+		var err error
+		if tks, err = group(tks); err != nil {
+			return nil, err
+		}
 	}
 	return tks, nil
+}
+
+// grouped is a token of the group of typ holding tks.
+func grouped(typ TokenGroupType, tks ...*Token) *Token {
+	return &Token{Group: &TokenGroup{Type: typ, Tokens: tks}}
 }
 
 func newTokens(tks token.Tokens) []*Token {
@@ -178,58 +161,27 @@ func newTokens(tks token.Tokens) []*Token {
 	return ret
 }
 
-func createLineCommentTokenGroups(tokens []*Token) []*Token {
+func createLiteralAndFoldedTokenGroups(tokens []*Token) []*Token {
 	ret := make([]*Token, 0, len(tokens))
 	for i := 0; i < len(tokens); i++ {
 		tk := tokens[i]
-		switch tk.Type() {
-		case token.CommentType:
-			if i > 0 && tokens[i-1].Line() == tk.Line() {
-				tokens[i-1].LineComment = tk.RawToken()
-			} else {
-				ret = append(ret, tk)
-			}
-		default:
-			ret = append(ret, tk)
-		}
-	}
-	return ret
-}
-
-func createLiteralAndFoldedTokenGroups(tokens []*Token) ([]*Token, error) {
-	ret := make([]*Token, 0, len(tokens))
-	for i := 0; i < len(tokens); i++ {
-		tk := tokens[i]
+		typ := TokenGroupLiteral
 		switch tk.Type() {
 		case token.LiteralType:
-			tks := []*Token{tk}
-			if i+1 < len(tokens) {
-				tks = append(tks, tokens[i+1])
-			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupLiteral,
-					Tokens: tks,
-				},
-			})
-			i++
 		case token.FoldedType:
-			tks := []*Token{tk}
-			if i+1 < len(tokens) {
-				tks = append(tks, tokens[i+1])
-			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupFolded,
-					Tokens: tks,
-				},
-			})
-			i++
+			typ = TokenGroupFolded
 		default:
 			ret = append(ret, tk)
+			continue
 		}
+		tks := []*Token{tk}
+		if i+1 < len(tokens) {
+			tks = append(tks, tokens[i+1])
+		}
+		ret = append(ret, grouped(typ, tks...))
+		i++
 	}
-	return ret, nil
+	return ret
 }
 
 func createAnchorAndAliasTokenGroups(tokens []*Token) ([]*Token, error) {
@@ -244,23 +196,13 @@ func createAnchorAndAliasTokenGroups(tokens []*Token) ([]*Token, error) {
 			if i+2 >= len(tokens) {
 				return nil, errSyntax("undefined anchor value", tk.RawToken())
 			}
-			anchorName := &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupAnchorName,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			}
+			anchorName := grouped(TokenGroupAnchorName, tk, tokens[i+1])
 			valueTk := tokens[i+2]
 			if tk.Line() == valueTk.Line() && valueTk.Type() == token.SequenceEntryType {
 				return nil, errSyntax("sequence entries are not allowed after anchor on the same line", valueTk.RawToken())
 			}
 			if tk.Line() == valueTk.Line() && isScalarType(valueTk) {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupAnchor,
-						Tokens: []*Token{anchorName, valueTk},
-					},
-				})
+				ret = append(ret, grouped(TokenGroupAnchor, anchorName, valueTk))
 				i++
 			} else {
 				ret = append(ret, anchorName)
@@ -270,12 +212,7 @@ func createAnchorAndAliasTokenGroups(tokens []*Token) ([]*Token, error) {
 			if i+1 == len(tokens) {
 				return nil, errSyntax("undefined alias name", tk.RawToken())
 			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupAlias,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			})
+			ret = append(ret, grouped(TokenGroupAlias, tk, tokens[i+1]))
 			i++
 		default:
 			ret = append(ret, tk)
@@ -284,93 +221,36 @@ func createAnchorAndAliasTokenGroups(tokens []*Token) ([]*Token, error) {
 	return ret, nil
 }
 
+// createScalarTagTokenGroups groups a tag with the value after it on its
+// line (Sluice's fork: the library checked that value in each case).
 func createScalarTagTokenGroups(tokens []*Token) ([]*Token, error) {
 	ret := make([]*Token, 0, len(tokens))
 	for i := 0; i < len(tokens); i++ {
 		tk := tokens[i]
-		if tk.Type() != token.TagType {
+		if tk.Type() != token.TagType || len(tokens) <= i+1 || tk.Line() != tokens[i+1].Line() || tokens[i+1].GroupType() == TokenGroupAnchorName {
 			ret = append(ret, tk)
 			continue
 		}
-		tag := tk.RawToken()
-		if strings.HasPrefix(tag.Value, "!!") {
+		next := tokens[i+1]
+		var group bool
+		switch tag := tk.RawToken().Value; token.ReservedTagKeyword(tag) {
+		case token.IntegerTag, token.FloatTag, token.StringTag, token.BinaryTag, token.TimestampTag, token.BooleanTag, token.NullTag:
 			// secondary tag.
-			switch token.ReservedTagKeyword(tag.Value) {
-			case token.IntegerTag, token.FloatTag, token.StringTag, token.BinaryTag, token.TimestampTag, token.BooleanTag, token.NullTag:
-				if len(tokens) <= i+1 {
-					ret = append(ret, tk)
-					continue
-				}
-				if tk.Line() != tokens[i+1].Line() {
-					ret = append(ret, tk)
-					continue
-				}
-				if tokens[i+1].GroupType() == TokenGroupAnchorName {
-					ret = append(ret, tk)
-					continue
-				}
-				if isScalarType(tokens[i+1]) {
-					ret = append(ret, &Token{
-						Group: &TokenGroup{
-							Type:   TokenGroupScalarTag,
-							Tokens: []*Token{tk, tokens[i+1]},
-						},
-					})
-					i++
-				} else {
-					ret = append(ret, tk)
-				}
-			case token.MergeTag:
-				if len(tokens) <= i+1 {
-					ret = append(ret, tk)
-					continue
-				}
-				if tk.Line() != tokens[i+1].Line() {
-					ret = append(ret, tk)
-					continue
-				}
-				if tokens[i+1].GroupType() == TokenGroupAnchorName {
-					ret = append(ret, tk)
-					continue
-				}
-				if tokens[i+1].Type() != token.MergeKeyType {
-					return nil, errSyntax("could not find merge key", tokens[i+1].RawToken())
-				}
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupScalarTag,
-						Tokens: []*Token{tk, tokens[i+1]},
-					},
-				})
-				i++
-			default:
-				ret = append(ret, tk)
+			group = isScalarType(next)
+		case token.MergeTag:
+			if next.Type() != token.MergeKeyType {
+				return nil, errSyntax("could not find merge key", next.RawToken())
 			}
-		} else {
-			if len(tokens) <= i+1 {
-				ret = append(ret, tk)
-				continue
-			}
-			if tk.Line() != tokens[i+1].Line() {
-				ret = append(ret, tk)
-				continue
-			}
-			if tokens[i+1].GroupType() == TokenGroupAnchorName {
-				ret = append(ret, tk)
-				continue
-			}
-			if isFlowType(tokens[i+1]) {
-				ret = append(ret, tk)
-				continue
-			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupScalarTag,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			})
-			i++
+			group = true
+		default:
+			group = !strings.HasPrefix(tag, "!!") && !isFlowType(next)
 		}
+		if !group {
+			ret = append(ret, tk)
+			continue
+		}
+		ret = append(ret, grouped(TokenGroupScalarTag, tk, next))
+		i++
 	}
 	return ret, nil
 }
@@ -386,12 +266,7 @@ func createAnchorWithScalarTagTokenGroups(tokens []*Token) ([]*Token, error) {
 			}
 			valueTk := tokens[i+1]
 			if tk.Line() == valueTk.Line() && valueTk.GroupType() == TokenGroupScalarTag {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupAnchor,
-						Tokens: []*Token{tk, tokens[i+1]},
-					},
-				})
+				ret = append(ret, grouped(TokenGroupAnchor, tk, tokens[i+1]))
 				i++
 			} else {
 				ret = append(ret, tk)
@@ -403,14 +278,6 @@ func createAnchorWithScalarTagTokenGroups(tokens []*Token) ([]*Token, error) {
 	return ret, nil
 }
 
-func createMapKeyTokenGroups(tokens []*Token) ([]*Token, error) {
-	tks, err := createMapKeyByMappingKey(tokens)
-	if err != nil {
-		return nil, err
-	}
-	return createMapKeyByMappingValue(tks)
-}
-
 func createMapKeyByMappingKey(tokens []*Token) ([]*Token, error) {
 	ret := make([]*Token, 0, len(tokens))
 	for i := 0; i < len(tokens); i++ {
@@ -420,12 +287,7 @@ func createMapKeyByMappingKey(tokens []*Token) ([]*Token, error) {
 			if i+1 >= len(tokens) {
 				return nil, errSyntax("undefined map key", tk.RawToken())
 			}
-			ret = append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupMapKey,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			})
+			ret = append(ret, grouped(TokenGroupMapKey, tk, tokens[i+1]))
 			i++
 		default:
 			ret = append(ret, tk)
@@ -485,12 +347,7 @@ func createMapKeyValueTokenGroups(tokens []*Token) []*Token {
 			}
 
 			if isScalarType(valueTk) || valueTk.Type() == token.TagType {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupMapKeyValue,
-						Tokens: []*Token{tk, valueTk},
-					},
-				})
+				ret = append(ret, grouped(TokenGroupMapKeyValue, tk, valueTk))
 				i++
 			} else {
 				ret = append(ret, tk)
@@ -512,12 +369,7 @@ func createDirectiveTokenGroups(tokens []*Token) ([]*Token, error) {
 			if i+1 >= len(tokens) {
 				return nil, errSyntax("undefined directive value", tk.RawToken())
 			}
-			directiveName := &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupDirectiveName,
-					Tokens: []*Token{tk, tokens[i+1]},
-				},
-			}
+			directiveName := grouped(TokenGroupDirectiveName, tk, tokens[i+1])
 			i++
 			var valueTks []*Token
 			for j := i + 1; j < len(tokens); j++ {
@@ -531,12 +383,7 @@ func createDirectiveTokenGroups(tokens []*Token) ([]*Token, error) {
 				return nil, errSyntax("unexpected directive value. document not started", tk.RawToken())
 			}
 			if len(valueTks) != 0 {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupDirective,
-						Tokens: append([]*Token{directiveName}, valueTks...),
-					},
-				})
+				ret = append(ret, grouped(TokenGroupDirective, append([]*Token{directiveName}, valueTks...)...))
 			} else {
 				ret = append(ret, directiveName)
 			}
@@ -560,20 +407,10 @@ func createDocumentTokens(tokens []*Token) ([]*Token, error) {
 			}
 			if i+1 == len(tokens) {
 				// if current token is last token, add DocumentHeader only tokens to ret.
-				return append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupDocument,
-						Tokens: []*Token{tk},
-					},
-				}), nil
+				return append(ret, grouped(TokenGroupDocument, tk)), nil
 			}
 			if tokens[i+1].Type() == token.DocumentHeaderType {
-				return append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupDocument,
-						Tokens: []*Token{tk},
-					},
-				}), nil
+				return append(ret, grouped(TokenGroupDocument, tk)), nil
 			}
 			if tokens[i].Line() == tokens[i+1].Line() {
 				switch tokens[i+1].GroupType() {
@@ -594,20 +431,10 @@ func createDocumentTokens(tokens []*Token) ([]*Token, error) {
 				tks[0].Group.Tokens = append([]*Token{tk}, tks[0].Group.Tokens...)
 				return append(ret, tks...), nil
 			}
-			return append(ret, &Token{
-				Group: &TokenGroup{
-					Type:   TokenGroupDocument,
-					Tokens: []*Token{tk},
-				},
-			}), nil
+			return append(ret, grouped(TokenGroupDocument, tk)), nil
 		case token.DocumentEndType:
 			if i != 0 {
-				ret = append(ret, &Token{
-					Group: &TokenGroup{
-						Type:   TokenGroupDocument,
-						Tokens: tokens[0 : i+1],
-					},
-				})
+				ret = append(ret, grouped(TokenGroupDocument, tokens[0:i+1]...))
 			}
 			if i+1 == len(tokens) {
 				return ret, nil
@@ -623,12 +450,7 @@ func createDocumentTokens(tokens []*Token) ([]*Token, error) {
 			return append(ret, tks...), nil
 		}
 	}
-	return append(ret, &Token{
-		Group: &TokenGroup{
-			Type:   TokenGroupDocument,
-			Tokens: tokens,
-		},
-	}), nil
+	return append(ret, grouped(TokenGroupDocument, tokens...)), nil
 }
 
 func isScalarType(tk *Token) bool {

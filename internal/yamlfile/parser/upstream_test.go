@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/lexer"
 	"github.com/sluicehq/sluice/internal/yamlfile/parser"
@@ -167,7 +166,7 @@ v:
 	}
 	for idx, src := range sources {
 		t.Run(strconv.Itoa(idx), func(t *testing.T) {
-			f, err := parser.Parse(lexer.Tokenize(src), 0)
+			f, err := parser.Parse(lexer.Tokenize(src))
 			if err != nil {
 				t.Fatalf("parse error: source [%s]: %+v", src, err)
 			}
@@ -178,7 +177,7 @@ v:
 
 func TestParseEmptyDocument(t *testing.T) {
 	t.Run("empty document", func(t *testing.T) {
-		f, err := parser.ParseBytes([]byte(""), parser.ParseComments)
+		f, err := parser.ParseBytes([]byte(""), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,18 +195,6 @@ func TestParseEmptyDocument(t *testing.T) {
 		}
 		got := f.String()
 		expected := "\n"
-		if got != expected {
-			t.Fatalf("failed to parse comment:\nexpected:\n%q\ngot:\n%q", expected, got)
-		}
-	})
-
-	t.Run("empty document with comment (parse comment = on)", func(t *testing.T) {
-		f, err := parser.ParseBytes([]byte("# comment"), parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := f.String()
-		expected := "# comment\n"
 		if got != expected {
 			t.Fatalf("failed to parse comment:\nexpected:\n%q\ngot:\n%q", expected, got)
 		}
@@ -777,7 +764,7 @@ d: e
 	for _, test := range tests {
 		t.Run(test.source, func(t *testing.T) {
 			tokens := lexer.Tokenize(test.source)
-			f, err := parser.Parse(tokens, 0)
+			f, err := parser.Parse(tokens)
 			if err != nil {
 				t.Fatalf("%+v", err)
 			}
@@ -878,132 +865,6 @@ a:
 		},
 		{
 			`
-a:
-# comment 1
-- b: c
-  d: e
-
-# comment 2
-- f: g
-  h: i
-`,
-			`
-a:
-# comment 1
-- b: c
-  d: e
-
-# comment 2
-- f: g
-  h: i
-`,
-		},
-		{
-			`
-a:
-  # comment 1
-  - b: c
-    # comment 2
-    d: e
-
-  # comment 3
-  # comment 4
-  - f: g
-    h: i # comment 5
-`,
-			`
-a:
-  # comment 1
-  - b: c
-    # comment 2
-    d: e
-
-  # comment 3
-  # comment 4
-  - f: g
-    h: i # comment 5
-`,
-		},
-		{
-			`
-a:
-  # comment 1
-  - b: c
-    # comment 2
-    d: e
-
-  # comment 3
-  # comment 4
-  - f: |
-      g
-      g
-    h: i # comment 5
-`,
-			`
-a:
-  # comment 1
-  - b: c
-    # comment 2
-    d: e
-
-  # comment 3
-  # comment 4
-  - f: |
-      g
-      g
-    h: i # comment 5
-`,
-		},
-		{
-			`
-a:
-  # comment 1
-  - b: c
-    # comment 2
-    d: e
-
-  # comment 3
-  # comment 4
-  - f: |
-      asd
-      def
-
-    h: i # comment 5
-`,
-			`
-a:
-  # comment 1
-  - b: c
-    # comment 2
-    d: e
-
-  # comment 3
-  # comment 4
-  - f: |
-      asd
-      def
-
-    h: i # comment 5
-`,
-		},
-		{
-			`
-- b: c
-  d: e
-
-- f: g
-  h: i # comment 4
-`,
-			`
-- b: c
-  d: e
-
-- f: g
-  h: i # comment 4
-`,
-		},
-		{
-			`
 a: null
 b: null
 
@@ -1014,34 +875,6 @@ a: null
 b: null
 
 d: e
-`,
-		},
-		{
-			`
-foo:
-  bar: null # comment
-
-  baz: 1
-`,
-			`
-foo:
-  bar: null # comment
-
-  baz: 1
-`,
-		},
-		{
-			`
-foo:
-  bar: null # comment
-
-baz: 1
-`,
-			`
-foo:
-  bar: null # comment
-
-baz: 1
 `,
 		},
 		{
@@ -1080,7 +913,7 @@ baz: 1
 
 	for _, test := range tests {
 		t.Run(test.source, func(t *testing.T) {
-			f, err := parser.ParseBytes([]byte(test.source), parser.ParseComments)
+			f, err := parser.ParseBytes([]byte(test.source), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1445,392 +1278,6 @@ a:
 	}
 }
 
-func TestComment(t *testing.T) {
-	tests := []struct {
-		name     string
-		yaml     string
-		expected string
-	}{
-		{
-			name: "map with comment",
-			yaml: `
-# commentA
-a: #commentB
-  # commentC
-  b: c # commentD
-  # commentE
-  d: e # commentF
-  # commentG
-  f: g # commentH
-# commentI
-f: g # commentJ
-# commentK
-`,
-		},
-		{
-			name: "sequence with comment",
-			yaml: `
-# commentA
-- a # commentB
-# commentC
-- b: # commentD
-  # commentE
-  - d # commentF
-  - e # commentG
-# commentH
-`,
-		},
-		{
-			name: "anchor and alias",
-			yaml: `
-a: &x b # commentA
-c: *x # commentB
-`,
-		},
-		{
-			name: "multiline",
-			yaml: `
-# foo comment
-# foo comment2
-foo: # map key comment
-  # bar above comment
-  # bar above comment2
-  bar: 10 # comment for bar
-  # baz above comment
-  # baz above comment2
-  baz: bbbb # comment for baz
-  piyo: # sequence key comment
-  # sequence1 above comment 1
-  # sequence1 above comment 2
-  - sequence1 # sequence1
-  # sequence2 above comment 1
-  # sequence2 above comment 2
-  - sequence2 # sequence2
-  # sequence3 above comment 1
-  # sequence3 above comment 2
-  - false # sequence3
-# foo2 comment
-# foo2 comment2
-foo2: &anchor text # anchor comment
-# foo3 comment
-# foo3 comment2
-foo3: *anchor # alias comment
-`,
-		},
-		{
-			name: "flow map with inline key comment",
-			yaml: `
-elem1:
-  - elem2: # comment
-      {a: b, c: d}
-`,
-			expected: `
-elem1:
-  - elem2: # comment
-      {a: b, c: d}
-`,
-		},
-		{
-			name: "flow sequence with inline key comment",
-			yaml: `
-elem1:
-  - elem2: # comment
-      [a, b, c, d]
-`,
-			expected: `
-elem1:
-  - elem2: # comment
-      [a, b, c, d]
-`,
-		},
-		{
-			name: "flow map with inline value comment",
-			yaml: `
-a:
-  b: {} # comment
-c: d
-`,
-		},
-		{
-			name: "flow array with inline value comment",
-			yaml: `
-a:
-  b: [] # comment
-c: d
-`,
-		},
-		{
-			name: "literal",
-			yaml: `
-foo: | # comment
-  x: 42
-`,
-		},
-		{
-			name: "folded",
-			yaml: `
-foo: > # comment
-  x: 42
-`,
-		},
-		{
-			name: "unattached comment",
-			yaml: `
-# This comment is in its own document
----
-a: b
-`,
-		},
-		{
-			name: "map with misaligned indentation in comments",
-			yaml: `
- # commentA
-a:  #commentB
-   # commentC
-  b: c  # commentD
-    # commentE
-  d: e  # commentF
- # commentG
-`,
-			expected: `
-# commentA
-a: #commentB
-  # commentC
-  b: c # commentD
-  # commentE
-  d: e # commentF
-# commentG
-`,
-		},
-		{
-			name: "sequence with misaligned indentation in comments",
-			yaml: `
- # commentA
-- a  # commentB
- # commentC
-- b:   # commentD
-   # commentE
-  - d  # commentF
-    # commentG
-  - e  # commentG
- # commentH
-`,
-			expected: `
-# commentA
-- a # commentB
-# commentC
-- b: # commentD
-  # commentE
-  - d # commentF
-  # commentG
-  - e # commentG
-# commentH
-`,
-		},
-	}
-	for _, test := range tests {
-		t.Run(test.name, func(t *testing.T) {
-			f, err := parser.ParseBytes([]byte(test.yaml), parser.ParseComments)
-			if err != nil {
-				t.Fatalf("%+v", err)
-			}
-			got := "\n" + f.String()
-			expected := test.yaml
-			if test.expected != "" {
-				expected = test.expected
-			}
-			if expected != got {
-				t.Fatalf("expected:%s\ngot:%s", expected, got)
-			}
-		})
-	}
-}
-
-func TestCommentWithNull(t *testing.T) {
-	t.Run("same line", func(t *testing.T) {
-		content := `
-foo:
-  bar: # comment
-  baz: 1
-`
-		expected := `
-foo:
-  bar: # comment
-  baz: 1`
-		f, err := parser.ParseBytes([]byte(content), parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(f.Docs) != 1 {
-			t.Fatal("failed to parse content with same line comment")
-		}
-		got := f.Docs[0].String()
-		if got != strings.TrimPrefix(expected, "\n") {
-			t.Fatalf("failed to parse comment:\nexpected:\n%s\ngot:\n%s", strings.TrimPrefix(expected, "\n"), got)
-		}
-	})
-	t.Run("next line", func(t *testing.T) {
-		content := `
-foo:
-  bar:
-    # comment
-  baz: 1
-`
-		expected := `
-foo:
-  bar:
-  # comment
-  baz: 1`
-		f, err := parser.ParseBytes([]byte(content), parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(f.Docs) != 1 {
-			t.Fatal("failed to parse content with next line comment")
-		}
-		got := f.Docs[0].String()
-		if got != strings.TrimPrefix(expected, "\n") {
-			t.Fatalf("failed to parse comment:\nexpected:\n%s\ngot:\n%s", strings.TrimPrefix(expected, "\n"), got)
-		}
-	})
-	t.Run("next line and different indent", func(t *testing.T) {
-		content := `
-foo:
-  bar:
- # comment
-baz: 1`
-		f, err := parser.ParseBytes([]byte(content), parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(f.Docs) != 1 {
-			t.Fatal("failed to parse content with next line comment")
-		}
-		expected := `
-foo:
-  bar:
-# comment
-baz: 1`
-		got := f.Docs[0].String()
-		if got != strings.TrimPrefix(expected, "\n") {
-			t.Fatalf("failed to parse comment:\nexpected:\n%s\ngot:\n%s", strings.TrimPrefix(expected, "\n"), got)
-		}
-	})
-}
-
-func TestSequenceComment(t *testing.T) {
-	content := `
-foo:
-  - # comment
-    bar: 1
-baz:
-  - xxx
-`
-	f, err := parser.ParseBytes([]byte(content), parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(f.Docs) != 1 {
-		t.Fatal("failed to parse content with next line with sequence")
-	}
-	expected := `
-foo:
-  # comment
-  - bar: 1
-baz:
-  - xxx`
-	got := f.Docs[0].String()
-	if got != strings.TrimPrefix(expected, "\n") {
-		t.Fatalf("failed to parse comment:\nexpected:\n%s\ngot:\n%s", strings.TrimPrefix(expected, "\n"), got)
-	}
-	t.Run("foo[0].bar", func(t *testing.T) {
-		path, err := yaml.PathString("$.foo[0].bar")
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := path.FilterFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v.String() != "1" {
-			t.Fatal("failed to get foo[0].bar value")
-		}
-	})
-	t.Run("baz[0]", func(t *testing.T) {
-		path, err := yaml.PathString("$.baz[0]")
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := path.FilterFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v.String() != "xxx" {
-			t.Fatal("failed to get baz[0] value")
-		}
-	})
-}
-
-func TestCommentWithMap(t *testing.T) {
-	yml := `
-single:
-  # foo comment
-  foo: bar
-
-multiple:
-    # a comment
-    a: b
-    # c comment
-    c: d
-`
-
-	file, err := parser.ParseBytes([]byte(yml), parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(file.Docs) == 0 {
-		t.Fatal("cannot get file docs")
-	}
-	if file.Docs[0].Body == nil {
-		t.Fatal("cannot get docs body")
-	}
-	mapNode, ok := file.Docs[0].Body.(*ast.MappingNode)
-	if !ok {
-		t.Fatalf("failed to get map node. got: %T\n", file.Docs[0].Body)
-	}
-	if len(mapNode.Values) != 2 {
-		t.Fatalf("failed to get map values. got %d", len(mapNode.Values))
-	}
-
-	singleNode, ok := mapNode.Values[0].Value.(*ast.MappingNode)
-	if !ok {
-		t.Fatalf("failed to get single node. got %T", mapNode.Values[0].Value)
-	}
-	if len(singleNode.Values) != 1 {
-		t.Fatalf("failed to get single node values. got %d", len(singleNode.Values))
-	}
-	if singleNode.Values[0].GetComment().GetToken().Value != " foo comment" {
-		t.Fatalf("failed to get comment from single. got %q", singleNode.GetComment().GetToken().Value)
-	}
-
-	multiNode, ok := mapNode.Values[1].Value.(*ast.MappingNode)
-	if !ok {
-		t.Fatalf("failed to get multiple node. got: %T", mapNode.Values[1])
-	}
-	if multiNode.GetComment() != nil {
-		t.Fatalf("found unexpected comment")
-	}
-	if len(multiNode.Values) != 2 {
-		t.Fatalf("failed to get multiple node values. got %d", len(multiNode.Values))
-	}
-	if multiNode.Values[0].GetComment().GetToken().Value != " a comment" {
-		t.Fatalf("failed to get comment from multiple[0]. got %q", multiNode.Values[0].GetComment().GetToken().Value)
-	}
-	if multiNode.Values[1].GetComment().GetToken().Value != " c comment" {
-		t.Fatalf("failed to get comment from multiple[1]. got %q", multiNode.Values[1].GetComment().GetToken().Value)
-	}
-}
-
 func TestInFlowStyle(t *testing.T) {
 	type inFlowStyle interface {
 		SetIsFlowStyle(bool)
@@ -1871,7 +1318,7 @@ foo:
 
 	for _, test := range tests {
 		t.Run(test.source, func(t *testing.T) {
-			f, err := parser.ParseBytes([]byte(test.source), parser.ParseComments)
+			f, err := parser.ParseBytes([]byte(test.source), 0)
 			if err != nil {
 				t.Fatal(err)
 			}

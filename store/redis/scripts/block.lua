@@ -74,6 +74,15 @@ local function b_debt(a)
   return string.find(ARGV[a + 1], 'd', 1, true) ~= nil
 end
 
+-- b_stop reports whether the level whose arguments start at ARGV[a] is a
+-- debt that stops (its flag holds 'o', store.Request.Stop): it records an
+-- admitted cost only when every level is ok, shadow ones too. A debt
+-- without it is committed with its check, in its order, so that a key
+-- twice in one call is checked the second time after the first's cost.
+local function b_stop(a)
+  return string.find(ARGV[a + 1], 'o', 1, true) ~= nil
+end
+
 -- b_peek reports whether the level whose arguments start at ARGV[a] is a
 -- debt's peek (its flag holds 'p'): its arguments are a cost of 1's, and
 -- it records nothing (algo.Debt).

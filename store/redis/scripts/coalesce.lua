@@ -38,6 +38,7 @@ local function decide(i, k, base, levels)
   end
   reply[base + 1], reply[base + 2] = now, 1
   local blocked = {}
+  local done, all = {}, true -- as decide.lua's
   local a, p, j = i + 2, base + 3, k + 1
   for _ = 1, levels do
     reply[p], reply[p + 1] = 0, 0
@@ -50,7 +51,14 @@ local function decide(i, k, base, levels)
     local ok, val, extra = check[kind](KEYS[j], now, a + 3, reply, p)
     extra = extra or 0
     if b then ok, extra = b_check(KEYS[j + 1], now, ok, extra, reply, p, blocked) end
-    if not ok and b_enforced(a) then reply[base + 2] = 0 end
+    if b_debt(a) and not b_stop(a) and not b_peek(a) then
+      commit[kind](KEYS[j], now, a + 3, ok or 'owe', val, reply, p)
+      done[p] = true
+    end
+    if not ok then
+      all = false
+      if b_enforced(a) then reply[base + 2] = 0 end
+    end
     reply[p] = (ok and 1 or 0) + 2 * extra
     reply[p + 1] = val
     a, p, j = a + span, p + 2 + extra, j + keys
@@ -58,7 +66,7 @@ local function decide(i, k, base, levels)
   local next, last = a, p - 1
   local pass = reply[base + 2] == 1
   a, p, j = i + 2, base + 3, k + 1
-  local ws, ev = nil, {}
+  local ws, ev, again = nil, {}, true
   for idx = 1, levels do
     local code = reply[p]
     local ok = code % 2 == 1
@@ -70,6 +78,23 @@ local function decide(i, k, base, levels)
     if n > 0 then
       ws = ws or {}
       ws[#ws + 1] = {a, p, j, n, denials, idx, final, b}
+    elseif done[p] then
+      -- committed with its check
+    elseif b_stop(a) and not peek then
+      if all or not ok then
+        local val
+        ok, val = check[ARGV[a]](KEYS[j], now, a + 3, reply, p)
+        commit[ARGV[a]](KEYS[j], now, a + 3, ok or 'owe', val, reply, p)
+        reply[p], reply[p + 1] = (ok and 1 or 0) + code - code % 2, val
+        if not ok and b_enforced(a) then again = false end
+      else
+        -- stopped: checked again for what it reports, after the levels
+        -- before it (the same key, over)
+        local val
+        ok, val = check[ARGV[a]](KEYS[j], now, a + 3, reply, p)
+        reply[p], reply[p + 1] = (ok and 1 or 0) + code - code % 2, val
+        if not ok and b_enforced(a) then again = false end
+      end
     elseif not blocked[p] and (pass or not ok or debt) and not (ok and peek) then
       local go = ok
       if debt and not ok and not peek then go = 'owe' end
@@ -83,6 +108,8 @@ local function decide(i, k, base, levels)
     a, p, j = a + span, final + 1, j + keys
   end
   if ws then b_escalate(ws, ev, now, reply, blocked, check, commit) end
+  if not again then reply[base + 2] = 0 end
+  if not all then reply[base + 2] = reply[base + 2] + 2 end
   return last, next, j - 1
 end
 

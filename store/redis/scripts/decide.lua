@@ -26,7 +26,8 @@
 --          for a debt's peek, else "-"), the number of the level's
 --          own arguments, then those arguments, then for a block its five
 --          (block.lua)
--- Reply    {now, pass (1 or 0), then per level: code, value, extras...}
+-- Reply    {now, pass (1 or 0, plus 2 when a level was not ok), then per
+--          level: code, value, extras...}
 --          where code = ok (1 or 0) + 2 * the number of extras: for the
 --          kinds without extras it is just ok. A level with a block has
 --          one extra more, last: when its block ends (0 for none), for a
@@ -43,6 +44,13 @@
 -- debt's peek (flag 'p') comes with the arguments of a cost of 1, so that
 -- it is not ok once nothing remains; it records nothing: committed only
 -- when not ok, with go = false, as a denial that records no attempt.
+-- A debt is committed with its check, in KEYS order, so that a key twice
+-- in the call is checked the second time after the first's cost; a debt
+-- that stops ('o', store.Request.Stop) is committed after every check,
+-- checked again first, when every level was ok (shadow ones too) or when
+-- it was not ok itself, and then lowers pass if it is not ok. pass is
+-- then 1 or 0, plus 2 when some level was not ok (the levels that stop
+-- recorded nothing unless they were not ok).
 -- A level that watches others (its flag holds 'w<n>' or 'W<n>', a node's
 -- escalate) is checked as a peek and not committed with them: after them,
 -- block.lua's b_escalate decides it for the blocks (or denials) of the n
@@ -54,6 +62,7 @@ if not now then
 end
 local reply = {now, 1}
 local blocked = {}
+local done, all = {}, true -- the debts committed with their check; every level ok
 local i, p, j = 2, 3, 1
 while j <= #KEYS do
   reply[p], reply[p + 1] = 0, 0
@@ -66,13 +75,21 @@ while j <= #KEYS do
   local ok, val, extra = check[kind](KEYS[j], now, i + 3, reply, p)
   extra = extra or 0
   if b then ok, extra = b_check(KEYS[j + 1], now, ok, extra, reply, p, blocked) end
-  if not ok and b_enforced(i) then reply[2] = 0 end
+  if b_debt(i) and not b_stop(i) and not b_peek(i) then
+    commit[kind](KEYS[j], now, i + 3, ok or 'owe', val, reply, p)
+    done[p] = true
+  end
+  if not ok then
+    all = false
+    if b_enforced(i) then reply[2] = 0 end
+  end
   reply[p] = (ok and 1 or 0) + 2 * extra
   reply[p + 1] = val
   i, p, j = i + span, p + 2 + extra, j + keys
 end
 i, p, j = 2, 3, 1
 local ws, ev, idx = nil, {}, 0 -- the levels that watch others (block.lua), what each level did
+local again = true -- no level that stops, checked again, was not ok
 while j <= #KEYS do
   local code = reply[p]
   local ok = code % 2 == 1
@@ -85,6 +102,23 @@ while j <= #KEYS do
   if n > 0 then
     ws = ws or {}
     ws[#ws + 1] = {i, p, j, n, denials, idx, last, b}
+  elseif done[p] then
+    -- committed with its check
+  elseif b_stop(i) and not peek then
+    if all or not ok then
+      local val
+      ok, val = check[ARGV[i]](KEYS[j], now, i + 3, reply, p)
+      commit[ARGV[i]](KEYS[j], now, i + 3, ok or 'owe', val, reply, p)
+      reply[p], reply[p + 1] = (ok and 1 or 0) + code - code % 2, val
+      if not ok and b_enforced(i) then again = false end
+    else
+      -- stopped: checked again for what it reports, after the levels
+      -- before it (the same key, over)
+      local val
+      ok, val = check[ARGV[i]](KEYS[j], now, i + 3, reply, p)
+      reply[p], reply[p + 1] = (ok and 1 or 0) + code - code % 2, val
+      if not ok and b_enforced(i) then again = false end
+    end
   elseif not blocked[p] and (reply[2] == 1 or not ok or debt) and not (ok and peek) then
     local go = ok
     if debt and not ok and not peek then go = 'owe' end
@@ -98,4 +132,6 @@ while j <= #KEYS do
   i, p, j = i + span, last + 1, j + keys
 end
 if ws then b_escalate(ws, ev, now, reply, blocked, check, commit) end
+if not again then reply[2] = 0 end
+if not all then reply[2] = reply[2] + 2 end
 return reply

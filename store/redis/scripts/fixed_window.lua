@@ -31,6 +31,11 @@ local function f_end(now, a, e)
   return mine
 end
 
+-- f_current[a] is set when level a, a global limit's share, holds the
+-- window its check counted in (f_check), so that its commit need not read
+-- the hash again; nil until a script checks a share.
+local f_current
+
 -- f_global reports whether level a is a global limit's share.
 local function f_global(a)
   return string.find(ARGV[a - 2], 'g', 1, true) ~= nil
@@ -51,6 +56,8 @@ local function f_check(key, now, a, reply, p)
       s = tonumber(v[5]) or 0 -- credited ahead for this window
     end
     n = n + limit - math.min(s, limit) -- the units not held count as spent
+    f_current = f_current or {}
+    f_current[a] = stored == e
   end
   local after = n + ARGV[a + 2]
   if after > limit then return false, n, 1 end
@@ -62,15 +69,17 @@ end
 -- hash's window).
 local function f_share(key, now, a, go)
   local cost = tonumber(ARGV[a + 2])
-  local v = redis.call('HMGET', key, 'e', 'ne', 'ns')
-  local stored = tonumber(v[1])
-  local e = f_end(now, a, stored)
-  if stored ~= e then
-    local s = 0
-    if tonumber(v[2]) == e then s = tonumber(v[3]) or 0 end -- credited ahead
-    redis.call('DEL', key) -- another window's share: over
-    redis.call('HSET', key, 'e', e, 'n', 0, 's', s, 'd', 0)
-    redis.call('PEXPIRE', key, ttl(e - now))
+  if not (f_current and f_current[a]) then
+    local v = redis.call('HMGET', key, 'e', 'ne', 'ns')
+    local stored = tonumber(v[1])
+    local e = f_end(now, a, stored)
+    if stored ~= e then
+      local s = 0
+      if tonumber(v[2]) == e then s = tonumber(v[3]) or 0 end -- credited ahead
+      redis.call('DEL', key) -- another window's share: over
+      redis.call('HSET', key, 'e', e, 'n', 0, 's', s, 'd', 0)
+      redis.call('PEXPIRE', key, ttl(e - now))
+    end
   end
   redis.call('HINCRBY', key, 'd', cost)
   if go then redis.call('HINCRBY', key, 'n', cost) end
