@@ -60,6 +60,11 @@ type Config struct {
 	// service that serves Envoy's configuration (EnvoyConfigDir,
 	// XDSServer): there ShouldRateLimit answers as envoyproxy/ratelimit does.
 	Envoy EnvoyConfig `yaml:"envoy"`
+	// EnvoyQuotaMode puts every descriptor served from Envoy's
+	// configuration (EnvoyConfigDir, XDSServer) in quota mode, as
+	// envoyproxy/ratelimit's QUOTA_MODE=true: none denies, and one over
+	// its limit is answered OK, over quota (policy.PathQuery.QuotaMode).
+	EnvoyQuotaMode bool `yaml:"envoy_quota_mode"`
 	// EnvoyCounts is how a served Envoy configuration (EnvoyConfigDir,
 	// XDSServer) counts, the policy's counts: each (the default), every
 	// descriptor's hits on its own, admitted or denied, as

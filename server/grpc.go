@@ -61,7 +61,8 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	defer s.inflight.Done()
 	c := answer.Get("grpc")
 	defer c.Put()
-	if err := readRequest(req, c, s.cfg.servesEnvoy()); err != nil {
+	envoy := s.cfg.servesEnvoy()
+	if err := readRequest(req, c, envoy, envoy && s.cfg.EnvoyQuotaMode); err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
 	}
@@ -119,7 +120,10 @@ func dynamicMetadata(req *rlv3.RateLimitRequest, paths []policy.PathQuery) *stru
 		if len(pq.Levels) == 0 || len(pq.Match.Hits) != 1 || !pq.Match.Hits[0].QuotaMode {
 			continue // unlimited, replaced, overridden, or not in quota mode
 		}
-		quota = true
+		// Only a descriptor's own quota_mode enables, not QUOTA_MODE's
+		// (pq.QuotaMode; a quota_mode descriptor under it is taken as
+		// QUOTA_MODE's: the hit does not tell).
+		quota = quota || !pq.QuotaMode
 		if slices.ContainsFunc(pq.Levels, func(l policy.Level) bool { return !l.Result.Allowed }) {
 			over = append(over, structpb.NewNumberValue(float64(i)))
 		}
@@ -208,8 +212,9 @@ var grpcFields = [...][2]string{{"RateLimit-Policy", "Ratelimit-Policy"}, {"Rate
 // (policy.PathQuery.Override); else it is honoured where the node says
 // request_limit. A descriptor's hits_addend above 2^31-1 is refused, or
 // with envoy taken as envoyproxy/ratelimit takes it, up to algo.MaxCount:
-// more than any limit admits.
-func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy bool) error {
+// more than any limit admits. With quota, every path is in quota mode
+// (policy.PathQuery.QuotaMode).
+func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy, quota bool) error {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -240,7 +245,7 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy bool) error {
 		pq.Cost, pq.Exact = cost, true
 		pq.End = d.GetIsNegativeHits()
 		pq.Start = !pq.End && d.GetHitsAddend() != nil
-		pq.Limit, pq.Override = nil, false
+		pq.Limit, pq.Override, pq.QuotaMode = nil, false, quota
 		if o := d.GetLimit(); o != nil {
 			// A per-request limit (policy.PathQuery.Limit); 0 admits
 			// nothing, as Envoy's, in the drop-in.

@@ -115,7 +115,7 @@ var envoyVars = []envoyVar{
 	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", ""},
 	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", ""},
 	{"LIMIT_RESET_HEADER", "RateLimit-Reset", ""},
-	{"QUOTA_MODE", "false", "quota mode is a descriptor's (quota_mode), not the service's"},
+	{"QUOTA_MODE", "false", ""},
 	{"RESPONSE_DYNAMIC_METADATA", "false", ""},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "the client pipelines over its own connections"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", "/readyz and the store's metrics say when Redis is down"},
@@ -204,6 +204,7 @@ func applyEnvoyEnv(cfg *server.Config, getenv func(string) string) (ignored []st
 	cfg.Envoy = server.EnvoyConfig{ResponseHeaders: on("LIMIT_RESPONSE_HEADERS_ENABLED"),
 		LimitHeader: get("LIMIT_LIMIT_HEADER"), RemainingHeader: get("LIMIT_REMAINING_HEADER"), ResetHeader: get("LIMIT_RESET_HEADER"),
 		DynamicMetadata: on("RESPONSE_DYNAMIC_METADATA")}
+	cfg.EnvoyQuotaMode = on("QUOTA_MODE")
 	if p := get("CACHE_KEY_PREFIX"); p != "" {
 		cfg.Redis.Prefix = p
 	}
