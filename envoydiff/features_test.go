@@ -33,6 +33,7 @@ type sequence struct {
 	config  string
 	unit    int64
 	headers bool // compare the response headers too
+	meta    bool // compare the dynamic metadata too
 	json    bool // sent to POST /json, not over gRPC
 	steps   []step
 }
@@ -43,6 +44,7 @@ type feature struct {
 	pair    string
 	long    bool // only in the long run (bench/envoydiff.sh)
 	headers bool
+	meta    bool
 	json    bool
 	gen     func(r *rand.Rand) (config string, unit int64, steps []step)
 }
@@ -105,8 +107,9 @@ var features = []feature{
 	{name: "stop_increment_plain", pair: "stop_increment", gen: genPlain},
 	{name: "stop_increment_hits_addend", pair: "stop_increment", gen: genHitsAddend},
 	{name: "global_shadow_mode", pair: "global_modes", gen: genMulti},
-	{name: "global_quota_mode", pair: "global_quota", gen: genMulti},
+	{name: "global_quota_mode", pair: "global_quota", meta: true, gen: genMulti},
 	{name: "global_quota_request_limit", pair: "global_quota", gen: genRequestLimit},
+	{name: "dynamic_metadata", pair: "metadata", meta: true, gen: genMetadata},
 }
 
 // pairs are the variables of each pair of services, beside those every
@@ -117,7 +120,8 @@ var pairs = map[string][]string{
 		"LIMIT_REMAINING_HEADER=X-RateLimit-Remaining", "LIMIT_RESET_HEADER=X-RateLimit-Reset"},
 	"stop_increment": {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"},
 	"global_modes":   {"SHADOW_MODE=true"},
-	"global_quota":   {"QUOTA_MODE=true"},
+	"global_quota":   {"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"},
+	"metadata":       {"RESPONSE_DYNAMIC_METADATA=true"},
 }
 
 // genPlain: one limit per key, some keys with a value of their own.
@@ -552,4 +556,39 @@ func genJSON(r *rand.Rand) (string, int64, []step) {
 		steps[i] = pick(r, rq(0), rq(0, d()), rq(0, d("user", "u0")))
 	}
 	return cfg, unit, steps
+}
+
+// genMetadata: requests with the request's hits_addend and descriptors'
+// own, of one to three descriptors of distinct keys, one of them in
+// quota mode and soon over its limit, the others well within theirs
+// (the answers' dynamic metadata is compared; a descriptor's own limit is
+// in server's TestEnvoyDynamicMetadata).
+func genMetadata(r *rand.Rand) (string, int64, []step) {
+	cfg := fmt.Sprintf(`domain: DOMAIN
+descriptors:
+  - key: user
+    rate_limit: %s
+  - key: org
+    rate_limit: %s
+  - key: q
+    quota_mode: true
+    rate_limit: %s
+`, limit("hour", 1000), limit("hour", 1000), limit("hour", 2))
+	var steps []step
+	for range 12 {
+		ds := []*rlcommon.RateLimitDescriptor{d("user", pick(r, "a", "b"))}
+		if r.IntN(2) == 0 {
+			ds = append(ds, d("org", "o"))
+		}
+		if r.IntN(2) == 0 {
+			ds = append(ds, d("q", "x"))
+		}
+		for _, x := range ds {
+			if r.IntN(2) == 0 {
+				hits(x, uint64(r.IntN(3)))
+			}
+		}
+		steps = append(steps, rq(pick[uint32](r, 0, 1, 2, 5), ds...))
+	}
+	return cfg, 3600, steps
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/yamlfile"
 	"github.com/sluicehq/sluice/queue"
@@ -54,6 +56,10 @@ type Config struct {
 	// verifies it, CertFile and KeyFile are this instance's certificate
 	// (mutual TLS, as Envoy Gateway asks), ServerName the name checked.
 	XDSTLS TLSConfig `yaml:"xds_tls"`
+	// Envoy holds envoyproxy/ratelimit's switches of its answers, for a
+	// service that serves Envoy's configuration (EnvoyConfigDir,
+	// XDSServer): there ShouldRateLimit answers as envoyproxy/ratelimit does.
+	Envoy EnvoyConfig `yaml:"envoy"`
 	// EnvoyQuotaMode puts every descriptor served from Envoy's
 	// configuration (EnvoyConfigDir, XDSServer) in quota mode, as
 	// envoyproxy/ratelimit's QUOTA_MODE=true: none denies, and one over
@@ -180,6 +186,24 @@ type RedisConfig struct {
 	TLS TLSConfig `yaml:"tls"`
 }
 
+// EnvoyConfig is what envoyproxy/ratelimit's variables say of its
+// answers beside their decisions.
+type EnvoyConfig struct {
+	// ResponseHeaders (LIMIT_RESPONSE_HEADERS_ENABLED) adds to each answer
+	// the limit, remaining and reset (seconds) of the descriptor nearest
+	// its limit (an over-limit one first), in the headers LimitHeader,
+	// RemainingHeader and ResetHeader (LIMIT_LIMIT_HEADER, ...). Off, the
+	// answer adds no header, as envoyproxy/ratelimit's does.
+	ResponseHeaders bool   `yaml:"response_headers"`
+	LimitHeader     string `yaml:"limit_header" default:"RateLimit-Limit"`
+	RemainingHeader string `yaml:"remaining_header" default:"RateLimit-Remaining"`
+	ResetHeader     string `yaml:"reset_header" default:"RateLimit-Reset"`
+	// DynamicMetadata (RESPONSE_DYNAMIC_METADATA) sets each answer's
+	// dynamic_metadata as envoyproxy/ratelimit sets it: the request's
+	// domain, descriptors and hits_addend, and its quota_mode descriptors.
+	DynamicMetadata bool `yaml:"dynamic_metadata"`
+}
+
 // TLSConfig names the files of one side of a TLS connection: its
 // certificate and key (CertFile, KeyFile), and the CA that verifies the
 // other side (CAFile: a client's CA that signs the servers it trusts, a
@@ -276,6 +300,11 @@ func (c Config) Validate() error {
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("config: log_format must be text or json, got %q", c.LogFormat)
 	}
+	for _, h := range [...][2]string{{"limit_header", c.Envoy.LimitHeader}, {"remaining_header", c.Envoy.RemainingHeader}, {"reset_header", c.Envoy.ResetHeader}} {
+		if !httpguts.ValidHeaderFieldName(h[1]) || len(h[1]) > maxHeaderName {
+			return fmt.Errorf("config: envoy.%s must be a header name of 1 to %d letters, digits and !#$%%&'*+-.^_`|~, got %q", h[0], maxHeaderName, h[1])
+		}
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
 	}
@@ -289,6 +318,13 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// maxHeaderName bounds the names of envoy's response headers.
+const maxHeaderName = 256
+
+// servesEnvoy reports whether the service serves envoyproxy/ratelimit's
+// configuration, and so answers ShouldRateLimit as it does.
+func (c Config) servesEnvoy() bool { return c.EnvoyConfigDir != "" || c.XDSServer != "" }
 
 // LoadConfigFile reads a sluice.yaml into c. Unknown fields are errors,
 // and every problem is reported as a yamlfile.ErrorList, in the format of a

@@ -55,7 +55,8 @@ func TestConfigValidateRefuses(t *testing.T) {
 	for _, env := range []string{"SLUICE_TIMEOUT=-1s", "SLUICE_MAX_WAITING=-5", "SLUICE_MAX_WAITING=1000001", "SLUICE_REDIS_MAX_LEASE=-1",
 		"SLUICE_CONSUMERS_TTL=-1s", "SLUICE_CONSUMERS_MAX=1001", "SLUICE_SHUTDOWN_TIMEOUT=-1s", "SLUICE_SHUTDOWN_DELAY=-1s",
 		"SLUICE_HEADERS=fancy", "SLUICE_ON_STORE_ERROR=maybe", "SLUICE_GRPC_REFLECTION=yes",
-		"SLUICE_REDIS_GLOBAL_ALLOWANCE=-1", "SLUICE_REDIS_HOME_REPLICAS=65", "SLUICE_REDIS_HOME=redis://home:6379"} {
+		"SLUICE_REDIS_GLOBAL_ALLOWANCE=-1", "SLUICE_REDIS_HOME_REPLICAS=65", "SLUICE_REDIS_HOME=redis://home:6379",
+		"SLUICE_ENVOY_LIMIT_HEADER=X RateLimit", "SLUICE_ENVOY_REMAINING_HEADER=X-Remaining:", "SLUICE_ENVOY_RESET_HEADER=" + strings.Repeat("r", 257)} {
 		name, value, _ := strings.Cut(env, "=")
 		var c Config
 		if err := ApplyEnv(&c, func(k string) string { return map[string]string{name: value}[k] }); err != nil {

@@ -25,10 +25,14 @@ func (s *Server) envoyRoutes(mux *http.ServeMux, check bool) {
 }
 
 // rlconfig is the text of /rlconfig for the policy p, converted from
-// envoyproxy/ratelimit's configuration (a directory, or xDS).
+// envoyproxy/ratelimit's configuration (a directory, or xDS), and the
+// patterns of p's nodes that were its unlimited descriptors
+// (envoyimport.Dump): ShouldRateLimit answers them, and no other path, as
+// unlimited.
 type rlconfig struct {
-	p    *policy.Policy
-	text string
+	p         *policy.Policy
+	text      string
+	unlimited map[string]bool
 }
 
 // handleRLConfig serves GET /rlconfig as envoyproxy/ratelimit serves it on

@@ -89,6 +89,13 @@ func movedServer(t *testing.T, where, policy string) (*atomic.Int64, rlv3.RateLi
 	now := &atomic.Int64{}
 	s.store = movedTime{s.store, now}
 	s.checker.Store = s.store
+	return now, serveRLS(t, s)
+}
+
+// serveRLS serves s on its listeners until the test ends, then closes
+// it, and returns an RLS client of its gRPC listener.
+func serveRLS(t *testing.T, s *Server) rlv3.RateLimitServiceClient {
+	t.Helper()
 	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +108,7 @@ func movedServer(t *testing.T, where, policy string) (*atomic.Int64, rlv3.RateLi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return now, rlv3.NewRateLimitServiceClient(conn)
+	return rlv3.NewRateLimitServiceClient(conn)
 }
 
 // streamDescs are Envoy's descriptors of docs/usage-budgets.md's settle

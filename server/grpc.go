@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/algo"
@@ -60,7 +61,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	defer s.inflight.Done()
 	c := answer.Get("grpc")
 	defer c.Put()
-	envoy := s.cfg.EnvoyConfigDir != "" || s.cfg.XDSServer != ""
+	envoy := s.cfg.servesEnvoy()
 	if err := readRequest(req, c, envoy, envoy && s.cfg.EnvoyQuotaMode); err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
@@ -79,7 +80,66 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	case c.Status == http.StatusBadRequest:
 		return nil, status.Error(codes.InvalidArgument, c.Err.Error())
 	}
-	return g.response(ctx, c), nil
+	resp := g.response(ctx, c)
+	if s.cfg.servesEnvoy() && s.cfg.Envoy.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, c.Query.Paths)
+	}
+	return resp, nil
+}
+
+// dynamicMetadata is envoyproxy/ratelimit's dynamic metadata of a request
+// (RESPONSE_DYNAMIC_METADATA), as the version envoydiff runs writes it:
+// its domain, each descriptor's entries ("key=value"), per-request limit
+// (in protobuf's text format) and hits_addend, the request's hits_addend
+// unless 0, whether a descriptor's limit is in quota mode
+// (quotaModeEnabled), and the indexes of those over it
+// (quotaModeViolations), from the decided paths.
+func dynamicMetadata(req *rlv3.RateLimitRequest, paths []policy.PathQuery) *structpb.Struct {
+	ds := make([]*structpb.Value, 0, len(req.Descriptors))
+	for _, d := range req.Descriptors {
+		if d == nil {
+			continue
+		}
+		entries := make([]*structpb.Value, len(d.Entries))
+		for i, e := range d.Entries {
+			entries[i] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		ds = append(ds, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	quota := false
+	var over []*structpb.Value
+	for i := range paths {
+		pq := &paths[i]
+		if len(pq.Levels) == 0 || len(pq.Match.Hits) != 1 || !pq.Match.Hits[0].QuotaMode {
+			continue // unlimited, replaced, overridden, or not in quota mode
+		}
+		// Only a descriptor's own quota_mode enables, not QUOTA_MODE's
+		// (pq.QuotaMode; a quota_mode descriptor under it is taken as
+		// QUOTA_MODE's: the hit does not tell).
+		quota = quota || !pq.QuotaMode
+		if slices.ContainsFunc(pq.Levels, func(l policy.Level) bool { return !l.Result.Allowed }) {
+			over = append(over, structpb.NewNumberValue(float64(i)))
+		}
+	}
+	out := map[string]*structpb.Value{
+		"domain":           structpb.NewStringValue(req.GetDomain()),
+		"descriptors":      structpb.NewListValue(&structpb.ListValue{Values: ds}),
+		"quotaModeEnabled": structpb.NewBoolValue(quota),
+	}
+	if len(over) > 0 {
+		out["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: over})
+	}
+	if h := req.GetHitsAddend(); h != 0 {
+		out["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	return &structpb.Struct{Fields: out}
 }
 
 // response is the answer of a decided call: each descriptor's status
@@ -92,24 +152,37 @@ func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.R
 	if !c.Decision.Allowed && !g.s.cfg.EnvoyShadowMode { // SHADOW_MODE: OK whatever the statuses say
 		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 	}
-	denyUnmatched := g.s.current.Load().DenyUnmatched()
+	p := g.s.current.Load()
+	denyUnmatched := p.DenyUnmatched()
+	var ea envoyAnswer
+	var e *envoyAnswer // Sluice's own answers when nil
+	if g.s.cfg.servesEnvoy() {
+		ea.now, e = time.Now(), &ea
+		if rc := g.s.rlconfig.Load(); rc != nil && rc.p == p {
+			ea.unlimited = rc.unlimited
+		}
+	}
 	for i := range c.Query.Paths {
 		switch pq := &c.Query.Paths[i]; {
 		case c.Failed:
 			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: resp.OverallCode}
 		case pq.End:
-			resp.Statuses[i] = descriptorStatus(pq, false)
+			resp.Statuses[i] = descriptorStatus(pq, false, e)
 			resp.Statuses[i].Code = rlv3.RateLimitResponse_OK
 		case pq.Settled:
 			resp.Statuses[i] = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 		default:
-			resp.Statuses[i] = descriptorStatus(pq, denyUnmatched)
+			resp.Statuses[i] = descriptorStatus(pq, denyUnmatched, e)
 		}
 	}
 	if resp.OverallCode == rlv3.RateLimitResponse_OK && !c.Failed && c.Wait {
 		if units := quotaAsked(ctx); units > 0 {
 			resp.Quota = g.quota(ctx, &c.Query, units)
 		}
+	}
+	if e != nil {
+		resp.ResponseHeadersToAdd = e.headers(g.s.cfg.Envoy, resp.Statuses)
+		return resp
 	}
 	if c.Header == nil {
 		c.Header = http.Header{}
@@ -137,7 +210,9 @@ var grpcFields = [...][2]string{{"RateLimit-Policy", "Ratelimit-Policy"}, {"Rate
 //
 // With envoy (the Envoy drop-in), a descriptor's limit is envoyproxy/ratelimit's
 // (policy.PathQuery.Override); else it is honoured where the node says
-// request_limit. With quota, every path is in quota mode
+// request_limit. A descriptor's hits_addend above 2^31-1 is refused, or
+// with envoy taken as envoyproxy/ratelimit takes it, up to algo.MaxCount:
+// more than any limit admits. With quota, every path is in quota mode
 // (policy.PathQuery.QuotaMode).
 func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy, quota bool) error {
 	switch n := len(req.GetDescriptors()); {
@@ -157,10 +232,14 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy, quota bool) 
 		}
 		cost := reqCost
 		if h := d.GetHitsAddend(); h != nil {
-			if h.GetValue() > math.MaxInt32 {
-				return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, h.GetValue())
+			switch v := h.GetValue(); {
+			case v <= math.MaxInt32:
+				cost = int64(v)
+			case envoy:
+				cost = int64(min(v, uint64(algo.MaxCount)))
+			default:
+				return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is too large", i, v)
 			}
-			cost = int64(h.GetValue())
 		}
 		pq := &pqs[i]
 		pq.Cost, pq.Exact = cost, true
@@ -196,11 +275,17 @@ func hasEnds(q *policy.Query) bool {
 // it and when it is full again. An unlimited path reports the most that
 // can remain; a path with no level (none matched, or its limit was
 // replaced) is OK, unless it matched nothing and unmatched is deny.
-func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitResponse_DescriptorStatus {
+// With e (the service serves Envoy's configuration), the fields are
+// envoyproxy/ratelimit's: see envoyAnswer.
+func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool, e *envoyAnswer) *rlv3.RateLimitResponse_DescriptorStatus {
 	mine := pq.Levels
 	switch {
 	case pq.Match.Listed.List == "deny":
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OVER_LIMIT}
+	case e != nil && len(mine) == 0 && pq.Match.Depth == len(pq.Path) && e.unlimited[pq.Match.Pattern]:
+		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	case e != nil && len(mine) == 0 && pq.Match.Unlimited:
+		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 	case pq.Match.Unlimited || pq.Match.Listed.List == "allow":
 		return &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 	case len(mine) == 0 && denyUnmatched && pq.Match.Unmatched:
@@ -225,17 +310,80 @@ func descriptorStatus(pq *policy.PathQuery, denyUnmatched bool) *rlv3.RateLimitR
 		r.Remaining, r.ResetAfter = sum.Remaining, sum.ResetAfter
 	}
 	name := mine[best].Name // Envoy's rate_limit name, as envoyproxy/ratelimit answers it
-	if name == "" {
+	if name == "" && e == nil {
 		name = mine[best].Pattern
 	}
 	st.CurrentLimit = envoyLimit(mine[best].Limit, name)
 	st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(r.ResetAfter)
+	if e != nil {
+		if !r.Allowed || st.Code == rlv3.RateLimitResponse_OVER_LIMIT { // a shadow level's too
+			st.LimitRemaining = 0
+		}
+		st.DurationUntilReset = e.reset(st.CurrentLimit.Unit)
+	}
 	if !r.Allowed && mine[best].Shadow && len(pq.Match.Hits) == 1 && pq.Match.Hits[0].QuotaMode {
 		// Over quota: envoyproxy/ratelimit answers it OK, without a reset.
 		st.DurationUntilReset = nil
 	}
 	return st
+}
+
+// envoyAnswer is what answers envoyproxy/ratelimit's way need: when the
+// call was answered, and the patterns of Envoy's unlimited descriptors
+// (rlconfig). Its statuses differ from Sluice's own in four fields: an
+// over-limit descriptor has nothing remaining (Sluice's own: what is left
+// for a smaller cost); the time until reset is always that to the end of
+// the limit's unit, counted from the epoch in whole seconds, even when
+// nothing was counted (a peek, a cost above the limit); an unnamed
+// limit's name is empty (Sluice's own: the node's pattern); and only a
+// descriptor whose last entry reaches an unlimited descriptor is
+// unlimited (2^32-1 remaining), one with neither rate_limit nor nested
+// descriptors has no limit and nothing remaining (Sluice's own: every
+// path that reaches an unlimited node is unlimited).
+type envoyAnswer struct {
+	now       time.Time
+	unlimited map[string]bool
+}
+
+// reset is the time from e.now to the end of its window of unit, as
+// envoyproxy/ratelimit counts it: whole seconds, 1 to the unit's.
+func (e *envoyAnswer) reset(unit rlv3.RateLimitResponse_RateLimit_Unit) *durationpb.Duration {
+	for _, u := range envoyUnits {
+		if u.unit == unit {
+			secs := int64(u.d / time.Second)
+			return &durationpb.Duration{Seconds: secs - e.now.Unix()%secs}
+		}
+	}
+	return &durationpb.Duration{}
+}
+
+// headers are envoyproxy/ratelimit's response headers of an answer of
+// statuses: with h.ResponseHeaders, the limit, remaining and reset of the
+// last over-limit status, or else of the first with the least remaining,
+// of those with a limit; otherwise none.
+func (e *envoyAnswer) headers(h EnvoyConfig, statuses []*rlv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	if !h.ResponseHeaders {
+		return nil
+	}
+	var near *rlv3.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for _, st := range statuses {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		if st.LimitRemaining < least || st.Code == rlv3.RateLimitResponse_OVER_LIMIT {
+			near, least = st, st.LimitRemaining
+		}
+	}
+	if near == nil {
+		return nil
+	}
+	return []*corev3.HeaderValue{
+		{Key: h.LimitHeader, Value: strconv.FormatUint(uint64(near.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: h.RemainingHeader, Value: strconv.FormatUint(uint64(near.LimitRemaining), 10)},
+		{Key: h.ResetHeader, Value: strconv.FormatInt(e.reset(near.CurrentLimit.Unit).Seconds, 10)},
+	}
 }
 
 // quota grants a proxy that asked for units of quota what the store

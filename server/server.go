@@ -59,7 +59,7 @@ type Server struct {
 	// first valid one is in force): ShouldRateLimit answers UNAVAILABLE
 	// and /readyz 503 meanwhile, as envoyproxy/ratelimit does.
 	xdsWait   atomic.Pointer[string]
-	rlconfig  atomic.Pointer[rlconfig] // GET /rlconfig's text, for the policy it was converted to
+	rlconfig  atomic.Pointer[rlconfig] // GET /rlconfig's text and Envoy's unlimited descriptors, for the policy they were converted to
 	storeDown atomic.Bool              // the last ping failed (noteStore)
 	errLog    ratelog.Every            // store failures: one line a second
 	unmatched unmatchedLog             // where unmatched paths were logged
@@ -230,7 +230,8 @@ func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
 		}
 		p, err := policy.Parse(dir, out)
 		if err == nil {
-			s.rlconfig.Store(&rlconfig{p, envoyimport.Dump(files)})
+			text, unlimited := envoyimport.Dump(files)
+			s.rlconfig.Store(&rlconfig{p, text, unlimited})
 		}
 		return p, stamp, err
 	}

@@ -115,7 +115,8 @@ func (s *Server) applyXDS(resources []*anypb.Any) error {
 			s.log.Warn("xds: " + w)
 		}
 		if err == nil {
-			s.rlconfig.Store(&rlconfig{p, envoyimport.DumpXDS(configs)})
+			text, unlimited := envoyimport.DumpXDS(configs)
+			s.rlconfig.Store(&rlconfig{p, text, unlimited})
 		}
 	}
 	if err != nil {

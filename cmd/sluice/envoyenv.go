@@ -90,7 +90,7 @@ var envoyVars = []envoyVar{
 	{"EXPIRATION_JITTER_MAX_SECONDS", "300", "keys expire when their state does"},
 	{"NEAR_LIMIT_RATIO", "0.8", "there is no near-limit statistic"},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", ""},
-	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", ""},
 	{"SHADOW_MODE", "false", ""},
 	{"MERGE_DOMAIN_CONFIG", "false", "a domain is defined by one file"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", "/healthcheck answers as /readyz"},
@@ -112,11 +112,11 @@ var envoyVars = []envoyVar{
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", "a lost connection is made again after 0.1s, doubling to 5s"},
 	{"XDS_CLIENT_BACKOFF_JITTER", "true", "a lost connection is made again after 0.1s, doubling to 5s"},
 	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", "gRPC's default (4 MiB) bounds an update"},
-	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
-	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
-	{"LIMIT_RESET_HEADER", "RateLimit-Reset", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
+	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", ""},
+	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", ""},
+	{"LIMIT_RESET_HEADER", "RateLimit-Reset", ""},
 	{"QUOTA_MODE", "false", ""},
-	{"RESPONSE_DYNAMIC_METADATA", "false", "answers carry no dynamic metadata"},
+	{"RESPONSE_DYNAMIC_METADATA", "false", ""},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "the client pipelines over its own connections"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", "/readyz and the store's metrics say when Redis is down"},
 	{"REDIS_PERSECOND_SOCKET_TYPE", "unix", "one Redis holds every limit"},
@@ -201,6 +201,9 @@ func applyEnvoyEnv(cfg *server.Config, getenv func(string) string) (ignored []st
 	if on("REDIS_TLS") {
 		cfg.Redis.TLS = server.TLSConfig{CAFile: get("REDIS_TLS_CACERT"), CertFile: get("REDIS_TLS_CLIENT_CERT"), KeyFile: get("REDIS_TLS_CLIENT_KEY")}
 	}
+	cfg.Envoy = server.EnvoyConfig{ResponseHeaders: on("LIMIT_RESPONSE_HEADERS_ENABLED"),
+		LimitHeader: get("LIMIT_LIMIT_HEADER"), RemainingHeader: get("LIMIT_REMAINING_HEADER"), ResetHeader: get("LIMIT_RESET_HEADER"),
+		DynamicMetadata: on("RESPONSE_DYNAMIC_METADATA")}
 	cfg.EnvoyQuotaMode = on("QUOTA_MODE")
 	if p := get("CACHE_KEY_PREFIX"); p != "" {
 		cfg.Redis.Prefix = p

@@ -193,3 +193,26 @@ func TestEnvoyVarsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvoyResponseHeadersEnv: LIMIT_RESPONSE_HEADERS_ENABLED and the
+// LIMIT_*_HEADER names set envoy.response_headers and its names (at
+// envoyproxy/ratelimit's defaults when unset), RESPONSE_DYNAMIC_METADATA
+// envoy.dynamic_metadata, and none is reported as ignored.
+func TestEnvoyResponseHeadersEnv(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want server.EnvoyConfig
+	}{
+		{map[string]string{}, server.EnvoyConfig{LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"}},
+		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "X-RateLimit-Limit", "LIMIT_REMAINING_HEADER": "X-RateLimit-Remaining", "LIMIT_RESET_HEADER": "X-RateLimit-Reset",
+			"RESPONSE_DYNAMIC_METADATA": "true"},
+			server.EnvoyConfig{ResponseHeaders: true, LimitHeader: "X-RateLimit-Limit", RemainingHeader: "X-RateLimit-Remaining", ResetHeader: "X-RateLimit-Reset", DynamicMetadata: true}},
+	} {
+		c.env["REDIS_SOCKET_TYPE"], c.env["REDIS_URL"] = "tcp", "r:1"
+		var cfg server.Config
+		ignored, err := applyEnvoyEnv(&cfg, func(k string) string { return c.env[k] })
+		if err != nil || len(ignored) != 0 || cfg.Envoy != c.want {
+			t.Errorf("%v: %+v, ignored %v, %v; want %+v", c.env, cfg.Envoy, ignored, err, c.want)
+		}
+	}
+}

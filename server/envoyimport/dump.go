@@ -15,35 +15,58 @@ import (
 // requests_per_unit=500, shadow_mode: false, quota_mode: false", in the
 // files' order (envoyproxy/ratelimit's is its maps', which varies). A
 // file that does not parse is left out: Convert refuses it.
-func Dump(files []File) string {
+//
+// unlimited holds the patterns of the policy nodes Convert makes of the
+// descriptors with rate_limit {unlimited: true} (such as "domain/key/*"):
+// envoyproxy/ratelimit answers those as unlimited, and not the other
+// nodes that Convert makes unlimited (a descriptor with neither rate_limit
+// nor nested descriptors, a domain without descriptors), nor an
+// unlimited descriptor's descendants; an unlimited descriptor with nested
+// descriptors is one, though Convert makes it a node without limits.
+func Dump(files []File) (text string, unlimited map[string]bool) {
 	var b strings.Builder
+	unlimited = map[string]bool{}
 	for _, f := range files {
 		var r root
 		if yamlfile.Decode(f.Name, f.Data, &r) == nil {
-			dump(&b, string(r.Domain)+".", r.Descriptors)
+			dump(&b, unlimited, string(r.Domain)+".", string(r.Domain)+"/", r.Descriptors)
 		}
 	}
-	return b.String()
+	return b.String(), unlimited
 }
 
 // DumpXDS is Dump for the RateLimitConfig resources of an xDS update.
-func DumpXDS(configs []*rlsconfv3.RateLimitConfig) string {
+func DumpXDS(configs []*rlsconfv3.RateLimitConfig) (text string, unlimited map[string]bool) {
 	var b strings.Builder
+	unlimited = map[string]bool{}
 	for _, rc := range configs {
-		dump(&b, rc.GetDomain()+".", fromProto(rc.GetDescriptors(), 1))
+		dump(&b, unlimited, rc.GetDomain()+".", rc.GetDomain()+"/", fromProto(rc.GetDescriptors(), 1))
 	}
-	return b.String()
+	return b.String(), unlimited
 }
 
 // dump writes the lines of ds, whose keys begin with prefix: the domain
-// and its ancestors' key or key_value, each followed by a dot.
-func dump(b *strings.Builder, prefix string, ds []descriptor) {
+// and its ancestors' key or key_value, each followed by a dot; and adds to
+// unlimited the patterns of the unlimited ones, whose nodes' patterns
+// begin with pattern (the same names, a key without a value "*", each
+// followed by a slash).
+func dump(b *strings.Builder, unlimited map[string]bool, prefix, pattern string, ds []descriptor) {
 	for _, d := range ds {
 		key := prefix + string(d.Key)
-		if d.Value != "" {
-			key += "_" + string(d.Value)
+		value := string(d.Value)
+		if value != "" {
+			key += "_" + value
+		} else {
+			value = "*"
+		}
+		var pat string // the node's pattern, made only when needed
+		if d.RateLimit != nil && d.RateLimit.Unlimited || len(d.Descriptors) > 0 {
+			pat = pattern + string(d.Key) + "/" + value
 		}
 		if rl := d.RateLimit; rl != nil {
+			if rl.Unlimited {
+				unlimited[pat] = true
+			}
 			unit, perUnit := "UNKNOWN", uint32(0) // unlimited: no unit
 			if _, ok := Units[strings.ToLower(rl.Unit)]; ok && !rl.Unlimited {
 				unit = strings.ToUpper(rl.Unit)
@@ -53,6 +76,6 @@ func dump(b *strings.Builder, prefix string, ds []descriptor) {
 			}
 			fmt.Fprintf(b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n", key, unit, perUnit, d.ShadowMode, d.QuotaMode)
 		}
-		dump(b, key+".", d.Descriptors)
+		dump(b, unlimited, key+".", pat+"/", d.Descriptors)
 	}
 }
