@@ -74,8 +74,8 @@ type Level struct {
 	// (not under counts: each or stop_when_over, where every denied charge
 	// is recorded).
 	Owed bool
-	// specJSON is Limit as JSON, made when the policy loaded (nil: not).
-	specJSON []byte
+	// specJSON is Limit as JSON, made when the policy loaded ("": not).
+	specJSON string
 }
 
 // AppendSpecJSON appends the level's limit as JSON (algo.Spec.AppendJSON
@@ -83,7 +83,7 @@ type Level struct {
 // made of it when it loaded, or made now for a limit it did not (a
 // request's own).
 func (l *Level) AppendSpecJSON(b []byte) []byte {
-	if l.specJSON != nil {
+	if l.specJSON != "" {
 		return append(b, l.specJSON...)
 	}
 	var s algo.Spec
@@ -95,14 +95,14 @@ func (l *Level) AppendSpecJSON(b []byte) []byte {
 
 // specsJSON returns each limit as its Spec's JSON: what AppendSpecJSON
 // copies, made once when a policy loads.
-func specsJSON(limits ...algo.Limit) [][]byte {
+func specsJSON(limits ...algo.Limit) []string {
 	if len(limits) == 0 {
 		return nil
 	}
-	out := make([][]byte, len(limits))
+	out := make([]string, len(limits))
 	for i, lim := range limits {
 		s := lim.Spec()
-		out[i] = s.AppendJSON(nil)
+		out[i] = string(s.AppendJSON(nil))
 	}
 	return out
 }

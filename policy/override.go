@@ -196,7 +196,7 @@ type compiledOverride struct {
 	limits   []algo.Limit
 	plans    []algo.Plan
 	noDebt   []algo.Plan // see node.noDebt
-	specJSON [][]byte    // see node.specJSON
+	specJSON []string    // see node.specJSON
 	until    int64       // µs; 0: never
 }
 

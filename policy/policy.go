@@ -188,7 +188,7 @@ type node struct {
 	noDebt []algo.Plan
 	// specJSON are the limits as their Spec's JSON, for the answers
 	// (Level.AppendSpecJSON).
-	specJSON  [][]byte
+	specJSON  []string
 	shadow    bool // the node or an ancestor is shadow
 	ownShadow bool // the node itself says shadow: true (or quota_mode: true)
 	quotaMode bool // the node itself says quota_mode: true (see Hit.QuotaMode)
@@ -226,7 +226,7 @@ type node struct {
 type escalation struct {
 	limit    algo.Blocking // a FixedWindow and its block
 	plan     algo.Plan
-	specJSON []byte // limit as JSON (node.specJSON)
+	specJSON string // limit as JSON (node.specJSON)
 	denials  bool
 }
 
@@ -385,7 +385,7 @@ type Hit struct {
 	plans, noDebt []algo.Plan
 	// specJSON are Limits as JSON (node.specJSON); nil for limits not
 	// made when the policy loaded (a request's own).
-	specJSON [][]byte
+	specJSON []string
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
 	// counts is the policy's counts.

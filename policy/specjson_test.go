@@ -66,7 +66,7 @@ schema:
 				t.Errorf("%v, level %s %s: spec %s, want %s", pq.Path, lv.Pattern, lv.Key, got, want)
 			}
 			ownLimit := pq.Limit != nil
-			if made := lv.specJSON != nil; made == ownLimit {
+			if made := lv.specJSON != ""; made == ownLimit {
 				t.Errorf("%v, level %s %s: made at load %v, want %v", pq.Path, lv.Pattern, lv.Key, made, !ownLimit)
 			}
 			seen[lv.Key] = true
