@@ -108,7 +108,7 @@ func TestEachCountsStoresAgree(t *testing.T) {
 	r := randomSource(t, 56)
 	ctx := context.Background()
 	over, stopped := 0, 0
-	for trace := range 40 {
+	for trace := range 100 {
 		stop := trace%2 == 1
 		limits := []int64{1 + r.Int64N(5), 2 + r.Int64N(8), 3 + r.Int64N(10)}
 		debt, plain := make([]*algo.Plan, 3), make([]*algo.Plan, 3)

@@ -62,6 +62,8 @@ var knownToDiffer = map[string]string{
 	"unlimited current_limit.name":                    "5",
 	"unlimited limit_remaining":                       "5",
 	"request_limit current_limit.name":                "5",
+	"global_quota_mode current_limit.name":            "5",
+	"global_quota_request_limit current_limit.name":   "5",
 	"window_second current_limit.name":                "5",
 	"json_api current_limit.name":                     "5",
 	"response_headers_off current_limit.name":         "5",

@@ -105,6 +105,8 @@ var features = []feature{
 	{name: "stop_increment_plain", pair: "stop_increment", gen: genPlain},
 	{name: "stop_increment_hits_addend", pair: "stop_increment", gen: genHitsAddend},
 	{name: "global_shadow_mode", pair: "global_modes", gen: genMulti},
+	{name: "global_quota_mode", pair: "global_quota", gen: genMulti},
+	{name: "global_quota_request_limit", pair: "global_quota", gen: genRequestLimit},
 }
 
 // pairs are the variables of each pair of services, beside those every
@@ -115,6 +117,7 @@ var pairs = map[string][]string{
 		"LIMIT_REMAINING_HEADER=X-RateLimit-Remaining", "LIMIT_RESET_HEADER=X-RateLimit-Reset"},
 	"stop_increment": {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"},
 	"global_modes":   {"SHADOW_MODE=true"},
+	"global_quota":   {"QUOTA_MODE=true"},
 }
 
 // genPlain: one limit per key, some keys with a value of their own.

@@ -165,6 +165,10 @@ type PathQuery struct {
 	// limit when that is a fixed window of the same window (one counter
 	// for both, as Envoy keys a count by descriptor and window).
 	Override bool
+	// QuotaMode puts every hit of the path that is not shadow in quota
+	// mode (shadow, and Hit.QuotaMode), Override's too: envoyproxy/ratelimit's
+	// QUOTA_MODE=true, for an Exact path.
+	QuotaMode bool
 	// LimitIgnored reports that Limit was set and ignored: the node the
 	// path hit takes no per-request limit.
 	LimitIgnored bool
@@ -269,7 +273,11 @@ func (c *Checker) matchQuery(q *Query) (*Policy, error) {
 			}
 		}
 		for h := range pq.Match.Hits {
-			replacing = replacing || len(pq.Match.Hits[h].Replaces) > 0
+			hit := &pq.Match.Hits[h]
+			replacing = replacing || len(hit.Replaces) > 0
+			if pq.QuotaMode && !hit.Shadow {
+				hit.Shadow, hit.QuotaMode = true, true
+			}
 		}
 	}
 	if replacing && len(q.Paths) > 1 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memory"
 )
@@ -115,6 +116,21 @@ func TestCountsEach(t *testing.T) {
 		envoy(t, c, t1, "org=o")
 		if d, _ := envoy(t, c, t1, "org=o:0"); d.Allowed {
 			t.Error("a peek at 3 of 2 admitted")
+		}
+	})
+	t.Run("a descriptor's limit", func(t *testing.T) {
+		// Envoy's per-request limit of the node's unit shares its count,
+		// denied hits too.
+		c := countsPolicy(t, "each")
+		q := &policy.Query{Time: t1, Paths: []policy.PathQuery{{Path: []string{"d", "user", "a"}, Cost: 1, Exact: true, Override: true, Limit: &algo.FixedWindow{Count: 2, Window: time.Hour}}}}
+		var d policy.Decision
+		for i := range 3 {
+			if err := c.Decide(context.Background(), q, &d); err != nil || d.Allowed != (i < 2) {
+				t.Fatalf("call %d on a limit of 2: %v %v", i, d.Allowed, err)
+			}
+		}
+		if _, pqs := envoy(t, c, t1, "user=a:0"); remaining(pqs[0]) != 7 {
+			t.Errorf("the node's 10 after 3 on the descriptor's 2: %+v, want 7 left", pqs[0].Levels[0].Result)
 		}
 	})
 	t.Run("stop_when_over", func(t *testing.T) {

@@ -149,9 +149,9 @@ type checkRequest struct {
 	// Limit is the request's own limit, {"limit": 100, "window": "1m"},
 	// honoured on a node that says request_limit (policy.PathQuery.Limit).
 	Limit *algo.FixedWindow
-	// within, from "settle_within", makes the cost (each path's) an
+	// SettleWithin, "settle_within", makes the cost (each path's) an
 	// estimate, settled later with POST /v1/settle (policy.Estimate): "10m".
-	within time.Duration
+	SettleWithin time.Duration
 }
 
 // Limits on a check request.
@@ -218,7 +218,7 @@ func parseCheckRequest(body []byte, path []string) (checkRequest, error) {
 		window string
 		given  bool
 	}
-	var within string
+	var settleWithin string
 	err := r.object("", checkFields, func(f int) (err error) {
 		switch f {
 		case 0:
@@ -253,7 +253,7 @@ func parseCheckRequest(body []byte, path []string) (checkRequest, error) {
 				return err
 			})
 		case 6:
-			within, err = r.string("settle_within", "a string")
+			settleWithin, err = r.string("settle_within", "a string")
 		}
 		return err
 	})
@@ -312,15 +312,15 @@ func parseCheckRequest(body []byte, path []string) (checkRequest, error) {
 		}
 		req.Limit = &algo.FixedWindow{Count: limit.count, Window: w}
 	}
-	if within != "" {
-		w, err := yamlfile.ParseDuration(within)
+	if settleWithin != "" {
+		w, err := yamlfile.ParseDuration(settleWithin)
 		switch {
 		case err != nil || w < store.MinTicket || w > store.MaxTicket:
 			return req, bodyErrorf(`"settle_within" must be a duration from %v to %v, such as "10m"%s`, store.MinTicket, store.MaxTicket, errSuffix(err))
 		case req.Limit != nil:
 			return req, bodyErrorf(`"settle_within" and "limit" do not combine: an estimate is settled by the policy's limits`)
 		}
-		req.within = w
+		req.SettleWithin = w
 	}
 	return req, nil
 }
@@ -749,8 +749,8 @@ func (s *Server) readCheck(w http.ResponseWriter, r *http.Request, c *answer.Cal
 			c.Query.Op = policy.Acquire
 		}
 	}
-	if req.within > 0 {
-		c.Query.Op, c.Query.Within = policy.Estimate, req.within
+	if req.SettleWithin > 0 {
+		c.Query.Op, c.Query.Within = policy.Estimate, req.SettleWithin
 	}
 	return req.Meta, true
 }

@@ -250,8 +250,8 @@ func TestParseCheckCosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(req.Costs, []int64{1, 4000}) || req.hasCost || req.within != 10*time.Minute {
-		t.Fatalf("costs %v, cost %v %v, within %v", req.Costs, req.Cost, req.hasCost, req.within)
+	if !slices.Equal(req.Costs, []int64{1, 4000}) || req.hasCost || req.SettleWithin != 10*time.Minute {
+		t.Fatalf("costs %v, cost %v %v, within %v", req.Costs, req.Cost, req.hasCost, req.SettleWithin)
 	}
 	req, err = parseCheckRequest([]byte(`{"paths": [["a"], ["b"]], "costs": [0, 0]}`), nil)
 	if err != nil || !slices.Equal(req.Costs, []int64{0, 0}) {

@@ -54,6 +54,11 @@ type Config struct {
 	// verifies it, CertFile and KeyFile are this instance's certificate
 	// (mutual TLS, as Envoy Gateway asks), ServerName the name checked.
 	XDSTLS TLSConfig `yaml:"xds_tls"`
+	// EnvoyQuotaMode puts every descriptor served from Envoy's
+	// configuration (EnvoyConfigDir, XDSServer) in quota mode, as
+	// envoyproxy/ratelimit's QUOTA_MODE=true: none denies, and one over
+	// its limit is answered OK, over quota (policy.PathQuery.QuotaMode).
+	EnvoyQuotaMode bool `yaml:"envoy_quota_mode"`
 	// EnvoyCounts is how a served Envoy configuration (EnvoyConfigDir,
 	// XDSServer) counts, the policy's counts: each (the default), every
 	// descriptor's hits on its own, admitted or denied, as

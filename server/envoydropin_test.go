@@ -17,13 +17,20 @@ import (
 // time.
 func dropIn(t *testing.T, files ...string) *rateLimitService {
 	t.Helper()
+	return dropInConfig(t, Config{}, files...)
+}
+
+// dropInConfig is dropIn with cfg's settings.
+func dropInConfig(t *testing.T, cfg Config, files ...string) *rateLimitService {
+	t.Helper()
 	dir := t.TempDir()
 	for i := 0; i+1 < len(files); i += 2 {
 		if err := os.WriteFile(filepath.Join(dir, files[i]), []byte(files[i+1]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, WatchInterval: -1})}
+	cfg.Store, cfg.EnvoyConfigDir, cfg.WatchInterval = "memory", dir, -1
+	return &rateLimitService{s: newTestServerConfig(t, cfg)}
 }
 
 // TestDropInQuotaMode: a quota_mode descriptor never denies, as
@@ -132,5 +139,37 @@ descriptors:
 	}
 	if n := testutil.ToFloat64(g.s.m.limitsIgnored); n != 0 {
 		t.Errorf("%v per-request limits counted as ignored, want none", n)
+	}
+}
+
+// TestDropInQuotaModeEverywhere: with QUOTA_MODE=true (envoy_quota_mode)
+// no descriptor denies: over its limit a plain one, and one with a limit
+// of its own, are OK with nothing left and no reset; a shadow_mode one
+// keeps its reset, as envoyproxy/ratelimit answers.
+func TestDropInQuotaModeEverywhere(t *testing.T) {
+	g := dropInConfig(t, Config{EnvoyQuotaMode: true}, "a.yaml", `domain: a
+descriptors:
+  - key: p
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`)
+	own := desc("o", "v")
+	own.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	for i := range 3 {
+		r, err := g.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "a", Descriptors: []*rlcommon.RateLimitDescriptor{desc("p", "v"), desc("s", "v"), own}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.OverallCode != rlv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v, want OK", i+1, r)
+		}
+		for j, st := range r.Statuses {
+			hasReset := st.DurationUntilReset.AsDuration() > 0
+			if st.Code != rlv3.RateLimitResponse_OK || st.LimitRemaining != 0 || st.CurrentLimit.GetRequestsPerUnit() != 1 || hasReset != (i == 0 || j == 1) {
+				t.Errorf("request %d, descriptor %d: %v; want OK, its limit, nothing left and a reset only within the limit or in shadow_mode", i+1, j, st)
+			}
+		}
 	}
 }

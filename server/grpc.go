@@ -60,7 +60,8 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	defer s.inflight.Done()
 	c := answer.Get("grpc")
 	defer c.Put()
-	if err := readRequest(req, c, s.cfg.EnvoyConfigDir != "" || s.cfg.XDSServer != ""); err != nil {
+	envoy := s.cfg.EnvoyConfigDir != "" || s.cfg.XDSServer != ""
+	if err := readRequest(req, c, envoy, envoy && s.cfg.EnvoyQuotaMode); err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
 	}
@@ -136,8 +137,9 @@ var grpcFields = [...][2]string{{"RateLimit-Policy", "Ratelimit-Policy"}, {"Rate
 //
 // With envoy (the Envoy drop-in), a descriptor's limit is envoyproxy/ratelimit's
 // (policy.PathQuery.Override); else it is honoured where the node says
-// request_limit.
-func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy bool) error {
+// request_limit. With quota, every path is in quota mode
+// (policy.PathQuery.QuotaMode).
+func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy, quota bool) error {
 	switch n := len(req.GetDescriptors()); {
 	case req.GetDomain() == "":
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -164,7 +166,7 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy bool) error {
 		pq.Cost, pq.Exact = cost, true
 		pq.End = d.GetIsNegativeHits()
 		pq.Start = !pq.End && d.GetHitsAddend() != nil
-		pq.Limit, pq.Override = nil, false
+		pq.Limit, pq.Override, pq.QuotaMode = nil, false, quota
 		if o := d.GetLimit(); o != nil {
 			// A per-request limit (policy.PathQuery.Limit); 0 admits
 			// nothing, as Envoy's, in the drop-in.

@@ -68,12 +68,15 @@ func TestStoreUpAndBuildInfo(t *testing.T) {
 }
 
 // TestGrafanaDashboard: every metric docs/grafana-dashboard.json queries is
-// one the service exports (on Redis with a queue, which has them all).
-// TestPrometheusDashboardQueries has a real Prometheus evaluate them.
+// one the service exports (on Redis with a queue and a home of global
+// limits, which has them all). TestPrometheusDashboardQueries has a real
+// Prometheus evaluate them.
 func TestGrafanaDashboard(t *testing.T) {
 	dash := readDashboard(t)
-	s, err := New(context.Background(), Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n"),
-		Queues: map[string]QueueConfig{"jobs": {}}, Timeout: testTimeout}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Store: redistest.Start(t).URL(), PolicyData: []byte("schema: {a: {limits: [1, 1, 1]}}\n"),
+		Queues: map[string]QueueConfig{"jobs": {}}, Timeout: testTimeout}
+	cfg.Redis.Home = redistest.Start(t).URL()
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,19 +215,19 @@ func (m *metrics) registerLeases(l store.Leaser) {
 
 // registerShares adds the metrics of a region's shares of global limits.
 func (m *metrics) registerShares(sh store.Sharer) {
+	counter := func(name, help string, v func(store.ShareStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(sh.ShareStats())) })
+	}
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_global_keys", Help: "Global keys this instance follows for its region's shares.",
 		}, func() float64 { return float64(sh.ShareStats().Keys) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_global_credited_units_total", Help: "Units charged at home and credited to this region's shares by this instance's refills.",
-		}, func() float64 { return float64(sh.ShareStats().Credited) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_global_given_back_units_total", Help: "Unused units this instance's refills took from the region's shares and gave back to home.",
-		}, func() float64 { return float64(sh.ShareStats().GivenBack) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_global_home_failures_total", Help: "Calls to home that failed: the region was cut off, or home was failing over.",
-		}, func() float64 { return float64(sh.ShareStats().HomeFailures) }),
+		counter("sluice_global_credited_units_total", "Units charged at home and credited to this region's shares by this instance's refills.",
+			func(st store.ShareStats) int64 { return st.Credited }),
+		counter("sluice_global_given_back_units_total", "Unused units this instance's refills took from the region's shares and gave back to home.",
+			func(st store.ShareStats) int64 { return st.GivenBack }),
+		counter("sluice_global_home_failures_total", "Calls to home that failed: the region was cut off, or home was failing over.",
+			func(st store.ShareStats) int64 { return st.HomeFailures }),
 	)
 }
 

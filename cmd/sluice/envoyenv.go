@@ -115,7 +115,7 @@ var envoyVars = []envoyVar{
 	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
 	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
 	{"LIMIT_RESET_HEADER", "RateLimit-Reset", "answers always carry the IETF RateLimit-Policy and RateLimit fields"},
-	{"QUOTA_MODE", "false", "quota mode is a descriptor's (quota_mode), not the service's"},
+	{"QUOTA_MODE", "false", ""},
 	{"RESPONSE_DYNAMIC_METADATA", "false", "answers carry no dynamic metadata"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", "the client pipelines over its own connections"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", "/readyz and the store's metrics say when Redis is down"},
@@ -201,6 +201,7 @@ func applyEnvoyEnv(cfg *server.Config, getenv func(string) string) (ignored []st
 	if on("REDIS_TLS") {
 		cfg.Redis.TLS = server.TLSConfig{CAFile: get("REDIS_TLS_CACERT"), CertFile: get("REDIS_TLS_CLIENT_CERT"), KeyFile: get("REDIS_TLS_CLIENT_KEY")}
 	}
+	cfg.EnvoyQuotaMode = on("QUOTA_MODE")
 	if p := get("CACHE_KEY_PREFIX"); p != "" {
 		cfg.Redis.Prefix = p
 	}

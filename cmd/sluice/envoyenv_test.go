@@ -165,6 +165,9 @@ func TestEnvoyCountingVars(t *testing.T) {
 	if cfg.EnvoyCounts != "stop_when_over" || !cfg.EnvoyShadowMode || cfg.Redis.OverLimitCache != 10000 {
 		t.Errorf("set: counts %q, shadow mode %v, over-limit cache %d", cfg.EnvoyCounts, cfg.EnvoyShadowMode, cfg.Redis.OverLimitCache)
 	}
+	if cfg := apply(map[string]string{"QUOTA_MODE": "true"}); !cfg.EnvoyQuotaMode {
+		t.Errorf("QUOTA_MODE=true: envoy_quota_mode %v", cfg.EnvoyQuotaMode)
+	}
 }
 
 // TestEnvoyVarsDocumented: docs/envoy-migration.md's table names every

@@ -470,6 +470,7 @@ func decideAll(reqs []store.Request, results []algo.Result, plans []*algo.Plan, 
 				results[i] = plans[i].Decide(st, t, 0, false)
 			} else {
 				results[i].Remaining = 0
+				again = again && r.Shadow
 			}
 		case pass || !results[i].Allowed:
 			// Record the cost, or let the algorithm record a denied

@@ -83,6 +83,20 @@ local function b_stop(a)
   return string.find(ARGV[a + 1], 'o', 1, true) ~= nil
 end
 
+-- b_recheck decides a level that stops (b_stop) after every check: it is
+-- checked again, after the levels before it (its key twice in the call),
+-- and committed (with go = 'owe' when not ok) when every level was ok
+-- (all) or it was not ok itself; else only checked again, for what it
+-- reports. It rewrites its code and value and returns ok.
+local function b_recheck(check, commit, key, now, a, code, ok, all, reply, p)
+  local now_ok, val = check[ARGV[a]](key, now, a + 3, reply, p)
+  if all or not ok then
+    commit[ARGV[a]](key, now, a + 3, now_ok or 'owe', val, reply, p)
+  end
+  reply[p], reply[p + 1] = (now_ok and 1 or 0) + code - code % 2, val
+  return now_ok
+end
+
 -- b_peek reports whether the level whose arguments start at ARGV[a] is a
 -- debt's peek (its flag holds 'p'): its arguments are a cost of 1's, and
 -- it records nothing (algo.Debt).

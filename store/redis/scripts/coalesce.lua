@@ -81,20 +81,8 @@ local function decide(i, k, base, levels)
     elseif done[p] then
       -- committed with its check
     elseif b_stop(a) and not peek then
-      if all or not ok then
-        local val
-        ok, val = check[ARGV[a]](KEYS[j], now, a + 3, reply, p)
-        commit[ARGV[a]](KEYS[j], now, a + 3, ok or 'owe', val, reply, p)
-        reply[p], reply[p + 1] = (ok and 1 or 0) + code - code % 2, val
-        if not ok and b_enforced(a) then again = false end
-      else
-        -- stopped: checked again for what it reports, after the levels
-        -- before it (the same key, over)
-        local val
-        ok, val = check[ARGV[a]](KEYS[j], now, a + 3, reply, p)
-        reply[p], reply[p + 1] = (ok and 1 or 0) + code - code % 2, val
-        if not ok and b_enforced(a) then again = false end
-      end
+      ok = b_recheck(check, commit, KEYS[j], now, a, code, ok, all, reply, p)
+      if not ok and b_enforced(a) then again = false end
     elseif not blocked[p] and (pass or not ok or debt) and not (ok and peek) then
       local go = ok
       if debt and not ok and not peek then go = 'owe' end

@@ -105,20 +105,8 @@ while j <= #KEYS do
   elseif done[p] then
     -- committed with its check
   elseif b_stop(i) and not peek then
-    if all or not ok then
-      local val
-      ok, val = check[ARGV[i]](KEYS[j], now, i + 3, reply, p)
-      commit[ARGV[i]](KEYS[j], now, i + 3, ok or 'owe', val, reply, p)
-      reply[p], reply[p + 1] = (ok and 1 or 0) + code - code % 2, val
-      if not ok and b_enforced(i) then again = false end
-    else
-      -- stopped: checked again for what it reports, after the levels
-      -- before it (the same key, over)
-      local val
-      ok, val = check[ARGV[i]](KEYS[j], now, i + 3, reply, p)
-      reply[p], reply[p + 1] = (ok and 1 or 0) + code - code % 2, val
-      if not ok and b_enforced(i) then again = false end
-    end
+    ok = b_recheck(check, commit, KEYS[j], now, i, code, ok, all, reply, p)
+    if not ok and b_enforced(i) then again = false end
   elseif not blocked[p] and (reply[2] == 1 or not ok or debt) and not (ok and peek) then
     local go = ok
     if debt and not ok and not peek then go = 'owe' end
