@@ -94,15 +94,26 @@ func (l *Level) AppendSpecJSON(b []byte) []byte {
 }
 
 // specsJSON returns each limit as its Spec's JSON: what AppendSpecJSON
-// copies, made once when a policy loads.
-func specsJSON(limits ...algo.Limit) []string {
+// copies, made once when a policy loads. Limits of one spec share one
+// string: seen, unless nil, keeps those made so far (an Envoy
+// configuration's 100,000 descriptors have a few limits).
+func specsJSON(seen map[string]string, limits ...algo.Limit) []string {
 	if len(limits) == 0 {
 		return nil
 	}
 	out := make([]string, len(limits))
+	var buf [256]byte
 	for i, lim := range limits {
 		s := lim.Spec()
-		out[i] = string(s.AppendJSON(nil))
+		b := s.AppendJSON(buf[:0])
+		j, ok := seen[string(b)]
+		if !ok {
+			j = string(b)
+			if seen != nil {
+				seen[j] = j
+			}
+		}
+		out[i] = j
 	}
 	return out
 }

@@ -331,7 +331,7 @@ func compileOverride(p *Policy, o Override) (int, *compiledOverride, error) {
 		co.limits[i] = l
 	}
 	co.noDebt = withoutDebt(co.plans)
-	co.specJSON = specsJSON(co.limits...)
+	co.specJSON = specsJSON(nil, co.limits...)
 	if !o.Until.IsZero() {
 		co.until = o.Until.UnixMicro()
 	}

@@ -25,6 +25,8 @@ type loader struct {
 	// fixed window, and their plans without it, compiled once: an Envoy
 	// configuration's 100,000 descriptors share a few limits.
 	owing map[algo.FixedWindow]owed
+	// specJSON are the specs' JSON made so far, each once (specsJSON).
+	specJSON map[string]string
 }
 
 // owed is a fixed window with debt, compiled, and without it.
@@ -36,7 +38,7 @@ type owed struct {
 }
 
 func parse(name string, data []byte) (*Policy, yamlfile.ErrorList) {
-	l := &loader{Loader: yamlfile.New(name)}
+	l := &loader{Loader: yamlfile.New(name), specJSON: map[string]string{}}
 	body, ok := l.Parse(data)
 	if !ok {
 		return nil, l.Errs
@@ -353,7 +355,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	if nd.noDebt == nil {
 		nd.noDebt = withoutDebt(nd.plans)
 	}
-	nd.specJSON = specsJSON(nd.limits...)
+	nd.specJSON = specsJSON(l.specJSON, nd.limits...)
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Global: nd.global, Delay: nd.delay}
 	return nd
 }
@@ -735,7 +737,7 @@ func (l *loader) escalation(v ast.Node, path string) *escalation {
 		l.Errorf(v, path, "%s", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
 		return nil
 	}
-	return &escalation{limit: lim, plan: plan, specJSON: specsJSON(lim)[0], denials: ec.Denials > 0}
+	return &escalation{limit: lim, plan: plan, specJSON: specsJSON(l.specJSON, lim)[0], denials: ec.Denials > 0}
 }
 
 // escalateNode checks a node's escalate against the nodes below it: it

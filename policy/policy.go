@@ -450,7 +450,7 @@ const maxTreeWork = 1_000_000
 // RateLimitConfig resources, whose updates may hold 100,000 descriptors.
 // It has no anchors; errors are positioned by its tokens, if any.
 func ParseTree(name string, body ast.Node) (*Policy, error) {
-	l := &loader{Loader: yamlfile.New(name)}
+	l := &loader{Loader: yamlfile.New(name), specJSON: map[string]string{}}
 	l.MaxWork = maxTreeWork
 	p, errs := l.compile(name, body)
 	if len(errs) > 0 {
