@@ -112,7 +112,7 @@ func TestUsageBudgetsEnvoyConfig(t *testing.T) {
 // docs/usage-budgets.md shows, against its configuration served as Envoy's
 // (the drop-in, counts: each): a stream-done charge larger than what is
 // left is recorded, as envoyproxy/ratelimit records it, and the next
-// request is denied; with envoy_counts: all_or_nothing (Sluice's rules)
+// request is denied; with envoy.counts: all_or_nothing (Sluice's rules)
 // it is dropped. Fails without counts: each (the charge was dropped).
 func TestUsageBudgetsEnvoyStreamDone(t *testing.T) {
 	page, err := os.ReadFile("../docs/usage-budgets.md")
@@ -163,7 +163,7 @@ func TestUsageBudgetsEnvoyStreamDone(t *testing.T) {
 	}
 	ctx := context.Background()
 	for counts, wantNext := range map[string]rlv3.RateLimitResponse_Code{"": rlv3.RateLimitResponse_OVER_LIMIT, "all_or_nothing": rlv3.RateLimitResponse_OK} {
-		g := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, EnvoyCounts: counts})}
+		g := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, Envoy: EnvoyConfig{Counts: counts}})}
 		if r, err := g.ShouldRateLimit(ctx, stage(false, 0)); err != nil || r.OverallCode != rlv3.RateLimitResponse_OK {
 			t.Fatalf("%q: the first request: %v %v", counts, r, err)
 		}
@@ -172,7 +172,7 @@ func TestUsageBudgetsEnvoyStreamDone(t *testing.T) {
 		}
 		r, err := g.ShouldRateLimit(ctx, stage(false, 0))
 		if err != nil || r.OverallCode != wantNext {
-			t.Errorf("envoy_counts %q: the request after a stream of 12,000 tokens on 10,000: %v %v, want %v", counts, r, err, wantNext)
+			t.Errorf("envoy.counts %q: the request after a stream of 12,000 tokens on 10,000: %v %v, want %v", counts, r, err, wantNext)
 		}
 	}
 }

@@ -60,23 +60,6 @@ type Config struct {
 	// service that serves Envoy's configuration (EnvoyConfigDir,
 	// XDSServer): there ShouldRateLimit answers as envoyproxy/ratelimit does.
 	Envoy EnvoyConfig `yaml:"envoy"`
-	// EnvoyQuotaMode puts every descriptor served from Envoy's
-	// configuration (EnvoyConfigDir, XDSServer) in quota mode, as
-	// envoyproxy/ratelimit's QUOTA_MODE=true: none denies, and one over
-	// its limit is answered OK, over quota (policy.PathQuery.QuotaMode).
-	EnvoyQuotaMode bool `yaml:"envoy_quota_mode"`
-	// EnvoyCounts is how a served Envoy configuration (EnvoyConfigDir,
-	// XDSServer) counts, the policy's counts: each (the default), every
-	// descriptor's hits on its own, admitted or denied, as
-	// envoyproxy/ratelimit counts; stop_when_over, as it counts with
-	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true; or all_or_nothing,
-	// Sluice's own rules: a request counts on every descriptor or on none,
-	// and a denied one costs nothing (docs/envoy-migration.md).
-	EnvoyCounts string `yaml:"envoy_counts" oneof:"each stop_when_over all_or_nothing" default:"each"`
-	// EnvoyShadowMode answers every ShouldRateLimit (gRPC, POST /json) OK
-	// overall, each descriptor's status as decided: envoyproxy/ratelimit's
-	// SHADOW_MODE=true.
-	EnvoyShadowMode bool `yaml:"envoy_shadow_mode"`
 	// PolicyData is the policy used when Policy is empty, and PolicyName
 	// the name its errors carry.
 	PolicyData []byte `yaml:"-"`
@@ -186,9 +169,24 @@ type RedisConfig struct {
 	TLS TLSConfig `yaml:"tls"`
 }
 
-// EnvoyConfig is what envoyproxy/ratelimit's variables say of its
-// answers beside their decisions.
+// EnvoyConfig is what envoyproxy/ratelimit's variables say of how it
+// counts and answers, for a service that serves Envoy's configuration.
 type EnvoyConfig struct {
+	// Counts is how a served Envoy configuration counts, the policy's
+	// counts: each (the default), every descriptor's hits on its own,
+	// admitted or denied, as envoyproxy/ratelimit counts; stop_when_over,
+	// as it counts with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true; or
+	// all_or_nothing, Sluice's own rules: a request counts on every
+	// descriptor or on none, and a denied one costs nothing
+	// (docs/envoy-migration.md).
+	Counts string `yaml:"counts" oneof:"each stop_when_over all_or_nothing" default:"each"`
+	// ShadowMode (SHADOW_MODE) answers every ShouldRateLimit (gRPC, POST
+	// /json) OK overall, each descriptor's status as decided.
+	ShadowMode bool `yaml:"shadow_mode"`
+	// QuotaMode (QUOTA_MODE) puts every descriptor in quota mode: none
+	// denies, and one over its limit is answered OK, over quota
+	// (policy.PathQuery.QuotaMode).
+	QuotaMode bool `yaml:"quota_mode"`
 	// ResponseHeaders (LIMIT_RESPONSE_HEADERS_ENABLED) adds to each answer
 	// the limit, remaining and reset (seconds) of the descriptor nearest
 	// its limit (an over-limit one first), in the headers LimitHeader,

@@ -12,8 +12,8 @@ import (
 )
 
 // TestEnvoyCounts: the drop-in counts as envoyproxy/ratelimit counts
-// (issue 56 items 1 and 3, a descriptor twice) unless envoy_counts says
-// all_or_nothing, and envoy_shadow_mode (SHADOW_MODE) answers OK overall
+// (issue 56 items 1 and 3, a descriptor twice) unless envoy.counts says
+// all_or_nothing, and envoy.shadow_mode (SHADOW_MODE) answers OK overall
 // with each status as decided. Fails without counts: each: 12 hits on 10
 // then 1 was OK with 9 left.
 func TestEnvoyCounts(t *testing.T) {
@@ -53,14 +53,14 @@ descriptors:
 		t.Errorf("org three times on 2: %v, want 1 left, 0 left, OVER_LIMIT", r)
 	}
 
-	sluice := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, EnvoyCounts: "all_or_nothing"})}
+	sluice := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, Envoy: EnvoyConfig{Counts: "all_or_nothing"}})}
 	ask(sluice, d("user", 12))
 	if r := ask(sluice, d("user", 1)); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 9 {
-		t.Errorf("envoy_counts all_or_nothing: 1 after 12 on 10: %v, want OK with 9 left (Sluice's rules)", r)
+		t.Errorf("envoy.counts all_or_nothing: 1 after 12 on 10: %v, want OK with 9 left (Sluice's rules)", r)
 	}
 
-	shadow := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, EnvoyShadowMode: true})}
+	shadow := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, Envoy: EnvoyConfig{ShadowMode: true}})}
 	if r := ask(shadow, d("org", 3), d("user", 1)); r.OverallCode != ok || r.Statuses[0].Code != over || r.Statuses[1].Code != ok {
-		t.Errorf("envoy_shadow_mode, org 3 on 2: %v, want OK overall, org OVER_LIMIT", r)
+		t.Errorf("envoy.shadow_mode, org 3 on 2: %v, want OK overall, org OVER_LIMIT", r)
 	}
 }

@@ -142,12 +142,12 @@ descriptors:
 	}
 }
 
-// TestDropInQuotaModeEverywhere: with QUOTA_MODE=true (envoy_quota_mode)
+// TestDropInQuotaModeEverywhere: with QUOTA_MODE=true (envoy.quota_mode)
 // no descriptor denies: over its limit a plain one, and one with a limit
 // of its own, are OK with nothing left and no reset; a shadow_mode one
 // keeps its reset, as envoyproxy/ratelimit answers.
 func TestDropInQuotaModeEverywhere(t *testing.T) {
-	g := dropInConfig(t, Config{EnvoyQuotaMode: true}, "a.yaml", `domain: a
+	g := dropInConfig(t, Config{Envoy: EnvoyConfig{QuotaMode: true}}, "a.yaml", `domain: a
 descriptors:
   - key: p
     rate_limit: {unit: hour, requests_per_unit: 1}

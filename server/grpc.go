@@ -62,7 +62,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	c := answer.Get("grpc")
 	defer c.Put()
 	envoy := s.cfg.servesEnvoy()
-	if err := readRequest(req, c, envoy, envoy && s.cfg.EnvoyQuotaMode); err != nil {
+	if err := readRequest(req, c, envoy, envoy && s.cfg.Envoy.QuotaMode); err != nil {
 		s.m.badRequests.WithLabelValues("grpc").Inc()
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func dynamicMetadata(req *rlv3.RateLimitRequest, paths []policy.PathQuery) *stru
 // open) or OVER_LIMIT (fail closed).
 func (g *rateLimitService) response(ctx context.Context, c *answer.Call) *rlv3.RateLimitResponse {
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(c.Query.Paths))}
-	if !c.Decision.Allowed && !g.s.cfg.EnvoyShadowMode { // SHADOW_MODE: OK whatever the statuses say
+	if !c.Decision.Allowed && !g.s.cfg.Envoy.ShadowMode { // SHADOW_MODE: OK whatever the statuses say
 		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 	}
 	p := g.s.current.Load()

@@ -221,7 +221,7 @@ func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
 			}
 			files[i].Name = n
 		}
-		out, warnings, err := envoyimport.Convert(files, s.cfg.EnvoyCounts)
+		out, warnings, err := envoyimport.Convert(files, s.cfg.Envoy.Counts)
 		if err != nil {
 			return nil, stamp, err
 		}

@@ -110,7 +110,7 @@ func (s *Server) applyXDS(resources []*anypb.Any) error {
 		p, err = policy.Parse("xds:"+s.cfg.XDSServer, []byte(xdsWaiting))
 	} else {
 		var warnings []string
-		p, warnings, err = envoyimport.FromXDS("xds:"+s.cfg.XDSServer, configs, s.cfg.EnvoyCounts)
+		p, warnings, err = envoyimport.FromXDS("xds:"+s.cfg.XDSServer, configs, s.cfg.Envoy.Counts)
 		for _, w := range warnings {
 			s.log.Warn("xds: " + w)
 		}

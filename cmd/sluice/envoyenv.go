@@ -204,7 +204,7 @@ func applyEnvoyEnv(cfg *server.Config, getenv func(string) string) (ignored []st
 	cfg.Envoy = server.EnvoyConfig{ResponseHeaders: on("LIMIT_RESPONSE_HEADERS_ENABLED"),
 		LimitHeader: get("LIMIT_LIMIT_HEADER"), RemainingHeader: get("LIMIT_REMAINING_HEADER"), ResetHeader: get("LIMIT_RESET_HEADER"),
 		DynamicMetadata: on("RESPONSE_DYNAMIC_METADATA")}
-	cfg.EnvoyQuotaMode = on("QUOTA_MODE")
+	cfg.Envoy.QuotaMode = on("QUOTA_MODE")
 	if p := get("CACHE_KEY_PREFIX"); p != "" {
 		cfg.Redis.Prefix = p
 	}
@@ -214,9 +214,9 @@ func applyEnvoyEnv(cfg *server.Config, getenv func(string) string) (ignored []st
 		cfg.Redis.OverLimitCache = -1 // off, as Envoy's local cache is
 	}
 	if on("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
-		cfg.EnvoyCounts = "stop_when_over"
+		cfg.Envoy.Counts = "stop_when_over"
 	}
-	cfg.EnvoyShadowMode = on("SHADOW_MODE")
+	cfg.Envoy.ShadowMode = on("SHADOW_MODE")
 	return ignored, nil
 }
 

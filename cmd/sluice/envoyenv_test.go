@@ -158,15 +158,15 @@ func TestEnvoyCountingVars(t *testing.T) {
 		}
 		return cfg
 	}
-	if cfg := apply(map[string]string{}); cfg.EnvoyCounts != "" || cfg.EnvoyShadowMode || cfg.Redis.OverLimitCache >= 0 {
-		t.Errorf("defaults: counts %q, shadow mode %v, over-limit cache %d: want Envoy's (each), off, off", cfg.EnvoyCounts, cfg.EnvoyShadowMode, cfg.Redis.OverLimitCache)
+	if cfg := apply(map[string]string{}); cfg.Envoy.Counts != "" || cfg.Envoy.ShadowMode || cfg.Redis.OverLimitCache >= 0 {
+		t.Errorf("defaults: counts %q, shadow mode %v, over-limit cache %d: want Envoy's (each), off, off", cfg.Envoy.Counts, cfg.Envoy.ShadowMode, cfg.Redis.OverLimitCache)
 	}
 	cfg := apply(map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "SHADOW_MODE": "true", "LOCAL_CACHE_SIZE_IN_BYTES": "1000000"})
-	if cfg.EnvoyCounts != "stop_when_over" || !cfg.EnvoyShadowMode || cfg.Redis.OverLimitCache != 10000 {
-		t.Errorf("set: counts %q, shadow mode %v, over-limit cache %d", cfg.EnvoyCounts, cfg.EnvoyShadowMode, cfg.Redis.OverLimitCache)
+	if cfg.Envoy.Counts != "stop_when_over" || !cfg.Envoy.ShadowMode || cfg.Redis.OverLimitCache != 10000 {
+		t.Errorf("set: counts %q, shadow mode %v, over-limit cache %d", cfg.Envoy.Counts, cfg.Envoy.ShadowMode, cfg.Redis.OverLimitCache)
 	}
-	if cfg := apply(map[string]string{"QUOTA_MODE": "true"}); !cfg.EnvoyQuotaMode {
-		t.Errorf("QUOTA_MODE=true: envoy_quota_mode %v", cfg.EnvoyQuotaMode)
+	if cfg := apply(map[string]string{"QUOTA_MODE": "true"}); !cfg.Envoy.QuotaMode {
+		t.Errorf("QUOTA_MODE=true: envoy.quota_mode %v", cfg.Envoy.QuotaMode)
 	}
 }
 
