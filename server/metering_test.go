@@ -104,6 +104,16 @@ func meteringRound(t *testing.T, m meter, s *Server, name string) int64 {
 		start := time.Now()
 		var charged atomic.Int64
 		var wg sync.WaitGroup
+		// What the callers found wrong, reported once the round is known to
+		// lie in one window: a check admitted after a denial is right when
+		// the hour rolled over between them.
+		var mu sync.Mutex
+		var problems []string
+		problem := func(format string, args ...any) {
+			mu.Lock()
+			problems = append(problems, fmt.Sprintf(format, args...))
+			mu.Unlock()
+		}
 		for c := range 20 {
 			wg.Add(1)
 			go func() {
@@ -111,7 +121,7 @@ func meteringRound(t *testing.T, m meter, s *Server, name string) int64 {
 				r := rand.New(rand.NewPCG(uint64(c), uint64(round)))
 				for n := 0; m(t, tenant, 0); n++ { // the check before the request
 					if n == 1000 { // 20 callers, 1,750 tokens a request on average: ~3 each
-						t.Errorf("caller %d: 1000 requests admitted on a budget of %d tokens", c, meteringBudget)
+						problem("caller %d: 1000 requests admitted on a budget of %d tokens", c, meteringBudget)
 						return
 					}
 					tokens := 500 + r.Int64N(2500)
@@ -119,13 +129,16 @@ func meteringRound(t *testing.T, m meter, s *Server, name string) int64 {
 					charged.Add(tokens)
 				}
 				if m(t, tenant, 0) {
-					t.Errorf("caller %d: a check admitted after one was denied", c)
+					problem("caller %d: a check admitted after one was denied", c)
 				}
 			}()
 		}
 		wg.Wait()
 		if start.Truncate(time.Hour) != time.Now().Truncate(time.Hour) {
 			continue // the window rolled over during the round
+		}
+		for _, p := range problems {
+			t.Error(p)
 		}
 		total := charged.Load()
 		if total <= meteringBudget {
