@@ -340,5 +340,23 @@ descriptors:
 		if m["quotaModeEnabled"].GetBoolValue() != c.enabled || violations != c.violations {
 			t.Errorf("%v: quotaModeEnabled %v, quotaModeViolations %q; want %v, %q", c.ds, m["quotaModeEnabled"], violations, c.enabled, c.violations)
 		}
+	}	// Under QUOTA_MODE every descriptor is in quota mode, and only one in
+	// quota mode of its own enables it, as envoyproxy/ratelimit's metadata
+	// says (it read false for both before).
+	all := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, WatchInterval: -1, Envoy: EnvoyConfig{DynamicMetadata: true, QuotaMode: true}})}
+	for _, c := range []struct {
+		ds      []*rlcommon.RateLimitDescriptor
+		enabled bool
+	}{
+		{[]*rlcommon.RateLimitDescriptor{desc("n", "x")}, false},
+		{[]*rlcommon.RateLimitDescriptor{desc("n", "x"), desc("q", "x")}, true},
+	} {
+		r, err := all.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "q", Descriptors: c.ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.DynamicMetadata.GetFields()["quotaModeEnabled"].GetBoolValue(); got != c.enabled {
+			t.Errorf("QUOTA_MODE, %v: quotaModeEnabled %v, want %v", c.ds, got, c.enabled)
+		}
 	}
 }

@@ -28,11 +28,13 @@ func (s *Server) envoyRoutes(mux *http.ServeMux, check bool) {
 // envoyproxy/ratelimit's configuration (a directory, or xDS), and the
 // patterns of p's nodes that were its unlimited descriptors
 // (envoyimport.Dump): ShouldRateLimit answers them, and no other path, as
-// unlimited.
+// unlimited; and those in quota mode of their own, which its dynamic
+// metadata names.
 type rlconfig struct {
 	p         *policy.Policy
 	text      string
 	unlimited map[string]bool
+	quota     map[string]bool // the nodes of descriptors in quota mode of their own (envoyimport.Dump)
 }
 
 // handleRLConfig serves GET /rlconfig as envoyproxy/ratelimit serves it on

@@ -82,7 +82,11 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 	}
 	resp := g.response(ctx, c)
 	if s.cfg.servesEnvoy() && s.cfg.Envoy.DynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, c.Query.Paths)
+		var own map[string]bool
+		if rc := s.rlconfig.Load(); rc != nil && rc.p == s.current.Load() {
+			own = rc.quota
+		}
+		resp.DynamicMetadata = dynamicMetadata(req, c.Query.Paths, own)
 	}
 	return resp, nil
 }
@@ -93,8 +97,10 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 // (in protobuf's text format) and hits_addend, the request's hits_addend
 // unless 0, whether a descriptor's limit is in quota mode
 // (quotaModeEnabled), and the indexes of those over it
-// (quotaModeViolations), from the decided paths.
-func dynamicMetadata(req *rlv3.RateLimitRequest, paths []policy.PathQuery) *structpb.Struct {
+// (quotaModeViolations), from the decided paths. own holds the patterns
+// of the nodes in quota mode of their own (rlconfig.quota): under
+// QUOTA_MODE every hit is in quota mode, and only those enable.
+func dynamicMetadata(req *rlv3.RateLimitRequest, paths []policy.PathQuery, own map[string]bool) *structpb.Struct {
 	ds := make([]*structpb.Value, 0, len(req.Descriptors))
 	for _, d := range req.Descriptors {
 		if d == nil {
@@ -121,9 +127,8 @@ func dynamicMetadata(req *rlv3.RateLimitRequest, paths []policy.PathQuery) *stru
 			continue // unlimited, replaced, overridden, or not in quota mode
 		}
 		// Only a descriptor's own quota_mode enables, not QUOTA_MODE's
-		// (pq.QuotaMode; a quota_mode descriptor under it is taken as
-		// QUOTA_MODE's: the hit does not tell).
-		quota = quota || !pq.QuotaMode
+		// (pq.QuotaMode, under which every hit says quota mode).
+		quota = quota || !pq.QuotaMode || own[pq.Match.Hits[0].Pattern]
 		if slices.ContainsFunc(pq.Levels, func(l policy.Level) bool { return !l.Result.Allowed }) {
 			over = append(over, structpb.NewNumberValue(float64(i)))
 		}

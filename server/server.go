@@ -230,8 +230,8 @@ func (s *Server) loadPolicy() (*policy.Policy, fileStamp, error) {
 		}
 		p, err := policy.Parse(dir, out)
 		if err == nil {
-			text, unlimited := envoyimport.Dump(files)
-			s.rlconfig.Store(&rlconfig{p, text, unlimited})
+			text, unlimited, quota := envoyimport.Dump(files)
+			s.rlconfig.Store(&rlconfig{p, text, unlimited, quota})
 		}
 		return p, stamp, err
 	}

@@ -116,7 +116,7 @@ func (s *Server) applyXDS(resources []*anypb.Any) error {
 		}
 		if err == nil {
 			text, unlimited := envoyimport.DumpXDS(configs)
-			s.rlconfig.Store(&rlconfig{p, text, unlimited})
+			s.rlconfig.Store(&rlconfig{p, text, unlimited, nil})
 		}
 	}
 	if err != nil {

@@ -23,34 +23,39 @@ import (
 // nor nested descriptors, a domain without descriptors), nor an
 // unlimited descriptor's descendants; an unlimited descriptor with nested
 // descriptors is one, though Convert makes it a node without limits.
-func Dump(files []File) (text string, unlimited map[string]bool) {
+// quota holds the patterns of the descriptors whose own quota_mode is on
+// (not shadow_mode), which envoyproxy/ratelimit's dynamic metadata names
+// whatever QUOTA_MODE says.
+func Dump(files []File) (text string, unlimited, quota map[string]bool) {
 	var b strings.Builder
-	unlimited = map[string]bool{}
+	unlimited, quota = map[string]bool{}, map[string]bool{}
 	for _, f := range files {
 		var r root
 		if yamlfile.Decode(f.Name, f.Data, &r) == nil {
-			dump(&b, unlimited, string(r.Domain)+".", string(r.Domain)+"/", r.Descriptors)
+			dump(&b, unlimited, quota, string(r.Domain)+".", string(r.Domain)+"/", r.Descriptors)
 		}
 	}
-	return b.String(), unlimited
+	return b.String(), unlimited, quota
 }
 
-// DumpXDS is Dump for the RateLimitConfig resources of an xDS update.
+// DumpXDS is Dump for the RateLimitConfig resources of an xDS update
+// (which carry no quota_mode).
 func DumpXDS(configs []*rlsconfv3.RateLimitConfig) (text string, unlimited map[string]bool) {
 	var b strings.Builder
 	unlimited = map[string]bool{}
 	for _, rc := range configs {
-		dump(&b, unlimited, rc.GetDomain()+".", rc.GetDomain()+"/", fromProto(rc.GetDescriptors(), 1))
+		dump(&b, unlimited, nil, rc.GetDomain()+".", rc.GetDomain()+"/", fromProto(rc.GetDescriptors(), 1))
 	}
 	return b.String(), unlimited
 }
 
 // dump writes the lines of ds, whose keys begin with prefix: the domain
 // and its ancestors' key or key_value, each followed by a dot; and adds to
-// unlimited the patterns of the unlimited ones, whose nodes' patterns
-// begin with pattern (the same names, a key without a value "*", each
+// unlimited the patterns of the unlimited ones, and to quota (if not nil)
+// those in quota mode of their own, whose nodes' patterns begin with
+// pattern (the same names, a key without a value "*", each
 // followed by a slash).
-func dump(b *strings.Builder, unlimited map[string]bool, prefix, pattern string, ds []descriptor) {
+func dump(b *strings.Builder, unlimited, quota map[string]bool, prefix, pattern string, ds []descriptor) {
 	for _, d := range ds {
 		key := prefix + string(d.Key)
 		value := string(d.Value)
@@ -60,12 +65,16 @@ func dump(b *strings.Builder, unlimited map[string]bool, prefix, pattern string,
 			value = "*"
 		}
 		var pat string // the node's pattern, made only when needed
-		if d.RateLimit != nil && d.RateLimit.Unlimited || len(d.Descriptors) > 0 {
+		ownQuota := quota != nil && d.QuotaMode && !d.ShadowMode
+		if d.RateLimit != nil && d.RateLimit.Unlimited || len(d.Descriptors) > 0 || ownQuota {
 			pat = pattern + string(d.Key) + "/" + value
 		}
 		if rl := d.RateLimit; rl != nil {
 			if rl.Unlimited {
 				unlimited[pat] = true
+			}
+			if ownQuota {
+				quota[pat] = true
 			}
 			unit, perUnit := "UNKNOWN", uint32(0) // unlimited: no unit
 			if _, ok := Units[strings.ToLower(rl.Unit)]; ok && !rl.Unlimited {
@@ -76,6 +85,6 @@ func dump(b *strings.Builder, unlimited map[string]bool, prefix, pattern string,
 			}
 			fmt.Fprintf(b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n", key, unit, perUnit, d.ShadowMode, d.QuotaMode)
 		}
-		dump(b, unlimited, key+".", pat+"/", d.Descriptors)
+		dump(b, unlimited, quota, key+".", pat+"/", d.Descriptors)
 	}
 }

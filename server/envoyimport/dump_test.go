@@ -29,7 +29,7 @@ descriptors:
       - key: in
         rate_limit: {unit: hour, requests_per_unit: 1}
 `
-	file, fileUnlimited := Dump([]File{{Name: "a.yaml", Data: []byte(yml)}})
+	file, fileUnlimited, _ := Dump([]File{{Name: "a.yaml", Data: []byte(yml)}})
 	xds, xdsUnlimited := DumpXDS([]*rlsconfv3.RateLimitConfig{{Name: "a", Domain: "a", Descriptors: []*rlsconfv3.RateLimitDescriptor{
 		{Key: "k", Value: "v", ShadowMode: true,
 			RateLimit:   &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 7},
