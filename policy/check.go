@@ -161,9 +161,10 @@ type PathQuery struct {
 	// service's Envoy drop-in): on an Exact path it takes the place of
 	// whatever the path's node says (limits, shadow, quota_mode, name,
 	// unlimited), or applies where no node matches below its first
-	// segment (Envoy's domain); no request_limit bounds it. It counts on the path's own key, the key of the node's
-	// limit when that is a fixed window of the same window (one counter
-	// for both, as Envoy keys a count by descriptor and window).
+	// segment (Envoy's domain); no request_limit bounds it. It counts on
+	// the path's own key, the key of the node's limit when that is a fixed
+	// window of the same window (one counter for both, as Envoy keys a
+	// count by descriptor and window).
 	Override bool
 	// QuotaMode puts every hit of the path that is not shadow in quota
 	// mode (shadow, and Hit.QuotaMode), Override's too: envoyproxy/ratelimit's
@@ -582,13 +583,8 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, s slot, merge bool) {
 				continue
 			}
 			if !merge || hit.counts != allOrNothing {
-				// Each level of each path on its own: a key twice is
-				// decided twice, in order.
-				sc.index = append(sc.index, len(sc.reqs))
-				sc.reqs = append(sc.reqs, r)
-				continue
-			}
-			if !merge {
+				// Each level of each path on its own (under counts: each
+				// a key twice is decided twice, in order).
 				sc.index = append(sc.index, len(sc.reqs))
 				sc.reqs = append(sc.reqs, r)
 				continue
