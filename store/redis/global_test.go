@@ -572,3 +572,52 @@ func TestGlobalAtScale(t *testing.T) {
 		}
 	}
 }
+
+// TestGlobalRegionOnCluster: a region whose store is a Redis Cluster
+// (three masters) beside a region on one redis-server, one home reached
+// through 40ms relays: a share is one key, decided and refilled by
+// scripts of one key each, so a Cluster region keeps the bound. Both
+// regions spray the global key at more than the limit for three windows
+// (explicit times, as TestGlobalAcrossRegions); each window admits at
+// most the limit, and at least 95% of it.
+func TestGlobalRegionOnCluster(t *testing.T) {
+	ctx := context.Background()
+	home := redistest.Start(t)
+	g := newRig(t, 20, globalLimit)
+	link := func() string {
+		return "redis://" + redistest.NewDelayRelay(t, home.Addr, 40*time.Millisecond).Addr + "/0"
+	}
+	g.addRegion("one", 2, func(*region) string { return link() }, redis.Options{})
+	cluster := redistest.StartCluster(t)
+	r := &region{name: "cluster", active: true}
+	g.regions = append(g.regions, r)
+	for range 2 {
+		h, err := redis.Open(ctx, link(), redis.Options{Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		s, err := redis.OpenRegion(ctx, cluster.URL(), redis.Options{Home: h, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		r.instances, r.homes = append(r.instances, s), append(r.homes, h)
+	}
+	for window := range 3 {
+		for tick := range int(globalWindow / globalTick) {
+			g.tick(window, tick)
+		}
+	}
+	for window := range 3 {
+		e := g.end(window)
+		got := g.admitted[e]
+		t.Logf("window %d: asked %d, admitted %d of %d (the cluster region %d)", window, g.asked[e], got, globalLimit, g.byRegion["cluster"+strconv.FormatInt(e, 10)])
+		if got > globalLimit || got < globalLimit*95/100 {
+			t.Errorf("window %d: admitted %d, want %d to %d (%d asked)", window, got, globalLimit*95/100, globalLimit, g.asked[e])
+		}
+		if g.byRegion["cluster"+strconv.FormatInt(e, 10)] == 0 {
+			t.Errorf("window %d: the cluster region admitted nothing", window)
+		}
+	}
+}
