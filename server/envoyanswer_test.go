@@ -340,7 +340,8 @@ descriptors:
 		if m["quotaModeEnabled"].GetBoolValue() != c.enabled || violations != c.violations {
 			t.Errorf("%v: quotaModeEnabled %v, quotaModeViolations %q; want %v, %q", c.ds, m["quotaModeEnabled"], violations, c.enabled, c.violations)
 		}
-	}	// Under QUOTA_MODE every descriptor is in quota mode, and only one in
+	}
+	// Under QUOTA_MODE every descriptor is in quota mode, and only one in
 	// quota mode of its own enables it, as envoyproxy/ratelimit's metadata
 	// says (it read false for both before).
 	all := &rateLimitService{s: newTestServerConfig(t, Config{Store: "memory", EnvoyConfigDir: dir, WatchInterval: -1, Envoy: EnvoyConfig{DynamicMetadata: true, QuotaMode: true}})}
