@@ -109,6 +109,7 @@ var features = []feature{
 	{name: "global_shadow_mode", pair: "global_modes", gen: genMulti},
 	{name: "global_quota_mode", pair: "global_quota", meta: true, gen: genMulti},
 	{name: "global_quota_request_limit", pair: "global_quota", gen: genRequestLimit},
+	{name: "global_quota_own", pair: "global_quota", meta: true, gen: genMode("quota_mode", "q")}, // quotaModeEnabled names a descriptor in quota mode of its own
 	{name: "dynamic_metadata", pair: "metadata", meta: true, gen: genMetadata},
 }
 
