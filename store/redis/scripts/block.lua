@@ -2,7 +2,8 @@
 -- denial starts a block, the block denies without deciding and is never
 -- extended, and a block within forget_after of the last one's end is
 -- growth times longer, up to max). The drivers include it before
--- themselves.
+-- themselves. It also holds the levels' loop that decide.lua and
+-- coalesce.lua share (b_decide, last) and its steps.
 --
 -- Key    the level's block key (the state key + "%:block"): "<until>
 --        <count>", until in µs since the epoch, count the blocks in a row;
@@ -160,4 +161,80 @@ local function b_escalate(ws, ev, now, reply, blocked, check, commit)
     end
     ev[idx] = b_event(a, reply[p] % 2 == 1, started)
   end
+end
+
+-- b_decide decides one decision, as decide.lua describes, for decide.lua
+-- and coalesce.lua: its levels' arguments start at ARGV[a], their keys at
+-- KEYS[j]; levels is their number, or nil for as many as KEYS holds from j
+-- (decide.lua). It writes {now, pass, then per level code, value,
+-- extras...} after reply[base] and returns the reply's new length, the
+-- index of the argument after the decision's and of its last key. check,
+-- commit and build are the driver's dispatch tables.
+local function b_decide(check, commit, build, reply, base, now, a, j, levels)
+  reply[base + 1], reply[base + 2] = now, 1
+  local blocked = {}
+  local done, all = {}, true -- the debts committed with their check; every level ok
+  local first, key, count = a, j, 0 -- where the levels start; how many
+  local p = base + 3
+  while count ~= levels and (levels or j <= #KEYS) do
+    count = count + 1
+    reply[p], reply[p + 1] = 0, 0
+    local kind = ARGV[a]
+    if not check[kind] then
+      local built = build[kind]()
+      check[kind], commit[kind] = built.check, built.commit
+    end
+    local span, keys, b = b_level(a)
+    local ok, val, extra = check[kind](KEYS[j], now, a + 3, reply, p)
+    extra = extra or 0
+    if b then ok, extra = b_check(KEYS[j + 1], now, ok, extra, reply, p, blocked) end
+    if b_debt(a) and not b_stop(a) and not b_peek(a) then
+      commit[kind](KEYS[j], now, a + 3, ok or 'owe', val, reply, p)
+      done[p] = true
+    end
+    if not ok then
+      all = false
+      if b_enforced(a) then reply[base + 2] = 0 end
+    end
+    reply[p] = (ok and 1 or 0) + 2 * extra
+    reply[p + 1] = val
+    a, p, j = a + span, p + 2 + extra, j + keys
+  end
+  local next, last = a, p - 1
+  local pass = reply[base + 2] == 1
+  a, p, j = first, base + 3, key
+  local ws, ev = nil, {} -- the levels that watch others, what each level did
+  local again = true -- no level that stops, checked again, was not ok
+  for idx = 1, count do
+    local code = reply[p]
+    local ok = code % 2 == 1
+    local span, keys, b = b_level(a)
+    local final = p + 1 + (code - code % 2) / 2
+    local debt, peek = b_debt(a), b_peek(a)
+    local n, denials = b_watch(a)
+    local started = false
+    if n > 0 then
+      ws = ws or {}
+      ws[#ws + 1] = {a, p, j, n, denials, idx, final, b}
+    elseif done[p] then
+      -- committed with its check
+    elseif b_stop(a) and not peek then
+      ok = b_recheck(check, commit, KEYS[j], now, a, code, ok, all, reply, p)
+      if not ok and b_enforced(a) then again = false end
+    elseif not blocked[p] and (pass or not ok or debt) and not (ok and peek) then
+      local go = ok
+      if debt and not ok and not peek then go = 'owe' end
+      commit[ARGV[a]](KEYS[j], now, a + 3, go, reply[p + 1], reply, p)
+      if b and not ok then
+        reply[final] = b_start(KEYS[j + 1], now, b)
+        started = reply[final] > 0
+      end
+    end
+    ev[idx] = b_event(a, ok, started)
+    a, p, j = a + span, final + 1, j + keys
+  end
+  if ws then b_escalate(ws, ev, now, reply, blocked, check, commit) end
+  if not again then reply[base + 2] = 0 end
+  if not all then reply[base + 2] = reply[base + 2] + 2 end
+  return last, next, j - 1
 end
