@@ -484,9 +484,7 @@ func firstAfter(xs []int64, v int64) int {
 
 func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcome {
 	b := l.Buckets
-	r := b + 1
-	k := int64(len(l.Limits))
-	valid := int64(len(s.Log)) == k*r+k
+	r, _, valid := l.layout(s)
 	e, c := l.sampledCounts(s, now)
 	gap := Micros(l.MinGap)
 	gapOK := !valid || gap == 0 || e-s.A >= gap
@@ -540,15 +538,21 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 	return o
 }
 
+// layout returns a sampled log's ring of r = Buckets+1 buckets a limit,
+// its k limits, and whether s holds them: k rings, then k running sums.
+func (l SlidingLog) layout(s *State) (r, k int64, ok bool) {
+	r, k = l.Buckets+1, int64(len(l.Limits))
+	return r, k, int64(len(s.Log)) == k*r+k
+}
+
 // sampledCounts returns a sampled log's clock for a decision at now
 // (e = max(now, A)) and each limit's count at e: limit i's buckets in
 // [cur_i-B, a_i] (a_i ≤ cur_i), its running sum over the ring
 // (a_i-B-1, a_i] less the buckets that leave when the ring moves to
 // cur_i, which sit in the fields of (a_i, cur_i].
 func (l SlidingLog) sampledCounts(s *State, now int64) (e int64, c [maxWindows]int64) {
-	r := l.Buckets + 1
-	k := int64(len(l.Limits))
-	if int64(len(s.Log)) != k*r+k {
+	r, k, ok := l.layout(s)
+	if !ok {
 		return now, c
 	}
 	e = max(now, s.A)
@@ -571,9 +575,7 @@ func (l SlidingLog) sampledCounts(s *State, now int64) (e int64, c [maxWindows]i
 // counts after them are c, moving each limit's ring on to e's bucket; the
 // caller sets Expire.
 func (l SlidingLog) recordSampled(s *State, e, n int64, c *[maxWindows]int64) {
-	r := l.Buckets + 1
-	k := int64(len(l.Limits))
-	valid := int64(len(s.Log)) == k*r+k
+	r, k, valid := l.layout(s)
 	if !valid {
 		s.Log = grow(s.Log[:0], int(k*r+k))
 		clear(s.Log)
@@ -627,8 +629,7 @@ func (l SlidingLog) penalize(s *State, now, n int64) {
 		l.recordExact(s, e, n, l.maxWindow())
 		return
 	}
-	k := int64(len(l.Limits))
-	valid := int64(len(s.Log)) == k*(l.Buckets+1)+k
+	_, _, valid := l.layout(s)
 	for i := range l.Limits {
 		c[i] += n
 	}
@@ -645,28 +646,18 @@ func (l SlidingLog) reward(s *State, n int64) {
 		live := l.live(s)
 		k := min(n, int64(len(live)))
 		s.Log = s.Log[:int64(len(s.Log))-k]
-		if live = l.live(s); len(live) == 0 {
-			*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
-			return
-		}
-		s.Expire = live[len(live)-1] + l.maxWindow()
+		l.trimmed(s)
 		return
 	}
-	r := l.Buckets + 1
-	k := int64(len(l.Limits))
-	if int64(len(s.Log)) != k*r+k {
+	r, _, ok := l.layout(s)
+	if !ok {
 		return
 	}
 	for i := range l.Limits {
-		w := l.BucketWidth(i)
-		a := s.A / w
-		ring := s.Log[int64(i)*r : int64(i+1)*r]
+		a := s.A / l.BucketWidth(i)
 		left := n
 		for kb := a; kb > a-r && left > 0; kb-- {
-			take := min(ring[kb%r], left)
-			ring[kb%r] -= take
-			s.Log[k*r+int64(i)] -= take
-			left -= take
+			left -= l.untake(s, i, kb, left)
 		}
 	}
 }
@@ -816,16 +807,11 @@ func (l SlidingLog) giveBack(s *State, now, since, n int64) {
 		}
 		off := len(s.Log) - len(live) + lo
 		s.Log = append(s.Log[:off], s.Log[off+int(k):]...)
-		if live = l.live(s); len(live) == 0 {
-			*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
-			return
-		}
-		s.Expire = live[len(live)-1] + l.maxWindow()
+		l.trimmed(s)
 		return
 	}
-	r := l.Buckets + 1
-	k := int64(len(l.Limits))
-	if int64(len(s.Log)) != k*r+k {
+	r, _, ok := l.layout(s)
+	if !ok {
 		return
 	}
 	for i := range l.Limits {
@@ -834,9 +820,29 @@ func (l SlidingLog) giveBack(s *State, now, since, n int64) {
 		if kb > a || kb <= a-r || (kb+r)*w <= now {
 			continue
 		}
-		ring := s.Log[int64(i)*r : int64(i+1)*r]
-		take := min(ring[kb%r], n)
-		ring[kb%r] -= take
-		s.Log[k*r+int64(i)] -= take
+		l.untake(s, i, kb, n)
 	}
+}
+
+// trimmed settles an exact log that entries were taken from: an empty one
+// is reset (keeping its buffer, shape and block), any other expires when
+// its newest entry leaves the longest window.
+func (l SlidingLog) trimmed(s *State) {
+	live := l.live(s)
+	if len(live) == 0 {
+		*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
+		return
+	}
+	s.Expire = live[len(live)-1] + l.maxWindow()
+}
+
+// untake takes at most n actions from limit i's bucket kb in a sampled
+// log, and from that limit's running sum, and returns how many it took.
+func (l SlidingLog) untake(s *State, i int, kb, n int64) int64 {
+	r, k, _ := l.layout(s)
+	ring := s.Log[int64(i)*r : int64(i+1)*r]
+	take := min(ring[kb%r], n)
+	ring[kb%r] -= take
+	s.Log[k*r+int64(i)] -= take
+	return take
 }
