@@ -385,10 +385,7 @@ func remaining(ws []Window, c *[maxWindows]int64) int64 {
 }
 
 func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome {
-	live := s.Log
-	if s.B >= 0 && s.B <= int64(len(live)) {
-		live = live[s.B:]
-	}
+	live := l.live(s)
 	hasLast := len(live) > 0
 	var last int64
 	e := now // the log's clock
@@ -403,36 +400,45 @@ func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome 
 	gap := Micros(l.MinGap)
 	gapOK := !hasLast || gap == 0 || e-last >= gap
 	admitted, record := l.admit(&c, cost, gapOK)
-	wmax := l.maxWindow()
+	// The j-th newest action of the log after the decision: the log plus
+	// record actions at e, its newest.
+	o := l.outcome(&c, now, e, last, hasLast, cost, admitted, record, func(i int, j int64) int64 {
+		t := e
+		if j > record {
+			t = live[int64(len(live))-(j-record)]
+		}
+		return t + Micros(l.Limits[i].Window)
+	})
+	if commit && record > 0 {
+		l.recordExact(s, e, record, l.maxWindow())
+	}
+	return o
+}
 
+// outcome is the Outcome of a decision that admitted admitted of cost and
+// records record actions at the log's clock e, on the counts c before it
+// (then after it), the log's newest action at clock if hasClock: its
+// reset, remaining and, when it is denied or over a limit, its wait, where
+// leave(i, j) is when the j-th newest action after it leaves limit i's
+// window.
+func (l SlidingLog) outcome(c *[maxWindows]int64, now, e, clock int64, hasClock bool, cost, admitted, record int64, leave func(i int, j int64) int64) Outcome {
 	o := Outcome{Admitted: admitted}
 	if record > 0 {
 		for i := range l.Limits {
 			c[i] += record
 		}
-		o.Reset = l.RecordedReset(now, last, hasLast)
-		last, hasLast = e, true
-	} else if hasLast {
-		o.Reset = last + wmax
+		o.Reset = l.RecordedReset(now, clock, hasClock)
+		clock, hasClock = e, true
+	} else if hasClock {
+		o.Reset = l.RecordedReset(clock, clock, true)
 	}
-	o.Remaining = remaining(l.Limits, &c)
-	if admitted != cost || l.over(&c) {
+	o.Remaining = remaining(l.Limits, c)
+	if admitted != cost || l.over(c) {
 		var gapAt int64
-		if gap > 0 && hasLast && cost > 0 { // a peek keeps no gap
-			gapAt = last + gap
+		if gap := Micros(l.MinGap); gap > 0 && hasClock && cost > 0 { // a peek keeps no gap
+			gapAt = clock + gap
 		}
-		// The j-th newest action of the log after the decision: the log
-		// plus record actions at e, its newest.
-		l.wait(&o, &c, cost, gapAt, func(i int, j int64) int64 {
-			t := e
-			if j > record {
-				t = live[int64(len(live))-(j-record)]
-			}
-			return t + Micros(l.Limits[i].Window)
-		})
-	}
-	if commit && record > 0 {
-		l.recordExact(s, e, record, wmax)
+		l.wait(&o, c, cost, gapAt, leave)
 	}
 	return o
 }
@@ -489,48 +495,29 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 	gap := Micros(l.MinGap)
 	gapOK := !valid || gap == 0 || e-s.A >= gap
 	admitted, record := l.admit(&c, cost, gapOK)
-
-	o := Outcome{Admitted: admitted}
-	clock, hasClock := s.A, valid
-	if record > 0 {
-		for i := range l.Limits {
-			c[i] += record
+	// Walk limit i's buckets from the newest after the decision down to the
+	// oldest counted one, until more than L_i - n are newer.
+	o := l.outcome(&c, now, e, s.A, valid, cost, admitted, record, func(i int, j int64) int64 {
+		w := l.BucketWidth(i)
+		cur := e / w
+		top := cur
+		if record == 0 {
+			top = s.A / w
 		}
-		o.Reset = l.RecordedReset(now, s.A, valid)
-		clock, hasClock = e, true
-	} else if hasClock {
-		o.Reset = l.RecordedReset(clock, clock, true)
-	}
-	o.Remaining = remaining(l.Limits, &c)
-	if admitted != cost || l.over(&c) {
-		var gapAt int64
-		if gap > 0 && hasClock && cost > 0 { // a peek keeps no gap
-			gapAt = clock + gap
+		var acc int64
+		for kb := top; kb >= cur-b; kb-- {
+			if record > 0 && kb == cur {
+				acc += record
+			}
+			if valid && kb <= s.A/w && kb > s.A/w-r {
+				acc += s.Log[int64(i)*r+kb%r]
+			}
+			if acc >= j {
+				return (kb + r) * w
+			}
 		}
-		// Walk limit i's buckets from the newest after the decision down
-		// to the oldest counted one, until more than L_i - n are newer.
-		l.wait(&o, &c, cost, gapAt, func(i int, j int64) int64 {
-			w := l.BucketWidth(i)
-			cur := e / w
-			top := cur
-			if record == 0 {
-				top = s.A / w
-			}
-			var acc int64
-			for kb := top; kb >= cur-b; kb-- {
-				if record > 0 && kb == cur {
-					acc += record
-				}
-				if valid && kb <= s.A/w && kb > s.A/w-r {
-					acc += s.Log[int64(i)*r+kb%r]
-				}
-				if acc >= j {
-					return (kb + r) * w
-				}
-			}
-			panic("unreachable: the counts say the bucket exists")
-		})
-	}
+		panic("unreachable: the counts say the bucket exists")
+	})
 	if commit && record > 0 {
 		l.recordSampled(s, e, record, &c)
 		s.Expire = o.Reset
