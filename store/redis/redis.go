@@ -111,6 +111,11 @@ func (s *Store) decide(ctx context.Context, orig []store.Request, results []algo
 	}
 	if s.leases != nil {
 		for i := range reqs {
+			// Lease code runs only for a request that asks for a lease
+			// (its node says lease: true), which most do not.
+			if !reqs[i].Lease {
+				continue
+			}
 			if _, ok := leasable(&reqs[i]); ok {
 				return s.decideLeased(ctx, reqs, results)
 			}
