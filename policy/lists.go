@@ -34,6 +34,9 @@ type Listed struct {
 	Entry string
 	// Pattern is the node whose list it is.
 	Pattern string
+	// said is String's, made when the policy loaded: what a decision's
+	// Listed says.
+	said string
 }
 
 // String describes the entry, such as `allow 10.0.0.0/8 at login/*`, or
@@ -46,27 +49,31 @@ func (l Listed) String() string {
 }
 
 // A keyList is a node's allow or deny list: segments matched exactly, and
-// address ranges that a segment that is an IP address falls in.
+// address ranges that a segment that is an IP address falls in; each
+// entry is the Listed a match reports, made when the policy loads.
 type keyList struct {
-	keys map[string]string       // segment → entry as written
-	nets map[netip.Prefix]string // masked range → entry as written
+	keys map[string]Listed       // segment → its entry
+	nets map[netip.Prefix]Listed // masked range → its entry
 	bits []int                   // the ranges' lengths, longest first
+	// list and pattern are what the entries say: "allow" or "deny", and
+	// the node's pattern.
+	list, pattern string
 }
 
 // match returns the entry seg matches.
-func (k *keyList) match(seg string) (string, bool) {
+func (k *keyList) match(seg string) (Listed, bool) {
 	if k == nil {
-		return "", false
+		return Listed{}, false
 	}
 	if e, ok := k.keys[seg]; ok {
 		return e, true
 	}
 	if len(k.bits) == 0 {
-		return "", false
+		return Listed{}, false
 	}
 	a, err := netip.ParseAddr(seg)
 	if err != nil {
-		return "", false
+		return Listed{}, false
 	}
 	a = a.Unmap().WithZone("")
 	for _, b := range k.bits {
@@ -78,7 +85,14 @@ func (k *keyList) match(seg string) (string, bool) {
 			return e, true
 		}
 	}
-	return "", false
+	return Listed{}, false
+}
+
+// entry returns the Listed of an entry as written, its String made.
+func (k *keyList) entry(written string) Listed {
+	e := Listed{List: k.list, Entry: written, Pattern: k.pattern}
+	e.said = e.String()
+	return e
 }
 
 // hasKey reports whether seg is a key the list holds as written.
@@ -90,11 +104,8 @@ func (k *keyList) hasKey(seg string) bool {
 	return ok
 }
 
-// listsAddrs reports whether the node's lists hold an address or a range:
-// a segment there that reads as an address is then one (see addrSegment).
-func (c *node) listsAddrs() bool {
-	return c.allow != nil && len(c.allow.bits) > 0 || c.deny != nil && len(c.deny.bits) > 0
-}
+// holdsAddrs reports whether the list holds an address or a range.
+func (k *keyList) holdsAddrs() bool { return k != nil && len(k.bits) > 0 }
 
 // addrSegment reads seg, the segment at a node whose lists hold
 // addresses: an address is its one spelling, IPv4 dotted (an IPv4-mapped
@@ -155,9 +166,10 @@ func isAddr(s string) bool {
 	return err == nil
 }
 
-// keyList reads an allow or deny list: a list of strings (one string is a
-// list of one), each an IP address, a CIDR range or a key.
-func (l *loader) keyList(n ast.Node, path string) *keyList {
+// keyList reads the allow or deny list (list) of the node of pattern: a
+// list of strings (one string is a list of one), each an IP address, a
+// CIDR range or a key.
+func (l *loader) keyList(n ast.Node, path, list, pattern string) *keyList {
 	v, ok := l.Deref(n, path)
 	if !ok {
 		return nil
@@ -166,7 +178,7 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 		l.Errorf(v, path, "at most %d entries, got %d (keep long lists in a store, not a policy)", maxListEntries, len(seq.Values))
 		return nil
 	}
-	k := &keyList{}
+	k := &keyList{list: list, pattern: pattern}
 	for i, s := range l.Strs(v, path) {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		switch {
@@ -193,9 +205,9 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 				continue
 			}
 			if k.keys == nil {
-				k.keys = map[string]string{}
+				k.keys = map[string]Listed{}
 			}
-			k.keys[s] = s
+			k.keys[s] = k.entry(s)
 		}
 	}
 	if k.keys == nil && k.nets == nil {
@@ -206,10 +218,10 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 
 func (k *keyList) addNet(p netip.Prefix, entry string) {
 	if k.nets == nil {
-		k.nets = map[netip.Prefix]string{}
+		k.nets = map[netip.Prefix]Listed{}
 	}
 	if _, dup := k.nets[p]; !dup {
-		k.nets[p] = entry
+		k.nets[p] = k.entry(entry)
 	}
 	if !slices.Contains(k.bits, p.Bits()) {
 		k.bits = append(k.bits, p.Bits())
@@ -225,12 +237,12 @@ func (c *node) list(seg string, m *Match) {
 		return
 	}
 	if e, ok := c.allow.match(seg); ok {
-		m.Listed = Listed{List: "allow", Entry: e, Pattern: c.pattern}
+		m.Listed = e
 		return
 	}
 	if m.Listed.List == "" {
 		if e, ok := c.deny.match(seg); ok {
-			m.Listed = Listed{List: "deny", Entry: e, Pattern: c.pattern}
+			m.Listed = e
 		}
 	}
 }
