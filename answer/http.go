@@ -17,8 +17,9 @@ package answer
 // Result.Quota, the most it admits at once, which is what r counts down
 // from. The window w is the time, in whole seconds rounded up (at least
 // 1), in which the level's algorithm grants q, as its algo.Limit.Quota
-// says (policy.Level.Window, taken when the policy compiled the limit) (the README's table of algorithms gives q and w of each), so q/w is
-// the configured rate for gcra and token_bucket. For a
+// says (the README's table of algorithms gives q and w of each; the
+// policy takes it when it compiles the limit: policy.Level.Window), so
+// q/w is the configured rate for gcra and token_bucket. For a
 // concurrency limit q counts slots: r is the slots free, and t for a
 // level that denied is when the earliest hold ends (a holder may release
 // sooner). A level has one

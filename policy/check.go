@@ -304,16 +304,17 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 	// A deny list denies the whole decision, which then counts nothing;
 	// an allow list is named unless a deny list decides.
 	var listed Listed
+	said := "" // listed.String(), made when the policy loaded
 	for i := range q.Paths {
-		if l := q.Paths[i].Match.Listed; l.List == "deny" || listed.List == "" {
-			listed = l
-			if l.List == "deny" {
+		if m := &q.Paths[i].Match; m.Listed.List == "deny" || listed.List == "" {
+			listed, said = m.Listed, m.said
+			if listed.List == "deny" {
 				break
 			}
 		}
 	}
 	if listed.List == "deny" {
-		refuseAll(q, d, listed.said, 0)
+		refuseAll(q, d, said, 0)
 		return nil
 	}
 	for i := range q.Paths {
@@ -364,7 +365,7 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 	}
 	d.Levels = d.Levels[:0]
 	d.Matched = true
-	d.Listed = listed.said
+	d.Listed = said
 	deny := false
 	var delay time.Duration
 	k := 0

@@ -34,9 +34,6 @@ type Listed struct {
 	Entry string
 	// Pattern is the node whose list it is.
 	Pattern string
-	// said is String's, made when the policy loaded: what a decision's
-	// Listed says.
-	said string
 }
 
 // String describes the entry, such as `allow 10.0.0.0/8 at login/*`, or
@@ -49,31 +46,38 @@ func (l Listed) String() string {
 }
 
 // A keyList is a node's allow or deny list: segments matched exactly, and
-// address ranges that a segment that is an IP address falls in; each
-// entry is the Listed a match reports, made when the policy loads.
+// address ranges that a segment that is an IP address falls in.
 type keyList struct {
-	keys map[string]Listed       // segment → its entry
-	nets map[netip.Prefix]Listed // masked range → its entry
-	bits []int                   // the ranges' lengths, longest first
+	keys map[string]listEntry       // segment → its entry
+	nets map[netip.Prefix]listEntry // masked range → its entry
+	bits []int                      // the ranges' lengths, longest first
 	// list and pattern are what the entries say: "allow" or "deny", and
 	// the node's pattern.
 	list, pattern string
 }
 
+// A listEntry is an entry of a list, as a match reports it (Match.Listed),
+// with its String, what a decision's Listed says: both made when the
+// policy loads.
+type listEntry struct {
+	Listed
+	said string
+}
+
 // match returns the entry seg matches.
-func (k *keyList) match(seg string) (Listed, bool) {
+func (k *keyList) match(seg string) (listEntry, bool) {
 	if k == nil {
-		return Listed{}, false
+		return listEntry{}, false
 	}
 	if e, ok := k.keys[seg]; ok {
 		return e, true
 	}
 	if len(k.bits) == 0 {
-		return Listed{}, false
+		return listEntry{}, false
 	}
 	a, err := netip.ParseAddr(seg)
 	if err != nil {
-		return Listed{}, false
+		return listEntry{}, false
 	}
 	a = a.Unmap().WithZone("")
 	for _, b := range k.bits {
@@ -85,14 +89,13 @@ func (k *keyList) match(seg string) (Listed, bool) {
 			return e, true
 		}
 	}
-	return Listed{}, false
+	return listEntry{}, false
 }
 
-// entry returns the Listed of an entry as written, its String made.
-func (k *keyList) entry(written string) Listed {
-	e := Listed{List: k.list, Entry: written, Pattern: k.pattern}
-	e.said = e.String()
-	return e
+// entry returns the entry of a string as written in the list.
+func (k *keyList) entry(written string) listEntry {
+	l := Listed{List: k.list, Entry: written, Pattern: k.pattern}
+	return listEntry{Listed: l, said: l.String()}
 }
 
 // hasKey reports whether seg is a key the list holds as written.
@@ -205,7 +208,7 @@ func (l *loader) keyList(n ast.Node, path, list, pattern string) *keyList {
 				continue
 			}
 			if k.keys == nil {
-				k.keys = map[string]Listed{}
+				k.keys = map[string]listEntry{}
 			}
 			k.keys[s] = k.entry(s)
 		}
@@ -218,7 +221,7 @@ func (l *loader) keyList(n ast.Node, path, list, pattern string) *keyList {
 
 func (k *keyList) addNet(p netip.Prefix, entry string) {
 	if k.nets == nil {
-		k.nets = map[netip.Prefix]Listed{}
+		k.nets = map[netip.Prefix]listEntry{}
 	}
 	if _, dup := k.nets[p]; !dup {
 		k.nets[p] = k.entry(entry)
@@ -237,12 +240,12 @@ func (c *node) list(seg string, m *Match) {
 		return
 	}
 	if e, ok := c.allow.match(seg); ok {
-		m.Listed = e
+		m.Listed, m.said = e.Listed, e.said
 		return
 	}
 	if m.Listed.List == "" {
 		if e, ok := c.deny.match(seg); ok {
-			m.Listed = e
+			m.Listed, m.said = e.Listed, e.said
 		}
 	}
 }
