@@ -107,8 +107,8 @@ func (k *keyList) hasKey(seg string) bool {
 	return ok
 }
 
-// holdsAddrs reports whether the list holds an address or a range.
-func (k *keyList) holdsAddrs() bool { return k != nil && len(k.bits) > 0 }
+// hasAddrs reports whether the list has an address or a range.
+func (k *keyList) hasAddrs() bool { return k != nil && len(k.bits) > 0 }
 
 // addrSegment reads seg, the segment at a node whose lists hold
 // addresses: an address is its one spelling, IPv4 dotted (an IPv4-mapped

@@ -355,7 +355,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	if nd.noDebt == nil {
 		nd.noDebt = withoutDebt(nd.plans)
 	}
-	nd.listsAddrs = nd.allow.holdsAddrs() || nd.deny.holdsAddrs()
+	nd.listsAddrs = nd.allow.hasAddrs() || nd.deny.hasAddrs()
 	makeForms(l.forms, nd.limits, nd.plans)
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Global: nd.global, Delay: nd.delay}
 	return nd
