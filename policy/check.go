@@ -304,7 +304,7 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 	// A deny list denies the whole decision, which then counts nothing;
 	// an allow list is named unless a deny list decides.
 	var listed Listed
-	said := "" // listed.String(), made when the policy loaded
+	said := "" // what Decision.Listed says of listed, made when the policy loaded
 	for i := range q.Paths {
 		if m := &q.Paths[i].Match; m.Listed.List == "deny" || listed.List == "" {
 			listed, said = m.Listed, m.said

@@ -36,15 +36,6 @@ type Listed struct {
 	Pattern string
 }
 
-// String describes the entry, such as `allow 10.0.0.0/8 at login/*`, or
-// returns "".
-func (l Listed) String() string {
-	if l.List == "" {
-		return ""
-	}
-	return l.List + " " + l.Entry + " at " + l.Pattern
-}
-
 // A keyList is a node's allow or deny list: segments matched exactly, and
 // address ranges that a segment that is an IP address falls in.
 type keyList struct {
@@ -57,8 +48,8 @@ type keyList struct {
 }
 
 // A listEntry is an entry of a list, as a match reports it (Match.Listed),
-// with its String, what a decision's Listed says: both made when the
-// policy loads.
+// and what a decision's Listed says of it, such as `allow 10.0.0.0/8 at
+// login/*`: both made when the policy loads.
 type listEntry struct {
 	Listed
 	said string
@@ -95,7 +86,7 @@ func (k *keyList) match(seg string) (listEntry, bool) {
 // entry returns the entry of a string as written in the list.
 func (k *keyList) entry(written string) listEntry {
 	l := Listed{List: k.list, Entry: written, Pattern: k.pattern}
-	return listEntry{Listed: l, said: l.String()}
+	return listEntry{Listed: l, said: l.List + " " + l.Entry + " at " + l.Pattern}
 }
 
 // hasKey reports whether seg is a key the list holds as written.

@@ -331,7 +331,7 @@ type Match struct {
 	// Unmatched, and it is allowed without a decision (allow) or denied
 	// (deny).
 	Listed Listed
-	// said is Listed's String, made when the policy loaded.
+	// said is what a decision's Listed says of Listed (listEntry).
 	said string
 	// Err, when not nil, refuses the path: a segment at a node whose lists
 	// hold addresses reads as an IP address, but not in its one spelling
