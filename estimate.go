@@ -70,7 +70,7 @@ func (l *Limiter) Estimate(ctx context.Context, key string, n int64) (*Estimate,
 	e.since = now.UnixMicro()
 	if t, err := p.TAT(); err == nil && n >= 1 && n <= algo.MaxCount/t.Interval {
 		// A bucket's n·T began at the TAT the estimate found.
-		e.since += max(algo.Micros(r.ResetAfter)-n*t.Interval, 0)
+		e.since += max(r.ResetAfter.Microseconds()-n*t.Interval, 0)
 	}
 	var random [16]byte
 	rand.Read(random[:])

@@ -62,7 +62,7 @@ func (p *Plan) Adjust(s *State, now int64, op Adjust, n int64) error {
 			return nil
 		}
 		tat := max(s.A, now)
-		step := min(n, (now+Micros(MaxHorizon)-tat)/p.tat.Interval)
+		step := min(n, (now+MaxHorizon.Microseconds()-tat)/p.tat.Interval)
 		s.A = tat + step*p.tat.Interval
 		s.Expire = s.A
 		return nil
@@ -124,8 +124,8 @@ func (p *Plan) BlockFor(s *State, now int64, d time.Duration) error {
 	if err := p.ValidateBlock(d); err != nil {
 		return err
 	}
-	until := now + Micros(d)
-	s.Block = BlockState{Until: until, Count: max(s.Block.Count, 1), Expire: until + Micros(p.blk.WithDefaults().ForgetAfter)}
+	until := now + d.Microseconds()
+	s.Block = BlockState{Until: until, Count: max(s.Block.Count, 1), Expire: until + p.blk.WithDefaults().ForgetAfter.Microseconds()}
 	return nil
 }
 

@@ -19,7 +19,7 @@ func TestAdjust(t *testing.T) {
 	if r := g.Decide(&s, t0, 0, false); r.Remaining != 0 || r.ResetAfter != 7*time.Second {
 		t.Fatalf("after a penalty of 5: %+v", r)
 	}
-	if r := g.Decide(&s, t0+Micros(2*time.Second), 1, false); r.Allowed || r.RetryAfter != time.Second {
+	if r := g.Decide(&s, t0+(2*time.Second).Microseconds(), 1, false); r.Allowed || r.RetryAfter != time.Second {
 		t.Fatalf("2s on: %+v", r)
 	}
 	if err := g.Adjust(&s, t0, Reward, 1_000_000); err != nil { // far more than consumed
@@ -29,7 +29,7 @@ func TestAdjust(t *testing.T) {
 		t.Fatalf("after a huge reward: %+v (remaining above the limit?)", r)
 	}
 	// A penalty of MaxCount stays within the horizon.
-	if err := g.Adjust(&s, t0, Penalize, MaxCount); err != nil || s.A-t0 > Micros(MaxHorizon) {
+	if err := g.Adjust(&s, t0, Penalize, MaxCount); err != nil || s.A-t0 > MaxHorizon.Microseconds() {
 		t.Fatalf("penalty of MaxCount: %v, TAT %d ahead", err, s.A-t0)
 	}
 

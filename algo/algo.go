@@ -179,11 +179,6 @@ func (s *State) Refresh(shape uint64, now int64) {
 	}
 }
 
-// Micros converts d to whole microseconds, truncating toward zero.
-func Micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
-
-func dur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
 // positiveSpan checks a period, window or interval.
 func positiveSpan(field string, d time.Duration) error {
 	switch {

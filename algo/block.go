@@ -92,17 +92,17 @@ func (st BlockState) Blocked(now int64) bool { return now < st.Until }
 func (b Block) start(st BlockState, now int64) BlockState {
 	b = b.WithDefaults()
 	n := int64(1)
-	if st.Until != 0 && now-st.Until <= Micros(b.ForgetAfter) {
+	if st.Until != 0 && now-st.Until <= b.ForgetAfter.Microseconds() {
 		n = min(st.Count+1, maxBlockCount)
 	}
 	until := now + b.length(n)
-	return BlockState{Until: until, Count: n, Expire: until + Micros(b.ForgetAfter)}
+	return BlockState{Until: until, Count: n, Expire: until + b.ForgetAfter.Microseconds()}
 }
 
 // length returns the length in µs of the n-th block in a row.
 func (b Block) length(n int64) int64 {
 	b = b.WithDefaults()
-	d, most := float64(Micros(b.For)), float64(Micros(b.Max))
+	d, most := float64(b.For.Microseconds()), float64(b.Max.Microseconds())
 	for i := int64(1); i < n && d < most && b.Growth > 1; i++ {
 		d *= b.Growth
 	}
@@ -113,7 +113,7 @@ func (b Block) length(n int64) int64 {
 // admitted until the block ends (RetryAfter and ResetAfter), and nothing
 // remains meanwhile; quota is the limit's.
 func (st BlockState) Result(now, quota int64) Result {
-	wait := dur(st.Until - now)
+	wait := time.Duration(st.Until-now) * time.Microsecond
 	return Result{Quota: quota, RetryAfter: wait, ResetAfter: wait, DeniedBy: DeniedByBlock}
 }
 

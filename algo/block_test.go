@@ -12,17 +12,17 @@ func TestBlockLengths(t *testing.T) {
 	b := Block{For: 30 * time.Second, Growth: 2, Max: time.Hour}
 	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 32 * time.Minute, time.Hour, time.Hour}
 	for i, w := range want {
-		if got := dur(b.length(int64(i + 1))); got != w {
+		if got := time.Duration(b.length(int64(i+1))) * time.Microsecond; got != w {
 			t.Errorf("block %d: %v, want %v", i+1, got, w)
 		}
 	}
-	if got := dur(Block{For: time.Second, Growth: 1.5, Max: time.Minute}.length(3)); got != 2250*time.Millisecond {
+	if got := time.Duration(Block{For: time.Second, Growth: 1.5, Max: time.Minute}.length(3)) * time.Microsecond; got != 2250*time.Millisecond {
 		t.Errorf("growth 1.5, third block: %v", got)
 	}
-	if got := dur(Block{For: time.Second}.length(500)); got != time.Second {
+	if got := time.Duration(Block{For: time.Second}.length(500)) * time.Microsecond; got != time.Second {
 		t.Errorf("growth 1: %v", got)
 	}
-	if got := dur(Block{For: time.Millisecond, Growth: 1.001, Max: MaxBlock}.length(maxBlockCount)); got <= time.Millisecond || got > MaxBlock {
+	if got := time.Duration(Block{For: time.Millisecond, Growth: 1.001, Max: MaxBlock}.length(maxBlockCount)) * time.Microsecond; got <= time.Millisecond || got > MaxBlock {
 		t.Errorf("a long row: %v", got)
 	}
 }
@@ -40,7 +40,7 @@ func TestBlockingDecides(t *testing.T) {
 	}
 	var s State
 	t0 := int64(1_800_000_000_000_000)
-	at := func(d time.Duration) int64 { return t0 + Micros(d) }
+	at := func(d time.Duration) int64 { return t0 + d.Microseconds() }
 	step := func(d time.Duration, cost int64, ok bool, retry time.Duration) {
 		t.Helper()
 		r := p.Decide(&s, at(d), cost, true)

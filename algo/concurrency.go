@@ -116,7 +116,7 @@ func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64,
 		if commit {
 			c.sweep(s, now)
 			at = holderAt(s, id, now)
-			end := now + Micros(c.HoldFor) // before B after a step back
+			end := now + c.HoldFor.Microseconds() // before B after a step back
 			s.Log[at+1], s.B, s.Expire = end, min(s.B, end), max(s.Expire, end)
 		}
 		var admitted int64 // an acquire that renews admits its cost again
@@ -132,12 +132,12 @@ func (c Concurrency) decideFor(s *State, now, cost int64, commit bool, id int64,
 		c.result(r, false, now, held, s.Expire, Never, 0)
 		return
 	case held+cost > c.Count:
-		c.result(r, false, now, held, s.Expire, dur(c.freeAt(s, now, held+cost-c.Count)-now), 0)
+		c.result(r, false, now, held, s.Expire, time.Duration(c.freeAt(s, now, held+cost-c.Count)-now)*time.Microsecond, 0)
 		return
 	}
 	if commit {
 		c.sweep(s, now)
-		end := now + Micros(c.HoldFor)
+		end := now + c.HoldFor.Microseconds()
 		s.Log = append(s.Log, id, end, cost)
 		s.A += cost
 		if s.B == 0 || end < s.B {
@@ -161,7 +161,7 @@ func (c Concurrency) Result(ok bool, now, held, end int64, retry time.Duration, 
 func (c Concurrency) result(r *Result, ok bool, now, held, end int64, retry time.Duration, admitted int64) {
 	*r = Result{Allowed: ok, Quota: c.Count, Remaining: max(c.Count-held, 0), RetryAfter: retry, Admitted: admitted}
 	if held > 0 {
-		r.ResetAfter = dur(max(end-now, 0))
+		r.ResetAfter = time.Duration(max(end-now, 0)) * time.Microsecond
 	}
 }
 

@@ -82,7 +82,7 @@ func (m *model) decide(now, cost, id int64, op SlotOp) (bool, int64, int64, int6
 			keep()
 			return false, 0, m.held(now), -1
 		}
-		m.holders[i].end = now + Micros(m.c.HoldFor)
+		m.holders[i].end = now + m.c.HoldFor.Microseconds()
 		if op == Renew {
 			return true, 0, m.held(now), 0
 		}
@@ -105,7 +105,7 @@ func (m *model) decide(now, cost, id int64, op SlotOp) (bool, int64, int64, int6
 		}
 		panic("unreachable")
 	}
-	m.holders = append(m.holders, modelHolder{id, now + Micros(m.c.HoldFor), cost})
+	m.holders = append(m.holders, modelHolder{id, now + m.c.HoldFor.Microseconds(), cost})
 	return true, cost, m.held(now), 0
 }
 

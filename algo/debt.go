@@ -98,9 +98,9 @@ func (p *Plan) compileDebt(d Debt) error {
 func (p *Plan) owe(s *State, now, cost int64) {
 	if p.kind == KindGCRA || p.kind == KindTokenBucket {
 		t := p.tat.Interval
-		tat, most := max(s.A, now), now+Micros(MaxHorizon)
+		tat, most := max(s.A, now), now+MaxHorizon.Microseconds()
 		s.A = most
-		if n := min(cost, Micros(MaxHorizon)/t+1); tat+n*t < most {
+		if n := min(cost, MaxHorizon.Microseconds()/t+1); tat+n*t < most {
 			s.A = tat + n*t
 		}
 		s.Expire = s.A

@@ -77,7 +77,7 @@ func TestDenialStands(t *testing.T) {
 			}
 			checked++
 			// Other decisions and probes at later times before now+wait.
-			probe, at, end := cloneState(s), now, now+Micros(res.RetryAfter)
+			probe, at, end := cloneState(s), now, now+res.RetryAfter.Microseconds()
 			for at < end {
 				if r.IntN(2) == 0 {
 					p.Decide(&probe, at, r.Int64N(3), true)

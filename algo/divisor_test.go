@@ -13,7 +13,7 @@ import (
 func TestDivisor(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	ds := []int64{1, 2, 3, 5, 7, 10, 1000, 999_999, 1_000_000, 1_000_001, 60_000_000, 3_600_000_000, 86_400_000_000,
-		Micros(MaxHorizon), 1<<52 - 1, 1 << 52, 1<<53 - 1, 1 << 53, 1<<62 + 1, math.MaxInt64}
+		MaxHorizon.Microseconds(), 1<<52 - 1, 1 << 52, 1<<53 - 1, 1 << 53, 1<<62 + 1, math.MaxInt64}
 	for range 300 {
 		ds = append(ds, 1+r.Int64N(1<<uint(1+r.IntN(62))))
 	}

@@ -53,7 +53,7 @@ func (f FixedWindow) WindowEnd(now int64) int64 {
 		_, end := f.calendar().bounds(now)
 		return end
 	}
-	w := Micros(f.Window)
+	w := f.Window.Microseconds()
 	return now - now%w + w
 }
 
@@ -64,7 +64,7 @@ func (f FixedWindow) WindowStart(end int64) int64 {
 		start, _ := f.calendar().bounds(end - 1)
 		return start
 	}
-	return end - Micros(f.Window)
+	return end - f.Window.Microseconds()
 }
 
 // calendar returns the compiled Calendar of a valid limit.
@@ -112,7 +112,7 @@ func (f FixedWindow) Result(allowed bool, now, count, cost int64) Result {
 
 // numbers are the Result's numbers in the window ending at end.
 func (f FixedWindow) numbers(allowed bool, now, end, count, cost int64) numbers {
-	left := dur(end - now)
+	left := time.Duration(end-now) * time.Microsecond
 	n := numbers{quota: f.Count, remaining: max(f.Count-count, 0)}
 	if count > 0 {
 		n.reset = left

@@ -18,7 +18,7 @@ func (g Gate) step(s *State, now, cost int64, commit bool) (bool, int64) {
 	if cost == 0 || cost > 1 || s.A > now {
 		return cost == 0, s.A
 	}
-	openAt := now + Micros(g.Interval)
+	openAt := now + g.Interval.Microseconds()
 	if commit {
 		s.A, s.Expire = openAt, openAt
 	}
@@ -35,7 +35,7 @@ func (g Gate) Result(allowed bool, now, openAt, cost int64) Result {
 func (g Gate) numbers(allowed bool, now, openAt, cost int64) numbers {
 	n := numbers{quota: 1}
 	if wait := openAt - now; wait > 0 {
-		n.reset = dur(wait)
+		n.reset = time.Duration(wait) * time.Microsecond
 	} else {
 		n.remaining = 1
 	}

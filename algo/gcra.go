@@ -45,7 +45,7 @@ func (g GCRA) tat() (TAT, error) {
 	if err := positiveSpan("gcra period", g.Period); err != nil {
 		return TAT{}, err
 	}
-	return newTAT("gcra", Micros(g.Period), g.Count, g.Burst+1)
+	return newTAT("gcra", g.Period.Microseconds(), g.Count, g.Burst+1)
 }
 
 // TokenBucket holds up to Burst tokens and gains Count tokens every Period
@@ -81,7 +81,7 @@ func (b TokenBucket) tat() (TAT, error) {
 	if err := positiveSpan("token_bucket per", b.Period); err != nil {
 		return TAT{}, err
 	}
-	return newTAT("token_bucket", Micros(b.Period), b.Count, b.Burst)
+	return newTAT("token_bucket", b.Period.Microseconds(), b.Count, b.Burst)
 }
 
 // TAT is the virtual-scheduling core shared by GCRA and TokenBucket: an
@@ -96,10 +96,10 @@ type TAT struct {
 func newTAT(name string, periodUS, count, limit int64) (TAT, error) {
 	t := periodUS / count
 	if t <= 0 {
-		return TAT{}, fmt.Errorf("%w: %s emits %d per %v, faster than one per µs", ErrInvalid, name, count, dur(periodUS))
+		return TAT{}, fmt.Errorf("%w: %s emits %d per %v, faster than one per µs", ErrInvalid, name, count, time.Duration(periodUS)*time.Microsecond)
 	}
 	// limit·t > the horizon, without a second division or an overflow.
-	if hi, lo := bits.Mul64(uint64(limit), uint64(t)); hi != 0 || lo > uint64(Micros(MaxHorizon)) {
+	if hi, lo := bits.Mul64(uint64(limit), uint64(t)); hi != 0 || lo > uint64(MaxHorizon.Microseconds()) {
 		return TAT{}, fmt.Errorf("%w: %s burst %d spans more than the 100-year horizon", ErrInvalid, name, limit)
 	}
 	return TAT{Interval: t, Tolerance: t * limit, Quota: limit}, nil
@@ -132,14 +132,14 @@ func (p TAT) Result(allowed bool, now, tat, cost int64) Result {
 // numbers are the Result's numbers: see Plan.numbers.
 func (p *TAT) numbers(allowed bool, now, tat, cost int64) numbers {
 	reset := tat - now
-	n := numbers{quota: p.Quota, reset: dur(reset)}
+	n := numbers{quota: p.Quota, reset: time.Duration(reset) * time.Microsecond}
 	if r := p.Tolerance - reset; r > 0 { // reset >= 0
 		n.remaining = r / p.Interval
 	}
 	if !allowed {
 		n.retry = Never
 		if cost <= p.Quota {
-			n.retry = dur(tat + cost*p.Interval - p.Tolerance - now)
+			n.retry = time.Duration(tat+cost*p.Interval-p.Tolerance-now) * time.Microsecond
 		}
 	}
 	return n
@@ -164,7 +164,9 @@ func (g GCRA) Spec() Spec {
 }
 
 // quota implements Limit: Burst+1 in (Burst+1)·T.
-func (g GCRA) quota() (int64, time.Duration) { return tatQuota(Micros(g.Period), g.Count, g.Burst+1) }
+func (g GCRA) quota() (int64, time.Duration) {
+	return tatQuota(g.Period.Microseconds(), g.Count, g.Burst+1)
+}
 
 // steadyRate implements Limit: Count per Period.
 func (g GCRA) steadyRate() (int64, time.Duration) { return g.Count, g.Period }
@@ -192,7 +194,7 @@ func (b TokenBucket) Spec() Spec {
 
 // quota implements Limit: Burst in Burst·T.
 func (b TokenBucket) quota() (int64, time.Duration) {
-	return tatQuota(Micros(b.Period), b.Count, b.Burst)
+	return tatQuota(b.Period.Microseconds(), b.Count, b.Burst)
 }
 
 // steadyRate implements Limit: Count per Period.
@@ -208,5 +210,5 @@ func tatQuota(periodUS, count, limit int64) (int64, time.Duration) {
 	if count <= 0 {
 		return limit, 0
 	}
-	return limit, dur(periodUS / count * limit)
+	return limit, time.Duration(periodUS/count*limit) * time.Microsecond
 }

@@ -94,7 +94,7 @@ func (p *Plan) compile(l Limit) error {
 			if l.Calendar != (Calendar{}) {
 				p.cal = l.calendar()
 			} else {
-				p.win = newDivisor(Micros(l.Window))
+				p.win = newDivisor(l.Window.Microseconds())
 			}
 		}
 		p.quota, _ = l.quota()

@@ -234,7 +234,7 @@ func TestUnreserved(t *testing.T) {
 			if k <= 21 {
 				// The original plan's view of the same state at the time to act.
 				var peek State = s
-				at := now + Micros(delay)
+				at := now + delay.Microseconds()
 				want := orig.Decide(&peek, at, 0, false)
 				if got.Remaining != want.Remaining || got.Quota != want.Quota {
 					t.Fatalf("%v, request %d: remaining %d of %d, want %d of %d", l.Kind(), k, got.Remaining, got.Quota, want.Remaining, want.Quota)

@@ -23,7 +23,7 @@ func Reserving(p *Plan, wait time.Duration) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: reservation wait %v is outside 0..100 years", ErrInvalid, wait)
 	}
 	r := *p
-	r.tat.Tolerance = t.Tolerance + Micros(wait)
+	r.tat.Tolerance = t.Tolerance + wait.Microseconds()
 	return r, nil
 }
 
@@ -38,11 +38,11 @@ func Unreserved(r *Plan, res Result, wait time.Duration, cost int64) (Result, ti
 		return res, 0 // a block's denial is the block's, whatever the tolerance
 	}
 	t := r.tat
-	t.Tolerance -= Micros(wait)
-	out := t.Result(res.Allowed, 0, Micros(res.ResetAfter), cost)
+	t.Tolerance -= wait.Microseconds()
+	out := t.Result(res.Allowed, 0, res.ResetAfter.Microseconds(), cost)
 	if !res.Allowed {
 		out.RetryAfter = res.RetryAfter
 		return out, 0
 	}
-	return out, max(res.ResetAfter-dur(t.Tolerance), 0)
+	return out, max(res.ResetAfter-time.Duration(t.Tolerance)*time.Microsecond, 0)
 }

@@ -165,8 +165,8 @@ func (l SlidingLog) validate() error {
 		return fmt.Errorf("%w: sliding_log min_gap must be zero or more, got %v", ErrInvalid, l.MinGap)
 	case l.MinGap > 0 && l.MinGap < time.Microsecond:
 		return fmt.Errorf("%w: sliding_log min_gap %v is below the 1µs resolution", ErrInvalid, l.MinGap)
-	case Micros(l.MinGap) > wmax:
-		return fmt.Errorf("%w: sliding_log min_gap %v is longer than the longest window %v", ErrInvalid, l.MinGap, dur(wmax))
+	case l.MinGap.Microseconds() > wmax:
+		return fmt.Errorf("%w: sliding_log min_gap %v is longer than the longest window %v", ErrInvalid, l.MinGap, time.Duration(wmax)*time.Microsecond)
 	case l.Buckets < 0:
 		return fmt.Errorf("%w: sliding_log buckets must be positive (or 0 for an exact log), got %d", ErrInvalid, l.Buckets)
 	case l.Buckets > maxBuckets:
@@ -208,13 +208,13 @@ func validateWindows(name string, ws []Window) error {
 func (l SlidingLog) maxWindow() int64 {
 	var m int64
 	for _, w := range l.Limits {
-		m = max(m, Micros(w.Window))
+		m = max(m, w.Window.Microseconds())
 	}
 	return m
 }
 
 // MaxWindow is the longest of the windows.
-func (l SlidingLog) MaxWindow() time.Duration { return dur(l.maxWindow()) }
+func (l SlidingLog) MaxWindow() time.Duration { return time.Duration(l.maxWindow()) * time.Microsecond }
 
 // RecordedReset is Outcome.Reset after a decision at now that recorded
 // something, given the log's clock before it: the time of the newest
@@ -258,7 +258,7 @@ func minLimit(ws []Window) int64 {
 
 // BucketWidth is the width in µs of limit i's buckets: ⌈W_i/Buckets⌉.
 func (l SlidingLog) BucketWidth(i int) int64 {
-	w := Micros(l.Limits[i].Window)
+	w := l.Limits[i].Window.Microseconds()
 	return (w + l.Buckets - 1) / l.Buckets
 }
 
@@ -288,14 +288,14 @@ func (o Outcome) Result(now, cost, limit int64, floor bool) Result {
 		r.Remaining = 0
 	}
 	if o.Reset > now {
-		r.ResetAfter = dur(o.Reset - now)
+		r.ResetAfter = time.Duration(o.Reset-now) * time.Microsecond
 	}
 	if !r.Allowed {
 		r.DeniedBy = o.DeniedBy
 		if o.Wait < 0 {
 			r.RetryAfter = Never
 		} else {
-			r.RetryAfter = dur(o.Wait - now)
+			r.RetryAfter = time.Duration(o.Wait-now) * time.Microsecond
 		}
 	}
 	return r
@@ -395,9 +395,9 @@ func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome 
 	}
 	var c [maxWindows]int64
 	for i, w := range l.Limits {
-		c[i] = int64(len(live) - firstAfter(live, e-Micros(w.Window)))
+		c[i] = int64(len(live) - firstAfter(live, e-w.Window.Microseconds()))
 	}
-	gap := Micros(l.MinGap)
+	gap := l.MinGap.Microseconds()
 	gapOK := !hasLast || gap == 0 || e-last >= gap
 	admitted, record := l.admit(&c, cost, gapOK)
 	// The j-th newest action of the log after the decision: the log plus
@@ -407,7 +407,7 @@ func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome 
 		if j > record {
 			t = live[int64(len(live))-(j-record)]
 		}
-		return t + Micros(l.Limits[i].Window)
+		return t + l.Limits[i].Window.Microseconds()
 	})
 	if commit && record > 0 {
 		l.recordExact(s, e, record, l.maxWindow())
@@ -435,7 +435,7 @@ func (l SlidingLog) outcome(c *[maxWindows]int64, now, e, clock int64, hasClock 
 	o.Remaining = remaining(l.Limits, c)
 	if admitted != cost || l.over(c) {
 		var gapAt int64
-		if gap := Micros(l.MinGap); gap > 0 && hasClock && cost > 0 { // a peek keeps no gap
+		if gap := l.MinGap.Microseconds(); gap > 0 && hasClock && cost > 0 { // a peek keeps no gap
 			gapAt = clock + gap
 		}
 		l.wait(&o, c, cost, gapAt, leave)
@@ -492,7 +492,7 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 	b := l.Buckets
 	r, _, valid := l.layout(s)
 	e, c := l.sampledCounts(s, now)
-	gap := Micros(l.MinGap)
+	gap := l.MinGap.Microseconds()
 	gapOK := !valid || gap == 0 || e-s.A >= gap
 	admitted, record := l.admit(&c, cost, gapOK)
 	// Walk limit i's buckets from the newest after the decision down to the
@@ -603,7 +603,7 @@ func (l SlidingLog) penalize(s *State, now, n int64) {
 			e = max(now, live[len(live)-1])
 		}
 		for i, w := range l.Limits {
-			c[i] = int64(len(live) - firstAfter(live, e-Micros(w.Window)))
+			c[i] = int64(len(live) - firstAfter(live, e-w.Window.Microseconds()))
 		}
 	}
 	for i := range l.Limits {

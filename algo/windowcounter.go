@@ -46,14 +46,14 @@ type WindowCounter struct {
 // SliceMicros is the slice in µs.
 func (wc WindowCounter) SliceMicros() int64 {
 	if wc.Slice == 0 {
-		return Micros(defaultSlice)
+		return defaultSlice.Microseconds()
 	}
-	return Micros(wc.Slice)
+	return wc.Slice.Microseconds()
 }
 
 // Slices returns window i's length in slices.
 func (wc WindowCounter) Slices(i int) int64 {
-	return Micros(wc.Limits[i].Window) / wc.SliceMicros()
+	return wc.Limits[i].Window.Microseconds() / wc.SliceMicros()
 }
 
 // maxSlices returns the longest window's length in slices.
@@ -92,11 +92,11 @@ func (wc WindowCounter) validate() error {
 	}
 	s := wc.SliceMicros()
 	for i, w := range wc.Limits {
-		if Micros(w.Window)%s != 0 || w.Window%time.Microsecond != 0 {
-			return fmt.Errorf("%w: window_counter limits[%d]: window %v is not a whole number of %v slices", ErrInvalid, i, w.Window, dur(s))
+		if w.Window.Microseconds()%s != 0 || w.Window%time.Microsecond != 0 {
+			return fmt.Errorf("%w: window_counter limits[%d]: window %v is not a whole number of %v slices", ErrInvalid, i, w.Window, time.Duration(s)*time.Microsecond)
 		}
-		if m := Micros(w.Window) / s; m > maxSlices {
-			return fmt.Errorf("%w: window_counter limits[%d]: window %v holds %d slices of %v, more than %d", ErrInvalid, i, w.Window, m, dur(s), maxSlices)
+		if m := w.Window.Microseconds() / s; m > maxSlices {
+			return fmt.Errorf("%w: window_counter limits[%d]: window %v holds %d slices of %v, more than %d", ErrInvalid, i, w.Window, m, time.Duration(s)*time.Microsecond, maxSlices)
 		}
 	}
 	return nil

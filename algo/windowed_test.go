@@ -37,7 +37,7 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 		for i, w := range l.Limits {
 			if l.Buckets == 0 {
 				for _, t := range n.times {
-					if t > e-Micros(w.Window) {
+					if t > e-w.Window.Microseconds() {
 						c[i]++
 					}
 				}
@@ -54,7 +54,7 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 	}
 	c := counts()
 	last, hasLast := n.clock, n.has
-	gapOK := !hasLast || l.MinGap == 0 || e-last >= Micros(l.MinGap)
+	gapOK := !hasLast || l.MinGap == 0 || e-last >= l.MinGap.Microseconds()
 	fits, room, lmax := true, cost, int64(0)
 	for i, w := range l.Limits {
 		if c[i]+cost > w.Count {
@@ -121,7 +121,7 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 		}
 	}
 	if reset > now {
-		r.ResetAfter = dur(reset - now)
+		r.ResetAfter = time.Duration(reset-now) * time.Microsecond
 	}
 	if !r.Allowed {
 		var wait int64
@@ -141,12 +141,12 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 			if l.Buckets == 0 {
 				var in []int64
 				for _, x := range n.times {
-					if x > e-Micros(w.Window) {
+					if x > e-w.Window.Microseconds() {
 						in = append(in, x)
 					}
 				}
 				sort.Slice(in, func(a, b int) bool { return in[a] > in[b] })
-				t = in[j-1] + Micros(w.Window)
+				t = in[j-1] + w.Window.Microseconds()
 			} else {
 				bw := l.BucketWidth(i)
 				var bs []int64
@@ -169,10 +169,10 @@ func (n *naiveLog) decide(l SlidingLog, now, cost int64) Result {
 				wait, by = t, i+1
 			}
 		}
-		if l.MinGap > 0 && hasLast && cost > 0 && last+Micros(l.MinGap) > wait { // a peek keeps no gap
-			wait, by = last+Micros(l.MinGap), DeniedByGap
+		if l.MinGap > 0 && hasLast && cost > 0 && last+l.MinGap.Microseconds() > wait { // a peek keeps no gap
+			wait, by = last+l.MinGap.Microseconds(), DeniedByGap
 		}
-		r.RetryAfter, r.DeniedBy = dur(wait-now), by
+		r.RetryAfter, r.DeniedBy = time.Duration(wait-now)*time.Microsecond, by
 	}
 	return r
 }
@@ -219,7 +219,7 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 	}
 	if n.has {
 		if reset := (n.latest + wc.maxSlices()) * s; reset > now {
-			r.ResetAfter = dur(reset - now)
+			r.ResetAfter = time.Duration(reset-now) * time.Microsecond
 		}
 	}
 	if !fits {
@@ -243,7 +243,7 @@ func (n *naiveCounter) decide(wc WindowCounter, now, cost int64) Result {
 				}
 			}
 		}
-		r.RetryAfter = dur(wait - now)
+		r.RetryAfter = time.Duration(wait-now) * time.Microsecond
 	}
 	return r
 }
@@ -374,7 +374,7 @@ func TestWindowedWaitIsExact(t *testing.T) {
 				continue
 			}
 			checked++
-			at := now + Micros(res.RetryAfter)
+			at := now + res.RetryAfter.Microseconds()
 			probe := cloneState(s)
 			if got := decideLimit(t, l, &probe, at, cost, false); !got.Allowed {
 				t.Fatalf("%+v cost %d at %d: wait %v, but at %d %+v", l, cost, now, res.RetryAfter, at, got)

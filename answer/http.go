@@ -17,8 +17,9 @@ package answer
 // Result.Quota, the most it admits at once, which is what r counts down
 // from. The window w is the time, in whole seconds rounded up (at least
 // 1), in which the level's algorithm grants q, as its algo.Limit.Quota
-// says (the README's table of algorithms gives q and w of each), so q/w is
-// the configured rate for gcra and token_bucket. For a
+// says (the README's table of algorithms gives q and w of each; the
+// policy takes it when it compiles the limit: policy.Level.Window), so
+// q/w is the configured rate for gcra and token_bucket. For a
 // concurrency limit q counts slots: r is the slots free, and t for a
 // level that denied is when the earliest hold ends (a holder may release
 // sooner). A level has one
@@ -95,7 +96,7 @@ func appendDraftFields(b []byte, levels []policy.Level) ([]byte, int) {
 		n++
 		b = append(b, paramQ...)
 		b = strconv.AppendInt(b, clampInt(lv.Result.Quota), 10)
-		if w := levelWindow(lv); w > 0 {
+		if w := lv.Window(); w > 0 {
 			b = append(b, paramW...)
 			b = strconv.AppendInt(b, clampInt(max(ceilSeconds(w), 1)), 10)
 		}
@@ -184,16 +185,6 @@ func limitIndex(key string) string {
 		}
 	}
 	return key[i:]
-}
-
-// levelWindow returns the time in which a level's limit grants its quota
-// (see Limit.Quota), or 0 when the level has no algo.Limit.
-func levelWindow(lv *policy.Level) time.Duration {
-	if lv.Limit == nil {
-		return 0
-	}
-	_, w := algo.Quota(lv.Limit)
-	return w
 }
 
 // ceilSeconds rounds d up to whole seconds; 0 for d <= 0.

@@ -109,7 +109,7 @@ func TestSettleAcrossAWindow(t *testing.T) {
 	}
 	midnight := time.Date(2027, 3, 10, 0, 0, 0, 0, tz) // a day's window ends there
 	// base is a whole number of 4 s (and of a day's µs, for the slices).
-	base := time.UnixMicro(conformance.T0.UnixMicro() - conformance.T0.UnixMicro()%algo.Micros(24*time.Hour))
+	base := time.UnixMicro(conformance.T0.UnixMicro() - conformance.T0.UnixMicro()%(24*time.Hour).Microseconds())
 	four := 4 * time.Second
 	cases := []struct {
 		name       string

@@ -304,16 +304,17 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 	// A deny list denies the whole decision, which then counts nothing;
 	// an allow list is named unless a deny list decides.
 	var listed Listed
+	said := "" // what Decision.Listed says of listed, made when the policy loaded
 	for i := range q.Paths {
-		if l := q.Paths[i].Match.Listed; l.List == "deny" || listed.List == "" {
-			listed = l
-			if l.List == "deny" {
+		if m := &q.Paths[i].Match; m.Listed.List == "deny" || listed.List == "" {
+			listed, said = m.Listed, m.said
+			if listed.List == "deny" {
 				break
 			}
 		}
 	}
 	if listed.List == "deny" {
-		refuseAll(q, d, listed.String(), 0)
+		refuseAll(q, d, said, 0)
 		return nil
 	}
 	for i := range q.Paths {
@@ -364,7 +365,7 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 	}
 	d.Levels = d.Levels[:0]
 	d.Matched = true
-	d.Listed = listed.String()
+	d.Listed = said
 	deny := false
 	var delay time.Duration
 	k := 0
@@ -377,7 +378,7 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 				// A level only when it denies: allowed, it limits nothing
 				// a caller could spend.
 				if r := sc.index[k]; r >= 0 && !sc.results[r].Allowed {
-					d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: hit.escalate.limit, Shadow: hit.Shadow, Result: sc.results[r], specJSON: hit.escalate.specJSON})
+					d.Levels = append(d.Levels, Level{Pattern: hit.Pattern, Name: hit.Name, Key: sc.reqs[r].Key, Limit: hit.escalate.limit, Shadow: hit.Shadow, Result: sc.results[r], form: hit.escalate.plan.form})
 				}
 				k++
 			}
@@ -404,9 +405,7 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 				// Under counts: each a denied charge is recorded as a
 				// rule, not as a node's debt.
 				lv.Owed = !res.Allowed && sc.reqs[r].Cost > 0 && sc.reqs[r].Plan.Debt() && hit.counts == allOrNothing
-				if hit.specJSON != nil {
-					lv.specJSON = hit.specJSON[j]
-				}
+				lv.form = hit.plans[j].form
 			}
 		}
 		pq.Levels = d.Levels[start:len(d.Levels):len(d.Levels)]
@@ -446,13 +445,14 @@ func applyRequestLimit(pq *PathQuery) error {
 	if l.Count < 1 || l.Window <= 0 || hi1 > hi2 || hi1 == hi2 && lo1 > lo2 {
 		return fmt.Errorf("policy: %w: a request's limit of %d per %v on %s: the node takes 1 to %d per %v", store.ErrBadRequest, l.Count, l.Window, h.Pattern, bound.Count, bound.Window)
 	}
-	plan, err := algo.Compile(l)
+	p, err := algo.Compile(l)
 	if err != nil {
 		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
 	}
-	h.Limits, h.plans, h.noDebt, h.specJSON = []algo.Limit{l}, []algo.Plan{plan}, nil, nil
+	// Plans of its own, whose levels make what they show when answered.
+	h.Limits, h.plans, h.noDebt = []algo.Limit{l}, []plan{{Plan: p}}, nil
 	if h.counts != allOrNothing { // its charges recorded as the node's are
-		h.Limits, h.plans, h.noDebt = []algo.Limit{algo.Debt{Limit: l}}, []algo.Plan{*algo.MustCompile(algo.Debt{Limit: l})}, h.plans
+		h.Limits, h.plans, h.noDebt = []algo.Limit{algo.Debt{Limit: l}}, []plan{{Plan: *algo.MustCompile(algo.Debt{Limit: l})}}, []algo.Plan{p}
 	}
 	// A key of its own per window: the same count whatever the number
 	// (as envoyproxy/ratelimit keys a descriptor's limit by its unit).
@@ -464,7 +464,7 @@ func applyRequestLimit(pq *PathQuery) error {
 // counted as the policy counts.
 func overrideLimit(pq *PathQuery, counts counting) error {
 	l := *pq.Limit
-	plan, err := algo.Compile(l)
+	p, err := algo.Compile(l)
 	if err != nil {
 		return fmt.Errorf("policy: %w: a request's limit: %w", store.ErrBadRequest, err)
 	}
@@ -483,9 +483,9 @@ func overrideLimit(pq *PathQuery, counts counting) error {
 			h.Key, h.Tag = key, m.Hits[0].Tag
 		}
 	}
-	h.Limits, h.plans = []algo.Limit{l}, []algo.Plan{plan}
+	h.Limits, h.plans = []algo.Limit{l}, []plan{{Plan: p}}
 	if counts != allOrNothing { // its charges recorded as a node's are
-		h.Limits, h.plans, h.noDebt = []algo.Limit{algo.Debt{Limit: l}}, []algo.Plan{*algo.MustCompile(algo.Debt{Limit: l})}, h.plans
+		h.Limits, h.plans, h.noDebt = []algo.Limit{algo.Debt{Limit: l}}, []plan{{Plan: *algo.MustCompile(algo.Debt{Limit: l})}}, []algo.Plan{p}
 	}
 	clear(m.Hits)
 	m.Hits = append(m.Hits[:0], h)
@@ -565,7 +565,7 @@ func (sc *scratch) add(pq *PathQuery, t time.Time, s slot, merge bool) {
 			} else {
 				// Never merged: it watches the requests after it.
 				sc.index = append(sc.index, len(sc.reqs))
-				sc.reqs = append(sc.reqs, store.Request{Key: escalateKey(hit.Key), Tag: hit.Tag, Plan: &hit.escalate.plan, Time: t, Shadow: hit.Shadow,
+				sc.reqs = append(sc.reqs, store.Request{Key: escalateKey(hit.Key), Tag: hit.Tag, Plan: &hit.escalate.plan.Plan, Time: t, Shadow: hit.Shadow,
 					Watch: watcher, WatchDenials: hit.escalate.denials}) // Watch: see below
 				watcher = len(sc.reqs) - 1
 			}

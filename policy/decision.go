@@ -63,8 +63,9 @@ type Level struct {
 	// Key is the state key, e.g. "user:alex:trade".
 	Key string
 	// Limit is the limit as configured; Limit.Spec() is its serialized
-	// form (AppendSpecJSON). It is nil for a level that no algo.Limit
-	// decided (a user Lua script's).
+	// form (AppendSpecJSON), and Window the time it grants its quota in.
+	// It is nil for a level that no algo.Limit decided (a user Lua
+	// script's).
 	Limit algo.Limit
 	// Shadow levels report denials without enforcing them.
 	Shadow bool
@@ -74,17 +75,18 @@ type Level struct {
 	// (not under counts: each or stop_when_over, where every denied charge
 	// is recorded).
 	Owed bool
-	// specJSON is Limit as JSON, made when the policy loaded ("": not).
-	specJSON string
+	// form is what the level shows of Limit, made when the policy
+	// compiled it (nil: not, a request's own limit).
+	form *levelForm
 }
 
 // AppendSpecJSON appends the level's limit as JSON (algo.Spec.AppendJSON
 // of Limit.Spec(); the zero Spec's without a Limit): the bytes the policy
-// made of it when it loaded, or made now for a limit it did not (a
+// made of it when it compiled it, or made now for a limit it did not (a
 // request's own).
 func (l *Level) AppendSpecJSON(b []byte) []byte {
-	if l.specJSON != "" {
-		return append(b, l.specJSON...)
+	if l.form != nil {
+		return append(b, l.form.specJSON...)
 	}
 	var s algo.Spec
 	if l.Limit != nil {
@@ -93,29 +95,62 @@ func (l *Level) AppendSpecJSON(b []byte) []byte {
 	return s.AppendJSON(b)
 }
 
-// specsJSON returns each limit as its Spec's JSON: what AppendSpecJSON
-// copies, made once when a policy loads. Limits of one spec share one
-// string: seen, unless nil, keeps those made so far (an Envoy
-// configuration's 100,000 descriptors have a few limits).
-func specsJSON(seen map[string]string, limits ...algo.Limit) []string {
-	if len(limits) == 0 {
-		return nil
+// Window returns the time in which the level's limit grants its quota,
+// the w of the IETF RateLimit-Policy field (algo.Quota), as the policy
+// found it when it compiled the limit; 0 without a Limit.
+func (l *Level) Window() time.Duration {
+	if l.form != nil {
+		return l.form.window
 	}
-	out := make([]string, len(limits))
+	if l.Limit == nil {
+		return 0
+	}
+	_, w := algo.Quota(l.Limit)
+	return w
+}
+
+// A levelForm is what a level shows of its limit beside its result: the
+// limit's Spec as JSON and the window of its quota.
+type levelForm struct {
+	specJSON string
+	window   time.Duration
+}
+
+// A plan is a limit compiled by a policy: the plan its requests carry,
+// and the form of its levels, made with it. A hit that decides by other
+// limits decides by other plans, so its levels cannot show a form that
+// is not their limit's; a plan without a form (a request's own limit)
+// has its levels make what they show when they are answered.
+type plan struct {
+	algo.Plan
+	form *levelForm
+}
+
+// makeForms gives each plan the form of its limit (limits[i], its
+// plan's), once the plans are final. Limits of one spec share one form:
+// seen, unless nil, keeps those made so far (an Envoy configuration's
+// 100,000 descriptors have a few limits).
+func makeForms(seen map[string]*levelForm, limits []algo.Limit, plans []plan) {
+	for i := range plans {
+		plans[i].form = formOf(seen, limits[i])
+	}
+}
+
+// formOf returns the form of lim's levels, the one in seen if it holds
+// one of its spec (seen may be nil).
+func formOf(seen map[string]*levelForm, lim algo.Limit) *levelForm {
 	var buf [256]byte
-	for i, lim := range limits {
-		s := lim.Spec()
-		b := s.AppendJSON(buf[:0])
-		j, ok := seen[string(b)]
-		if !ok {
-			j = string(b)
-			if seen != nil {
-				seen[j] = j
-			}
-		}
-		out[i] = j
+	s := lim.Spec()
+	b := s.AppendJSON(buf[:0])
+	if f, ok := seen[string(b)]; ok {
+		return f
 	}
-	return out
+	_, w := algo.Quota(lim)
+	f := &levelForm{specJSON: string(b), window: w}
+	if seen != nil {
+		seen[f.specJSON] = f
+	}
+	return f
 }
 
 // Summarize folds level results into one, as redis-cell would report a

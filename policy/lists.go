@@ -36,37 +36,39 @@ type Listed struct {
 	Pattern string
 }
 
-// String describes the entry, such as `allow 10.0.0.0/8 at login/*`, or
-// returns "".
-func (l Listed) String() string {
-	if l.List == "" {
-		return ""
-	}
-	return l.List + " " + l.Entry + " at " + l.Pattern
-}
-
 // A keyList is a node's allow or deny list: segments matched exactly, and
 // address ranges that a segment that is an IP address falls in.
 type keyList struct {
-	keys map[string]string       // segment → entry as written
-	nets map[netip.Prefix]string // masked range → entry as written
-	bits []int                   // the ranges' lengths, longest first
+	keys map[string]listEntry       // segment → its entry
+	nets map[netip.Prefix]listEntry // masked range → its entry
+	bits []int                      // the ranges' lengths, longest first
+	// list and pattern are what the entries say: "allow" or "deny", and
+	// the node's pattern.
+	list, pattern string
+}
+
+// A listEntry is an entry of a list, as a match reports it (Match.Listed),
+// and what a decision's Listed says of it, such as `allow 10.0.0.0/8 at
+// login/*`: both made when the policy loads.
+type listEntry struct {
+	Listed
+	said string
 }
 
 // match returns the entry seg matches.
-func (k *keyList) match(seg string) (string, bool) {
+func (k *keyList) match(seg string) (listEntry, bool) {
 	if k == nil {
-		return "", false
+		return listEntry{}, false
 	}
 	if e, ok := k.keys[seg]; ok {
 		return e, true
 	}
 	if len(k.bits) == 0 {
-		return "", false
+		return listEntry{}, false
 	}
 	a, err := netip.ParseAddr(seg)
 	if err != nil {
-		return "", false
+		return listEntry{}, false
 	}
 	a = a.Unmap().WithZone("")
 	for _, b := range k.bits {
@@ -78,7 +80,13 @@ func (k *keyList) match(seg string) (string, bool) {
 			return e, true
 		}
 	}
-	return "", false
+	return listEntry{}, false
+}
+
+// entry returns the entry of a string as written in the list.
+func (k *keyList) entry(written string) listEntry {
+	l := Listed{List: k.list, Entry: written, Pattern: k.pattern}
+	return listEntry{Listed: l, said: l.List + " " + l.Entry + " at " + l.Pattern}
 }
 
 // hasKey reports whether seg is a key the list holds as written.
@@ -90,11 +98,8 @@ func (k *keyList) hasKey(seg string) bool {
 	return ok
 }
 
-// listsAddrs reports whether the node's lists hold an address or a range:
-// a segment there that reads as an address is then one (see addrSegment).
-func (c *node) listsAddrs() bool {
-	return c.allow != nil && len(c.allow.bits) > 0 || c.deny != nil && len(c.deny.bits) > 0
-}
+// hasAddrs reports whether the list has an address or a range.
+func (k *keyList) hasAddrs() bool { return k != nil && len(k.bits) > 0 }
 
 // addrSegment reads seg, the segment at a node whose lists hold
 // addresses: an address is its one spelling, IPv4 dotted (an IPv4-mapped
@@ -155,9 +160,10 @@ func isAddr(s string) bool {
 	return err == nil
 }
 
-// keyList reads an allow or deny list: a list of strings (one string is a
-// list of one), each an IP address, a CIDR range or a key.
-func (l *loader) keyList(n ast.Node, path string) *keyList {
+// keyList reads the allow or deny list (list) of the node of pattern: a
+// list of strings (one string is a list of one), each an IP address, a
+// CIDR range or a key.
+func (l *loader) keyList(n ast.Node, path, list, pattern string) *keyList {
 	v, ok := l.Deref(n, path)
 	if !ok {
 		return nil
@@ -166,7 +172,7 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 		l.Errorf(v, path, "at most %d entries, got %d (keep long lists in a store, not a policy)", maxListEntries, len(seq.Values))
 		return nil
 	}
-	k := &keyList{}
+	k := &keyList{list: list, pattern: pattern}
 	for i, s := range l.Strs(v, path) {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		switch {
@@ -193,9 +199,9 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 				continue
 			}
 			if k.keys == nil {
-				k.keys = map[string]string{}
+				k.keys = map[string]listEntry{}
 			}
-			k.keys[s] = s
+			k.keys[s] = k.entry(s)
 		}
 	}
 	if k.keys == nil && k.nets == nil {
@@ -206,10 +212,10 @@ func (l *loader) keyList(n ast.Node, path string) *keyList {
 
 func (k *keyList) addNet(p netip.Prefix, entry string) {
 	if k.nets == nil {
-		k.nets = map[netip.Prefix]string{}
+		k.nets = map[netip.Prefix]listEntry{}
 	}
 	if _, dup := k.nets[p]; !dup {
-		k.nets[p] = entry
+		k.nets[p] = k.entry(entry)
 	}
 	if !slices.Contains(k.bits, p.Bits()) {
 		k.bits = append(k.bits, p.Bits())
@@ -225,12 +231,12 @@ func (c *node) list(seg string, m *Match) {
 		return
 	}
 	if e, ok := c.allow.match(seg); ok {
-		m.Listed = Listed{List: "allow", Entry: e, Pattern: c.pattern}
+		m.Listed, m.said = e.Listed, e.said
 		return
 	}
 	if m.Listed.List == "" {
 		if e, ok := c.deny.match(seg); ok {
-			m.Listed = Listed{List: "deny", Entry: e, Pattern: c.pattern}
+			m.Listed, m.said = e.Listed, e.said
 		}
 	}
 }

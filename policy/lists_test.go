@@ -85,7 +85,7 @@ func TestLists(t *testing.T) {
 		}
 	}
 	// explain's view: Match names the entry, and hits nothing.
-	if m := p.Match([]string{"login", "scraper"}); m.Listed.String() != "deny scraper at login/*" || len(m.Hits) != 0 || m.Unmatched {
+	if m := p.Match([]string{"login", "scraper"}); m.Listed != (Listed{List: "deny", Entry: "scraper", Pattern: "login/*"}) || len(m.Hits) != 0 || m.Unmatched {
 		t.Errorf("Match: %+v", m)
 	}
 }

@@ -191,13 +191,12 @@ type nodeOverrides struct {
 }
 
 type compiledOverride struct {
-	glob     string // the key's glob, for one of globs
-	prefix   string // the glob's literal part when it is that and a final * (the common "trial-*")
-	limits   []algo.Limit
-	plans    []algo.Plan
-	noDebt   []algo.Plan // see node.noDebt
-	specJSON []string    // see node.specJSON
-	until    int64       // µs; 0: never
+	glob   string // the key's glob, for one of globs
+	prefix string // the glob's literal part when it is that and a final * (the common "trial-*")
+	limits []algo.Limit
+	plans  []plan
+	noDebt []algo.Plan // see node.noDebt
+	until  int64       // µs; 0: never
 }
 
 // build compiles the set's overrides for p; one that no longer fits p (a
@@ -214,7 +213,7 @@ func (s *overrideSet) build(p *Policy) *overridesFor {
 		}
 		sig := fmt.Sprintf("%d %v", i, co.limits)
 		if first, ok := shared[sig]; ok {
-			co.limits, co.plans, co.noDebt, co.specJSON = first.limits, first.plans, first.noDebt, first.specJSON
+			co.limits, co.plans, co.noDebt = first.limits, first.plans, first.noDebt
 		} else {
 			shared[sig] = co
 		}
@@ -279,7 +278,7 @@ func (s *overrideSet) apply(p *Policy, hits []Hit, t time.Time) {
 				continue
 			}
 		}
-		h.Limits, h.plans, h.noDebt, h.specJSON = co.limits, co.plans, co.noDebt, co.specJSON
+		h.Limits, h.plans, h.noDebt = co.limits, co.plans, co.noDebt
 	}
 }
 
@@ -319,11 +318,11 @@ func compileOverride(p *Policy, o Override) (int, *compiledOverride, error) {
 			specs[i] = scaled(s, o.Factor)
 		}
 	}
-	co := &compiledOverride{limits: make([]algo.Limit, len(specs)), plans: make([]algo.Plan, len(specs))}
+	co := &compiledOverride{limits: make([]algo.Limit, len(specs)), plans: make([]plan, len(specs))}
 	for i, s := range specs {
 		l, err := s.Build()
 		if err == nil {
-			co.plans[i], err = algo.Compile(l)
+			co.plans[i].Plan, err = algo.Compile(l)
 		}
 		if err != nil {
 			return 0, nil, fmt.Errorf("override: limits[%d]: %s", i, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
@@ -331,7 +330,7 @@ func compileOverride(p *Policy, o Override) (int, *compiledOverride, error) {
 		co.limits[i] = l
 	}
 	co.noDebt = withoutDebt(co.plans)
-	co.specJSON = specsJSON(nil, co.limits...)
+	makeForms(nil, co.limits, co.plans)
 	if !o.Until.IsZero() {
 		co.until = o.Until.UnixMicro()
 	}

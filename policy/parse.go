@@ -25,20 +25,20 @@ type loader struct {
 	// fixed window, and their plans without it, compiled once: an Envoy
 	// configuration's 100,000 descriptors share a few limits.
 	owing map[algo.FixedWindow]owed
-	// specJSON are the specs' JSON made so far, each once (specsJSON).
-	specJSON map[string]string
+	// forms are the levels' forms made so far, one per spec (makeForms).
+	forms map[string]*levelForm
 }
 
 // owed is a fixed window with debt, compiled, and without it.
 type owed struct {
 	limit  algo.Limit
 	spec   algo.Spec
-	plan   algo.Plan
+	plan   plan
 	noDebt []algo.Plan
 }
 
 func parse(name string, data []byte) (*Policy, yamlfile.ErrorList) {
-	l := &loader{Loader: yamlfile.New(name), specJSON: map[string]string{}}
+	l := &loader{Loader: yamlfile.New(name), forms: map[string]*levelForm{}}
 	body, ok := l.Parse(data)
 	if !ok {
 		return nil, l.Errs
@@ -288,10 +288,10 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 			}
 		case "allow":
 			listed = &e
-			nd.allow = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
+			nd.allow = l.keyList(e.Value, yamlfile.Sub(path, e.Name), "allow", pattern)
 		case "deny":
 			listed = &e
-			nd.deny = l.keyList(e.Value, yamlfile.Sub(path, e.Name))
+			nd.deny = l.keyList(e.Value, yamlfile.Sub(path, e.Name), "deny", pattern)
 		default:
 			l.Errorf(e.Key, yamlfile.Sub(path, e.Name), "unknown field %q (want limits, children, unlimited, shadow, quota_mode, name, replaces, shared_counter, lease, global, delay, request_limit, debt, escalate, allow or deny)", e.Name)
 			unknown = true
@@ -304,9 +304,9 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		cs := l.limits(limits.Value, limits.Key, yamlfile.Sub(path, "limits"))
 		nd.limits = make([]algo.Limit, len(cs))
 		nd.specs = make([]algo.Spec, len(cs))
-		nd.plans = make([]algo.Plan, len(cs))
+		nd.plans = make([]plan, len(cs))
 		for i, c := range cs {
-			nd.limits[i], nd.specs[i], nd.plans[i] = c.limit, c.spec, c.plan
+			nd.limits[i], nd.specs[i], nd.plans[i].Plan = c.limit, c.spec, c.plan
 		}
 		if owed != nil {
 			l.debtNode(nd, owed.Key, yamlfile.Sub(path, "debt"), "")
@@ -355,7 +355,8 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 	if nd.noDebt == nil {
 		nd.noDebt = withoutDebt(nd.plans)
 	}
-	nd.specJSON = specsJSON(l.specJSON, nd.limits...)
+	nd.listsAddrs = nd.allow.hasAddrs() || nd.deny.hasAddrs()
+	makeForms(l.forms, nd.limits, nd.plans)
 	l.nodes[idx] = Node{Pattern: pattern, Specs: nd.specs, Shadow: nd.shadow, Unlimited: nd.unlimited, Lease: nd.lease, Global: nd.global, Delay: nd.delay}
 	return nd
 }
@@ -389,12 +390,13 @@ func (l *loader) windowsOnly(nd *node, e *yamlfile.Entry, path, what, why string
 // withoutDebt returns the plans an Estimate decides with in place of
 // plans: each with debt compiled again without it, once, at load (nil
 // when none has debt).
-func withoutDebt(plans []algo.Plan) []algo.Plan {
-	if !slices.ContainsFunc(plans, func(p algo.Plan) bool { return p.Debt() }) {
+func withoutDebt(plans []plan) []algo.Plan {
+	if !slices.ContainsFunc(plans, func(p plan) bool { return p.Debt() }) {
 		return nil
 	}
-	out := slices.Clone(plans)
+	out := make([]algo.Plan, len(plans))
 	for i := range out {
+		out[i] = plans[i].Plan
 		if out[i].Debt() {
 			out[i] = *algo.MustCompile(out[i].Limit().(algo.Debt).Limit)
 		}
@@ -431,7 +433,7 @@ func (l *loader) debtNode(nd *node, key ast.Node, path, why string) {
 		s.Debt = true
 		lim, err := s.Build()
 		if err == nil {
-			nd.plans[i], err = algo.Compile(lim)
+			nd.plans[i].Plan, err = algo.Compile(lim)
 		}
 		if err != nil {
 			l.Errorf(key, path, "%slimit %d: %s", why, i, strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
@@ -456,13 +458,13 @@ func (l *loader) delayNode(nd *node, e *yamlfile.Entry, hasLimits bool, path str
 		return
 	}
 	for i := range nd.plans {
-		r, err := algo.Reserving(&nd.plans[i], nd.delay)
+		r, err := algo.Reserving(&nd.plans[i].Plan, nd.delay)
 		if err != nil {
 			l.Errorf(e.Key, path, "limit %d is %s: delay is for %s, which refill steadily and can reserve ahead", i, nd.plans[i].Kind(), delayableKinds())
 			nd.delay = 0
 			return
 		}
-		nd.plans[i] = r
+		nd.plans[i].Plan = r
 	}
 }
 
@@ -732,12 +734,12 @@ func (l *loader) escalation(v ast.Node, path string) *escalation {
 		return nil
 	}
 	lim := algo.Blocking{Limit: algo.FixedWindow{Count: n - 1, Window: ec.Within}, Block: *ec.Block}
-	plan, err := algo.Compile(lim)
+	p, err := algo.Compile(lim)
 	if err != nil {
 		l.Errorf(v, path, "%s", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
 		return nil
 	}
-	return &escalation{limit: lim, plan: plan, specJSON: specsJSON(l.specJSON, lim)[0], denials: ec.Denials > 0}
+	return &escalation{limit: lim, plan: plan{Plan: p, form: formOf(l.forms, lim)}, denials: ec.Denials > 0}
 }
 
 // escalateNode checks a node's escalate against the nodes below it: it

@@ -182,13 +182,10 @@ type node struct {
 	pattern string
 	limits  []algo.Limit // shared by every Hit of the node: read-only
 	specs   []algo.Spec  // the limits as written
-	plans   []algo.Plan  // the limits compiled, for the requests: read-only
+	plans   []plan       // the limits compiled, for the requests and the answers: read-only
 	// noDebt are the plans an Estimate decides with: a limit with debt
 	// without it, since a denied estimate records nothing (nil: no debt).
-	noDebt []algo.Plan
-	// specJSON are the limits as their Spec's JSON, for the answers
-	// (Level.AppendSpecJSON).
-	specJSON  []string
+	noDebt    []algo.Plan
 	shadow    bool // the node or an ancestor is shadow
 	ownShadow bool // the node itself says shadow: true (or quota_mode: true)
 	quotaMode bool // the node itself says quota_mode: true (see Hit.QuotaMode)
@@ -208,6 +205,9 @@ type node struct {
 	global   bool // see Hit.Global
 	// allow and deny are the node's lists (lists.go); nil when it has none.
 	allow, deny *keyList
+	// listsAddrs: the lists hold an address or a range, so a segment here
+	// that reads as an address is one (see addrSegment).
+	listsAddrs bool
 	// delay is the node's delay: its plans are then the reserving ones
 	// (see Hit.Delay).
 	delay time.Duration
@@ -224,10 +224,9 @@ type node struct {
 // denials) of the levels below it on a path, counted in a fixed window
 // whose limit is one less than the count that blocks the node's key.
 type escalation struct {
-	limit    algo.Blocking // a FixedWindow and its block
-	plan     algo.Plan
-	specJSON string // limit as JSON (node.specJSON)
-	denials  bool
+	limit   algo.Blocking // a FixedWindow and its block
+	plan    plan
+	denials bool
 }
 
 // escalateKey is the state key of a hit's escalation: the hit's key and
@@ -332,6 +331,8 @@ type Match struct {
 	// Unmatched, and it is allowed without a decision (allow) or denied
 	// (deny).
 	Listed Listed
+	// said is what a decision's Listed says of Listed (listEntry).
+	said string
 	// Err, when not nil, refuses the path: a segment at a node whose lists
 	// hold addresses reads as an IP address, but not in its one spelling
 	// (a port, leading zeros, the integer form). It wraps
@@ -381,11 +382,10 @@ type Hit struct {
 	// long to wait.
 	Delay time.Duration
 	// plans are Limits compiled when the policy loaded: the requests carry
-	// them; noDebt, those an Estimate's carry (node.noDebt).
-	plans, noDebt []algo.Plan
-	// specJSON are Limits as JSON (node.specJSON); nil for limits not
-	// made when the policy loaded (a request's own).
-	specJSON []string
+	// them, and the levels show their forms; noDebt, the plans an
+	// Estimate's requests carry (node.noDebt).
+	plans  []plan
+	noDebt []algo.Plan
 	// requestMax is the node's bound of a per-request limit (nil: none).
 	requestMax *algo.FixedWindow
 	// counts is the policy's counts.
@@ -401,7 +401,7 @@ type Hit struct {
 // its key (LimitKey), the hit's tag, shadow, lease and global, and the limit's
 // plan, compiled when the policy loaded. Its Time is the zero Time.
 func (h *Hit) Request(j int, cost int64) store.Request {
-	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Plan: &h.plans[j], Cost: cost, Shadow: h.Shadow, Lease: h.Lease, Global: h.Global, Stop: h.counts == stopWhenOver}
+	return store.Request{Key: h.LimitKey(j), Tag: h.Tag, Plan: &h.plans[j].Plan, Cost: cost, Shadow: h.Shadow, Lease: h.Lease, Global: h.Global, Stop: h.counts == stopWhenOver}
 }
 
 // hit returns the Hit of node n; with exact, the node's shadow is its own
@@ -411,7 +411,7 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 	if exact {
 		shadow = n.ownShadow
 	}
-	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, QuotaMode: n.quotaMode, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, specJSON: n.specJSON, requestMax: n.requestMax, node: n.index, escalate: n.escalate, counts: n.counts}
+	return Hit{Pattern: n.pattern, Key: key, Tag: tag, Shadow: shadow, QuotaMode: n.quotaMode, Shared: shared, Name: n.name, Replaces: n.replaces, Limits: n.limits, Lease: n.lease, Global: n.global, Delay: n.delay, plans: n.plans, noDebt: n.noDebt, requestMax: n.requestMax, node: n.index, escalate: n.escalate, counts: n.counts}
 }
 
 // LimitKey returns the state key of the hit's limit j: Key when the node
@@ -450,7 +450,7 @@ const maxTreeWork = 1_000_000
 // RateLimitConfig resources, whose updates may hold 100,000 descriptors.
 // It has no anchors; errors are positioned by its tokens, if any.
 func ParseTree(name string, body ast.Node) (*Policy, error) {
-	l := &loader{Loader: yamlfile.New(name), specJSON: map[string]string{}}
+	l := &loader{Loader: yamlfile.New(name), forms: map[string]*levelForm{}}
 	l.MaxWork = maxTreeWork
 	p, errs := l.compile(name, body)
 	if len(errs) > 0 {
@@ -522,7 +522,7 @@ func (p *Policy) walk(path []string, m *Match, visit func(n *node, i int, key, t
 		if c == nil {
 			break
 		}
-		if c.listsAddrs() && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
+		if c.listsAddrs && !c.allow.hasKey(seg) && !c.deny.hasKey(seg) {
 			// One address, one spelling: keyed and listed by its canonical
 			// form, or refused.
 			a, ok := addrSegment(seg)

@@ -155,7 +155,7 @@ func tatBegan(q *Query) [][]int64 {
 					began[i] = append(began[i], 0)
 					continue
 				}
-				v := max(algo.Micros(l.Result.ResetAfter)-cost*t.Interval, 0)
+				v := max(l.Result.ResetAfter.Microseconds()-cost*t.Interval, 0)
 				later = later || v > 0
 				began[i] = append(began[i], v)
 			}

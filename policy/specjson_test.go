@@ -9,11 +9,12 @@ import (
 )
 
 // TestSpecJSONMadeAtLoad: a level's AppendSpecJSON is its Limit's Spec as
-// JSON whichever way the limit came (a node's, with debt, with a delay,
-// an override's, an escalate's, a request's own, Envoy's descriptor
-// limit in place of the node's), and the bytes of every
-// limit the policy holds were made when it loaded (or when an override
-// was compiled), not on the request.
+// JSON, and its Window the window of its Limit's quota (algo.Quota),
+// whichever way the limit came (a node's, with debt, with a delay, an
+// override's, an escalate's, a request's own, Envoy's descriptor limit in
+// place of the node's), and both of every limit the policy holds were
+// made when it loaded (or when an override was compiled), with its plan,
+// not on the request.
 func TestSpecJSONMadeAtLoad(t *testing.T) {
 	c := memoryChecker(t, `
 schema:
@@ -65,8 +66,11 @@ schema:
 			if got, want := lv.AppendSpecJSON(nil), s.AppendJSON(nil); string(got) != string(want) {
 				t.Errorf("%v, level %s %s: spec %s, want %s", pq.Path, lv.Pattern, lv.Key, got, want)
 			}
+			if _, w := algo.Quota(lv.Limit); lv.Window() != w {
+				t.Errorf("%v, level %s %s: window %v, want %v", pq.Path, lv.Pattern, lv.Key, lv.Window(), w)
+			}
 			ownLimit := pq.Limit != nil
-			if made := lv.specJSON != ""; made == ownLimit {
+			if made := lv.form != nil; made == ownLimit {
 				t.Errorf("%v, level %s %s: made at load %v, want %v", pq.Path, lv.Pattern, lv.Key, made, !ownLimit)
 			}
 			seen[lv.Key] = true

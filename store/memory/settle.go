@@ -67,7 +67,7 @@ func (tk *tickets) issue(t store.Request, now int64, ttl time.Duration) error {
 			return fmt.Errorf("memory store: %w", store.ErrTooManyTickets)
 		}
 	}
-	g[t.Key] = now + algo.Micros(ttl)
+	g[t.Key] = now + ttl.Microseconds()
 	return nil
 }
 
@@ -94,7 +94,7 @@ func (s *Store) Enqueue(_ context.Context, t, q store.Request, entry string, ttl
 		tk.queues = map[[2]string][]queued{}
 	}
 	name := [2]string{q.Tag, q.Key}
-	e := queued{entry: entry, expire: now + algo.Micros(ttl)}
+	e := queued{entry: entry, expire: now + ttl.Microseconds()}
 	es := tk.queues[name]
 	i, _ := slices.BinarySearchFunc(es, e.expire+1, func(a queued, t int64) int { return cmp.Compare(a.expire, t) })
 	tk.queues[name] = slices.Insert(es, i, e)

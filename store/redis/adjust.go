@@ -38,7 +38,7 @@ func adjustArgs(req *store.Request, op algo.Adjust) (string, []string, error) {
 	switch p.Kind() {
 	case algo.KindGCRA, algo.KindTokenBucket:
 		t, _ := p.TAT()
-		args = []string{itoa(req.Cost), itoa(t.Interval), itoa(algo.Micros(algo.MaxHorizon))}
+		args = []string{itoa(req.Cost), itoa(t.Interval), itoa(algo.MaxHorizon.Microseconds())}
 	case algo.KindWindowCounter:
 		letter = "w"
 		args = windowCounterArgs(nil, limitOf[algo.WindowCounter](p), req.Cost)
@@ -48,7 +48,7 @@ func adjustArgs(req *store.Request, op algo.Adjust) (string, []string, error) {
 	default: // a fixed window: the last kind Adjust allows
 		letter = "f"
 		fw := limitOf[algo.FixedWindow](p)
-		args = calendarWindows([]string{itoa(req.Cost), itoa(algo.Micros(fw.Window)), itoa(algo.MaxCount)}, p, req.Time)
+		args = calendarWindows([]string{itoa(req.Cost), itoa(fw.Window.Microseconds()), itoa(algo.MaxCount)}, p, req.Time)
 	}
 	if op == algo.Reward {
 		return letter + "r", args, nil
@@ -66,7 +66,7 @@ func (s *Store) Block(ctx context.Context, req store.Request, d time.Duration) e
 		return err
 	}
 	b, _ := p.Blocks()
-	return s.adjust(ctx, req, "b", []string{itoa(algo.Micros(d)), itoa(algo.Micros(b.WithDefaults().ForgetAfter))})
+	return s.adjust(ctx, req, "b", []string{itoa(d.Microseconds()), itoa(b.WithDefaults().ForgetAfter.Microseconds())})
 }
 
 // Unblock implements store.Adjuster.

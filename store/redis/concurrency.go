@@ -20,7 +20,7 @@ import (
 var concurrencyBinding = func() binding {
 	b := bind(binding{file: "concurrency.lua", letter: "c"},
 		func(args []string, l algo.Concurrency, cost int64) []string {
-			return append(args, itoa(l.Count), itoa(algo.Micros(l.HoldFor)), itoa(cost), "0", "0")
+			return append(args, itoa(l.Count), itoa(l.HoldFor.Microseconds()), itoa(cost), "0", "0")
 		},
 		func(algo.Concurrency) int64 { return 4 },
 		func(l algo.Concurrency, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result {

@@ -13,7 +13,7 @@ import (
 // the Result is taken at algo.FixedWindow.At's time.
 var fixedWindowBinding = bind(binding{file: "fixed_window.lua", letter: "f"},
 	func(args []string, l algo.FixedWindow, cost int64) []string {
-		return append(args, itoa(algo.Micros(l.Window)), itoa(l.Count), itoa(cost))
+		return append(args, itoa(l.Window.Microseconds()), itoa(l.Count), itoa(cost))
 	},
 	func(algo.FixedWindow) int64 { return 1 },
 	func(l algo.FixedWindow, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result {

@@ -6,7 +6,7 @@ import "github.com/sluicehq/sluice/algo"
 // value is when the gate opens after the decision.
 var gateBinding = bind(binding{file: "gate.lua", letter: "g"},
 	func(args []string, l algo.Gate, cost int64) []string {
-		return append(args, itoa(algo.Micros(l.Interval)), itoa(cost))
+		return append(args, itoa(l.Interval.Microseconds()), itoa(cost))
 	},
 	nil,
 	func(l algo.Gate, now, cost int64, ok bool, val int64, _ []int64, committed bool) algo.Result {

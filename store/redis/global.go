@@ -112,7 +112,7 @@ func (s *Store) global(r *store.Request) error {
 	g.mu.RLock()
 	k := g.keys[share]
 	g.mu.RUnlock()
-	if k != nil && k.limit == fw.Count && k.window == algo.Micros(fw.Window) {
+	if k != nil && k.limit == fw.Count && k.window == fw.Window.Microseconds() {
 		k.seen.Store(now)
 		return nil
 	}
@@ -125,7 +125,7 @@ func (s *Store) global(r *store.Request) error {
 		}
 	}
 	k = &globalKey{share: share, home: keyName(g.home.prefix, r.Key, r.Tag) + "%:global:",
-		limit: fw.Count, window: algo.Micros(fw.Window)}
+		limit: fw.Count, window: fw.Window.Microseconds()}
 	k.seen.Store(now)
 	g.keys[share] = k
 	select {
@@ -199,13 +199,13 @@ func (s *Store) refillAt(ctx context.Context, at time.Time, horizon time.Duratio
 // (lost to the window, never admitted twice).
 func (s *Store) refillKey(ctx context.Context, k *globalKey, at time.Time, horizon time.Duration) {
 	g := s.globals
-	v, err := s.pool(ctx, k, at, algo.Micros(horizon)*2, 0, 0, 0, 0)
+	v, err := s.pool(ctx, k, at, horizon.Microseconds()*2, 0, 0, 0, 0)
 	if err != nil || v.claimed == 0 {
 		return
 	}
-	k.observe(v, algo.Micros(horizon))
+	k.observe(v, horizon.Microseconds())
 	ask, back := algo.Share{Limit: k.limit, Held: max(v.s-v.n, 0), Rate: k.rate, Left: v.e - v.now,
-		Horizon: algo.Micros(horizon)}.Step()
+		Horizon: horizon.Microseconds()}.Step()
 	switch {
 	case ask > 0:
 		granted, err := g.charge(ctx, k, v.e, ask, 0)
@@ -230,8 +230,8 @@ func (s *Store) refillKey(ctx context.Context, k *globalKey, at time.Time, horiz
 	// horizon is charged ahead, so that the region does not start it
 	// empty: credited to the next window only (ne, ns), it becomes that
 	// window's share when the window starts.
-	if v.e-v.now < algo.Micros(horizon) && k.rate > 0 {
-		ask, _ := algo.Share{Limit: k.limit, Held: v.ahead, Rate: k.rate, Left: k.window, Horizon: algo.Micros(horizon)}.Step()
+	if v.e-v.now < horizon.Microseconds() && k.rate > 0 {
+		ask, _ := algo.Share{Limit: k.limit, Held: v.ahead, Rate: k.rate, Left: k.window, Horizon: horizon.Microseconds()}.Step()
 		next := v.e + k.window
 		if ask > 0 {
 			if granted, err := g.charge(ctx, k, next, ask, 0); err == nil && granted > 0 {

@@ -82,7 +82,7 @@ func (s *Store) Grant(ctx context.Context, reqs []store.Request, units int64) (s
 	taker := "grants-" + s.leases.taker
 	call := func(i int, k, least, back, end int64) rueidis.LuaExec {
 		fw := fws[i]
-		return rueidis.LuaExec{Keys: []string{s.stateKey(reqs[i])}, Args: []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Count),
+		return rueidis.LuaExec{Keys: []string{s.stateKey(reqs[i])}, Args: []string{"", itoa(fw.Window.Microseconds()), itoa(fw.Count),
 			itoa(k), taker, itoa(back), itoa(end), itoa(least)}}
 	}
 	// giveBack returns what each key granted beyond keep requests.

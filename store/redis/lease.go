@@ -145,7 +145,7 @@ func (l *leaser) take(r *store.Request, fw algo.FixedWindow, res *algo.Result) (
 	defer sh.mu.Unlock()
 	now = monoNow()
 	kl = sh.m[r.Key]
-	window := algo.Micros(fw.Window)
+	window := fw.Window.Microseconds()
 	if kl == nil || kl.limit != fw.Count || kl.window != window {
 		if kl == nil && len(sh.m) >= maxLeaseKeys/len(l.shards) {
 			sh.evict(now)
@@ -291,7 +291,7 @@ func (s *Store) callLease(ctx context.Context, key, tag string, fw algo.FixedWin
 	}
 	defer s.leave()
 	name := keyName(s.prefix, key, tag) + fixedWindowShape
-	args := []string{"", itoa(algo.Micros(fw.Window)), itoa(fw.Count), itoa(k), s.leases.taker, itoa(back), itoa(backEnd), itoa(least)}
+	args := []string{"", itoa(fw.Window.Microseconds()), itoa(fw.Count), itoa(k), s.leases.taker, itoa(back), itoa(backEnd), itoa(least)}
 	v, err := detached(ctx, s.timeout, func(ctx context.Context) ([]int64, error) {
 		v, err := leaseScript.Exec(ctx, s.client(), []string{name}, args).AsIntSlice()
 		if err == nil && len(v) != 4 {

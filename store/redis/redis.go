@@ -111,6 +111,11 @@ func (s *Store) decide(ctx context.Context, orig []store.Request, results []algo
 	}
 	if s.leases != nil {
 		for i := range reqs {
+			// Lease code runs only for a request that asks for a lease
+			// (its node says lease: true), which most do not.
+			if !reqs[i].Lease {
+				continue
+			}
 			if _, ok := leasable(&reqs[i]); ok {
 				return s.decideLeased(ctx, reqs, results)
 			}
@@ -280,8 +285,8 @@ func appendLevel(args []string, b *binding, r store.Request) []string {
 	args[n-1] = strconv.Itoa(len(args) - n)
 	if blocks {
 		blk = blk.WithDefaults()
-		args = append(args, itoa(algo.Micros(blk.For)), strconv.FormatFloat(blk.Growth, 'g', -1, 64),
-			itoa(algo.Micros(blk.Max)), itoa(algo.Micros(blk.ForgetAfter)), itoa(r.Cost))
+		args = append(args, itoa(blk.For.Microseconds()), strconv.FormatFloat(blk.Growth, 'g', -1, 64),
+			itoa(blk.Max.Microseconds()), itoa(blk.ForgetAfter.Microseconds()), itoa(r.Cost))
 	}
 	return args
 }

@@ -96,7 +96,7 @@ func (s *Store) issue(ctx context.Context, t store.Request, ttl time.Duration, q
 		now = itoa(t.Time.UnixMicro())
 	}
 	keys := []string{s.ticketKey(t), s.ticketsKey(t)}
-	args := []string{now, itoa(algo.Micros(ttl)), itoa(store.MaxOpenTickets)}
+	args := []string{now, itoa(ttl.Microseconds()), itoa(store.MaxOpenTickets)}
 	if q != nil {
 		keys, args = append(keys, s.queueKey(*q)), append(args, entry)
 	}

@@ -12,7 +12,7 @@ var slidingLogBinding = func() binding {
 		func(l algo.SlidingLog, now, cost int64, ok bool, val int64, extra []int64, committed bool) algo.Result {
 			return windowResult(l.Limits, now, cost, ok, committed, l.Mode != algo.Uniform, extra, func() int64 {
 				if l.Buckets == 0 { // the clock is the newest entry: reset - longest window
-					return l.RecordedReset(now, extra[2]-algo.Micros(l.MaxWindow()), extra[2] > 0)
+					return l.RecordedReset(now, extra[2]-l.MaxWindow().Microseconds(), extra[2] > 0)
 				}
 				return l.RecordedReset(now, val, val >= 0) // value: the clock, or the record's time
 			})
@@ -36,13 +36,13 @@ func slidingLogArgs(args []string, l algo.SlidingLog, cost int64) []string {
 	case algo.Uniform:
 		mode = "u"
 	}
-	args = append(args, itoa(cost), mode, itoa(algo.Micros(l.MinGap)), itoa(l.Buckets), itoa(int64(len(l.Limits))))
+	args = append(args, itoa(cost), mode, itoa(l.MinGap.Microseconds()), itoa(l.Buckets), itoa(int64(len(l.Limits))))
 	for i, w := range l.Limits {
 		var width int64
 		if l.Buckets > 0 {
 			width = l.BucketWidth(i)
 		}
-		args = append(args, itoa(w.Count), itoa(algo.Micros(w.Window)), itoa(width))
+		args = append(args, itoa(w.Count), itoa(w.Window.Microseconds()), itoa(width))
 	}
 	return args
 }

@@ -23,7 +23,7 @@ func tatArgs(args []string, pl *algo.Plan, cost int64) []string {
 	// debt's (algo.Debt); n·T cannot overflow.
 	n := min(cost, p.Quota+1)
 	if pl.Debt() {
-		n = min(cost, algo.Micros(algo.MaxHorizon)/p.Interval+1)
+		n = min(cost, algo.MaxHorizon.Microseconds()/p.Interval+1)
 	}
 	return append(args, itoa(n*p.Interval), itoa(p.Tolerance))
 }
