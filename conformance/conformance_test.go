@@ -225,7 +225,7 @@ func TestEveryKindCovered(t *testing.T) {
 	for _, tr := range conformance.Traces {
 		traced[tr.Limit.Kind()] = true
 	}
-	for _, r := range append(append([]conformance.Racer(nil), conformance.CoreRacers...), conformance.WindowedRacers...) {
+	for _, r := range conformance.Racers {
 		raced[r.Limit.Kind()] = true
 	}
 	for _, k := range algo.Kinds() {

@@ -19,11 +19,12 @@ import (
 )
 
 // TestConcurrentExactlyLimit: 100 goroutines race for one key; exactly the
-// limit is admitted, for every algorithm.
+// limit is admitted, for every algorithm (every sliding log mode among
+// them), and by all-or-nothing batches.
 func TestConcurrentExactlyLimit(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	conformance.RunConcurrency(t, st, "mem", conformance.CoreRacers)
+	conformance.RunConcurrency(t, st, "mem")
 }
 
 // TestConcurrentBatches: 100 goroutines race with two-level batches that
