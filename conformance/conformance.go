@@ -695,16 +695,14 @@ func Run(t *testing.T, st store.Store, ns string) {
 }
 
 // decideStep decides a trace's step: Decide, or for a step with a permit
-// or an op the slot verb (store.Acquire, Renew, Release).
+// or an op that op on its slots (store.DecideSlots).
 func decideStep(st store.Store, req store.Request, step Step) (algo.Result, error) {
 	ctx := context.Background()
 	if step.Permit == 0 && step.Op == algo.Acquire {
 		return st.Decide(ctx, req)
 	}
-	verb := [...]func(context.Context, store.Store, []store.Request, int64, []algo.Result) (bool, error){
-		algo.Acquire: store.Acquire, algo.Renew: store.Renew, algo.Release: store.Release}[step.Op]
 	res := make([]algo.Result, 1)
-	_, err := verb(ctx, st, []store.Request{req}, step.Permit, res)
+	_, err := store.DecideSlots(ctx, st, step.Op, []store.Request{req}, step.Permit, res)
 	return res[0], err
 }
 

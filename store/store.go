@@ -1,6 +1,6 @@
 // Package store is the storage contract: a Store decides Requests, each
-// carrying a compiled algo.Plan (contract.go, request.go); Acquire, Renew
-// and Release are the verbs of concurrency slots on any store (slots.go).
+// carrying a compiled algo.Plan (contract.go, request.go); DecideSlots
+// applies the verbs of concurrency slots on any store (slots.go).
 // Stores register for a URL scheme, as database/sql drivers do: import
 // store/memory for "memory" (also the empty URL), store/redis for redis://
 // and rediss://, and Open a URL.
