@@ -603,10 +603,10 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 		spec.Calendar, fields["window"] = calendar, calAt
 	}
 	if at != nil {
-		n, per, err := algo.ParseRate(plain)
+		n, per, err := parseRate(plain)
 		switch {
 		case err != nil:
-			l.Errorf(at, yamlfile.Sub(path, "rate"), "%v", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+			l.Errorf(at, yamlfile.Sub(path, "rate"), "%v", err)
 			return compiled{}, false
 		case spec.Algorithm == algo.KindGCRA.String() && spec.Count == 0 && spec.Period == 0:
 			spec.Count, spec.Period = n, per
@@ -619,6 +619,28 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 		fields["rate"] = at
 	}
 	return l.build(spec, fields, m, path)
+}
+
+// parseRate reads a rate written plainly, "N/duration" such as "30/1m"
+// or "5/s" (a bare unit is one of it: s, m, h): N actions per duration.
+func parseRate(s string) (n int64, per time.Duration, err error) {
+	num, d, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("rate %q: want N/duration such as 30/1m", s)
+	}
+	n, err = strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, 0, fmt.Errorf("rate %q: the count must be a positive integer", s)
+	}
+	d = strings.TrimSpace(d)
+	if d != "" && (d[0] < '0' || d[0] > '9') {
+		d = "1" + d
+	}
+	per, err = time.ParseDuration(d)
+	if err != nil || per <= 0 {
+		return 0, 0, fmt.Errorf("rate %q: the period must be a positive duration such as 1m", s)
+	}
+	return n, per, nil
 }
 
 // growthZero returns the value of a block's growth when it is written as
