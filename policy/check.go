@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/permitid"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -346,7 +347,7 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 		sc.results = append(sc.results[:0], make([]algo.Result, len(sc.reqs))...)
 		var err error
 		if s.fresh && s.permit == 0 && slices.ContainsFunc(sc.reqs, isConcurrency) {
-			s.permit = store.NewPermitID()
+			s.permit = permitid.New()
 		}
 		switch {
 		case s.op == algo.Acquire && s.permit == 0:

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/permitid"
 )
 
 // DecideSlots applies op, a verb of concurrency slots (algo.Concurrency),
@@ -67,8 +66,3 @@ func (b *slotBuf) put() {
 	clear(b.reqs)
 	slotBufs.Put(b)
 }
-
-// NewPermitID returns a random permit id, 1 to algo.MaxPermitID, from
-// crypto/rand: an id that another caller cannot guess, so that only the
-// holder can renew or release its slots.
-func NewPermitID() int64 { return permitid.New() }
