@@ -24,12 +24,11 @@ type racer struct {
 	Goroutines int
 }
 
-// RunConcurrency races 100 goroutines for one key of every algorithm on
-// st (coreRacers, windowedRacers), once at a fixed request time and once
-// under the store's clock, and with all-or-nothing batches
-// (raceBatches, naryInBatch): exactly the limit is admitted. Its keys
-// start with ns.
-func RunConcurrency(t *testing.T, st store.Store, ns string) {
+// races races 100 goroutines for one key of every algorithm on st
+// (coreRacers, windowedRacers), once at a fixed request time and once
+// under the store's clock, and with all-or-nothing batches (raceBatches,
+// naryInBatch): exactly the limit is admitted. Its keys start with ns.
+func races(t *testing.T, st store.Store, ns string) {
 	race(t, st, ns, coreRacers)
 	race(t, st, ns, windowedRacers)
 	t.Run("batch", func(t *testing.T) { raceBatches(t, st, ns) })

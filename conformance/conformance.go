@@ -669,9 +669,11 @@ func midnight(zone string, y int, m time.Month, d int) time.Time {
 // e is the end of the 10s window that holds T0, since T0.
 const e = 9665413 * us
 
-// Run plays every trace against st, under keys that start with ns so
-// that several runs can share one server, and fails t on any result that
-// differs from the trace.
+// Run plays every trace against st, and races 100 goroutines for one key
+// of every algorithm and with all-or-nothing batches (concurrency.go),
+// under keys that start with ns so that several runs can share one
+// server. It fails t on any result that differs from the trace, and on a
+// race that admits other than the limit.
 func Run(t *testing.T, st store.Store, ns string) {
 	for _, tr := range Traces {
 		t.Run(tr.Name, func(t *testing.T) {
@@ -692,6 +694,7 @@ func Run(t *testing.T, st store.Store, ns string) {
 			}
 		})
 	}
+	t.Run("races", func(t *testing.T) { races(t, st, ns) })
 }
 
 // decideStep decides a trace's step: Decide, or for a step with a permit

@@ -28,6 +28,8 @@ func stores(t *testing.T) map[string]store.Store {
 	return map[string]store.Store{"memory": ms, "redis": rs}
 }
 
+// TestTraces runs conformance.Run, every trace and race, on the memory
+// store and on Redis.
 func TestTraces(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) { conformance.Run(t, st, "traces") })
