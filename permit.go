@@ -219,8 +219,8 @@ func (l *Limiter) opPlan() *opPlan {
 	return pp
 }
 
-// do decides op for the permit on its key at t: store.Acquire, Renew or
-// Release of one request, as one Decide (no slices to allocate), on pp, a
+// do decides op for the permit on its key at t: store.DecideSlots of one
+// request, as one Decide (no slices to allocate), on pp, a
 // copy of the limit's plan from the Limiter's pool (a store keeps no Plan
 // past the call; nothing but ForPermit changes a plan once compiled). It
 // sets *r to the Result, in place on a store that is an Allower (which

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/internal/permitid"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
@@ -224,7 +225,7 @@ func TestPermitExplicitTime(t *testing.T) {
 			}
 			// A forged id releases nothing: the key stays full.
 			var r [1]algo.Result
-			if _, err := store.Release(ctx, st, []store.Request{{Key: "k", Plan: algo.MustCompile(c), Time: t0.Add(3 * time.Second)}}, store.NewPermitID(), r[:]); err != nil || r[0].Admitted != 0 || r[0].Remaining != 0 {
+			if _, err := store.DecideSlots(ctx, st, algo.Release, []store.Request{{Key: "k", Plan: algo.MustCompile(c), Time: t0.Add(3 * time.Second)}}, permitid.New(), r[:]); err != nil || r[0].Admitted != 0 || r[0].Remaining != 0 {
 				t.Fatalf("forged release: %+v, %v", r[0], err)
 			}
 			for range 2 {
@@ -393,7 +394,7 @@ func TestPermitRenewsItself(t *testing.T) {
 		t.Fatal("a renewed permit is lost")
 	default:
 	}
-	if _, err := store.Release(ctx, st.Store, []store.Request{{Key: "k", Plan: algo.MustCompile(c), Time: st.at()}}, p.ID(), make([]algo.Result, 1)); err != nil {
+	if _, err := store.DecideSlots(ctx, st.Store, algo.Release, []store.Request{{Key: "k", Plan: algo.MustCompile(c), Time: st.at()}}, p.ID(), make([]algo.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
 	go func() {

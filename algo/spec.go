@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -202,28 +201,6 @@ next:
 		return f.name
 	}
 	return ""
-}
-
-// ParseRate reads a rate written plainly, "N/duration" such as "30/1m"
-// or "5/s" (a bare unit is one of it: s, m, h): N actions per duration.
-func ParseRate(s string) (n int64, per time.Duration, err error) {
-	num, d, ok := strings.Cut(strings.TrimSpace(s), "/")
-	if !ok {
-		return 0, 0, fmt.Errorf("%w: rate %q: want N/duration such as 30/1m", ErrInvalid, s)
-	}
-	n, err = strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n <= 0 {
-		return 0, 0, fmt.Errorf("%w: rate %q: the count must be a positive integer", ErrInvalid, s)
-	}
-	d = strings.TrimSpace(d)
-	if d != "" && (d[0] < '0' || d[0] > '9') {
-		d = "1" + d
-	}
-	per, err = time.ParseDuration(d)
-	if err != nil || per <= 0 {
-		return 0, 0, fmt.Errorf("%w: rate %q: the period must be a positive duration such as 1m", ErrInvalid, s)
-	}
-	return n, per, nil
 }
 
 // MarshalJSON implements json.Marshaler: AppendJSON.

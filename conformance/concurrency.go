@@ -12,10 +12,10 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Racer is a concurrency case: Goroutines each make Attempts decisions of
+// racer is a concurrency case: Goroutines each make Attempts decisions of
 // Cost at once on one key, and exactly Want must be admitted in total
 // (the sum of Result.Admitted).
-type Racer struct {
+type racer struct {
 	Name       string
 	Limit      algo.Limit
 	Cost       int64
@@ -24,10 +24,20 @@ type Racer struct {
 	Goroutines int
 }
 
-// RunConcurrency races every case of racers on st, once at a fixed
-// request time and once under the store's clock, under keys that start
-// with ns.
-func RunConcurrency(t *testing.T, st store.Store, ns string, racers []Racer) {
+// races races 100 goroutines for one key of every algorithm on st
+// (coreRacers, windowedRacers), once at a fixed request time and once
+// under the store's clock, and with all-or-nothing batches (raceBatches,
+// naryInBatch): exactly the limit is admitted. Its keys start with ns.
+func races(t *testing.T, st store.Store, ns string) {
+	race(t, st, ns, coreRacers)
+	race(t, st, ns, windowedRacers)
+	t.Run("batch", func(t *testing.T) { raceBatches(t, st, ns) })
+	t.Run("nary in a batch", func(t *testing.T) { naryInBatch(t, st, ns) })
+}
+
+// race races every case of racers on st, once at a fixed request time and
+// once under the store's clock.
+func race(t *testing.T, st store.Store, ns string, racers []racer) {
 	for _, rc := range racers {
 		for _, clock := range []string{"fixed", "store"} {
 			t.Run(rc.Name+"/"+clock, func(t *testing.T) {
@@ -64,11 +74,11 @@ func RunConcurrency(t *testing.T, st store.Store, ns string, racers []Racer) {
 	}
 }
 
-// RunBatchConcurrency races 100 goroutines making all-or-nothing
+// raceBatches races 100 goroutines making all-or-nothing
 // decisions over a nary sliding log (binary in a batch) and a window
 // counter: exactly the smaller limit passes, and each level records just
 // that.
-func RunBatchConcurrency(t *testing.T, st store.Store, ns string) {
+func raceBatches(t *testing.T, st store.Store, ns string) {
 	log := algo.SlidingLog{Limits: []algo.Window{{Count: 37, Window: time.Hour}}, Mode: algo.Nary}
 	wc := algo.WindowCounter{Limits: []algo.Window{{Count: 50, Window: time.Hour}}, Slice: time.Minute}
 	reqs := []store.Request{
@@ -110,10 +120,10 @@ func RunBatchConcurrency(t *testing.T, st store.Store, ns string) {
 	}
 }
 
-// RunNaryInBatch checks that a nary sliding log admits part of a cost in
+// naryInBatch checks that a nary sliding log admits part of a cost in
 // Decide, but acts as binary in a DecideAll of several requests: a level
 // that could take only part records nothing, and the batch is denied.
-func RunNaryInBatch(t *testing.T, st store.Store, ns string) {
+func naryInBatch(t *testing.T, st store.Store, ns string) {
 	ctx := context.Background()
 	nary := algo.SlidingLog{Limits: []algo.Window{{Count: 5, Window: time.Minute}}, Mode: algo.Nary}
 	other := algo.GCRA{Burst: 100, Count: 1, Period: time.Second}
@@ -149,7 +159,7 @@ func RunNaryInBatch(t *testing.T, st store.Store, ns string) {
 			}
 		}
 		if got != tc.want {
-			t.Fatalf("case %d (batch %v): second batch of 3:\n got %s\nwant %s", i, tc.batch, Format(got), Format(tc.want))
+			t.Fatalf("case %d (batch %v): second batch of 3:\n got %s\nwant %s", i, tc.batch, format(got), format(tc.want))
 		}
 		peek := first
 		peek.Cost = 0

@@ -669,9 +669,11 @@ func midnight(zone string, y int, m time.Month, d int) time.Time {
 // e is the end of the 10s window that holds T0, since T0.
 const e = 9665413 * us
 
-// Run plays every trace against st, under keys that start with ns so
-// that several runs can share one server, and fails t on any result that
-// differs from the trace.
+// Run plays every trace against st, and races 100 goroutines for one key
+// of every algorithm and with all-or-nothing batches (concurrency.go),
+// under keys that start with ns so that several runs can share one
+// server. It fails t on any result that differs from the trace, and on a
+// race that admits other than the limit.
 func Run(t *testing.T, st store.Store, ns string) {
 	for _, tr := range Traces {
 		t.Run(tr.Name, func(t *testing.T) {
@@ -687,37 +689,36 @@ func Run(t *testing.T, st store.Store, ns string) {
 					t.Fatalf("step %d: %v", i, err)
 				}
 				if got != step.Want {
-					t.Errorf("step %d (at %v, key %s, cost %d, permit %d %v):\n got %s\nwant %s", i, step.At, key, step.Cost, step.Permit, step.Op, Format(got), Format(step.Want))
+					t.Errorf("step %d (at %v, key %s, cost %d, permit %d %v):\n got %s\nwant %s", i, step.At, key, step.Cost, step.Permit, step.Op, format(got), format(step.Want))
 				}
 			}
 		})
 	}
+	t.Run("races", func(t *testing.T) { races(t, st, ns) })
 }
 
 // decideStep decides a trace's step: Decide, or for a step with a permit
-// or an op the slot verb (store.Acquire, Renew, Release).
+// or an op that op on its slots (store.DecideSlots).
 func decideStep(st store.Store, req store.Request, step Step) (algo.Result, error) {
 	ctx := context.Background()
 	if step.Permit == 0 && step.Op == algo.Acquire {
 		return st.Decide(ctx, req)
 	}
-	verb := [...]func(context.Context, store.Store, []store.Request, int64, []algo.Result) (bool, error){
-		algo.Acquire: store.Acquire, algo.Renew: store.Renew, algo.Release: store.Release}[step.Op]
 	res := make([]algo.Result, 1)
-	_, err := verb(ctx, st, []store.Request{req}, step.Permit, res)
+	_, err := store.DecideSlots(ctx, st, step.Op, []store.Request{req}, step.Permit, res)
 	return res[0], err
 }
 
-// Format renders a result for failure messages.
-func Format(r algo.Result) string {
+// format renders a result for failure messages.
+func format(r algo.Result) string {
 	return fmt.Sprintf("{allowed:%v admitted:%d limit:%d remaining:%d retry:%v reset:%v denied_by:%d}", r.Allowed, r.Admitted, r.Quota, r.Remaining, r.RetryAfter, r.ResetAfter, r.DeniedBy)
 }
 
-// CoreRacers are the concurrency cases of GCRA, the token bucket, the
+// coreRacers are the concurrency cases of GCRA, the token bucket, the
 // fixed window, the gate and concurrency slots: 100 goroutines, each limit
 // admitting 37 (the gate 1) and refilling (or ending a hold) too slowly for
 // a test run to see it.
-var CoreRacers = []Racer{
+var coreRacers = []racer{
 	{Name: "gcra", Limit: algo.GCRA{Burst: 36, Count: 1, Period: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 	{Name: "token_bucket", Limit: algo.TokenBucket{Burst: 37, Count: 1, Period: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 	{Name: "fixed_window", Limit: algo.FixedWindow{Count: 37, Window: 1000 * time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
@@ -725,28 +726,28 @@ var CoreRacers = []Racer{
 	{Name: "concurrency", Limit: algo.Concurrency{Count: 37, HoldFor: time.Hour}, Cost: 1, Attempts: 1, Want: 37, Goroutines: 100},
 }
 
-// WindowedRacers are the concurrency cases of the windowed algorithms:
+// windowedRacers are the concurrency cases of the windowed algorithms:
 // every sliding log mode, exact and sampled, with a gap, and a window
 // counter. Their windows are long enough that no test run crosses them,
 // also under the store's clock.
-var WindowedRacers = func() []Racer {
+var windowedRacers = func() []racer {
 	h := time.Hour
 	one := []algo.Window{{Count: 37, Window: h}, {Count: 50, Window: 2 * h}}
-	var rs []Racer
+	var rs []racer
 	for _, b := range []int64{0, 10} {
 		kind := "exact"
 		if b > 0 {
 			kind = "sampled"
 		}
 		rs = append(rs,
-			Racer{Name: "sliding_log/binary/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b}, Cost: 1, Attempts: 1, Want: 37},
-			Racer{Name: "sliding_log/nary/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, Mode: algo.Nary}, Cost: 3, Attempts: 2, Want: 37},
-			Racer{Name: "sliding_log/uniform/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, Mode: algo.Uniform}, Cost: 1, Attempts: 2, Want: 37},
-			Racer{Name: "sliding_log/gap/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, MinGap: h}, Cost: 1, Attempts: 1, Want: 1},
-			Racer{Name: "sliding_log/uniform-gap/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, MinGap: h, Mode: algo.Uniform}, Cost: 1, Attempts: 1, Want: 1},
+			racer{Name: "sliding_log/binary/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b}, Cost: 1, Attempts: 1, Want: 37},
+			racer{Name: "sliding_log/nary/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, Mode: algo.Nary}, Cost: 3, Attempts: 2, Want: 37},
+			racer{Name: "sliding_log/uniform/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, Mode: algo.Uniform}, Cost: 1, Attempts: 2, Want: 37},
+			racer{Name: "sliding_log/gap/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, MinGap: h}, Cost: 1, Attempts: 1, Want: 1},
+			racer{Name: "sliding_log/uniform-gap/" + kind, Limit: algo.SlidingLog{Limits: one, Buckets: b, MinGap: h, Mode: algo.Uniform}, Cost: 1, Attempts: 1, Want: 1},
 		)
 	}
-	rs = append(rs, Racer{Name: "window_counter", Limit: algo.WindowCounter{Limits: []algo.Window{{Count: 37, Window: h}, {Count: 60, Window: 2 * h}}, Slice: time.Minute}, Cost: 1, Attempts: 1, Want: 37})
+	rs = append(rs, racer{Name: "window_counter", Limit: algo.WindowCounter{Limits: []algo.Window{{Count: 37, Window: h}, {Count: 60, Window: 2 * h}}, Slice: time.Minute}, Cost: 1, Attempts: 1, Want: 37})
 	for i := range rs {
 		rs[i].Goroutines = 100
 	}

@@ -28,6 +28,8 @@ func stores(t *testing.T) map[string]store.Store {
 	return map[string]store.Store{"memory": ms, "redis": rs}
 }
 
+// TestTraces runs conformance.Run, every trace and race, on the memory
+// store and on Redis.
 func TestTraces(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) { conformance.Run(t, st, "traces") })
@@ -225,7 +227,7 @@ func TestEveryKindCovered(t *testing.T) {
 	for _, tr := range conformance.Traces {
 		traced[tr.Limit.Kind()] = true
 	}
-	for _, r := range append(append([]conformance.Racer(nil), conformance.CoreRacers...), conformance.WindowedRacers...) {
+	for _, r := range conformance.Racers {
 		raced[r.Limit.Kind()] = true
 	}
 	for _, k := range algo.Kinds() {

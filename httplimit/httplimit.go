@@ -91,12 +91,6 @@ const defaultTimeout = 50 * time.Millisecond
 // policy's delay when Options.MaxWaiting is zero.
 const defaultMaxWaiting = 1000
 
-// A PathFunc returns the policy path of a request whose key is key, by
-// appending its segments to path (which is empty, with room for 8
-// segments, so that appending usually allocates nothing). Segments are used
-// as they are: the policy's key layer escapes them.
-type PathFunc func(r *http.Request, key string, path []string) []string
-
 // FailurePolicy says what to do when a check fails.
 type FailurePolicy int
 
@@ -116,9 +110,12 @@ type Options struct {
 	// Key names the caller. Nil means IPKey{}.Key: the peer's address,
 	// with no proxy trusted.
 	Key KeyFunc
-	// Path maps a request and its key to the policy path. Nil means the
-	// path with the key alone.
-	Path PathFunc
+	// Path maps a request and its key to the policy path, by appending its
+	// segments to path (which is empty, with room for 8 segments, so that
+	// appending usually allocates nothing). Segments are used as they are:
+	// the policy's key layer escapes them. Nil means the path with the key
+	// alone.
+	Path func(r *http.Request, key string, path []string) []string
 	// Cost is what a request consumes. Nil means 1 for every request.
 	Cost func(r *http.Request) int64
 	// Headers selects the rate-limit headers; the zero value is

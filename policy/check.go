@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/permitid"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -68,12 +69,12 @@ const (
 	// a rate level denies takes no slot.
 	Acquire
 	// Renew renews the hold of Query.Permit's slots on the concurrency
-	// limits of the paths (store.Renew), and fills the Decision with those
+	// limits of the paths (store.DecideSlots), and fills the Decision with those
 	// levels alone; it is denied, with RetryAfter algo.Never, when a level
 	// no longer holds the permit, and renews no level then.
 	Renew
 	// Release gives back Query.Permit's slots on the concurrency limits
-	// of the paths (store.Release; permit 0: each path's Cost of the
+	// of the paths (store.DecideSlots; permit 0: each path's Cost of the
 	// slots taken for no permit), and fills the Decision with those
 	// levels alone.
 	Release
@@ -123,8 +124,8 @@ const (
 	GiveBack
 )
 
-// slot is what a decision's concurrency limits do (store.Acquire, Renew,
-// Release): op for permit (0: none); with fresh, an Acquire takes a new
+// slot is what a decision's concurrency limits do (store.DecideSlots of
+// Acquire, Renew or Release): op for permit (0: none); with fresh, an Acquire takes a new
 // permit id when a path hits a concurrency limit.
 type slot struct {
 	op     algo.SlotOp
@@ -347,17 +348,13 @@ func (c *Checker) decide(ctx context.Context, p *Policy, q *Query, d *Decision, 
 		sc.results = append(sc.results[:0], make([]algo.Result, len(sc.reqs))...)
 		var err error
 		if s.fresh && s.permit == 0 && slices.ContainsFunc(sc.reqs, isConcurrency) {
-			s.permit = store.NewPermitID()
+			s.permit = permitid.New()
 		}
 		switch {
 		case s.op == algo.Acquire && s.permit == 0:
 			pass, err = c.Store.DecideAll(ctx, sc.reqs, sc.results)
-		case s.op == algo.Acquire:
-			pass, err = store.Acquire(ctx, c.Store, sc.reqs, s.permit, sc.results)
-		case s.op == algo.Renew:
-			pass, err = store.Renew(ctx, c.Store, sc.reqs, s.permit, sc.results)
 		default:
-			pass, err = store.Release(ctx, c.Store, sc.reqs, s.permit, sc.results)
+			pass, err = store.DecideSlots(ctx, c.Store, s.op, sc.reqs, s.permit, sc.results)
 		}
 		if err != nil {
 			return err

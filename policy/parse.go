@@ -144,17 +144,17 @@ func (l *loader) children(n, key ast.Node, path, pattern string, shadow bool) (m
 		if pattern != "" {
 			p = pattern + "/" + e.Name
 		}
-		if len(p)-strings.Count(p, Wildcard) > store.MaxKeyLen || len(p) > 2*store.MaxKeyLen {
+		if len(p)-strings.Count(p, wildcard) > store.MaxKeyLen || len(p) > 2*store.MaxKeyLen {
 			// Never reached, and what is below it would cost each
 			// node its whole pattern again.
 			l.Errorf(e.Key, path, "child %s is never matched: its pattern is longer than a key may be (%d bytes, not counting its \"*\"s; %d with them)", describeName(e.Name), store.MaxKeyLen, 2*store.MaxKeyLen)
 			continue
 		}
-		isGlob := e.Name != Wildcard && strings.Contains(e.Name, Wildcard)
+		isGlob := e.Name != wildcard && strings.Contains(e.Name, wildcard)
 		c := l.node(e.Value, e.Key, yamlfile.Sub(path, e.Name), p, shadow, isGlob)
 		switch {
 		case c == nil:
-		case e.Name == Wildcard:
+		case e.Name == wildcard:
 			star = c
 		case isGlob:
 			c.glob = e.Name
@@ -194,7 +194,7 @@ func (l *loader) duplicates(m *ast.MappingNode, entries []yamlfile.Entry, path, 
 		if pattern != "" {
 			p = pattern + "/" + name
 		}
-		l.node(mv.Value, mv.Key, yamlfile.Sub(path, name), p, shadow, name != Wildcard && strings.Contains(name, Wildcard))
+		l.node(mv.Value, mv.Key, yamlfile.Sub(path, name), p, shadow, name != wildcard && strings.Contains(name, wildcard))
 	}
 }
 
@@ -327,7 +327,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		l.Errorf(shadowed.Key, yamlfile.Sub(path, shadowed.Name), "an unlimited node cannot be %s", shadowed.Name)
 	case counter != nil && !glob:
 		l.Errorf(counter.Key, yamlfile.Sub(path, "shared_counter"), "shared_counter is for a child whose name is a pattern with \"*\" (such as \"files/*\"), whose matches may share one counter")
-	case listed != nil && !glob && pattern != Wildcard && !strings.HasSuffix(pattern, "/"+Wildcard):
+	case listed != nil && !glob && pattern != wildcard && !strings.HasSuffix(pattern, "/"+wildcard):
 		l.Errorf(listed.Key, yamlfile.Sub(path, listed.Name), "allow and deny lists are for a \"*\" or pattern child: the segment that reaches %s is always its name", pattern)
 	case limits == nil && children == nil && listed == nil && !unknown && (unlimited == nil || uok && !nd.unlimited):
 		l.Errorf(key, path, "empty node: give it limits, children or unlimited: true")
@@ -605,10 +605,10 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 		spec.Calendar, fields["window"] = calendar, calAt
 	}
 	if at != nil {
-		n, per, err := algo.ParseRate(plain)
+		n, per, err := parseRate(plain)
 		switch {
 		case err != nil:
-			l.Errorf(at, yamlfile.Sub(path, "rate"), "%v", strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "))
+			l.Errorf(at, yamlfile.Sub(path, "rate"), "%v", err)
 			return compiled{}, false
 		case spec.Algorithm == algo.KindGCRA.String() && spec.Count == 0 && spec.Period == 0:
 			spec.Count, spec.Period = n, per
@@ -621,6 +621,28 @@ func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 		fields["rate"] = at
 	}
 	return l.build(spec, fields, m, path)
+}
+
+// parseRate reads a rate written plainly, "N/duration" such as "30/1m"
+// or "5/s" (a bare unit is one of it: s, m, h): N actions per duration.
+func parseRate(s string) (n int64, per time.Duration, err error) {
+	num, d, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("rate %q: want N/duration such as 30/1m", s)
+	}
+	n, err = strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, 0, fmt.Errorf("rate %q: the count must be a positive integer", s)
+	}
+	d = strings.TrimSpace(d)
+	if d != "" && (d[0] < '0' || d[0] > '9') {
+		d = "1" + d
+	}
+	per, err = time.ParseDuration(d)
+	if err != nil || per <= 0 {
+		return 0, 0, fmt.Errorf("rate %q: the period must be a positive duration such as 1m", s)
+	}
+	return n, per, nil
 }
 
 // growthZero returns the value of a block's growth when it is written as

@@ -141,9 +141,9 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Wildcard is the child name that matches any path segment that no named
+// wildcard is the child name that matches any path segment that no named
 // child matches.
-const Wildcard = "*"
+const wildcard = "*"
 
 // counting is how a decision counts the levels it hits (the file's
 // counts).

@@ -202,11 +202,11 @@ func TestDedup(t *testing.T) {
 // enough that redeliveries come soon, long enough that no handler of
 // theirs outlasts it on a busy machine (200ms, a handler timeout of 150ms,
 // was not).
-func drain(t *testing.T, q *Queue, n int64, h Handler) Counts {
+func drain(t *testing.T, q *Queue, n int64, h handler) Counts {
 	return drainWith(t, q, n, h, WorkerOptions{Visibility: time.Second, MaxDeliveries: 3, PerRead: 4})
 }
 
-func drainWith(t *testing.T, q *Queue, n int64, h Handler, o WorkerOptions) Counts {
+func drainWith(t *testing.T, q *Queue, n int64, h handler, o WorkerOptions) Counts {
 	t.Helper()
 	// A safety net, not a deadline: the watcher below stops the worker
 	// once n entries are done, on any machine long before this.

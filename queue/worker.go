@@ -18,12 +18,8 @@ import (
 	"github.com/sluicehq/sluice/queue/backend"
 )
 
-// Handler handles one entry. It returns nil when the entry is done (it is
-// then acked and removed); any error leaves the entry to be delivered
-// again after the visibility timeout, or dead-lettered once it was
-// delivered MaxDeliveries times. Delivery is at least once: use e.ID to
-// deduplicate.
-type Handler func(ctx context.Context, e Entry) error
+// handler handles one entry (Work's h).
+type handler = func(ctx context.Context, e Entry) error
 
 // WorkerOptions configures Work.
 type WorkerOptions struct {
@@ -79,12 +75,16 @@ var consumerSeq atomic.Int64
 
 // Work handles the queue's entries with h until ctx is done, then
 // finishes the entry in hand and returns its counts with nil. Entries
-// are handled in this goroutine, one at a time. A store failure after a
+// are handled in this goroutine, one at a time. h returns nil when the
+// entry is done (it is then acked and removed); any error leaves the
+// entry to be delivered again after the visibility timeout, or
+// dead-lettered once it was delivered MaxDeliveries times. Delivery is at
+// least once: use e.ID to deduplicate. A store failure after a
 // delivery (recording a failure, a dead letter, an ack) is logged and
 // leaves the entry pending, to be claimed again; Work returns an error
 // only when reading from the store fails for longer than a visibility
 // timeout.
-func (q *Queue) Work(ctx context.Context, h Handler, o WorkerOptions) (Counts, error) {
+func (q *Queue) Work(ctx context.Context, h func(ctx context.Context, e Entry) error, o WorkerOptions) (Counts, error) {
 	if q.isClosed() {
 		return Counts{}, ErrClosed
 	}
@@ -197,7 +197,7 @@ func (q *Queue) newWorker(o WorkerOptions) (*worker, error) {
 // paceKey is the limiter key the workers of a queue share.
 func (w *worker) paceKey() string { return sluice.Key("queue", w.q.name, "pace") }
 
-func (w *worker) run(ctx context.Context, h Handler) (Counts, error) {
+func (w *worker) run(ctx context.Context, h handler) (Counts, error) {
 	// The entry in hand is finished with a context that outlives ctx.
 	work := context.WithoutCancel(ctx)
 	var failingSince, swept time.Time
@@ -309,7 +309,7 @@ func (w *worker) claimSome(ctx context.Context) (es []Entry, sweeping bool, err 
 
 // handle paces and runs h; done reports success (the entry is to be
 // acked). A failure is recorded, or the entry dead-lettered.
-func (w *worker) handle(ctx, work context.Context, h Handler, e Entry) (done bool, err error) {
+func (w *worker) handle(ctx, work context.Context, h handler, e Entry) (done bool, err error) {
 	if w.pace != nil {
 		if err := w.waitPace(ctx); err != nil {
 			// Stopping: the entry stays pending and is claimed later.
@@ -347,7 +347,7 @@ var (
 // timeout once ctx is done: stopped reports that the shutdown timeout
 // cancelled it; err is h's error, or a timeout error when the handler
 // timeout passed before h returned.
-func (w *worker) call(ctx, work context.Context, h Handler, e Entry) (stopped bool, err error) {
+func (w *worker) call(ctx, work context.Context, h handler, e Entry) (stopped bool, err error) {
 	hctx, cancel := context.WithCancelCause(work)
 	defer cancel(nil)
 	tctx, tcancel := context.WithTimeoutCause(hctx, w.o.HandlerTimeout, errHandlerTimeout)

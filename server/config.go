@@ -24,11 +24,11 @@ import (
 // SLUICE_* environment variables (see ApplyEnv) and the command-line flags.
 type Config struct {
 	// HTTP is the listen address of the HTTP/JSON API, metrics, health and
-	// admin endpoints ("off" disables it). Default 127.0.0.1:8080.
-	HTTP string `yaml:"http"`
+	// admin endpoints ("off" disables it).
+	HTTP string `yaml:"http" default:"127.0.0.1:8080"`
 	// GRPC is the listen address of the Envoy rate limit service and the
-	// gRPC health service ("off" disables it). Default 127.0.0.1:8081.
-	GRPC string `yaml:"grpc"`
+	// gRPC health service ("off" disables it).
+	GRPC string `yaml:"grpc" default:"127.0.0.1:8081"`
 	// GRPCReflection is "on" (the default) to serve gRPC server reflection
 	// on the gRPC listener, so that grpcurl and grpcui list and call its
 	// services by name with no proto files, or "off".
@@ -228,12 +228,9 @@ type ConsumersConfig struct {
 	TTL time.Duration `yaml:"ttl" default:"1h"`
 }
 
-// Defaults of Config: the others are in its fields' tags (default:"...").
-const (
-	DefaultHTTP          = "127.0.0.1:8080"
-	DefaultGRPC          = "127.0.0.1:8081"
-	defaultQueueCapacity = 1000
-)
+// defaultQueueCapacity is a queue's capacity when its config gives none;
+// Config's other defaults are in its fields' tags (default:"...").
+const defaultQueueCapacity = 1000
 
 // Defaults returns c with every unset field at its default.
 func (c Config) Defaults() Config {
@@ -244,12 +241,6 @@ func (c Config) Defaults() Config {
 				panic(fmt.Sprintf("config: %s's default: %v", s.name, err))
 			}
 		}
-	}
-	if c.HTTP == "" {
-		c.HTTP = DefaultHTTP
-	}
-	if c.GRPC == "" {
-		c.GRPC = DefaultGRPC
 	}
 	if c.XDSServer != "" && c.XDSNodeID == "" {
 		c.XDSNodeID = "sluice"

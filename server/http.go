@@ -13,10 +13,6 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Handler returns the HTTP API, every endpoint of docs/service.md. The
-// admin endpoints exist only with an admin token configured.
-func (s *Server) Handler() http.Handler { return s.handler(true, true) }
-
 // handler is the HTTP API with or without the admin endpoints, and with or
 // without the check endpoint (an admin listener of its own has none).
 func (s *Server) handler(admin, check bool) http.Handler {

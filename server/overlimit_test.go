@@ -77,7 +77,7 @@ func TestOverLimitCacheInService(t *testing.T) {
 			t.Fatal("after a reset: want allowed, then denied")
 		}
 		write(3)
-		if !s.Reload("test") {
+		if !s.reload("test") {
 			t.Fatal("reload failed")
 		}
 		if code := check(); code != 200 {

@@ -141,7 +141,7 @@ func (s *Server) watch(ctx context.Context, reload <-chan struct{}) {
 				reload = nil
 				continue
 			}
-			s.Reload("signal")
+			s.reload("signal")
 		case <-tick:
 			s.reloadIfChanged()
 		}
@@ -156,15 +156,15 @@ func (s *Server) reloadIfChanged() {
 	s.fileSeen = st
 	s.reloadMu.Unlock()
 	if settled {
-		s.Reload("file changed")
+		s.reload("file changed")
 	}
 }
 
-// Reload reads the policy again and swaps it in. A file that cannot be
+// reload reads the policy again and swaps it in. A file that cannot be
 // read or is invalid is logged, each error with its position, counted as a
 // failed reload, and the policy in force stays. It reports whether the
 // new policy is in force.
-func (s *Server) Reload(reason string) bool {
+func (s *Server) reload(reason string) bool {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	p, stamp, err := s.loadPolicy()

@@ -87,7 +87,7 @@ func TestReloadFailureNamesTheSource(t *testing.T) {
 		if err := os.WriteFile(c.file, []byte("schema: [\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if s.Reload("test") {
+		if s.reload("test") {
 			t.Fatalf("%s: a bad file was loaded", c.file)
 		}
 		i := strings.Index(log.String(), "policy reload failed")

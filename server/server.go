@@ -460,10 +460,6 @@ func (s *Server) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
 	s.health.SetServingStatus(rlv3.RateLimitService_ServiceDesc.ServiceName, st)
 }
 
-// StoreKind is the scheme of the store's URL: "memory", "redis" or
-// "rediss".
-func (s *Server) StoreKind() string { return store.Scheme(s.cfg.Store) }
-
 // --- deciding ---
 
 // isBadRequest reports whether a store error is the request's fault.

@@ -293,16 +293,6 @@ var Scenarios = map[string]Scenario{
 	},
 }
 
-// ScenarioNames lists the built-in scenarios, sorted.
-func ScenarioNames() []string {
-	names := make([]string, 0, len(Scenarios))
-	for n := range Scenarios {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
 // TraceScenario reads a recorded trace in sluice replay's JSON-lines
 // format ({"t_ns": ..., "key": ..., "cost": ...}; the key is the caller),
 // as a scenario whose events are its lines, timed from the first one.

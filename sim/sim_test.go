@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +56,7 @@ func TestDeterministic(t *testing.T) {
 	if !bytes.HasPrefix(a, []byte("t_ms,strategy,offered,admitted,in_flight\n0,gate per caller,")) {
 		t.Errorf("series starts %q", a[:min(80, len(a))])
 	}
-	for _, name := range ScenarioNames() {
+	for _, name := range slices.Sorted(maps.Keys(Scenarios)) {
 		sc := Scenarios[name]
 		if ev := sc.Events(1, sc.Defaults); len(ev) == 0 {
 			t.Errorf("%s: no events", name)

@@ -7,40 +7,28 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/permitid"
 )
 
-// Acquire, Renew and Release are the verbs of concurrency slots
-// (algo.Concurrency), on any store: each applies reqs as one DecideAll,
-// every concurrency level acting for permit (algo.ForPermit). A plain
-// Decide or DecideAll of a concurrency limit is an Acquire for no permit.
-
-// Acquire decides reqs all or nothing as DecideAll does, each concurrency
-// level taking its Cost in slots under permit (0: for no permit, freed by
-// a Release without one or when the hold ends). An acquire under a
-// permit a level already holds renews it there and takes nothing more.
-func Acquire(ctx context.Context, st Store, reqs []Request, permit int64, results []algo.Result) (bool, error) {
-	return slots(ctx, st, reqs, permit, algo.Acquire, results)
-}
-
-// Renew renews the hold of permit's slots on every request, each of a
-// concurrency limit: it runs the limit's HoldFor from the request's Time.
-// A level that no longer holds the permit is denied, with RetryAfter
-// algo.Never, and then no level is renewed.
-func Renew(ctx context.Context, st Store, reqs []Request, permit int64, results []algo.Result) (bool, error) {
-	return slots(ctx, st, reqs, permit, algo.Renew, results)
-}
-
-// Release gives back permit's slots on every request, each of a
-// concurrency limit; with permit 0, Cost units of the holders without a
-// permit, the earliest hold first. results[i].Admitted is how many units
-// request i freed (0 for a permit that held none there: a release is
-// idempotent).
-func Release(ctx context.Context, st Store, reqs []Request, permit int64, results []algo.Result) (bool, error) {
-	return slots(ctx, st, reqs, permit, algo.Release, results)
-}
-
-func slots(ctx context.Context, st Store, reqs []Request, permit int64, op algo.SlotOp, results []algo.Result) (bool, error) {
+// DecideSlots applies op, a verb of concurrency slots (algo.Concurrency),
+// to reqs on any store, as one DecideAll in which every concurrency level
+// acts for permit (algo.ForPermit). A plain Decide or DecideAll of a
+// concurrency limit is an Acquire for no permit.
+//
+//   - algo.Acquire decides reqs all or nothing as DecideAll does, each
+//     concurrency level taking its Cost in slots under permit (0: for no
+//     permit, freed by a Release without one or when the hold ends). An
+//     acquire under a permit a level already holds renews it there and
+//     takes nothing more.
+//   - algo.Renew renews the hold of permit's slots on every request, each
+//     of a concurrency limit: it runs the limit's HoldFor from the
+//     request's Time. A level that no longer holds the permit is denied,
+//     with RetryAfter algo.Never, and then no level is renewed.
+//   - algo.Release gives back permit's slots on every request, each of a
+//     concurrency limit; with permit 0, Cost units of the holders without
+//     a permit, the earliest hold first. results[i].Admitted is how many
+//     units request i freed (0 for a permit that held none there: a
+//     release is idempotent).
+func DecideSlots(ctx context.Context, st Store, op algo.SlotOp, reqs []Request, permit int64, results []algo.Result) (bool, error) {
 	b, _ := slotBufs.Get().(*slotBuf)
 	if b == nil {
 		b = new(slotBuf)
@@ -64,7 +52,7 @@ func slots(ctx context.Context, st Store, reqs []Request, permit int64, op algo.
 	return st.DecideAll(ctx, b.reqs, results)
 }
 
-// slotBufs holds the requests and plans of the slot verbs' calls, which a
+// slotBufs holds the requests and plans of DecideSlots' calls, which a
 // store reads only during the call (store.Store).
 var slotBufs sync.Pool
 
@@ -78,8 +66,3 @@ func (b *slotBuf) put() {
 	clear(b.reqs)
 	slotBufs.Put(b)
 }
-
-// NewPermitID returns a random permit id, 1 to algo.MaxPermitID, from
-// crypto/rand: an id that another caller cannot guess, so that only the
-// holder can renew or release its slots.
-func NewPermitID() int64 { return permitid.New() }

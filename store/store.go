@@ -1,6 +1,6 @@
 // Package store is the storage contract: a Store decides Requests, each
-// carrying a compiled algo.Plan (contract.go, request.go); Acquire, Renew
-// and Release are the verbs of concurrency slots on any store (slots.go).
+// carrying a compiled algo.Plan (contract.go, request.go); DecideSlots
+// applies the verbs of concurrency slots on any store (slots.go).
 // Stores register for a URL scheme, as database/sql drivers do: import
 // store/memory for "memory" (also the empty URL), store/redis for redis://
 // and rediss://, and Open a URL.
@@ -73,17 +73,18 @@ type Options struct {
 	HomeReplicas    int
 }
 
-// An Opener opens a store of one scheme.
-type Opener func(ctx context.Context, url string, opts Options) (Store, error)
+// opener opens a store of one scheme.
+type opener func(ctx context.Context, url string, opts Options) (Store, error)
 
 var (
 	mu      sync.RWMutex
-	openers = map[string]Opener{}
+	openers = map[string]opener{}
 )
 
-// Register makes a store available under scheme ("memory", "redis"). It
-// panics if the scheme is taken.
-func Register(scheme string, open Opener) {
+// Register makes a store available under scheme ("memory", "redis"): open
+// opens a store of it, as Open does a URL of the scheme. It panics if the
+// scheme is taken.
+func Register(scheme string, open func(ctx context.Context, url string, opts Options) (Store, error)) {
 	mu.Lock()
 	defer mu.Unlock()
 	if _, dup := openers[scheme]; dup {
@@ -317,7 +318,7 @@ type Settler interface {
 // A TicketQueue is a Settler that also queues tickets, for estimates whose
 // holder keeps no id (Envoy's protocol: a stream's start and its end are
 // paired by their descriptor and cost). Enqueue issues t as Issue does
-// and, in the same step, queues entry (at most MaxQueueEntry bytes) as the
+// and, in the same step, queues entry (1 to 16 KiB) as the
 // newest of the queue q.Key (placed by q.Tag, which is t's), for as long
 // as the ticket lives; Dequeue takes the oldest entry of q whose life has
 // not ended, once, whoever races for it, and returns it ("" when there is
@@ -328,18 +329,19 @@ type TicketQueue interface {
 	Dequeue(ctx context.Context, q Request) (string, error)
 }
 
-// MaxQueueEntry bounds a TicketQueue entry's length (a ticket's id: a settle_id).
-const MaxQueueEntry = 16 << 10
+// maxQueueEntry bounds a TicketQueue entry's length (a ticket's id: a
+// settle_id, at most policy's MaxEstimateID).
+const maxQueueEntry = 16 << 10
 
 // ValidateQueue checks a TicketQueue's queue (a key as Validate takes one,
-// with the tag of its tickets) and, for Enqueue, its entry (1 to
-// MaxQueueEntry bytes). Its errors wrap ErrBadRequest.
+// with the tag of its tickets) and, for Enqueue, its entry (1 to 16 KiB).
+// Its errors wrap ErrBadRequest.
 func ValidateQueue(q Request, entry string, enqueue bool) error {
 	switch {
 	case q.Tag == "":
 		return fmt.Errorf("%w: a ticket queue without a tag", ErrBadRequest)
-	case enqueue && (entry == "" || len(entry) > MaxQueueEntry):
-		return fmt.Errorf("%w: a queue entry of %d bytes: want 1 to %d", ErrBadRequest, len(entry), MaxQueueEntry)
+	case enqueue && (entry == "" || len(entry) > maxQueueEntry):
+		return fmt.Errorf("%w: a queue entry of %d bytes: want 1 to %d", ErrBadRequest, len(entry), maxQueueEntry)
 	}
 	return Validate(q.Key, q.Tag, ticketPlan, 0, q.Time)
 }

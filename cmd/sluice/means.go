@@ -21,8 +21,7 @@ func means(s algo.Spec) string {
 		out = fmt.Sprintf("%d at once (a full bucket), then %s", s.Burst, rate(s.Rate, s.Per))
 	case "fixed_window":
 		if s.Calendar != "" {
-			c := algo.Calendar{Unit: s.Calendar, TimeZone: s.TimeZone, AnchorDay: int(s.AnchorDay), WeekStart: s.WeekStart}
-			out = fmt.Sprintf("%d a calendar %s (%s)", s.Limit, s.Calendar, c.Describe())
+			out = fmt.Sprintf("%d a calendar %s (%s)", s.Limit, s.Calendar, resets(s))
 			break
 		}
 		out = fmt.Sprintf("%d per %s window (windows start afresh at each multiple of %s since 1970-01-01 00:00 UTC)", s.Limit, short(s.Window), short(s.Window))
@@ -76,4 +75,46 @@ func rate(n int64, per time.Duration) string {
 		return fmt.Sprintf("%d %s", n, unit)
 	}
 	return fmt.Sprintf("%d %s (one every %s)", n, unit, short(per/time.Duration(n)))
+}
+
+// resets says in words when a calendar window resets: "resets on the 1st
+// at 00:00 Europe/Berlin".
+func resets(s algo.Spec) string {
+	zone := s.TimeZone
+	if zone == "" {
+		zone = "UTC"
+	}
+	switch s.Calendar {
+	case "day":
+		return "resets every day at 00:00 " + zone
+	case "week":
+		ws := "Monday"
+		if s.WeekStart != "" {
+			ws = strings.ToUpper(s.WeekStart[:1]) + strings.ToLower(s.WeekStart[1:])
+		}
+		return "resets every " + ws + " at 00:00 " + zone
+	case "month":
+		d := max(s.AnchorDay, 1)
+		out := fmt.Sprintf("resets on the %d%s at 00:00 %s", d, ordinal(d), zone)
+		if d > 28 {
+			out += " (on a shorter month's last day)"
+		}
+		return out
+	}
+	return "resets on January 1st at 00:00 " + zone
+}
+
+// ordinal is the suffix of an ordinal number: st, nd, rd or th.
+func ordinal(d int64) string {
+	switch {
+	case d%100 >= 11 && d%100 <= 13:
+		return "th"
+	case d%10 == 1:
+		return "st"
+	case d%10 == 2:
+		return "nd"
+	case d%10 == 3:
+		return "rd"
+	}
+	return "th"
 }

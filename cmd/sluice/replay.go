@@ -106,14 +106,14 @@ flags:`)
 	}
 	defer st.Close()
 	apply := func(line []byte) (any, error) {
-		req, verb, permit, err := parseEvent(line)
+		req, op, permit, err := parseEvent(line)
 		if err != nil {
 			return nil, err
 		}
 		var r algo.Result
-		if verb != nil {
+		if op != nil {
 			res := make([]algo.Result, 1)
-			_, err = verb(ctx, st, []store.Request{req}, permit, res)
+			_, err = store.DecideSlots(ctx, st, *op, []store.Request{req}, permit, res)
 			r = res[0]
 		} else {
 			r, err = st.Decide(ctx, req)
@@ -229,9 +229,9 @@ func (ev event) cost() int64 {
 }
 
 // parseEvent returns the request of an event without a path, and for an
-// event that names a permit or an op the slot verb to apply (store.Acquire,
-// Renew or Release) and its permit.
-func parseEvent(line []byte) (store.Request, slotVerb, int64, error) {
+// event that names a permit or an op the slot operation to apply
+// (store.DecideSlots) and its permit.
+func parseEvent(line []byte) (store.Request, *algo.SlotOp, int64, error) {
 	ev, err := decodeEvent(line)
 	if err != nil {
 		return store.Request{}, nil, 0, err
@@ -254,20 +254,16 @@ func parseEvent(line []byte) (store.Request, slotVerb, int64, error) {
 	if err := store.Validate(req.Key, req.Tag, req.Plan, req.Cost, req.Time); err != nil {
 		return store.Request{}, nil, 0, err
 	}
-	var verb slotVerb
 	if ev.Permit != 0 || ev.Op != "" {
 		op, err := ev.slotOp()
 		if err != nil {
 			return store.Request{}, nil, 0, err
 		}
-		q := p // a check only: the verb applies the permit
+		q := p // a check only: DecideSlots applies the permit
 		if err := algo.ForPermit(&q, ev.Permit, op); err != nil {
 			return store.Request{}, nil, 0, err
 		}
-		verb = [...]slotVerb{algo.Acquire: store.Acquire, algo.Renew: store.Renew, algo.Release: store.Release}[op]
+		return req, &op, ev.Permit, nil
 	}
-	return req, verb, ev.Permit, nil
+	return req, nil, 0, nil
 }
-
-// slotVerb is store.Acquire, Renew or Release.
-type slotVerb func(context.Context, store.Store, []store.Request, int64, []algo.Result) (bool, error)

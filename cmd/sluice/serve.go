@@ -30,8 +30,8 @@ var examplePolicy []byte
 // "." and "_" (flagName). Every one has its SLUICE_* variable
 // (TestEveryFlagHasItsVariable).
 var serveFlags = []struct{ field, usage string }{
-	{"http", "HTTP listen address (default " + server.DefaultHTTP + "; off disables)"},
-	{"grpc", "gRPC listen address (default " + server.DefaultGRPC + "; off disables)"},
+	{"http", "HTTP listen address (default 127.0.0.1:8080; off disables)"},
+	{"grpc", "gRPC listen address (default 127.0.0.1:8081; off disables)"},
 	{"grpc_reflection", "gRPC server reflection, for grpcurl and grpcui: on (default) or off"},
 	{"store", "store: memory (default), redis://[user:pass@]host:port/db, rediss://..., a Cluster seed list redis://h1:p1?addr=h2:p2, or Sentinel redis://h:26379?master_set=name"},
 	{"policy", "limits.yaml to serve, reloaded on SIGHUP and when it changes (default: the bundled example)"},
@@ -221,7 +221,7 @@ flags:`)
 	storeErr := srv.PingStore(pingCtx)
 	cancel()
 	banner(e, cfg, srv, storeErr)
-	log.Info("listening", "http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "store", srv.StoreKind(),
+	log.Info("listening", "http", srv.HTTPAddr(), "grpc", srv.GRPCAddr(), "store", store.Scheme(cfg.Store),
 		"policy", srv.Policy().Name(), "timeout", time.Duration(cfg.Timeout).String(), "on_store_error", cfg.OnStoreError)
 	if err := srv.Serve(ctx, reload); err != nil {
 		fmt.Fprintf(e.stderr, "serve: %v\n", err)

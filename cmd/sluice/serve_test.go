@@ -864,7 +864,8 @@ func TestServeDefaultsAndConfig(t *testing.T) {
 	// With no flags at all: the memory store, the bundled example, on
 	// 127.0.0.1:8080 and :8081, when those ports are free here.
 	free := true
-	for _, a := range []string{server.DefaultHTTP, server.DefaultGRPC} {
+	const httpAddr, grpcAddr = "127.0.0.1:8080", "127.0.0.1:8081" // README's and sluice.example.yaml's
+	for _, a := range []string{httpAddr, grpcAddr} {
 		l, err := net.Listen("tcp", a)
 		if err != nil {
 			free = false
@@ -874,7 +875,7 @@ func TestServeDefaultsAndConfig(t *testing.T) {
 	}
 	if free {
 		p := serve(t, nil)
-		if p.http != server.DefaultHTTP || p.grpc != server.DefaultGRPC {
+		if p.http != httpAddr || p.grpc != grpcAddr {
 			t.Errorf("default addresses %q %q", p.http, p.grpc)
 		}
 		out := p.stdout.String()

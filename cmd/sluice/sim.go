@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,7 +52,7 @@ series, a summary, charts and a self-contained report.html. Without
 --limit or --policy a scenario's own strategies run (zoo has three).
 
 scenarios:`)
-		for _, n := range sim.ScenarioNames() {
+		for _, n := range slices.Sorted(maps.Keys(sim.Scenarios)) {
 			sc := sim.Scenarios[n]
 			fmt.Fprintf(e.stderr, "  %-8s %s\n", n, sc.Description)
 		}
@@ -83,7 +84,7 @@ scenarios:`)
 	} else {
 		var ok bool
 		if sc, ok = sim.Scenarios[*scenario]; !ok {
-			return fail(fmt.Errorf("unknown scenario %q (want %s)", *scenario, strings.Join(sim.ScenarioNames(), ", ")))
+			return fail(fmt.Errorf("unknown scenario %q (want %s)", *scenario, strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), ", ")))
 		}
 	}
 	var strategies []sim.Strategy

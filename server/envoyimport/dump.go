@@ -77,7 +77,7 @@ func dump(b *strings.Builder, unlimited, quota map[string]bool, prefix, pattern 
 				quota[pat] = true
 			}
 			unit, perUnit := "UNKNOWN", uint32(0) // unlimited: no unit
-			if _, ok := Units[strings.ToLower(rl.Unit)]; ok && !rl.Unlimited {
+			if _, ok := units[strings.ToLower(rl.Unit)]; ok && !rl.Unlimited {
 				unit = strings.ToUpper(rl.Unit)
 			}
 			if rl.RequestsPerUnit != nil {

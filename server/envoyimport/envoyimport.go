@@ -87,9 +87,9 @@ type File struct {
 	Data []byte
 }
 
-// Units maps Envoy's rate limit units (lower case) to their lengths as
+// units maps Envoy's rate limit units (lower case) to their lengths as
 // envoyproxy/ratelimit counts them.
-var Units = map[string]time.Duration{
+var units = map[string]time.Duration{
 	"second": time.Second,
 	"minute": time.Minute,
 	"hour":   time.Hour,
@@ -410,7 +410,7 @@ func (c *converter) descriptors(parent *node, ds []descriptor, path *dpath, leve
 				}
 				v.unlim = true
 			} else {
-				unit, ok := Units[strings.ToLower(rl.Unit)]
+				unit, ok := units[strings.ToLower(rl.Unit)]
 				switch {
 				case !ok:
 					c.errorf(p, "rate_limit.unit", "invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", rl.Unit)

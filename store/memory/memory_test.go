@@ -13,18 +13,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
-
-// TestConcurrentExactlyLimit: 100 goroutines race for one key; exactly the
-// limit is admitted, for every algorithm.
-func TestConcurrentExactlyLimit(t *testing.T) {
-	st := memory.New()
-	defer st.Close()
-	conformance.RunConcurrency(t, st, "mem", conformance.CoreRacers)
-}
 
 // TestConcurrentBatches: 100 goroutines race with two-level batches that
 // share a parent key; no level admits more than its limit.

@@ -12,16 +12,6 @@ import (
 	"github.com/sluicehq/sluice/store/memory"
 )
 
-// TestWindowedConcurrency: 100 goroutines race for one key of each
-// sliding log mode and a window counter; exactly the limit is admitted.
-func TestWindowedConcurrency(t *testing.T) {
-	st := memory.New()
-	defer st.Close()
-	conformance.RunConcurrency(t, st, "mem", conformance.WindowedRacers)
-	t.Run("batch", func(t *testing.T) { conformance.RunBatchConcurrency(t, st, "mem") })
-	t.Run("nary in a batch", func(t *testing.T) { conformance.RunNaryInBatch(t, st, "mem") })
-}
-
 // TestWindowedZeroAllocs: a decision on an existing key allocates nothing
 // in steady state, also after its state expired and was reset (the log
 // keeps its capacity).

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/redis"
@@ -40,12 +39,6 @@ func TestOptionsRefused(t *testing.T) {
 			t.Errorf("%+v: no error", o)
 		}
 	}
-}
-
-// TestConcurrentExactlyLimit: 100 goroutines race for one key; exactly the
-// limit is admitted, for every algorithm.
-func TestConcurrentExactlyLimit(t *testing.T) {
-	conformance.RunConcurrency(t, open(t, redistest.Start(t), redis.Options{}), "redis", conformance.CoreRacers)
 }
 
 // TestKeysAreEscaped: a caller key cannot pick a hash tag or produce

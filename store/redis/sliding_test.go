@@ -10,21 +10,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
-
-// TestWindowedConcurrency: 100 goroutines race for one key of each
-// sliding log mode and a window counter; exactly the limit is admitted.
-func TestWindowedConcurrency(t *testing.T) {
-	st := open(t, redistest.Start(t), redis.Options{})
-	conformance.RunConcurrency(t, st, "redis", conformance.WindowedRacers)
-	t.Run("batch", func(t *testing.T) { conformance.RunBatchConcurrency(t, st, "redis") })
-	t.Run("nary in a batch", func(t *testing.T) { conformance.RunNaryInBatch(t, st, "redis") })
-}
 
 // TestWindowedCluster plays random decisions spanning Cluster slots (so
 // groups that reserved are refunded when another slot denies) with the
