@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -85,10 +84,6 @@ func (k Kind) String() string {
 // is the one statement of the rule: policy validation and the stores ask
 // it.
 func (k Kind) Leasable() bool { return int(k) < NumKinds && kinds[k].leasable }
-
-// ErrNotLeasable is wrapped by the error of a lease asked for a limit
-// whose kind cannot be leased (Kind.Leasable).
-var ErrNotLeasable = errors.New("only a fixed_window limit can be leased: a lease's units count in the window when taken and are used until it ends, which only a window that ends with the lease keeps exact")
 
 // Example returns a valid limit of the kind.
 func (k Kind) Example() Limit { return kinds[k].example }

@@ -369,7 +369,7 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 func (l *loader) windowsOnly(nd *node, e *yamlfile.Entry, path, what, why string) {
 	for i, lim := range nd.limits {
 		if !lim.Kind().Leasable() {
-			l.Errorf(e.Key, path, "limit %d is %s: %v", i, lim.Kind(), algo.ErrNotLeasable)
+			l.Errorf(e.Key, path, "limit %d is %s: only a fixed_window limit can be leased: a lease's units count in the window when taken and are used until it ends, which only a window that ends with the lease keeps exact", i, lim.Kind())
 			return
 		}
 		if _, ok := lim.(algo.Blocking); ok {
