@@ -46,6 +46,18 @@ GOBIN="$(mktemp -d)" GOFLAGS= go install "github.com/fullstorydev/grpcurl/cmd/gr
 grpcurl_pid=$!
 go vet ./... || fail "go vet ./..."
 wait "$grpcurl_pid" || { cat /tmp/sluice-grpcurl-install.log >&2; fail "installing grpcurl $grpcurl_version"; }
+# The fuzz targets' test binaries (instrumented for the fuzzer: one build
+# a package, where `go test -fuzz` built one a target), built in the
+# background while the tests run; the fuzz stage below runs them.
+fuzz_targets=(".:FuzzKeyInjective" "./policy:FuzzParse" "./server:FuzzParseCheck" "./server:FuzzShouldRateLimit"
+  "./cmd/sluice:FuzzParseEvent" "./internal/jsonenc:FuzzAppendString" "./internal/sf:FuzzString")
+fuzz_bin="$(mktemp -d)"
+(
+  for pkg in $(printf '%s\n' "${fuzz_targets[@]%%:*}" | sort -u); do
+    go test -c -fuzz . -o "$fuzz_bin/$(go list -f '{{.ImportPath}}' "$pkg" | tr / _).test" "$pkg" || echo "test.sh: building $pkg for fuzzing failed" >&2
+  done
+) > /tmp/sluice-fuzz-build.log 2>&1 &
+fuzz_build_pid=$!
 # -timeout: go test's default of 10 minutes a package is a deadline a busy
 # machine outlasts (cmd/sluice took 8 under load); the tests bound their
 # own waits, as hang detectors.
@@ -68,16 +80,23 @@ fi
 # seeds every time. A count, not a duration: a duration races Go's fuzz
 # coordinator at its end and can fail with a bare "context deadline
 # exceeded" on a busy machine (golang/go#75804, fixed in Go 1.27).
+# Each runs as `go test -fuzz` runs it: in its package's directory, with
+# the corpus go test keeps under GOCACHE.
 fuzz_time=${FUZZ_TIME:-10000x}
 fuzz_failed=0
-for target in \
-  ".:FuzzKeyInjective" "./policy:FuzzParse" "./server:FuzzParseCheck" "./server:FuzzShouldRateLimit" \
-  "./cmd/sluice:FuzzParseEvent" "./internal/jsonenc:FuzzAppendString" "./internal/sf:FuzzString"; do
-  if ! out=$(go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime "$fuzz_time" "${target%%:*}" 2>&1); then
-    echo "$out"; fail "fuzz $target"; fuzz_failed=$((fuzz_failed + 1))
+wait "$fuzz_build_pid" || true
+fuzz_cache="$(go env GOCACHE)/fuzz"
+for target in "${fuzz_targets[@]}"; do
+  pkg=$(go list -f '{{.ImportPath}}' "${target%%:*}")
+  bin="$fuzz_bin/$(echo "$pkg" | tr / _).test"
+  if ! out=$(cd "${target%%:*}" && "$bin" -test.paniconexit0 -test.timeout=10m -test.run '^$' -test.fuzz "^${target#*:}\$" \
+    -test.fuzztime "$fuzz_time" -test.fuzzcachedir "$fuzz_cache/$pkg" 2>&1); then
+    echo "$out"; [ -x "$bin" ] || cat /tmp/sluice-fuzz-build.log >&2
+    fail "fuzz $target"; fuzz_failed=$((fuzz_failed + 1))
   fi
 done
-echo "fuzz: 7 targets, $fuzz_time each: $fuzz_failed failed"
+rm -rf "$fuzz_bin"
+echo "fuzz: ${#fuzz_targets[@]} targets, $fuzz_time each: $fuzz_failed failed"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test.sh: ${#failed[@]} stage(s) failed:" >&2
   printf '  %s\n' "${failed[@]}" >&2

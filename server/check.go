@@ -417,8 +417,11 @@ func (r *jsonReader) object(field string, names []string, set func(int) error) e
 		}
 		return set(f)
 	})
-	if err == nil && field == "" && r.next() != 0 {
-		return bodyErrorf("malformed JSON: more than one value in the body")
+	if err == nil && field == "" {
+		// Only white space after the value (next's 0 is also a NUL byte).
+		if r.next(); r.i < len(r.b) {
+			return bodyErrorf("malformed JSON: more than one value in the body")
+		}
 	}
 	return err
 }

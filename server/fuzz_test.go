@@ -15,6 +15,7 @@ func FuzzParseCheck(f *testing.F) {
 		`{"path": ["user", "alex", "trade"]}`, `{"path": ["a"], "cost": 0}`, `{"cost": 3, "path": ["a", "b"]}`,
 		`{"path": ["a"], "meta": {"user_id": "u-1"}}`, `{"path": [""]}`, `{"path": ["\ud800"]}`, `{"path": ["a"], "cost": 1e3}`,
 		"{\"path\": [\"\xff\"]}", `[]`, ``, `{"path": ["a"]} {}`,
+		"{\"path\": [\"a\"]}\x00", "{\"path\": [\"a\"]}\x00{}",
 		`{"paths": [["llm", "calls", "alex"], ["llm", "tokens", "alex"]], "costs": [1, 4000], "settle_within": "10m"}`,
 		`{"paths": [["a"], ["b"]], "costs": [1]}`, `{"paths": [["a"], ["b"]], "costs": [1, -1]}`, `{"path": ["a"], "costs": [1]}`,
 		`{"paths": [["a"], ["b"]], "cost": 2, "costs": [1, 1]}`,

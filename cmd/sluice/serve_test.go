@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -51,6 +52,12 @@ import (
 var sluiceBin string
 
 func TestMain(m *testing.M) {
+	// No binary when no test runs: test.sh's FuzzParseEvent (-run '^$'),
+	// and the fuzz workers it starts, which run only the fuzz target.
+	flag.Parse()
+	if flag.Lookup("test.run").Value.String() == "^$" || flag.Lookup("test.fuzzworker").Value.String() == "true" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "sluice-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
