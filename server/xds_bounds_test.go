@@ -130,18 +130,27 @@ func TestXDSLargeAndFirst(t *testing.T) {
 	// A domain of 10,000 descriptors: taken, and it limits.
 	push("2", usersConfig(10_000, 3, rlsconfv3.RateLimitUnit_MINUTE))
 	waitFor("ACK of version 2", acked("2"))
-	ok := 0
-	for range 8 {
-		r, err := check("u9999")
-		if err != nil {
-			t.Fatal(err)
+	// 8 requests within one minute of the clock (the drop-in's windows
+	// are the clock's): a round that a minute's end cut is played again
+	// on another descriptor.
+	for round := 0; ; round++ {
+		start, ok := time.Now().Truncate(time.Minute), 0
+		for range 8 {
+			r, err := check(fmt.Sprintf("u%d", 9999-round))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.OverallCode == rlv3.RateLimitResponse_OK {
+				ok++
+			}
 		}
-		if r.OverallCode == rlv3.RateLimitResponse_OK {
-			ok++
+		if !time.Now().Truncate(time.Minute).Equal(start) && round < 3 {
+			continue
 		}
-	}
-	if ok != 3 {
-		t.Errorf("%d of 8 requests OK on a descriptor of 3 a minute", ok)
+		if ok != 3 {
+			t.Errorf("%d of 8 requests OK on a descriptor of 3 a minute", ok)
+		}
+		break
 	}
 	if code, body := ready(); code != http.StatusOK {
 		t.Errorf("/readyz answers %d %q with a configuration in force", code, body)
