@@ -693,8 +693,11 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		resp.Body.Close()
 		done <- answer{status: resp.StatusCode, body: b}
 	}()
-	// SIGTERM once the server has read the check: its handler then runs
-	// to the stalled store, and the drain must wait for it.
+	// SIGTERM once the server has read the check: the drain serves what
+	// has arrived (server's TestDrainServesWhatArrived: net/http's Shutdown
+	// alone dropped a check read but not yet parsed, and this test saw EOF
+	// once), so its handler runs to the stalled store, and the drain must
+	// wait for it.
 	var local string
 	for written := false; !written; {
 		select {
