@@ -1422,8 +1422,11 @@ func TestServeReadyThroughARedisOutage(t *testing.T) {
 // (1.5s once was not enough to be sure).
 func TestServeAdminListenerAndShutdownDelay(t *testing.T) {
 	const token = "tok"
-	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, append(local, "--admin-http", "127.0.0.1:0", "--shutdown-delay", "10s",
-		"--policy", policyFile(t, testPolicy))...)
+	args := func(delay time.Duration) []string {
+		return append(local, "--admin-http", "127.0.0.1:0", "--shutdown-delay", delay.String(), "--policy", policyFile(t, testPolicy))
+	}
+	delay := 10 * time.Second
+	p := serve(t, []string{"SLUICE_ADMIN_TOKEN=" + token}, args(delay)...)
 	if p.admin == "" {
 		t.Fatal("no admin address in the banner")
 	}
@@ -1444,23 +1447,70 @@ func TestServeAdminListenerAndShutdownDelay(t *testing.T) {
 			}
 		}
 	}
+	// After SIGTERM, /readyz answers 503 and checks are answered for the
+	// delay. A machine too busy to ask within it meets a closed listener:
+	// again, with a delay six times as long.
+	for !shutdownDelayServes(t, p, delay) {
+		if delay *= 6; delay > 10*time.Minute {
+			t.Fatal("no check within a shutdown delay of 6 minutes")
+		}
+		t.Logf("the check came after the delay: again with %v", delay)
+		p = serve(t, nil, args(delay)...)
+	}
+}
+
+// shutdownDelayServes sends p SIGTERM and sees /readyz answer 503 and a
+// check 200 meanwhile, then p exit 0; false when it asked later than
+// delay after the signal, and the listener had closed.
+func shutdownDelayServes(t *testing.T, p *proc, delay time.Duration) bool {
+	t.Helper()
+	try := func(method, path, body string) (int, error) {
+		req, _ := http.NewRequest(method, "http://"+p.http+path, strings.NewReader(body))
+		resp, err := (&http.Client{Timeout: waitLimit}).Do(req)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	signalled := time.Now()
 	p.signal(syscall.SIGTERM)
-	deadline := time.Now().Add(waitLimit)
+	late := func(what string, err error) bool {
+		t.Helper()
+		if since := time.Since(signalled); since < delay {
+			t.Fatalf("%s %v after SIGTERM, within the shutdown delay %v: %v", what, since, delay, err)
+		}
+		p.wait()
+		return false
+	}
 	for {
-		if a := do(t, "GET", "http://"+p.http+"/readyz", "", ""); a.status == 503 {
+		status, err := try("GET", "/readyz", "")
+		if err != nil {
+			return late("/readyz failed", err)
+		}
+		if status == 503 {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("readyz did not turn 503 after SIGTERM")
+		if time.Since(signalled) > delay+waitLimit { // a hang detector
+			t.Fatalf("/readyz answers %d %v after SIGTERM", status, time.Since(signalled))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if a := p.check(`{"path": ["shared"]}`); a.status != 200 {
-		t.Errorf("a check while draining: %d", a.status)
+	if status, err := try("POST", "/v1/check", `{"path": ["shared"]}`); err != nil {
+		return late("a check failed", err)
+	} else if status != 200 {
+		t.Errorf("a check while draining: %d", status)
 	}
-	if code := p.wait(); code != 0 {
-		t.Errorf("exit %d", code)
+	select {
+	case <-p.exited:
+		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("exit %d", code)
+		}
+	case <-time.After(delay + waitLimit): // a hang detector
+		t.Fatalf("sluice serve did not exit %v after the shutdown delay", waitLimit)
 	}
+	return true
 }
 
 // TestServeResetReachesEveryInstance: two `sluice serve` on one Redis,
