@@ -200,7 +200,7 @@ func (t *connTracker) waiting() bool {
 	return false
 }
 
-// stop cuts the connection's wait for a request (tc.mu held): its read
+// stop cuts the connection's wait for a request (under tc.mu): its read
 // deadline goes to the past, and its reads take only what has arrived
 // until net/http has read a request. A connection whose request is read,
 // or HTTP/2, is left as it is.

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// gatedListener holds each connection's reads until open is closed: a
+// gatedListener stops each connection's reads until open is closed: a
 // server slow to read what has arrived, as on a busy machine.
 type gatedListener struct {
 	net.Listener
@@ -77,7 +77,7 @@ func TestDrainServesWhatArrived(t *testing.T) {
 	}
 }
 
-// arrived is how many bytes c holds unread (SIOCINQ).
+// arrived is how many bytes have arrived on c unread (SIOCINQ).
 func arrived(t *testing.T, c *net.TCPConn) int {
 	t.Helper()
 	rc, err := c.SyscallConn()

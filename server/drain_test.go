@@ -56,9 +56,9 @@ func drainServer(t *testing.T, httpTLS TLSConfig, ln func(net.Listener) net.List
 }
 
 // TestDrainOverTLS: connections idle after a request, over HTTP/2 and
-// HTTP/1.1, and one that sent nothing, do not hold the HTTPS listener's
-// drain up: it ends with all of them open at the client's end, though it
-// may take minutes, and closes each.
+// HTTP/1.1, and one that sent nothing, do not keep the HTTPS listener's
+// drain waiting: it ends with all of them open at the client's end,
+// though it may take minutes, and closes each.
 func TestDrainOverTLS(t *testing.T) {
 	pki := pkitest.New(t)
 	cert, key, _ := pki.Issue(t, "server", true)
