@@ -385,10 +385,7 @@ func remaining(ws []Window, c *[maxWindows]int64) int64 {
 }
 
 func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome {
-	live := s.Log
-	if s.B >= 0 && s.B <= int64(len(live)) {
-		live = live[s.B:]
-	}
+	live := l.live(s)
 	hasLast := len(live) > 0
 	var last int64
 	e := now // the log's clock
@@ -403,36 +400,45 @@ func (l SlidingLog) decideExact(s *State, now, cost int64, commit bool) Outcome 
 	gap := Micros(l.MinGap)
 	gapOK := !hasLast || gap == 0 || e-last >= gap
 	admitted, record := l.admit(&c, cost, gapOK)
-	wmax := l.maxWindow()
+	// The j-th newest action of the log after the decision: the log plus
+	// record actions at e, its newest.
+	o := l.outcome(&c, now, e, last, hasLast, cost, admitted, record, func(i int, j int64) int64 {
+		t := e
+		if j > record {
+			t = live[int64(len(live))-(j-record)]
+		}
+		return t + Micros(l.Limits[i].Window)
+	})
+	if commit && record > 0 {
+		l.recordExact(s, e, record, l.maxWindow())
+	}
+	return o
+}
 
+// outcome is the Outcome of a decision that admitted admitted of cost and
+// records record actions at the log's clock e, on the counts c before it
+// (then after it), the log's newest action at clock if hasClock: its
+// reset, remaining and, when it is denied or over a limit, its wait, where
+// leave(i, j) is when the j-th newest action after it leaves limit i's
+// window.
+func (l SlidingLog) outcome(c *[maxWindows]int64, now, e, clock int64, hasClock bool, cost, admitted, record int64, leave func(i int, j int64) int64) Outcome {
 	o := Outcome{Admitted: admitted}
 	if record > 0 {
 		for i := range l.Limits {
 			c[i] += record
 		}
-		o.Reset = l.RecordedReset(now, last, hasLast)
-		last, hasLast = e, true
-	} else if hasLast {
-		o.Reset = last + wmax
+		o.Reset = l.RecordedReset(now, clock, hasClock)
+		clock, hasClock = e, true
+	} else if hasClock {
+		o.Reset = l.RecordedReset(clock, clock, true)
 	}
-	o.Remaining = remaining(l.Limits, &c)
-	if admitted != cost || l.over(&c) {
+	o.Remaining = remaining(l.Limits, c)
+	if admitted != cost || l.over(c) {
 		var gapAt int64
-		if gap > 0 && hasLast && cost > 0 { // a peek keeps no gap
-			gapAt = last + gap
+		if gap := Micros(l.MinGap); gap > 0 && hasClock && cost > 0 { // a peek keeps no gap
+			gapAt = clock + gap
 		}
-		// The j-th newest action of the log after the decision: the log
-		// plus record actions at e, its newest.
-		l.wait(&o, &c, cost, gapAt, func(i int, j int64) int64 {
-			t := e
-			if j > record {
-				t = live[int64(len(live))-(j-record)]
-			}
-			return t + Micros(l.Limits[i].Window)
-		})
-	}
-	if commit && record > 0 {
-		l.recordExact(s, e, record, wmax)
+		l.wait(&o, c, cost, gapAt, leave)
 	}
 	return o
 }
@@ -484,60 +490,46 @@ func firstAfter(xs []int64, v int64) int {
 
 func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcome {
 	b := l.Buckets
-	r := b + 1
-	k := int64(len(l.Limits))
-	valid := int64(len(s.Log)) == k*r+k
+	r, _, valid := l.layout(s)
 	e, c := l.sampledCounts(s, now)
 	gap := Micros(l.MinGap)
 	gapOK := !valid || gap == 0 || e-s.A >= gap
 	admitted, record := l.admit(&c, cost, gapOK)
-
-	o := Outcome{Admitted: admitted}
-	clock, hasClock := s.A, valid
-	if record > 0 {
-		for i := range l.Limits {
-			c[i] += record
+	// Walk limit i's buckets from the newest after the decision down to the
+	// oldest counted one, until more than L_i - n are newer.
+	o := l.outcome(&c, now, e, s.A, valid, cost, admitted, record, func(i int, j int64) int64 {
+		w := l.BucketWidth(i)
+		cur := e / w
+		top := cur
+		if record == 0 {
+			top = s.A / w
 		}
-		o.Reset = l.RecordedReset(now, s.A, valid)
-		clock, hasClock = e, true
-	} else if hasClock {
-		o.Reset = l.RecordedReset(clock, clock, true)
-	}
-	o.Remaining = remaining(l.Limits, &c)
-	if admitted != cost || l.over(&c) {
-		var gapAt int64
-		if gap > 0 && hasClock && cost > 0 { // a peek keeps no gap
-			gapAt = clock + gap
+		var acc int64
+		for kb := top; kb >= cur-b; kb-- {
+			if record > 0 && kb == cur {
+				acc += record
+			}
+			if valid && kb <= s.A/w && kb > s.A/w-r {
+				acc += s.Log[int64(i)*r+kb%r]
+			}
+			if acc >= j {
+				return (kb + r) * w
+			}
 		}
-		// Walk limit i's buckets from the newest after the decision down
-		// to the oldest counted one, until more than L_i - n are newer.
-		l.wait(&o, &c, cost, gapAt, func(i int, j int64) int64 {
-			w := l.BucketWidth(i)
-			cur := e / w
-			top := cur
-			if record == 0 {
-				top = s.A / w
-			}
-			var acc int64
-			for kb := top; kb >= cur-b; kb-- {
-				if record > 0 && kb == cur {
-					acc += record
-				}
-				if valid && kb <= s.A/w && kb > s.A/w-r {
-					acc += s.Log[int64(i)*r+kb%r]
-				}
-				if acc >= j {
-					return (kb + r) * w
-				}
-			}
-			panic("unreachable: the counts say the bucket exists")
-		})
-	}
+		panic("unreachable: the counts say the bucket exists")
+	})
 	if commit && record > 0 {
 		l.recordSampled(s, e, record, &c)
 		s.Expire = o.Reset
 	}
 	return o
+}
+
+// layout returns a sampled log's ring of r = Buckets+1 buckets a limit,
+// its k limits, and whether s holds them: k rings, then k running sums.
+func (l SlidingLog) layout(s *State) (r, k int64, ok bool) {
+	r, k = l.Buckets+1, int64(len(l.Limits))
+	return r, k, int64(len(s.Log)) == k*r+k
 }
 
 // sampledCounts returns a sampled log's clock for a decision at now
@@ -546,9 +538,8 @@ func (l SlidingLog) decideSampled(s *State, now, cost int64, commit bool) Outcom
 // (a_i-B-1, a_i] less the buckets that leave when the ring moves to
 // cur_i, which sit in the fields of (a_i, cur_i].
 func (l SlidingLog) sampledCounts(s *State, now int64) (e int64, c [maxWindows]int64) {
-	r := l.Buckets + 1
-	k := int64(len(l.Limits))
-	if int64(len(s.Log)) != k*r+k {
+	r, k, ok := l.layout(s)
+	if !ok {
 		return now, c
 	}
 	e = max(now, s.A)
@@ -571,9 +562,7 @@ func (l SlidingLog) sampledCounts(s *State, now int64) (e int64, c [maxWindows]i
 // counts after them are c, moving each limit's ring on to e's bucket; the
 // caller sets Expire.
 func (l SlidingLog) recordSampled(s *State, e, n int64, c *[maxWindows]int64) {
-	r := l.Buckets + 1
-	k := int64(len(l.Limits))
-	valid := int64(len(s.Log)) == k*r+k
+	r, k, valid := l.layout(s)
 	if !valid {
 		s.Log = grow(s.Log[:0], int(k*r+k))
 		clear(s.Log)
@@ -627,8 +616,7 @@ func (l SlidingLog) penalize(s *State, now, n int64) {
 		l.recordExact(s, e, n, l.maxWindow())
 		return
 	}
-	k := int64(len(l.Limits))
-	valid := int64(len(s.Log)) == k*(l.Buckets+1)+k
+	_, _, valid := l.layout(s)
 	for i := range l.Limits {
 		c[i] += n
 	}
@@ -645,28 +633,18 @@ func (l SlidingLog) reward(s *State, n int64) {
 		live := l.live(s)
 		k := min(n, int64(len(live)))
 		s.Log = s.Log[:int64(len(s.Log))-k]
-		if live = l.live(s); len(live) == 0 {
-			*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
-			return
-		}
-		s.Expire = live[len(live)-1] + l.maxWindow()
+		l.trimmed(s)
 		return
 	}
-	r := l.Buckets + 1
-	k := int64(len(l.Limits))
-	if int64(len(s.Log)) != k*r+k {
+	r, _, ok := l.layout(s)
+	if !ok {
 		return
 	}
 	for i := range l.Limits {
-		w := l.BucketWidth(i)
-		a := s.A / w
-		ring := s.Log[int64(i)*r : int64(i+1)*r]
+		a := s.A / l.BucketWidth(i)
 		left := n
 		for kb := a; kb > a-r && left > 0; kb-- {
-			take := min(ring[kb%r], left)
-			ring[kb%r] -= take
-			s.Log[k*r+int64(i)] -= take
-			left -= take
+			left -= l.untake(s, i, kb, left)
 		}
 	}
 }
@@ -816,16 +794,11 @@ func (l SlidingLog) giveBack(s *State, now, since, n int64) {
 		}
 		off := len(s.Log) - len(live) + lo
 		s.Log = append(s.Log[:off], s.Log[off+int(k):]...)
-		if live = l.live(s); len(live) == 0 {
-			*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
-			return
-		}
-		s.Expire = live[len(live)-1] + l.maxWindow()
+		l.trimmed(s)
 		return
 	}
-	r := l.Buckets + 1
-	k := int64(len(l.Limits))
-	if int64(len(s.Log)) != k*r+k {
+	r, _, ok := l.layout(s)
+	if !ok {
 		return
 	}
 	for i := range l.Limits {
@@ -834,9 +807,29 @@ func (l SlidingLog) giveBack(s *State, now, since, n int64) {
 		if kb > a || kb <= a-r || (kb+r)*w <= now {
 			continue
 		}
-		ring := s.Log[int64(i)*r : int64(i+1)*r]
-		take := min(ring[kb%r], n)
-		ring[kb%r] -= take
-		s.Log[k*r+int64(i)] -= take
+		l.untake(s, i, kb, n)
 	}
+}
+
+// trimmed settles an exact log that entries were taken from: an empty one
+// is reset (keeping its buffer, shape and block), any other expires when
+// its newest entry leaves the longest window.
+func (l SlidingLog) trimmed(s *State) {
+	live := l.live(s)
+	if len(live) == 0 {
+		*s = State{Log: s.Log[:0], Shape: s.Shape, Block: s.Block}
+		return
+	}
+	s.Expire = live[len(live)-1] + l.maxWindow()
+}
+
+// untake takes at most n actions from limit i's bucket kb in a sampled
+// log, and from that limit's running sum, and returns how many it took.
+func (l SlidingLog) untake(s *State, i int, kb, n int64) int64 {
+	r, k, _ := l.layout(s)
+	ring := s.Log[int64(i)*r : int64(i+1)*r]
+	take := min(ring[kb%r], n)
+	ring[kb%r] -= take
+	s.Log[k*r+int64(i)] -= take
+	return take
 }

@@ -80,8 +80,25 @@ func limit(unit string, n int) string {
 
 // oneKey is the configuration of one key with a limit (a rate_limit
 // block).
-func oneKey(key, lim string) string {
-	return fmt.Sprintf("domain: DOMAIN\ndescriptors:\n  - key: %s\n    rate_limit: %s\n", key, lim)
+func oneKey(key, lim string) string { return config(top("key: "+key, "rate_limit: "+lim)) }
+
+// config is a configuration of the top-level descriptors ds (see top).
+func config(ds ...string) string {
+	return "domain: DOMAIN\ndescriptors:\n" + strings.Join(ds, "")
+}
+
+// top is a top-level descriptor of a configuration, without children: its
+// fields, one a line ("key: user", "rate_limit: "+limit(...)).
+func top(fields ...string) string {
+	return "  - " + strings.Join(fields, "\n    ") + "\n"
+}
+
+// sometimes appends next() to the descriptors of s at one draw in k.
+func sometimes(r *rand.Rand, k int, s step, next func() *rlcommon.RateLimitDescriptor) step {
+	if r.IntN(k) == 0 {
+		s.req.Descriptors = append(s.req.Descriptors, next())
+	}
+	return s
 }
 
 // features are every feature compared, each with its generator.
@@ -129,14 +146,7 @@ var pairs = map[string][]string{
 func genPlain(r *rand.Rand) (string, int64, []step) {
 	l1, l2 := 1+r.IntN(5), 1+r.IntN(4)
 	u := pick(r, "minute", "hour", "day")
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: user
-    rate_limit: %s
-  - key: api
-    value: v1
-    rate_limit: %s
-`, limit(u, l1), limit("hour", l2))
+	cfg := config(top("key: user", "rate_limit: "+limit(u, l1)), top("key: api", "value: v1", "rate_limit: "+limit("hour", l2)))
 	var steps []step
 	for range 2*(l1+l2) + 4 {
 		steps = append(steps, rq(0, pick(r, d("user", "u0"), d("user", "u1"), d("api", "v1"), d("api", "v2"))))
@@ -148,13 +158,7 @@ descriptors:
 // peek) included, now and then one above 2^31-1.
 func genHitsAddend(r *rand.Rand) (string, int64, []step) {
 	l := 3 + r.IntN(8)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: user
-    rate_limit: %s
-  - key: org
-    rate_limit: %s
-`, limit("hour", l), limit("hour", 2*l))
+	cfg := config(top("key: user", "rate_limit: "+limit("hour", l)), top("key: org", "rate_limit: "+limit("hour", 2*l)))
 	var steps []step
 	for range 16 {
 		x := pick(r, d("user", "a"), d("user", "b"), d("org", "o"))
@@ -170,11 +174,9 @@ descriptors:
 				hits(x, 3_000_000_000)
 			}
 		}
-		s := rq(h, x)
-		if r.IntN(4) == 0 {
-			s.req.Descriptors = append(s.req.Descriptors, pick(r, d("user", "a"), d("org", "o")))
-		}
-		steps = append(steps, s)
+		steps = append(steps, sometimes(r, 4, rq(h, x), func() *rlcommon.RateLimitDescriptor {
+			return pick(r, d("user", "a"), d("org", "o"))
+		}))
 	}
 	return cfg, 3600, steps
 }
@@ -212,11 +214,7 @@ descriptors:
 		return d("user", u)
 	}
 	for range 20 {
-		s := rq(0, one())
-		if r.IntN(3) == 0 {
-			s.req.Descriptors = append(s.req.Descriptors, one())
-		}
-		steps = append(steps, s)
+		steps = append(steps, sometimes(r, 3, rq(0, one()), one))
 	}
 	return cfg, 3600, steps
 }
@@ -263,16 +261,8 @@ func genNegativeHits(r *rand.Rand) (string, int64, []step) {
 // while the others are OK, and one is in shadow mode.
 func genMulti(r *rand.Rand) (string, int64, []step) {
 	la, lb, ls := 1+r.IntN(3), 4+r.IntN(4), 1+r.IntN(3)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: a
-    rate_limit: %s
-  - key: b
-    rate_limit: %s
-  - key: s
-    shadow_mode: true
-    rate_limit: %s
-`, limit("hour", la), limit("hour", lb), limit("hour", ls))
+	cfg := config(top("key: a", "rate_limit: "+limit("hour", la)), top("key: b", "rate_limit: "+limit("hour", lb)),
+		top("key: s", "shadow_mode: true", "rate_limit: "+limit("hour", ls)))
 	var steps []step
 	for range 14 {
 		ds := []*rlcommon.RateLimitDescriptor{d("a", pick(r, "x", "y")), d("b", "z")}
@@ -290,21 +280,10 @@ descriptors:
 func genMode(mode, k string) func(r *rand.Rand) (string, int64, []step) {
 	return func(r *rand.Rand) (string, int64, []step) {
 		lm, ln := 1+r.IntN(3), 2+r.IntN(3)
-		cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: %s
-    %s: true
-    rate_limit: %s
-  - key: n
-    rate_limit: %s
-`, k, mode, limit("hour", lm), limit("hour", ln))
+		cfg := config(top("key: "+k, mode+": true", "rate_limit: "+limit("hour", lm)), top("key: n", "rate_limit: "+limit("hour", ln)))
 		var steps []step
 		for range 12 {
-			s := rq(0, d(k, "v"))
-			if r.IntN(2) == 0 {
-				s.req.Descriptors = append(s.req.Descriptors, d("n", "v"))
-			}
-			steps = append(steps, s)
+			steps = append(steps, sometimes(r, 2, rq(0, d(k, "v")), func() *rlcommon.RateLimitDescriptor { return d("n", "v") }))
 		}
 		return cfg, 3600, steps
 	}
@@ -354,15 +333,7 @@ descriptors:
 // of its own (README's example 8).
 func genDetailed(r *rand.Rand) (string, int64, []step) {
 	l1, l2 := 1+r.IntN(3), 2+r.IntN(3)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: key1
-    detailed_metric: true
-    rate_limit: %s
-  - key: key1
-    value: value1
-    rate_limit: %s
-`, limit("hour", l1), limit("hour", l2))
+	cfg := config(top("key: key1", "detailed_metric: true", "rate_limit: "+limit("hour", l1)), top("key: key1", "value: value1", "rate_limit: "+limit("hour", l2)))
 	var steps []step
 	for range 12 {
 		steps = append(steps, rq(0, d("key1", pick(r, "value1", "other", "third"))))
@@ -374,18 +345,8 @@ descriptors:
 // values it does not match.
 func genWildcard(r *rand.Rand) (string, int64, []step) {
 	l1, l2 := 2+r.IntN(3), 1+r.IntN(3)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: %s
-  - key: other
-    value: files/*
-    rate_limit: %s
-  - key: other
-    rate_limit: %s
-`, limit("hour", l1), limit("hour", l2), limit("hour", l2+2))
+	cfg := config(top("key: files", "value: files/*", "share_threshold: true", "rate_limit: "+limit("hour", l1)),
+		top("key: other", "value: files/*", "rate_limit: "+limit("hour", l2)), top("key: other", "rate_limit: "+limit("hour", l2+2)))
 	var steps []step
 	for range 14 {
 		v := pick(r, "files/a.pdf", "files/b.csv", "files/", "docs/x")
@@ -398,15 +359,7 @@ descriptors:
 // rate_limit nor children, and a limited one, alone and together.
 func genUnlimited(r *rand.Rand) (string, int64, []step) {
 	l := 1 + r.IntN(3)
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: ldap
-    rate_limit:
-      unlimited: true
-  - key: bare
-  - key: azure
-    rate_limit: %s
-`, limit("hour", l))
+	cfg := config(top("key: ldap", "rate_limit:", "  unlimited: true"), top("key: bare"), top("key: azure", "rate_limit: "+limit("hour", l)))
 	var steps []step
 	for range 10 {
 		ds := []*rlcommon.RateLimitDescriptor{pick(r, d("ldap", "x"), d("bare", "y"), d("azure", "z"), d("none", "n"))}
@@ -539,11 +492,7 @@ func readmeSteps(r *rand.Rand, paths [][]ydesc) []step {
 	}
 	var steps []step
 	for range 30 {
-		s := rq(0, hot[r.IntN(len(hot))])
-		if r.IntN(3) == 0 {
-			s.req.Descriptors = append(s.req.Descriptors, hot[r.IntN(len(hot))])
-		}
-		steps = append(steps, s)
+		steps = append(steps, sometimes(r, 3, rq(0, hot[r.IntN(len(hot))]), func() *rlcommon.RateLimitDescriptor { return hot[r.IntN(len(hot))] }))
 	}
 	return steps
 }
@@ -565,16 +514,8 @@ func genJSON(r *rand.Rand) (string, int64, []step) {
 // (the answers' dynamic metadata is compared; a descriptor's own limit is
 // in server's TestEnvoyDynamicMetadata).
 func genMetadata(r *rand.Rand) (string, int64, []step) {
-	cfg := fmt.Sprintf(`domain: DOMAIN
-descriptors:
-  - key: user
-    rate_limit: %s
-  - key: org
-    rate_limit: %s
-  - key: q
-    quota_mode: true
-    rate_limit: %s
-`, limit("hour", 1000), limit("hour", 1000), limit("hour", 2))
+	cfg := config(top("key: user", "rate_limit: "+limit("hour", 1000)), top("key: org", "rate_limit: "+limit("hour", 1000)),
+		top("key: q", "quota_mode: true", "rate_limit: "+limit("hour", 2)))
 	var steps []step
 	for range 12 {
 		ds := []*rlcommon.RateLimitDescriptor{d("user", pick(r, "a", "b"))}

@@ -2,9 +2,7 @@ package policy
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"slices"
@@ -64,14 +62,11 @@ func (c *Checker) decideStarts(ctx context.Context, q *Query, d *Decision) error
 	if open == 0 {
 		return c.decideOp(ctx, q, d)
 	}
-	if q.Time.IsZero() {
-		now, err := storeNow(ctx, c.Store)
-		if err != nil {
-			return err
-		}
-		q.Time = now
-		defer func() { q.Time = time.Time{} }()
+	unpin, err := c.pinTime(ctx, q)
+	if err != nil {
+		return err
 	}
+	defer unpin()
 	if err := c.decideOp(ctx, q, d); err != nil || !d.Allowed {
 		return err
 	}
@@ -94,9 +89,7 @@ func (c *Checker) decideStarts(ctx context.Context, q *Query, d *Decision) error
 			// than where this path's did, so it gives back no more.
 			e.began = [][]int64{began[i]}
 		}
-		var random [16]byte
-		rand.Read(random[:])
-		e.nonce = base64.RawURLEncoding.EncodeToString(random[:])
+		e.nonce = newNonce()
 		id := e.String()
 		t := ticket(id, tag)
 		t.Time = q.Time
@@ -268,11 +261,3 @@ func ticketQueue(path []string, cost int64, tag string) store.Request {
 // a later window than its start still finds it (and gives back nothing
 // there), since an end that finds none is charged its cost in full.
 const minStartLife = time.Hour
-
-// storeNow is the store's clock (store.Clock), or this process's.
-func storeNow(ctx context.Context, st store.Store) (time.Time, error) {
-	if clock, ok := st.(store.Clock); ok {
-		return clock.Now(ctx)
-	}
-	return time.Now(), nil
-}

@@ -29,15 +29,12 @@ func (c *Checker) estimate(ctx context.Context, q *Query, d *Decision) error {
 	case within < store.MinTicket || within > store.MaxTicket:
 		return fmt.Errorf("policy: %w: settle within %v: want %v to %v", store.ErrBadRequest, within, store.MinTicket, store.MaxTicket)
 	}
-	if q.Time.IsZero() {
-		// The estimate is decided at a time the id names: the store's.
-		now, err := storeNow(ctx, c.Store)
-		if err != nil {
-			return err
-		}
-		q.Time = now
-		defer func() { q.Time = time.Time{} }()
+	// The estimate is decided at a time the id names: the store's.
+	unpin, err := c.pinTime(ctx, q)
+	if err != nil {
+		return err
 	}
+	defer unpin()
 	p, err := c.matchQuery(q)
 	if err != nil {
 		return err
@@ -47,9 +44,7 @@ func (c *Checker) estimate(ctx context.Context, q *Query, d *Decision) error {
 		pq := &q.Paths[i]
 		e.paths, e.exact, e.costs = append(e.paths, pq.Path), append(e.exact, pq.Exact), append(e.costs, pq.Cost)
 	}
-	var random [16]byte
-	rand.Read(random[:])
-	e.nonce = base64.RawURLEncoding.EncodeToString(random[:])
+	e.nonce = newNonce()
 	id := e.String()
 	if len(id) > MaxEstimateID {
 		return fmt.Errorf("policy: %w: the estimate's paths make an id of %d bytes, more than %d", store.ErrBadRequest, len(id), MaxEstimateID)
@@ -96,6 +91,31 @@ func (c *Checker) estimate(ctx context.Context, q *Query, d *Decision) error {
 	s.Settle(ctx, t, nil, algo.Reward)
 	d.Ticket = id2
 	return nil
+}
+
+// pinTime sets a zero q.Time to the store's clock (store.Clock), or this
+// process's, and returns what sets it back to zero: a ticket's id and the
+// decision it opens name one time.
+func (c *Checker) pinTime(ctx context.Context, q *Query) (unpin func(), err error) {
+	if !q.Time.IsZero() {
+		return func() {}, nil
+	}
+	now := time.Now()
+	if clock, ok := c.Store.(store.Clock); ok {
+		if now, err = clock.Now(ctx); err != nil {
+			return nil, err
+		}
+	}
+	q.Time = now
+	return func() { q.Time = time.Time{} }, nil
+}
+
+// newNonce is an estimate's nonce: 16 random bytes, so that no two ids
+// are the same.
+func newNonce() string {
+	var random [16]byte
+	rand.Read(random[:])
+	return base64.RawURLEncoding.EncodeToString(random[:])
 }
 
 // tatBegan returns, for each path of a decided query and each of its

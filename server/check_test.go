@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/proxytest"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -277,53 +278,10 @@ func TestParseCheckCosts(t *testing.T) {
 // request hit no level. A level's configured limit is under "spec" (the
 // algo.Spec JSON of replay events and limits.yaml), since "limit" is the
 // result's Quota (the IETF RateLimit-Policy's q), as in the summary.
-type DecisionJSON struct {
-	Allowed      bool        `json:"allowed"`
-	Quota        int64       `json:"limit"`
-	Remaining    int64       `json:"remaining"`
-	RetryAfterNs int64       `json:"retry_after_ns"`
-	ResetAfterNs int64       `json:"reset_after_ns"`
-	Matched      bool        `json:"matched"`
-	Levels       []LevelJSON `json:"levels"`
-	// DelayNs is how long an allowed request waits before it acts (a
-	// policy node's delay; see policy.Decision.Delay); 0 is omitted.
-	DelayNs int64 `json:"delay_ns,omitempty"`
-	// Listed is the allow or deny list entry that decided (see
-	// policy.Decision.Listed).
-	Listed string `json:"listed,omitempty"`
-	// Permit is the permit id under which an allowed check holds slots of
-	// concurrency limits (policy.Decision.Permit), in decimal: renew and
-	// release them with it (POST /v1/renew, /v1/release).
-	Permit string `json:"permit,omitempty"`
-	// Released, in the answer of POST /v1/release, reports whether the
-	// permit held slots that are now free (false: it held none, having
-	// been released before, lost its lease or never been acquired).
-	Released *bool `json:"released,omitempty"`
-	// StoreError is set, and the decision is the configured store-error
-	// policy's (allow or deny), when the store failed or timed out.
-	StoreError string `json:"store_error,omitempty"`
-	// SettleID, in the answer of an allowed check with "settle_within",
-	// is the id to settle its estimate with (POST /v1/settle).
-	SettleID string `json:"settle_id,omitempty"`
-}
+type DecisionJSON = proxytest.DecisionJSON
 
-// LevelJSON is one level of a DecisionJSON: one limit of one policy node on
-// the request's path, and its result.
-type LevelJSON struct {
-	Pattern      string    `json:"pattern"`
-	Key          string    `json:"key"`
-	Spec         algo.Spec `json:"spec"`
-	Shadow       bool      `json:"shadow"`
-	Allowed      bool      `json:"allowed"`
-	Quota        int64     `json:"limit"`
-	Remaining    int64     `json:"remaining"`
-	RetryAfterNs int64     `json:"retry_after_ns"`
-	ResetAfterNs int64     `json:"reset_after_ns"`
-	// DeniedBy names, for a level that denied, the limit of its algorithm
-	// it waits for, as sluice replay's denied_by does: a sliding_log or
-	// window_counter limit's name or window, or "min_gap".
-	DeniedBy string `json:"denied_by,omitempty"`
-}
+// LevelJSON is one level of a DecisionJSON (proxytest.LevelJSON).
+type LevelJSON = proxytest.LevelJSON
 
 // NewDecisionJSON converts a decision to its JSON form.
 func NewDecisionJSON(d *policy.Decision) DecisionJSON {

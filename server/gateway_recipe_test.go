@@ -158,7 +158,7 @@ func TestRecipeLLMGateway(t *testing.T) {
 					return checkStatus, checkBody, ""
 				}
 				var d DecisionJSON
-				if json.Unmarshal([]byte(checkBody), &d) != nil || !strings.HasPrefix(d.SettleID, "e3.") {
+				if json.Unmarshal([]byte(checkBody), &d) != nil || !strings.HasPrefix(d.SettleTicket, "e3.") {
 					t.Fatalf("check: %s", checkBody)
 				}
 				body := calls[1].body
@@ -166,7 +166,7 @@ func TestRecipeLLMGateway(t *testing.T) {
 					js, _ := json.Marshal(costs)
 					body = regexp.MustCompile(`"costs": \[[^]]*\]`).ReplaceAllString(body, `"costs": `+string(js))
 				}
-				status, settleBody := post("/v1/settle", strings.Replace(body, settle.SettleID, d.SettleID, 1))
+				status, settleBody := post("/v1/settle", strings.Replace(body, settle.SettleID, d.SettleTicket, 1))
 				if status != 200 {
 					t.Fatalf("settle: %d %s", status, settleBody)
 				}
@@ -238,7 +238,7 @@ func TestRecipeLLMGateway(t *testing.T) {
 			_, body := post("/v1/check", calls[0].body)
 			var d DecisionJSON
 			json.Unmarshal([]byte(body), &d)
-			id, _ := json.Marshal(d.SettleID)
+			id, _ := json.Marshal(d.SettleTicket)
 			for _, c := range []struct{ path, body, want string }{
 				{"/v1/settle", `{"settle_id": ` + string(id) + `, "cost": 1250}`, "2 costs, one per path"},
 				{"/v1/settle", `{"settle_id": ` + string(id) + `, "costs": [1]}`, "2 costs, one per path"},

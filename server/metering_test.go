@@ -210,12 +210,12 @@ func TestEstimateSettleFlow(t *testing.T) {
 					if status != 200 {
 						return false
 					}
-					if d.SettleID == "" {
+					if d.SettleTicket == "" {
 						t.Error("an allowed estimate without a settle_id")
 						return false
 					}
 					var a settleAnswer
-					settle := fmt.Sprintf(`{"settle_id": %q, "cost": %d}`, d.SettleID, actual)
+					settle := fmt.Sprintf(`{"settle_id": %q, "cost": %d}`, d.SettleTicket, actual)
 					if postJSON(t, base+"/v1/settle", settle, &a) != 200 || !a.Settled {
 						t.Errorf("settle: %+v", a)
 					}

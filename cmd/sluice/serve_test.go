@@ -40,7 +40,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/proxytest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server"
@@ -1590,52 +1590,9 @@ const waitLimit = time.Minute
 // default is one a busy machine misses.
 const cliTimeout = "1m"
 
-// decisionJSON reads the decision JSON the service answers with
-// (server.AppendDecisionJSON), every field of it.
-type decisionJSON struct {
-	Allowed      bool        `json:"allowed"`
-	Quota        int64       `json:"limit"`
-	Remaining    int64       `json:"remaining"`
-	RetryAfterNs int64       `json:"retry_after_ns"`
-	ResetAfterNs int64       `json:"reset_after_ns"`
-	Matched      bool        `json:"matched"`
-	Levels       []levelJSON `json:"levels"`
-	// DelayNs is how long an allowed request waits before it acts (a
-	// policy node's delay; see policy.Decision.Delay); 0 is omitted.
-	DelayNs int64 `json:"delay_ns,omitempty"`
-	// Listed is the allow or deny list entry that decided (see
-	// policy.Decision.Listed).
-	Listed string `json:"listed,omitempty"`
-	// Permit is the permit id under which an allowed check holds slots of
-	// concurrency limits (policy.Decision.Permit), in decimal: renew and
-	// release them with it (POST /v1/renew, /v1/release).
-	Permit string `json:"permit,omitempty"`
-	// Released, in the answer of POST /v1/release, reports whether the
-	// permit held slots that are now free (false: it held none, having
-	// been released before, lost its lease or never been acquired).
-	Released *bool `json:"released,omitempty"`
-	// StoreError is set, and the decision is the configured store-error
-	// policy's (allow or deny), when the store failed or timed out.
-	StoreError string `json:"store_error,omitempty"`
-	// SettleID, in the answer of an allowed check with "settle_within",
-	// is the id to settle its estimate with (POST /v1/settle).
-	SettleID string `json:"settle_id,omitempty"`
-}
+// decisionJSON reads the decision JSON the service answers with, every
+// field of it.
+type decisionJSON = proxytest.DecisionJSON
 
-// levelJSON is one level of a decisionJSON: one limit of one policy node on
-// the request's path, and its result.
-type levelJSON struct {
-	Pattern      string    `json:"pattern"`
-	Key          string    `json:"key"`
-	Spec         algo.Spec `json:"spec"`
-	Shadow       bool      `json:"shadow"`
-	Allowed      bool      `json:"allowed"`
-	Quota        int64     `json:"limit"`
-	Remaining    int64     `json:"remaining"`
-	RetryAfterNs int64     `json:"retry_after_ns"`
-	ResetAfterNs int64     `json:"reset_after_ns"`
-	// DeniedBy names, for a level that denied, the limit of its algorithm
-	// it waits for, as sluice replay's denied_by does: a sliding_log or
-	// window_counter limit's name or window, or "min_gap".
-	DeniedBy string `json:"denied_by,omitempty"`
-}
+// levelJSON is one level of a decisionJSON.
+type levelJSON = proxytest.LevelJSON

@@ -3,6 +3,8 @@
 // it, and chromium opening the pages it writes. Each runs on 127.0.0.1 on a free port, in the test's temporary
 // directory, and is stopped by its PID when the test ends. A program that
 // is not installed fails the test with the package to install.
+// DecisionJSON reads the decision JSON Sluice answers with, for the tests
+// of the service and of the binary.
 package proxytest
 
 import (

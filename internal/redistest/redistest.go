@@ -163,12 +163,12 @@ func ping(addr string) error {
 	return nil
 }
 
-// doArray sends one command and reads a flat array reply (of bulk
-// strings and integers), such as SENTINEL MASTER's.
-func doArray(addr string, args ...string) ([]string, error) {
+// send dials addr, writes one command and hands the reply's reader to
+// read, within 5 seconds.
+func send(addr string, args []string, read func(rd *bufio.Reader) error) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -178,84 +178,87 @@ func doArray(addr string, args ...string) ([]string, error) {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
 	if _, err := c.Write([]byte(b.String())); err != nil {
-		return nil, err
+		return err
 	}
-	rd := bufio.NewReader(c)
-	readLine := func() (string, error) {
-		l, err := rd.ReadString('\n')
-		return strings.TrimRight(l, "\r\n"), err
+	return read(bufio.NewReader(c))
+}
+
+// readLine reads a line of a reply, without its CRLF.
+func readLine(rd *bufio.Reader) (string, error) {
+	l, err := rd.ReadString('\n')
+	return strings.TrimRight(l, "\r\n"), err
+}
+
+// readBulk reads the n bytes and CRLF of a bulk string whose header said
+// n, or for a null one (n < 0) nothing.
+func readBulk(rd *bufio.Reader, n int) (string, error) {
+	if n < 0 {
+		return "", nil
 	}
-	head, err := readLine()
+	buf := make([]byte, n+2)
+	if _, err := io.ReadFull(rd, buf); err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// doArray sends one command and reads a flat array reply (of bulk
+// strings and integers), such as SENTINEL MASTER's.
+func doArray(addr string, args ...string) (out []string, err error) {
+	err = send(addr, args, func(rd *bufio.Reader) error {
+		head, err := readLine(rd)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(head, "*") {
+			return fmt.Errorf("not an array: %q", head)
+		}
+		n, _ := strconv.Atoi(head[1:])
+		out = make([]string, 0, max(n, 0))
+		for range max(n, 0) {
+			l, err := readLine(rd)
+			if err != nil {
+				return err
+			}
+			switch {
+			case strings.HasPrefix(l, "$"):
+				size, _ := strconv.Atoi(l[1:])
+				v, err := readBulk(rd, size)
+				if err != nil {
+					return err
+				}
+				out = append(out, v)
+			case len(l) > 0:
+				out = append(out, l[1:])
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	if !strings.HasPrefix(head, "*") {
-		return nil, fmt.Errorf("not an array: %q", head)
-	}
-	n, _ := strconv.Atoi(head[1:])
-	out := make([]string, 0, max(n, 0))
-	for range max(n, 0) {
-		l, err := readLine()
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case strings.HasPrefix(l, "$"):
-			size, _ := strconv.Atoi(l[1:])
-			if size < 0 {
-				out = append(out, "")
-				continue
-			}
-			buf := make([]byte, size+2)
-			if _, err := io.ReadFull(rd, buf); err != nil {
-				return nil, err
-			}
-			out = append(out, string(buf[:size]))
-		case len(l) > 0:
-			out = append(out, l[1:])
-		}
 	}
 	return out, nil
 }
 
-func do(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return "", err
-	}
-	rd := bufio.NewReader(c)
-	line, err := rd.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	switch {
-	case line == "":
-		return "", fmt.Errorf("empty reply")
-	case line[0] == '-':
-		return "", fmt.Errorf("redis: %s", line[1:])
-	case line[0] == '$':
-		n, _ := strconv.Atoi(line[1:])
-		if n < 0 {
-			return "", nil
+func do(addr string, args ...string) (reply string, err error) {
+	err = send(addr, args, func(rd *bufio.Reader) error {
+		line, err := readLine(rd)
+		switch {
+		case err != nil:
+			return err
+		case line == "":
+			return fmt.Errorf("empty reply")
+		case line[0] == '-':
+			return fmt.Errorf("redis: %s", line[1:])
+		case line[0] == '$':
+			n, _ := strconv.Atoi(line[1:])
+			reply, err = readBulk(rd, n)
+			return err
 		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(rd, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return line[1:], nil
+		reply = line[1:]
+		return nil
+	})
+	return reply, err
 }
 
 // FreePort asks the kernel for a free TCP port on 127.0.0.1.

@@ -28,44 +28,54 @@ func TestCoalesced(t *testing.T) {
 	if _, err := srv.Do("SET", redis.StateKey(redis.DefaultPrefix, poisoned), "not a hash"); err != nil {
 		t.Fatal(err)
 	}
-	st.Decide(ctx, store.Request{Key: "warm", Plan: algo.MustCompile(lim), Cost: 1}) // loads the script
-	before := scriptCalls(t, srv)
 	var mu sync.Mutex
 	admitted := map[string]int{}
-	var wg sync.WaitGroup
-	for g := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := "k" + strconv.Itoa(g)
-			for range 30 {
-				res, err := st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if res.Allowed {
-					mu.Lock()
-					admitted[key]++
-					mu.Unlock()
-				}
-				if _, err := st.Decide(ctx, poisoned); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-					t.Errorf("a decision on a key of another type: %v", err)
-					return
-				}
+	coalesced(t, srv, st, store.Request{Key: "warm", Plan: algo.MustCompile(lim), Cost: 1}, 64, 64*30*2, func(g int) {
+		key := "k" + strconv.Itoa(g)
+		for range 30 {
+			res, err := st.Decide(ctx, store.Request{Key: key, Plan: algo.MustCompile(lim), Cost: 1})
+			if err != nil {
+				t.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			if res.Allowed {
+				mu.Lock()
+				admitted[key]++
+				mu.Unlock()
+			}
+			if _, err := st.Decide(ctx, poisoned); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("a decision on a key of another type: %v", err)
+				return
+			}
+		}
+	})
 	for g := range 64 {
 		if n := admitted["k"+strconv.Itoa(g)]; n != 10 {
 			t.Fatalf("key k%d: %d admitted, want 10", g, n)
 		}
 	}
+}
+
+// coalesced runs each(0) to each(n-1) at once, after warm loads the
+// script, and fails t unless their decisions (so many in all) went to srv
+// in fewer script calls.
+func coalesced(t *testing.T, srv *redistest.Server, st *redis.Store, warm store.Request, n, decisions int, each func(g int)) {
+	t.Helper()
+	st.Decide(context.Background(), warm)
+	before := scriptCalls(t, srv)
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			each(g)
+		}()
+	}
+	wg.Wait()
 	calls := scriptCalls(t, srv) - before
-	t.Logf("%d decisions in %d script calls", 64*30*2, calls)
-	if calls >= 64*30*2 {
-		t.Fatalf("%d script calls for %d decisions: nothing coalesced", calls, 64*30*2)
+	t.Logf("%d decisions in %d script calls", decisions, calls)
+	if calls >= decisions {
+		t.Fatalf("%d script calls for %d decisions: nothing coalesced", calls, decisions)
 	}
 }
 
@@ -81,37 +91,24 @@ func TestEscalationCoalesced(t *testing.T) {
 	esc := algo.MustCompile(algo.Blocking{Limit: algo.FixedWindow{Count: 2, Window: time.Hour}, Block: algo.Block{For: time.Hour}})
 	user := algo.MustCompile(algo.Blocking{Limit: algo.FixedWindow{Count: 1, Window: time.Hour}, Block: algo.Block{For: 15 * time.Minute}})
 	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	st.Decide(ctx, store.Request{Key: "warm", Plan: user, Cost: 1}) // loads the script
-	before := scriptCalls(t, srv)
-	var wg sync.WaitGroup
-	for g := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ip := "ip" + strconv.Itoa(g)
-			for step, u := range []string{"u1", "u1", "u2", "u2", "u3", "u3", "u4"} {
-				res := make([]algo.Result, 2)
-				_, err := st.DecideAll(ctx, []store.Request{
-					{Key: ip, Plan: esc, Time: at.Add(time.Duration(step) * time.Second), Watch: 1},
-					{Key: ip + ":" + u, Plan: user, Cost: 1, Time: at.Add(time.Duration(step) * time.Second)},
-				}, res)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if blocked := res[0].DeniedBy == algo.DeniedByBlock; blocked != (step >= 5) {
-					t.Errorf("%s step %d: the address's level %+v, want blocked from step 6", ip, step+1, res[0])
-					return
-				}
+	coalesced(t, srv, st, store.Request{Key: "warm", Plan: user, Cost: 1}, 32, 32*7, func(g int) {
+		ip := "ip" + strconv.Itoa(g)
+		for step, u := range []string{"u1", "u1", "u2", "u2", "u3", "u3", "u4"} {
+			res := make([]algo.Result, 2)
+			_, err := st.DecideAll(ctx, []store.Request{
+				{Key: ip, Plan: esc, Time: at.Add(time.Duration(step) * time.Second), Watch: 1},
+				{Key: ip + ":" + u, Plan: user, Cost: 1, Time: at.Add(time.Duration(step) * time.Second)},
+			}, res)
+			if err != nil {
+				t.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
-	calls := scriptCalls(t, srv) - before
-	t.Logf("%d decisions in %d script calls", 32*7, calls)
-	if calls >= 32*7 {
-		t.Fatalf("%d script calls for %d decisions: nothing coalesced", calls, 32*7)
-	}
+			if blocked := res[0].DeniedBy == algo.DeniedByBlock; blocked != (step >= 5) {
+				t.Errorf("%s step %d: the address's level %+v, want blocked from step 6", ip, step+1, res[0])
+				return
+			}
+		}
+	})
 }
 
 // TestEachCountsCoalesced: batches of levels with debt coalesced into one
@@ -133,40 +130,29 @@ func TestEachCountsCoalesced(t *testing.T) {
 		}
 		return 1<<20 - res.Remaining
 	}
-	st.Decide(ctx, store.Request{Key: "warm", Plan: plan(1), Cost: 1}) // loads the script
-	before := scriptCalls(t, srv)
-	var wg sync.WaitGroup
-	for g := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k := "c" + strconv.Itoa(g)
-			a := store.Request{Key: k + ":a", Plan: plan(10), Stop: g%2 == 1}
-			b := store.Request{Key: k + ":b", Plan: plan(5), Stop: g%2 == 1}
-			res := make([]algo.Result, 2)
-			for round := range 5 {
-				a.Cost, b.Cost = 2, 2
-				if pass, err := st.DecideAll(ctx, []store.Request{a, b}, res); err != nil || pass != (round < 2) {
-					t.Errorf("%s round %d: pass %v %v", k, round, pass, err)
-					return
-				}
+	coalesced(t, srv, st, store.Request{Key: "warm", Plan: plan(1), Cost: 1}, 32, 32*8, func(g int) {
+		k := "c" + strconv.Itoa(g)
+		a := store.Request{Key: k + ":a", Plan: plan(10), Stop: g%2 == 1}
+		b := store.Request{Key: k + ":b", Plan: plan(5), Stop: g%2 == 1}
+		res := make([]algo.Result, 2)
+		for round := range 5 {
+			a.Cost, b.Cost = 2, 2
+			if pass, err := st.DecideAll(ctx, []store.Request{a, b}, res); err != nil || pass != (round < 2) {
+				t.Errorf("%s round %d: pass %v %v", k, round, pass, err)
+				return
 			}
-			// Rounds 0 and 1 admitted (4 of 5 on b); 2 to 4 go over on b.
-			wantA, wantB := int64(10), int64(10)
-			if a.Stop {
-				wantA, wantB = 4, 10 // a stopped once b went over
-			}
-			if ga, gb := count(a.Key), count(b.Key); ga != wantA || gb != wantB {
-				t.Errorf("%s (stop %v): a counted %d, b %d, want %d, %d", k, a.Stop, ga, gb, wantA, wantB)
-			}
-			a.Cost = 1
-			if pass, err := st.DecideAll(ctx, []store.Request{a, a}, res); err != nil || pass != (wantA+2 <= 10) || res[0].Remaining != max(10-wantA-1, 0) || res[1].Allowed != (wantA+2 <= 10) {
-				t.Errorf("%s: a twice: pass %v, %+v %v", k, pass, res, err)
-			}
-		}()
-	}
-	wg.Wait()
-	if calls := scriptCalls(t, srv) - before; calls >= 32*8 {
-		t.Fatalf("%d script calls for %d decisions: nothing coalesced", calls, 32*8)
-	}
+		}
+		// Rounds 0 and 1 admitted (4 of 5 on b); 2 to 4 go over on b.
+		wantA, wantB := int64(10), int64(10)
+		if a.Stop {
+			wantA, wantB = 4, 10 // a stopped once b went over
+		}
+		if ga, gb := count(a.Key), count(b.Key); ga != wantA || gb != wantB {
+			t.Errorf("%s (stop %v): a counted %d, b %d, want %d, %d", k, a.Stop, ga, gb, wantA, wantB)
+		}
+		a.Cost = 1
+		if pass, err := st.DecideAll(ctx, []store.Request{a, a}, res); err != nil || pass != (wantA+2 <= 10) || res[0].Remaining != max(10-wantA-1, 0) || res[1].Allowed != (wantA+2 <= 10) {
+			t.Errorf("%s: a twice: pass %v, %+v %v", k, pass, res, err)
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -290,20 +291,15 @@ func (b *bench) loadRB(cmd []string, clients, pipeline, n int, random bool) (sam
 	return s, nil
 }
 
-// median returns the sample of median rate.
-func median(ss []sample) sample {
+// median returns the sample of median by (its rate, its EVALSHA time).
+func median(ss []sample, by func(sample) float64) sample {
 	ss = slices.Clone(ss)
-	slices.SortFunc(ss, func(a, b sample) int {
-		switch {
-		case a.rate < b.rate:
-			return -1
-		case a.rate > b.rate:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ss, func(a, b sample) int { return cmp.Compare(by(a), by(b)) })
 	return ss[len(ss)/2]
 }
+
+func rate(s sample) float64     { return s.rate }
+func evalUsec(s sample) float64 { return s.evalUsec }
 
 func rangeOf(ss []sample) (lo, hi float64) {
 	lo, hi = ss[0].rate, ss[0].rate

@@ -222,7 +222,7 @@ func (b *bench) throughput(ctx context.Context) error {
 		med := make([]sample, len(cs))
 		for i, c := range cs {
 			ss := results[random][i]
-			m := median(ss)
+			m := median(ss, rate)
 			med[i] = m
 			lo, hi := rangeOf(ss)
 			allowed := "n/a"
@@ -409,19 +409,6 @@ func (b *bench) cpu(ctx context.Context) error {
 			samples[i] = append(samples[i], ss[i])
 		}
 	}
-	byUsec := func(ss []sample) sample {
-		ss = slices.Clone(ss)
-		slices.SortFunc(ss, func(a, b sample) int {
-			switch {
-			case a.evalUsec < b.evalUsec:
-				return -1
-			case a.evalUsec > b.evalUsec:
-				return 1
-			}
-			return 0
-		})
-		return ss[len(ss)/2]
-	}
 	fmt.Printf("### Redis CPU per decision\n\n")
 	fmt.Printf("Each case replays the exact command the client sends (captured through MONITOR) with redis-benchmark -c %d -P %d -n %d; "+
 		"CONFIG RESETSTAT before each, then INFO commandstats: usec_per_call of EVALSHA (the whole script, with the commands it runs). "+
@@ -431,9 +418,9 @@ func (b *bench) cpu(ctx context.Context) error {
 	}
 	fmt.Println("| case | EVALSHA usec_per_call | × trivial | range over rounds | commands run by the script per call | calls/s |")
 	fmt.Println("|---|--:|--:|--:|--:|--:|")
-	base := byUsec(samples[0]).evalUsec
+	base := median(samples[0], evalUsec).evalUsec
 	for i, c := range cases {
-		m := byUsec(samples[i])
+		m := median(samples[i], evalUsec)
 		lo, hi := samples[i][0].evalUsec, samples[i][0].evalUsec
 		for _, s := range samples[i] {
 			lo, hi = min(lo, s.evalUsec), max(hi, s.evalUsec)
