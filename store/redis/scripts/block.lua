@@ -2,7 +2,8 @@
 -- denial starts a block, the block denies without deciding and is never
 -- extended, and a block within forget_after of the last one's end is
 -- growth times longer, up to max). The drivers include it before
--- themselves.
+-- themselves. It also holds the levels' loop that decide.lua and
+-- coalesce.lua share (b_decide, last) and its steps.
 --
 -- Key    the level's block key (the state key + "%:block"): "<until>
 --        <count>", until in µs since the epoch, count the blocks in a row;
@@ -66,58 +67,10 @@ local function b_check(key, now, ok, extra, reply, p, blocked)
   return ok, extra + 1
 end
 
--- b_debt reports whether the level whose arguments start at ARGV[a] has a
--- debt (its flag holds 'd', algo.Debt): it is committed whatever the
--- other levels decide, and when not ok with go = 'owe', which records
--- the cost in full.
-local function b_debt(a)
-  return string.find(ARGV[a + 1], 'd', 1, true) ~= nil
-end
-
--- b_stop reports whether the level whose arguments start at ARGV[a] is a
--- debt that stops (its flag holds 'o', store.Request.Stop): it records an
--- admitted cost only when every level is ok, shadow ones too. A debt
--- without it is committed with its check, in its order, so that a key
--- twice in one call is checked the second time after the first's cost.
-local function b_stop(a)
-  return string.find(ARGV[a + 1], 'o', 1, true) ~= nil
-end
-
--- b_recheck decides a level that stops (b_stop) after every check: it is
--- checked again, after the levels before it (its key twice in the call),
--- and committed (with go = 'owe' when not ok) when every level was ok
--- (all) or it was not ok itself; else only checked again, for what it
--- reports. It rewrites its code and value and returns ok.
-local function b_recheck(check, commit, key, now, a, code, ok, all, reply, p)
-  local now_ok, val = check[ARGV[a]](key, now, a + 3, reply, p)
-  if all or not ok then
-    commit[ARGV[a]](key, now, a + 3, now_ok or 'owe', val, reply, p)
-  end
-  reply[p], reply[p + 1] = (now_ok and 1 or 0) + code - code % 2, val
-  return now_ok
-end
-
--- b_peek reports whether the level whose arguments start at ARGV[a] is a
--- debt's peek (its flag holds 'p'): its arguments are a cost of 1's, and
--- it records nothing (algo.Debt).
-local function b_peek(a)
-  return string.find(ARGV[a + 1], 'p', 1, true) ~= nil
-end
-
 -- b_enforced reports whether the level whose arguments start at ARGV[a]
 -- is enforced (its flag is not shadow's).
 local function b_enforced(a)
   return string.sub(ARGV[a + 1], 1, 1) ~= 's'
-end
-
--- b_watch returns how many levels after the one whose arguments start at
--- ARGV[a] it watches (0 for none) and whether it counts their denials
--- rather than their blocks: its flag's 'w<n>' (blocks) or 'W<n>'
--- (denials), a node's escalate (store.Request.Watch).
-local function b_watch(a)
-  local w, n = string.match(ARGV[a + 1], '([wW])(%d+)')
-  if not w then return 0, false end
-  return tonumber(n), w == 'W'
 end
 
 -- b_event returns what an enforced level did, for a level that watches
@@ -160,4 +113,102 @@ local function b_escalate(ws, ev, now, reply, blocked, check, commit)
     end
     ev[idx] = b_event(a, reply[p] % 2 == 1, started)
   end
+end
+
+-- b_decide decides one decision, as decide.lua describes, for decide.lua
+-- and coalesce.lua: its levels' arguments start at ARGV[a], their keys at
+-- KEYS[j]; levels is their number, or nil for as many as KEYS holds from j
+-- (decide.lua). It writes {now, pass, then per level code, value,
+-- extras...} after reply[base] and returns the reply's new length, the
+-- index of the argument after the decision's and of its last key. check,
+-- commit and build are the driver's dispatch tables.
+-- A level's flag (ARGV[a+1]) may hold 'd', a debt (algo.Debt): committed
+-- whatever the other levels decide, with go = 'owe' when not ok, which
+-- records the cost in full; 'o', a debt that stops (store.Request.Stop),
+-- which records an admitted cost only when every level is ok, shadow ones
+-- too; 'p', a debt's peek, whose arguments are a cost of 1's and which
+-- records nothing; 'w<n>' or 'W<n>', a level that watches the n after it
+-- (b_escalate). A debt without 'o' is committed with its check, in its
+-- order, so that a key twice in one call is checked the second time after
+-- the first's cost. The flags are read here, not by functions of their
+-- own: a script builds every function it defines on every call.
+local function b_decide(check, commit, build, reply, base, now, a, j, levels)
+  reply[base + 1], reply[base + 2] = now, 1
+  local blocked = {}
+  local done, all = {}, true -- the debts committed with their check; every level ok
+  local first, key, count = a, j, 0 -- where the levels start; how many
+  local p = base + 3
+  while count ~= levels and (levels or j <= #KEYS) do
+    count = count + 1
+    reply[p], reply[p + 1] = 0, 0
+    local kind, flag = ARGV[a], ARGV[a + 1]
+    if not check[kind] then
+      local built = build[kind]()
+      check[kind], commit[kind] = built.check, built.commit
+    end
+    local span, keys, b = b_level(a)
+    local ok, val, extra = check[kind](KEYS[j], now, a + 3, reply, p)
+    extra = extra or 0
+    if b then ok, extra = b_check(KEYS[j + 1], now, ok, extra, reply, p, blocked) end
+    if string.find(flag, 'd', 1, true) and not string.find(flag, 'o', 1, true)
+        and not string.find(flag, 'p', 1, true) then
+      commit[kind](KEYS[j], now, a + 3, ok or 'owe', val, reply, p)
+      done[p] = true
+    end
+    if not ok then
+      all = false
+      if b_enforced(a) then reply[base + 2] = 0 end
+    end
+    reply[p] = (ok and 1 or 0) + 2 * extra
+    reply[p + 1] = val
+    a, p, j = a + span, p + 2 + extra, j + keys
+  end
+  local next, last = a, p - 1
+  local pass = reply[base + 2] == 1
+  a, p, j = first, base + 3, key
+  local ws, ev = nil, {} -- the levels that watch others, what each level did
+  local again = true -- no level that stops, checked again, was not ok
+  for idx = 1, count do
+    local code = reply[p]
+    local ok = code % 2 == 1
+    local kind, flag = ARGV[a], ARGV[a + 1]
+    local span, keys, b = b_level(a)
+    local final = p + 1 + (code - code % 2) / 2
+    local debt, peek = string.find(flag, 'd', 1, true), string.find(flag, 'p', 1, true)
+    local w, n = string.match(flag, '([wW])(%d+)')
+    n = tonumber(n) or 0
+    local started = false
+    if n > 0 then
+      ws = ws or {}
+      ws[#ws + 1] = {a, p, j, n, w == 'W', idx, final, b}
+    elseif done[p] then
+      -- committed with its check
+    elseif string.find(flag, 'o', 1, true) and not peek then
+      -- A debt that stops, after every check: checked again, after the
+      -- levels before it (its key twice in the call), and committed (with
+      -- go = 'owe' when not ok) when every level was ok (all) or it was
+      -- not ok itself; else only checked again, for what it reports.
+      local now_ok, val = check[kind](KEYS[j], now, a + 3, reply, p)
+      if all or not ok then
+        commit[kind](KEYS[j], now, a + 3, now_ok or 'owe', val, reply, p)
+      end
+      reply[p], reply[p + 1] = (now_ok and 1 or 0) + code - code % 2, val
+      ok = now_ok
+      if not ok and b_enforced(a) then again = false end
+    elseif not blocked[p] and (pass or not ok or debt) and not (ok and peek) then
+      local go = ok
+      if debt and not ok and not peek then go = 'owe' end
+      commit[kind](KEYS[j], now, a + 3, go, reply[p + 1], reply, p)
+      if b and not ok then
+        reply[final] = b_start(KEYS[j + 1], now, b)
+        started = reply[final] > 0
+      end
+    end
+    ev[idx] = b_event(a, ok, started)
+    a, p, j = a + span, final + 1, j + keys
+  end
+  if ws then b_escalate(ws, ev, now, reply, blocked, check, commit) end
+  if not again then reply[base + 2] = 0 end
+  if not all then reply[base + 2] = reply[base + 2] + 2 end
+  return last, next, j - 1
 end

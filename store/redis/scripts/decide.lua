@@ -21,11 +21,13 @@
 -- KEYS     per level, in order: its key, then its block key for a level
 --          with a block
 -- ARGV[1]  now in µs since the epoch, or "" to use Redis TIME
--- ARGV[2..] per level, in KEYS order: kind, flag ("s" for shadow, "b" for
---          a block, "d" for a debt, "sb" or "sd" for both, "dp" or "sdp"
---          for a debt's peek, else "-"), the number of the level's
---          own arguments, then those arguments, then for a block its five
---          (block.lua)
+-- ARGV[2..] per level, in KEYS order: kind, flag, the number of the
+--          level's own arguments, then those arguments, then for a block
+--          its five (block.lua). The flag: "s" for shadow, "b" for a block,
+--          "d" for a debt, "sb" or "sd" for both, else "-"; then "w<n>" or
+--          "W<n>" for a level that watches the n after it, "o" for a debt
+--          that stops, "p" for a debt's peek, "g" for a global limit's
+--          share (fixed_window.lua), in that order
 -- Reply    {now, pass (1 or 0, plus 2 when a level was not ok), then per
 --          level: code, value, extras...}
 --          where code = ok (1 or 0) + 2 * the number of extras: for the
@@ -54,72 +56,13 @@
 -- A level that watches others (its flag holds 'w<n>' or 'W<n>', a node's
 -- escalate) is checked as a peek and not committed with them: after them,
 -- block.lua's b_escalate decides it for the blocks (or denials) of the n
--- levels after it.
+-- levels after it. block.lua's b_decide decides, for this driver and
+-- coalesce.lua.
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local reply = {now, 1}
-local blocked = {}
-local done, all = {}, true -- the debts committed with their check; every level ok
-local i, p, j = 2, 3, 1
-while j <= #KEYS do
-  reply[p], reply[p + 1] = 0, 0
-  local kind = ARGV[i]
-  if not check[kind] then
-    local built = build[kind]()
-    check[kind], commit[kind] = built.check, built.commit
-  end
-  local span, keys, b = b_level(i)
-  local ok, val, extra = check[kind](KEYS[j], now, i + 3, reply, p)
-  extra = extra or 0
-  if b then ok, extra = b_check(KEYS[j + 1], now, ok, extra, reply, p, blocked) end
-  if b_debt(i) and not b_stop(i) and not b_peek(i) then
-    commit[kind](KEYS[j], now, i + 3, ok or 'owe', val, reply, p)
-    done[p] = true
-  end
-  if not ok then
-    all = false
-    if b_enforced(i) then reply[2] = 0 end
-  end
-  reply[p] = (ok and 1 or 0) + 2 * extra
-  reply[p + 1] = val
-  i, p, j = i + span, p + 2 + extra, j + keys
-end
-i, p, j = 2, 3, 1
-local ws, ev, idx = nil, {}, 0 -- the levels that watch others (block.lua), what each level did
-local again = true -- no level that stops, checked again, was not ok
-while j <= #KEYS do
-  local code = reply[p]
-  local ok = code % 2 == 1
-  local span, keys, b = b_level(i)
-  local last = p + 1 + (code - code % 2) / 2
-  local debt, peek = b_debt(i), b_peek(i)
-  local n, denials = b_watch(i)
-  local started = false
-  idx = idx + 1
-  if n > 0 then
-    ws = ws or {}
-    ws[#ws + 1] = {i, p, j, n, denials, idx, last, b}
-  elseif done[p] then
-    -- committed with its check
-  elseif b_stop(i) and not peek then
-    ok = b_recheck(check, commit, KEYS[j], now, i, code, ok, all, reply, p)
-    if not ok and b_enforced(i) then again = false end
-  elseif not blocked[p] and (reply[2] == 1 or not ok or debt) and not (ok and peek) then
-    local go = ok
-    if debt and not ok and not peek then go = 'owe' end
-    commit[ARGV[i]](KEYS[j], now, i + 3, go, reply[p + 1], reply, p)
-    if b and not ok then
-      reply[last] = b_start(KEYS[j + 1], now, b)
-      started = reply[last] > 0
-    end
-  end
-  ev[idx] = b_event(i, ok, started)
-  i, p, j = i + span, last + 1, j + keys
-end
-if ws then b_escalate(ws, ev, now, reply, blocked, check, commit) end
-if not again then reply[2] = 0 end
-if not all then reply[2] = reply[2] + 2 end
+local reply = {}
+b_decide(check, commit, build, reply, 0, now, 2, 1)
 return reply
