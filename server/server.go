@@ -66,8 +66,8 @@ type Server struct {
 	httpLn    net.Listener
 	grpcLn    net.Listener
 	adminLn   net.Listener // nil: admin on httpLn
-	httpSrv   *http.Server
-	adminSrv  *http.Server
+	httpSrv   drainable
+	adminSrv  drainable
 	grpcSrv   *grpc.Server
 	health    *health.Server
 	inflight  sync.WaitGroup
@@ -259,9 +259,6 @@ func (s *Server) Listen() error {
 		if s.httpLn, err = net.Listen("tcp", s.cfg.HTTP); err != nil {
 			return fmt.Errorf("listen http: %w", err)
 		}
-		if s.httpTLS != nil {
-			s.httpLn = tls.NewListener(s.httpLn, s.httpTLS.config())
-		}
 	}
 	if s.cfg.GRPC != "off" {
 		if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPC); err != nil {
@@ -316,27 +313,36 @@ func (s *Server) Serve(ctx context.Context, reload <-chan struct{}) error {
 	// comes before its server runs waits for it rather than failing.
 	s.ready.Store(true)
 	errc := make(chan error, 3)
-	serveHTTP := func(ln net.Listener, h http.Handler, name string) *http.Server {
+	serveHTTP := func(ln net.Listener, h http.Handler, tlsFiles *tlsFiles, name string) drainable {
+		conns := newConnTracker(ln)
 		srv := &http.Server{
-			Handler:           h,
+			Handler:           conns.handler(h),
 			ReadHeaderTimeout: 10 * time.Second,
 			MaxHeaderBytes:    maxHeaderBytes,
 			ReadTimeout:       30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+			ConnState:         conns.connState,
+			ConnContext:       conns.connContext,
+		}
+		var l net.Listener = conns // TLS over the tracker: it sees the bytes as they arrive
+		if tlsFiles != nil {
+			l = tls.NewListener(l, tlsFiles.config())
 		}
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			defer close(conns.served)
+			err := srv.Serve(l)
+			if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) { // the drain closes the listener
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		}()
-		return srv
+		return drainable{srv, conns}
 	}
 	if s.httpLn != nil {
-		s.httpSrv = serveHTTP(s.httpLn, s.handler(s.adminLn == nil, true), "http")
+		s.httpSrv = serveHTTP(s.httpLn, s.handler(s.adminLn == nil, true), s.httpTLS, "http")
 	}
 	if s.adminLn != nil {
-		s.adminSrv = serveHTTP(s.adminLn, s.handler(true, false), "admin")
+		s.adminSrv = serveHTTP(s.adminLn, s.handler(true, false), nil, "admin")
 	}
 	if s.grpcLn != nil {
 		// Stream workers: each call runs on a worker goroutine whose stack
@@ -403,13 +409,14 @@ func (s *Server) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, srv := range []*http.Server{s.httpSrv, s.adminSrv} {
-		if srv == nil {
+	for _, srv := range []drainable{s.httpSrv, s.adminSrv} {
+		if srv.Server == nil {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			srv.conns.drain(ctx) // every request begun reaches its handler, then Shutdown waits for the handlers
 			if err := srv.Shutdown(ctx); err != nil {
 				s.log.Warn("http shutdown: in-flight requests cut short", "err", err)
 				srv.Close()
