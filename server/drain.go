@@ -13,8 +13,9 @@ import (
 
 // An HTTP listener's drain on shutdown. net/http's Shutdown drops a request
 // that it finishes reading after Shutdown began: the connection closes
-// unanswered (net/http server.go's check after readRequest, from golang/go#65802), though the request's bytes had arrived,
-// and no client retries a POST on a fresh connection. So the drain first
+// unanswered (conn.serve's shutting-down check after readRequest, from
+// golang/go#65802), though the request's bytes had arrived, and no client
+// retries a POST on a fresh connection. So the drain first
 // closes the listener and cuts every HTTP/1 connection's wait for a
 // request: each serves what has arrived on it, else closes. Once every
 // connection left has its request in a handler, Shutdown waits for the

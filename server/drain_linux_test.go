@@ -44,8 +44,9 @@ func (c *gatedConn) Read(p []byte) (int, error) {
 // TestDrainServesWhatArrived: a check whose bytes arrived before the drain
 // began, on a server slow to read them, is answered. net/http's Shutdown
 // alone closed its connection unanswered (the client saw EOF): it drops a
-// request that it finishes reading after Shutdown began (net/http server.go's check after readRequest, from golang/go#65802),
-// which is how TestServeSIGTERMDrains once failed.
+// request that it finishes reading after Shutdown began (conn.serve's
+// shutting-down check after readRequest, from golang/go#65802), which is
+// how TestServeSIGTERMDrains once failed.
 func TestDrainServesWhatArrived(t *testing.T) {
 	gate := &gatedListener{open: make(chan struct{}), conns: make(chan *gatedConn, 1)}
 	s, shutdown, _ := drainServer(t, TLSConfig{}, func(ln net.Listener) net.Listener { gate.Listener = ln; return gate })
