@@ -18,8 +18,9 @@ import (
 // retries a POST on a fresh connection. So the drain first
 // closes the listener and cuts every HTTP/1 connection's wait for a
 // request: each serves what has arrived on it, else closes. Once every
-// connection left has its request in a handler, Shutdown waits for the
-// handlers. HTTP/2 connections are left to Shutdown, whose GOAWAY tells
+// connection left has its request in a handler that began during the
+// drain (whose answer closes it; one that began before may have a request
+// pipelined behind it), Shutdown waits for the handlers. HTTP/2 connections are left to Shutdown, whose GOAWAY tells
 // the client which streams were not served.
 
 // drainable is an http.Server with its connections' tracker.
@@ -46,6 +47,7 @@ type trackedConn struct {
 	deadline time.Time // the read deadline net/http set
 	active   bool      // net/http has read a request on it (StateActive)
 	begun    bool      // the request is in its handler
+	closes   bool      // its handler began during the drain: the answer closes the connection
 	h2, seen bool      // HTTP/2, once its protocol is seen
 	stopped  bool      // the drain cut its wait: its read deadline is past
 }
@@ -119,7 +121,7 @@ func (t *connTracker) connState(c net.Conn, st http.ConnState) {
 	case http.StateIdle:
 		tc.mu.Lock()
 		defer tc.mu.Unlock()
-		tc.active, tc.begun = false, false
+		tc.active, tc.begun, tc.closes = false, false, false
 		if t.draining.Load() { // read under tc.mu: else a drain's stop may pass it by as active
 			tc.stop()
 		}
@@ -143,12 +145,14 @@ func (t *connTracker) connContext(ctx context.Context, c net.Conn) context.Conte
 // HTTP/1 answer closes its connection.
 func (t *connTracker) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		closes := t.draining.Load()
 		if tc, ok := r.Context().Value(connKey{}).(*trackedConn); ok {
 			tc.mu.Lock()
-			tc.begun = true
+			closes = t.draining.Load() // read under tc.mu: else a drain's wait may pass it by
+			tc.begun, tc.closes = true, closes
 			tc.mu.Unlock()
 		}
-		if t.draining.Load() && r.ProtoMajor == 1 {
+		if closes && r.ProtoMajor == 1 {
 			w.Header().Set("Connection", "close")
 		}
 		h.ServeHTTP(w, r)
@@ -157,7 +161,7 @@ func (t *connTracker) handler(h http.Handler) http.Handler {
 
 // drain cuts every connection's wait for a request, closes the listener
 // and waits until each HTTP/1 connection left has its request in a
-// handler, or ctx is done.
+// handler that closes it, or ctx is done.
 func (t *connTracker) drain(ctx context.Context) {
 	t.mu.Lock()
 	t.draining.Store(true)
@@ -185,14 +189,15 @@ func (t *connTracker) drain(ctx context.Context) {
 }
 
 // waiting reports whether an HTTP/1 connection is open without its
-// request in a handler: one with a request read, or cut and not yet
-// closed.
+// request in a handler that began during the drain: one with a request
+// read, one cut and not yet closed, or one whose handler began before (a
+// request pipelined behind it is read and served once it ends).
 func (t *connTracker) waiting() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for tc := range t.conns {
 		tc.mu.Lock()
-		w := !tc.begun && !tc.h2
+		w := !tc.h2 && !(tc.begun && tc.closes)
 		tc.mu.Unlock()
 		if w {
 			return true
@@ -241,6 +246,16 @@ func (tc *trackedConn) SetReadDeadline(d time.Time) error {
 		return nil
 	}
 	return tc.Conn.SetReadDeadline(d)
+}
+
+// CloseWrite lets net/http half-close a connection after an answer it
+// sent before reading the whole body (a 413), as it does on a TCP
+// connection, so the client reads the answer rather than a reset.
+func (tc *trackedConn) CloseWrite() error {
+	if cw, ok := tc.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (tc *trackedConn) SetDeadline(d time.Time) error {

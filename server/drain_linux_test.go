@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,4 +93,125 @@ func arrived(t *testing.T, c *net.TCPConn) int {
 		}
 	})
 	return n
+}
+
+// pipeConn is a connection whose answers wait until written is closed;
+// writing has a value once the first answer is waiting (its handler ran).
+type pipeConn struct {
+	*net.TCPConn
+	written chan struct{}
+	writing chan struct{}
+}
+
+func (c *pipeConn) Write(p []byte) (int, error) {
+	select {
+	case c.writing <- struct{}{}:
+	default:
+	}
+	<-c.written
+	return c.TCPConn.Write(p)
+}
+
+type pipeListener struct {
+	net.Listener
+	written, writing chan struct{}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &pipeConn{c.(*net.TCPConn), l.written, l.writing}, nil
+}
+
+// TestDrainServesPipelined: a check pipelined behind one whose handler
+// began before the drain is answered too, and the second answer closes
+// the connection. The drain used to take the first handler for a request
+// Shutdown would wait for, and Shutdown ended the connection after the
+// first answer, the second unanswered.
+func TestDrainServesPipelined(t *testing.T) {
+	pipe := &pipeListener{written: make(chan struct{}), writing: make(chan struct{}, 1)}
+	s, shutdown, _ := drainServer(t, TLSConfig{}, func(ln net.Listener) net.Listener { pipe.Listener = ln; return pipe })
+	c, err := net.Dial("tcp", s.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"path": ["user"]}`
+	req := fmt.Sprintf("POST /v1/check HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := io.WriteString(c, req+req); err != nil { // both at once: the server reads both in its first read
+		t.Fatal(err)
+	}
+	select { // the first answer waits to be written: its handler ran
+	case <-pipe.writing:
+	case <-time.After(testTimeout):
+		t.Fatal("the first check was never answered")
+	}
+	shutdown()
+	close(pipe.written)
+	r := bufio.NewReader(c)
+	for i := 1; i <= 2; i++ {
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("check %d of 2, pipelined before the drain, got no answer: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"allowed":true`) || resp.Close != (i == 2) {
+			t.Errorf("check %d of 2: %d %v %s", i, resp.StatusCode, resp.Header, b)
+		}
+	}
+}
+
+// halfListener counts the half-closes of its connections.
+type halfListener struct {
+	net.Listener
+	closeWrites atomic.Int32
+}
+
+type halfConn struct {
+	*net.TCPConn
+	l *halfListener
+}
+
+func (c *halfConn) CloseWrite() error { c.l.closeWrites.Add(1); return c.TCPConn.CloseWrite() }
+
+func (l *halfListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &halfConn{c.(*net.TCPConn), l}, nil
+}
+
+// TestTrackedHalfCloses: a connection the drain tracks still half-closes
+// after a 413 sent before the body was read, as net/http does on a TCP
+// connection, so that a client still sending reads the answer rather than
+// a reset (the tracked connection hid CloseWrite).
+func TestTrackedHalfCloses(t *testing.T) {
+	half := &halfListener{}
+	s, _, _ := drainServer(t, TLSConfig{}, func(ln net.Listener) net.Listener { half.Listener = ln; return half })
+	c, err := net.Dial("tcp", s.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /v1/check HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a body of 1,000,000 bytes: %d", resp.StatusCode)
+	}
+	// net/http half-closes before it closes: a close seen by the client
+	// comes after the half-close.
+	c.SetReadDeadline(time.Now().Add(testTimeout))
+	io.Copy(io.Discard, c)
+	if n := half.closeWrites.Load(); n != 1 {
+		t.Errorf("%d half-closes after a 413 on a body not read, want 1", n)
+	}
 }

@@ -3,7 +3,7 @@
 -- extended, and a block within forget_after of the last one's end is
 -- growth times longer, up to max). The drivers include it before
 -- themselves. It also holds the levels' loop that decide.lua and
--- coalesce.lua share (b_decide, last) and its steps.
+-- coalesce.lua share (b_decide).
 --
 -- Key    the level's block key (the state key + "%:block"): "<until>
 --        <count>", until in µs since the epoch, count the blocks in a row;
