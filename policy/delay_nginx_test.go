@@ -58,10 +58,10 @@ schema:
 // request by request which pass at once, which are delayed and which are
 // rejected. Requests that arrive in the same millisecond are compared as
 // a group (nginx's order among them is its own). The trace's gaps sit 50
-// ms away from the 100 ms steps of the rate, so that on time no arrival
-// lies within a few milliseconds of a boundary; on a busy machine the
-// requests go late and may land anywhere, which changes the trace but
-// not the comparison (it replays nginx's own arrivals).
+// ms away from the 100 ms steps of the rate, and its last part arrives
+// every 2 ms across steps; on a busy machine the requests go late and
+// land elsewhere, which changes the trace but not the comparison (it
+// replays nginx's own arrivals).
 //
 // Tolerance: none on the outcome, and one millisecond of time. limit_req
 // reads ngx_current_msec, CLOCK_MONOTONIC truncated to the ms, and the
@@ -98,6 +98,13 @@ func TestNginxLimitReqDelay(t *testing.T) {
 		offsets = append(offsets, 2350+50*i)
 	}
 	burst(4250, 30)
+	// With the bucket full, one every 2 ms for 300 ms: each 100 ms step
+	// of the rate admits the first arrival at or after it and rejects
+	// the one 2 ms before it, so that Sluice's boundaries are compared to
+	// nginx's to within the 1 ms of tolerance.
+	for i := range 150 {
+		offsets = append(offsets, 4650+2*i)
+	}
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, MaxConnsPerHost: 0}}
 	start := time.Now()
