@@ -229,21 +229,15 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		case "unlimited":
 			unlimited = &e
 			nd.unlimited, uok = l.Bool(e.Value, yamlfile.Sub(path, e.Name))
-		case "shadow":
+		case "shadow", "quota_mode":
 			shadowed = &e
 			own, _ := l.Bool(e.Value, yamlfile.Sub(path, e.Name))
 			if !own {
 				shadowed = nil
 			}
-			nd.shadow = nd.shadow || own
-			nd.ownShadow = nd.ownShadow || own
-		case "quota_mode":
-			shadowed = &e
-			own, _ := l.Bool(e.Value, yamlfile.Sub(path, e.Name))
-			if !own {
-				shadowed = nil
+			if e.Name == "quota_mode" {
+				nd.quotaMode = own
 			}
-			nd.quotaMode = own
 			nd.shadow = nd.shadow || own
 			nd.ownShadow = nd.ownShadow || own
 		case "name":
