@@ -229,21 +229,15 @@ func (l *loader) node(n, key ast.Node, path, pattern string, shadow, glob bool) 
 		case "unlimited":
 			unlimited = &e
 			nd.unlimited, uok = l.Bool(e.Value, yamlfile.Sub(path, e.Name))
-		case "shadow":
+		case "shadow", "quota_mode":
 			shadowed = &e
 			own, _ := l.Bool(e.Value, yamlfile.Sub(path, e.Name))
 			if !own {
 				shadowed = nil
 			}
-			nd.shadow = nd.shadow || own
-			nd.ownShadow = nd.ownShadow || own
-		case "quota_mode":
-			shadowed = &e
-			own, _ := l.Bool(e.Value, yamlfile.Sub(path, e.Name))
-			if !own {
-				shadowed = nil
+			if e.Name == "quota_mode" {
+				nd.quotaMode = own
 			}
-			nd.quotaMode = own
 			nd.shadow = nd.shadow || own
 			nd.ownShadow = nd.ownShadow || own
 		case "name":
@@ -591,7 +585,7 @@ func (l *loader) shorthand(s *ast.SequenceNode, path string) (compiled, bool) {
 // 1m; for token_bucket it is rate 30, per 1m).
 func (l *loader) spec(m *ast.MappingNode, path string) (compiled, bool) {
 	var spec algo.Spec
-	m, plain, at := l.plainRate(m)
+	m, plain, at := takeField(m, "rate", func(v string) bool { return strings.Contains(v, "/") }) // "N/duration"
 	m, calendar, calAt := takeField(m, "window", algo.IsCalendarUnit)
 	fields, ok := l.DecodeStruct(m, reflect.ValueOf(&spec).Elem(), path)
 	if !ok {
@@ -668,13 +662,6 @@ func growthZero(block ast.Node) ast.Node {
 		}
 	}
 	return nil
-}
-
-// plainRate takes a rate written as "N/duration" out of a limit mapping:
-// it returns the mapping without it, the text and where it is (nil when
-// there is none).
-func (l *loader) plainRate(m *ast.MappingNode) (*ast.MappingNode, string, ast.Node) {
-	return takeField(m, "rate", func(v string) bool { return strings.Contains(v, "/") })
 }
 
 // takeField takes the field name out of a mapping when its value is text

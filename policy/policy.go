@@ -417,7 +417,12 @@ func (n *node) hit(key, tag string, shared, exact bool) Hit {
 // LimitKey returns the state key of the hit's limit j: Key when the node
 // has one limit, else Key + "#" + j (sluice.Key escapes '#' in segments,
 // so this cannot collide).
-func (h *Hit) LimitKey(j int) string { return limitKey(h.Key, j, len(h.Limits)) }
+func (h *Hit) LimitKey(j int) string {
+	if len(h.Limits) == 1 {
+		return h.Key
+	}
+	return h.Key + "#" + strconv.Itoa(j)
+}
 
 // Load reads and compiles the policy file at path. An invalid file returns
 // an yamlfile.ErrorList.
@@ -595,14 +600,6 @@ func joinEscaped(path []string, ends []int) (string, []int) {
 		ends = append(ends, b.Len())
 	}
 	return b.String(), ends
-}
-
-// limitKey is the state key of limit j of a node with n limits.
-func limitKey(key string, j, n int) string {
-	if n == 1 {
-		return key
-	}
-	return key + "#" + strconv.Itoa(j)
 }
 
 // Current is the policy in force, for concurrent readers, replaced

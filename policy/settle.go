@@ -357,7 +357,11 @@ func (e estimate) String() string {
 	}
 	b = append(b, '.')
 	for _, x := range e.exact {
-		b = append(b, "px"[boolIndex(x)])
+		c := byte('p')
+		if x {
+			c = 'x'
+		}
+		b = append(b, c)
 	}
 	js, _ := json.Marshal(paths)
 	b = append(append(b, '.'), base64.RawURLEncoding.EncodeToString(js)...)
@@ -375,13 +379,6 @@ func (e estimate) String() string {
 		}
 	}
 	return string(b)
-}
-
-func boolIndex(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 var errEstimateID = errors.New("not an estimate's id (settle_id) as a check returned it")

@@ -71,7 +71,8 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlv3.RateLi
 		// then lets the request through or not by its failure_mode_deny.
 		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded: "+*why)
 	}
-	c.Wait = !hasEnds(&c.Query) // an end gives back: nothing to wait for
+	// an end (a descriptor with is_negative_hits) gives back: nothing to wait for
+	c.Wait = !slices.ContainsFunc(c.Query.Paths, func(pq policy.PathQuery) bool { return pq.End })
 	s.pipe.Answer(ctx, c)
 	s.observe(c)
 	switch {
@@ -266,12 +267,6 @@ func readRequest(req *rlv3.RateLimitRequest, c *answer.Call, envoy, quota bool) 
 		}
 	}
 	return nil
-}
-
-// hasEnds reports whether a query holds a stream's end (a descriptor
-// with is_negative_hits).
-func hasEnds(q *policy.Query) bool {
-	return slices.ContainsFunc(q.Paths, func(pq policy.PathQuery) bool { return pq.End })
 }
 
 // descriptorStatus is a decided path's answer: OK or OVER_LIMIT, with the

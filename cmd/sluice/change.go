@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -19,8 +18,7 @@ import (
 // path's keys outside a request, on a store, by a policy.
 func runChange(kind string) func(ctx context.Context, e env, args []string) int {
 	return func(ctx context.Context, e env, args []string) int {
-		fs := flag.NewFlagSet(kind, flag.ContinueOnError)
-		fs.SetOutput(e.stderr)
+		fs := newFlags(e, kind, fmt.Sprintf("usage: sluice %s (--store URL --policy limits.yaml | --config sluice.yaml) [flags] SEGMENT...\n\n%s\nThe store and policy are the running service's: from the flags, else\nSLUICE_STORE and SLUICE_POLICY (and the other SLUICE_* variables), else\n--config, as sluice serve reads them.\n\nflags:", kind, changeHelp[kind]))
 		configFile := fs.String("config", "", "the running service's sluice.yaml: its store, Redis settings and policy")
 		storeURL := fs.String("store", "", "the running service's store: redis://host:port/db (or SLUICE_STORE, or --config)")
 		policyFile := fs.String("policy", "", "the limits.yaml the path is decided by (or SLUICE_POLICY, or --config)")
@@ -32,10 +30,6 @@ func runChange(kind string) func(ctx context.Context, e env, args []string) int 
 			fs.Int64Var(&units, "units", 1, "how many units (1 to 2^53-1)")
 		case "block":
 			fs.DurationVar(&d, "for", 0, "how long (1ms to 8760h; required)")
-		}
-		fs.Usage = func() {
-			fmt.Fprintf(e.stderr, "usage: sluice %s (--store URL --policy limits.yaml | --config sluice.yaml) [flags] SEGMENT...\n\n%s\nThe store and policy are the running service's: from the flags, else\nSLUICE_STORE and SLUICE_POLICY (and the other SLUICE_* variables), else\n--config, as sluice serve reads them.\n\nflags:\n", kind, changeHelp[kind])
-			fs.PrintDefaults()
 		}
 		if code, ok := parseFlags(fs, args); !ok {
 			return code

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	pathpkg "path"
@@ -22,12 +21,7 @@ import (
 )
 
 func runExplain(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	prefix := fs.String("prefix", redis.DefaultPrefix, "the Redis store's key prefix")
-	storeURL := fs.String("store", "", "the running service's store (redis://...): also show the overrides in force for the path's keys")
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, `usage: sluice explain [--prefix P] [--store URL] FILE SEGMENT...
+	fs := newFlags(e, "explain", `usage: sluice explain [--prefix P] [--store URL] FILE SEGMENT...
 
 Shows what a request for the path SEGMENT... hits in the limits.yaml FILE:
 for each level, from the root down, the node's pattern, the state key of
@@ -41,8 +35,8 @@ lists the policy's nodes.
   sluice explain limits.yaml user alex trade
 
 flags:`)
-		fs.PrintDefaults()
-	}
+	prefix := fs.String("prefix", redis.DefaultPrefix, "the Redis store's key prefix")
+	storeURL := fs.String("store", "", "the running service's store (redis://...): also show the overrides in force for the path's keys")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}

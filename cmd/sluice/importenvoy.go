@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,11 +13,7 @@ import (
 )
 
 func runImportEnvoy(_ context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("import-envoy", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	out := fs.String("o", "", "write the policy to this file (atomically, only when the whole import succeeds) instead of stdout")
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, `usage: sluice import-envoy [-o limits.yaml] envoy-config.yaml|dir...
+	fs := newFlags(e, "import-envoy", `usage: sluice import-envoy [-o limits.yaml] envoy-config.yaml|dir...
 
 Converts envoyproxy/ratelimit configuration files (one domain each: nested
 descriptors with key, value, rate_limit {requests_per_unit, unit, name,
@@ -31,8 +26,7 @@ line and field, and nothing is written: with -o the file is replaced only
 when the whole import succeeded (a shell's > would leave an empty file).
 
 flags:`)
-		fs.PrintDefaults()
-	}
+	out := fs.String("o", "", "write the policy to this file (atomically, only when the whole import succeeds) instead of stdout")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}

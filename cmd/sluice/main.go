@@ -103,6 +103,17 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'sluice <command> -h' for a command's flags.")
 }
 
+// newFlags makes a subcommand's flag set: -h prints usage, then the flags.
+func newFlags(e env, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
 // parseFlags parses a subcommand's flags. -h and --help print its usage
 // and exit 0; a bad flag exits 2 with one line that says what is wrong
 // and, for a misspelt flag, which was meant (not the whole usage, which
@@ -132,11 +143,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 }
 
 func runVersion(_ context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: sluice version\n\nPrints the module version, VCS revision and Go version sluice was built with.")
-	}
+	fs := newFlags(e, "version", "usage: sluice version\n\nPrints the module version, VCS revision and Go version sluice was built with.")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}

@@ -75,9 +75,7 @@ func runQueue(ctx context.Context, e env, args []string) int {
 		return 0
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("queue "+sub, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() { fmt.Fprintln(e.stderr, queueUsage+"\n\nflags:"); fs.PrintDefaults() }
+	fs := newFlags(e, "queue "+sub, queueUsage+"\n\nflags:")
 	fs.String("store", "", "the store's URL (redis://host:port/db, a Cluster seed list or Sentinel)")
 	group := fs.String("group", "workers", "the consumer group")
 	opts := queue.Options{}

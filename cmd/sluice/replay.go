@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -55,12 +54,7 @@ type resultLine struct {
 const maxLine = 1 << 20
 
 func runReplay(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	storeURL := fs.String("store", "memory", "store URL: memory or redis://host:port/db")
-	policyFile := fs.String("policy", "", "a limits.yaml: events name a path instead of a key and a limit")
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, `usage: sluice replay [--store URL] [--policy limits.yaml] < events.jsonl
+	fs := newFlags(e, "replay", `usage: sluice replay [--store URL] [--policy limits.yaml] < events.jsonl
 
 Each input line is one decision, applied in order:
   {"t_ns": 1800003000334587000, "key": "a", "limit": {"algorithm": "gcra", "burst": 15, "count": 30, "period": "60s"}, "cost": 1}
@@ -90,8 +84,8 @@ sluice serve's POST /v1/check):
   {"allowed": true, "limit": 6, "remaining": 5, ..., "matched": true, "levels": [...]}
 
 flags:`)
-		fs.PrintDefaults()
-	}
+	storeURL := fs.String("store", "memory", "store URL: memory or redis://host:port/db")
+	policyFile := fs.String("policy", "", "a limits.yaml: events name a path instead of a key and a limit")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
