@@ -51,16 +51,7 @@ func (c *gatedConn) Read(p []byte) (int, error) {
 func TestDrainServesWhatArrived(t *testing.T) {
 	gate := &gatedListener{open: make(chan struct{}), conns: make(chan *gatedConn, 1)}
 	s, shutdown, _ := drainServer(t, TLSConfig{}, func(ln net.Listener) net.Listener { gate.Listener = ln; return gate })
-	c, err := net.Dial("tcp", s.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	body := `{"path": ["user"]}`
-	req := fmt.Sprintf("POST /v1/check HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
+	c, req := sendChecks(t, s.HTTPAddr(), 1)
 	g := <-gate.conns
 	for deadline := time.Now().Add(testTimeout); arrived(t, g.TCPConn) < len(req); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -77,6 +68,23 @@ func TestDrainServesWhatArrived(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"allowed":true`) || !resp.Close {
 		t.Errorf("the check that arrived before the drain: %d %v %s", resp.StatusCode, resp.Header, b)
 	}
+}
+
+// sendChecks dials addr and writes n checks in one write; it returns the
+// connection (closed when the test ends) and one check's request.
+func sendChecks(t *testing.T, addr string, n int) (net.Conn, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	body := `{"path": ["user"]}`
+	req := fmt.Sprintf("POST /v1/check HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := io.WriteString(c, strings.Repeat(req, n)); err != nil {
+		t.Fatal(err)
+	}
+	return c, req
 }
 
 // arrived is how many bytes have arrived on c unread (SIOCINQ).
@@ -133,17 +141,8 @@ func (l *pipeListener) Accept() (net.Conn, error) {
 func TestDrainServesPipelined(t *testing.T) {
 	pipe := &pipeListener{written: make(chan struct{}), writing: make(chan struct{}, 1)}
 	s, shutdown, _ := drainServer(t, TLSConfig{}, func(ln net.Listener) net.Listener { pipe.Listener = ln; return pipe })
-	c, err := net.Dial("tcp", s.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	body := `{"path": ["user"]}`
-	req := fmt.Sprintf("POST /v1/check HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	if _, err := io.WriteString(c, req+req); err != nil { // both at once: the server reads both in its first read
-		t.Fatal(err)
-	}
-	select { // the first answer waits to be written: its handler ran
+	c, _ := sendChecks(t, s.HTTPAddr(), 2) // both at once: the server reads both in its first read
+	select {                               // the first answer waits to be written: its handler ran
 	case <-pipe.writing:
 	case <-time.After(testTimeout):
 		t.Fatal("the first check was never answered")
