@@ -141,8 +141,10 @@ func (l *pipeListener) Accept() (net.Conn, error) {
 func TestDrainServesPipelined(t *testing.T) {
 	pipe := &pipeListener{written: make(chan struct{}), writing: make(chan struct{}, 1)}
 	s, shutdown, _ := drainServer(t, TLSConfig{}, func(ln net.Listener) net.Listener { pipe.Listener = ln; return pipe })
-	c, _ := sendChecks(t, s.HTTPAddr(), 2) // both at once: the server reads both in its first read
-	select {                               // the first answer waits to be written: its handler ran
+	// Both at once: the server reads both in its first read. The first
+	// answer waits to be written, once its handler has run.
+	c, _ := sendChecks(t, s.HTTPAddr(), 2)
+	select {
 	case <-pipe.writing:
 	case <-time.After(testTimeout):
 		t.Fatal("the first check was never answered")
